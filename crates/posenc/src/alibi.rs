@@ -1,0 +1,122 @@
+//! `alibi`: attention with linear biases (Press, Smith & Lewis 2022, "Train Short, Test Long").
+//!
+//! No vector is added anywhere; each head `h` penalises a score by its distance:
+//!
+//! ```text
+//! causal:     bias_h(i, j) = −m_h · (i − j)   for j ≤ i   (later keys are left to the causal mask: 0)
+//! symmetric:  bias_h(i, j) = −m_h · |i − j|                (for bidirectional encoders)
+//! ```
+//!
+//! The slopes form a geometric sequence. For `n` heads, a power of two, `m_h = 2^(−8h/n)`,
+//! `h = 1 … n`. Otherwise the paper takes the `c = 2^⌊log₂ n⌋` slopes of `c` heads and
+//! adds every other slope of `2c` heads, `2^(−8(2k−1)/(2c))` for `k = 1 … n − c`
+//! (as BLOOM's `build_alibi_tensor` does). The bias depends on `i − j` only, decays
+//! linearly, and needs no table, so it extrapolates to any length.
+
+use candle_core::{Device, Tensor};
+use serde::{Deserialize, Serialize};
+
+use crate::encoding::{PositionalEncoding, Table};
+use crate::{Error, Result};
+
+/// Which keys ALiBi penalises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AlibiForm {
+    /// `−m·|i − j|` for every key: encoders and decoders alike.
+    #[default]
+    Symmetric,
+    /// `−m·(i − j)` for keys at or before the query, 0 after (the paper's decoder form).
+    Causal,
+}
+
+/// The ALiBi slope of each of `heads` heads, in head order (Press et al. 2022, §3).
+pub fn alibi_slopes(heads: usize) -> Vec<f64> {
+    if heads == 0 {
+        return Vec::new();
+    }
+    let c = 1usize << heads.ilog2();
+    let geometric = |n: usize, k: usize| 2f64.powf(-8.0 * k as f64 / n as f64);
+    let mut slopes: Vec<f64> = (1..=c).map(|k| geometric(c, k)).collect();
+    slopes.extend((0..heads - c).map(|k| geometric(2 * c, 2 * k + 1)));
+    slopes
+}
+
+/// Linear attention biases, one slope per head.
+#[derive(Debug, Clone)]
+pub struct Alibi {
+    slopes: Vec<f64>,
+    form: AlibiForm,
+    device: Device,
+}
+
+impl Alibi {
+    /// ALiBi for `heads` heads (at least 1).
+    pub fn new(heads: usize, form: AlibiForm, device: &Device) -> Result<Self> {
+        if heads == 0 {
+            return Err(Error::Zero {
+                kind: "alibi",
+                what: "heads",
+            });
+        }
+        Ok(Self {
+            slopes: alibi_slopes(heads),
+            form,
+            device: device.clone(),
+        })
+    }
+
+    /// The slope of each head.
+    pub fn slopes(&self) -> &[f64] {
+        &self.slopes
+    }
+
+    /// The `(heads, q_len, k_len)` bias of queries at `q_offset..` against keys at `k_offset..`.
+    pub fn bias(
+        &self,
+        q_len: usize,
+        k_len: usize,
+        q_offset: usize,
+        k_offset: usize,
+    ) -> Result<Tensor> {
+        let mut data = Vec::with_capacity(self.slopes.len() * q_len * k_len);
+        for &m in &self.slopes {
+            for qi in 0..q_len {
+                let i = (q_offset + qi) as f64;
+                for kj in 0..k_len {
+                    let j = (k_offset + kj) as f64;
+                    let distance = match self.form {
+                        AlibiForm::Symmetric => (i - j).abs(),
+                        AlibiForm::Causal => (i - j).max(0.0),
+                    };
+                    data.push((-m * distance) as f32);
+                }
+            }
+        }
+        Ok(Tensor::from_vec(
+            data,
+            (self.slopes.len(), q_len, k_len),
+            &self.device,
+        )?)
+    }
+}
+
+impl PositionalEncoding for Alibi {
+    fn kind(&self) -> &'static str {
+        "alibi"
+    }
+
+    fn attention_bias(
+        &self,
+        q_len: usize,
+        k_len: usize,
+        q_offset: usize,
+        k_offset: usize,
+    ) -> Result<Option<Tensor>> {
+        Ok(Some(self.bias(q_len, k_len, q_offset, k_offset)?))
+    }
+
+    fn table(&self, len: usize) -> Result<Table> {
+        Ok(Table::Bias(self.bias(len, len, 0, 0)?))
+    }
+}

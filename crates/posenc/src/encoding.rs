@@ -1,0 +1,141 @@
+//! The seam for experiments: one trait with three hooks.
+//!
+//! A Transformer asks its positional encoding three things, always, in this order:
+//!
+//! 1. [`PositionalEncoding::add_to_embeddings`]: what to add to the (scaled) token
+//!    embeddings `x` of shape `(batch, seq, d_model)`. Absolute encodings
+//!    (sinusoidal, learned, the naive ones) live here.
+//! 2. [`PositionalEncoding::rotate`]: how to transform queries and keys of shape
+//!    `(batch, heads, seq, head_dim)` before their dot product. Rotary encodings live here.
+//! 3. [`PositionalEncoding::attention_bias`]: what to add to the attention scores
+//!    `QKᵀ/√d_k`, shape `(heads, q_len, k_len)`. ALiBi and T5 buckets live here.
+//!
+//! Every hook is the identity by default, and every hook takes the position of its first
+//! token (`offset`), so incremental decoding with a key/value cache asks about positions
+//! `t, t+1, …` rather than starting again at 0. The model calls all three hooks and never
+//! asks which encoding it holds.
+
+use candle_core::{DType, Device, Tensor};
+
+use crate::{Error, Result};
+
+/// A positional encoding: the three hooks a Transformer calls, identity by default.
+///
+/// Implementors override the hooks they need. All hooks must be differentiable when
+/// their input carries a gradient (`Tensor::track_op`), and may use candle's fused,
+/// gradient-less kernels otherwise.
+///
+/// ```
+/// use candle_core::{Device, Tensor};
+/// use posenc::{EncodingConfig, PositionalEncoding};
+///
+/// # fn main() -> posenc::Result<()> {
+/// let enc = EncodingConfig::Sinusoidal { base: 10_000.0 }.build_untrained(4, 1, &Device::Cpu)?;
+/// let x = Tensor::zeros((1, 2, 4), candle_core::DType::F32, &Device::Cpu)?;
+/// let pe = enc.add_to_embeddings(&x, 0)?;
+/// let row1 = pe.squeeze(0)?.get(1)?.to_vec1::<f32>()?;
+/// assert!((row1[0] - 1f32.sin()).abs() < 1e-6 && (row1[1] - 1f32.cos()).abs() < 1e-6);
+/// # Ok(()) }
+/// ```
+pub trait PositionalEncoding: std::fmt::Debug + Send + Sync {
+    /// The config name of this encoding (`"sinusoidal"`, `"rope"`, …).
+    fn kind(&self) -> &'static str;
+
+    /// Hook (a): `x + PE` for embeddings `x: (batch, seq, d_model)` at positions
+    /// `offset..offset + seq`. Identity by default.
+    fn add_to_embeddings(&self, x: &Tensor, offset: usize) -> Result<Tensor> {
+        let _ = offset;
+        Ok(x.clone())
+    }
+
+    /// Hook (b): rotate queries or keys `x: (batch, heads, seq, head_dim)` at positions
+    /// `offset..offset + seq`. Called on queries and keys alike. Identity by default.
+    fn rotate(&self, x: &Tensor, offset: usize) -> Result<Tensor> {
+        let _ = offset;
+        Ok(x.clone())
+    }
+
+    /// Hook (c): the bias `(heads, q_len, k_len)` (f32) added to the attention scores of
+    /// queries at positions `q_offset..q_offset + q_len` against keys at
+    /// `k_offset..k_offset + k_len`, or `None` for no bias (the default).
+    fn attention_bias(
+        &self,
+        q_len: usize,
+        k_len: usize,
+        q_offset: usize,
+        k_offset: usize,
+    ) -> Result<Option<Tensor>> {
+        let _ = (q_len, k_len, q_offset, k_offset);
+        Ok(None)
+    }
+
+    /// What this encoding produces for a sequence of `len` tokens, for inspection,
+    /// analysis and plots. Not used by the model.
+    fn table(&self, len: usize) -> Result<Table>;
+}
+
+/// What an encoding produces for one sequence, in the form it acts in. All tensors are f32.
+#[derive(Debug, Clone)]
+pub enum Table {
+    /// The `(len, d_model)` matrix added to the embeddings.
+    Additive(Tensor),
+    /// Rotary angles: `cos` and `sin`, each `(len, rotary_dim / 2)`.
+    Rotary {
+        /// `cos(pos · θ_i)`.
+        cos: Tensor,
+        /// `sin(pos · θ_i)`.
+        sin: Tensor,
+    },
+    /// A `(heads, len, len)` bias added to the attention scores.
+    Bias(Tensor),
+    /// T5: the `(len, len)` bucket index (u32) of each query/key pair and the
+    /// `(heads, len, len)` bias it looks up.
+    Buckets {
+        /// Bucket index of each (query, key) pair.
+        buckets: Tensor,
+        /// The learned bias of each bucket, per head.
+        bias: Tensor,
+    },
+}
+
+/// Checks that `x` is `(batch, seq, width)` and returns `seq`.
+pub(crate) fn check_embeddings(kind: &'static str, x: &Tensor, width: usize) -> Result<usize> {
+    match x.dims() {
+        &[_, seq, w] if w == width => Ok(seq),
+        dims => Err(Error::Shape {
+            kind,
+            msg: format!("expected embeddings of shape (batch, seq, {width}), got {dims:?}"),
+        }),
+    }
+}
+
+/// Adds a `(seq, d)` f32 table to `x: (batch, seq, d)`, cast to `x`'s dtype after computing.
+pub(crate) fn add_table(x: &Tensor, table: &Tensor) -> Result<Tensor> {
+    Ok(x.broadcast_add(&table.to_dtype(x.dtype())?.unsqueeze(0)?)?)
+}
+
+/// A `(rows, cols)` f32 tensor from a row-major generator computed in f64.
+pub(crate) fn tensor_from_fn(
+    rows: usize,
+    cols: usize,
+    device: &Device,
+    f: impl Fn(usize, usize) -> f64,
+) -> Result<Tensor> {
+    let data: Vec<f32> = (0..rows * cols)
+        .map(|i| f(i / cols, i % cols) as f32)
+        .collect();
+    Ok(Tensor::from_vec(data, (rows, cols), device)?)
+}
+
+/// Inverse frequencies `θ_i = base^(−2i/dim)` for `i = 0 … dim/2 − 1`, shared by the
+/// sinusoidal and rotary encodings (Vaswani et al. 2017 §3.5; Su et al. 2021 eq. 15).
+pub fn inverse_frequencies(dim: usize, base: f64) -> Vec<f64> {
+    (0..dim / 2)
+        .map(|i| base.powf(-((2 * i) as f64) / dim as f64))
+        .collect()
+}
+
+/// Zeros of shape `(1, len, width)` in f32, the input that makes an additive hook show its table.
+pub(crate) fn zeros_embeddings(len: usize, width: usize, device: &Device) -> Result<Tensor> {
+    Ok(Tensor::zeros((1, len, width), DType::F32, device)?)
+}

@@ -1,0 +1,77 @@
+//! `learned`: one trained vector per absolute position (BERT, GPT-2).
+//!
+//! ```text
+//! PE(pos, ·) = W[pos, ·],   W ∈ R^(max_positions × d_model), learned with the model
+//! ```
+//!
+//! Devlin et al. 2019 (BERT), Radford et al. 2019 (GPT-2). Flexible, but the table has a
+//! fixed number of rows: a position past `max_positions` has no vector, and positions
+//! rarely seen in training have poorly trained ones. Asking for one is an error.
+
+use candle_core::Tensor;
+use candle_nn::{Embedding, VarBuilder};
+
+use crate::encoding::{add_table, check_embeddings, PositionalEncoding, Table};
+use crate::{Error, Result};
+
+/// Learned absolute position embeddings; the weight is `weight: (max_positions, d_model)`
+/// under the given [`VarBuilder`] (BERT names it `embeddings.position_embeddings.weight`).
+#[derive(Debug, Clone)]
+pub struct Learned {
+    embedding: Embedding,
+    max_positions: usize,
+    d_model: usize,
+}
+
+impl Learned {
+    /// Loads or creates the `(max_positions, d_model)` table.
+    pub fn new(max_positions: usize, d_model: usize, vb: VarBuilder) -> Result<Self> {
+        for (value, what) in [(max_positions, "max_positions"), (d_model, "d_model")] {
+            if value == 0 {
+                return Err(Error::Zero {
+                    kind: "learned",
+                    what,
+                });
+            }
+        }
+        let embedding = candle_nn::embedding(max_positions, d_model, vb)?;
+        Ok(Self {
+            embedding,
+            max_positions,
+            d_model,
+        })
+    }
+
+    /// The learned table `(max_positions, d_model)`.
+    pub fn weight(&self) -> &Tensor {
+        self.embedding.embeddings()
+    }
+
+    /// Rows `offset..offset + len`, or an error naming the first position past the table.
+    pub fn rows(&self, offset: usize, len: usize) -> Result<Tensor> {
+        if offset + len > self.max_positions {
+            return Err(Error::PositionOutOfRange {
+                position: self.max_positions.max(offset),
+                max_positions: self.max_positions,
+            });
+        }
+        Ok(self.weight().narrow(0, offset, len)?)
+    }
+}
+
+impl PositionalEncoding for Learned {
+    fn kind(&self) -> &'static str {
+        "learned"
+    }
+
+    fn add_to_embeddings(&self, x: &Tensor, offset: usize) -> Result<Tensor> {
+        let seq = check_embeddings("learned", x, self.d_model)?;
+        add_table(x, &self.rows(offset, seq)?)
+    }
+
+    fn table(&self, len: usize) -> Result<Table> {
+        Ok(Table::Additive(
+            self.rows(0, len)?.to_dtype(candle_core::DType::F32)?,
+        ))
+    }
+}

@@ -1,0 +1,40 @@
+//! # posenc: swappable positional encodings for Transformers on candle
+//!
+//! Self-attention is blind to order: permute the tokens and the outputs permute with
+//! them. A positional encoding is what tells "the dog chases the cat" from "the cat
+//! chases the dog". This crate holds every common encoding behind one trait,
+//! [`PositionalEncoding`], whose three hooks (add to the embeddings, rotate queries and
+//! keys, bias the attention scores) a Transformer calls without knowing which encoding
+//! it has. [`EncodingConfig`] builds any of them from JSON; [`analysis`] measures the
+//! properties the literature asks of them.
+//!
+//! | kind | hook | module |
+//! |---|---|---|
+//! | `none` | — | [`none`] |
+//! | `sinusoidal`, `sinusoidal-concat` | add | [`sinusoidal`] |
+//! | `learned` | add | [`learned`] |
+//! | `rope` | rotate | [`rope`] |
+//! | `alibi` | bias | [`alibi`] |
+//! | `t5` | bias | [`t5`] |
+//! | `fraction`, `index`, `binary`, `sine-single` | add | [`naive`] |
+//!
+//! Tables are computed in f64, stored in f32 and cast to the model's dtype only when
+//! used; sinusoidal and rotary tables grow on demand.
+
+mod cache;
+mod config;
+mod encoding;
+mod error;
+
+pub mod alibi;
+pub mod analysis;
+pub mod learned;
+pub mod naive;
+pub mod none;
+pub mod rope;
+pub mod sinusoidal;
+pub mod t5;
+
+pub use config::EncodingConfig;
+pub use encoding::{inverse_frequencies, PositionalEncoding, Table};
+pub use error::{Error, Result};

@@ -1,0 +1,119 @@
+//! The encodings the documents consider and reject, kept so experiments can show why.
+//!
+//! ```text
+//! fraction:     PE(pos, ·) = pos / (len − 1)             in [0, 1]; depends on the sentence length
+//! index:        PE(pos, ·) = pos                         unbounded; swamps the embeddings
+//! binary:       PE(pos, i) = +1 if bit i of pos is set, else −1     discrete jumps, no smooth shift
+//! sine-single:  PE(pos, ·) = sin(ω · pos)                one frequency: positions collide
+//! ```
+//!
+//! `fraction` gives the same word a different vector when the sentence grows (position 2
+//! of 5 is 0.5, of 9 is 0.25), so a model cannot learn what "third word" means; the
+//! raw `index` grows without bound; `binary` is unique and bounded but a shift by `k` is
+//! not a linear map; one sine wave is bounded and smooth but periodic-ish, so distant
+//! positions get nearly the same value. Every dimension carries the same value for
+//! `fraction`, `index` and `sine-single`.
+
+use candle_core::{Device, Tensor};
+
+use crate::encoding::{add_table, check_embeddings, tensor_from_fn, PositionalEncoding, Table};
+use crate::{Error, Result};
+
+/// Which rejected idea an [`Naive`] encoding implements.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum NaiveKind {
+    /// `pos / (len − 1)`, with `len` the length of the sequence seen so far.
+    Fraction,
+    /// The raw integer position.
+    Index,
+    /// The bits of the position as ±1, least significant bit in dimension 0.
+    Binary,
+    /// `sin(frequency · pos)` in every dimension.
+    SineSingle {
+        /// Angular frequency ω.
+        frequency: f64,
+    },
+}
+
+impl NaiveKind {
+    fn name(self) -> &'static str {
+        match self {
+            NaiveKind::Fraction => "fraction",
+            NaiveKind::Index => "index",
+            NaiveKind::Binary => "binary",
+            NaiveKind::SineSingle { .. } => "sine-single",
+        }
+    }
+
+    /// The value at `(pos, dim)` for a sequence of `len` positions.
+    pub fn value(self, pos: usize, dim: usize, len: usize) -> f64 {
+        match self {
+            NaiveKind::Fraction => pos as f64 / (len.max(2) - 1) as f64,
+            NaiveKind::Index => pos as f64,
+            NaiveKind::Binary => {
+                let set = dim < usize::BITS as usize && (pos >> dim) & 1 == 1;
+                if set {
+                    1.0
+                } else {
+                    -1.0
+                }
+            }
+            NaiveKind::SineSingle { frequency } => (frequency * pos as f64).sin(),
+        }
+    }
+}
+
+/// An additive encoding from one of the rejected formulas.
+#[derive(Debug, Clone)]
+pub struct Naive {
+    kind: NaiveKind,
+    d_model: usize,
+    device: Device,
+}
+
+impl Naive {
+    /// A naive encoding of width `d_model`.
+    pub fn new(kind: NaiveKind, d_model: usize, device: &Device) -> Result<Self> {
+        if d_model == 0 {
+            return Err(Error::Zero {
+                kind: kind.name(),
+                what: "d_model",
+            });
+        }
+        if let NaiveKind::SineSingle { frequency } = kind {
+            if !(frequency.is_finite() && frequency > 0.0) {
+                return Err(Error::Config(format!(
+                    "`sine-single` needs a frequency > 0, got {frequency}"
+                )));
+            }
+        }
+        Ok(Self {
+            kind,
+            d_model,
+            device: device.clone(),
+        })
+    }
+
+    /// Rows `offset..offset + len` of the table for a sequence of `offset + len` tokens.
+    fn rows(&self, offset: usize, len: usize) -> Result<Tensor> {
+        let total = offset + len;
+        tensor_from_fn(len, self.d_model, &self.device, |p, i| {
+            self.kind.value(offset + p, i, total)
+        })
+    }
+}
+
+impl PositionalEncoding for Naive {
+    fn kind(&self) -> &'static str {
+        self.kind.name()
+    }
+
+    fn add_to_embeddings(&self, x: &Tensor, offset: usize) -> Result<Tensor> {
+        let seq = check_embeddings(self.kind.name(), x, self.d_model)?;
+        add_table(x, &self.rows(offset, seq)?)
+    }
+
+    fn table(&self, len: usize) -> Result<Table> {
+        Ok(Table::Additive(self.rows(0, len)?))
+    }
+}

@@ -1,0 +1,145 @@
+//! `rope`: rotary position embedding (Su et al. 2021, "RoFormer").
+//!
+//! Queries and keys, not embeddings, carry the position. Each pair `i` of a head's
+//! dimensions is rotated by the angle `pos · θ_i`:
+//!
+//! ```text
+//! θ_i = base^(−2i/d_rot),   i = 0 … d_rot/2 − 1            base = 10000
+//! (x₁, x₂) ↦ (x₁ cos pos·θ_i − x₂ sin pos·θ_i,  x₂ cos pos·θ_i + x₁ sin pos·θ_i)
+//! ```
+//!
+//! Rotations compose, so `⟨R_m q, R_n k⟩ = ⟨q, R_(n−m) k⟩`: the score depends on the
+//! offset `n − m` only. The pair `i` is `(i, i + d_rot/2)` in the half-split layout
+//! (GPT-NeoX, Llama: `rotate_half`) or `(2i, 2i + 1)` in the interleaved one (GPT-J,
+//! RoFormer: `rotate_every_two`). With `rotary_fraction < 1` (GPT-NeoX, Phi) only the
+//! first `d_rot = ⌊head_dim · fraction⌋` dimensions rotate; the rest pass through.
+//!
+//! With no gradient to carry, candle's fused `rope`/`rope_i` kernels run; when the input
+//! tracks a gradient, the differentiable `rope_slow`/`rope_i_slow` do the same sum.
+
+use candle_core::{Device, Tensor, D};
+use candle_nn::rotary_emb;
+
+use crate::cache::GrowingTables;
+use crate::encoding::{inverse_frequencies, tensor_from_fn, PositionalEncoding, Table};
+use crate::sinusoidal::PairLayout;
+use crate::{Error, Result};
+
+/// Rotary position embedding of queries and keys.
+#[derive(Debug)]
+pub struct Rope {
+    head_dim: usize,
+    rotary_dim: usize,
+    layout: PairLayout,
+    inv_freq: Vec<f64>,
+    device: Device,
+    cache: GrowingTables,
+}
+
+impl Rope {
+    /// Rotary embedding for heads of width `head_dim`, rotating the first
+    /// `⌊head_dim · rotary_fraction⌋` dimensions (must be even and non-zero).
+    pub fn new(
+        head_dim: usize,
+        base: f64,
+        layout: PairLayout,
+        rotary_fraction: f64,
+        device: &Device,
+    ) -> Result<Self> {
+        if head_dim == 0 {
+            return Err(Error::Zero {
+                kind: "rope",
+                what: "head_dim",
+            });
+        }
+        if head_dim % 2 != 0 {
+            return Err(Error::OddDimension {
+                kind: "rope",
+                dim: head_dim,
+                what: "head_dim = d_model / heads",
+            });
+        }
+        if !(rotary_fraction > 0.0 && rotary_fraction <= 1.0) {
+            return Err(Error::Config(format!(
+                "`rope` needs 0 < rotary_fraction ≤ 1, got {rotary_fraction}"
+            )));
+        }
+        if !(base.is_finite() && base > 1.0) {
+            return Err(Error::Config(format!("`rope` needs base > 1, got {base}")));
+        }
+        let rotary_dim = (head_dim as f64 * rotary_fraction).floor() as usize;
+        if rotary_dim == 0 || rotary_dim % 2 != 0 {
+            return Err(Error::OddDimension {
+                kind: "rope",
+                dim: rotary_dim,
+                what: "rotated part ⌊head_dim · rotary_fraction⌋, must be even and > 0",
+            });
+        }
+        Ok(Self {
+            head_dim,
+            rotary_dim,
+            layout,
+            inv_freq: inverse_frequencies(rotary_dim, base),
+            device: device.clone(),
+            cache: GrowingTables::default(),
+        })
+    }
+
+    /// The number of dimensions of each head that rotate.
+    pub fn rotary_dim(&self) -> usize {
+        self.rotary_dim
+    }
+
+    /// `(cos, sin)` of `pos · θ_i` for `pos` in `offset..offset + len`, each `(len, rotary_dim/2)` f32.
+    pub fn cos_sin(&self, offset: usize, len: usize) -> Result<(Tensor, Tensor)> {
+        let half = self.rotary_dim / 2;
+        let tables = self.cache.rows(offset, len, |n| {
+            let angle = |pos: usize, i: usize| pos as f64 * self.inv_freq[i];
+            Ok(vec![
+                tensor_from_fn(n, half, &self.device, |p, i| angle(p, i).cos())?,
+                tensor_from_fn(n, half, &self.device, |p, i| angle(p, i).sin())?,
+            ])
+        })?;
+        Ok((tables[0].clone(), tables[1].clone()))
+    }
+}
+
+impl PositionalEncoding for Rope {
+    fn kind(&self) -> &'static str {
+        "rope"
+    }
+
+    fn rotate(&self, x: &Tensor, offset: usize) -> Result<Tensor> {
+        let seq = match x.dims() {
+            &[_, _, seq, hd] if hd == self.head_dim => seq,
+            dims => {
+                return Err(Error::Shape {
+                    kind: "rope",
+                    msg: format!(
+                        "expected queries/keys of shape (batch, heads, seq, {}), got {dims:?}",
+                        self.head_dim
+                    ),
+                })
+            }
+        };
+        let (cos, sin) = self.cos_sin(offset, seq)?;
+        let (cos, sin) = (cos.to_dtype(x.dtype())?, sin.to_dtype(x.dtype())?);
+        let rot = x.narrow(D::Minus1, 0, self.rotary_dim)?;
+        let rotated = match (self.layout, x.track_op()) {
+            (PairLayout::Halves, true) => rotary_emb::rope_slow(&rot, &cos, &sin)?,
+            (PairLayout::Interleaved, true) => rotary_emb::rope_i_slow(&rot, &cos, &sin)?,
+            (PairLayout::Halves, false) => rotary_emb::rope(&rot.contiguous()?, &cos, &sin)?,
+            (PairLayout::Interleaved, false) => rotary_emb::rope_i(&rot.contiguous()?, &cos, &sin)?,
+        };
+        if self.rotary_dim == self.head_dim {
+            return Ok(rotated);
+        }
+        let pass = x.narrow(D::Minus1, self.rotary_dim, self.head_dim - self.rotary_dim)?;
+        Ok(Tensor::cat(&[&rotated, &pass], D::Minus1)?)
+    }
+
+    fn table(&self, len: usize) -> Result<Table> {
+        let (cos, sin) = self.cos_sin(0, len)?;
+        Ok(Table::Rotary { cos, sin })
+    }
+}

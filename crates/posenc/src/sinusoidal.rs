@@ -1,0 +1,140 @@
+//! `sinusoidal` and `sinusoidal-concat`: the fixed encoding of "Attention Is All You Need".
+//!
+//! Vaswani et al. 2017, §3.5:
+//!
+//! ```text
+//! PE(pos, 2i)   = sin(pos / base^(2i/d_model))
+//! PE(pos, 2i+1) = cos(pos / base^(2i/d_model))        base = 10000
+//! ```
+//!
+//! Each pair of dimensions is a point on a circle turning at its own frequency, so
+//! `PE(pos + k)` is `PE(pos)` rotated by a fixed, block-diagonal matrix `M_k`: a shift is
+//! a linear map, whatever the position. Values stay in [−1, 1] and no two positions share
+//! a vector. The table depends on the position only, never on the sentence's length.
+//!
+//! `sinusoidal-concat` uses the same frequencies laid out `[sin … | cos …]` rather than
+//! interleaved: the layout of tensor2tensor, fairseq and Hugging Face's Marian models,
+//! and so the one real checkpoints expect.
+
+use candle_core::Device;
+use serde::{Deserialize, Serialize};
+
+use crate::cache::GrowingTables;
+use crate::encoding::{
+    add_table, check_embeddings, inverse_frequencies, tensor_from_fn, PositionalEncoding, Table,
+};
+use crate::{Error, Result};
+
+/// How the two members of each (sin, cos) or rotation pair are laid out in a vector of width `d`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PairLayout {
+    /// Pair `i` occupies dimensions `(i, i + d/2)`: tensor2tensor, Marian, Llama/GPT-NeoX rotary.
+    #[default]
+    Halves,
+    /// Pair `i` occupies dimensions `(2i, 2i + 1)`: the paper's formula, GPT-J/RoFormer rotary.
+    Interleaved,
+}
+
+impl PairLayout {
+    /// The `(first, second)` member of pair `i` in a vector of width `dim`.
+    pub fn pair(self, i: usize, dim: usize) -> (usize, usize) {
+        match self {
+            PairLayout::Halves => (i, i + dim / 2),
+            PairLayout::Interleaved => (2 * i, 2 * i + 1),
+        }
+    }
+}
+
+/// The fixed sinusoidal encoding, in either layout. Its table grows on demand.
+#[derive(Debug)]
+pub struct Sinusoidal {
+    d_model: usize,
+    layout: PairLayout,
+    inv_freq: Vec<f64>,
+    device: Device,
+    cache: GrowingTables,
+}
+
+impl Sinusoidal {
+    /// A sinusoidal encoding of width `d_model` (even) with the given base (10000 in the paper).
+    pub fn new(d_model: usize, base: f64, layout: PairLayout, device: &Device) -> Result<Self> {
+        let kind = kind_of(layout);
+        if d_model == 0 {
+            return Err(Error::Zero {
+                kind,
+                what: "d_model",
+            });
+        }
+        if d_model % 2 != 0 {
+            return Err(Error::OddDimension {
+                kind,
+                dim: d_model,
+                what: "d_model",
+            });
+        }
+        if !(base.is_finite() && base > 1.0) {
+            return Err(Error::Config(format!(
+                "`{kind}` needs base > 1, got {base}"
+            )));
+        }
+        Ok(Self {
+            d_model,
+            layout,
+            inv_freq: inverse_frequencies(d_model, base),
+            device: device.clone(),
+            cache: GrowingTables::default(),
+        })
+    }
+
+    /// `PE(pos, ·)` for `pos` in `offset..offset + len`, as an f32 `(len, d_model)` tensor.
+    pub fn rows(&self, offset: usize, len: usize) -> Result<candle_core::Tensor> {
+        let mut tables = self.cache.rows(offset, len, |n| {
+            let t = tensor_from_fn(n, self.d_model, &self.device, |pos, j| {
+                let (i, is_cos) = self.member(j);
+                let angle = pos as f64 * self.inv_freq[i];
+                if is_cos {
+                    angle.cos()
+                } else {
+                    angle.sin()
+                }
+            })?;
+            Ok(vec![t])
+        })?;
+        Ok(tables.remove(0))
+    }
+
+    /// Which frequency index dimension `j` carries, and whether it is the cosine.
+    fn member(&self, j: usize) -> (usize, bool) {
+        match self.layout {
+            PairLayout::Interleaved => (j / 2, j % 2 == 1),
+            PairLayout::Halves => (j % (self.d_model / 2), j >= self.d_model / 2),
+        }
+    }
+}
+
+fn kind_of(layout: PairLayout) -> &'static str {
+    match layout {
+        PairLayout::Interleaved => "sinusoidal",
+        PairLayout::Halves => "sinusoidal-concat",
+    }
+}
+
+impl PositionalEncoding for Sinusoidal {
+    fn kind(&self) -> &'static str {
+        kind_of(self.layout)
+    }
+
+    fn add_to_embeddings(
+        &self,
+        x: &candle_core::Tensor,
+        offset: usize,
+    ) -> Result<candle_core::Tensor> {
+        let seq = check_embeddings(self.kind(), x, self.d_model)?;
+        add_table(x, &self.rows(offset, seq)?)
+    }
+
+    fn table(&self, len: usize) -> Result<Table> {
+        Ok(Table::Additive(self.rows(0, len)?))
+    }
+}

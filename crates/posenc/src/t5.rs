@@ -1,0 +1,151 @@
+//! `t5`: relative position buckets with a learned bias (Raffel et al. 2020, T5 §2.1).
+//!
+//! The offset `r = j − i` of key `j` from query `i` falls into one of `num_buckets`
+//! buckets; each bucket has a learned scalar per head, added to the attention scores:
+//!
+//! ```text
+//! bidirectional: B = num_buckets/2, bucket = B·[r > 0] + b(|r|)
+//! unidirectional: B = num_buckets,  bucket = b(max(−r, 0))         (later keys share bucket 0)
+//! b(n) = n                                             if n < B/2   (exact near the query)
+//!      = min(B − 1, B/2 + ⌊ln(n/(B/2)) / ln(max_distance/(B/2)) · (B − B/2)⌋)   otherwise
+//! ```
+//!
+//! Nearby offsets get their own buckets; far ones share logarithmically wider buckets,
+//! and everything past `max_distance` shares the last. The arithmetic follows
+//! Hugging Face's `T5Attention._relative_position_bucket` step by step, in f32 like it.
+
+use candle_core::{DType, Device, Tensor};
+use candle_nn::{Embedding, Module, VarBuilder};
+
+use crate::encoding::{PositionalEncoding, Table};
+use crate::{Error, Result};
+
+/// The T5 bucket of relative position `relative = key − query`.
+pub fn relative_position_bucket(
+    relative: i64,
+    bidirectional: bool,
+    num_buckets: usize,
+    max_distance: usize,
+) -> usize {
+    let mut buckets = num_buckets as i64;
+    let mut bucket = 0i64;
+    let n = if bidirectional {
+        buckets /= 2;
+        if relative > 0 {
+            bucket += buckets;
+        }
+        relative.abs()
+    } else {
+        (-relative).max(0)
+    };
+    let max_exact = buckets / 2;
+    bucket += if n < max_exact {
+        n
+    } else {
+        let scale =
+            (n as f32 / max_exact as f32).ln() / (max_distance as f32 / max_exact as f32).ln();
+        let large = max_exact + (scale * (buckets - max_exact) as f32) as i64;
+        large.min(buckets - 1)
+    };
+    bucket as usize
+}
+
+/// T5 relative attention bias: `relative_attention_bias.weight: (num_buckets, heads)`.
+#[derive(Debug, Clone)]
+pub struct T5Bias {
+    embedding: Embedding,
+    num_buckets: usize,
+    max_distance: usize,
+    bidirectional: bool,
+    device: Device,
+}
+
+impl T5Bias {
+    /// Loads or creates the bucket table `relative_attention_bias.weight` under `vb`.
+    pub fn new(
+        heads: usize,
+        num_buckets: usize,
+        max_distance: usize,
+        bidirectional: bool,
+        vb: VarBuilder,
+    ) -> Result<Self> {
+        for (value, what) in [(heads, "heads"), (max_distance, "max_distance")] {
+            if value == 0 {
+                return Err(Error::Zero { kind: "t5", what });
+            }
+        }
+        let exact = if bidirectional {
+            num_buckets / 4
+        } else {
+            num_buckets / 2
+        };
+        if exact == 0 || max_distance <= exact {
+            return Err(Error::Config(format!(
+                "`t5` needs num_buckets ≥ {} and max_distance > {exact} (got num_buckets = {num_buckets}, max_distance = {max_distance})",
+                if bidirectional { 4 } else { 2 }
+            )));
+        }
+        let device = vb.device().clone();
+        let embedding = candle_nn::embedding(num_buckets, heads, vb.pp("relative_attention_bias"))?;
+        Ok(Self {
+            embedding,
+            num_buckets,
+            max_distance,
+            bidirectional,
+            device,
+        })
+    }
+
+    /// The `(q_len, k_len)` u32 bucket of each query/key pair.
+    pub fn buckets(
+        &self,
+        q_len: usize,
+        k_len: usize,
+        q_offset: usize,
+        k_offset: usize,
+    ) -> Result<Tensor> {
+        let mut ids = Vec::with_capacity(q_len * k_len);
+        for qi in 0..q_len {
+            for kj in 0..k_len {
+                let relative = (k_offset + kj) as i64 - (q_offset + qi) as i64;
+                let b = relative_position_bucket(
+                    relative,
+                    self.bidirectional,
+                    self.num_buckets,
+                    self.max_distance,
+                );
+                ids.push(b as u32);
+            }
+        }
+        Ok(Tensor::from_vec(ids, (q_len, k_len), &self.device)?)
+    }
+
+    fn bias(&self, buckets: &Tensor) -> Result<Tensor> {
+        // (q, k) -> (q, k, heads) -> (heads, q, k)
+        let bias = self.embedding.forward(buckets)?.permute((2, 0, 1))?;
+        Ok(bias.to_dtype(DType::F32)?.contiguous()?)
+    }
+}
+
+impl PositionalEncoding for T5Bias {
+    fn kind(&self) -> &'static str {
+        "t5"
+    }
+
+    fn attention_bias(
+        &self,
+        q_len: usize,
+        k_len: usize,
+        q_offset: usize,
+        k_offset: usize,
+    ) -> Result<Option<Tensor>> {
+        let buckets = self.buckets(q_len, k_len, q_offset, k_offset)?;
+        Ok(Some(self.bias(&buckets)?))
+    }
+
+    fn table(&self, len: usize) -> Result<Table> {
+        let buckets = self.buckets(len, len, 0, 0)?;
+        let bias = self.bias(&buckets)?;
+        Ok(Table::Buckets { buckets, bias })
+    }
+}

@@ -1,0 +1,215 @@
+//! Encodings against independent reference implementations.
+//!
+//! The fixtures come from `scripts/make_fixtures.py` (PyTorch, Hugging Face transformers,
+//! the Annotated Transformer), never from posenc itself.
+
+use std::collections::HashMap;
+
+use candle_core::{DType, Device, Tensor, Var};
+use posenc::alibi::{alibi_slopes, Alibi, AlibiForm};
+use posenc::rope::Rope;
+use posenc::sinusoidal::{PairLayout, Sinusoidal};
+use posenc::t5::relative_position_bucket;
+use posenc::{inverse_frequencies, EncodingConfig, PositionalEncoding, Table};
+
+const TOL: f32 = 1e-6;
+
+fn fixtures() -> HashMap<String, Tensor> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/encodings.safetensors"
+    );
+    candle_core::safetensors::load(path, &Device::Cpu)
+        .expect("fixtures: run scripts/make_fixtures.py")
+}
+
+fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
+    assert_eq!(a.dims(), b.dims(), "shapes differ");
+    let a = a.to_dtype(DType::F32).unwrap();
+    let b = b.to_dtype(DType::F32).unwrap();
+    (a - b)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .max(0)
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap()
+}
+
+fn assert_close(name: &str, ours: &Tensor, reference: &Tensor, tol: f32) {
+    let diff = max_abs_diff(ours, reference);
+    assert!(
+        diff <= tol,
+        "{name}: max |ours − reference| = {diff:e} > {tol:e}"
+    );
+}
+
+fn additive(enc: &dyn PositionalEncoding, len: usize) -> Tensor {
+    match enc.table(len).unwrap() {
+        Table::Additive(t) => t,
+        other => panic!("expected an additive table, got {other:?}"),
+    }
+}
+
+#[test]
+fn worked_example_from_the_documents() {
+    // d_model = 4, pos = 1: [sin 1, cos 1, sin(1/100), cos(1/100)] ≈ [0.841, 0.540, 0.010, 1.000].
+    let enc = Sinusoidal::new(4, 10_000.0, PairLayout::Interleaved, &Device::Cpu).unwrap();
+    let row = enc
+        .rows(1, 1)
+        .unwrap()
+        .squeeze(0)
+        .unwrap()
+        .to_vec1::<f32>()
+        .unwrap();
+    for (got, want) in row.iter().zip([0.841f32, 0.540, 0.010, 1.000]) {
+        assert!((got - want).abs() < 5e-4, "{row:?}");
+    }
+}
+
+#[test]
+fn sinusoidal_matches_the_annotated_transformer() {
+    let f = fixtures();
+    let enc = EncodingConfig::from_kind("sinusoidal")
+        .unwrap()
+        .build_untrained(32, 4, &Device::Cpu)
+        .unwrap();
+    assert_close(
+        "sinusoidal",
+        &additive(&*enc, 50),
+        &f["sinusoidal.d32.len50"],
+        TOL,
+    );
+}
+
+#[test]
+fn sinusoidal_concat_matches_marian() {
+    let f = fixtures();
+    let enc = EncodingConfig::from_kind("sinusoidal-concat")
+        .unwrap()
+        .build_untrained(32, 4, &Device::Cpu)
+        .unwrap();
+    assert_close(
+        "sinusoidal-concat",
+        &additive(&*enc, 50),
+        &f["marian.d32.len50"],
+        TOL,
+    );
+}
+
+#[test]
+fn rope_frequencies_match_llama() {
+    let f = fixtures();
+    let ours = Tensor::new(
+        inverse_frequencies(16, 10_000.0)
+            .iter()
+            .map(|&x| x as f32)
+            .collect::<Vec<_>>(),
+        &Device::Cpu,
+    )
+    .unwrap();
+    assert_close("inv_freq", &ours, &f["llama.inv_freq"], 1e-7);
+}
+
+#[test]
+fn rope_table_matches_gptj_sinusoidal_positions() {
+    let f = fixtures();
+    let rope = Rope::new(16, 10_000.0, PairLayout::Interleaved, 1.0, &Device::Cpu).unwrap();
+    let (cos, sin) = rope.cos_sin(0, 20).unwrap();
+    let ours = Tensor::cat(&[sin, cos], 1).unwrap();
+    // GPT-J computes its angles in f32, so it carries ~1 ulp of the angle (≤ 19 rad here).
+    assert_close(
+        "gptj sincos",
+        &ours,
+        &f["gptj.create_sinusoidal_positions.len20"],
+        4e-6,
+    );
+}
+
+/// Rotates `x` at `offset` both with the fused kernel (plain tensor) and with the
+/// differentiable path (a `Var`), and checks both against the reference.
+fn check_rotation(name: &str, rope: &Rope, x: &Tensor, offset: usize, reference: &Tensor) {
+    let fused = rope.rotate(x, offset).unwrap();
+    assert_close(&format!("{name} (fused)"), &fused, reference, TOL);
+    let var = Var::from_tensor(x).unwrap();
+    assert!(var.as_tensor().track_op());
+    let slow = rope.rotate(var.as_tensor(), offset).unwrap();
+    assert_close(&format!("{name} (differentiable)"), &slow, reference, TOL);
+}
+
+#[test]
+fn rope_half_split_matches_llama() {
+    let f = fixtures();
+    let rope = Rope::new(16, 10_000.0, PairLayout::Halves, 1.0, &Device::Cpu).unwrap();
+    check_rotation("llama q", &rope, &f["rope.q"], 5, &f["llama.q_rot.offset5"]);
+    check_rotation("llama k", &rope, &f["rope.k"], 5, &f["llama.k_rot.offset5"]);
+}
+
+#[test]
+fn rope_interleaved_matches_gptj() {
+    let f = fixtures();
+    let rope = Rope::new(16, 10_000.0, PairLayout::Interleaved, 1.0, &Device::Cpu).unwrap();
+    check_rotation("gptj q", &rope, &f["rope.q"], 5, &f["gptj.q_rot.offset5"]);
+    check_rotation("gptj k", &rope, &f["rope.k"], 5, &f["gptj.k_rot.offset5"]);
+}
+
+#[test]
+fn partial_rope_matches_gpt_neox() {
+    let f = fixtures();
+    let rope = Rope::new(16, 10_000.0, PairLayout::Halves, 0.5, &Device::Cpu).unwrap();
+    assert_eq!(rope.rotary_dim(), 8);
+    check_rotation("neox q", &rope, &f["rope.q"], 0, &f["neox.q_rot.partial50"]);
+    check_rotation("neox k", &rope, &f["rope.k"], 0, &f["neox.k_rot.partial50"]);
+}
+
+#[test]
+fn alibi_matches_bloom() {
+    let f = fixtures();
+    for heads in [8usize, 6, 12] {
+        // BLOOM's tensor is slope_h · j, shape (heads, 1, len): the causal bias up to a
+        // per-row constant, which softmax ignores. So bias(i, j) = bloom(j) − bloom(i), j ≤ i.
+        let bloom = f[&format!("bloom.alibi.heads{heads}.len24")]
+            .squeeze(1)
+            .unwrap();
+        let bloom: Vec<Vec<f32>> = bloom.to_vec2().unwrap();
+        let ours = Alibi::new(heads, AlibiForm::Causal, &Device::Cpu).unwrap();
+        let bias: Vec<Vec<Vec<f32>>> = ours.bias(24, 24, 0, 0).unwrap().to_vec3().unwrap();
+        let slopes = alibi_slopes(heads);
+        for h in 0..heads {
+            assert!(
+                (slopes[h] as f32 - bloom[h][1]).abs() < 1e-7,
+                "slope of head {h} of {heads}"
+            );
+            for i in 0..24 {
+                for j in 0..=i {
+                    let want = bloom[h][j] - bloom[h][i];
+                    let got = bias[h][i][j];
+                    assert!(
+                        (got - want).abs() <= TOL,
+                        "heads={heads} h={h} i={i} j={j}: {got} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn t5_buckets_match_transformers() {
+    let f = fixtures();
+    let rel: Vec<i64> = f["t5.relative"].to_vec1().unwrap();
+    for (key, bidirectional, buckets, max_distance) in [
+        ("t5.buckets.bidirectional.32.128", true, 32, 128),
+        ("t5.buckets.unidirectional.32.128", false, 32, 128),
+        ("t5.buckets.bidirectional.64.256", true, 64, 256),
+    ] {
+        let want: Vec<i64> = f[key].to_vec1().unwrap();
+        for (&r, &w) in rel.iter().zip(&want) {
+            let got = relative_position_bucket(r, bidirectional, buckets, max_distance);
+            assert_eq!(got as i64, w, "{key}: relative position {r}");
+        }
+    }
+}

@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""Reference values for the encoding crate, from independent implementations.
+
+Every tensor written here comes from published code (PyTorch, Hugging Face transformers
+and the Annotated Transformer's formula), never from posenc's own output. The Rust tests
+in crates/posenc/tests/reference.rs compare against them to 1e-6.
+
+    python3 -m venv .venv && .venv/bin/pip install -r scripts/requirements.txt
+    .venv/bin/python scripts/make_fixtures.py
+
+writes crates/posenc/tests/fixtures/encodings.safetensors.
+"""
+import math
+import os
+
+import numpy as np
+import torch
+from safetensors.torch import save_file
+from transformers.models.bloom.modeling_bloom import build_alibi_tensor
+from transformers.models.gpt_neox import modeling_gpt_neox as neox
+from transformers.models.gptj import modeling_gptj as gptj
+from transformers.models.llama import modeling_llama as llama
+from transformers.models.marian.modeling_marian import MarianSinusoidalPositionalEmbedding
+from transformers.models.t5.modeling_t5 import T5Attention
+
+OUT = os.path.join(os.path.dirname(__file__), "..", "crates", "posenc", "tests", "fixtures", "encodings.safetensors")
+torch.manual_seed(0)
+f = {}
+
+
+def annotated_transformer_pe(max_len, d_model):
+    """The Annotated Transformer's PositionalEncoding buffer, in float64."""
+    pe = torch.zeros(max_len, d_model, dtype=torch.float64)
+    position = torch.arange(0, max_len, dtype=torch.float64).unsqueeze(1)
+    div_term = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * -(math.log(10000.0) / d_model))
+    pe[:, 0::2] = torch.sin(position * div_term)
+    pe[:, 1::2] = torch.cos(position * div_term)
+    return pe
+
+
+# 1. Sinusoidal, interleaved (the paper) and concatenated (Marian: [sin | cos]).
+f["sinusoidal.d32.len50"] = annotated_transformer_pe(50, 32).float()
+marian = MarianSinusoidalPositionalEmbedding(50, 32)
+marian._init_weight()
+f["marian.d32.len50"] = marian.weight.detach().float().clone()
+
+# 2. Rotary. cos/sin computed in float64 from each model's own inverse frequencies, then the
+#    models' own apply functions (the layout under test) run in float64.
+B, H, T, D = 2, 3, 20, 16
+q = torch.randn(B, H, T, D, dtype=torch.float64)
+k = torch.randn(B, H, T, D, dtype=torch.float64)
+f["rope.q"], f["rope.k"] = q.float(), k.float()
+q, k = q.float().double(), k.float().double()  # the values the Rust side will see
+
+cfg = llama.LlamaConfig(hidden_size=D * H, num_attention_heads=H, rope_theta=10000.0, max_position_embeddings=64)
+inv_freq = llama.LlamaRotaryEmbedding(cfg).inv_freq.double()  # base^(-2i/d)
+f["llama.inv_freq"] = inv_freq.float()
+offset = 5  # positions 5..25, as during incremental decoding
+pos = torch.arange(offset, offset + T, dtype=torch.float64)
+freqs = torch.outer(pos, inv_freq)
+emb = torch.cat((freqs, freqs), dim=-1)[None]
+lq, lk = llama.apply_rotary_pos_emb(q, k, emb.cos(), emb.sin())
+f["llama.q_rot.offset5"], f["llama.k_rot.offset5"] = lq.float(), lk.float()
+
+# GPT-J: interleaved pairs, tensors laid out (batch, seq, heads, dim).
+sincos = torch.cat((torch.sin(freqs), torch.cos(freqs)), dim=1)[None]  # create_sinusoidal_positions layout
+sin, cos = torch.split(sincos, D // 2, dim=-1)
+jq = gptj.apply_rotary_pos_emb(q.transpose(1, 2), sin, cos).transpose(1, 2)
+jk = gptj.apply_rotary_pos_emb(k.transpose(1, 2), sin, cos).transpose(1, 2)
+f["gptj.q_rot.offset5"], f["gptj.k_rot.offset5"] = jq.float(), jk.float()
+f["gptj.create_sinusoidal_positions.len20"] = gptj.create_sinusoidal_positions(T, D)
+
+# GPT-NeoX partial rotary: rotary_pct = 0.5, so the first 8 of 16 dims rotate.
+rot = D // 2
+inv_freq_p = 1.0 / (10000.0 ** (torch.arange(0, rot, 2, dtype=torch.float64) / rot))
+freqs_p = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq_p)
+emb_p = torch.cat((freqs_p, freqs_p), dim=-1)[None]
+nq, nk = neox.apply_rotary_pos_emb(q, k, emb_p.cos(), emb_p.sin())
+f["neox.q_rot.partial50"], f["neox.k_rot.partial50"] = nq.float(), nk.float()
+
+# 3. ALiBi: BLOOM's tensor, slope_h * key_position, shape (heads, 1, len).
+for heads in (8, 6, 12):
+    mask = torch.ones(1, 24, dtype=torch.long)
+    f[f"bloom.alibi.heads{heads}.len24"] = build_alibi_tensor(mask, heads, torch.float32).float()
+
+# 4. T5 relative-position buckets over -150..150, both directions.
+rel = torch.arange(-150, 151, dtype=torch.long)
+f["t5.relative"] = rel
+f["t5.buckets.bidirectional.32.128"] = T5Attention._relative_position_bucket(rel, True, 32, 128)
+f["t5.buckets.unidirectional.32.128"] = T5Attention._relative_position_bucket(rel, False, 32, 128)
+f["t5.buckets.bidirectional.64.256"] = T5Attention._relative_position_bucket(rel, True, 64, 256)
+
+os.makedirs(os.path.dirname(OUT), exist_ok=True)
+save_file({k: v.contiguous() for k, v in f.items()}, OUT, metadata={
+    "torch": torch.__version__, "numpy": np.__version__,
+    "transformers": __import__("transformers").__version__,
+})
+print(f"wrote {len(f)} tensors to {os.path.normpath(OUT)}")
