@@ -36,7 +36,7 @@ impl GrowingTables {
             }
         }
         let mut tables = self.tables.write().unwrap_or_else(|e| e.into_inner());
-        if !tables.first().is_some_and(|t| t.dim(0).unwrap_or(0) >= end) {
+        if tables.first().is_none_or(|t| t.dim(0).unwrap_or(0) < end) {
             *tables = build(end.next_power_of_two().max(64))?;
         }
         narrow(&tables)

@@ -197,7 +197,7 @@ impl EncodingConfig {
                 layout,
                 rotary_fraction,
             } => {
-                if d_model % heads != 0 {
+                if !d_model.is_multiple_of(heads) {
                     return Err(Error::HeadsDontDivide { d_model, heads });
                 }
                 Arc::new(Rope::new(

@@ -52,7 +52,7 @@ impl Rope {
                 what: "head_dim",
             });
         }
-        if head_dim % 2 != 0 {
+        if !head_dim.is_multiple_of(2) {
             return Err(Error::OddDimension {
                 kind: "rope",
                 dim: head_dim,
@@ -68,7 +68,7 @@ impl Rope {
             return Err(Error::Config(format!("`rope` needs base > 1, got {base}")));
         }
         let rotary_dim = (head_dim as f64 * rotary_fraction).floor() as usize;
-        if rotary_dim == 0 || rotary_dim % 2 != 0 {
+        if rotary_dim == 0 || !rotary_dim.is_multiple_of(2) {
             return Err(Error::OddDimension {
                 kind: "rope",
                 dim: rotary_dim,

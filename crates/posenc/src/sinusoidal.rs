@@ -66,7 +66,7 @@ impl Sinusoidal {
                 what: "d_model",
             });
         }
-        if d_model % 2 != 0 {
+        if !d_model.is_multiple_of(2) {
             return Err(Error::OddDimension {
                 kind,
                 dim: d_model,

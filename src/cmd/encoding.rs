@@ -1,0 +1,206 @@
+//! `posenc encoding show|props`: the table an encoding produces and its properties.
+
+use std::io::Write;
+
+use anyhow::{Context, Result};
+use candle_core::{Device, Tensor};
+use clap::{Args, Subcommand, ValueEnum};
+use posenc::analysis::{analyze, Properties, Setting};
+use posenc::{EncodingConfig, Table};
+use serde_json::json;
+
+/// Output format.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Format {
+    /// Aligned text for reading.
+    Table,
+    /// `{"kind": ..., "values": ...}` for scripts.
+    Json,
+}
+
+/// Which encoding, at which size.
+#[derive(Args, Debug)]
+pub struct Which {
+    /// An encoding kind (none, sinusoidal, sinusoidal-concat, learned, rope, alibi, t5,
+    /// fraction, index, binary, sine-single) or a JSON config such as
+    /// '{"kind": "rope", "layout": "interleaved"}'.
+    #[arg(long)]
+    kind: EncodingConfig,
+    /// Model width.
+    #[arg(long)]
+    d_model: usize,
+    /// Sequence length.
+    #[arg(long)]
+    len: usize,
+    /// Attention heads (bias encodings have one bias per head; rotary acts per head).
+    #[arg(long, default_value_t = 1)]
+    heads: usize,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+}
+
+/// `posenc encoding …`
+#[derive(Subcommand, Debug)]
+pub enum EncodingCommand {
+    /// Print the table: the (len × d_model) matrix of additive encodings, cos/sin of
+    /// rope, the per-head bias of alibi, the bucket indices of t5. Learned weights are
+    /// untrained (random).
+    Show(Which),
+    /// Print the properties: uniqueness, boundedness, length drift, shift linearity,
+    /// relative-only interaction, symmetry and decay.
+    Props {
+        #[command(flatten)]
+        which: Which,
+        /// The shift k of the linear-map fit v(p + k) ≈ M_k v(p).
+        #[arg(long, default_value_t = 1)]
+        shift: usize,
+    },
+}
+
+impl EncodingCommand {
+    /// Runs the command, writing to `out`.
+    pub fn run(self, out: &mut impl Write) -> Result<()> {
+        match self {
+            EncodingCommand::Show(which) => show(&which, out),
+            EncodingCommand::Props { which, shift } => props(&which, shift, out),
+        }
+    }
+}
+
+fn show(which: &Which, out: &mut impl Write) -> Result<()> {
+    let enc = which
+        .kind
+        .build_untrained(which.d_model, which.heads, &Device::Cpu)?;
+    let table = enc
+        .table(which.len)
+        .with_context(|| format!("computing the `{}` table", enc.kind()))?;
+    let kind = enc.kind();
+    match which.format {
+        Format::Json => {
+            let values = match &table {
+                Table::Additive(t) => json!(t.to_vec2::<f32>()?),
+                Table::Rotary { cos, sin } => {
+                    json!({"cos": cos.to_vec2::<f32>()?, "sin": sin.to_vec2::<f32>()?})
+                }
+                Table::Bias(b) => json!(b.to_vec3::<f32>()?),
+                Table::Buckets { buckets, .. } => json!(buckets.to_vec2::<u32>()?),
+            };
+            writeln!(out, "{}", json!({"kind": kind, "values": values}))?;
+        }
+        Format::Table => match &table {
+            Table::Additive(t) => write_matrix(out, &format!("{kind}: PE(pos, dim)"), "pos", t)?,
+            Table::Rotary { cos, sin } => {
+                write_matrix(out, "rope: cos(pos·θ_i)", "pos", cos)?;
+                write_matrix(out, "rope: sin(pos·θ_i)", "pos", sin)?;
+            }
+            Table::Bias(b) => {
+                for h in 0..b.dim(0)? {
+                    write_matrix(
+                        out,
+                        &format!("{kind}: head {h}, bias(query, key)"),
+                        "query",
+                        &b.get(h)?,
+                    )?;
+                }
+            }
+            Table::Buckets { buckets, .. } => {
+                write_matrix(out, "t5: bucket(query, key)", "query", buckets)?
+            }
+        },
+    }
+    Ok(())
+}
+
+fn write_matrix(out: &mut impl Write, title: &str, row_name: &str, t: &Tensor) -> Result<()> {
+    let rows: Vec<Vec<f32>> = t.to_dtype(candle_core::DType::F32)?.to_vec2()?;
+    writeln!(out, "{title}")?;
+    let cols = rows.first().map_or(0, Vec::len);
+    write!(out, "{row_name:>6}")?;
+    for c in 0..cols {
+        write!(out, " {c:>9}")?;
+    }
+    writeln!(out)?;
+    for (r, row) in rows.iter().enumerate() {
+        write!(out, "{r:>6}")?;
+        for v in row {
+            write!(out, " {v:>9.4}")?;
+        }
+        writeln!(out)?;
+    }
+    writeln!(out)?;
+    Ok(())
+}
+
+fn props(which: &Which, shift: usize, out: &mut impl Write) -> Result<()> {
+    let enc = which
+        .kind
+        .build_untrained(which.d_model, which.heads, &Device::Cpu)?;
+    let setting = Setting {
+        d_model: which.d_model,
+        heads: which.heads,
+        len: which.len,
+        shift,
+    };
+    let p = analyze(&*enc, setting)?;
+    match which.format {
+        Format::Json => writeln!(out, "{}", serde_json::to_string(&p)?)?,
+        Format::Table => write_properties(out, &p)?,
+    }
+    Ok(())
+}
+
+fn write_properties(out: &mut impl Write, p: &Properties) -> Result<()> {
+    let opt = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{v:.3e}"));
+    let shown: Vec<String> = p.decay.iter().take(8).map(|v| format!("{v:.3}")).collect();
+    let rows: Vec<(&str, String, String)> = vec![
+        (
+            "uniqueness",
+            opt(p.uniqueness),
+            "smallest ‖v(p) − v(q)‖, p ≠ q (0: two positions collide)".into(),
+        ),
+        (
+            "boundedness",
+            format!("{:.3e}", p.max_abs),
+            "largest |value|".into(),
+        ),
+        (
+            "length drift",
+            format!("{:.3e}", p.length_drift),
+            format!("largest change of v(p) when len {} → {}", p.len, 2 * p.len),
+        ),
+        (
+            "shift residual",
+            opt(p.shift_residual),
+            format!(
+                "best linear v(p) ↦ v(p+{}) misses by this (relative)",
+                p.shift
+            ),
+        ),
+        (
+            "relative residual",
+            format!("{:.3e}", p.relative_residual),
+            "0: S(i, j) depends on j − i only".into(),
+        ),
+        (
+            "symmetry residual",
+            format!("{:.3e}", p.symmetry_residual),
+            "0: S(p, p+k) = S(p, p−k)".into(),
+        ),
+        (
+            "decay",
+            shown.join(" "),
+            "mean S(p, p−k) for k = 0, 1, …".into(),
+        ),
+        (
+            "monotone until",
+            p.monotone_until.to_string(),
+            "the decay keeps falling up to this k".into(),
+        ),
+    ];
+    writeln!(out, "{} (d_model = {}, len = {})", p.kind, p.d_model, p.len)?;
+    for (name, value, meaning) in rows {
+        writeln!(out, "  {name:<18} {value:<12} {meaning}")?;
+    }
+    Ok(())
+}

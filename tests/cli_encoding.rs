@@ -1,0 +1,178 @@
+//! `posenc encoding show|props` as a user runs them.
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn posenc(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_posenc"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn json(args: &[&str]) -> Value {
+    let out = posenc(args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn show(kind: &str, d: &str, len: &str, heads: &str) -> Value {
+    json(&[
+        "encoding",
+        "show",
+        "--kind",
+        kind,
+        "--d-model",
+        d,
+        "--len",
+        len,
+        "--heads",
+        heads,
+        "--format",
+        "json",
+    ])
+}
+
+#[test]
+fn show_sinusoidal_prints_the_worked_example() {
+    let v = show("sinusoidal", "4", "3", "1");
+    assert_eq!(v["kind"], "sinusoidal");
+    let row: Vec<f64> = v["values"][1]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    for (got, want) in row.iter().zip([0.841, 0.540, 0.010, 1.000]) {
+        assert!((got - want).abs() < 5e-4, "{row:?}");
+    }
+    assert_eq!(v["values"].as_array().unwrap().len(), 3);
+}
+
+#[test]
+fn show_alibi_is_head_query_key() {
+    let v = show("alibi", "8", "5", "4");
+    let heads = v["values"].as_array().unwrap();
+    assert_eq!(heads.len(), 4);
+    assert_eq!(heads[0].as_array().unwrap().len(), 5);
+    assert_eq!(heads[0][0].as_array().unwrap().len(), 5);
+    // Head 0 of 4 has slope 2^-2: the key 3 positions away costs 0.75.
+    assert!((heads[0][0][3].as_f64().unwrap() + 0.75).abs() < 1e-6);
+}
+
+#[test]
+fn show_t5_prints_bucket_indices_and_rope_cos_sin() {
+    let v = show("t5", "8", "4", "2");
+    assert_eq!(v["values"][0], serde_json::json!([0, 17, 18, 19]));
+    assert_eq!(v["values"][3], serde_json::json!([3, 2, 1, 0]));
+    let v = show("rope", "8", "6", "2");
+    assert_eq!(v["values"]["cos"].as_array().unwrap().len(), 6);
+    assert_eq!(v["values"]["sin"][0].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn table_format_is_readable() {
+    let out = posenc(&[
+        "encoding",
+        "show",
+        "--kind",
+        "sinusoidal",
+        "--d-model",
+        "4",
+        "--len",
+        "2",
+    ]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("0.8415") && text.contains("0.5403"), "{text}");
+    let out = posenc(&[
+        "encoding",
+        "props",
+        "--kind",
+        "fraction",
+        "--d-model",
+        "8",
+        "--len",
+        "20",
+    ]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("length drift") && text.contains("uniqueness"),
+        "{text}"
+    );
+}
+
+#[test]
+fn props_json_shows_the_documents_claims() {
+    let p = |kind: &str| {
+        json(&[
+            "encoding",
+            "props",
+            "--kind",
+            kind,
+            "--d-model",
+            "16",
+            "--len",
+            "40",
+            "--shift",
+            "2",
+            "--format",
+            "json",
+        ])
+    };
+    assert!(p("sinusoidal")["shift_residual"].as_f64().unwrap() < 1e-5);
+    assert!(p("learned")["shift_residual"].as_f64().unwrap() > 1e-2);
+    assert!(p("fraction")["length_drift"].as_f64().unwrap() > 0.1);
+    assert_eq!(p("sinusoidal")["length_drift"].as_f64().unwrap(), 0.0);
+    assert!(p("index")["max_abs"].as_f64().unwrap() >= 39.0);
+}
+
+#[test]
+fn bad_input_is_an_error_naming_the_cause() {
+    for (args, needle) in [
+        (
+            vec!["--kind", "warp-drive", "--d-model", "8", "--len", "4"],
+            "warp-drive",
+        ),
+        (
+            vec!["--kind", "sinusoidal", "--d-model", "7", "--len", "4"],
+            "even",
+        ),
+        (
+            vec![
+                "--kind",
+                "alibi",
+                "--d-model",
+                "8",
+                "--len",
+                "4",
+                "--heads",
+                "0",
+            ],
+            "heads",
+        ),
+        (
+            vec![
+                "--kind",
+                r#"{"kind":"learned","max_positions":4}"#,
+                "--d-model",
+                "8",
+                "--len",
+                "9",
+            ],
+            "max_positions = 4",
+        ),
+    ] {
+        let mut full = vec!["encoding", "show"];
+        full.extend(args);
+        let out = posenc(&full);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{full:?} succeeded");
+        assert!(stderr.contains(needle), "{full:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}
