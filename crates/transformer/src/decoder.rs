@@ -1,0 +1,214 @@
+//! The decoder: `N` layers of masked self-attention, cross-attention over the encoder's
+//! output and feed-forward, each in a residual connection ("Attention Is All You Need" §3.1).
+//!
+//! ```text
+//! y ← Sublayer(y, SelfAttention(y, y, y, causal ∧ padding))
+//! y ← Sublayer(y, CrossAttention(y, memory, memory, memory padding))
+//! y ← Sublayer(y, FFN(y))
+//! ```
+//!
+//! With a [`DecoderCache`] the decoder runs one step at a time: each layer keeps its keys
+//! and values, and new positions are handed to the encoding at their true offset.
+//! Weights named as PyTorch's `nn.TransformerDecoder`: `self_attn`, `multihead_attn`,
+//! `linear1`, `linear2`, `norm1`–`norm3`, the optional final `norm`.
+
+use std::sync::Arc;
+
+use candle_core::Tensor;
+use candle_nn::{Module, VarBuilder};
+use posenc::PositionalEncoding;
+
+use crate::attention::{KvCache, MultiHeadAttention};
+use crate::feed_forward::FeedForward;
+use crate::mask::Mask;
+use crate::sublayer::{Norm, Residual};
+use crate::{Config, Result};
+
+/// Keys and values of every decoder layer, for incremental decoding.
+#[derive(Debug, Clone, Default)]
+pub struct DecoderCache {
+    layers: Vec<(KvCache, KvCache)>,
+}
+
+impl DecoderCache {
+    /// Number of target positions decoded so far.
+    pub fn len(&self) -> usize {
+        self.layers.first().map_or(0, |(s, _)| s.len())
+    }
+
+    /// Whether nothing has been decoded yet.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Attention weights of one decoder layer: self-attention and cross-attention.
+#[derive(Debug, Clone)]
+pub struct DecoderAttention {
+    /// `(batch, heads, tgt_len, tgt_len)`.
+    pub self_attn: Tensor,
+    /// `(batch, heads, tgt_len, src_len)`.
+    pub cross_attn: Tensor,
+}
+
+/// One decoder layer.
+#[derive(Debug, Clone)]
+pub struct DecoderLayer {
+    self_attn: MultiHeadAttention,
+    cross_attn: MultiHeadAttention,
+    feed_forward: FeedForward,
+    sublayer1: Residual,
+    sublayer2: Residual,
+    sublayer3: Residual,
+}
+
+impl DecoderLayer {
+    /// Loads or creates one layer under `vb` (`decoder.layers.N`).
+    pub fn new(
+        cfg: &Config,
+        encoding: Arc<dyn PositionalEncoding>,
+        vb: VarBuilder,
+    ) -> Result<Self> {
+        let residual = |name: &str| {
+            Residual::new(
+                cfg.d_model,
+                cfg.layer_norm_eps,
+                cfg.norm_first,
+                cfg.dropout,
+                vb.pp(name),
+            )
+        };
+        let attention = |name: &str| {
+            MultiHeadAttention::new(
+                cfg.d_model,
+                cfg.heads,
+                cfg.dropout,
+                encoding.clone(),
+                vb.pp(name),
+            )
+        };
+        Ok(Self {
+            self_attn: attention("self_attn")?,
+            cross_attn: attention("multihead_attn")?,
+            feed_forward: FeedForward::new(
+                cfg.d_model,
+                cfg.d_ff,
+                cfg.activation,
+                cfg.dropout,
+                vb.clone(),
+            )?,
+            sublayer1: residual("norm1")?,
+            sublayer2: residual("norm2")?,
+            sublayer3: residual("norm3")?,
+        })
+    }
+
+    /// One layer over `y (batch, tgt_len, d_model)` given the encoder's `memory`.
+    pub fn forward(
+        &self,
+        y: &Tensor,
+        memory: &Tensor,
+        self_mask: Option<&Mask>,
+        memory_mask: Option<&Mask>,
+        cache: Option<&mut (KvCache, KvCache)>,
+        train: bool,
+    ) -> Result<(Tensor, DecoderAttention)> {
+        let (self_cache, cross_cache) = match cache {
+            Some((s, c)) => (Some(s), Some(c)),
+            None => (None, None),
+        };
+        let (mut self_w, mut cross_w) = (None, None);
+        let y = self.sublayer1.forward(y, train, |y| {
+            let (out, w) = self
+                .self_attn
+                .self_attention(y, self_mask, self_cache, train)?;
+            self_w = Some(w);
+            Ok(out)
+        })?;
+        let y = self.sublayer2.forward(&y, train, |y| {
+            let (out, w) =
+                self.cross_attn
+                    .cross_attention(y, memory, memory_mask, cross_cache, train)?;
+            cross_w = Some(w);
+            Ok(out)
+        })?;
+        let y = self
+            .sublayer3
+            .forward(&y, train, |y| self.feed_forward.forward(y, train))?;
+        let attention = DecoderAttention {
+            self_attn: self_w.expect("the self-attention sublayer always runs"),
+            cross_attn: cross_w.expect("the cross-attention sublayer always runs"),
+        };
+        Ok((y, attention))
+    }
+}
+
+/// A stack of decoder layers with an optional final norm.
+#[derive(Debug, Clone)]
+pub struct Decoder {
+    layers: Vec<DecoderLayer>,
+    norm: Option<Norm>,
+}
+
+impl Decoder {
+    /// Loads or creates `cfg.decoder_layers` layers under `vb` (`decoder`).
+    pub fn new(
+        cfg: &Config,
+        encoding: Arc<dyn PositionalEncoding>,
+        vb: VarBuilder,
+    ) -> Result<Self> {
+        let layers = (0..cfg.decoder_layers)
+            .map(|i| DecoderLayer::new(cfg, encoding.clone(), vb.pp(format!("layers.{i}"))))
+            .collect::<Result<_>>()?;
+        let norm = cfg
+            .final_norm
+            .then(|| Norm::new(cfg.d_model, cfg.layer_norm_eps, vb.pp("norm")))
+            .transpose()?;
+        Ok(Self { layers, norm })
+    }
+
+    /// Decodes embedded `y (batch, tgt_len, d_model)` against `memory`. Without a cache,
+    /// `self_mask` should be causal; with one, `y` holds only the new positions.
+    pub fn forward(
+        &self,
+        y: &Tensor,
+        memory: &Tensor,
+        self_mask: Option<&Mask>,
+        memory_mask: Option<&Mask>,
+        cache: Option<&mut DecoderCache>,
+        train: bool,
+    ) -> Result<Tensor> {
+        Ok(self
+            .forward_with_attention(y, memory, self_mask, memory_mask, cache, train)?
+            .0)
+    }
+
+    /// Like [`Decoder::forward`], also returning each layer's attention weights.
+    pub fn forward_with_attention(
+        &self,
+        y: &Tensor,
+        memory: &Tensor,
+        self_mask: Option<&Mask>,
+        memory_mask: Option<&Mask>,
+        mut cache: Option<&mut DecoderCache>,
+        train: bool,
+    ) -> Result<(Tensor, Vec<DecoderAttention>)> {
+        if let Some(cache) = cache.as_deref_mut() {
+            cache
+                .layers
+                .resize_with(self.layers.len(), Default::default);
+        }
+        let mut y = y.clone();
+        let mut weights = Vec::with_capacity(self.layers.len());
+        for (i, layer) in self.layers.iter().enumerate() {
+            let layer_cache = cache.as_deref_mut().map(|c| &mut c.layers[i]);
+            let (out, w) = layer.forward(&y, memory, self_mask, memory_mask, layer_cache, train)?;
+            y = out;
+            weights.push(w);
+        }
+        if let Some(norm) = &self.norm {
+            y = norm.forward(&y)?;
+        }
+        Ok((y, weights))
+    }
+}

@@ -1,0 +1,81 @@
+//! Token embeddings scaled by √d_model, plus the positional encoding ("Attention Is All
+//! You Need" §3.4–3.5).
+//!
+//! ```text
+//! Embed(x_1 … x_n) = Dropout(E[x_t] · √d_model + PE(offset + t))
+//! ```
+//!
+//! The encoding's additive hook does the `+ PE`; encodings that act inside attention
+//! leave it the identity.
+
+use std::sync::Arc;
+
+use candle_core::{DType, Tensor};
+use candle_nn::{Embedding, Module};
+use posenc::PositionalEncoding;
+
+use crate::{Error, Result};
+
+/// Scaled token embeddings followed by the positional encoding's additive hook.
+#[derive(Debug, Clone)]
+pub struct Embeddings {
+    lut: Embedding,
+    vocab_size: usize,
+    scale: f64,
+    encoding: Arc<dyn PositionalEncoding>,
+    dropout: f32,
+}
+
+impl Embeddings {
+    /// Wraps a `(vocab, d_model)` embedding table.
+    pub fn new(lut: Embedding, encoding: Arc<dyn PositionalEncoding>, dropout: f32) -> Self {
+        let (vocab_size, d_model) = lut.embeddings().dims2().unwrap_or((0, 0));
+        Self {
+            lut,
+            vocab_size,
+            scale: (d_model as f64).sqrt(),
+            encoding,
+            dropout,
+        }
+    }
+
+    /// The `(vocab, d_model)` table, shared with the generator when tied.
+    pub fn weight(&self) -> &Tensor {
+        self.lut.embeddings()
+    }
+
+    /// Embeds token ids `(batch, seq)` at positions `offset..offset + seq`.
+    pub fn forward(&self, ids: &Tensor, offset: usize, train: bool) -> Result<Tensor> {
+        if ids.rank() != 2 {
+            return Err(Error::Input(format!(
+                "token ids must be (batch, seq), got {:?}",
+                ids.dims()
+            )));
+        }
+        if ids.elem_count() > 0 {
+            let max = ids
+                .to_dtype(DType::U32)?
+                .flatten_all()?
+                .max(0)?
+                .to_scalar::<u32>()?;
+            if max as usize >= self.vocab_size {
+                return Err(Error::Input(format!(
+                    "token id {max} is outside the vocabulary of {} tokens",
+                    self.vocab_size
+                )));
+            }
+        }
+        let x = (self.lut.forward(ids)? * self.scale)?;
+        let x = self.encoding.add_to_embeddings(&x, offset)?;
+        Ok(dropout(&x, self.dropout, train)?)
+    }
+}
+
+/// Dropout with probability `p` in training, the identity otherwise.
+pub(crate) fn dropout(x: &Tensor, p: f32, train: bool) -> candle_core::Result<Tensor> {
+    if train && p > 0.0 {
+        candle_nn::ops::dropout(x, p)
+    } else {
+        Ok(x.clone())
+    }
+}

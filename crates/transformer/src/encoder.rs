@@ -1,0 +1,138 @@
+//! The encoder: `N` identical layers of self-attention and feed-forward, each wrapped in a
+//! residual connection with layer norm ("Attention Is All You Need" §3.1).
+//!
+//! ```text
+//! x ← Sublayer(x, SelfAttention(x, x, x, mask))
+//! x ← Sublayer(x, FFN(x))
+//! ```
+//!
+//! Weights named as PyTorch's `nn.TransformerEncoder`: `layers.N.self_attn`, `linear1`,
+//! `linear2`, `norm1`, `norm2`, and the optional final `norm`.
+
+use std::sync::Arc;
+
+use candle_core::Tensor;
+use candle_nn::{Module, VarBuilder};
+use posenc::PositionalEncoding;
+
+use crate::attention::MultiHeadAttention;
+use crate::feed_forward::FeedForward;
+use crate::mask::Mask;
+use crate::sublayer::{Norm, Residual};
+use crate::{Config, Result};
+
+/// One encoder layer.
+#[derive(Debug, Clone)]
+pub struct EncoderLayer {
+    self_attn: MultiHeadAttention,
+    feed_forward: FeedForward,
+    sublayer1: Residual,
+    sublayer2: Residual,
+}
+
+impl EncoderLayer {
+    /// Loads or creates one layer under `vb` (`encoder.layers.N`).
+    pub fn new(
+        cfg: &Config,
+        encoding: Arc<dyn PositionalEncoding>,
+        vb: VarBuilder,
+    ) -> Result<Self> {
+        let residual = |name: &str| {
+            Residual::new(
+                cfg.d_model,
+                cfg.layer_norm_eps,
+                cfg.norm_first,
+                cfg.dropout,
+                vb.pp(name),
+            )
+        };
+        Ok(Self {
+            self_attn: MultiHeadAttention::new(
+                cfg.d_model,
+                cfg.heads,
+                cfg.dropout,
+                encoding,
+                vb.pp("self_attn"),
+            )?,
+            feed_forward: FeedForward::new(
+                cfg.d_model,
+                cfg.d_ff,
+                cfg.activation,
+                cfg.dropout,
+                vb.clone(),
+            )?,
+            sublayer1: residual("norm1")?,
+            sublayer2: residual("norm2")?,
+        })
+    }
+
+    /// `x (batch, seq, d_model)` → the layer's output and its attention weights.
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        mask: Option<&Mask>,
+        train: bool,
+    ) -> Result<(Tensor, Tensor)> {
+        let mut weights = None;
+        let x = self.sublayer1.forward(x, train, |x| {
+            let (out, w) = self.self_attn.self_attention(x, mask, None, train)?;
+            weights = Some(w);
+            Ok(out)
+        })?;
+        let x = self
+            .sublayer2
+            .forward(&x, train, |x| self.feed_forward.forward(x, train))?;
+        Ok((x, weights.expect("the attention sublayer always runs")))
+    }
+}
+
+/// A stack of encoder layers with an optional final norm.
+#[derive(Debug, Clone)]
+pub struct Encoder {
+    layers: Vec<EncoderLayer>,
+    norm: Option<Norm>,
+}
+
+impl Encoder {
+    /// Loads or creates `cfg.encoder_layers` layers under `vb` (`encoder`).
+    pub fn new(
+        cfg: &Config,
+        encoding: Arc<dyn PositionalEncoding>,
+        vb: VarBuilder,
+    ) -> Result<Self> {
+        let layers = (0..cfg.encoder_layers)
+            .map(|i| EncoderLayer::new(cfg, encoding.clone(), vb.pp(format!("layers.{i}"))))
+            .collect::<Result<_>>()?;
+        let norm = cfg
+            .final_norm
+            .then(|| Norm::new(cfg.d_model, cfg.layer_norm_eps, vb.pp("norm")))
+            .transpose()?;
+        Ok(Self { layers, norm })
+    }
+
+    /// Encodes embedded `x (batch, seq, d_model)`; `mask` hides padding keys.
+    pub fn forward(&self, x: &Tensor, mask: Option<&Mask>, train: bool) -> Result<Tensor> {
+        Ok(self.forward_with_attention(x, mask, train)?.0)
+    }
+
+    /// Like [`Encoder::forward`], also returning each layer's attention weights
+    /// `(batch, heads, seq, seq)`.
+    pub fn forward_with_attention(
+        &self,
+        x: &Tensor,
+        mask: Option<&Mask>,
+        train: bool,
+    ) -> Result<(Tensor, Vec<Tensor>)> {
+        let mut x = x.clone();
+        let mut weights = Vec::with_capacity(self.layers.len());
+        for layer in &self.layers {
+            let (y, w) = layer.forward(&x, mask, train)?;
+            x = y;
+            weights.push(w);
+        }
+        if let Some(norm) = &self.norm {
+            x = norm.forward(&x)?;
+        }
+        Ok((x, weights))
+    }
+}

@@ -1,0 +1,111 @@
+//! Attention masks: which keys each query may see.
+//!
+//! A [`Mask`] is a u8 tensor broadcastable to the scores `(batch, heads, q_len, k_len)`,
+//! 1 where the query may attend. Masked scores are replaced (not offset) by the dtype's
+//! most negative finite value, so nothing overflows to `−∞ − (−∞)` = NaN in f16 or bf16; a
+//! query that may see no key at all (a fully padded row) gets all-zero weights, never the
+//! NaN PyTorch gives (pytorch#24816, #41508).
+
+use candle_core::{DType, Device, Tensor, D};
+
+use crate::{Error, Result};
+
+/// Which keys each query may attend to.
+#[derive(Debug, Clone)]
+pub struct Mask {
+    keep: Tensor,
+}
+
+impl Mask {
+    /// Wraps a u8 `keep` tensor of rank 4, broadcastable to `(batch, heads, q_len, k_len)`.
+    pub fn new(keep: Tensor) -> Result<Self> {
+        if keep.rank() != 4 {
+            return Err(Error::Input(format!(
+                "a mask must have rank 4 (batch, 1, q_len, k_len), got shape {:?}",
+                keep.dims()
+            )));
+        }
+        Ok(Self {
+            keep: keep.to_dtype(DType::U8)?,
+        })
+    }
+
+    /// The subsequent (causal) mask of "Attention Is All You Need" §3.2.3: the query at
+    /// position `q_offset + i` sees keys `0 ..= q_offset + i`. Shape `(1, 1, q_len, k_len)`.
+    pub fn causal(q_len: usize, k_len: usize, q_offset: usize, device: &Device) -> Result<Self> {
+        let keep: Vec<u8> = (0..q_len)
+            .flat_map(|i| (0..k_len).map(move |j| u8::from(j <= q_offset + i)))
+            .collect();
+        Self::new(Tensor::from_vec(keep, (1, 1, q_len, k_len), device)?)
+    }
+
+    /// The key-padding mask of token ids `(batch, len)`: keys equal to `pad_id` are hidden.
+    /// Shape `(batch, 1, 1, len)`.
+    pub fn padding(ids: &Tensor, pad_id: u32) -> Result<Self> {
+        let (batch, len) = ids.dims2().map_err(|_| {
+            Error::Input(format!(
+                "token ids must be (batch, len), got {:?}",
+                ids.dims()
+            ))
+        })?;
+        let keep = ids.ne(pad_id)?;
+        Self::new(keep.reshape((batch, 1, 1, len))?)
+    }
+
+    /// The key-padding mask from per-key flags `(batch, len)`, non-zero = a real token.
+    pub fn from_keep(keep: &Tensor) -> Result<Self> {
+        let (batch, len) = keep.dims2().map_err(|_| {
+            Error::Input(format!(
+                "key flags must be (batch, len), got {:?}",
+                keep.dims()
+            ))
+        })?;
+        Self::new(keep.ne(0u8)?.reshape((batch, 1, 1, len))?)
+    }
+
+    /// Both masks at once: a key is visible if both allow it.
+    pub fn and(&self, other: &Mask) -> Result<Self> {
+        Ok(Self {
+            keep: self.keep.broadcast_mul(&other.keep)?,
+        })
+    }
+
+    /// The u8 tensor, 1 = attend.
+    pub fn keep(&self) -> &Tensor {
+        &self.keep
+    }
+
+    /// Replaces masked `scores (batch, heads, q, k)` by the most negative finite value.
+    pub(crate) fn fill(&self, scores: &Tensor) -> Result<Tensor> {
+        let keep = self.broadcast_to(scores)?;
+        let lowest = match scores.dtype() {
+            DType::F16 => -65504.0,
+            DType::BF16 => -3.38e38,
+            DType::F64 => f64::MIN,
+            _ => f64::from(f32::MIN),
+        };
+        let fill = Tensor::new(lowest, scores.device())?
+            .to_dtype(scores.dtype())?
+            .broadcast_as(scores.shape())?;
+        Ok(keep.where_cond(scores, &fill)?)
+    }
+
+    /// Zeroes the weights of queries that may see no key: `(batch, heads, q, k)`.
+    pub(crate) fn zero_empty_rows(&self, weights: &Tensor) -> Result<Tensor> {
+        let any = self
+            .broadcast_to(weights)?
+            .max_keepdim(D::Minus1)?
+            .to_dtype(weights.dtype())?;
+        Ok(weights.broadcast_mul(&any)?)
+    }
+
+    fn broadcast_to(&self, scores: &Tensor) -> Result<Tensor> {
+        self.keep.broadcast_as(scores.shape()).map_err(|_| {
+            Error::Input(format!(
+                "mask of shape {:?} does not fit attention scores (batch, heads, q_len, k_len) = {:?}",
+                self.keep.dims(),
+                scores.dims()
+            ))
+        })
+    }
+}

@@ -1,0 +1,155 @@
+//! The encoder-decoder Transformer and its generator ("Attention Is All You Need" §3).
+//!
+//! ```text
+//! memory = Encoder(Embed_src(x), src padding mask)
+//! y      = Decoder(Embed_tgt(shifted target), memory, causal ∧ tgt padding, src padding)
+//! P(y_t) = softmax(y W_gen + b)          (the generator; log-probabilities)
+//! ```
+//!
+//! Each stack gets its own instance of the configured encoding (so a learned or T5
+//! encoding has separate source and target weights, under `encoder.encoding` and
+//! `decoder.encoding`). Encoder-only and decoder-only models set the other stack's layer
+//! count to 0.
+
+use candle_core::{Tensor, D};
+use candle_nn::{Linear, Module, VarBuilder};
+
+use crate::decoder::{Decoder, DecoderCache};
+use crate::embeddings::Embeddings;
+use crate::encoder::Encoder;
+use crate::mask::Mask;
+use crate::{Config, Result};
+
+/// Linear projection to the target vocabulary followed by log-softmax.
+#[derive(Debug, Clone)]
+pub struct Generator {
+    proj: Linear,
+}
+
+impl Generator {
+    /// Log-probabilities `(…, vocab)` of decoder states `(…, d_model)`.
+    pub fn forward(&self, y: &Tensor) -> Result<Tensor> {
+        Ok(candle_nn::ops::log_softmax(
+            &self.proj.forward(y)?,
+            D::Minus1,
+        )?)
+    }
+}
+
+/// The full encoder-decoder model.
+#[derive(Debug, Clone)]
+pub struct Transformer {
+    cfg: Config,
+    src_embed: Embeddings,
+    tgt_embed: Embeddings,
+    encoder: Encoder,
+    decoder: Decoder,
+    generator: Generator,
+}
+
+impl Transformer {
+    /// Loads or creates every weight under `vb`.
+    pub fn new(cfg: &Config, vb: VarBuilder) -> Result<Self> {
+        cfg.validate()?;
+        let (d, h) = (cfg.d_model, cfg.heads);
+        let src_pe = cfg.encoding.build(d, h, vb.pp("encoder.encoding"))?;
+        let tgt_pe = cfg.encoding.build(d, h, vb.pp("decoder.encoding"))?;
+        let src_lut = candle_nn::embedding(cfg.src_vocab_size, d, vb.pp("src_embed"))?;
+        let tgt_lut = if cfg.tie_embeddings {
+            src_lut.clone()
+        } else {
+            candle_nn::embedding(cfg.tgt_vocab_size, d, vb.pp("tgt_embed"))?
+        };
+        let gen_weight = if cfg.tie_embeddings {
+            tgt_lut.embeddings().clone()
+        } else {
+            vb.get_with_hints(
+                (cfg.tgt_vocab_size, d),
+                "generator.weight",
+                candle_nn::init::DEFAULT_KAIMING_NORMAL,
+            )?
+        };
+        let gen_bias =
+            vb.get_with_hints(cfg.tgt_vocab_size, "generator.bias", candle_nn::init::ZERO)?;
+        Ok(Self {
+            cfg: cfg.clone(),
+            src_embed: Embeddings::new(src_lut, src_pe.clone(), cfg.dropout),
+            tgt_embed: Embeddings::new(tgt_lut, tgt_pe.clone(), cfg.dropout),
+            encoder: Encoder::new(cfg, src_pe, vb.pp("encoder"))?,
+            decoder: Decoder::new(cfg, tgt_pe, vb.pp("decoder"))?,
+            generator: Generator {
+                proj: Linear::new(gen_weight, Some(gen_bias)),
+            },
+        })
+    }
+
+    /// The configuration the model was built from.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// The encoder stack.
+    pub fn encoder(&self) -> &Encoder {
+        &self.encoder
+    }
+
+    /// The decoder stack.
+    pub fn decoder(&self) -> &Decoder {
+        &self.decoder
+    }
+
+    /// The source and target embeddings.
+    pub fn embeddings(&self) -> (&Embeddings, &Embeddings) {
+        (&self.src_embed, &self.tgt_embed)
+    }
+
+    /// The generator.
+    pub fn generator(&self) -> &Generator {
+        &self.generator
+    }
+
+    /// Encodes source ids `(batch, src_len)` into the memory `(batch, src_len, d_model)`.
+    pub fn encode(&self, src: &Tensor, src_mask: Option<&Mask>, train: bool) -> Result<Tensor> {
+        let x = self.src_embed.forward(src, 0, train)?;
+        self.encoder.forward(&x, src_mask, train)
+    }
+
+    /// Decoder states `(batch, tgt_len, d_model)` of target ids `(batch, tgt_len)`. Without a
+    /// cache, pass the causal (and padding) `tgt_mask`; with one, pass only the new ids and
+    /// no mask: they are placed after the cached positions.
+    pub fn decode(
+        &self,
+        tgt: &Tensor,
+        memory: &Tensor,
+        src_mask: Option<&Mask>,
+        tgt_mask: Option<&Mask>,
+        cache: Option<&mut DecoderCache>,
+        train: bool,
+    ) -> Result<Tensor> {
+        let offset = cache.as_ref().map_or(0, |c| c.len());
+        let y = self.tgt_embed.forward(tgt, offset, train)?;
+        self.decoder
+            .forward(&y, memory, tgt_mask, src_mask, cache, train)
+    }
+
+    /// Log-probabilities `(batch, tgt_len, tgt_vocab)` of the next token at every target
+    /// position (teacher forcing). `tgt_in` is the shifted target `<s> y_1 … y_(n−1)`.
+    pub fn forward(
+        &self,
+        src: &Tensor,
+        tgt_in: &Tensor,
+        src_mask: Option<&Mask>,
+        tgt_mask: Option<&Mask>,
+        train: bool,
+    ) -> Result<Tensor> {
+        let memory = self.encode(src, src_mask, train)?;
+        let y = self.decode(tgt_in, &memory, src_mask, tgt_mask, None, train)?;
+        self.generator.forward(&y)
+    }
+
+    /// The target mask of "Attention Is All You Need": causal, and padding keys hidden.
+    pub fn target_mask(tgt: &Tensor, pad_id: u32) -> Result<Mask> {
+        let len = tgt.dim(1)?;
+        Mask::causal(len, len, 0, tgt.device())?.and(&Mask::padding(tgt, pad_id)?)
+    }
+}

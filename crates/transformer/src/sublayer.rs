@@ -1,0 +1,90 @@
+//! Residual connection around a sublayer, with layer normalisation ("Attention Is All You
+//! Need" §5.4; Xiong et al. 2020 for pre-norm).
+//!
+//! ```text
+//! post-norm (the paper, PyTorch's default):  x ← LayerNorm(x + Dropout(f(x)))
+//! pre-norm  (norm_first):                    x ← x + Dropout(f(LayerNorm(x)))
+//! ```
+
+use candle_core::Tensor;
+use candle_nn::{LayerNorm, LayerNormConfig, Module, VarBuilder};
+
+use crate::embeddings::dropout;
+use crate::Result;
+
+/// LayerNorm that uses candle's fused kernel when no gradient is needed and the
+/// differentiable composition when one is (the fused kernel passes none back).
+#[derive(Debug, Clone)]
+pub struct Norm {
+    ln: LayerNorm,
+    eps: f64,
+}
+
+impl Norm {
+    /// `weight` and `bias` of width `d_model` under `vb`.
+    pub fn new(d_model: usize, eps: f64, vb: VarBuilder) -> Result<Self> {
+        let config = LayerNormConfig {
+            eps,
+            ..Default::default()
+        };
+        Ok(Self {
+            ln: candle_nn::layer_norm(d_model, config, vb)?,
+            eps,
+        })
+    }
+}
+
+impl Module for Norm {
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let (w, b) = (self.ln.weight(), self.ln.bias());
+        match b {
+            Some(b) if x.track_op() || w.track_op() || b.track_op() => {
+                candle_nn::ops::layer_norm_slow(x, w, b, self.eps as f32)
+            }
+            _ => self.ln.forward(&x.contiguous()?),
+        }
+    }
+}
+
+/// A residual connection with its norm, before or after the sublayer.
+#[derive(Debug, Clone)]
+pub struct Residual {
+    norm: Norm,
+    norm_first: bool,
+    dropout: f32,
+}
+
+impl Residual {
+    /// The norm is loaded under `vb` (PyTorch's `norm1`, `norm2`, `norm3`).
+    pub fn new(
+        d_model: usize,
+        eps: f64,
+        norm_first: bool,
+        dropout: f32,
+        vb: VarBuilder,
+    ) -> Result<Self> {
+        Ok(Self {
+            norm: Norm::new(d_model, eps, vb)?,
+            norm_first,
+            dropout,
+        })
+    }
+
+    /// `x` plus the sublayer `f`, normalised before or after.
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        train: bool,
+        f: impl FnOnce(&Tensor) -> Result<Tensor>,
+    ) -> Result<Tensor> {
+        if self.norm_first {
+            let y = f(&self.norm.forward(x)?)?;
+            Ok((x + dropout(&y, self.dropout, train)?)?)
+        } else {
+            let y = f(x)?;
+            Ok(self
+                .norm
+                .forward(&(x + dropout(&y, self.dropout, train)?)?)?)
+        }
+    }
+}
