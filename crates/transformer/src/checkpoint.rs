@@ -62,14 +62,40 @@ pub fn load_config(dir: &Path) -> Result<Config> {
     Ok(cfg)
 }
 
-/// Loads a checkpoint directory into a fresh model whose weights live in the returned
-/// [`VarMap`] (so training can resume from it).
-pub fn load(dir: &Path, device: &Device) -> Result<(Config, VarMap, Transformer)> {
-    let cfg = load_config(dir)?;
+/// A loaded checkpoint: the model, its config, and the variables holding its weights (so
+/// training can resume from them).
+pub struct Loaded {
+    /// The config read from `config.json`.
+    pub config: Config,
+    /// The weights, as trainable variables.
+    pub varmap: VarMap,
+    /// The model built on them.
+    pub model: Transformer,
+}
+
+impl std::fmt::Debug for Loaded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Loaded")
+            .field("config", &self.config)
+            .field("tensors", &self.varmap.all_vars().len())
+            .finish()
+    }
+}
+
+/// Loads a checkpoint directory into a fresh model.
+pub fn load(dir: &Path, device: &Device) -> Result<Loaded> {
+    let config = load_config(dir)?;
     let varmap = VarMap::new();
-    let model = Transformer::new(&cfg, VarBuilder::from_varmap(&varmap, DType::F32, device))?;
+    let model = Transformer::new(
+        &config,
+        VarBuilder::from_varmap(&varmap, DType::F32, device),
+    )?;
     load_into(&varmap, &dir.join(WEIGHTS_FILE))?;
-    Ok((cfg, varmap, model))
+    Ok(Loaded {
+        config,
+        varmap,
+        model,
+    })
 }
 
 /// Reads a safetensors file into the variables of `varmap`, after checking that the file

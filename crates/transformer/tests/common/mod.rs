@@ -1,0 +1,78 @@
+//! Helpers shared by the Transformer tests.
+#![allow(dead_code)]
+
+use candle_core::{DType, Device, Tensor};
+use candle_nn::{VarBuilder, VarMap};
+use posenc::EncodingConfig;
+use posenc_transformer::{Config, Transformer};
+
+pub const PAD: u32 = 0;
+
+/// A tiny model with the given encoding, dropout 0.
+pub fn tiny(encoding: EncodingConfig) -> (Config, VarMap, Transformer) {
+    let cfg = Config {
+        src_vocab_size: 20,
+        tgt_vocab_size: 20,
+        d_model: 16,
+        heads: 4,
+        d_ff: 32,
+        encoder_layers: 2,
+        decoder_layers: 2,
+        dropout: 0.0,
+        encoding,
+        ..Config::default()
+    };
+    let varmap = VarMap::new();
+    let model = Transformer::new(
+        &cfg,
+        VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu),
+    )
+    .unwrap();
+    (cfg, varmap, model)
+}
+
+/// The same model with plain (non-variable) weights: inference takes the fused kernels.
+pub fn frozen(cfg: &Config, varmap: &VarMap) -> Transformer {
+    let tensors = varmap
+        .data()
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_tensor().detach()))
+        .collect();
+    Transformer::new(
+        cfg,
+        VarBuilder::from_tensors(tensors, DType::F32, &Device::Cpu),
+    )
+    .unwrap()
+}
+
+pub fn ids(rows: &[&[u32]]) -> Tensor {
+    let len = rows[0].len();
+    let flat: Vec<u32> = rows.iter().flat_map(|r| r.iter().copied()).collect();
+    Tensor::from_vec(flat, (rows.len(), len), &Device::Cpu).unwrap()
+}
+
+pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
+    assert_eq!(a.dims(), b.dims());
+    let a = a.to_dtype(DType::F32).unwrap();
+    let b = b.to_dtype(DType::F32).unwrap();
+    (a - b)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .max(0)
+        .unwrap()
+        .to_scalar()
+        .unwrap()
+}
+
+/// Every kind whose model is deterministic given its weights and positions.
+pub fn all_encodings() -> Vec<EncodingConfig> {
+    EncodingConfig::KINDS
+        .iter()
+        .map(|k| EncodingConfig::from_kind(k).unwrap())
+        .collect()
+}
