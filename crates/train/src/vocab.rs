@@ -1,0 +1,142 @@
+//! Word-level tokenizers, one per language, trained on the corpus with the `tokenizers`
+//! crate and saved as `source.tokenizer.json` / `target.tokenizer.json`.
+
+use std::path::Path;
+
+use anyhow::{anyhow, Context, Result};
+use tokenizers::models::wordlevel::{WordLevel, WordLevelTrainer};
+use tokenizers::models::TrainerWrapper;
+use tokenizers::pre_tokenizers::whitespace::WhitespaceSplit;
+use tokenizers::{AddedToken, Model, Tokenizer};
+
+/// Padding: ignored by the loss and masked in attention.
+pub const PAD: &str = "<pad>";
+/// Start of a target sequence.
+pub const BOS: &str = "<s>";
+/// End of a sequence.
+pub const EOS: &str = "</s>";
+/// An unknown word.
+pub const UNK: &str = "<unk>";
+/// The special tokens, with ids 0, 1, 2, 3.
+pub const SPECIALS: [&str; 4] = [PAD, BOS, EOS, UNK];
+/// Id of [`PAD`].
+pub const PAD_ID: u32 = 0;
+/// Id of [`BOS`].
+pub const BOS_ID: u32 = 1;
+/// Id of [`EOS`].
+pub const EOS_ID: u32 = 2;
+
+/// An English word the model has never seen.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown word `{word}` on line {line}: it is not in the model's vocabulary")]
+pub struct UnknownWord {
+    /// The word.
+    pub word: String,
+    /// 1-based line of the input.
+    pub line: usize,
+}
+
+/// A whitespace word-level vocabulary.
+#[derive(Clone)]
+pub struct Vocab {
+    tokenizer: Tokenizer,
+}
+
+impl std::fmt::Debug for Vocab {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Vocab({} tokens)", self.len())
+    }
+}
+
+impl Vocab {
+    /// Trains a word-level tokenizer on `texts`, specials first.
+    pub fn train<'a>(texts: impl Iterator<Item = &'a str> + Send) -> Result<Self> {
+        let mut trainer: TrainerWrapper = WordLevelTrainer::builder()
+            .min_frequency(1)
+            .special_tokens(
+                SPECIALS
+                    .iter()
+                    .map(|s| AddedToken::from(*s, true))
+                    .collect(),
+            )
+            .show_progress(false)
+            .build()?
+            .into();
+        let model = WordLevel::builder()
+            .unk_token(UNK.to_string())
+            .build()
+            .map_err(|e| anyhow!(e))?;
+        let mut tokenizer = Tokenizer::new(model);
+        tokenizer.with_pre_tokenizer(Some(WhitespaceSplit));
+        tokenizer
+            .train(&mut trainer, texts)
+            .map_err(|e| anyhow!(e))?;
+        let vocab = Self { tokenizer };
+        for (i, s) in SPECIALS.iter().enumerate() {
+            anyhow::ensure!(
+                vocab.id(s) == Some(i as u32),
+                "special token {s} must have id {i}"
+            );
+        }
+        Ok(vocab)
+    }
+
+    /// Loads a saved tokenizer.
+    pub fn load(path: &Path) -> Result<Self> {
+        let tokenizer = Tokenizer::from_file(path)
+            .map_err(|e| anyhow!(e))
+            .with_context(|| format!("reading tokenizer {}", path.display()))?;
+        Ok(Self { tokenizer })
+    }
+
+    /// Saves it as JSON.
+    pub fn save(&self, path: &Path) -> Result<()> {
+        self.tokenizer
+            .save(path, true)
+            .map_err(|e| anyhow!(e))
+            .with_context(|| format!("writing tokenizer {}", path.display()))
+    }
+
+    /// Number of tokens, specials included.
+    pub fn len(&self) -> usize {
+        self.tokenizer.get_vocab_size(true)
+    }
+
+    /// Whether the vocabulary is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The id of a word.
+    pub fn id(&self, word: &str) -> Option<u32> {
+        self.tokenizer.token_to_id(word)
+    }
+
+    /// The ids of a sentence; a word not in the vocabulary is an [`UnknownWord`] error.
+    pub fn encode(&self, text: &str, line: usize) -> Result<Vec<u32>, UnknownWord> {
+        text.split_whitespace()
+            .map(|w| {
+                self.id(w).ok_or_else(|| UnknownWord {
+                    word: w.to_string(),
+                    line,
+                })
+            })
+            .collect()
+    }
+
+    /// The ids of a sentence through the tokenizer itself (unknown words become `<unk>`).
+    pub fn encode_lossy(&self, text: &str) -> Result<Vec<u32>> {
+        let enc = self.tokenizer.encode(text, false).map_err(|e| anyhow!(e))?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    /// The words of `ids`, stopping at `</s>` and skipping other specials.
+    pub fn decode(&self, ids: &[u32]) -> String {
+        ids.iter()
+            .take_while(|&&i| i != EOS_ID)
+            .filter(|&&i| i as usize >= SPECIALS.len())
+            .filter_map(|&i| self.tokenizer.get_model().id_to_token(i))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
