@@ -1,5 +1,7 @@
 //! `posenc`: inspect, train and compare positional encodings from the command line.
 
+use std::process::ExitCode;
+
 use clap::{Parser, Subcommand};
 
 mod cmd;
@@ -17,10 +19,33 @@ enum Command {
     /// Look at what one encoding produces, and at its properties.
     #[command(subcommand)]
     Encoding(cmd::encoding::EncodingCommand),
+    /// Train the English → Kotoba translation model.
+    Train(cmd::translate::TrainArgs),
+    /// Translate English sentences into Kotoba.
+    Translate(cmd::translate::TranslateArgs),
+    /// Exact match and BLEU of a model on every evaluation split.
+    Eval(cmd::translate::EvalArgs),
+    /// Measure speed.
+    #[command(subcommand)]
+    Bench(cmd::bench::BenchCommand),
 }
 
-fn main() -> anyhow::Result<()> {
-    match Cli::parse().command {
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
         Command::Encoding(c) => c.run(&mut std::io::stdout().lock()),
+        Command::Train(c) => c.run(),
+        Command::Translate(c) => c.run(&mut std::io::stdout().lock()),
+        Command::Eval(c) => c.run(&mut std::io::stdout().lock()),
+        Command::Bench(c) => c.run(&mut std::io::stdout().lock()),
     }
 }

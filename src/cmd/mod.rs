@@ -1,3 +1,5 @@
 //! One module per subcommand.
 
+pub mod bench;
 pub mod encoding;
+pub mod translate;

@@ -16,9 +16,10 @@
 use std::sync::Arc;
 
 use candle_core::{Tensor, D};
-use candle_nn::{init, Init, Linear, Module, VarBuilder};
+use candle_nn::{init, Init, Linear, VarBuilder};
 use posenc::PositionalEncoding;
 
+use crate::linear;
 use crate::mask::Mask;
 use crate::{Error, Result};
 
@@ -37,6 +38,14 @@ impl KvCache {
     /// Whether nothing is cached yet.
     pub fn is_empty(&self) -> bool {
         self.kv.is_none()
+    }
+
+    /// Keeps batch entries `indices` (u32), in that order: beam search reorders hypotheses.
+    pub fn select(&mut self, indices: &Tensor) -> Result<()> {
+        if let Some((k, v)) = &self.kv {
+            self.kv = Some((k.index_select(indices, 0)?, v.index_select(indices, 0)?));
+        }
+        Ok(())
     }
 }
 
@@ -200,8 +209,7 @@ impl MultiHeadAttention {
     /// `x W^T + b`, split into heads: `(batch, seq, d_model)` → `(batch, heads, seq, d_k)`.
     fn project(&self, proj: &Linear, x: &Tensor) -> Result<Tensor> {
         let (b, t, _) = x.dims3()?;
-        Ok(proj
-            .forward(x)?
+        Ok(linear::apply(proj, x)?
             .reshape((b, t, self.heads, self.head_dim))?
             .transpose(1, 2)?
             .contiguous()?)
@@ -243,6 +251,6 @@ impl MultiHeadAttention {
                 .matmul(v)?
                 .transpose(1, 2)?
                 .reshape((b, tq, self.heads * self.head_dim))?;
-        Ok((self.out_proj.forward(&out)?, weights))
+        Ok((linear::apply(&self.out_proj, &out)?, weights))
     }
 }

@@ -40,6 +40,15 @@ impl DecoderCache {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// Keeps batch entries `indices` (u32), in that order, in every layer.
+    pub fn select(&mut self, indices: &Tensor) -> Result<()> {
+        for (self_kv, cross_kv) in &mut self.layers {
+            self_kv.select(indices)?;
+            cross_kv.select(indices)?;
+        }
+        Ok(())
+    }
 }
 
 /// Attention weights of one decoder layer: self-attention and cross-attention.

@@ -10,6 +10,7 @@ use candle_core::Tensor;
 use candle_nn::{Activation, Linear, Module, VarBuilder};
 
 use crate::embeddings::dropout;
+use crate::linear;
 use crate::Result;
 
 /// Linear → activation → dropout → Linear.
@@ -40,7 +41,10 @@ impl FeedForward {
 
     /// Applies the network to every position of `x (batch, seq, d_model)`.
     pub fn forward(&self, x: &Tensor, train: bool) -> Result<Tensor> {
-        let h = self.activation.forward(&self.linear1.forward(x)?)?;
-        Ok(self.linear2.forward(&dropout(&h, self.dropout, train)?)?)
+        let h = self.activation.forward(&linear::apply(&self.linear1, x)?)?;
+        Ok(linear::apply(
+            &self.linear2,
+            &dropout(&h, self.dropout, train)?,
+        )?)
     }
 }

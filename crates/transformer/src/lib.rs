@@ -21,6 +21,7 @@ pub mod decoder;
 pub mod embeddings;
 pub mod encoder;
 pub mod feed_forward;
+pub mod linear;
 pub mod mask;
 pub mod model;
 pub mod sublayer;

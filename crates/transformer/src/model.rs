@@ -12,11 +12,12 @@
 //! count to 0.
 
 use candle_core::{Tensor, D};
-use candle_nn::{Linear, Module, VarBuilder};
+use candle_nn::{Linear, VarBuilder};
 
 use crate::decoder::{Decoder, DecoderCache};
 use crate::embeddings::Embeddings;
 use crate::encoder::Encoder;
+use crate::linear;
 use crate::mask::Mask;
 use crate::{Config, Result};
 
@@ -30,7 +31,7 @@ impl Generator {
     /// Log-probabilities `(…, vocab)` of decoder states `(…, d_model)`.
     pub fn forward(&self, y: &Tensor) -> Result<Tensor> {
         Ok(candle_nn::ops::log_softmax(
-            &self.proj.forward(y)?,
+            &linear::apply(&self.proj, y)?,
             D::Minus1,
         )?)
     }
@@ -106,6 +107,11 @@ impl Transformer {
     /// The generator.
     pub fn generator(&self) -> &Generator {
         &self.generator
+    }
+
+    /// The device the weights live on.
+    pub fn device(&self) -> candle_core::Device {
+        self.generator.proj.weight().device().clone()
     }
 
     /// Encodes source ids `(batch, src_len)` into the memory `(batch, src_len, d_model)`.

@@ -1,0 +1,157 @@
+//! Greedy and beam-search decoding, both on the decoder's key/value cache: each step
+//! feeds only the newest token.
+
+use anyhow::{ensure, Result};
+use candle_core::{DType, IndexOp, Tensor, D};
+use posenc_transformer::decoder::DecoderCache;
+use posenc_transformer::{Mask, Transformer};
+
+use crate::batch::pad;
+use crate::vocab::{BOS_ID, EOS_ID, PAD_ID};
+
+/// How to decode.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DecodeConfig {
+    /// Beam size; 1 is greedy.
+    pub beam: usize,
+    /// GNMT length penalty α: hypotheses are ranked by `log P / ((5 + len)/6)^α`.
+    pub length_penalty: f64,
+    /// Longest output, in tokens, `</s>` excluded.
+    pub max_len: usize,
+}
+
+impl Default for DecodeConfig {
+    fn default() -> Self {
+        Self {
+            beam: 1,
+            length_penalty: 0.6,
+            max_len: 64,
+        }
+    }
+}
+
+/// Translates source id rows (each ending in `</s>`), returning target ids without specials.
+pub fn translate(
+    model: &Transformer,
+    sources: &[Vec<u32>],
+    cfg: &DecodeConfig,
+) -> Result<Vec<Vec<u32>>> {
+    ensure!(cfg.beam >= 1, "beam size must be at least 1");
+    if cfg.beam == 1 {
+        return greedy(model, sources, cfg.max_len);
+    }
+    sources.iter().map(|s| beam(model, s, cfg)).collect()
+}
+
+/// Greedy decoding of a batch: the most probable token at every step.
+pub fn greedy(model: &Transformer, sources: &[Vec<u32>], max_len: usize) -> Result<Vec<Vec<u32>>> {
+    if sources.is_empty() {
+        return Ok(Vec::new());
+    }
+    let device = model.device();
+    let src = pad(sources, &device)?;
+    let src_mask = Mask::padding(&src, PAD_ID)?;
+    let memory = model.encode(&src, Some(&src_mask), false)?;
+    let n = sources.len();
+    let mut cache = DecoderCache::default();
+    let mut out = vec![Vec::new(); n];
+    let mut done = vec![false; n];
+    let mut next = Tensor::new(vec![BOS_ID; n], &device)?.unsqueeze(1)?;
+    for _ in 0..=max_len {
+        let y = model.decode(
+            &next,
+            &memory,
+            Some(&src_mask),
+            None,
+            Some(&mut cache),
+            false,
+        )?;
+        let logp = model.generator().forward(&y.i((.., 0))?)?;
+        let ids: Vec<u32> = logp.argmax(D::Minus1)?.to_dtype(DType::U32)?.to_vec1()?;
+        for (i, &id) in ids.iter().enumerate() {
+            if !done[i] {
+                if id == EOS_ID || out[i].len() == max_len {
+                    done[i] = true;
+                } else {
+                    out[i].push(id);
+                }
+            }
+        }
+        if done.iter().all(|&d| d) {
+            break;
+        }
+        next = Tensor::new(ids, &device)?.unsqueeze(1)?;
+    }
+    Ok(out)
+}
+
+fn penalised(score: f64, len: usize, alpha: f64) -> f64 {
+    score / ((5.0 + len as f64) / 6.0).powf(alpha)
+}
+
+/// Beam search for one source: keeps the `beam` best hypotheses, finishes those whose
+/// `</s>` ranks among the `beam` best candidates, and stops once `beam` hypotheses have
+/// finished (or at `max_len`), returning the best by length-penalised score.
+pub fn beam(model: &Transformer, source: &[u32], cfg: &DecodeConfig) -> Result<Vec<u32>> {
+    let device = model.device();
+    let src = pad(&[source.to_vec()], &device)?;
+    let src_mask = Mask::padding(&src, PAD_ID)?;
+    let memory = model.encode(&src, Some(&src_mask), false)?;
+    let mut cache = DecoderCache::default();
+    // Alive hypotheses: (tokens, log-probability).
+    let mut alive: Vec<(Vec<u32>, f64)> = vec![(Vec::new(), 0.0)];
+    let mut finished: Vec<(Vec<u32>, f64)> = Vec::new();
+    let mut last = vec![BOS_ID];
+    for step in 0..=cfg.max_len {
+        let next = Tensor::new(last.clone(), &device)?.unsqueeze(1)?;
+        let y = model.decode(
+            &next,
+            &memory,
+            Some(&src_mask),
+            None,
+            Some(&mut cache),
+            false,
+        )?;
+        let logp: Vec<Vec<f32>> = model.generator().forward(&y.i((.., 0))?)?.to_vec2()?;
+        let mut candidates: Vec<(usize, u32, f64)> = Vec::new();
+        for (h, row) in logp.iter().enumerate() {
+            for (tok, &lp) in row.iter().enumerate() {
+                candidates.push((h, tok as u32, alive[h].1 + f64::from(lp)));
+            }
+        }
+        candidates.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.cmp(&b.0)).then(a.1.cmp(&b.1)));
+        let mut next_alive = Vec::new();
+        let mut parents = Vec::new();
+        for (rank, (h, tok, score)) in candidates.into_iter().take(2 * cfg.beam).enumerate() {
+            if tok == EOS_ID || step == cfg.max_len {
+                // Only an end ranked among the best `beam` candidates finishes a hypothesis
+                // (so a beam of 1 is greedy search).
+                if rank < cfg.beam {
+                    let tokens = alive[h].0.clone();
+                    let len = tokens.len() + 1;
+                    finished.push((tokens, penalised(score, len, cfg.length_penalty)));
+                }
+            } else if next_alive.len() < cfg.beam {
+                let mut tokens = alive[h].0.clone();
+                tokens.push(tok);
+                next_alive.push((tokens, score));
+                parents.push(h as u32);
+            }
+        }
+        if finished.len() >= cfg.beam || next_alive.is_empty() {
+            break;
+        }
+        cache.select(&Tensor::new(parents, &device)?)?;
+        last = next_alive
+            .iter()
+            .map(|(t, _)| *t.last().unwrap_or(&BOS_ID))
+            .collect();
+        alive = next_alive;
+    }
+    let best = finished
+        .into_iter()
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(t, _)| t)
+        .unwrap_or_else(|| alive.swap_remove(0).0);
+    Ok(best)
+}

@@ -1,0 +1,161 @@
+//! The training pieces against independent values: hand-computed label smoothing, the
+//! Noam formula, one AdamW step by hand, and sacreBLEU's scores.
+
+use candle_core::{Device, Tensor};
+use candle_nn::VarMap;
+use posenc_train::loss::label_smoothed_nll;
+use posenc_train::metrics::{corpus_bleu, exact_match};
+use posenc_train::optim::{AdamW, AdamWConfig};
+use posenc_train::schedule::Noam;
+
+#[test]
+fn label_smoothing_matches_a_hand_computed_value() {
+    // Three positions over V = 4 classes; class 0 is padding. Position 2 is padding.
+    let p = [
+        [0.1f64, 0.6, 0.2, 0.1],
+        [0.4, 0.3, 0.2, 0.1],
+        [0.25, 0.25, 0.25, 0.25],
+    ];
+    let logp: Vec<f32> = p.iter().flatten().map(|x| x.ln() as f32).collect();
+    let logp = Tensor::from_vec(logp, (3, 4), &Device::Cpu).unwrap();
+    let targets = Tensor::new(&[1u32, 0, 3], &Device::Cpu).unwrap();
+    // ℓ₁ = 0.9·(−ln 0.6) + 0.1·(−ln 0.1 − ln 0.6 − ln 0.2 − ln 0.1)/4 = 0.45974 + 0.16814
+    // ℓ₃ = ln 4 (uniform): 0.9·ln 4 + 0.1·ln 4
+    let l1 =
+        0.9 * 0.510_825_6 + 0.1 * (2.302_585_1 + 0.510_825_6 + 1.609_437_9 + 2.302_585_1) / 4.0;
+    let l3 = 1.386_294_4;
+    let want = (l1 + l3) / 2.0;
+    let got: f32 = label_smoothed_nll(&logp, &targets, 0.1, 0)
+        .unwrap()
+        .to_scalar()
+        .unwrap();
+    assert!((f64::from(got) - want).abs() < 1e-5, "{got} vs {want}");
+    // Without smoothing it is the mean negative log-likelihood of the real targets.
+    let got: f32 = label_smoothed_nll(&logp, &targets, 0.0, 0)
+        .unwrap()
+        .to_scalar()
+        .unwrap();
+    assert!((f64::from(got) - (0.510_825_6 + 1.386_294_4) / 2.0).abs() < 1e-5);
+    // All padding: an error, not NaN.
+    let pads = Tensor::new(&[0u32, 0, 0], &Device::Cpu).unwrap();
+    assert!(label_smoothed_nll(&logp, &pads, 0.1, 0)
+        .unwrap_err()
+        .to_string()
+        .contains("padding"));
+}
+
+#[test]
+fn noam_schedule_values() {
+    // The paper's base model: d_model = 512, warmup = 4000.
+    let noam = Noam {
+        factor: 1.0,
+        d_model: 512,
+        warmup: 4000,
+    };
+    let peak = 512f64.powf(-0.5) * 4000f64.powf(-0.5); // 6.9877e-4
+    assert!((noam.lr(4000) - peak).abs() < 1e-12);
+    assert!((peak - 6.987_712e-4).abs() < 1e-9);
+    assert!(
+        (noam.lr(1) - peak / 4000.0).abs() < 1e-12,
+        "linear warm-up from step 1"
+    );
+    assert!((noam.lr(2000) - peak / 2.0).abs() < 1e-12);
+    assert!(
+        (noam.lr(16_000) - peak / 2.0).abs() < 1e-12,
+        "inverse square root after warm-up"
+    );
+    assert!(noam.lr(3999) < noam.lr(4000) && noam.lr(4001) < noam.lr(4000));
+    assert_eq!(noam.lr(0), noam.lr(1));
+}
+
+#[test]
+fn adamw_steps_match_the_formula() {
+    let varmap = VarMap::new();
+    let theta = varmap
+        .get(
+            2,
+            "w",
+            candle_nn::init::ZERO,
+            candle_core::DType::F32,
+            &Device::Cpu,
+        )
+        .unwrap();
+    let var = varmap.data().lock().unwrap()["w"].clone();
+    var.set(&Tensor::new(&[1.0f32, -2.0], &Device::Cpu).unwrap())
+        .unwrap();
+    let cfg = AdamWConfig {
+        weight_decay: 0.1,
+        ..Default::default()
+    };
+    let mut opt = AdamW::new(&varmap, cfg).unwrap();
+    let (lr, b1, b2, eps, wd) = (0.01f64, 0.9f64, 0.98f64, 1e-9f64, 0.1f64);
+    let mut th = [1.0f64, -2.0];
+    let (mut m, mut v) = ([0.0f64; 2], [0.0f64; 2]);
+    for t in 1..=3 {
+        // loss = Σ θ³ → g = 3θ²
+        let loss = theta.powf(3.0).unwrap().sum_all().unwrap();
+        opt.step(&loss.backward().unwrap(), lr).unwrap();
+        for i in 0..2 {
+            let g = 3.0 * th[i] * th[i];
+            m[i] = b1 * m[i] + (1.0 - b1) * g;
+            v[i] = b2 * v[i] + (1.0 - b2) * g * g;
+            let (mh, vh) = (m[i] / (1.0 - b1.powi(t)), v[i] / (1.0 - b2.powi(t)));
+            th[i] = th[i] * (1.0 - lr * wd) - lr * mh / (vh.sqrt() + eps);
+        }
+    }
+    let got: Vec<f32> = var.as_tensor().to_vec1().unwrap();
+    for i in 0..2 {
+        assert!(
+            (f64::from(got[i]) - th[i]).abs() < 1e-6,
+            "{got:?} vs {th:?}"
+        );
+    }
+    // The moments survive a save/restore and the next step is the same.
+    let state = opt.state();
+    let mut fresh = AdamW::new(&varmap, cfg).unwrap();
+    fresh.restore(&state, opt.step_count()).unwrap();
+    let snapshot = var.as_tensor().copy().unwrap();
+    let g = theta
+        .powf(3.0)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
+    opt.step(&g, lr).unwrap();
+    let a: Vec<f32> = var.as_tensor().to_vec1().unwrap();
+    var.set(&snapshot).unwrap();
+    fresh.step(&g, lr).unwrap();
+    let b: Vec<f32> = var.as_tensor().to_vec1().unwrap();
+    assert_eq!(a, b);
+}
+
+#[test]
+fn bleu_matches_sacrebleu() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/bleu.json");
+    let fixture: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let strings = |v: &serde_json::Value| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str().unwrap().to_string())
+            .collect()
+    };
+    for (name, case) in fixture["cases"].as_object().unwrap() {
+        let (h, r) = (strings(&case["hypotheses"]), strings(&case["references"]));
+        let want = case["bleu"].as_f64().unwrap();
+        let got = corpus_bleu(&h, &r);
+        assert!(
+            (got - want).abs() < 1e-9,
+            "{name}: ours {got}, sacreBLEU {want}"
+        );
+    }
+}
+
+#[test]
+fn exact_match_counts_identical_strings() {
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    assert_eq!(exact_match(&s(&["a b", "c"]), &s(&["a b", "d"])), 0.5);
+    assert_eq!(exact_match(&[], &[]), 0.0);
+}

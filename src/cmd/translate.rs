@@ -1,0 +1,181 @@
+//! `posenc train`, `posenc translate`, `posenc eval`: the toy English → Kotoba task.
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use posenc::EncodingConfig;
+use posenc_train::decode::DecodeConfig;
+use posenc_train::eval::{evaluate, table};
+use posenc_train::trainer::{self, shipped_model, RunOptions, TrainConfig, Translator};
+
+/// `posenc train`
+#[derive(Args, Debug)]
+pub struct TrainArgs {
+    /// A JSON training config (see `TrainConfig`); flags override it.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// The positional encoding: a kind or a JSON encoding config.
+    #[arg(long)]
+    encoding: Option<EncodingConfig>,
+    /// Output directory for the model and checkpoints.
+    #[arg(long, default_value = "runs/kotoba")]
+    out: PathBuf,
+    /// Total optimizer steps.
+    #[arg(long)]
+    steps: Option<usize>,
+    /// Seed of weights and batch order.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Sentences per batch.
+    #[arg(long)]
+    batch_size: Option<usize>,
+    /// Save every this many steps.
+    #[arg(long)]
+    save_every: Option<usize>,
+    /// Validate every this many steps.
+    #[arg(long)]
+    eval_every: Option<usize>,
+    /// Continue the run in --out (its config is kept; --steps may extend it).
+    #[arg(long)]
+    resume: bool,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+impl TrainArgs {
+    /// Runs the command.
+    pub fn run(self) -> Result<()> {
+        let opts = RunOptions { quiet: self.quiet };
+        let state = if self.resume {
+            trainer::resume(&self.out, self.steps, opts)?
+        } else {
+            let mut cfg = match &self.config {
+                Some(path) => TrainConfig::load(path)?,
+                None => TrainConfig::default(),
+            };
+            if let Some(e) = self.encoding {
+                cfg.model.encoding = e;
+            }
+            cfg.steps = self.steps.unwrap_or(cfg.steps);
+            cfg.seed = self.seed.unwrap_or(cfg.seed);
+            cfg.batch_size = self.batch_size.unwrap_or(cfg.batch_size);
+            cfg.save_every = self.save_every.unwrap_or(cfg.save_every);
+            cfg.eval_every = self.eval_every.unwrap_or(cfg.eval_every);
+            trainer::train(cfg, &self.out, opts)?
+        };
+        if let Some(last) = state.history.last() {
+            println!(
+                "{} steps in {:.0} s ({:.0} tokens/s); valid loss {:.4}, valid exact match {:.1}%; model in {}",
+                state.step,
+                state.elapsed_s,
+                state.tokens_per_second(),
+                last.valid_loss,
+                100.0 * last.valid_exact,
+                self.out.display()
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Decoding flags shared by `translate` and `eval`.
+#[derive(Args, Debug)]
+pub struct DecodeArgs {
+    /// Model directory [default: the shipped models/kotoba].
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Beam size (1 = greedy).
+    #[arg(long, default_value_t = 1)]
+    beam: usize,
+    /// GNMT length penalty α for beam search.
+    #[arg(long, default_value_t = 0.6)]
+    length_penalty: f64,
+    /// Longest translation, in words.
+    #[arg(long, default_value_t = 100)]
+    max_len: usize,
+}
+
+impl DecodeArgs {
+    fn load(&self) -> Result<(Translator, DecodeConfig)> {
+        let dir = self.model.clone().unwrap_or_else(shipped_model);
+        let translator = Translator::load(&dir)
+            .with_context(|| format!("loading the model in {}", dir.display()))?;
+        let cfg = DecodeConfig {
+            beam: self.beam,
+            length_penalty: self.length_penalty,
+            max_len: self.max_len,
+        };
+        Ok((translator, cfg))
+    }
+}
+
+/// `posenc translate`
+#[derive(Args, Debug)]
+pub struct TranslateArgs {
+    #[command(flatten)]
+    decode: DecodeArgs,
+    /// English sentences; with none, one per line from standard input.
+    sentences: Vec<String>,
+}
+
+impl TranslateArgs {
+    /// Runs the command.
+    pub fn run(self, out: &mut impl Write) -> Result<()> {
+        let (translator, cfg) = self.decode.load()?;
+        let sentences = if self.sentences.is_empty() {
+            std::io::stdin()
+                .lock()
+                .lines()
+                .collect::<std::io::Result<Vec<_>>>()?
+        } else {
+            self.sentences
+        };
+        for line in translator.translate(&sentences, &cfg)? {
+            writeln!(out, "{line}")?;
+        }
+        Ok(())
+    }
+}
+
+/// `posenc eval`
+#[derive(Args, Debug)]
+pub struct EvalArgs {
+    #[command(flatten)]
+    decode: DecodeArgs,
+    /// Also print the reports as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Show up to this many mistakes per split.
+    #[arg(long, default_value_t = 0)]
+    errors: usize,
+}
+
+impl EvalArgs {
+    /// Runs the command.
+    pub fn run(self, out: &mut impl Write) -> Result<()> {
+        let (translator, cfg) = self.decode.load()?;
+        let data = translator
+            .state
+            .as_ref()
+            .map(|s| s.config.data.clone())
+            .unwrap_or_default();
+        let reports = evaluate(&translator, &data, &cfg)?;
+        write!(out, "{}", table(&reports))?;
+        for r in reports.iter().filter(|_| self.errors > 0) {
+            for (src, want, got) in r.errors.iter().take(self.errors) {
+                writeln!(
+                    out,
+                    "{}: {src}\n  expected: {want}\n  produced: {got}",
+                    r.split
+                )?;
+            }
+        }
+        if self.json {
+            writeln!(out, "{}", serde_json::to_string(&reports)?)?;
+        }
+        Ok(())
+    }
+}

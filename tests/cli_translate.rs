@@ -1,0 +1,142 @@
+//! `posenc train`, `translate` and `eval` as a user runs them, including a training
+//! process killed at random moments: the checkpoint it leaves always loads.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+fn posenc() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_posenc"))
+}
+
+fn tiny_config(dir: &Path) -> std::path::PathBuf {
+    let path = dir.join("tiny.json");
+    std::fs::write(
+        &path,
+        r#"{"model": {"d_model": 32, "heads": 2, "d_ff": 64, "encoder_layers": 1, "decoder_layers": 1, "dropout": 0.0},
+            "data": {"train": 2000, "valid": 20, "test": 20, "test_long": 10, "order_swap": 10},
+            "batch_size": 32, "eval_every": 1000, "eval_sentences": 10}"#,
+    )
+    .unwrap();
+    path
+}
+
+fn text(out: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+#[test]
+fn a_killed_training_run_leaves_a_loadable_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = tiny_config(dir.path());
+    let run = dir.path().join("run");
+    let mut kills_after_a_save = 0;
+    for delay_ms in [900u64, 1300, 1700, 2100, 2500, 2900] {
+        let mut cmd = posenc();
+        cmd.args(["train", "--quiet", "--save-every", "1", "--out"])
+            .arg(&run);
+        if run.join("trainer.json").exists() {
+            cmd.args(["--resume", "--steps", "100000"]);
+        } else {
+            cmd.args(["--steps", "100000", "--config"]).arg(&cfg);
+        }
+        let mut child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        if run.join("trainer.json").exists() {
+            kills_after_a_save += 1;
+            posenc_train::trainer::Translator::load(&run)
+                .expect("the model left by a killed run must load");
+        }
+    }
+    assert!(kills_after_a_save >= 3, "the runs never got to save");
+    // And training resumes from it to the end.
+    let out = posenc()
+        .args(["train", "--quiet", "--resume", "--steps"])
+        .arg("1")
+        .arg("--out")
+        .arg(&run)
+        .output()
+        .unwrap();
+    let (_, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    let state = posenc_train::trainer::TrainerState::load(&run).unwrap();
+    assert!(state.step >= 1);
+}
+
+#[test]
+fn translate_reads_arguments_or_stdin_and_names_unknown_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = tiny_config(dir.path());
+    let model = dir.path().join("model");
+    let out = posenc()
+        .args(["train", "--quiet", "--steps", "3", "--config"])
+        .arg(&cfg)
+        .arg("--out")
+        .arg(&model)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out).1);
+
+    let out = posenc()
+        .args(["translate", "--model"])
+        .arg(&model)
+        .args(["the dog runs", "the cat sleeps"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(text(&out).0.lines().count(), 2);
+
+    let mut child = posenc()
+        .args(["translate", "--model"])
+        .arg(&model)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"the dog runs\nthe cat sleeps\nthe cow swims near the moon\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("`moon`") && stderr.contains("line 3"),
+        "{stderr}"
+    );
+    assert!(
+        stdout.is_empty(),
+        "nothing is printed when an input line is bad: {stdout}"
+    );
+
+    let out = posenc()
+        .args(["translate", "--model"])
+        .arg(dir.path().join("absent"))
+        .arg("the dog runs")
+        .output()
+        .unwrap();
+    assert!(!out.status.success() && text(&out).1.contains("absent"));
+
+    let out = posenc()
+        .args(["eval", "--model"])
+        .arg(&model)
+        .output()
+        .unwrap();
+    let (stdout, _) = text(&out);
+    for split in ["valid", "test", "test-long", "order-swap"] {
+        assert!(stdout.contains(&format!("| {split} |")), "{stdout}");
+    }
+}
