@@ -443,7 +443,7 @@ fn run(
             "loss {loss:.3}  lr {lr:.2e}  {:.0} tok/s",
             state.tokens_per_second()
         ));
-        if step % cfg.eval_every == 0 || step == cfg.steps {
+        if step.is_multiple_of(cfg.eval_every) || step == cfg.steps {
             let view = frozen(&cfg.model, &varmap, &device)?;
             let (valid_loss, valid_exact) = validate(
                 &view,
@@ -476,7 +476,7 @@ fn run(
             }
             state.history.push(record);
         }
-        if step % cfg.save_every == 0 || step == cfg.steps {
+        if step.is_multiple_of(cfg.save_every) || step == cfg.steps {
             save(&state, &opt)?;
         }
     }
