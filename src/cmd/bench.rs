@@ -4,8 +4,9 @@ use std::io::Write;
 
 use anyhow::Result;
 use clap::Subcommand;
-use posenc_train::bench::{reference_config, time_training_step};
+use posenc_train::bench::time_training_step;
 use posenc_train::trainer::TrainConfig;
+use posenc_transformer::Config;
 
 /// `posenc bench`
 #[derive(Subcommand, Debug)]
@@ -36,7 +37,7 @@ impl BenchCommand {
                 for (name, cfg, batch, len) in [
                     (
                         "reference (d256, 3+3, batch 64 × 24)",
-                        reference_config(),
+                        Config::benchmark_reference(),
                         64,
                         24,
                     ),

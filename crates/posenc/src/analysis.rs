@@ -297,3 +297,17 @@ pub fn analyze(enc: &dyn PositionalEncoding, setting: Setting) -> Result<Propert
         monotone_until,
     })
 }
+
+/// The largest `|a − b|` over all elements, both compared in f32; an error names the
+/// shapes if they differ. Used to compare tables and model outputs with references.
+pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> Result<f32> {
+    if a.dims() != b.dims() {
+        return Err(Error::Config(format!(
+            "cannot compare tensors of shapes {:?} and {:?}",
+            a.dims(),
+            b.dims()
+        )));
+    }
+    let diff = (a.to_dtype(DType::F32)? - b.to_dtype(DType::F32)?)?.abs()?;
+    Ok(diff.flatten_all()?.max(0)?.to_scalar::<f32>()?)
+}

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use candle_core::{DType, Device, Tensor};
 use posenc::alibi::alibi_slopes;
-use posenc::analysis::{analyze, Properties, Setting};
+use posenc::analysis::{analyze, max_abs_diff, Properties, Setting};
 use posenc::t5::relative_position_bucket;
 use posenc::{EncodingConfig, PositionalEncoding, Table};
 use proptest::prelude::*;
@@ -167,8 +167,8 @@ proptest! {
             }
             Table::Rotary { .. } => unreachable!(),
         };
-        let max = diff.abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
-        prop_assert_eq!(max, 0.0, "{}", kind);
+        let zeros = diff.zeros_like().unwrap();
+        prop_assert_eq!(max_abs_diff(&diff, &zeros).unwrap(), 0.0, "{}", kind);
     }
 
     /// Rotating n vectors at an offset equals rotating them inside a longer sequence.
@@ -179,8 +179,7 @@ proptest! {
         let x = Tensor::randn(0f32, 1.0, (1, 2, total, 8), &Device::Cpu).unwrap();
         let full = enc.rotate(&x, 0).unwrap().narrow(2, offset, n).unwrap();
         let part = enc.rotate(&x.narrow(2, offset, n).unwrap().contiguous().unwrap(), offset).unwrap();
-        let max = (full - part).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
-        prop_assert!(max < 1e-5);
+        prop_assert!(max_abs_diff(&full, &part).unwrap() < 1e-5);
     }
 }
 
@@ -199,21 +198,8 @@ fn half_precision_casts_after_computing() {
         Table::Additive(t) => t.narrow(0, 60_000, 4).unwrap(),
         _ => unreachable!(),
     };
-    let diff = (ours.to_dtype(DType::F32).unwrap()
-        - f32_table
-            .to_dtype(DType::F16)
-            .unwrap()
-            .to_dtype(DType::F32)
-            .unwrap())
-    .unwrap()
-    .abs()
-    .unwrap()
-    .flatten_all()
-    .unwrap()
-    .max(0)
-    .unwrap()
-    .to_scalar::<f32>()
-    .unwrap();
+    let rounded_once = f32_table.to_dtype(DType::F16).unwrap();
+    let diff = max_abs_diff(&ours, &rounded_once).unwrap();
     assert_eq!(diff, 0.0);
     // And the f32 table itself is right at that position: sin(60000) in dimension 0.
     let first = f32_table

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use candle_core::{DType, Device, Tensor, Var};
+use candle_core::{Device, Tensor, Var};
 use posenc::alibi::{alibi_slopes, Alibi, AlibiForm};
 use posenc::rope::Rope;
 use posenc::sinusoidal::{PairLayout, Sinusoidal};
@@ -24,19 +24,7 @@ fn fixtures() -> HashMap<String, Tensor> {
 }
 
 fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
-    assert_eq!(a.dims(), b.dims(), "shapes differ");
-    let a = a.to_dtype(DType::F32).unwrap();
-    let b = b.to_dtype(DType::F32).unwrap();
-    (a - b)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .max(0)
-        .unwrap()
-        .to_scalar::<f32>()
-        .unwrap()
+    posenc::analysis::max_abs_diff(a, b).unwrap()
 }
 
 fn assert_close(name: &str, ours: &Tensor, reference: &Tensor, tol: f32) {

@@ -26,22 +26,6 @@ pub struct StepTiming {
     pub total_ms: f64,
 }
 
-/// The reference configuration: d_model 256, 8 heads, 3 + 3 layers, d_ff 1024,
-/// vocabulary 1000, dropout 0, sinusoidal.
-pub fn reference_config() -> Config {
-    Config {
-        src_vocab_size: 1000,
-        tgt_vocab_size: 1000,
-        d_model: 256,
-        heads: 8,
-        d_ff: 1024,
-        encoder_layers: 3,
-        decoder_layers: 3,
-        dropout: 0.0,
-        ..Config::default()
-    }
-}
-
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]

@@ -48,25 +48,14 @@ pub fn greedy(model: &Transformer, sources: &[Vec<u32>], max_len: usize) -> Resu
     if sources.is_empty() {
         return Ok(Vec::new());
     }
-    let device = model.device();
-    let src = pad(sources, &device)?;
-    let src_mask = Mask::padding(&src, PAD_ID)?;
-    let memory = model.encode(&src, Some(&src_mask), false)?;
+    let (memory, src_mask) = encode(model, sources)?;
     let n = sources.len();
     let mut cache = DecoderCache::default();
     let mut out = vec![Vec::new(); n];
     let mut done = vec![false; n];
-    let mut next = Tensor::new(vec![BOS_ID; n], &device)?.unsqueeze(1)?;
+    let mut next = vec![BOS_ID; n];
     for _ in 0..=max_len {
-        let y = model.decode(
-            &next,
-            &memory,
-            Some(&src_mask),
-            None,
-            Some(&mut cache),
-            false,
-        )?;
-        let logp = model.generator().forward(&y.i((.., 0))?)?;
+        let logp = decode_step(model, &next, &memory, &src_mask, &mut cache)?;
         let ids: Vec<u32> = logp.argmax(D::Minus1)?.to_dtype(DType::U32)?.to_vec1()?;
         for (i, &id) in ids.iter().enumerate() {
             if !done[i] {
@@ -80,9 +69,30 @@ pub fn greedy(model: &Transformer, sources: &[Vec<u32>], max_len: usize) -> Resu
         if done.iter().all(|&d| d) {
             break;
         }
-        next = Tensor::new(ids, &device)?.unsqueeze(1)?;
+        next = ids;
     }
     Ok(out)
+}
+
+/// The encoder's memory of padded `sources` and their padding mask.
+fn encode(model: &Transformer, sources: &[Vec<u32>]) -> Result<(Tensor, Mask)> {
+    let src = pad(sources, &model.device())?;
+    let src_mask = Mask::padding(&src, PAD_ID)?;
+    Ok((model.encode(&src, Some(&src_mask), false)?, src_mask))
+}
+
+/// Feeds one token per hypothesis after the cached ones; the next token's log-probabilities
+/// `(hypotheses, vocab)`.
+fn decode_step(
+    model: &Transformer,
+    tokens: &[u32],
+    memory: &Tensor,
+    src_mask: &Mask,
+    cache: &mut DecoderCache,
+) -> Result<Tensor> {
+    let next = Tensor::new(tokens, &model.device())?.unsqueeze(1)?;
+    let y = model.decode(&next, memory, Some(src_mask), None, Some(cache), false)?;
+    Ok(model.generator().forward(&y.i((.., 0))?)?)
 }
 
 fn penalised(score: f64, len: usize, alpha: f64) -> f64 {
@@ -94,25 +104,15 @@ fn penalised(score: f64, len: usize, alpha: f64) -> f64 {
 /// finished (or at `max_len`), returning the best by length-penalised score.
 pub fn beam(model: &Transformer, source: &[u32], cfg: &DecodeConfig) -> Result<Vec<u32>> {
     let device = model.device();
-    let src = pad(&[source.to_vec()], &device)?;
-    let src_mask = Mask::padding(&src, PAD_ID)?;
-    let memory = model.encode(&src, Some(&src_mask), false)?;
+    let (memory, src_mask) = encode(model, &[source.to_vec()])?;
     let mut cache = DecoderCache::default();
     // Alive hypotheses: (tokens, log-probability).
     let mut alive: Vec<(Vec<u32>, f64)> = vec![(Vec::new(), 0.0)];
     let mut finished: Vec<(Vec<u32>, f64)> = Vec::new();
     let mut last = vec![BOS_ID];
     for step in 0..=cfg.max_len {
-        let next = Tensor::new(last.clone(), &device)?.unsqueeze(1)?;
-        let y = model.decode(
-            &next,
-            &memory,
-            Some(&src_mask),
-            None,
-            Some(&mut cache),
-            false,
-        )?;
-        let logp: Vec<Vec<f32>> = model.generator().forward(&y.i((.., 0))?)?.to_vec2()?;
+        let logp: Vec<Vec<f32>> =
+            decode_step(model, &last, &memory, &src_mask, &mut cache)?.to_vec2()?;
         let mut candidates: Vec<(usize, u32, f64)> = Vec::new();
         for (h, row) in logp.iter().enumerate() {
             for (tok, &lp) in row.iter().enumerate() {

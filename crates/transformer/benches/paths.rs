@@ -15,16 +15,8 @@ fn bench(c: &mut Criterion) {
     let dev = Device::Cpu;
     for kind in ["sinusoidal", "rope"] {
         let cfg = Config {
-            src_vocab_size: 1000,
-            tgt_vocab_size: 1000,
-            d_model: 256,
-            heads: 8,
-            d_ff: 1024,
-            encoder_layers: 3,
-            decoder_layers: 3,
-            dropout: 0.0,
             encoding: EncodingConfig::from_kind(kind).unwrap(),
-            ..Config::default()
+            ..Config::benchmark_reference()
         };
         let varmap = VarMap::new();
         // Variables track gradients: the differentiable path.

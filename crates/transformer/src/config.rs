@@ -69,6 +69,22 @@ impl Config {
         self.d_model / self.heads
     }
 
+    /// The reference configuration of the speed benchmarks: d_model 256, 8 heads, 3 + 3
+    /// layers, d_ff 1024, vocabulary 1000, dropout 0, sinusoidal.
+    pub fn benchmark_reference() -> Self {
+        Self {
+            src_vocab_size: 1000,
+            tgt_vocab_size: 1000,
+            d_model: 256,
+            heads: 8,
+            d_ff: 1024,
+            encoder_layers: 3,
+            decoder_layers: 3,
+            dropout: 0.0,
+            ..Self::default()
+        }
+    }
+
     /// Checks the sizes fit together.
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(Error::Config(m));

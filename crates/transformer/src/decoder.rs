@@ -21,7 +21,7 @@ use posenc::PositionalEncoding;
 use crate::attention::{KvCache, MultiHeadAttention};
 use crate::feed_forward::FeedForward;
 use crate::mask::Mask;
-use crate::sublayer::{Norm, Residual};
+use crate::sublayer::{stack, Norm, Residual};
 use crate::{Config, Result};
 
 /// Keys and values of every decoder layer, for incremental decoding.
@@ -78,15 +78,7 @@ impl DecoderLayer {
         encoding: Arc<dyn PositionalEncoding>,
         vb: VarBuilder,
     ) -> Result<Self> {
-        let residual = |name: &str| {
-            Residual::new(
-                cfg.d_model,
-                cfg.layer_norm_eps,
-                cfg.norm_first,
-                cfg.dropout,
-                vb.pp(name),
-            )
-        };
+        let residual = |name: &str| Residual::from_config(cfg, vb.pp(name));
         let attention = |name: &str| {
             MultiHeadAttention::new(
                 cfg.d_model,
@@ -166,13 +158,9 @@ impl Decoder {
         encoding: Arc<dyn PositionalEncoding>,
         vb: VarBuilder,
     ) -> Result<Self> {
-        let layers = (0..cfg.decoder_layers)
-            .map(|i| DecoderLayer::new(cfg, encoding.clone(), vb.pp(format!("layers.{i}"))))
-            .collect::<Result<_>>()?;
-        let norm = cfg
-            .final_norm
-            .then(|| Norm::new(cfg.d_model, cfg.layer_norm_eps, vb.pp("norm")))
-            .transpose()?;
+        let (layers, norm) = stack(cfg, cfg.decoder_layers, &vb, |vb| {
+            DecoderLayer::new(cfg, encoding.clone(), vb)
+        })?;
         Ok(Self { layers, norm })
     }
 

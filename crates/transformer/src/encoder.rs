@@ -18,7 +18,7 @@ use posenc::PositionalEncoding;
 use crate::attention::MultiHeadAttention;
 use crate::feed_forward::FeedForward;
 use crate::mask::Mask;
-use crate::sublayer::{Norm, Residual};
+use crate::sublayer::{stack, Norm, Residual};
 use crate::{Config, Result};
 
 /// One encoder layer.
@@ -37,15 +37,7 @@ impl EncoderLayer {
         encoding: Arc<dyn PositionalEncoding>,
         vb: VarBuilder,
     ) -> Result<Self> {
-        let residual = |name: &str| {
-            Residual::new(
-                cfg.d_model,
-                cfg.layer_norm_eps,
-                cfg.norm_first,
-                cfg.dropout,
-                vb.pp(name),
-            )
-        };
+        let residual = |name: &str| Residual::from_config(cfg, vb.pp(name));
         Ok(Self {
             self_attn: MultiHeadAttention::new(
                 cfg.d_model,
@@ -100,13 +92,9 @@ impl Encoder {
         encoding: Arc<dyn PositionalEncoding>,
         vb: VarBuilder,
     ) -> Result<Self> {
-        let layers = (0..cfg.encoder_layers)
-            .map(|i| EncoderLayer::new(cfg, encoding.clone(), vb.pp(format!("layers.{i}"))))
-            .collect::<Result<_>>()?;
-        let norm = cfg
-            .final_norm
-            .then(|| Norm::new(cfg.d_model, cfg.layer_norm_eps, vb.pp("norm")))
-            .transpose()?;
+        let (layers, norm) = stack(cfg, cfg.encoder_layers, &vb, |vb| {
+            EncoderLayer::new(cfg, encoding.clone(), vb)
+        })?;
         Ok(Self { layers, norm })
     }
 

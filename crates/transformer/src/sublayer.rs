@@ -10,7 +10,7 @@ use candle_core::Tensor;
 use candle_nn::{LayerNorm, LayerNormConfig, Module, VarBuilder};
 
 use crate::embeddings::dropout;
-use crate::Result;
+use crate::{Config, Result};
 
 /// LayerNorm that uses candle's fused kernel when no gradient is needed and the
 /// differentiable composition when one is (the fused kernel passes none back).
@@ -70,6 +70,17 @@ impl Residual {
         })
     }
 
+    /// A residual connection configured by `cfg` (width, eps, norm position, dropout).
+    pub fn from_config(cfg: &Config, vb: VarBuilder) -> Result<Self> {
+        Self::new(
+            cfg.d_model,
+            cfg.layer_norm_eps,
+            cfg.norm_first,
+            cfg.dropout,
+            vb,
+        )
+    }
+
     /// `x` plus the sublayer `f`, normalised before or after.
     pub fn forward(
         &self,
@@ -87,4 +98,22 @@ impl Residual {
                 .forward(&(x + dropout(&y, self.dropout, train)?)?)?)
         }
     }
+}
+
+/// `n` layers built by `layer` under `vb.pp("layers.i")`, and the stack's final norm under
+/// `vb.pp("norm")` if `cfg.final_norm`: what the encoder and decoder stacks share.
+pub(crate) fn stack<L>(
+    cfg: &Config,
+    n: usize,
+    vb: &VarBuilder,
+    layer: impl Fn(VarBuilder) -> Result<L>,
+) -> Result<(Vec<L>, Option<Norm>)> {
+    let layers = (0..n)
+        .map(|i| layer(vb.pp(format!("layers.{i}"))))
+        .collect::<Result<_>>()?;
+    let norm = cfg
+        .final_norm
+        .then(|| Norm::new(cfg.d_model, cfg.layer_norm_eps, vb.pp("norm")))
+        .transpose()?;
+    Ok((layers, norm))
 }

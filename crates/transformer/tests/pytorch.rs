@@ -30,17 +30,7 @@ fn io(name: &str) -> HashMap<String, Tensor> {
 }
 
 fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
-    assert_eq!(a.dims(), b.dims());
-    (a - b)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .max(0)
-        .unwrap()
-        .to_scalar()
-        .unwrap()
+    posenc::analysis::max_abs_diff(a, b).unwrap()
 }
 
 fn none() -> Arc<dyn PositionalEncoding> {

@@ -54,19 +54,7 @@ pub fn ids(rows: &[&[u32]]) -> Tensor {
 }
 
 pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
-    assert_eq!(a.dims(), b.dims());
-    let a = a.to_dtype(DType::F32).unwrap();
-    let b = b.to_dtype(DType::F32).unwrap();
-    (a - b)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .max(0)
-        .unwrap()
-        .to_scalar()
-        .unwrap()
+    posenc::analysis::max_abs_diff(a, b).unwrap()
 }
 
 /// Every kind whose model is deterministic given its weights and positions.
