@@ -25,6 +25,8 @@ enum Command {
     Translate(cmd::translate::TranslateArgs),
     /// Exact match and BLEU of a model on every evaluation split.
     Eval(cmd::translate::EvalArgs),
+    /// Sentence embeddings from a pretrained sentence-transformers model.
+    Embed(cmd::embed::EmbedArgs),
     /// Measure speed.
     #[command(subcommand)]
     Bench(cmd::bench::BenchCommand),
@@ -47,5 +49,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Translate(c) => c.run(&mut std::io::stdout().lock()),
         Command::Eval(c) => c.run(&mut std::io::stdout().lock()),
         Command::Bench(c) => c.run(&mut std::io::stdout().lock()),
+        Command::Embed(c) => c.run(&mut std::io::stdout().lock()),
     }
 }

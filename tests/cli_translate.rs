@@ -140,3 +140,43 @@ fn translate_reads_arguments_or_stdin_and_names_unknown_words() {
         assert!(stdout.contains(&format!("| {split} |")), "{stdout}");
     }
 }
+
+#[test]
+fn embed_prints_one_normalised_vector_per_line() {
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join(".cache/all-MiniLM-L6-v2");
+    assert!(
+        model.join("model.safetensors").exists(),
+        "run scripts/fetch_minilm.sh"
+    );
+    let mut child = posenc()
+        .args(["embed", "--batch-size", "2", "--model"])
+        .arg(&model)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all("the dog\n\n犬が猫を追いかけた\n".as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let lines: Vec<Vec<f64>> = text(&out)
+        .0
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3, "the empty line is the empty sentence");
+    for v in &lines {
+        assert_eq!(v.len(), 384);
+        let norm: f64 = v.iter().map(|x| x * x).sum::<f64>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-4, "{norm}");
+    }
+    let out = posenc()
+        .args(["embed", "--model", "/nonexistent/model", "x"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success() && text(&out).1.contains("/nonexistent/model"));
+}

@@ -129,6 +129,25 @@ pub fn load_into(varmap: &VarMap, path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Checks that `tensors` (read from `path`) are exactly the variables of `varmap`: the same
+/// names, shapes and dtypes. The error lists every difference.
+pub fn check(varmap: &VarMap, tensors: &HashMap<String, Tensor>, path: &Path) -> Result<()> {
+    let data = varmap.data().lock().unwrap_or_else(|e| e.into_inner());
+    let expected = data
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_tensor().clone()))
+        .collect();
+    let problems = compare(&expected, tensors);
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::Checkpoint {
+            path: PathBuf::from(path),
+            problems,
+        })
+    }
+}
+
 /// Every way `found` differs from `expected`, one sentence each, sorted by name.
 fn compare(expected: &HashMap<String, Tensor>, found: &HashMap<String, Tensor>) -> Vec<String> {
     let mut problems = Vec::new();

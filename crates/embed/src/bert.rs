@@ -1,0 +1,225 @@
+//! A BERT-family encoder (Devlin et al. 2019) assembled from this project's blocks.
+//!
+//! ```text
+//! x = LayerNorm(E_word[t] + E_type[s] + PE_learned(pos))        (no √d_model scaling)
+//! h = Encoder(x, padding mask)                                  (post-norm, GELU-erf, no final norm)
+//! ```
+//!
+//! The learned positions are `posenc`'s `learned` encoding through its additive hook; the
+//! layers are `posenc_transformer`'s `Encoder`. [`hf_names`] maps Hugging Face's BERT
+//! tensor names onto ours (query, key and value are packed into `in_proj_weight`).
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{anyhow, Context, Result};
+use candle_core::{DType, Device, Tensor};
+use candle_nn::{Activation, Embedding, Module, VarBuilder, VarMap};
+use posenc::{EncodingConfig, PositionalEncoding};
+use posenc_transformer::encoder::Encoder;
+use posenc_transformer::sublayer::Norm;
+use posenc_transformer::{checkpoint, Config, Mask};
+use serde::Deserialize;
+
+/// The fields of a Hugging Face BERT `config.json` the model needs.
+#[derive(Debug, Clone, Deserialize)]
+pub struct BertConfig {
+    /// Word-piece vocabulary size.
+    pub vocab_size: usize,
+    /// Model width.
+    pub hidden_size: usize,
+    /// Layers.
+    pub num_hidden_layers: usize,
+    /// Heads.
+    pub num_attention_heads: usize,
+    /// Feed-forward width.
+    pub intermediate_size: usize,
+    /// Rows of the learned position table.
+    pub max_position_embeddings: usize,
+    /// Token types (segments).
+    pub type_vocab_size: usize,
+    /// LayerNorm epsilon.
+    pub layer_norm_eps: f64,
+    /// Activation; BERT's `gelu` is the erf form.
+    pub hidden_act: String,
+}
+
+impl BertConfig {
+    /// Reads `config.json` from a model directory.
+    pub fn load(dir: &Path) -> Result<Self> {
+        let path = dir.join("config.json");
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+    }
+
+    /// The same model as this project's encoder config.
+    pub fn encoder_config(&self) -> Result<Config> {
+        anyhow::ensure!(
+            self.hidden_act == "gelu",
+            "unsupported hidden_act `{}` (only `gelu`)",
+            self.hidden_act
+        );
+        let cfg = Config {
+            src_vocab_size: self.vocab_size,
+            tgt_vocab_size: self.vocab_size,
+            d_model: self.hidden_size,
+            heads: self.num_attention_heads,
+            d_ff: self.intermediate_size,
+            encoder_layers: self.num_hidden_layers,
+            decoder_layers: 0,
+            dropout: 0.0,
+            activation: Activation::Gelu,
+            norm_first: false,
+            layer_norm_eps: self.layer_norm_eps,
+            final_norm: false,
+            encoding: EncodingConfig::Learned {
+                max_positions: self.max_position_embeddings,
+            },
+            tie_embeddings: false,
+        };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+}
+
+/// Word, token-type and learned position embeddings, then LayerNorm.
+#[derive(Debug, Clone)]
+pub struct BertEmbeddings {
+    word: Embedding,
+    token_type: Embedding,
+    position: Arc<dyn PositionalEncoding>,
+    norm: Norm,
+}
+
+/// A BERT encoder: embeddings and the layer stack.
+#[derive(Debug, Clone)]
+pub struct Bert {
+    embeddings: BertEmbeddings,
+    encoder: Encoder,
+}
+
+impl Bert {
+    /// Builds the model from weights under `vb` in this project's names.
+    pub fn new(bert: &BertConfig, vb: VarBuilder) -> Result<Self> {
+        let cfg = bert.encoder_config()?;
+        let d = cfg.d_model;
+        let position = cfg
+            .encoding
+            .build(d, cfg.heads, vb.pp("embeddings.position"))?;
+        let embeddings = BertEmbeddings {
+            word: candle_nn::embedding(bert.vocab_size, d, vb.pp("embeddings.word"))?,
+            token_type: candle_nn::embedding(
+                bert.type_vocab_size,
+                d,
+                vb.pp("embeddings.token_type"),
+            )?,
+            position: position.clone(),
+            norm: Norm::new(d, cfg.layer_norm_eps, vb.pp("embeddings.norm"))?,
+        };
+        Ok(Self {
+            embeddings,
+            encoder: Encoder::new(&cfg, position, vb.pp("encoder"))?,
+        })
+    }
+
+    /// Loads a Hugging Face BERT directory (`config.json`, `model.safetensors`), checking
+    /// that every tensor the model needs is there with the right shape.
+    pub fn load(dir: &Path, device: &Device) -> Result<Self> {
+        let bert = BertConfig::load(dir)?;
+        let path = dir.join("model.safetensors");
+        let hf = candle_core::safetensors::load(&path, device)
+            .with_context(|| format!("reading {}", path.display()))?;
+        let ours = hf_names(hf)?;
+        // The names and shapes the model needs, from a throwaway build.
+        let expected = VarMap::new();
+        Bert::new(
+            &bert,
+            VarBuilder::from_varmap(&expected, DType::F32, device),
+        )?;
+        checkpoint::check(&expected, &ours, &path)?;
+        Bert::new(&bert, VarBuilder::from_tensors(ours, DType::F32, device))
+    }
+
+    /// The last hidden state `(batch, seq, d)` of token ids `(batch, seq)` with the attention
+    /// mask `(batch, seq)` (1 = token, 0 = padding). Token types are all 0.
+    pub fn forward(&self, ids: &Tensor, attention_mask: &Tensor) -> Result<Tensor> {
+        let e = &self.embeddings;
+        let types = ids.zeros_like()?;
+        let x = (e.word.forward(ids)? + e.token_type.forward(&types)?)?;
+        let x = e.norm.forward(&e.position.add_to_embeddings(&x, 0)?)?;
+        let mask = Mask::from_keep(&attention_mask.to_dtype(DType::U8)?)?;
+        Ok(self.encoder.forward(&x, Some(&mask), false)?)
+    }
+}
+
+/// Renames Hugging Face BERT tensors to this project's names. Query, key and value are
+/// concatenated into `in_proj_weight`/`in_proj_bias`; the pooler and `position_ids` are
+/// dropped (sentence embeddings do not use them).
+pub fn hf_names(mut hf: HashMap<String, Tensor>) -> Result<HashMap<String, Tensor>> {
+    hf.retain(|k, _| !k.starts_with("pooler.") && k != "embeddings.position_ids");
+    let hf: HashMap<String, Tensor> = hf
+        .into_iter()
+        .map(|(k, v)| (k.strip_prefix("bert.").map(str::to_string).unwrap_or(k), v))
+        .collect();
+    let mut out = HashMap::new();
+    let take = |from: &str, to: String, out: &mut HashMap<String, Tensor>| -> Result<()> {
+        let t = hf
+            .get(from)
+            .ok_or_else(|| anyhow!("the checkpoint has no tensor `{from}`"))?;
+        out.insert(to, t.clone());
+        Ok(())
+    };
+    for (from, to) in [
+        ("embeddings.word_embeddings", "embeddings.word"),
+        ("embeddings.token_type_embeddings", "embeddings.token_type"),
+        ("embeddings.position_embeddings", "embeddings.position"),
+    ] {
+        take(&format!("{from}.weight"), format!("{to}.weight"), &mut out)?;
+    }
+    for p in ["weight", "bias"] {
+        take(
+            &format!("embeddings.LayerNorm.{p}"),
+            format!("embeddings.norm.{p}"),
+            &mut out,
+        )?;
+    }
+    let layers = hf
+        .keys()
+        .filter(|k| k.ends_with("attention.self.query.weight"))
+        .count();
+    for i in 0..layers {
+        let (src, dst) = (format!("encoder.layer.{i}"), format!("encoder.layers.{i}"));
+        for p in ["weight", "bias"] {
+            let parts = ["query", "key", "value"]
+                .iter()
+                .map(|q| {
+                    hf.get(&format!("{src}.attention.self.{q}.{p}"))
+                        .cloned()
+                        .ok_or_else(|| {
+                            anyhow!("the checkpoint has no tensor `{src}.attention.self.{q}.{p}`")
+                        })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            out.insert(
+                format!("{dst}.self_attn.in_proj_{p}"),
+                Tensor::cat(&parts, 0)?,
+            );
+            for (from, to) in [
+                ("attention.output.dense", "self_attn.out_proj"),
+                ("attention.output.LayerNorm", "norm1"),
+                ("intermediate.dense", "linear1"),
+                ("output.dense", "linear2"),
+                ("output.LayerNorm", "norm2"),
+            ] {
+                take(
+                    &format!("{src}.{from}.{p}"),
+                    format!("{dst}.{to}.{p}"),
+                    &mut out,
+                )?;
+            }
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,8 @@
+//! # posenc-embed: pretrained sentence embeddings on posenc's own blocks
+//!
+//! [`bert`] assembles a BERT encoder from the project's learned-position encoding, norm
+//! and encoder stack and loads Hugging Face weights into it; [`sentence`] tokenizes, pools
+//! and normalises as sentence-transformers does (all-MiniLM-L6-v2).
+
+pub mod bert;
+pub mod sentence;

@@ -1,0 +1,122 @@
+//! Sentence embeddings as sentence-transformers computes them: tokenize (truncating at the
+//! model's `max_seq_length`, padding to the longest in the batch), encode, mean-pool over
+//! real tokens, L2-normalise.
+
+use std::path::Path;
+
+use anyhow::{anyhow, ensure, Context, Result};
+use candle_core::{DType, Device, Tensor, D};
+use serde::Deserialize;
+use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
+
+use crate::bert::Bert;
+
+#[derive(Deserialize)]
+struct SentenceBertConfig {
+    max_seq_length: usize,
+}
+
+#[derive(Deserialize)]
+struct PoolingConfig {
+    pooling_mode_mean_tokens: bool,
+    #[serde(default)]
+    pooling_mode_cls_token: bool,
+    #[serde(default)]
+    pooling_mode_max_tokens: bool,
+}
+
+/// A sentence-transformers model directory, loaded.
+#[derive(Debug)]
+pub struct SentenceEncoder {
+    bert: Bert,
+    tokenizer: Tokenizer,
+    device: Device,
+}
+
+fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+}
+
+impl SentenceEncoder {
+    /// Loads `config.json`, `model.safetensors`, `tokenizer.json`,
+    /// `sentence_bert_config.json` and `1_Pooling/config.json` from `dir`.
+    pub fn load(dir: &Path) -> Result<Self> {
+        let device = Device::Cpu;
+        let st: SentenceBertConfig = read_json(&dir.join("sentence_bert_config.json"))?;
+        let pooling: PoolingConfig = read_json(&dir.join("1_Pooling/config.json"))?;
+        ensure!(
+            pooling.pooling_mode_mean_tokens
+                && !pooling.pooling_mode_cls_token
+                && !pooling.pooling_mode_max_tokens,
+            "only mean pooling is supported ({})",
+            dir.join("1_Pooling/config.json").display()
+        );
+        let path = dir.join("tokenizer.json");
+        let mut tokenizer =
+            Tokenizer::from_file(&path).map_err(|e| anyhow!("reading {}: {e}", path.display()))?;
+        // The file itself pads to a fixed 128 and truncates at 128; sentence-transformers
+        // truncates at max_seq_length and pads to the longest in the batch.
+        tokenizer
+            .with_truncation(Some(TruncationParams {
+                max_length: st.max_seq_length,
+                ..Default::default()
+            }))
+            .map_err(|e| anyhow!(e))?;
+        let pad = PaddingParams {
+            strategy: PaddingStrategy::BatchLongest,
+            ..tokenizer.get_padding().cloned().unwrap_or_default()
+        };
+        tokenizer.with_padding(Some(pad));
+        Ok(Self {
+            bert: Bert::load(dir, &device)?,
+            tokenizer,
+            device,
+        })
+    }
+
+    /// Token ids and attention masks `(batch, seq)` of `sentences`.
+    pub fn tokenize(&self, sentences: &[String]) -> Result<(Tensor, Tensor)> {
+        let enc = self
+            .tokenizer
+            .encode_batch(sentences.to_vec(), true)
+            .map_err(|e| anyhow!(e))?;
+        let len = enc.first().map_or(0, |e| e.get_ids().len());
+        let ids: Vec<u32> = enc.iter().flat_map(|e| e.get_ids().to_vec()).collect();
+        let mask: Vec<u32> = enc
+            .iter()
+            .flat_map(|e| e.get_attention_mask().to_vec())
+            .collect();
+        Ok((
+            Tensor::from_vec(ids, (sentences.len(), len), &self.device)?,
+            Tensor::from_vec(mask, (sentences.len(), len), &self.device)?,
+        ))
+    }
+
+    /// The last hidden state of one batch.
+    pub fn hidden(&self, ids: &Tensor, mask: &Tensor) -> Result<Tensor> {
+        self.bert.forward(ids, mask)
+    }
+
+    /// L2-normalised mean-pooled embeddings, `batch_size` sentences at a time.
+    pub fn embed(&self, sentences: &[String], batch_size: usize) -> Result<Vec<Vec<f32>>> {
+        ensure!(batch_size > 0, "batch size must be > 0");
+        let mut out = Vec::with_capacity(sentences.len());
+        for chunk in sentences.chunks(batch_size) {
+            let (ids, mask) = self.tokenize(chunk)?;
+            let hidden = self.hidden(&ids, &mask)?;
+            let m = mask.to_dtype(DType::F32)?.unsqueeze(2)?;
+            let summed = hidden.broadcast_mul(&m)?.sum(1)?;
+            let counts = m.sum(1)?.clamp(1e-9, f64::MAX)?;
+            let mean = summed.broadcast_div(&counts)?;
+            let norm = mean
+                .sqr()?
+                .sum_keepdim(D::Minus1)?
+                .sqrt()?
+                .clamp(1e-12, f64::MAX)?;
+            out.extend(mean.broadcast_div(&norm)?.to_vec2::<f32>()?);
+        }
+        Ok(out)
+    }
+}
