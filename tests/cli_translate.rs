@@ -22,6 +22,24 @@ fn tiny_config(dir: &Path) -> std::path::PathBuf {
     path
 }
 
+/// Runs `posenc ARGS` with `input` on standard input.
+fn with_stdin(args: &[&std::ffi::OsStr], input: &str) -> Output {
+    let mut child = posenc()
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
 fn text(out: &Output) -> (String, String) {
     (
         String::from_utf8_lossy(&out.stdout).into(),
@@ -96,21 +114,10 @@ fn translate_reads_arguments_or_stdin_and_names_unknown_words() {
     assert!(out.status.success());
     assert_eq!(text(&out).0.lines().count(), 2);
 
-    let mut child = posenc()
-        .args(["translate", "--model"])
-        .arg(&model)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"the dog runs\nthe cat sleeps\nthe cow swims near the moon\n")
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = with_stdin(
+        &["translate".as_ref(), "--model".as_ref(), model.as_os_str()],
+        "the dog runs\nthe cat sleeps\nthe cow swims near the moon\n",
+    );
     let (stdout, stderr) = text(&out);
     assert!(!out.status.success());
     assert!(
@@ -148,20 +155,16 @@ fn embed_prints_one_normalised_vector_per_line() {
         model.join("model.safetensors").exists(),
         "run scripts/fetch_minilm.sh"
     );
-    let mut child = posenc()
-        .args(["embed", "--batch-size", "2", "--model"])
-        .arg(&model)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all("the dog\n\n犬が猫を追いかけた\n".as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = with_stdin(
+        &[
+            "embed".as_ref(),
+            "--batch-size".as_ref(),
+            "2".as_ref(),
+            "--model".as_ref(),
+            model.as_os_str(),
+        ],
+        "the dog\n\n犬が猫を追いかけた\n",
+    );
     assert!(out.status.success());
     let lines: Vec<Vec<f64>> = text(&out)
         .0

@@ -1,6 +1,6 @@
 //! `posenc embed`: sentence embeddings from a sentence-transformers model directory.
 
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{ensure, Context, Result};
@@ -31,14 +31,7 @@ impl EmbedArgs {
         );
         let encoder = SentenceEncoder::load(&self.model)
             .with_context(|| format!("loading {}", self.model.display()))?;
-        let sentences = if self.sentences.is_empty() {
-            std::io::stdin()
-                .lock()
-                .lines()
-                .collect::<std::io::Result<Vec<_>>>()?
-        } else {
-            self.sentences
-        };
+        let sentences = super::sentences_or_stdin(self.sentences)?;
         for v in encoder.embed(&sentences, self.batch_size)? {
             writeln!(out, "{}", serde_json::to_string(&v)?)?;
         }

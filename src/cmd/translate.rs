@@ -1,6 +1,6 @@
 //! `posenc train`, `posenc translate`, `posenc eval`: the toy English → Kotoba task.
 
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
@@ -125,14 +125,7 @@ impl TranslateArgs {
     /// Runs the command.
     pub fn run(self, out: &mut impl Write) -> Result<()> {
         let (translator, cfg) = self.decode.load()?;
-        let sentences = if self.sentences.is_empty() {
-            std::io::stdin()
-                .lock()
-                .lines()
-                .collect::<std::io::Result<Vec<_>>>()?
-        } else {
-            self.sentences
-        };
+        let sentences = super::sentences_or_stdin(self.sentences)?;
         for line in translator.translate(&sentences, &cfg)? {
             writeln!(out, "{line}")?;
         }
