@@ -183,3 +183,48 @@ fn embed_prints_one_normalised_vector_per_line() {
         .unwrap();
     assert!(!out.status.success() && text(&out).1.contains("/nonexistent/model"));
 }
+
+#[test]
+fn embed_resolves_a_hub_id_from_hf_home_offline() {
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join(".cache/all-MiniLM-L6-v2");
+    let home = tempfile::tempdir().unwrap();
+    let repo = home
+        .path()
+        .join("hub/models--sentence-transformers--all-MiniLM-L6-v2");
+    std::fs::create_dir_all(repo.join("refs")).unwrap();
+    std::fs::write(repo.join("refs/main"), "abc").unwrap();
+    std::fs::create_dir_all(repo.join("snapshots/abc")).unwrap();
+    for f in [
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "sentence_bert_config.json",
+        "1_Pooling",
+    ] {
+        std::os::unix::fs::symlink(model.join(f), repo.join("snapshots/abc").join(f)).unwrap();
+    }
+    let run = |offline: &str| {
+        posenc()
+            .args([
+                "embed",
+                "--model",
+                "sentence-transformers/all-MiniLM-L6-v2",
+                "the dog",
+            ])
+            .env("HF_HOME", home.path())
+            .env("HF_HUB_OFFLINE", offline)
+            .output()
+            .unwrap()
+    };
+    let out = run("1");
+    assert!(out.status.success(), "{}", text(&out).1);
+    let v: Vec<f64> = serde_json::from_str(text(&out).0.trim()).unwrap();
+    assert_eq!(v.len(), 384);
+    std::fs::remove_file(repo.join("snapshots/abc/tokenizer.json")).unwrap();
+    let out = run("1");
+    assert!(
+        !out.status.success() && text(&out).1.contains("tokenizer.json"),
+        "{}",
+        text(&out).1
+    );
+}

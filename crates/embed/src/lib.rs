@@ -2,7 +2,9 @@
 //!
 //! [`bert`] assembles a BERT encoder from the project's learned-position encoding, norm
 //! and encoder stack and loads Hugging Face weights into it; [`sentence`] tokenizes, pools
-//! and normalises as sentence-transformers does (all-MiniLM-L6-v2).
+//! and normalises as sentence-transformers does (all-MiniLM-L6-v2); [`resolve`] finds a
+//! model in a directory or the Hugging Face hub cache.
 
 pub mod bert;
+pub mod resolve;
 pub mod sentence;
