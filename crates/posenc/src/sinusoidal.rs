@@ -36,16 +36,6 @@ pub enum PairLayout {
     Interleaved,
 }
 
-impl PairLayout {
-    /// The `(first, second)` member of pair `i` in a vector of width `dim`.
-    pub fn pair(self, i: usize, dim: usize) -> (usize, usize) {
-        match self {
-            PairLayout::Halves => (i, i + dim / 2),
-            PairLayout::Interleaved => (2 * i, 2 * i + 1),
-        }
-    }
-}
-
 /// The fixed sinusoidal encoding, in either layout. Its table grows on demand.
 #[derive(Debug)]
 pub struct Sinusoidal {

@@ -209,22 +209,6 @@ impl Order {
     }
 }
 
-/// The weights as plain tensors sharing storage with the variables: a model view that
-/// runs candle's fused inference kernels.
-pub fn frozen(cfg: &Config, varmap: &VarMap, device: &Device) -> Result<Transformer> {
-    let tensors: HashMap<String, Tensor> = varmap
-        .data()
-        .lock()
-        .map_err(|_| anyhow::anyhow!("poisoned VarMap"))?
-        .iter()
-        .map(|(k, v)| (k.clone(), v.as_tensor().detach()))
-        .collect();
-    Ok(Transformer::new(
-        cfg,
-        VarBuilder::from_tensors(tensors, DType::F32, device),
-    )?)
-}
-
 /// The loss of one batch.
 pub fn batch_loss(model: &Transformer, b: &Batch, smoothing: f64, train: bool) -> Result<Tensor> {
     let logp = model.forward(
@@ -444,7 +428,7 @@ fn run(
             state.tokens_per_second()
         ));
         if step.is_multiple_of(cfg.eval_every) || step == cfg.steps {
-            let view = frozen(&cfg.model, &varmap, &device)?;
+            let view = Transformer::frozen(&cfg.model, &varmap, &device)?;
             let (valid_loss, valid_exact) = validate(
                 &view,
                 &valid_examples,
@@ -511,7 +495,7 @@ impl Translator {
         let device = Device::Cpu;
         let loaded = checkpoint::load(dir, &device)?;
         Ok(Self {
-            model: frozen(&loaded.config, &loaded.varmap, &device)?,
+            model: Transformer::frozen(&loaded.config, &loaded.varmap, &device)?,
             src: Vocab::load(&dir.join(SOURCE_TOKENIZER))?,
             tgt: Vocab::load(&dir.join(TARGET_TOKENIZER))?,
             state: TrainerState::load(dir).ok(),

@@ -23,15 +23,7 @@ fn bench(c: &mut Criterion) {
         let trainable =
             Transformer::new(&cfg, VarBuilder::from_varmap(&varmap, DType::F32, &dev)).unwrap();
         // The same weights as plain tensors: the fused path.
-        let tensors = varmap
-            .data()
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(k, v)| (k.clone(), v.as_tensor().detach()))
-            .collect();
-        let frozen =
-            Transformer::new(&cfg, VarBuilder::from_tensors(tensors, DType::F32, &dev)).unwrap();
+        let frozen = Transformer::frozen(&cfg, &varmap, &dev).unwrap();
         let ids: Vec<u32> = (0..16 * 24).map(|i| (i * 7 % 997) as u32).collect();
         let src = Tensor::from_vec(ids, (16, 24), &dev).unwrap();
         let tgt = src.clone();

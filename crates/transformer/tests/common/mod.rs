@@ -33,18 +33,7 @@ pub fn tiny(encoding: EncodingConfig) -> (Config, VarMap, Transformer) {
 
 /// The same model with plain (non-variable) weights: inference takes the fused kernels.
 pub fn frozen(cfg: &Config, varmap: &VarMap) -> Transformer {
-    let tensors = varmap
-        .data()
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|(k, v)| (k.clone(), v.as_tensor().detach()))
-        .collect();
-    Transformer::new(
-        cfg,
-        VarBuilder::from_tensors(tensors, DType::F32, &Device::Cpu),
-    )
-    .unwrap()
+    Transformer::frozen(cfg, varmap, &Device::Cpu).unwrap()
 }
 
 pub fn ids(rows: &[&[u32]]) -> Tensor {
