@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use anyhow::{anyhow, ensure, Context, Result};
-use candle_core::{DType, Device, Tensor, D};
+use candle_core::{Device, Tensor, D};
 use serde::Deserialize;
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
@@ -106,17 +106,24 @@ impl SentenceEncoder {
         for chunk in sentences.chunks(batch_size) {
             let (ids, mask) = self.tokenize(chunk)?;
             let hidden = self.hidden(&ids, &mask)?;
-            let m = mask.to_dtype(DType::F32)?.unsqueeze(2)?;
-            let summed = hidden.broadcast_mul(&m)?.sum(1)?;
-            let counts = m.sum(1)?.clamp(1e-9, f64::MAX)?;
-            let mean = summed.broadcast_div(&counts)?;
-            let norm = mean
-                .sqr()?
-                .sum_keepdim(D::Minus1)?
-                .sqrt()?
-                .clamp(1e-12, f64::MAX)?;
-            out.extend(mean.broadcast_div(&norm)?.to_vec2::<f32>()?);
+            out.extend(mean_pool_normalized(&hidden, &mask)?.to_vec2::<f32>()?);
         }
         Ok(out)
     }
+}
+
+/// sentence-transformers' pooling: the mean of `hidden` `(batch, seq, d)` over the real
+/// tokens of `mask` `(batch, seq)` (clamped away from 0 tokens), then L2 normalisation
+/// (norm clamped at 1e-12), giving `(batch, d)`.
+pub fn mean_pool_normalized(hidden: &Tensor, mask: &Tensor) -> Result<Tensor> {
+    let m = mask.to_dtype(hidden.dtype())?.unsqueeze(2)?;
+    let summed = hidden.broadcast_mul(&m)?.sum(1)?;
+    let counts = m.sum(1)?.clamp(1e-9, f64::MAX)?;
+    let mean = summed.broadcast_div(&counts)?;
+    let norm = mean
+        .sqr()?
+        .sum_keepdim(D::Minus1)?
+        .sqrt()?
+        .clamp(1e-12, f64::MAX)?;
+    Ok(mean.broadcast_div(&norm)?)
 }
