@@ -131,6 +131,17 @@ impl TrainConfig {
     }
 }
 
+/// Training stopped because the loss stopped being finite (an encoding whose values grow
+/// without bound can do this). The last checkpoint before it stays on disk.
+#[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
+#[error("the loss diverged to {loss} at step {step}")]
+pub struct Diverged {
+    /// The step whose loss was not finite.
+    pub step: usize,
+    /// That loss.
+    pub loss: f32,
+}
+
 /// One validation record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Record {
@@ -413,10 +424,9 @@ fn run(
         let lr = schedule.lr(step);
         opt.step(&loss.backward()?, lr)?;
         let loss: f32 = loss.to_scalar()?;
-        ensure!(
-            loss.is_finite(),
-            "the loss diverged to {loss} at step {step}"
-        );
+        if !loss.is_finite() {
+            return Err(Diverged { step, loss }.into());
+        }
         loss_sum += f64::from(loss);
         loss_n += 1;
         state.step = step;

@@ -1,0 +1,132 @@
+//! The experiment runner: the same seed gives the same table, a finished run is reused
+//! rather than retrained, a different config is never overwritten, and a diverging
+//! encoding becomes a row saying so instead of ending the experiment.
+
+use posenc::EncodingConfig;
+use posenc_train::data::DataConfig;
+use posenc_train::experiment::{self, Experiment, ExperimentConfig};
+use posenc_train::trainer::{RunOptions, TrainConfig};
+use posenc_transformer::Config;
+
+fn tiny(kinds: &[&str]) -> ExperimentConfig {
+    ExperimentConfig {
+        base: TrainConfig {
+            model: Config {
+                d_model: 16,
+                heads: 2,
+                d_ff: 32,
+                encoder_layers: 1,
+                decoder_layers: 1,
+                dropout: 0.0,
+                ..Config::default()
+            },
+            data: DataConfig {
+                train: 300,
+                valid: 16,
+                test: 16,
+                test_long: 8,
+                order_swap: 8,
+                ..DataConfig::default()
+            },
+            steps: 12,
+            batch_size: 16,
+            warmup: 4,
+            eval_every: 6,
+            eval_sentences: 8,
+            save_every: 6,
+            ..TrainConfig::default()
+        },
+        encodings: kinds
+            .iter()
+            .map(|k| EncodingConfig::from_kind(k).unwrap())
+            .collect(),
+    }
+}
+
+const QUIET: RunOptions = RunOptions { quiet: true };
+
+#[test]
+fn the_same_seed_gives_the_same_table_and_finished_runs_are_reused() {
+    let cfg = tiny(&["none", "rope"]);
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let first = experiment::run(&cfg, a.path(), QUIET).unwrap();
+    let second = experiment::run(&cfg, b.path(), QUIET).unwrap();
+    assert_eq!(first.table(), second.table());
+    assert_eq!(first.clauses_table(), second.clauses_table());
+    for (x, y) in first.results.iter().zip(&second.results) {
+        assert_eq!(x.metrics, y.metrics, "{}", x.kind);
+        assert_eq!(x.history.len(), 2);
+        // Only the clock may differ.
+        let strip = |r: &experiment::EncodingResult| {
+            r.history
+                .iter()
+                .map(|h| (h.step, h.train_loss, h.valid_loss))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(strip(x), strip(y));
+    }
+    // results.json round-trips and holds what run() returned.
+    let saved = Experiment::load(&a.path().join(experiment::RESULTS_JSON)).unwrap();
+    assert_eq!(saved, first);
+    let md = std::fs::read_to_string(a.path().join(experiment::RESULTS_MD)).unwrap();
+    assert!(md.contains(&first.table()));
+
+    // Running again over a finished experiment reuses its runs: same rows, same clocks.
+    let again = experiment::run(&cfg, a.path(), QUIET).unwrap();
+    assert_eq!(again, first);
+
+    // A longer budget resumes the runs from their last checkpoint instead of starting over.
+    let mut longer = cfg.clone();
+    longer.base.steps = 18;
+    let resumed = experiment::run(&longer, a.path(), QUIET).unwrap();
+    for (r, before) in resumed.results.iter().zip(&first.results) {
+        assert_eq!(r.history.last().unwrap().step, 18);
+        assert_eq!(r.history[..2], before.history[..], "{}", r.kind);
+    }
+}
+
+#[test]
+fn a_different_config_in_the_same_directory_is_refused_not_overwritten() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = tiny(&["sinusoidal"]);
+    experiment::run(&cfg, dir.path(), QUIET).unwrap();
+    let weights = std::fs::read(dir.path().join("sinusoidal/model.safetensors")).unwrap();
+    let mut other = cfg.clone();
+    other.base.seed += 1;
+    let err = experiment::run(&other, dir.path(), QUIET).unwrap_err();
+    let msg = format!("{err:#}");
+    assert!(
+        msg.contains("different config") && msg.contains("sinusoidal"),
+        "{msg}"
+    );
+    assert_eq!(
+        std::fs::read(dir.path().join("sinusoidal/model.safetensors")).unwrap(),
+        weights
+    );
+}
+
+#[test]
+fn a_diverging_encoding_is_a_row_not_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = tiny(&["index", "sinusoidal"]);
+    // A learning rate no model survives: the raw position index blows up first.
+    cfg.base.lr_factor = 1e30;
+    let exp = experiment::run(&cfg, dir.path(), QUIET).unwrap();
+    let index = &exp.results[0];
+    assert!(index.metrics.is_none());
+    let why = index.diverged.as_deref().unwrap();
+    assert!(why.contains("diverged"), "{why}");
+    assert!(exp.table().contains(why));
+    assert_eq!(
+        exp.results.len(),
+        2,
+        "the experiment went on after the divergence"
+    );
+}
+
+#[test]
+fn listing_an_encoding_twice_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = experiment::run(&tiny(&["rope", "none", "rope"]), dir.path(), QUIET).unwrap_err();
+    assert!(err.to_string().contains("`rope` is listed twice"), "{err}");
+}

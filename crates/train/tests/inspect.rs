@@ -1,0 +1,50 @@
+//! Attention maps read from the shipped model: the right shapes, the translation the
+//! model actually gives, and rows that are probability distributions.
+
+use posenc_train::decode::DecodeConfig;
+use posenc_train::trainer::{shipped_model, Translator};
+
+#[test]
+fn attention_maps_follow_the_translation() {
+    let t = Translator::load(&shipped_model()).unwrap();
+    let sentence = "the big dog eats the fish near the river";
+    let maps = t.attention(sentence).unwrap();
+    let said = t
+        .translate(&[sentence.to_string()], &DecodeConfig::default())
+        .unwrap()
+        .remove(0);
+    let mut words: Vec<&str> = said.split(' ').collect();
+    words.push("</s>");
+    assert_eq!(maps.target, words);
+    let mut source: Vec<&str> = sentence.split(' ').collect();
+    source.push("</s>");
+    assert_eq!(maps.source, source);
+
+    let cfg = t.model.config();
+    assert_eq!(maps.encoder.len(), cfg.encoder_layers);
+    assert_eq!(maps.cross.len(), cfg.decoder_layers);
+    let (s, n) = (maps.source.len(), maps.target.len());
+    for layer in &maps.encoder {
+        assert_eq!(layer.len(), cfg.heads);
+        for head in layer {
+            assert_eq!((head.len(), head[0].len()), (s, s));
+        }
+    }
+    for layer in &maps.cross {
+        for head in layer {
+            assert_eq!((head.len(), head[0].len()), (n, s));
+        }
+    }
+    for row in maps.encoder.iter().chain(&maps.cross).flatten().flatten() {
+        let sum: f32 = row.iter().sum();
+        assert!((sum - 1.0).abs() < 1e-5, "a row sums to {sum}");
+        assert!(row.iter().all(|&w| (0.0..=1.0).contains(&w)));
+    }
+}
+
+#[test]
+fn attention_of_an_unknown_word_names_it() {
+    let t = Translator::load(&shipped_model()).unwrap();
+    let err = t.attention("the cat sees the zebra").unwrap_err();
+    assert!(format!("{err:#}").contains("zebra"), "{err:#}");
+}
