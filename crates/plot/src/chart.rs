@@ -1,0 +1,297 @@
+//! The two kinds of panel every figure is made of: a heatmap and a set of curves.
+
+use anyhow::{anyhow, Result};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::colors::colormaps::ViridisRGB;
+
+/// One panel of a figure.
+pub type Area<'a> = DrawingArea<BitMapBackend<'a>, Shift>;
+
+const FONT: &str = "sans-serif";
+
+/// Makes the shipped font the one plotters draws text with (once per process).
+pub fn register_font() -> Result<()> {
+    static REGISTERED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let ok = REGISTERED.get_or_init(|| {
+        plotters::style::register_font(
+            FONT,
+            FontStyle::Normal,
+            include_bytes!("../assets/DejaVuSans.ttf"),
+        )
+        .is_ok()
+    });
+    ok.then_some(())
+        .ok_or_else(|| anyhow!("the shipped font DejaVuSans.ttf could not be read"))
+}
+
+/// A plotters error as an anyhow error (plotters' own errors borrow the backend's).
+pub fn err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
+    anyhow!("drawing failed: {e:?}")
+}
+
+/// Blue (negative) through white (0) to red (positive), symmetric around 0.
+fn diverging(v: f32, limit: f32) -> RGBColor {
+    let t = (v / limit.max(1e-12)).clamp(-1.0, 1.0);
+    let (end, t) = if t < 0.0 {
+        ((59.0, 76.0, 192.0), -t)
+    } else {
+        ((180.0, 4.0, 38.0), t)
+    };
+    let mix = |e: f32| (255.0 + (e - 255.0) * t).round() as u8;
+    RGBColor(mix(end.0), mix(end.1), mix(end.2))
+}
+
+/// A matrix drawn as coloured cells, row 0 at the top.
+pub struct Heatmap<'a> {
+    /// `values[row][column]`.
+    pub values: &'a [Vec<f32>],
+    /// Panel title.
+    pub title: String,
+    /// What the columns are.
+    pub x_desc: &'a str,
+    /// What the rows are.
+    pub y_desc: &'a str,
+    /// Column labels (tokens); numbers when `None`.
+    pub x_ticks: Option<&'a [String]>,
+    /// Row labels (tokens); numbers when `None`.
+    pub y_ticks: Option<&'a [String]>,
+    /// Diverging colours around 0 (signed values) instead of viridis from min to max.
+    pub diverging: bool,
+}
+
+/// Draws `h` into `area`.
+pub fn heatmap(area: &Area, h: &Heatmap) -> Result<()> {
+    let rows = h.values.len() as i32;
+    let cols = h.values.first().map_or(0, Vec::len) as i32;
+    let all = h.values.iter().flatten().copied().filter(|v| v.is_finite());
+    let (lo, hi) = all.fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), v| {
+        (a.min(v), b.max(v))
+    });
+    let (lo, hi) = if lo <= hi { (lo, hi) } else { (0.0, 0.0) };
+    let limit = lo.abs().max(hi.abs());
+    let colour = |v: f32| -> RGBColor {
+        if h.diverging {
+            diverging(v, limit)
+        } else if hi > lo {
+            ViridisRGB.get_color_normalized(v, lo, hi)
+        } else {
+            ViridisRGB.get_color(0.0)
+        }
+    };
+    let title = if h.diverging {
+        format!("{}  [±{limit:.2}]", h.title)
+    } else {
+        format!("{}  [{lo:.2}, {hi:.2}]", h.title)
+    };
+    let label = |ticks: Option<&[String]>, v: &SegmentValue<i32>, flip: bool| match v {
+        SegmentValue::CenterOf(i) => {
+            let i = if flip { rows - 1 - i } else { *i };
+            ticks.map_or(i.to_string(), |t| {
+                t.get(i as usize).cloned().unwrap_or_default()
+            })
+        }
+        _ => String::new(),
+    };
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, (FONT, 15))
+        .margin(6)
+        .x_label_area_size(if h.x_ticks.is_some() { 60 } else { 30 })
+        .y_label_area_size(if h.y_ticks.is_some() { 70 } else { 40 })
+        // A segmented `0..n - 1` has one segment per value, `n` in all.
+        .build_cartesian_2d(
+            (0..(cols - 1).max(0)).into_segmented(),
+            (0..(rows - 1).max(0)).into_segmented(),
+        )
+        .map_err(err)?;
+    let x_style = if h.x_ticks.is_some() {
+        TextStyle::from((FONT, 12).into_font()).transform(FontTransform::Rotate90)
+    } else {
+        TextStyle::from((FONT, 12).into_font())
+    };
+    let max_ticks = |ticks: Option<&[String]>, n: i32| if ticks.is_some() { n as usize } else { 8 };
+    chart
+        .configure_mesh()
+        .disable_mesh()
+        .x_desc(h.x_desc)
+        .y_desc(h.y_desc)
+        .x_labels(max_ticks(h.x_ticks, cols))
+        .y_labels(max_ticks(h.y_ticks, rows))
+        .x_label_style(x_style)
+        .y_label_style((FONT, 12))
+        .axis_desc_style((FONT, 13))
+        .x_label_formatter(&|v| label(h.x_ticks, v, false))
+        .y_label_formatter(&|v| label(h.y_ticks, v, true))
+        .draw()
+        .map_err(err)?;
+    chart
+        .draw_series(h.values.iter().enumerate().flat_map(|(r, row)| {
+            let y = rows - 1 - r as i32;
+            row.iter().enumerate().map(move |(c, &v)| {
+                let c = c as i32;
+                Rectangle::new(
+                    [
+                        (SegmentValue::Exact(c), SegmentValue::Exact(y)),
+                        (SegmentValue::Exact(c + 1), SegmentValue::Exact(y + 1)),
+                    ],
+                    colour(v).filled(),
+                )
+            })
+        }))
+        .map_err(err)?;
+    Ok(())
+}
+
+/// How a series is drawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mark {
+    /// A line through the points.
+    Line,
+    /// A line with a dot on each point.
+    LineDots,
+    /// Filled dots only.
+    Dots,
+    /// Hollow circles only.
+    Rings,
+    /// Crosses only.
+    Crosses,
+}
+
+/// One named series of a [`curves`] panel.
+pub struct Series {
+    /// Legend entry (empty: none).
+    pub name: String,
+    /// `(x, y)` points.
+    pub points: Vec<(f64, f64)>,
+    /// How to draw it.
+    pub mark: Mark,
+    /// Its colour.
+    pub colour: RGBColor,
+}
+
+/// Series colours that stay apart for up to a dozen encodings.
+pub fn colour(i: usize) -> RGBColor {
+    const TABLEAU: [RGBColor; 12] = [
+        RGBColor(31, 119, 180),
+        RGBColor(255, 127, 14),
+        RGBColor(44, 160, 44),
+        RGBColor(214, 39, 40),
+        RGBColor(148, 103, 189),
+        RGBColor(140, 86, 75),
+        RGBColor(227, 119, 194),
+        RGBColor(127, 127, 127),
+        RGBColor(188, 189, 34),
+        RGBColor(23, 190, 207),
+        RGBColor(0, 0, 0),
+        RGBColor(255, 215, 0),
+    ];
+    TABLEAU[i % TABLEAU.len()]
+}
+
+/// Axes of a [`curves`] panel.
+pub struct Axes<'a> {
+    /// Panel title.
+    pub title: String,
+    /// x axis.
+    pub x_desc: &'a str,
+    /// y axis.
+    pub y_desc: &'a str,
+    /// Same scale on both axes (circles look round).
+    pub square: bool,
+    /// A fixed y range instead of the data's.
+    pub y_range: Option<(f64, f64)>,
+}
+
+/// Draws series of points into `area`, with a legend if any series is named.
+pub fn curves(area: &Area, axes: &Axes, series: &[Series]) -> Result<()> {
+    let points = series
+        .iter()
+        .flat_map(|s| &s.points)
+        .filter(|(x, y)| x.is_finite() && y.is_finite());
+    let (mut x0, mut x1, mut y0, mut y1) = points.fold(
+        (
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+        ),
+        |(a, b, c, d), &(x, y)| (a.min(x), b.max(x), c.min(y), d.max(y)),
+    );
+    if x0 > x1 {
+        (x0, x1, y0, y1) = (0.0, 1.0, 0.0, 1.0);
+    }
+    if let Some((lo, hi)) = axes.y_range {
+        (y0, y1) = (lo, hi);
+    }
+    if axes.square {
+        let r = (x1 - x0).max(y1 - y0) / 2.0;
+        let (cx, cy) = ((x0 + x1) / 2.0, (y0 + y1) / 2.0);
+        (x0, x1, y0, y1) = (cx - r, cx + r, cy - r, cy + r);
+    }
+    let pad = |a: f64, b: f64| {
+        let p = ((b - a) * 0.05).max(1e-6);
+        (a - p)..(b + p)
+    };
+    let mut chart = ChartBuilder::on(area)
+        .caption(&axes.title, (FONT, 15))
+        .margin(8)
+        .x_label_area_size(35)
+        .y_label_area_size(55)
+        .build_cartesian_2d(pad(x0, x1), pad(y0, y1))
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .light_line_style(WHITE.mix(0.0))
+        .x_desc(axes.x_desc)
+        .y_desc(axes.y_desc)
+        .label_style((FONT, 12))
+        .axis_desc_style((FONT, 13))
+        .draw()
+        .map_err(err)?;
+    for s in series {
+        let c = s.colour;
+        let finite: Vec<(f64, f64)> = s
+            .points
+            .iter()
+            .copied()
+            .filter(|(x, y)| x.is_finite() && y.is_finite())
+            .collect();
+        let drawn = match s.mark {
+            Mark::Line | Mark::LineDots => {
+                if s.mark == Mark::LineDots {
+                    chart
+                        .draw_series(finite.iter().map(|&p| Circle::new(p, 3, c.filled())))
+                        .map_err(err)?;
+                }
+                chart
+                    .draw_series(LineSeries::new(finite, c.stroke_width(2)))
+                    .map_err(err)?
+            }
+            Mark::Dots => chart
+                .draw_series(finite.iter().map(|&p| Circle::new(p, 3, c.filled())))
+                .map_err(err)?,
+            Mark::Rings => chart
+                .draw_series(finite.iter().map(|&p| Circle::new(p, 5, c.stroke_width(1))))
+                .map_err(err)?,
+            Mark::Crosses => chart
+                .draw_series(finite.iter().map(|&p| Cross::new(p, 4, c.stroke_width(1))))
+                .map_err(err)?,
+        };
+        if !s.name.is_empty() {
+            drawn.label(s.name.as_str()).legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(3))
+            });
+        }
+    }
+    if series.iter().any(|s| !s.name.is_empty()) {
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK.mix(0.3))
+            .label_font((FONT, 12))
+            .position(SeriesLabelPosition::UpperRight)
+            .draw()
+            .map_err(err)?;
+    }
+    Ok(())
+}

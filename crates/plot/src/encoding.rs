@@ -1,0 +1,408 @@
+//! The documents' figures of one encoding.
+//!
+//! Encodings that add to the embeddings (and rotary, whose angles are drawn as the
+//! sinusoidal table `[cos θ_0(p), sin θ_0(p), cos θ_1(p), …]` they rotate by) get six
+//! panels: the table (position × dimension); the dot products `PE(p)·PE(q)`; the decay
+//! of `PE(p)·PE(p+k)` over `k`; each sin/cos pair traced over positions (circles for
+//! sinusoids); `PE(p+k)` against `M_k·PE(p)` for one pair and one `k`, with `M_k` the
+//! least-squares 2×2 map; and how well such a linear map exists for every `k`. Encodings
+//! that bias the attention scores get the bias (and T5's buckets) and its decay per head.
+
+use std::path::Path;
+
+use anyhow::{ensure, Result};
+use candle_core::Device;
+use plotters::prelude::*;
+use posenc::{EncodingConfig, Table};
+
+use crate::chart::{colour, curves, err, heatmap, register_font, Axes, Heatmap, Mark, Series};
+
+/// The positions-by-features matrix, and which columns form sin/cos pairs.
+struct Features {
+    rows: Vec<Vec<f32>>,
+    pairs: Vec<(usize, usize)>,
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f64 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| f64::from(*x) * f64::from(*y))
+        .sum()
+}
+
+/// The least-squares 2×2 `M` with `y_p ≈ M x_p`, and the largest `|y_p − M x_p|`.
+fn fit_pair(x: &[(f64, f64)], y: &[(f64, f64)]) -> ([[f64; 2]; 2], f64) {
+    // M = (Σ y xᵀ)(Σ x xᵀ)⁻¹, with a tiny ridge so constant or zero pairs stay finite.
+    let (mut a, mut b) = ([[0.0; 2]; 2], [[0.0; 2]; 2]);
+    for (&(x0, x1), &(y0, y1)) in x.iter().zip(y) {
+        let (xv, yv) = ([x0, x1], [y0, y1]);
+        for i in 0..2 {
+            for j in 0..2 {
+                a[i][j] += yv[i] * xv[j];
+                b[i][j] += xv[i] * xv[j];
+            }
+        }
+    }
+    let ridge = 1e-12 * (b[0][0] + b[1][1]).max(1e-12);
+    b[0][0] += ridge;
+    b[1][1] += ridge;
+    let det = b[0][0] * b[1][1] - b[0][1] * b[1][0];
+    let inv = [
+        [b[1][1] / det, -b[0][1] / det],
+        [-b[1][0] / det, b[0][0] / det],
+    ];
+    let mut m = [[0.0; 2]; 2];
+    for i in 0..2 {
+        for j in 0..2 {
+            m[i][j] = a[i][0] * inv[0][j] + a[i][1] * inv[1][j];
+        }
+    }
+    let worst = x
+        .iter()
+        .zip(y)
+        .map(|(&(x0, x1), &(y0, y1))| {
+            let (p0, p1) = (m[0][0] * x0 + m[0][1] * x1, m[1][0] * x0 + m[1][1] * x1);
+            ((y0 - p0).powi(2) + (y1 - p1).powi(2)).sqrt()
+        })
+        .fold(0.0, f64::max);
+    (m, worst)
+}
+
+impl Features {
+    fn pair(&self, i: usize, from: usize, to: usize) -> Vec<(f64, f64)> {
+        let (a, b) = self.pairs[i];
+        self.rows[from..to]
+            .iter()
+            .map(|r| (f64::from(r[a]), f64::from(r[b])))
+            .collect()
+    }
+
+    /// Over every pair: the largest residual of the best 2×2 map from `PE(p)` to `PE(p+k)`.
+    fn shift_residual(&self, k: usize) -> f64 {
+        let n = self.rows.len();
+        (0..self.pairs.len())
+            .map(|i| fit_pair(&self.pair(i, 0, n - k), &self.pair(i, k, n)).1)
+            .fold(0.0, f64::max)
+    }
+}
+
+fn features(table: Table, halves: bool) -> Result<Option<Features>> {
+    let (rows, pairs) = match table {
+        Table::Additive(t) => {
+            let rows: Vec<Vec<f32>> = t.to_vec2()?;
+            let d = rows.first().map_or(0, Vec::len);
+            let pairs = if halves {
+                (0..d / 2).map(|i| (i, i + d / 2)).collect()
+            } else {
+                (0..d / 2).map(|i| (2 * i, 2 * i + 1)).collect()
+            };
+            (rows, pairs)
+        }
+        Table::Rotary { cos, sin } => {
+            let (cos, sin): (Vec<Vec<f32>>, Vec<Vec<f32>>) = (cos.to_vec2()?, sin.to_vec2()?);
+            let rows: Vec<Vec<f32>> = cos
+                .iter()
+                .zip(&sin)
+                .map(|(c, s)| c.iter().zip(s).flat_map(|(&c, &s)| [c, s]).collect())
+                .collect();
+            let half = cos.first().map_or(0, Vec::len);
+            (rows, (0..half).map(|i| (2 * i, 2 * i + 1)).collect())
+        }
+        Table::Bias(_) | Table::Buckets { .. } => return Ok(None),
+    };
+    Ok(Some(Features { rows, pairs }))
+}
+
+/// Draws the figure of `cfg` at width `d_model` (and `heads` heads, for biases) over
+/// positions `0..len` into the PNG `path`.
+pub fn encoding(
+    cfg: &EncodingConfig,
+    d_model: usize,
+    heads: usize,
+    len: usize,
+    path: &Path,
+) -> Result<()> {
+    ensure!(
+        len >= 4,
+        "--len must be at least 4 to show shifts, got {len}"
+    );
+    register_font()?;
+    let pe = cfg.build_untrained(d_model, heads, &Device::Cpu)?;
+    let kind = cfg.kind();
+    let table = pe.table(len)?;
+    let halves = matches!(cfg, EncodingConfig::SinusoidalConcat { .. });
+    if let Some(f) = features(table.clone(), halves)? {
+        additive(&f, kind, d_model, path)
+    } else {
+        bias(table, kind, path)
+    }
+}
+
+fn additive(f: &Features, kind: &str, d: usize, path: &Path) -> Result<()> {
+    let len = f.rows.len();
+    let root = BitMapBackend::new(path, (1500, 960)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let root = root
+        .titled(
+            &format!("{kind}: d_model {d}, positions 0..{len}"),
+            ("sans-serif", 20),
+        )
+        .map_err(err)?;
+    let panels = root.split_evenly((2, 3));
+    heatmap(
+        &panels[0],
+        &Heatmap {
+            values: &f.rows,
+            title: "PE(pos, i)".into(),
+            x_desc: "dimension i",
+            y_desc: "position",
+            x_ticks: None,
+            y_ticks: None,
+            diverging: true,
+        },
+    )?;
+    let gram: Vec<Vec<f32>> = f
+        .rows
+        .iter()
+        .map(|a| f.rows.iter().map(|b| dot(a, b) as f32).collect())
+        .collect();
+    heatmap(
+        &panels[1],
+        &Heatmap {
+            values: &gram,
+            title: "PE(p) · PE(q)".into(),
+            x_desc: "q",
+            y_desc: "p",
+            x_ticks: None,
+            y_ticks: None,
+            diverging: false,
+        },
+    )?;
+    let decay: Vec<Series> = [0, len / 2]
+        .iter()
+        .enumerate()
+        .map(|(c, &p)| Series {
+            name: format!("p = {p}"),
+            points: (0..len - p)
+                .map(|k| (k as f64, dot(&f.rows[p], &f.rows[p + k])))
+                .collect(),
+            mark: if c == 0 { Mark::Line } else { Mark::Dots },
+            colour: colour(c),
+        })
+        .collect();
+    curves(
+        &panels[2],
+        &Axes {
+            title: "PE(p) · PE(p+k)".into(),
+            x_desc: "k",
+            y_desc: "dot product",
+            square: false,
+            y_range: None,
+        },
+        &decay,
+    )?;
+    let n = f.pairs.len();
+    let mut chosen = vec![0, n / 8, n / 4, n / 2, n.saturating_sub(1)];
+    chosen.dedup();
+    chosen.retain(|&i| i < n);
+    let circles: Vec<Series> = chosen
+        .iter()
+        .enumerate()
+        .map(|(c, &i)| Series {
+            name: format!("dims {}, {}", f.pairs[i].0, f.pairs[i].1),
+            points: f.pair(i, 0, len),
+            mark: Mark::LineDots,
+            colour: colour(c),
+        })
+        .collect();
+    curves(
+        &panels[3],
+        &Axes {
+            title: "pairs of dimensions over positions".into(),
+            x_desc: "first of the pair",
+            y_desc: "second of the pair",
+            square: true,
+            y_range: None,
+        },
+        &circles,
+    )?;
+    let k = (len / 8).max(1);
+    let i = chosen.get(1).copied().unwrap_or(0).min(n.saturating_sub(1));
+    let mut shift = Vec::new();
+    if n > 0 {
+        let (x, y) = (f.pair(i, 0, len - k), f.pair(i, k, len));
+        let (m, worst) = fit_pair(&x, &y);
+        let mapped = x
+            .iter()
+            .map(|&(a, b)| (m[0][0] * a + m[0][1] * b, m[1][0] * a + m[1][1] * b))
+            .collect();
+        shift = vec![
+            Series {
+                name: "PE(p)".into(),
+                points: x,
+                mark: Mark::Dots,
+                colour: colour(7),
+            },
+            Series {
+                name: format!("PE(p+{k})"),
+                points: y,
+                mark: Mark::Rings,
+                colour: colour(3),
+            },
+            Series {
+                name: format!("M_{k} · PE(p)"),
+                points: mapped,
+                mark: Mark::Crosses,
+                colour: colour(10),
+            },
+        ];
+        curves(
+            &panels[4],
+            &Axes {
+                title: format!(
+                    "dims {}, {}: worst miss {worst:.1e}",
+                    f.pairs[i].0, f.pairs[i].1
+                ),
+                x_desc: "first of the pair",
+                y_desc: "second of the pair",
+                square: true,
+                y_range: None,
+            },
+            &shift,
+        )?;
+    }
+    drop(shift);
+    let residual: Vec<(f64, f64)> = (1..len / 2)
+        .map(|k| (k as f64, f.shift_residual(k).max(1e-12).log10()))
+        .collect();
+    curves(
+        &panels[5],
+        &Axes {
+            title: "is PE(p+k) a linear map of PE(p)?".into(),
+            x_desc: "k",
+            y_desc: "log10 worst residual of M_k",
+            square: false,
+            y_range: Some((-8.0, 1.0)),
+        },
+        &[Series {
+            name: String::new(),
+            points: residual,
+            mark: Mark::LineDots,
+            colour: colour(0),
+        }],
+    )?;
+    root.present().map_err(err)?;
+    Ok(())
+}
+
+fn bias(table: Table, kind: &str, path: &Path) -> Result<()> {
+    let (first, bias) = match table {
+        Table::Bias(b) => {
+            let b: Vec<Vec<Vec<f32>>> = b.to_vec3()?;
+            (("attention bias, head 0", b[0].clone()), b)
+        }
+        Table::Buckets { buckets, bias } => {
+            let buckets: Vec<Vec<u32>> = buckets.to_vec2()?;
+            let buckets = buckets
+                .iter()
+                .map(|r| r.iter().map(|&x| x as f32).collect())
+                .collect();
+            (("bucket of (query, key)", buckets), bias.to_vec3()?)
+        }
+        _ => unreachable!("additive tables are drawn by `additive`"),
+    };
+    let heads = bias.len();
+    let len = first.1.len();
+    let root = BitMapBackend::new(path, (1500, 500)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let root = root
+        .titled(
+            &format!("{kind}: {heads} heads, positions 0..{len}"),
+            ("sans-serif", 20),
+        )
+        .map_err(err)?;
+    let panels = root.split_evenly((1, 3));
+    heatmap(
+        &panels[0],
+        &Heatmap {
+            values: &first.1,
+            title: first.0.into(),
+            x_desc: "key position",
+            y_desc: "query position",
+            x_ticks: None,
+            y_ticks: None,
+            diverging: false,
+        },
+    )?;
+    heatmap(
+        &panels[1],
+        &Heatmap {
+            values: &bias[heads - 1],
+            title: format!("attention bias, head {}", heads - 1),
+            x_desc: "key position",
+            y_desc: "query position",
+            x_ticks: None,
+            y_ticks: None,
+            diverging: true,
+        },
+    )?;
+    let q = len / 2;
+    let lines: Vec<Series> = bias
+        .iter()
+        .enumerate()
+        .map(|(h, b)| Series {
+            name: if heads <= 12 {
+                format!("head {h}")
+            } else {
+                String::new()
+            },
+            points: (0..len)
+                .map(|k| (k as f64 - q as f64, f64::from(b[q][k])))
+                .collect(),
+            mark: Mark::Line,
+            colour: colour(h),
+        })
+        .collect();
+    curves(
+        &panels[2],
+        &Axes {
+            title: format!("bias seen from query {q}"),
+            x_desc: "key − query",
+            y_desc: "bias",
+            square: false,
+            y_range: None,
+        },
+        &lines,
+    )?;
+    root.present().map_err(err)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fit_pair;
+
+    #[test]
+    fn fit_pair_recovers_a_rotation_and_rejects_a_curve() {
+        let angle = 0.3f64;
+        let x: Vec<(f64, f64)> = (0..20)
+            .map(|p| ((0.7 * p as f64).sin(), (0.7 * p as f64).cos()))
+            .collect();
+        let y: Vec<(f64, f64)> = x
+            .iter()
+            .map(|&(a, b)| {
+                (
+                    angle.cos() * a - angle.sin() * b,
+                    angle.sin() * a + angle.cos() * b,
+                )
+            })
+            .collect();
+        let (m, worst) = fit_pair(&x, &y);
+        assert!(worst < 1e-9, "{worst}");
+        assert!((m[0][0] - angle.cos()).abs() < 1e-9 && (m[1][0] - angle.sin()).abs() < 1e-9);
+        // y = x² is not linear in x: the best linear map misses.
+        let x: Vec<(f64, f64)> = (0..20).map(|p| (p as f64 / 20.0, 1.0)).collect();
+        let y: Vec<(f64, f64)> = x.iter().map(|&(a, _)| (a * a, 1.0)).collect();
+        assert!(fit_pair(&x, &y).1 > 0.01);
+    }
+}

@@ -1,0 +1,123 @@
+//! The figures of `posenc experiment`: validation curves of every encoding on one chart,
+//! and exact match by sentence length (1–2 clauses trained on, 3–4 not).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use plotters::prelude::*;
+use posenc_train::experiment::Experiment;
+use posenc_train::trainer::Translator;
+
+use crate::chart::{colour, curves, err, register_font, Axes, Mark, Series};
+
+/// `curves.png`.
+pub const CURVES: &str = "curves.png";
+/// `by_length.png`.
+pub const BY_LENGTH: &str = "by_length.png";
+/// `<kind>/attention.png`: each trained model's attention maps for [`ATTENTION_SENTENCE`].
+pub const ATTENTION: &str = "attention.png";
+/// A sentence whose place phrase Kotoba moves to the front.
+pub const ATTENTION_SENTENCE: &str = "the small cat sees the dog in the park";
+
+/// Writes `curves.png`, `by_length.png` and every trained model's `<kind>/attention.png`
+/// into `out`; returns their paths.
+pub fn experiment(exp: &Experiment, out: &Path) -> Result<Vec<PathBuf>> {
+    register_font()?;
+    let history = |f: fn(&posenc_train::trainer::Record) -> f64| -> Vec<Series> {
+        exp.results
+            .iter()
+            .enumerate()
+            .map(|(i, r)| Series {
+                name: r.kind.clone(),
+                points: r.history.iter().map(|h| (h.step as f64, f(h))).collect(),
+                mark: Mark::LineDots,
+                colour: colour(i),
+            })
+            .collect()
+    };
+    let curves_path = out.join(CURVES);
+    {
+        let root = BitMapBackend::new(&curves_path, (1400, 560)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let panels = root.split_evenly((1, 2));
+        curves(
+            &panels[0],
+            &Axes {
+                title: "validation loss".into(),
+                x_desc: "step",
+                y_desc: "label-smoothed cross-entropy",
+                square: false,
+                y_range: None,
+            },
+            &history(|h| h.valid_loss),
+        )?;
+        curves(
+            &panels[1],
+            &Axes {
+                title: "validation exact match (greedy)".into(),
+                x_desc: "step",
+                y_desc: "fraction exactly right",
+                square: false,
+                y_range: None,
+            },
+            &history(|h| h.valid_exact),
+        )?;
+        root.present().map_err(err)?;
+    }
+    let length_path = out.join(BY_LENGTH);
+    {
+        let root = BitMapBackend::new(&length_path, (900, 560)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let series: Vec<Series> = exp
+            .results
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| {
+                let m = r.metrics.as_ref()?;
+                Some(Series {
+                    name: r.kind.clone(),
+                    points: m
+                        .exact_by_clauses
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(c, x)| Some(((c + 1) as f64, (*x)?)))
+                        .collect(),
+                    mark: Mark::LineDots,
+                    colour: colour(i),
+                })
+            })
+            .collect();
+        curves(
+            &root,
+            &Axes {
+                title: "exact match by clauses (trained on 1–2)".into(),
+                x_desc: "clauses in the sentence",
+                y_desc: "fraction exactly right",
+                square: false,
+                y_range: None,
+            },
+            &series,
+        )?;
+        root.present().map_err(err)?;
+    }
+    let mut written = vec![curves_path, length_path];
+    for r in exp.results.iter().filter(|r| r.metrics.is_some()) {
+        let dir = out.join(&r.kind);
+        let translator = Translator::load(&dir)?;
+        let maps = translator.attention(ATTENTION_SENTENCE)?;
+        let path = dir.join(ATTENTION);
+        let mut said = maps.target.clone();
+        said.pop();
+        crate::attention(
+            &maps,
+            &format!(
+                "{}: \"{ATTENTION_SENTENCE}\" → \"{}\"",
+                r.kind,
+                said.join(" ")
+            ),
+            &path,
+        )?;
+        written.push(path);
+    }
+    Ok(written)
+}

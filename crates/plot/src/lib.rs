@@ -1,0 +1,26 @@
+//! # posenc-plot: the pictures of what position does
+//!
+//! PNG figures drawn with plotters' pure-Rust bitmap backend and text through ab_glyph
+//! with the DejaVu Sans file in `assets/` (no system fonts or -dev packages needed):
+//!
+//! - [`encoding()`]: an encoding as a heatmap (position × dimension), its dot products
+//!   and their decay, its sin/cos pairs as circles, and `PE(p+k) = M_k·PE(p)`;
+//! - [`attention()`]: a trained model's attention maps for one sentence;
+//! - [`experiment()`]: validation curves of every encoding and exact match by length.
+//!
+//! ```no_run
+//! # fn main() -> anyhow::Result<()> {
+//! let sinusoidal = posenc::EncodingConfig::from_kind("sinusoidal")?;
+//! posenc_plot::encoding(&sinusoidal, 64, 4, 100, std::path::Path::new("sinusoidal.png"))?;
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod attention;
+pub mod chart;
+pub mod encoding;
+pub mod experiment;
+
+pub use attention::attention;
+pub use encoding::encoding;
+pub use experiment::experiment;
