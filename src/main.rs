@@ -25,6 +25,11 @@ enum Command {
     Translate(cmd::translate::TranslateArgs),
     /// Exact match and BLEU of a model on every evaluation split.
     Eval(cmd::translate::EvalArgs),
+    /// Train the toy model once per positional encoding and compare them.
+    Experiment(cmd::experiment::ExperimentArgs),
+    /// Draw figures (PNG).
+    #[command(subcommand)]
+    Plot(cmd::plot::PlotCommand),
     /// Sentence embeddings from a pretrained sentence-transformers model.
     Embed(cmd::embed::EmbedArgs),
     /// Measure speed.
@@ -49,6 +54,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Translate(c) => c.run(&mut std::io::stdout().lock()),
         Command::Eval(c) => c.run(&mut std::io::stdout().lock()),
         Command::Bench(c) => c.run(&mut std::io::stdout().lock()),
+        Command::Experiment(c) => c.run(&mut std::io::stdout().lock()),
+        Command::Plot(c) => c.run(&mut std::io::stdout().lock()),
         Command::Embed(c) => c.run(&mut std::io::stdout().lock()),
     }
 }

@@ -3,6 +3,8 @@
 pub mod bench;
 pub mod embed;
 pub mod encoding;
+pub mod experiment;
+pub mod plot;
 pub mod translate;
 
 /// The sentences given as arguments, or with none, one per line from standard input.

@@ -1,0 +1,67 @@
+//! `posenc experiment`: the toy translation model once per positional encoding.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::Args;
+use posenc::EncodingConfig;
+use posenc_train::experiment::{self, ExperimentConfig, RESULTS_JSON, RESULTS_MD};
+use posenc_train::trainer::RunOptions;
+
+/// `posenc experiment`
+#[derive(Args, Debug)]
+pub struct ExperimentArgs {
+    /// Comma-separated encoding kinds [default: every kind; with --quick:
+    /// none,sinusoidal].
+    #[arg(long, value_delimiter = ',')]
+    encodings: Option<Vec<EncodingConfig>>,
+    /// Optimizer steps per encoding [default: 1000; with --quick: 500].
+    #[arg(long)]
+    steps: Option<usize>,
+    /// Seed of weights and batch order (the data has its own, fixed seed).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Output directory: one run per encoding, results.md, results.json and plots.
+    #[arg(long, default_value = "runs/experiment")]
+    out: PathBuf,
+    /// A smaller budget (fewer steps, smaller evaluation splits): minutes, not half an hour.
+    #[arg(long)]
+    quick: bool,
+    /// No progress bars.
+    #[arg(long)]
+    quiet: bool,
+}
+
+impl ExperimentArgs {
+    /// Runs the command.
+    pub fn run(self, out: &mut impl Write) -> Result<()> {
+        let mut cfg = if self.quick {
+            ExperimentConfig::quick()
+        } else {
+            ExperimentConfig::full()
+        };
+        if let Some(e) = self.encodings {
+            cfg.encodings = e;
+        }
+        cfg.base.steps = self.steps.unwrap_or(cfg.base.steps);
+        cfg.base.seed = self.seed.unwrap_or(cfg.base.seed);
+        let opts = RunOptions { quiet: self.quiet };
+        let result = experiment::run(&cfg, &self.out, opts)?;
+        let plots = posenc_plot::experiment(&result, &self.out)?;
+        write!(out, "{}", result.table())?;
+        writeln!(
+            out,
+            "\n{} and {} in {}; plots: {}",
+            RESULTS_MD,
+            RESULTS_JSON,
+            self.out.display(),
+            plots
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )?;
+        Ok(())
+    }
+}

@@ -1,0 +1,82 @@
+//! `posenc plot encoding` and `posenc plot attention`: PNG figures.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Subcommand;
+use posenc::EncodingConfig;
+use posenc_train::trainer::{shipped_model, Translator};
+
+/// `posenc plot …`
+#[derive(Subcommand, Debug)]
+pub enum PlotCommand {
+    /// An encoding as the documents draw it: heatmap, dot products, rotations.
+    Encoding {
+        /// The encoding: a kind or a JSON encoding config.
+        #[arg(long)]
+        kind: EncodingConfig,
+        /// Model width.
+        #[arg(long, default_value_t = 64)]
+        d_model: usize,
+        /// Attention heads (for the bias encodings).
+        #[arg(long, default_value_t = 4)]
+        heads: usize,
+        /// Positions 0..len.
+        #[arg(long, default_value_t = 64)]
+        len: usize,
+        /// Output PNG.
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Attention maps of a trained model for one sentence, every layer and head.
+    Attention {
+        /// Model directory [default: the shipped models/kotoba].
+        #[arg(long)]
+        model: Option<PathBuf>,
+        /// The English sentence.
+        #[arg(long)]
+        sentence: String,
+        /// Output PNG.
+        #[arg(long)]
+        out: PathBuf,
+    },
+}
+
+impl PlotCommand {
+    /// Runs the command.
+    pub fn run(self, out: &mut impl Write) -> Result<()> {
+        let path = match self {
+            Self::Encoding {
+                kind,
+                d_model,
+                heads,
+                len,
+                out,
+            } => {
+                posenc_plot::encoding(&kind, d_model, heads, len, &out)?;
+                out
+            }
+            Self::Attention {
+                model,
+                sentence,
+                out,
+            } => {
+                let dir = model.unwrap_or_else(shipped_model);
+                let translator = Translator::load(&dir)
+                    .with_context(|| format!("loading the model in {}", dir.display()))?;
+                let maps = translator.attention(&sentence)?;
+                let kind = translator.model.config().encoding.kind();
+                let title = format!("{kind}: \"{sentence}\" → \"{}\"", {
+                    let mut t = maps.target.clone();
+                    t.pop();
+                    t.join(" ")
+                });
+                posenc_plot::attention(&maps, &title, &out)?;
+                out
+            }
+        };
+        writeln!(out, "{}", path.display())?;
+        Ok(())
+    }
+}

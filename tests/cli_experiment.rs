@@ -1,0 +1,193 @@
+//! `posenc experiment --quick` and `posenc plot` as a user runs them. The quick
+//! experiment checks the documents' central claim: without positional information the
+//! encoder sees a bag of words, so a clause and its subject/object swap cannot both be
+//! translated; with the sinusoidal encoding they can.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn posenc(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_posenc"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into()
+}
+
+/// The width and height of a PNG file, read from its IHDR chunk.
+fn png_size(path: &Path) -> (u32, u32) {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert_eq!(
+        &bytes[..8],
+        b"\x89PNG\r\n\x1a\n",
+        "{} is not a PNG",
+        path.display()
+    );
+    assert_eq!(&bytes[12..16], b"IHDR");
+    let be = |i: usize| u32::from_be_bytes(bytes[i..i + 4].try_into().unwrap());
+    (be(16), be(20))
+}
+
+#[test]
+fn quick_experiment_shows_that_order_needs_position() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("exp");
+    let run = posenc(&[
+        "experiment",
+        "--quick",
+        "--quiet",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let row = |kind: &str| {
+        json["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["kind"] == kind)
+            .unwrap_or_else(|| panic!("no row for {kind}"))
+            .clone()
+    };
+    let swap = |kind: &str| row(kind)["metrics"]["order_swap"].as_f64().unwrap();
+    assert!(
+        swap("none") <= 0.6,
+        "none got {} of the order swaps",
+        swap("none")
+    );
+    assert!(
+        swap("sinusoidal") >= 0.95,
+        "sinusoidal got only {} of the order swaps",
+        swap("sinusoidal")
+    );
+    // Every step budget was spent and validated along the way.
+    for kind in ["none", "sinusoidal"] {
+        let history = row(kind)["history"].as_array().unwrap().clone();
+        assert_eq!(history.last().unwrap()["step"], 500);
+        assert!(history.len() >= 5);
+    }
+    let md = std::fs::read_to_string(out.join("results.md")).unwrap();
+    for kind in ["| none |", "| sinusoidal |"] {
+        assert!(md.contains(kind), "results.md lacks {kind}:\n{md}");
+    }
+    let (w, h) = png_size(&out.join("curves.png"));
+    assert!(w >= 800 && h >= 400);
+    png_size(&out.join("by_length.png"));
+    png_size(&out.join("sinusoidal/attention.png"));
+}
+
+#[test]
+fn plot_encoding_draws_every_kind() {
+    let dir = tempfile::tempdir().unwrap();
+    for kind in posenc::EncodingConfig::KINDS {
+        let path = dir.path().join(format!("{kind}.png"));
+        let out = posenc(&[
+            "plot",
+            "encoding",
+            "--kind",
+            kind,
+            "--d-model",
+            "32",
+            "--len",
+            "40",
+            "--out",
+            path.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{kind}: {}", stderr(&out));
+        let (w, h) = png_size(&path);
+        assert!(w >= 1000 && h >= 400, "{kind}: {w}×{h}");
+    }
+}
+
+#[test]
+fn plot_attention_draws_the_shipped_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("attention.png");
+    let out = posenc(&[
+        "plot",
+        "attention",
+        "--sentence",
+        "the cat sees the dog in the park",
+        "--out",
+        path.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // 4 heads across; 2 encoder and 2 cross-attention layers down.
+    let (w, h) = png_size(&path);
+    assert_eq!((w, h), (4 * 360, 4 * 340 + 40));
+}
+
+#[test]
+fn bad_plot_input_is_an_error_naming_the_cause() {
+    let dir = tempfile::tempdir().unwrap();
+    let png = dir.path().join("x.png");
+    let png = png.to_str().unwrap();
+    for (args, cause) in [
+        (
+            vec![
+                "plot",
+                "encoding",
+                "--kind",
+                "sinusoidal",
+                "--d-model",
+                "7",
+                "--out",
+                png,
+            ],
+            "7",
+        ),
+        (
+            vec![
+                "plot",
+                "encoding",
+                "--kind",
+                "sinusoidal",
+                "--len",
+                "2",
+                "--out",
+                png,
+            ],
+            "--len",
+        ),
+        (
+            vec!["plot", "encoding", "--kind", "wavelet", "--out", png],
+            "wavelet",
+        ),
+        (
+            vec![
+                "plot",
+                "attention",
+                "--sentence",
+                "the zebra sees the cat",
+                "--out",
+                png,
+            ],
+            "zebra",
+        ),
+        (
+            vec![
+                "experiment",
+                "--quick",
+                "--encodings",
+                "none,none",
+                "--out",
+                png,
+            ],
+            "twice",
+        ),
+    ] {
+        let out = posenc(&args);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(
+            stderr(&out).contains(cause),
+            "{args:?}: the error does not name `{cause}`: {}",
+            stderr(&out)
+        );
+    }
+    assert!(!Path::new(png).exists(), "a failed plot left a file");
+}
