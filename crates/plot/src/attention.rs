@@ -6,10 +6,9 @@
 use std::path::Path;
 
 use anyhow::{ensure, Result};
-use plotters::prelude::*;
 use posenc_train::inspect::AttentionMaps;
 
-use crate::chart::{err, heatmap, register_font, Heatmap};
+use crate::chart::{err, figure, heatmap, Heatmap};
 
 /// Draws `maps` into the PNG `path`: one row per layer (encoder layers, then decoder
 /// cross-attention layers), one column per head.
@@ -18,13 +17,9 @@ pub fn attention(maps: &AttentionMaps, title: &str, path: &Path) -> Result<()> {
         !maps.encoder.is_empty() && !maps.encoder[0].is_empty(),
         "the model has no encoder attention to draw"
     );
-    register_font()?;
     let heads = maps.encoder[0].len();
     let rows = maps.encoder.len() + maps.cross.len();
-    let root =
-        BitMapBackend::new(path, (360 * heads as u32, 340 * rows as u32 + 40)).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
-    let root = root.titled(title, ("sans-serif", 20)).map_err(err)?;
+    let root = figure(path, (360 * heads as u32, 340 * rows as u32 + 40), title)?;
     let panels = root.split_evenly((rows, heads));
     let layers = maps
         .encoder

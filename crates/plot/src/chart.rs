@@ -11,7 +11,7 @@ pub type Area<'a> = DrawingArea<BitMapBackend<'a>, Shift>;
 const FONT: &str = "sans-serif";
 
 /// Makes the shipped font the one plotters draws text with (once per process).
-pub fn register_font() -> Result<()> {
+fn register_font() -> Result<()> {
     static REGISTERED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let ok = REGISTERED.get_or_init(|| {
         plotters::style::register_font(
@@ -23,6 +23,19 @@ pub fn register_font() -> Result<()> {
     });
     ok.then_some(())
         .ok_or_else(|| anyhow!("the shipped font DejaVuSans.ttf could not be read"))
+}
+
+/// A white `size` PNG canvas at `path` with `title` on top; the area below the title.
+/// Call `present()` on it to write the file.
+pub fn figure<'a>(path: &'a std::path::Path, size: (u32, u32), title: &str) -> Result<Area<'a>> {
+    register_font()?;
+    let root = BitMapBackend::new(path, size).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    if title.is_empty() {
+        Ok(root)
+    } else {
+        root.titled(title, (FONT, 20)).map_err(err)
+    }
 }
 
 /// A plotters error as an anyhow error (plotters' own errors borrow the backend's).

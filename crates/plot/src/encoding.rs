@@ -12,10 +12,9 @@ use std::path::Path;
 
 use anyhow::{ensure, Result};
 use candle_core::Device;
-use plotters::prelude::*;
 use posenc::{EncodingConfig, Table};
 
-use crate::chart::{colour, curves, err, heatmap, register_font, Axes, Heatmap, Mark, Series};
+use crate::chart::{colour, curves, err, figure, heatmap, Axes, Heatmap, Mark, Series};
 
 /// The positions-by-features matrix, and which columns form sin/cos pairs.
 struct Features {
@@ -126,7 +125,6 @@ pub fn encoding(
         len >= 4,
         "--len must be at least 4 to show shifts, got {len}"
     );
-    register_font()?;
     let pe = cfg.build_untrained(d_model, heads, &Device::Cpu)?;
     let kind = cfg.kind();
     let table = pe.table(len)?;
@@ -140,14 +138,11 @@ pub fn encoding(
 
 fn additive(f: &Features, kind: &str, d: usize, path: &Path) -> Result<()> {
     let len = f.rows.len();
-    let root = BitMapBackend::new(path, (1500, 960)).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
-    let root = root
-        .titled(
-            &format!("{kind}: d_model {d}, positions 0..{len}"),
-            ("sans-serif", 20),
-        )
-        .map_err(err)?;
+    let root = figure(
+        path,
+        (1500, 960),
+        &format!("{kind}: d_model {d}, positions 0..{len}"),
+    )?;
     let panels = root.split_evenly((2, 3));
     heatmap(
         &panels[0],
@@ -313,14 +308,11 @@ fn bias(table: Table, kind: &str, path: &Path) -> Result<()> {
     };
     let heads = bias.len();
     let len = first.1.len();
-    let root = BitMapBackend::new(path, (1500, 500)).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
-    let root = root
-        .titled(
-            &format!("{kind}: {heads} heads, positions 0..{len}"),
-            ("sans-serif", 20),
-        )
-        .map_err(err)?;
+    let root = figure(
+        path,
+        (1500, 500),
+        &format!("{kind}: {heads} heads, positions 0..{len}"),
+    )?;
     let panels = root.split_evenly((1, 3));
     heatmap(
         &panels[0],

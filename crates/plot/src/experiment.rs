@@ -4,11 +4,10 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
-use plotters::prelude::*;
 use posenc_train::experiment::Experiment;
 use posenc_train::trainer::Translator;
 
-use crate::chart::{colour, curves, err, register_font, Axes, Mark, Series};
+use crate::chart::{colour, curves, err, figure, Axes, Mark, Series};
 
 /// `curves.png`.
 pub const CURVES: &str = "curves.png";
@@ -22,7 +21,6 @@ pub const ATTENTION_SENTENCE: &str = "the small cat sees the dog in the park";
 /// Writes `curves.png`, `by_length.png` and every trained model's `<kind>/attention.png`
 /// into `out`; returns their paths.
 pub fn experiment(exp: &Experiment, out: &Path) -> Result<Vec<PathBuf>> {
-    register_font()?;
     let history = |f: fn(&posenc_train::trainer::Record) -> f64| -> Vec<Series> {
         exp.results
             .iter()
@@ -37,8 +35,7 @@ pub fn experiment(exp: &Experiment, out: &Path) -> Result<Vec<PathBuf>> {
     };
     let curves_path = out.join(CURVES);
     {
-        let root = BitMapBackend::new(&curves_path, (1400, 560)).into_drawing_area();
-        root.fill(&WHITE).map_err(err)?;
+        let root = figure(&curves_path, (1400, 560), "")?;
         let panels = root.split_evenly((1, 2));
         curves(
             &panels[0],
@@ -66,8 +63,7 @@ pub fn experiment(exp: &Experiment, out: &Path) -> Result<Vec<PathBuf>> {
     }
     let length_path = out.join(BY_LENGTH);
     {
-        let root = BitMapBackend::new(&length_path, (900, 560)).into_drawing_area();
-        root.fill(&WHITE).map_err(err)?;
+        let root = figure(&length_path, (900, 560), "")?;
         let series: Vec<Series> = exp
             .results
             .iter()

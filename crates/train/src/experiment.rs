@@ -9,9 +9,9 @@
 //! | valid loss | the label-smoothed loss it was trained on, at the end |
 //!
 //! Each encoding trains into `out/<kind>/` with [`trainer::train`]. A finished run there
-//! with the same config is reused and an unfinished one resumed, so an interrupted
-//! experiment continues where it stopped; a run with a different config is an error
-//! rather than being overwritten. A run whose loss diverges is reported as such.
+//! with the same config is reused, and an unfinished one (or one given more steps) resumed,
+//! so an interrupted experiment continues where it stopped; a run with a different config
+//! is an error rather than being overwritten. A run whose loss diverges is reported as such.
 
 use std::path::Path;
 
@@ -244,16 +244,25 @@ fn train_or_reuse(
 ) -> Result<std::result::Result<TrainerState, (Diverged, Option<TrainerState>)>> {
     let outcome = match TrainerState::load(dir) {
         Ok(previous) => {
-            // Vocabulary sizes are filled in from the data when a run starts.
+            // Vocabulary sizes are filled in from the data when a run starts, and a run may
+            // be extended to more steps.
             let mut wanted = cfg.clone();
             wanted.model.src_vocab_size = previous.config.model.src_vocab_size;
             wanted.model.tgt_vocab_size = previous.config.model.tgt_vocab_size;
+            wanted.steps = previous.config.steps;
             ensure!(
                 previous.config == wanted,
                 "{} holds a run with a different config; choose another --out or remove it",
                 dir.display()
             );
-            if previous.step >= cfg.steps {
+            ensure!(
+                previous.step <= cfg.steps,
+                "{} holds a run of {} steps, more than the {} asked for; choose another --out",
+                dir.display(),
+                previous.step,
+                cfg.steps
+            );
+            if previous.step == cfg.steps {
                 return Ok(Ok(previous));
             }
             trainer::resume(dir, Some(cfg.steps), opts)
