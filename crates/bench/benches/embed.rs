@@ -5,9 +5,9 @@
 //!
 //! ```sh
 //! bash scripts/fetch_minilm.sh
-//! cargo bench -p posenc-embed --bench embed            # 7 rounds
-//! cargo bench -p posenc-embed --bench embed -- 15      # more rounds
-//! cargo bench -p posenc-embed --bench embed -- 3 ours  # only ours, for a profiler
+//! cargo bench -p posenc-bench --bench embed            # 7 rounds
+//! cargo bench -p posenc-bench --bench embed -- 15      # more rounds
+//! cargo bench -p posenc-bench --bench embed -- 3 ours  # only ours, for a profiler
 //! ```
 
 use std::path::PathBuf;
