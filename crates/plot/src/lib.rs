@@ -16,6 +16,8 @@
 //! # }
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod attention;
 pub mod chart;
 pub mod encoding;

@@ -21,6 +21,8 @@
 //! Tables are computed in f64, stored in f32 and cast to the model's dtype only when
 //! used; sinusoidal and rotary tables grow on demand.
 
+#![warn(missing_docs)]
+
 mod cache;
 mod config;
 mod encoding;

@@ -4,6 +4,8 @@
 //! [`optim`], [`trainer`]), decoding ([`decode`]), [`metrics`] and [`eval`], and the
 //! [`experiment`] that trains one model per positional encoding.
 
+#![warn(missing_docs)]
+
 pub mod batch;
 pub mod bench;
 pub mod data;

@@ -12,6 +12,8 @@
 //! must flow (the input tracks one), the differentiable compositions run instead, since
 //! candle-nn 0.11's fused kernels pass no gradient back.
 
+#![warn(missing_docs)]
+
 mod config;
 mod error;
 
