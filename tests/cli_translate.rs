@@ -150,11 +150,7 @@ fn translate_reads_arguments_or_stdin_and_names_unknown_words() {
 
 #[test]
 fn embed_prints_one_normalised_vector_per_line() {
-    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join(".cache/all-MiniLM-L6-v2");
-    assert!(
-        model.join("model.safetensors").exists(),
-        "run scripts/fetch_minilm.sh"
-    );
+    let model = posenc_embed::resolve::fetched_minilm().unwrap();
     let out = with_stdin(
         &[
             "embed".as_ref(),
@@ -186,7 +182,7 @@ fn embed_prints_one_normalised_vector_per_line() {
 
 #[test]
 fn embed_resolves_a_hub_id_from_hf_home_offline() {
-    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join(".cache/all-MiniLM-L6-v2");
+    let model = posenc_embed::resolve::fetched_minilm().unwrap();
     let home = tempfile::tempdir().unwrap();
     let repo = home
         .path()

@@ -10,7 +10,6 @@
 //! cargo bench -p posenc-bench --bench embed -- 3 ours  # only ours, for a profiler
 //! ```
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Result};
@@ -18,6 +17,7 @@ use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use candle_transformers::models::bert::{BertModel, Config as HfBertConfig};
 use posenc_embed::bert::Bert;
+use posenc_embed::resolve::fetched_minilm;
 use posenc_embed::sentence::{mean_pool_normalized, SentenceEncoder};
 
 const SENTENCES: usize = 256;
@@ -53,19 +53,6 @@ fn corpus() -> Vec<String> {
         .collect()
 }
 
-fn model_dir() -> Result<PathBuf> {
-    let dir = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../.cache/all-MiniLM-L6-v2"
-    ));
-    ensure!(
-        dir.join("model.safetensors").exists(),
-        "all-MiniLM-L6-v2 is missing from {}: run scripts/fetch_minilm.sh",
-        dir.display()
-    );
-    Ok(dir)
-}
-
 fn median(mut xs: Vec<Duration>) -> Duration {
     xs.sort();
     xs[xs.len() / 2]
@@ -76,7 +63,7 @@ fn main() -> Result<()> {
     let rounds: usize = args.iter().find_map(|a| a.parse().ok()).unwrap_or(7);
     if args.iter().any(|a| a == "ours") {
         // Only our model, for `perf record`: no comparison, no candle-transformers.
-        let encoder = SentenceEncoder::load(&model_dir()?)?;
+        let encoder = SentenceEncoder::load(&fetched_minilm()?)?;
         let batches = corpus()
             .chunks(BATCH)
             .map(|c| encoder.tokenize(c))
@@ -93,7 +80,7 @@ fn main() -> Result<()> {
         );
         return Ok(());
     }
-    let dir = model_dir()?;
+    let dir = fetched_minilm()?;
     let dev = Device::Cpu;
     let encoder = SentenceEncoder::load(&dir)?;
     let ours = Bert::load(&dir, &dev)?;

@@ -20,6 +20,19 @@ pub const FILES: [&str; 5] = [
     "1_Pooling/config.json",
 ];
 
+/// Where `scripts/fetch_minilm.sh` puts all-MiniLM-L6-v2 (`.cache/all-MiniLM-L6-v2` at
+/// the repository root); an error naming the script when the model is not there.
+pub fn fetched_minilm() -> Result<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache/all-MiniLM-L6-v2");
+    if !dir.join("model.safetensors").exists() {
+        bail!(
+            "all-MiniLM-L6-v2 is missing from {}: run scripts/fetch_minilm.sh",
+            dir.display()
+        );
+    }
+    Ok(dir)
+}
+
 /// The hub cache directory: `$HF_HOME/hub`, or `~/.cache/huggingface/hub`.
 pub fn cache_dir() -> Result<PathBuf> {
     if let Some(home) = std::env::var_os("HF_HOME") {

@@ -2,23 +2,9 @@
 //! BertModel (`scripts/make_minilm_fixtures.py`). The model comes from
 //! `scripts/fetch_minilm.sh` (run by `.ci/run`); without it these tests fail.
 
-use std::path::PathBuf;
-
 use candle_core::{Device, IndexOp, Tensor};
+use posenc_embed::resolve::fetched_minilm;
 use posenc_embed::sentence::SentenceEncoder;
-
-fn model_dir() -> PathBuf {
-    let dir = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../.cache/all-MiniLM-L6-v2"
-    ));
-    assert!(
-        dir.join("model.safetensors").exists(),
-        "all-MiniLM-L6-v2 is missing from {}: run scripts/fetch_minilm.sh",
-        dir.display()
-    );
-    dir
-}
 
 fn fixtures() -> (
     Vec<String>,
@@ -54,7 +40,7 @@ fn fixtures() -> (
 
 #[test]
 fn token_ids_embeddings_and_hidden_states_match_the_reference() {
-    let encoder = SentenceEncoder::load(&model_dir()).unwrap();
+    let encoder = SentenceEncoder::load(&fetched_minilm().unwrap()).unwrap();
     let (sentences, want_ids, reference) = fixtures();
     assert!(sentences.len() >= 10);
 
@@ -111,7 +97,7 @@ fn token_ids_embeddings_and_hidden_states_match_the_reference() {
 
 #[test]
 fn batch_size_does_not_change_embeddings() {
-    let encoder = SentenceEncoder::load(&model_dir()).unwrap();
+    let encoder = SentenceEncoder::load(&fetched_minilm().unwrap()).unwrap();
     let (sentences, _, _) = fixtures();
     let one = encoder.embed(&sentences, 1).unwrap();
     let all = encoder.embed(&sentences, 32).unwrap();
@@ -127,7 +113,7 @@ fn batch_size_does_not_change_embeddings() {
 
 #[test]
 fn a_checkpoint_that_does_not_fit_is_named() {
-    let src = model_dir();
+    let src = fetched_minilm().unwrap();
     let dir = std::env::temp_dir().join(format!("posenc-minilm-bad-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::copy(src.join("config.json"), dir.join("config.json")).unwrap();

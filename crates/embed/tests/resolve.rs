@@ -3,22 +3,10 @@
 
 use std::path::{Path, PathBuf};
 
-use posenc_embed::resolve::{resolve_in, FILES};
+use posenc_embed::resolve::{fetched_minilm, resolve_in, FILES};
 use posenc_embed::sentence::SentenceEncoder;
 
 const REPO: &str = "sentence-transformers/all-MiniLM-L6-v2";
-
-fn source() -> PathBuf {
-    let dir = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../.cache/all-MiniLM-L6-v2"
-    ));
-    assert!(
-        dir.join("model.safetensors").exists(),
-        "run scripts/fetch_minilm.sh"
-    );
-    dir
-}
 
 /// `cache/models--sentence-transformers--all-MiniLM-L6-v2/{refs/main, snapshots/REV/...}`,
 /// files linked from the fetched model, leaving out `skip`.
@@ -31,7 +19,7 @@ fn hub_cache(cache: &Path, skip: Option<&str>) -> PathBuf {
     for file in FILES.iter().filter(|f| Some(**f) != skip) {
         let dst = snapshot.join(file);
         std::fs::create_dir_all(dst.parent().unwrap()).unwrap();
-        std::os::unix::fs::symlink(source().join(file), &dst).unwrap();
+        std::os::unix::fs::symlink(fetched_minilm().unwrap().join(file), &dst).unwrap();
     }
     snapshot
 }
@@ -47,7 +35,7 @@ fn a_repo_id_resolves_to_its_cached_snapshot_offline() {
         .unwrap()
         .embed(&sentences, 1)
         .unwrap();
-    let from_dir = SentenceEncoder::load(&source())
+    let from_dir = SentenceEncoder::load(&fetched_minilm().unwrap())
         .unwrap()
         .embed(&sentences, 1)
         .unwrap();

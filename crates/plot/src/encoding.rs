@@ -85,7 +85,7 @@ impl Features {
     }
 }
 
-fn features(table: Table, halves: bool) -> Result<Option<Features>> {
+fn features(table: &Table, halves: bool) -> Result<Option<Features>> {
     let (rows, pairs) = match table {
         Table::Additive(t) => {
             let rows: Vec<Vec<f32>> = t.to_vec2()?;
@@ -129,7 +129,7 @@ pub fn encoding(
     let kind = cfg.kind();
     let table = pe.table(len)?;
     let halves = matches!(cfg, EncodingConfig::SinusoidalConcat { .. });
-    if let Some(f) = features(table.clone(), halves)? {
+    if let Some(f) = features(&table, halves)? {
         additive(&f, kind, d_model, path)
     } else {
         bias(table, kind, path)
@@ -223,7 +223,6 @@ fn additive(f: &Features, kind: &str, d: usize, path: &Path) -> Result<()> {
     )?;
     let k = (len / 8).max(1);
     let i = chosen.get(1).copied().unwrap_or(0).min(n.saturating_sub(1));
-    let mut shift = Vec::new();
     if n > 0 {
         let (x, y) = (f.pair(i, 0, len - k), f.pair(i, k, len));
         let (m, worst) = fit_pair(&x, &y);
@@ -231,7 +230,7 @@ fn additive(f: &Features, kind: &str, d: usize, path: &Path) -> Result<()> {
             .iter()
             .map(|&(a, b)| (m[0][0] * a + m[0][1] * b, m[1][0] * a + m[1][1] * b))
             .collect();
-        shift = vec![
+        let shift = [
             Series {
                 name: "PE(p)".into(),
                 points: x,
@@ -266,7 +265,6 @@ fn additive(f: &Features, kind: &str, d: usize, path: &Path) -> Result<()> {
             &shift,
         )?;
     }
-    drop(shift);
     let residual: Vec<(f64, f64)> = (1..len / 2)
         .map(|k| (k as f64, f.shift_residual(k).max(1e-12).log10()))
         .collect();

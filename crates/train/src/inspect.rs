@@ -33,9 +33,13 @@ impl Translator {
     pub fn attention(&self, sentence: &str) -> Result<AttentionMaps> {
         let mut src_ids = self.src.encode(sentence, 1)?;
         src_ids.push(EOS_ID);
-        let hyp = decode::greedy(&self.model, std::slice::from_ref(&src_ids), 64)?
-            .pop()
-            .unwrap_or_default();
+        let hyp = decode::greedy(
+            &self.model,
+            std::slice::from_ref(&src_ids),
+            decode::DecodeConfig::default().max_len,
+        )?
+        .pop()
+        .unwrap_or_default();
         let mut tgt_in = vec![BOS_ID];
         tgt_in.extend(&hyp);
         let device = self.model.device();

@@ -48,6 +48,29 @@ pub const ADJECTIVES: [(&str, &str); 10] = [
     ("cute", "kawaii"),
 ];
 
+/// The worked examples of the toy-language spec (`shared/toy-language.md`): English and
+/// its one Kotoba translation.
+pub const SPEC_EXAMPLES: [(&str, &str); 6] = [
+    ("the dog chases the cat", "inu ga neko o oikakeru"),
+    ("the cat chases the dog", "neko ga inu o oikakeru"),
+    (
+        "the big dog chased the small cat in the park",
+        "ookii inu ga kouen de chiisai neko o oikaketa",
+    ),
+    (
+        "the cat sleeps near the river",
+        "neko ga kawa no chikaku de nemuru",
+    ),
+    (
+        "the old teacher taught the student behind the school",
+        "furui sensei ga gakkou no ushiro de gakusei o oshieta",
+    ),
+    (
+        "the fox ran and the cute rabbit found the bear at the station",
+        "kitsune ga hashitta soshite kawaii usagi ga eki de kuma o mitsuketa",
+    ),
+];
+
 /// A verb's four forms: English present and past, Kotoba present and past.
 pub type Verb = [&'static str; 4];
 

@@ -17,26 +17,7 @@ fn translate(english: &str) -> String {
 
 #[test]
 fn the_spec_examples() {
-    for (en, ko) in [
-        ("the dog chases the cat", "inu ga neko o oikakeru"),
-        ("the cat chases the dog", "neko ga inu o oikakeru"),
-        (
-            "the big dog chased the small cat in the park",
-            "ookii inu ga kouen de chiisai neko o oikaketa",
-        ),
-        (
-            "the cat sleeps near the river",
-            "neko ga kawa no chikaku de nemuru",
-        ),
-        (
-            "the old teacher taught the student behind the school",
-            "furui sensei ga gakkou no ushiro de gakusei o oshieta",
-        ),
-        (
-            "the fox ran and the cute rabbit found the bear at the station",
-            "kitsune ga hashitta soshite kawaii usagi ga eki de kuma o mitsuketa",
-        ),
-    ] {
+    for (en, ko) in SPEC_EXAMPLES {
         assert_eq!(translate(en), ko, "{en}");
     }
 }

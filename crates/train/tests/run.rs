@@ -7,6 +7,7 @@ use std::path::Path;
 use candle_core::{Device, Tensor};
 use posenc_train::data::DataConfig;
 use posenc_train::decode::DecodeConfig;
+use posenc_train::kotoba::SPEC_EXAMPLES;
 use posenc_train::trainer::{resume, train, RunOptions, TrainConfig, Translator};
 
 const QUIET: RunOptions = RunOptions { quiet: true };
@@ -104,31 +105,13 @@ fn a_short_run_learns_to_translate() {
     assert!(last.train_loss < 1.5 && last.valid_exact >= 0.8, "{last:?}");
 
     let translator = Translator::load(dir.path()).unwrap();
-    let spec = [
-        ("the dog chases the cat", "inu ga neko o oikakeru"),
-        ("the cat chases the dog", "neko ga inu o oikakeru"),
-        (
-            "the big dog chased the small cat in the park",
-            "ookii inu ga kouen de chiisai neko o oikaketa",
-        ),
-        (
-            "the cat sleeps near the river",
-            "neko ga kawa no chikaku de nemuru",
-        ),
-        (
-            "the old teacher taught the student behind the school",
-            "furui sensei ga gakkou no ushiro de gakusei o oshieta",
-        ),
-    ];
+    // The single- and two-clause examples of the spec.
+    let spec = &SPEC_EXAMPLES[..5];
     let sources: Vec<String> = spec.iter().map(|(e, _)| e.to_string()).collect();
     let greedy = translator
         .translate(&sources, &DecodeConfig::default())
         .unwrap();
-    let right = greedy
-        .iter()
-        .zip(&spec)
-        .filter(|(h, (_, k))| h == k)
-        .count();
+    let right = greedy.iter().zip(spec).filter(|(h, (_, k))| h == k).count();
     assert!(right >= 4, "{greedy:?}");
 
     // Beam search of size 1 is greedy search.
