@@ -26,7 +26,12 @@ fn main() -> anyhow::Result<()> {
         "training a {}-layer sinusoidal Transformer (d_model {}) for {} steps of {} sentences",
         cfg.model.encoder_layers, cfg.model.d_model, cfg.steps, cfg.batch_size
     );
-    let state = train(cfg.clone(), out, RunOptions::default())?;
+    // The example trains from scratch every time: it replaces its own earlier run.
+    let opts = RunOptions {
+        force: true,
+        ..RunOptions::default()
+    };
+    let state = train(cfg.clone(), out, opts)?;
     println!(
         "trained in {:.0} s at {:.0} tokens/s\n",
         state.elapsed_s,
@@ -38,7 +43,7 @@ fn main() -> anyhow::Result<()> {
     let reports = evaluate(&translator, &cfg.data, &greedy)?;
     println!("{}", table(&reports));
 
-    let splits = data::generate(&DataConfig { ..cfg.data });
+    let splits = data::generate(&DataConfig { ..cfg.data })?;
     let (a, b) = &splits.order_swap[0];
     let mut samples = vec![
         "the dog chases the cat".to_string(),

@@ -80,6 +80,11 @@ impl BertConfig {
             tie_embeddings: false,
         };
         cfg.validate()?;
+        posenc::limits::check(
+            "type_vocab_size",
+            self.type_vocab_size,
+            posenc_transformer::MAX_VOCAB,
+        )?;
         Ok(cfg)
     }
 }

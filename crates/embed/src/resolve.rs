@@ -60,6 +60,9 @@ pub fn resolve(model: &str) -> Result<PathBuf> {
     if path.is_dir() {
         return Ok(path.to_path_buf());
     }
+    if path.is_file() {
+        bail!("`{model}` is a file: --model takes a model directory or a hub repo id");
+    }
     if model.split('/').count() != 2 || model.starts_with(['.', '/']) {
         bail!("model `{model}` is neither a directory nor a hub repo id like `sentence-transformers/all-MiniLM-L6-v2`");
     }

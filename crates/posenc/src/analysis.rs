@@ -246,9 +246,11 @@ fn decay(scores: &[Matrix]) -> Vec<f64> {
         .collect()
 }
 
-/// Measures every property of `enc` at `setting`. Needs `len ≥ 2` and `0 < shift < len`.
+/// Measures every property of `enc` at `setting`. Needs `len ≥ 2` and `0 < shift < len`,
+/// and `len` within [`crate::limits::MAX_TABLE_LEN`].
 pub fn analyze(enc: &dyn PositionalEncoding, setting: Setting) -> Result<Properties> {
     let Setting { len, shift, .. } = setting;
+    crate::limits::check_table_len(len)?;
     if len < 2 || shift == 0 || shift >= len {
         return Err(Error::Config(format!(
             "analysis needs len ≥ 2 and 0 < shift < len, got len = {len}, shift = {shift}"

@@ -154,6 +154,16 @@ impl EncodingConfig {
         }
     }
 
+    /// How many weights the encoding learns at width `d_model` with `heads` heads (0 for
+    /// the fixed ones), from the config alone, so a size can be checked before allocating.
+    pub fn parameter_count(&self, d_model: usize, heads: usize) -> u128 {
+        match *self {
+            Self::Learned { max_positions } => max_positions as u128 * d_model as u128,
+            Self::T5 { num_buckets, .. } => num_buckets as u128 * heads as u128,
+            _ => 0,
+        }
+    }
+
     /// Builds the encoding for a model of width `d_model` with `heads` attention heads.
     /// Learned encodings (`learned`, `t5`) take their weights from `vb`; the others only
     /// its device.
@@ -176,6 +186,8 @@ impl EncodingConfig {
                 what: "d_model",
             });
         }
+        crate::limits::check("heads", heads, crate::limits::MAX_HEADS)?;
+        crate::limits::check("d_model", d_model, crate::limits::MAX_D_MODEL)?;
         let device = vb.device().clone();
         let naive = |k| -> Result<Arc<dyn PositionalEncoding>> {
             Ok(Arc::new(Naive::new(k, d_model, &device)?))

@@ -69,6 +69,12 @@ pub trait PositionalEncoding: std::fmt::Debug + Send + Sync {
         Ok(None)
     }
 
+    /// The longest sequence the encoding can take, or `None` if its formula holds at every
+    /// position (the default). Only a table of learned rows has an end.
+    fn max_positions(&self) -> Option<usize> {
+        None
+    }
+
     /// What this encoding produces for a sequence of `len` tokens, for inspection,
     /// analysis and plots. Not used by the model.
     fn table(&self, len: usize) -> Result<Table>;

@@ -21,6 +21,16 @@ pub enum Error {
         /// Which quantity: `heads`, `d_model`, `max_positions`, ...
         what: &'static str,
     },
+    /// A size is past its sane limit (see [`crate::limits`]).
+    #[error("{what} = {value} is too large: the limit is {max}")]
+    TooLarge {
+        /// Which size.
+        what: &'static str,
+        /// The value given.
+        value: usize,
+        /// The largest allowed.
+        max: usize,
+    },
     /// A learned encoding was asked for a position it has no row for.
     #[error(
         "position {position} is past the learned encoding's table: it has max_positions = {max_positions} (positions 0..{max_positions})"

@@ -34,6 +34,7 @@ impl Learned {
                 });
             }
         }
+        crate::limits::check("max_positions", max_positions, crate::limits::MAX_POSITIONS)?;
         let embedding = candle_nn::embedding(max_positions, d_model, vb)?;
         Ok(Self {
             embedding,
@@ -67,6 +68,10 @@ impl PositionalEncoding for Learned {
     fn add_to_embeddings(&self, x: &Tensor, offset: usize) -> Result<Tensor> {
         let seq = check_embeddings("learned", x, self.d_model)?;
         add_table(x, &self.rows(offset, seq)?)
+    }
+
+    fn max_positions(&self) -> Option<usize> {
+        Some(self.max_positions)
     }
 
     fn table(&self, len: usize) -> Result<Table> {

@@ -31,6 +31,7 @@ mod error;
 pub mod alibi;
 pub mod analysis;
 pub mod learned;
+pub mod limits;
 pub mod naive;
 pub mod none;
 pub mod rope;

@@ -74,6 +74,7 @@ impl T5Bias {
                 return Err(Error::Zero { kind: "t5", what });
             }
         }
+        crate::limits::check("num_buckets", num_buckets, crate::limits::MAX_POSITIONS)?;
         let exact = if bidirectional {
             num_buckets / 4
         } else {

@@ -40,6 +40,8 @@ pub fn time_training_step(
     warmup: usize,
     steps: usize,
 ) -> Result<StepTiming> {
+    anyhow::ensure!(steps >= 1, "time at least one step, got --steps 0");
+    posenc::limits::check("steps", steps, 10_000)?;
     let device = Device::Cpu;
     let varmap = VarMap::new();
     let model = Transformer::new(cfg, VarBuilder::from_varmap(&varmap, DType::F32, &device))?;

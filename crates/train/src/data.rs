@@ -99,29 +99,80 @@ impl Splits {
     }
 }
 
+/// The most pairs any split may ask for.
+pub const MAX_PAIRS: usize = 1_000_000;
+
+impl DataConfig {
+    /// Checks every split is non-empty and within [`MAX_PAIRS`].
+    pub fn validate(&self) -> anyhow::Result<()> {
+        for (name, n) in [
+            ("train", self.train),
+            ("valid", self.valid),
+            ("test", self.test),
+            ("test_long", self.test_long),
+            ("order_swap", self.order_swap),
+        ] {
+            anyhow::ensure!(n > 0, "data.{name} must be at least 1, got 0");
+            posenc::limits::check("data split size", n, MAX_PAIRS)
+                .map_err(|e| anyhow::anyhow!("data.{name}: {e}"))?;
+        }
+        Ok(())
+    }
+}
+
+/// Draws this many times per pair asked for (and at least [`MIN_DRAWS`]) before deciding
+/// the grammar has no more distinct sentences of the kind.
+const DRAWS_PER_PAIR: usize = 50;
+const MIN_DRAWS: usize = 100_000;
+
 /// Generates every split from `cfg.seed`.
-pub fn generate(cfg: &DataConfig) -> Splits {
+///
+/// # Errors
+/// If a split asks for more distinct sentences than the grammar has (they are drawn at
+/// random, so "more" means none new turned up in many draws).
+pub fn generate(cfg: &DataConfig) -> anyhow::Result<Splits> {
+    cfg.validate()?;
     let sampler = Sampler::default();
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
     let mut seen = HashSet::new();
-    let mut draw =
-        |n: usize, clauses: &dyn Fn(usize) -> usize, rng: &mut ChaCha8Rng| -> Vec<Pair> {
-            let mut out = Vec::with_capacity(n);
-            while out.len() < n {
-                let s = sampler.sentence(rng, clauses(out.len()));
-                if seen.insert(s.english()) {
-                    out.push(Pair::from(&s));
-                }
+    let budget = |n: usize| (n * DRAWS_PER_PAIR).max(MIN_DRAWS);
+    let exhausted = |name: &str, got: usize, n: usize| {
+        anyhow::anyhow!(
+            "data.{name} asks for {n} distinct sentences, but only {got} new ones turned up in {} draws: the grammar has too few; ask for fewer",
+            budget(n)
+        )
+    };
+    let mut draw = |name: &str,
+                    n: usize,
+                    clauses: &dyn Fn(usize) -> usize,
+                    rng: &mut ChaCha8Rng|
+     -> anyhow::Result<Vec<Pair>> {
+        let mut out = Vec::with_capacity(n);
+        let mut draws = 0;
+        while out.len() < n {
+            draws += 1;
+            if draws > budget(n) {
+                return Err(exhausted(name, out.len(), n));
             }
-            out
-        };
+            let s = sampler.sentence(rng, clauses(out.len()));
+            if seen.insert(s.english()) {
+                out.push(Pair::from(&s));
+            }
+        }
+        Ok(out)
+    };
     let short = |i: usize| 1 + i % 2;
-    let train = draw(cfg.train, &short, &mut rng);
-    let valid = draw(cfg.valid, &short, &mut rng);
-    let test = draw(cfg.test, &short, &mut rng);
-    let test_long = draw(cfg.test_long, &|i| 3 + i % 2, &mut rng);
+    let train = draw("train", cfg.train, &short, &mut rng)?;
+    let valid = draw("valid", cfg.valid, &short, &mut rng)?;
+    let test = draw("test", cfg.test, &short, &mut rng)?;
+    let test_long = draw("test_long", cfg.test_long, &|i| 3 + i % 2, &mut rng)?;
     let mut order_swap = Vec::with_capacity(cfg.order_swap);
+    let mut draws = 0;
     while order_swap.len() < cfg.order_swap {
+        draws += 1;
+        if draws > budget(cfg.order_swap) {
+            return Err(exhausted("order_swap", order_swap.len(), cfg.order_swap));
+        }
         let a = sampler.clause(&mut rng, true);
         let b = a.swapped().expect("forced transitive");
         let (a, b) = (Sentence(vec![a]), Sentence(vec![b]));
@@ -131,11 +182,11 @@ pub fn generate(cfg: &DataConfig) -> Splits {
             order_swap.push((Pair::from(&a), Pair::from(&b)));
         }
     }
-    Splits {
+    Ok(Splits {
         train,
         valid,
         test,
         test_long,
         order_swap,
-    }
+    })
 }

@@ -30,13 +30,53 @@ impl Default for DecodeConfig {
     }
 }
 
+/// The longest output a user may ask for, in tokens.
+pub const MAX_DECODE_LEN: usize = 4096;
+
+impl DecodeConfig {
+    /// Checks the values against `model`: a beam of 1 to the target vocabulary's size, a
+    /// finite length penalty ≥ 0, and a `max_len` the decoder's positions can hold.
+    pub fn validate(&self, model: &Transformer) -> Result<()> {
+        let vocab = model.config().tgt_vocab_size;
+        ensure!(
+            (1..=vocab).contains(&self.beam),
+            "the beam size must be between 1 and the target vocabulary's {vocab} tokens, got {}",
+            self.beam
+        );
+        ensure!(
+            self.length_penalty.is_finite() && self.length_penalty >= 0.0,
+            "the length penalty must be a finite number ≥ 0, got {}",
+            self.length_penalty
+        );
+        posenc::limits::check("max_len", self.max_len, MAX_DECODE_LEN)?;
+        if let Some(max) = model.max_positions().1 {
+            ensure!(
+                self.max_len < max,
+                "max_len = {} needs {} target positions, but the model's encoding has max_positions = {max}; ask for at most {}",
+                self.max_len,
+                self.max_len + 1,
+                max - 1
+            );
+        }
+        Ok(())
+    }
+}
+
 /// Translates source id rows (each ending in `</s>`), returning target ids without specials.
 pub fn translate(
     model: &Transformer,
     sources: &[Vec<u32>],
     cfg: &DecodeConfig,
 ) -> Result<Vec<Vec<u32>>> {
-    ensure!(cfg.beam >= 1, "beam size must be at least 1");
+    cfg.validate(model)?;
+    if let Some(max) = model.max_positions().0 {
+        if let Some(long) = sources.iter().find(|s| s.len() > max) {
+            anyhow::bail!(
+                "a sentence of {} tokens is longer than the model's encoding allows (max_positions = {max})",
+                long.len()
+            );
+        }
+    }
     if cfg.beam == 1 {
         return greedy(model, sources, cfg.max_len);
     }

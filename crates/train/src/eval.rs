@@ -33,7 +33,7 @@ pub fn evaluate(
     data: &DataConfig,
     cfg: &DecodeConfig,
 ) -> Result<Vec<SplitReport>> {
-    let splits = data::generate(data);
+    let splits = data::generate(data)?;
     let mut reports = Vec::new();
     for (name, pairs) in splits.evaluation() {
         let sources: Vec<String> = pairs.iter().map(|p| p.src.clone()).collect();

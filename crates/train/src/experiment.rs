@@ -17,11 +17,13 @@ use std::path::Path;
 
 use anyhow::{bail, ensure, Context, Result};
 use posenc::EncodingConfig;
+use posenc_transformer::checkpoint::write_atomic;
 use serde::{Deserialize, Serialize};
 
 use crate::data::DataConfig;
 use crate::decode::DecodeConfig;
 use crate::eval::{evaluate, SplitReport};
+use crate::rundir::{self, Contents};
 use crate::trainer::{self, Diverged, Record, RunOptions, TrainConfig, TrainerState, Translator};
 
 /// `results.json`.
@@ -191,7 +193,7 @@ pub fn run(cfg: &ExperimentConfig, out: &Path, opts: RunOptions) -> Result<Exper
     for encoding in &cfg.encodings {
         let kind = encoding.kind();
         if !opts.quiet {
-            eprintln!("== {kind} ==");
+            crate::log(&format!("== {kind} =="));
         }
         let train_cfg = TrainConfig {
             model: posenc_transformer::Config {
@@ -242,18 +244,17 @@ fn train_or_reuse(
     dir: &Path,
     opts: RunOptions,
 ) -> Result<std::result::Result<TrainerState, (Diverged, Option<TrainerState>)>> {
-    let outcome = match TrainerState::load(dir) {
-        Ok(previous) => {
-            // Vocabulary sizes are filled in from the data when a run starts, and a run may
-            // be extended to more steps.
-            let mut wanted = cfg.clone();
-            wanted.model.src_vocab_size = previous.config.model.src_vocab_size;
-            wanted.model.tgt_vocab_size = previous.config.model.tgt_vocab_size;
-            wanted.steps = previous.config.steps;
+    let outcome = match rundir::inspect(dir)? {
+        Contents::Run => {
+            // trainer.json may lag the last checkpoint by one save after a kill; resuming
+            // reads the checkpoint itself.
+            let previous = TrainerState::load(dir)?;
+            let diff = previous.config.differences(&cfg);
             ensure!(
-                previous.config == wanted,
-                "{} holds a run with a different config; choose another --out or remove it",
-                dir.display()
+                diff.is_empty(),
+                "{} holds a run with a different config (it differs in {}); choose another --out or remove it",
+                dir.display(),
+                diff.join(", ")
             );
             ensure!(
                 previous.step <= cfg.steps,
@@ -262,15 +263,16 @@ fn train_or_reuse(
                 previous.step,
                 cfg.steps
             );
-            if previous.step == cfg.steps {
+            if previous.step == cfg.steps && dir.join(crate::trainer::STATE_FILE).exists() {
                 return Ok(Ok(previous));
             }
             trainer::resume(dir, Some(cfg.steps), opts)
         }
-        Err(_) if dir.join(crate::trainer::STATE_FILE).exists() => {
-            bail!("{} holds an unreadable run; remove it", dir.display())
-        }
-        Err(_) => trainer::train(cfg, dir, opts),
+        Contents::Empty | Contents::Unfinished { weights: false } => trainer::train(cfg, dir, opts),
+        Contents::Unfinished { weights: true } | Contents::Foreign(_) => bail!(
+            "{} holds files that are not a run of this experiment; remove it or choose another --out",
+            dir.display()
+        ),
     };
     match outcome {
         Ok(state) => Ok(Ok(state)),
@@ -296,10 +298,8 @@ impl Experiment {
     /// Writes `results.json` and `results.md` into `out`.
     pub fn save(&self, out: &Path) -> Result<()> {
         let json = serde_json::to_string_pretty(self)?;
-        std::fs::write(out.join(RESULTS_JSON), json)
-            .with_context(|| format!("writing {}", out.join(RESULTS_JSON).display()))?;
-        std::fs::write(out.join(RESULTS_MD), self.markdown())
-            .with_context(|| format!("writing {}", out.join(RESULTS_MD).display()))?;
+        write_atomic(&out.join(RESULTS_JSON), json.as_bytes())?;
+        write_atomic(&out.join(RESULTS_MD), self.markdown().as_bytes())?;
         Ok(())
     }
 

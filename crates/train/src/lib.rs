@@ -1,7 +1,7 @@
 //! # posenc-train: the English → Kotoba toy translation task
 //!
 //! Data ([`kotoba`], [`data`], [`vocab`]), training ([`batch`], [`loss`], [`schedule`],
-//! [`optim`], [`trainer`]), decoding ([`decode`]), [`metrics`] and [`eval`], and the
+//! [`optim`], [`trainer`], and [`rundir`], the directory a run writes as one unit), decoding ([`decode`]), [`metrics`] and [`eval`], and the
 //! [`experiment`] that trains one model per positional encoding.
 
 #![warn(missing_docs)]
@@ -18,6 +18,14 @@ pub mod kotoba;
 pub mod loss;
 pub mod metrics;
 pub mod optim;
+pub mod rundir;
 pub mod schedule;
 pub mod trainer;
 pub mod vocab;
+
+/// Writes a progress line to standard error. Unlike `eprintln!`, a closed or full stderr
+/// is ignored rather than a panic: progress is never worth failing a run for.
+pub fn log(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
+}

@@ -43,6 +43,26 @@ impl Default for AdamWConfig {
     }
 }
 
+impl AdamWConfig {
+    /// Checks β₁, β₂ ∈ [0, 1), ε > 0 and λ ≥ 0, all finite.
+    pub fn validate(&self) -> Result<()> {
+        for (name, v) in [("adam.beta1", self.beta1), ("adam.beta2", self.beta2)] {
+            ensure!((0.0..1.0).contains(&v), "{name} must be in [0, 1), got {v}");
+        }
+        ensure!(
+            self.eps.is_finite() && self.eps > 0.0,
+            "adam.eps must be a small positive number, got {}",
+            self.eps
+        );
+        ensure!(
+            self.weight_decay.is_finite() && self.weight_decay >= 0.0,
+            "adam.weight_decay must be a finite number ≥ 0, got {}",
+            self.weight_decay
+        );
+        Ok(())
+    }
+}
+
 struct Slot {
     name: String,
     var: Var,

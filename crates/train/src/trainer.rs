@@ -1,12 +1,14 @@
 //! Training: batches in a seeded order, label-smoothed loss, AdamW on the Noam schedule,
 //! periodic validation, atomic checkpoints and exact resumption.
 //!
-//! An output directory holds the model for inference (`config.json`, `model.safetensors`,
-//! `source.tokenizer.json`, `target.tokenizer.json`) and the state to resume from
-//! (`training.safetensors`: weights, AdamW moments and the step, in one file so they can
-//! never disagree; `trainer.json`: the run's config and validation history). Every file
-//! is written to a temporary name and renamed, so killing the process at any moment
-//! leaves the previous checkpoint loadable.
+//! An output directory is a [`RunDir`](crate::rundir): the model for inference
+//! (`config.json`, `model.safetensors`, the two tokenizers), the state to resume from
+//! (`training.safetensors`: weights, AdamW moments and the trainer state, in one file so
+//! they can never disagree), `trainer.json` (a readable copy of the run's config and
+//! validation history) and `manifest.json`, which ties them together. Everything is
+//! validated before anything is written; every file is written atomically, so killing the
+//! process at any moment leaves the previous checkpoint loadable; a lock keeps a second
+//! process out.
 //!
 //! The same seed gives the same run: the data, the initial weights and the order of
 //! batches are functions of the seed (the batch at step `s` is a function of `(seed, s)`,
@@ -23,7 +25,7 @@ use candle_core::{DType, Device, Tensor, D};
 use candle_nn::{VarBuilder, VarMap};
 use indicatif::{ProgressBar, ProgressStyle};
 use posenc::EncodingConfig;
-use posenc_transformer::checkpoint::{self, write_atomic};
+use posenc_transformer::checkpoint::{self, write_atomic, CONFIG_FILE, WEIGHTS_FILE};
 use posenc_transformer::{Config, Transformer};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -37,17 +39,16 @@ use crate::init::initialize;
 use crate::loss::label_smoothed_nll;
 use crate::metrics::exact_match;
 use crate::optim::{AdamW, AdamWConfig};
+use crate::rundir::{self, FixedFiles, Manifest, RunDir, RUN_KEY};
 use crate::schedule::Noam;
 use crate::vocab::{Vocab, PAD_ID};
 
-/// `source.tokenizer.json`.
-pub const SOURCE_TOKENIZER: &str = "source.tokenizer.json";
-/// `target.tokenizer.json`.
-pub const TARGET_TOKENIZER: &str = "target.tokenizer.json";
-/// `trainer.json`.
-pub const TRAINER_FILE: &str = "trainer.json";
-/// `training.safetensors`.
-pub const STATE_FILE: &str = "training.safetensors";
+pub use crate::rundir::{SOURCE_TOKENIZER, STATE_FILE, TARGET_TOKENIZER, TRAINER_FILE};
+
+/// The header key of the step in the weight files.
+const STEP_KEY: &str = "posenc.step";
+/// The header key of the trainer state (JSON) in `training.safetensors`.
+const TRAINER_KEY: &str = "posenc.trainer";
 
 /// Everything that defines a training run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -115,19 +116,67 @@ impl TrainConfig {
         serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
     }
 
-    fn validate(&self) -> Result<()> {
+    /// Checks every value before anything is generated, allocated or written.
+    pub fn validate(&self) -> Result<()> {
+        use posenc::limits::check;
         ensure!(self.steps > 0, "steps must be > 0");
+        check("steps", self.steps, 1 << 40)?;
         ensure!(self.batch_size > 0, "batch_size must be > 0");
-        ensure!(
-            self.data.train > 0,
-            "the training set is empty (data.train = 0)"
-        );
+        check("batch_size", self.batch_size, 1 << 16)?;
         ensure!(
             self.eval_every > 0 && self.save_every > 0,
             "eval_every and save_every must be > 0"
         );
+        ensure!(
+            self.eval_sentences > 0,
+            "eval_sentences must be > 0 (validation decodes that many sentences)"
+        );
+        for (name, v) in [
+            ("lr_factor", self.lr_factor),
+            ("label_smoothing", self.label_smoothing),
+        ] {
+            ensure!(
+                v.is_finite() && v >= 0.0,
+                "{name} must be a finite number ≥ 0, got {v}"
+            );
+        }
+        ensure!(
+            self.label_smoothing < 1.0,
+            "label_smoothing must be < 1, got {}",
+            self.label_smoothing
+        );
+        self.adam.validate()?;
+        self.data.validate()?;
         self.model.validate()?;
         Ok(())
+    }
+
+    /// The top-level fields (and `model.…`, `data.…` fields) in which `self` and `other`
+    /// differ, ignoring the step budget and the vocabulary sizes (set from the data).
+    pub fn differences(&self, other: &Self) -> Vec<String> {
+        let comparable = |c: &Self| {
+            let mut c = c.clone();
+            c.steps = 0;
+            (c.model.src_vocab_size, c.model.tgt_vocab_size) = (0, 0);
+            serde_json::to_value(c).unwrap_or_default()
+        };
+        let (a, b) = (comparable(self), comparable(other));
+        let mut out = Vec::new();
+        if let (Some(a), Some(b)) = (a.as_object(), b.as_object()) {
+            for (k, va) in a {
+                let vb = &b[k];
+                match (va.as_object(), vb.as_object()) {
+                    (Some(ia), Some(ib)) => out.extend(
+                        ia.iter()
+                            .filter(|(kk, v)| ib.get(*kk) != Some(*v))
+                            .map(|(kk, _)| format!("{k}.{kk}")),
+                    ),
+                    _ if va != vb => out.push(k.clone()),
+                    _ => {}
+                }
+            }
+        }
+        out
     }
 }
 
@@ -160,6 +209,8 @@ pub struct Record {
 /// `trainer.json`: the run's config and progress.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TrainerState {
+    /// The run's id (as in `manifest.json` and the weight files).
+    pub run: String,
     /// The run's config.
     pub config: TrainConfig,
     /// Steps done.
@@ -181,6 +232,19 @@ impl TrainerState {
         serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
     }
 
+    /// Reads `trainer.json` and checks it belongs to the manifest's run.
+    fn load_checked(dir: &Path, manifest: &Manifest) -> Result<Self> {
+        let state = Self::load(dir)?;
+        ensure!(
+            state.run == manifest.run,
+            "{} belongs to run {}, not to this directory's run {}",
+            dir.join(TRAINER_FILE).display(),
+            state.run,
+            manifest.run
+        );
+        Ok(state)
+    }
+
     /// Training throughput in tokens per second.
     pub fn tokens_per_second(&self) -> f64 {
         self.tokens as f64 / self.elapsed_s.max(1e-9)
@@ -192,6 +256,8 @@ impl TrainerState {
 pub struct RunOptions {
     /// No progress bar or log lines.
     pub quiet: bool,
+    /// Replace a run already in the output directory (never files posenc did not write).
+    pub force: bool,
 }
 
 /// Examples in a seeded order: the batch of step `s` depends only on `(seed, s)`.
@@ -238,63 +304,88 @@ pub fn batch_loss(model: &Transformer, b: &Batch, smoothing: f64, train: bool) -
     )
 }
 
-fn save_state(dir: &Path, varmap: &VarMap, opt: &AdamW, step: usize) -> Result<()> {
+/// Writes one checkpoint: `training.safetensors` (weights, moments, trainer state), then
+/// `model.safetensors`, then `trainer.json`, each atomically and each naming the run.
+fn save(dir: &Path, varmap: &VarMap, opt: &AdamW, state: &TrainerState) -> Result<()> {
+    let weights = checkpoint::variables(varmap);
+    let header = |with_state: bool| -> Result<HashMap<String, String>> {
+        let mut h = HashMap::from([
+            (RUN_KEY.to_string(), state.run.clone()),
+            (STEP_KEY.to_string(), state.step.to_string()),
+        ]);
+        if with_state {
+            h.insert(TRAINER_KEY.to_string(), serde_json::to_string(state)?);
+        }
+        Ok(h)
+    };
     let mut tensors: HashMap<String, Tensor> = opt.state();
-    for (name, var) in varmap
-        .data()
-        .lock()
-        .map_err(|_| anyhow::anyhow!("poisoned VarMap"))?
-        .iter()
-    {
-        tensors.insert(format!("model.{name}"), var.as_tensor().clone());
-    }
-    let meta = HashMap::from([("step".to_string(), step.to_string())]);
-    write_atomic(&dir.join(STATE_FILE), |tmp| {
-        safetensors::serialize_to_file(
-            tensors.iter().map(|(k, v)| (k.as_str(), v)),
-            Some(meta),
-            tmp,
-        )
-        .map_err(|e| candle_core::Error::Msg(format!("writing {}: {e}", tmp.display())).into())
-    })?;
+    tensors.extend(
+        weights
+            .iter()
+            .map(|(k, v)| (format!("model.{k}"), v.clone())),
+    );
+    let path = dir.join(STATE_FILE);
+    write_atomic(
+        &path,
+        &checkpoint::serialize(&tensors, header(true)?, &path)?,
+    )?;
+    let path = dir.join(WEIGHTS_FILE);
+    write_atomic(
+        &path,
+        &checkpoint::serialize(&weights, header(false)?, &path)?,
+    )?;
+    write_atomic(
+        &dir.join(TRAINER_FILE),
+        serde_json::to_string_pretty(state)?.as_bytes(),
+    )?;
     Ok(())
 }
 
-fn load_state(dir: &Path, varmap: &VarMap, opt: &mut AdamW, device: &Device) -> Result<usize> {
+/// The trainer state of the last checkpoint in `dir`: from `training.safetensors` (which
+/// holds it with the weights), or, before the first checkpoint, `trainer.json` at step 0.
+fn last_state(dir: &Path, manifest: &Manifest) -> Result<TrainerState> {
     let path = dir.join(STATE_FILE);
-    let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
-    let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes)
-        .map_err(|e| anyhow::anyhow!("{}: not a safetensors file ({e})", path.display()))?;
-    let step: usize = meta
-        .metadata()
-        .as_ref()
-        .and_then(|m| m.get("step"))
-        .and_then(|s| s.parse().ok())
-        .with_context(|| format!("{} has no step", path.display()))?;
-    let tensors = candle_core::safetensors::load_buffer(&bytes, device)?;
-    for (name, var) in varmap
-        .data()
-        .lock()
-        .map_err(|_| anyhow::anyhow!("poisoned VarMap"))?
-        .iter()
-    {
-        let t = tensors
-            .get(&format!("model.{name}"))
-            .with_context(|| format!("{} lacks the weight `{name}`", path.display()))?;
-        var.set(t).with_context(|| format!("restoring `{name}`"))?;
+    if !path.exists() {
+        let state = TrainerState::load_checked(dir, manifest)?;
+        ensure!(
+            state.step == 0,
+            "{} is missing, but {} says the run is at step {}: the checkpoint was deleted",
+            path.display(),
+            dir.join(TRAINER_FILE).display(),
+            state.step
+        );
+        return Ok(state);
     }
-    opt.restore(&tensors, step)?;
-    Ok(step)
+    let header = rundir::check_weights(&path, &manifest.run)?;
+    let state: TrainerState = header
+        .get(TRAINER_KEY)
+        .with_context(|| format!("{} holds no trainer state", path.display()))
+        .and_then(|s| {
+            serde_json::from_str(s)
+                .with_context(|| format!("parsing the trainer state in {}", path.display()))
+        })?;
+    ensure!(
+        state.run == manifest.run,
+        "the trainer state in {} belongs to another run",
+        path.display()
+    );
+    Ok(state)
 }
 
-fn write_json(path: &Path, value: &impl Serialize) -> Result<()> {
-    let text = serde_json::to_string_pretty(value)?;
-    write_atomic(path, |tmp| {
-        std::fs::write(tmp, &text).map_err(|source| posenc_transformer::Error::Io {
-            path: tmp.to_path_buf(),
-            source,
-        })
-    })?;
+/// Restores weights and AdamW moments from `training.safetensors`.
+fn restore(dir: &Path, varmap: &VarMap, opt: &mut AdamW, step: usize) -> Result<()> {
+    let path = dir.join(STATE_FILE);
+    let device = Device::Cpu;
+    let mut tensors = candle_core::safetensors::load(&path, &device)
+        .with_context(|| format!("reading {}", path.display()))?;
+    let weights: HashMap<String, Tensor> = tensors
+        .iter()
+        .filter_map(|(k, v)| Some((k.strip_prefix("model.")?.to_string(), v.clone())))
+        .collect();
+    checkpoint::set_checked(varmap, &weights, &path)?;
+    tensors.retain(|k, _| !k.starts_with("model."));
+    opt.restore(&tensors, step)
+        .with_context(|| format!("restoring the optimizer from {}", path.display()))?;
     Ok(())
 }
 
@@ -317,7 +408,7 @@ pub fn validate(
     }
     let n = n.min(examples.len());
     let sources: Vec<Vec<u32>> = examples[..n].iter().map(|(s, _)| s.clone()).collect();
-    let max_len = examples.iter().map(|(_, t)| t.len()).max().unwrap_or(0) * 2 + 8;
+    let max_len = validation_decode_len(examples);
     let hyps: Vec<String> = decode::greedy(model, &sources, max_len)?
         .iter()
         .map(|ids| tgt.decode(ids))
@@ -325,160 +416,270 @@ pub fn validate(
     Ok((total / count.max(1) as f64, exact_match(&hyps, &refs[..n])))
 }
 
-/// Trains a new model into `out` (created if needed); returns the final state.
+/// Trains a new model into `out`; returns the final state.
+///
+/// Everything (config, data, model size, positions) is checked before anything is
+/// written. `out` may be missing or empty; a run already there is replaced only with
+/// `opts.force`, and a directory holding files posenc did not write is refused.
 pub fn train(cfg: TrainConfig, out: &Path, opts: RunOptions) -> Result<TrainerState> {
     cfg.validate()?;
-    let splits = data::generate(&cfg.data);
+    let splits = data::generate(&cfg.data)?;
     let src = Vocab::train(splits.train.iter().map(|p| p.src.as_str()))?;
     let tgt = Vocab::train(splits.train.iter().map(|p| p.tgt.as_str()))?;
     let mut cfg = cfg;
     cfg.model.src_vocab_size = src.len();
     cfg.model.tgt_vocab_size = tgt.len();
-    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-    src.save(&out.join(SOURCE_TOKENIZER))?;
-    tgt.save(&out.join(TARGET_TOKENIZER))?;
     let state = TrainerState {
+        run: rundir::new_run_id(),
         config: cfg,
         step: 0,
         history: Vec::new(),
         elapsed_s: 0.0,
         tokens: 0,
     };
-    run(state, &src, &tgt, out, false, opts)
+    let session = Session::new(&state.config, &splits, &src, &tgt)?;
+    initialize(&session.varmap, state.config.seed)?;
+    let fixed = FixedFiles {
+        config: serde_json::to_string_pretty(&state.config.model)?.into_bytes(),
+        source_tokenizer: src.to_json()?.into_bytes(),
+        target_tokenizer: tgt.to_json()?.into_bytes(),
+    };
+    let dir = RunDir::create(
+        out,
+        &fixed,
+        serde_json::to_string_pretty(&state)?.as_bytes(),
+        &state.run,
+        opts.force,
+        |d| describe_existing(d, &state.config),
+    )?;
+    session.run(state, &tgt, &dir, opts)
+}
+
+/// Why `train` will not overwrite the run in `dir`.
+fn describe_existing(dir: &Path, wanted: &TrainConfig) -> String {
+    let d = dir.display();
+    match TrainerState::load(dir) {
+        Ok(old) => {
+            let diff = old.config.differences(wanted);
+            if diff.is_empty() {
+                format!(
+                    "{d} already holds a run of this config (step {} of {}): continue it with `posenc train --resume --out {d}`, or pass --force to start it again",
+                    old.step, old.config.steps
+                )
+            } else {
+                format!(
+                    "{d} holds a run with a different config (it differs in {}): choose another --out, or pass --force to replace it",
+                    diff.join(", ")
+                )
+            }
+        }
+        Err(_) => format!(
+            "{d} holds a model that posenc cannot read as a run (weights without a readable trainer.json or manifest.json): choose another --out, or pass --force to replace it"
+        ),
+    }
 }
 
 /// Continues the run saved in `out` with its own config, up to `steps` (default: the
 /// run's own) steps in all.
 pub fn resume(out: &Path, steps: Option<usize>, opts: RunOptions) -> Result<TrainerState> {
-    let mut state = TrainerState::load(out)
-        .context("--resume needs a run directory written by `posenc train`")?;
+    let (dir, manifest) = RunDir::open(out)?;
+    let mut state = last_state(out, &manifest)?;
     if let Some(steps) = steps {
+        ensure!(
+            steps >= state.step,
+            "the run in {} is at step {}, past --steps {steps}",
+            out.display(),
+            state.step
+        );
         state.config.steps = steps;
     }
+    state.config.validate()?;
     let src = Vocab::load(&out.join(SOURCE_TOKENIZER))?;
     let tgt = Vocab::load(&out.join(TARGET_TOKENIZER))?;
-    run(state, &src, &tgt, out, true, opts)
+    ensure!(
+        (src.len(), tgt.len())
+            == (
+                state.config.model.src_vocab_size,
+                state.config.model.tgt_vocab_size
+            ),
+        "the tokenizers in {} do not match the run's vocabulary sizes",
+        out.display()
+    );
+    let splits = data::generate(&state.config.data)?;
+    let mut session = Session::new(&state.config, &splits, &src, &tgt)?;
+    dir.begin_writing()?;
+    if state.step > 0 {
+        restore(out, &session.varmap, &mut session.opt, state.step)?;
+    } else {
+        initialize(&session.varmap, state.config.seed)?;
+    }
+    session.run(state, &tgt, &dir, opts)
 }
 
-fn run(
-    mut state: TrainerState,
-    src_vocab: &Vocab,
-    tgt_vocab: &Vocab,
-    out: &Path,
-    resuming: bool,
-    opts: RunOptions,
-) -> Result<TrainerState> {
-    let device = Device::Cpu;
-    let cfg = state.config.clone();
-    let splits: Splits = data::generate(&cfg.data);
-    let train_examples = batch::encode(&splits.train, src_vocab, tgt_vocab)?;
-    let valid_examples = batch::encode(&splits.valid, src_vocab, tgt_vocab)?;
-    let valid_refs: Vec<String> = splits.valid.iter().map(|p| p.tgt.clone()).collect();
+/// A model, its optimizer and its encoded data, built and checked before anything is
+/// written.
+struct Session {
+    varmap: VarMap,
+    model: Transformer,
+    opt: AdamW,
+    train_examples: Vec<Example>,
+    valid_examples: Vec<Example>,
+    valid_refs: Vec<String>,
+}
 
-    let varmap = VarMap::new();
-    let model = Transformer::new(
-        &cfg.model,
-        VarBuilder::from_varmap(&varmap, DType::F32, &device),
-    )?;
-    let mut opt = AdamW::new(&varmap, cfg.adam)?;
-    if resuming {
-        state.step = load_state(out, &varmap, &mut opt, &device)?;
+impl Session {
+    fn new(cfg: &TrainConfig, splits: &Splits, src: &Vocab, tgt: &Vocab) -> Result<Self> {
+        let device = Device::Cpu;
+        let train_examples = batch::encode(&splits.train, src, tgt)?;
+        let valid_examples = batch::encode(&splits.valid, src, tgt)?;
+        let valid_refs: Vec<String> = splits.valid.iter().map(|p| p.tgt.clone()).collect();
+        let varmap = VarMap::new();
+        let model = Transformer::new(
+            &cfg.model,
+            VarBuilder::from_varmap(&varmap, DType::F32, &device),
+        )?;
+        check_positions(&model, &train_examples, &valid_examples)?;
+        let opt = AdamW::new(&varmap, cfg.adam)?;
+        Ok(Self {
+            varmap,
+            model,
+            opt,
+            train_examples,
+            valid_examples,
+            valid_refs,
+        })
+    }
+
+    /// Trains from `state.step` to `state.config.steps`, validating and saving into `dir`.
+    fn run(
+        mut self,
+        mut state: TrainerState,
+        tgt_vocab: &Vocab,
+        dir: &RunDir,
+        opts: RunOptions,
+    ) -> Result<TrainerState> {
+        let out = dir.path();
+        let device = Device::Cpu;
+        let cfg = state.config.clone();
         state.history.retain(|r| r.step <= state.step);
-    } else {
-        initialize(&varmap, cfg.seed)?;
-    }
-    let schedule = Noam {
-        factor: cfg.lr_factor,
-        d_model: cfg.model.d_model,
-        warmup: cfg.warmup,
-    };
-    let mut order = Order {
-        seed: cfg.seed,
-        n: train_examples.len(),
-        epoch: None,
-    };
-
-    let bar = if opts.quiet {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(cfg.steps as u64)
-    };
-    bar.set_style(ProgressStyle::with_template(
-        "{bar:30} {pos}/{len} [{elapsed_precise}<{eta_precise}] {msg}",
-    )?);
-    bar.set_position(state.step as u64);
-    let started = Instant::now();
-    let elapsed_before = state.elapsed_s;
-    let (mut loss_sum, mut loss_n) = (0.0, 0usize);
-    let save = |state: &TrainerState, opt: &AdamW| -> Result<()> {
-        save_state(out, &varmap, opt, state.step)?;
-        checkpoint::save(out, &state.config.model, &varmap)?;
-        write_json(&out.join(TRAINER_FILE), state)
-    };
-    while state.step < cfg.steps {
-        let step = state.step + 1;
-        let idx = order.batch(step, cfg.batch_size);
-        let examples: Vec<&Example> = idx.iter().map(|&i| &train_examples[i]).collect();
-        let b = Batch::new(&examples, &device)?;
-        let loss = batch_loss(&model, &b, cfg.label_smoothing, true)?;
-        let lr = schedule.lr(step);
-        opt.step(&loss.backward()?, lr)?;
-        let loss: f32 = loss.to_scalar()?;
-        if !loss.is_finite() {
-            return Err(Diverged { step, loss }.into());
-        }
-        loss_sum += f64::from(loss);
-        loss_n += 1;
-        state.step = step;
-        state.tokens += b.src.elem_count() + b.tgt_in.elem_count();
-        state.elapsed_s = elapsed_before + started.elapsed().as_secs_f64();
-        bar.set_position(step as u64);
-        bar.set_message(format!(
-            "loss {loss:.3}  lr {lr:.2e}  {:.0} tok/s",
-            state.tokens_per_second()
-        ));
-        if step.is_multiple_of(cfg.eval_every) || step == cfg.steps {
-            let view = Transformer::frozen(&cfg.model, &varmap, &device)?;
-            let (valid_loss, valid_exact) = validate(
-                &view,
-                &valid_examples,
-                &valid_refs,
-                tgt_vocab,
-                cfg.label_smoothing,
-                cfg.eval_sentences,
-            )?;
-            let record = Record {
-                step,
-                train_loss: loss_sum / loss_n.max(1) as f64,
-                valid_loss,
-                valid_exact,
-                elapsed_s: elapsed_before + started.elapsed().as_secs_f64(),
-            };
-            (loss_sum, loss_n) = (0.0, 0);
-            if !opts.quiet {
-                let line = format!(
-                    "step {step:>6}  train loss {:.4}  valid loss {:.4}  valid exact {:.1}%",
-                    record.train_loss,
-                    record.valid_loss,
-                    100.0 * record.valid_exact
-                );
-                if bar.is_hidden() {
-                    eprintln!("{line}");
-                } else {
-                    bar.println(line);
-                }
+        let schedule = Noam {
+            factor: cfg.lr_factor,
+            d_model: cfg.model.d_model,
+            warmup: cfg.warmup,
+        };
+        let mut order = Order {
+            seed: cfg.seed,
+            n: self.train_examples.len(),
+            epoch: None,
+        };
+        let bar = if opts.quiet {
+            ProgressBar::hidden()
+        } else {
+            ProgressBar::new(cfg.steps as u64)
+        };
+        bar.set_style(ProgressStyle::with_template(
+            "{bar:30} {pos}/{len} [{elapsed_precise}<{eta_precise}] {msg}",
+        )?);
+        bar.set_position(state.step as u64);
+        let started = Instant::now();
+        let elapsed_before = state.elapsed_s;
+        let (mut loss_sum, mut loss_n) = (0.0, 0usize);
+        let mut saved = out.join(STATE_FILE).exists().then_some(state.step);
+        while state.step < cfg.steps {
+            let step = state.step + 1;
+            let idx = order.batch(step, cfg.batch_size);
+            let examples: Vec<&Example> = idx.iter().map(|&i| &self.train_examples[i]).collect();
+            let b = Batch::new(&examples, &device)?;
+            let loss = batch_loss(&self.model, &b, cfg.label_smoothing, true)?;
+            let lr = schedule.lr(step);
+            self.opt.step(&loss.backward()?, lr)?;
+            let loss: f32 = loss.to_scalar()?;
+            if !loss.is_finite() {
+                return Err(Diverged { step, loss }.into());
             }
-            state.history.push(record);
+            loss_sum += f64::from(loss);
+            loss_n += 1;
+            state.step = step;
+            state.tokens += b.src.elem_count() + b.tgt_in.elem_count();
+            state.elapsed_s = elapsed_before + started.elapsed().as_secs_f64();
+            bar.set_position(step as u64);
+            bar.set_message(format!(
+                "loss {loss:.3}  lr {lr:.2e}  {:.0} tok/s",
+                state.tokens_per_second()
+            ));
+            if step.is_multiple_of(cfg.eval_every) || step == cfg.steps {
+                let view = Transformer::frozen(&cfg.model, &self.varmap, &device)?;
+                let (valid_loss, valid_exact) = validate(
+                    &view,
+                    &self.valid_examples,
+                    &self.valid_refs,
+                    tgt_vocab,
+                    cfg.label_smoothing,
+                    cfg.eval_sentences,
+                )?;
+                let record = Record {
+                    step,
+                    train_loss: loss_sum / loss_n.max(1) as f64,
+                    valid_loss,
+                    valid_exact,
+                    elapsed_s: elapsed_before + started.elapsed().as_secs_f64(),
+                };
+                (loss_sum, loss_n) = (0.0, 0);
+                if !opts.quiet {
+                    let line = format!(
+                        "step {step:>6}  train loss {:.4}  valid loss {:.4}  valid exact {:.1}%",
+                        record.train_loss,
+                        record.valid_loss,
+                        100.0 * record.valid_exact
+                    );
+                    if bar.is_hidden() {
+                        crate::log(&line);
+                    } else {
+                        bar.println(line);
+                    }
+                }
+                state.history.push(record);
+            }
+            if step.is_multiple_of(cfg.save_every) || step == cfg.steps {
+                save(out, &self.varmap, &self.opt, &state)?;
+                saved = Some(step);
+            }
         }
-        if step.is_multiple_of(cfg.save_every) || step == cfg.steps {
-            save(&state, &opt)?;
+        bar.finish_and_clear();
+        if saved != Some(state.step) {
+            save(out, &self.varmap, &self.opt, &state)?;
+        }
+        Ok(state)
+    }
+}
+
+/// Checks that an encoding with a fixed number of positions (`learned`) has room for every
+/// source, every teacher-forced target and the longest validation decode.
+fn check_positions(model: &Transformer, train: &[Example], valid: &[Example]) -> Result<()> {
+    let longest = |f: fn(&Example) -> usize| train.iter().chain(valid).map(f).max().unwrap_or(0);
+    let (src_max, tgt_max) = model.max_positions();
+    let src_needed = longest(|(s, _)| s.len());
+    let tgt_needed = longest(|(_, t)| t.len() + 1).max(validation_decode_len(valid) + 1);
+    for (max, needed, what) in [
+        (src_max, src_needed, "the longest source sentence has"),
+        (
+            tgt_max,
+            tgt_needed,
+            "validation decodes up to (twice the longest target, plus 8)",
+        ),
+    ] {
+        if let Some(max) = max.filter(|&m| needed > m) {
+            anyhow::bail!(
+                "the encoding has max_positions = {max}, but {what} {needed} positions: raise max_positions to at least {needed}"
+            );
         }
     }
-    bar.finish_and_clear();
-    if state.history.is_empty() || !out.join(TRAINER_FILE).exists() {
-        save(&state, &opt)?;
-    }
-    Ok(state)
+    Ok(())
+}
+
+/// The longest output validation decodes: twice the longest target, plus 8.
+fn validation_decode_len(examples: &[Example]) -> usize {
+    examples.iter().map(|(_, t)| t.len()).max().unwrap_or(0) * 2 + 8
 }
 
 /// A trained model with its vocabularies, ready to translate.
@@ -490,50 +691,77 @@ pub struct Translator {
     pub src: Vocab,
     /// Kotoba vocabulary.
     pub tgt: Vocab,
-    /// The run that produced it, if known.
-    pub state: Option<TrainerState>,
+    /// The run that produced it.
+    pub state: TrainerState,
 }
 
 impl Translator {
-    /// Loads a model directory written by [`train`].
+    /// Loads a model directory written by [`train`], after checking that its files belong
+    /// together ([`rundir::verify`]) and its weights are complete and finite.
     pub fn load(dir: &Path) -> Result<Self> {
-        ensure!(
-            dir.is_dir(),
-            "model directory {} does not exist",
-            dir.display()
-        );
+        let manifest = rundir::verify(dir)?;
+        rundir::check_weights(&dir.join(WEIGHTS_FILE), &manifest.run)?;
+        let state = TrainerState::load_checked(dir, &manifest)?;
         let device = Device::Cpu;
         let loaded = checkpoint::load(dir, &device)?;
+        ensure!(
+            loaded.config == state.config.model,
+            "{} and {} disagree about the model",
+            dir.join(CONFIG_FILE).display(),
+            dir.join(TRAINER_FILE).display()
+        );
+        let src = Vocab::load(&dir.join(SOURCE_TOKENIZER))?;
+        let tgt = Vocab::load(&dir.join(TARGET_TOKENIZER))?;
+        ensure!(
+            (src.len(), tgt.len()) == (loaded.config.src_vocab_size, loaded.config.tgt_vocab_size),
+            "the tokenizers in {} do not fit the model's vocabulary sizes",
+            dir.display()
+        );
         Ok(Self {
             model: Transformer::frozen(&loaded.config, &loaded.varmap, &device)?,
-            src: Vocab::load(&dir.join(SOURCE_TOKENIZER))?,
-            tgt: Vocab::load(&dir.join(TARGET_TOKENIZER))?,
-            state: TrainerState::load(dir).ok(),
+            src,
+            tgt,
+            state,
         })
     }
 
-    /// Translates English sentences (line numbers in errors count from 1).
+    /// Translates English sentences (line numbers in errors count from 1). Input is
+    /// [normalised](crate::vocab::normalize) first (lower case, no punctuation); an empty
+    /// sentence translates to the empty sentence.
+    ///
+    /// # Errors
+    /// An [`UnknownWord`](crate::vocab::UnknownWord) (special tokens included) names the
+    /// word and line; a bad [`DecodeConfig`](decode::DecodeConfig) names the value.
     pub fn translate(
         &self,
         sentences: &[String],
         cfg: &decode::DecodeConfig,
     ) -> Result<Vec<String>> {
+        cfg.validate(&self.model)?;
         let sources: Vec<Vec<u32>> = sentences
             .iter()
             .enumerate()
-            .map(|(i, s)| {
-                let mut ids = self.src.encode(s, i + 1)?;
-                ids.push(crate::vocab::EOS_ID);
-                Ok(ids)
-            })
+            .map(|(i, s)| Ok(self.src.encode(&crate::vocab::normalize(s), i + 1)?))
             .collect::<Result<_>>()?;
-        let mut out = Vec::with_capacity(sources.len());
-        for chunk in sources.chunks(256) {
-            out.extend(
-                decode::translate(&self.model, chunk, cfg)?
-                    .iter()
-                    .map(|ids| self.tgt.decode(ids)),
-            );
+        let mut out = vec![String::new(); sources.len()];
+        let to_decode: Vec<usize> = (0..sources.len())
+            .filter(|&i| !sources[i].is_empty())
+            .collect();
+        for chunk in to_decode.chunks(256) {
+            let rows: Vec<Vec<u32>> = chunk
+                .iter()
+                .map(|&i| {
+                    let mut ids = sources[i].clone();
+                    ids.push(crate::vocab::EOS_ID);
+                    ids
+                })
+                .collect();
+            for (&i, ids) in chunk
+                .iter()
+                .zip(decode::translate(&self.model, &rows, cfg)?)
+            {
+                out[i] = self.tgt.decode(&ids);
+            }
         }
         Ok(out)
     }

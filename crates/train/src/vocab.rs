@@ -26,14 +26,56 @@ pub const BOS_ID: u32 = 1;
 /// Id of [`EOS`].
 pub const EOS_ID: u32 = 2;
 
-/// An English word the model has never seen.
+/// A word of the input the model cannot take: not in its vocabulary, or one of the
+/// special tokens (which mark structure and are never typed).
 #[derive(Debug, thiserror::Error)]
-#[error("unknown word `{word}` on line {line}: it is not in the model's vocabulary")]
+#[error("{} `{}` on line {line}: {}", if self.is_special() { "special token" } else { "unknown word" }, word.escape_debug(), self.why())]
 pub struct UnknownWord {
     /// The word.
     pub word: String,
     /// 1-based line of the input.
     pub line: usize,
+}
+
+impl UnknownWord {
+    fn is_special(&self) -> bool {
+        SPECIALS.contains(&self.word.as_str())
+    }
+
+    fn why(&self) -> &'static str {
+        if self.is_special() {
+            "it marks padding, sentence ends or unknown words, and is not a word of the input"
+        } else {
+            "it is not in the model's vocabulary"
+        }
+    }
+}
+
+/// A sentence as the vocabulary spells it: lower case, punctuation dropped, single spaces
+/// (the toy languages have neither capitals nor punctuation). Special tokens such as
+/// `<pad>` pass through unchanged, so [`Vocab::encode`] can refuse them by name.
+///
+/// ```
+/// use posenc_train::vocab::normalize;
+/// assert_eq!(normalize("  The dog chases the cat. "), "the dog chases the cat");
+/// assert_eq!(normalize("the </s> dog"), "the </s> dog");
+/// ```
+pub fn normalize(sentence: &str) -> String {
+    sentence
+        .split_whitespace()
+        .map(|w| {
+            if SPECIALS.contains(&w) {
+                w.to_string()
+            } else {
+                w.chars()
+                    .filter(|c| !c.is_ascii_punctuation())
+                    .flat_map(char::to_lowercase)
+                    .collect()
+            }
+        })
+        .filter(|w: &String| !w.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// A whitespace word-level vocabulary.
@@ -89,11 +131,17 @@ impl Vocab {
         Ok(Self { tokenizer })
     }
 
-    /// Saves it as JSON.
-    pub fn save(&self, path: &Path) -> Result<()> {
+    /// The tokenizer as JSON (what [`Vocab::load`] reads).
+    pub fn to_json(&self) -> Result<String> {
         self.tokenizer
-            .save(path, true)
+            .to_string(true)
             .map_err(|e| anyhow!(e))
+            .context("serialising a tokenizer")
+    }
+
+    /// Saves it as JSON, atomically.
+    pub fn save(&self, path: &Path) -> Result<()> {
+        posenc_transformer::checkpoint::write_atomic(path, self.to_json()?.as_bytes())
             .with_context(|| format!("writing tokenizer {}", path.display()))
     }
 
@@ -112,11 +160,13 @@ impl Vocab {
         self.tokenizer.token_to_id(word)
     }
 
-    /// The ids of a sentence; a word not in the vocabulary is an [`UnknownWord`] error.
+    /// The ids of a sentence; a word not in the vocabulary, or a special token, is an
+    /// [`UnknownWord`] error.
     pub fn encode(&self, text: &str, line: usize) -> Result<Vec<u32>, UnknownWord> {
         text.split_whitespace()
             .map(|w| {
-                self.id(w).ok_or_else(|| UnknownWord {
+                let id = self.id(w).filter(|&i| i as usize >= SPECIALS.len());
+                id.ok_or_else(|| UnknownWord {
                     word: w.to_string(),
                     line,
                 })

@@ -43,7 +43,10 @@ fn tiny(kinds: &[&str]) -> ExperimentConfig {
     }
 }
 
-const QUIET: RunOptions = RunOptions { quiet: true };
+const QUIET: RunOptions = RunOptions {
+    quiet: true,
+    force: false,
+};
 
 #[test]
 fn the_same_seed_gives_the_same_table_and_finished_runs_are_reused() {

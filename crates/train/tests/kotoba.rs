@@ -158,8 +158,8 @@ fn splits_are_deterministic_disjoint_and_shaped() {
         order_swap: 100,
         seed: 5,
     };
-    let a = generate(&cfg);
-    let b = generate(&cfg);
+    let a = generate(&cfg).unwrap();
+    let b = generate(&cfg).unwrap();
     assert_eq!(a.train, b.train);
     assert_eq!(a.order_swap, b.order_swap);
     assert_ne!(
@@ -167,6 +167,7 @@ fn splits_are_deterministic_disjoint_and_shaped() {
             seed: 6,
             ..cfg.clone()
         })
+        .unwrap()
         .train,
         a.train
     );
@@ -198,7 +199,8 @@ fn tokenizer_round_trip() {
     let data = generate(&DataConfig {
         train: 2000,
         ..DataConfig::default()
-    });
+    })
+    .unwrap();
     let src = Vocab::train(data.train.iter().map(|p| p.src.as_str())).unwrap();
     let tgt = Vocab::train(data.train.iter().map(|p| p.tgt.as_str())).unwrap();
     for (i, s) in SPECIALS.iter().enumerate() {

@@ -10,7 +10,10 @@ use posenc_train::decode::DecodeConfig;
 use posenc_train::kotoba::SPEC_EXAMPLES;
 use posenc_train::trainer::{resume, train, RunOptions, TrainConfig, Translator};
 
-const QUIET: RunOptions = RunOptions { quiet: true };
+const QUIET: RunOptions = RunOptions {
+    quiet: true,
+    force: false,
+};
 
 fn tiny(steps: usize, seed: u64) -> TrainConfig {
     let mut cfg = TrainConfig::default();

@@ -3,9 +3,10 @@
 //! Tensor names follow PyTorch's `nn.Transformer` (`encoder.layers.0.self_attn.in_proj_weight`,
 //! `decoder.layers.0.multihead_attn.out_proj.weight`, `linear1`, `norm1`, `encoder.norm`,
 //! …), so a PyTorch state dict saved with `safetensors.torch.save_file` loads as it is.
-//! Files are written to a temporary name and renamed, so a crash mid-save leaves the
-//! previous checkpoint intact. Loading checks every tensor first and names all that are
-//! missing, extra, mis-shaped or of the wrong dtype.
+//! Files are written to a temporary name, flushed and renamed ([`write_atomic`]), so a
+//! crash or a full disk mid-save leaves the previous checkpoint intact. Loading checks
+//! every tensor first and names all that are missing, extra, mis-shaped, of the wrong
+//! dtype or not finite.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -27,19 +28,118 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
     }
 }
 
-/// Writes `bytes` to `path` atomically: a temporary file beside it, then a rename.
-pub fn write_atomic(path: &Path, write: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
+/// What every temporary file [`write_atomic`] makes has in its name: `.NAME.tmp-PID`.
+pub const TEMP_MARKER: &str = ".tmp-";
+
+/// Writes `bytes` to `path` atomically: into a temporary file beside it, flushed to disk,
+/// then renamed over `path`. A reader sees the old file or the new one, never a mix. On
+/// any error (a full disk, say) the temporary file is removed and `path` is untouched.
+///
+/// # Errors
+/// [`Error::Io`] naming the file that could not be written or renamed.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let tmp = path.with_file_name(format!(".{name}.tmp-{}", std::process::id()));
-    write(&tmp)?;
-    std::fs::rename(&tmp, path).map_err(io_err(path))
+    let tmp = path.with_file_name(format!(".{name}{TEMP_MARKER}{}", std::process::id()));
+    let written = (|| {
+        let mut file = std::fs::File::create(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()
+    })();
+    if let Err(source) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(Error::Io {
+            path: path.to_path_buf(),
+            source,
+        });
+    }
+    std::fs::rename(&tmp, path).map_err(|source| {
+        let _ = std::fs::remove_file(&tmp);
+        Error::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    })
 }
 
-/// Saves `cfg` and the weights in `varmap` into `dir` (created if needed).
-pub fn save(dir: &Path, cfg: &Config, varmap: &VarMap) -> Result<()> {
+/// Removes the temporary files that [`write_atomic`] left in `dir` when its process was
+/// killed mid-write. Call it only while no other process writes into `dir`. Returns how
+/// many were removed.
+pub fn remove_stale_temporaries(dir: &Path) -> Result<usize> {
+    let mut removed = 0;
+    for entry in std::fs::read_dir(dir).map_err(io_err(dir))? {
+        let entry = entry.map_err(io_err(dir))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') && name.contains(TEMP_MARKER) && entry.path().is_file() {
+            std::fs::remove_file(entry.path()).map_err(io_err(&entry.path()))?;
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
+
+/// The safetensors bytes of `tensors` with `metadata` in its header.
+///
+/// # Errors
+/// [`Error::Checkpoint`] if a tensor cannot be serialised.
+pub fn serialize(
+    tensors: &HashMap<String, Tensor>,
+    metadata: HashMap<String, String>,
+    path: &Path,
+) -> Result<Vec<u8>> {
+    let mut sorted: Vec<(&String, &Tensor)> = tensors.iter().collect();
+    sorted.sort_by(|a, b| a.0.cmp(b.0));
+    safetensors::serialize(sorted, Some(metadata)).map_err(|e| Error::Checkpoint {
+        path: path.to_path_buf(),
+        problems: vec![format!("cannot serialise the weights ({e})")],
+    })
+}
+
+/// The `__metadata__` of a safetensors file (empty if it has none).
+///
+/// # Errors
+/// [`Error::Io`] if the file cannot be read, [`Error::Checkpoint`] if it is not safetensors.
+pub fn read_metadata(path: &Path) -> Result<HashMap<String, String>> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path).map_err(io_err(path))?;
+    let not_safetensors = |why: String| Error::Checkpoint {
+        path: path.to_path_buf(),
+        problems: vec![format!("not a safetensors file ({why})")],
+    };
+    let mut len = [0u8; 8];
+    file.read_exact(&mut len)
+        .map_err(|e| not_safetensors(e.to_string()))?;
+    let len = u64::from_le_bytes(len);
+    let size = file.metadata().map_err(io_err(path))?.len();
+    if len > size.saturating_sub(8) || len > 100_000_000 {
+        return Err(not_safetensors(format!(
+            "its header claims {len} bytes, the file has {size}"
+        )));
+    }
+    let mut header = vec![0u8; len as usize];
+    file.read_exact(&mut header)
+        .map_err(|e| not_safetensors(e.to_string()))?;
+    #[derive(serde::Deserialize)]
+    struct Header {
+        #[serde(rename = "__metadata__", default)]
+        metadata: HashMap<String, String>,
+    }
+    let header: Header =
+        serde_json::from_slice(&header).map_err(|e| not_safetensors(e.to_string()))?;
+    Ok(header.metadata)
+}
+
+/// Saves `cfg` and the weights in `varmap` into `dir` (created if needed), each file
+/// atomically, the weights with `metadata` in their header.
+pub fn save(
+    dir: &Path,
+    cfg: &Config,
+    varmap: &VarMap,
+    metadata: HashMap<String, String>,
+) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(io_err(dir))?;
     let config_path = dir.join(CONFIG_FILE);
     let json = serde_json::to_string_pretty(cfg).map_err(|source| Error::Json {
@@ -47,10 +147,20 @@ pub fn save(dir: &Path, cfg: &Config, varmap: &VarMap) -> Result<()> {
         source,
     })?;
     let weights_path = dir.join(WEIGHTS_FILE);
-    write_atomic(&weights_path, |tmp| Ok(varmap.save(tmp)?))?;
-    write_atomic(&config_path, |tmp| {
-        std::fs::write(tmp, json).map_err(io_err(tmp))
-    })
+    let bytes = serialize(&variables(varmap), metadata, &weights_path)?;
+    write_atomic(&weights_path, &bytes)?;
+    write_atomic(&config_path, json.as_bytes())
+}
+
+/// The variables of `varmap` by name, as tensors sharing their storage.
+pub fn variables(varmap: &VarMap) -> HashMap<String, Tensor> {
+    varmap
+        .data()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_tensor().clone()))
+        .collect()
 }
 
 /// Reads `config.json` from `dir`.
@@ -99,7 +209,7 @@ pub fn load(dir: &Path, device: &Device) -> Result<Loaded> {
 }
 
 /// Reads a safetensors file into the variables of `varmap`, after checking that the file
-/// has exactly the tensors the model needs, with the right shapes and dtypes.
+/// has exactly the tensors the model needs, with the right shapes, dtypes and finite values.
 pub fn load_into(varmap: &VarMap, path: &Path) -> Result<()> {
     let device = {
         let vars = varmap.all_vars();
@@ -109,20 +219,13 @@ pub fn load_into(varmap: &VarMap, path: &Path) -> Result<()> {
         path: path.to_path_buf(),
         problems: vec![format!("not a readable safetensors file ({e})")],
     })?;
+    set_checked(varmap, &tensors, path)
+}
+
+/// Sets the variables of `varmap` to `tensors` (read from `path`) once [`check`] passes.
+pub fn set_checked(varmap: &VarMap, tensors: &HashMap<String, Tensor>, path: &Path) -> Result<()> {
+    check(varmap, tensors, path)?;
     let data = varmap.data().lock().unwrap_or_else(|e| e.into_inner());
-    let problems = compare(
-        &data
-            .iter()
-            .map(|(k, v)| (k.clone(), v.as_tensor().clone()))
-            .collect(),
-        &tensors,
-    );
-    if !problems.is_empty() {
-        return Err(Error::Checkpoint {
-            path: PathBuf::from(path),
-            problems,
-        });
-    }
     for (name, var) in data.iter() {
         var.set(&tensors[name])?;
     }
@@ -130,14 +233,9 @@ pub fn load_into(varmap: &VarMap, path: &Path) -> Result<()> {
 }
 
 /// Checks that `tensors` (read from `path`) are exactly the variables of `varmap`: the same
-/// names, shapes and dtypes. The error lists every difference.
+/// names, shapes and dtypes, and finite. The error names the file and lists every problem.
 pub fn check(varmap: &VarMap, tensors: &HashMap<String, Tensor>, path: &Path) -> Result<()> {
-    let data = varmap.data().lock().unwrap_or_else(|e| e.into_inner());
-    let expected = data
-        .iter()
-        .map(|(k, v)| (k.clone(), v.as_tensor().clone()))
-        .collect();
-    let problems = compare(&expected, tensors);
+    let problems = compare(&variables(varmap), tensors);
     if problems.is_empty() {
         Ok(())
     } else {
@@ -164,6 +262,9 @@ fn compare(expected: &HashMap<String, Tensor>, found: &HashMap<String, Tensor>) 
                 got.dtype(),
                 want.dtype()
             )),
+            Some(got) if !all_finite(got) => {
+                problems.push(format!("tensor `{name}` holds NaN or infinite values"))
+            }
             Some(_) => {}
         }
     }
@@ -172,4 +273,15 @@ fn compare(expected: &HashMap<String, Tensor>, found: &HashMap<String, Tensor>) 
     }
     problems.sort();
     problems
+}
+
+/// Whether every value of a float tensor is finite (other dtypes always are).
+fn all_finite(t: &Tensor) -> bool {
+    if !t.dtype().is_float() {
+        return true;
+    }
+    t.to_dtype(DType::F32)
+        .and_then(|t| t.flatten_all())
+        .and_then(|t| t.to_vec1::<f32>())
+        .is_ok_and(|v| v.iter().all(|x| x.is_finite()))
 }

@@ -63,7 +63,45 @@ impl Default for Config {
     }
 }
 
+/// The most layers a stack may have.
+pub const MAX_LAYERS: usize = 1 << 10;
+/// The largest vocabulary.
+pub const MAX_VOCAB: usize = 1 << 24;
+/// The most weights a model may have (4 GB as f32; training holds four times that).
+pub const MAX_PARAMETERS: u128 = 1_000_000_000;
+
 impl Config {
+    /// The number of weights the model has, computed from the sizes alone (so it can be
+    /// checked before anything is allocated), the encodings' learned tables included.
+    pub fn parameter_count(&self) -> u128 {
+        let [d, ff, sv, tv] = [
+            self.d_model,
+            self.d_ff,
+            self.src_vocab_size,
+            self.tgt_vocab_size,
+        ]
+        .map(|v| v as u128);
+        let attention = 4 * d * d + 4 * d;
+        let feed_forward = 2 * d * ff + ff + d;
+        let norm = 2 * d;
+        let encoder_layer = attention + feed_forward + 2 * norm;
+        let decoder_layer = 2 * attention + feed_forward + 3 * norm;
+        let embeddings = if self.tie_embeddings {
+            sv * d
+        } else {
+            sv * d + 2 * tv * d
+        };
+        let finals = if self.final_norm { 2 * norm } else { 0 };
+        // Each stack has its own instance of the encoding.
+        let encodings = 2 * self.encoding.parameter_count(self.d_model, self.heads);
+        embeddings
+            + encodings
+            + tv
+            + self.encoder_layers as u128 * encoder_layer
+            + self.decoder_layers as u128 * decoder_layer
+            + finals
+    }
+
     /// Width of one head, `d_k = d_model / heads`.
     pub fn head_dim(&self) -> usize {
         self.d_model / self.heads
@@ -85,9 +123,36 @@ impl Config {
         }
     }
 
-    /// Checks the sizes fit together.
+    /// Checks the sizes fit together and are within the limits ([`posenc::limits`],
+    /// [`MAX_LAYERS`], [`MAX_VOCAB`], [`MAX_PARAMETERS`]), before anything is allocated.
     pub fn validate(&self) -> Result<()> {
+        use posenc::limits::{check, MAX_D_MODEL, MAX_HEADS};
         let bad = |m: String| Err(Error::Config(m));
+        let limited = [
+            ("d_model", self.d_model, MAX_D_MODEL),
+            ("heads", self.heads, MAX_HEADS),
+            ("d_ff", self.d_ff, 16 * MAX_D_MODEL),
+            ("encoder_layers", self.encoder_layers, MAX_LAYERS),
+            ("decoder_layers", self.decoder_layers, MAX_LAYERS),
+            ("src_vocab_size", self.src_vocab_size, MAX_VOCAB),
+            ("tgt_vocab_size", self.tgt_vocab_size, MAX_VOCAB),
+        ];
+        for (what, value, max) in limited {
+            check(what, value, max).map_err(|e| Error::Config(e.to_string()))?;
+        }
+        let params = self.parameter_count();
+        if params > MAX_PARAMETERS {
+            return bad(format!(
+                "the model would have {params} weights ({:.1} GB as f32): the limit is {MAX_PARAMETERS}",
+                params as f64 * 4e-9
+            ));
+        }
+        if !(self.layer_norm_eps.is_finite() && self.layer_norm_eps > 0.0) {
+            return bad(format!(
+                "layer_norm_eps must be a small positive number, got {}",
+                self.layer_norm_eps
+            ));
+        }
         if self.d_model == 0 || self.heads == 0 || self.d_ff == 0 {
             return bad(format!(
                 "d_model, heads and d_ff must be > 0 (got {}, {}, {})",

@@ -44,6 +44,11 @@ impl Embeddings {
         self.lut.embeddings()
     }
 
+    /// The longest sequence the positional encoding can take, if it has an end.
+    pub fn max_positions(&self) -> Option<usize> {
+        self.encoding.max_positions()
+    }
+
     /// Embeds token ids `(batch, seq)` at positions `offset..offset + seq`.
     pub fn forward(&self, ids: &Tensor, offset: usize, train: bool) -> Result<Tensor> {
         if ids.rank() != 2 {

@@ -28,7 +28,7 @@ pub mod mask;
 pub mod model;
 pub mod sublayer;
 
-pub use config::Config;
+pub use config::{Config, MAX_LAYERS, MAX_PARAMETERS, MAX_VOCAB};
 pub use error::{Error, Result};
 pub use mask::Mask;
 pub use model::{Generator, Transformer};

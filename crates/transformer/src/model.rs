@@ -119,6 +119,14 @@ impl Transformer {
         (&self.src_embed, &self.tgt_embed)
     }
 
+    /// The longest source and target sequences the encodings can take (`None`: unbounded).
+    pub fn max_positions(&self) -> (Option<usize>, Option<usize>) {
+        (
+            self.src_embed.max_positions(),
+            self.tgt_embed.max_positions(),
+        )
+    }
+
     /// The generator.
     pub fn generator(&self) -> &Generator {
         &self.generator

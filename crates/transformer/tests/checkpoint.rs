@@ -29,7 +29,7 @@ fn outputs(model: &posenc_transformer::Transformer) -> Tensor {
 fn saved(kind: &str) -> (tempfile::TempDir, Config, Tensor) {
     let dir = tempfile::tempdir().unwrap();
     let (cfg, varmap, model) = tiny(EncodingConfig::from_kind(kind).unwrap());
-    checkpoint::save(dir.path(), &cfg, &varmap).unwrap();
+    checkpoint::save(dir.path(), &cfg, &varmap, Default::default()).unwrap();
     (dir, cfg, outputs(&model))
 }
 
@@ -81,7 +81,7 @@ fn tied_embeddings_share_one_matrix() {
         candle_nn::VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu),
     )
     .unwrap();
-    checkpoint::save(dir.path(), &cfg, &varmap).unwrap();
+    checkpoint::save(dir.path(), &cfg, &varmap, Default::default()).unwrap();
     let names: Vec<String> = weights(dir.path()).into_keys().collect();
     assert!(names.contains(&"src_embed.weight".to_string()));
     assert!(
@@ -166,7 +166,7 @@ fn a_failed_save_keeps_the_previous_checkpoint() {
     std::fs::create_dir(&tmp).unwrap();
     let (cfg, varmap, other) = tiny(EncodingConfig::from_kind("sinusoidal").unwrap());
     assert!(max_abs_diff(&before, &outputs(&other)) > 0.0);
-    assert!(checkpoint::save(dir.path(), &cfg, &varmap).is_err());
+    assert!(checkpoint::save(dir.path(), &cfg, &varmap, Default::default()).is_err());
     // The checkpoint already there is untouched and loads.
     let loaded = checkpoint::load(dir.path(), &Device::Cpu).unwrap();
     assert_eq!(max_abs_diff(&before, &outputs(&loaded.model)), 0.0);

@@ -1,0 +1,403 @@
+//! A run directory: everything one training run writes, kept as one consistent unit.
+//!
+//! | file | written | holds |
+//! |---|---|---|
+//! | `config.json`, `source.tokenizer.json`, `target.tokenizer.json` | once, when the run starts | the model's config and its vocabularies |
+//! | `trainer.json` | when the run starts, then at every checkpoint | the run's id, config, step and validation history |
+//! | `manifest.json` | once, after the four files above | the run's id and the SHA-256 of the config and both tokenizers |
+//! | `training.safetensors` | at every checkpoint | weights and AdamW moments; its header holds the run's id and the whole trainer state, so resuming reads this one file |
+//! | `model.safetensors` | at every checkpoint | the weights for inference (PyTorch names); its header names the run and the step |
+//! | `.lock` | when a process starts writing | the writer's pid, for the message a second writer gets |
+//!
+//! A writer holds an exclusive lock (`flock`) on the directory itself while it writes, so
+//! a second writer is refused; the lock ends with its process, however that ends.
+//!
+//! Every file is written atomically ([`write_atomic`]). The manifest ties the pieces
+//! together: loading checks the hashes of the fixed files, and that every weight file and
+//! `trainer.json` name the manifest's run. A tokenizer from another run, weights from
+//! another process or a half-replaced directory is an error naming the file, never a
+//! silently wrong model.
+//!
+//! Nothing is written before everything is validated: [`RunDir::create`] runs after the
+//! config, the data and the model have been checked, and it refuses a directory holding
+//! another run (unless forced) or files posenc did not write (always).
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, ensure, Context, Result};
+use posenc_transformer::checkpoint::{
+    self, remove_stale_temporaries, write_atomic, CONFIG_FILE, TEMP_MARKER, WEIGHTS_FILE,
+};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// `manifest.json`.
+pub const MANIFEST: &str = "manifest.json";
+/// `.lock`: held by the process writing the directory.
+pub const LOCK: &str = ".lock";
+/// `source.tokenizer.json`.
+pub const SOURCE_TOKENIZER: &str = "source.tokenizer.json";
+/// `target.tokenizer.json`.
+pub const TARGET_TOKENIZER: &str = "target.tokenizer.json";
+/// `trainer.json`.
+pub const TRAINER_FILE: &str = "trainer.json";
+/// `training.safetensors`.
+pub const STATE_FILE: &str = "training.safetensors";
+/// The header key of the run id in the weight files.
+pub const RUN_KEY: &str = "posenc.run";
+/// The manifest's format version.
+const FORMAT: u32 = 1;
+/// The files written once, when a run starts, and hashed in the manifest.
+const FIXED: [&str; 3] = [CONFIG_FILE, SOURCE_TOKENIZER, TARGET_TOKENIZER];
+/// Every file a run writes.
+const RUN_FILES: [&str; 7] = [
+    MANIFEST,
+    CONFIG_FILE,
+    SOURCE_TOKENIZER,
+    TARGET_TOKENIZER,
+    TRAINER_FILE,
+    STATE_FILE,
+    WEIGHTS_FILE,
+];
+
+/// `manifest.json`: which run the directory holds, and the hashes of its fixed files.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    /// The format version (1).
+    pub format: u32,
+    /// The run's id, also written into every weight file and `trainer.json`.
+    pub run: String,
+    /// SHA-256 (hex) of each fixed file, by name.
+    pub files: BTreeMap<String, String>,
+}
+
+/// A fresh run id: 128 random bits in hex.
+pub fn new_run_id() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// What a directory holds, as far as training is concerned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Contents {
+    /// It does not exist, or holds nothing but a lock and stale temporaries.
+    Empty,
+    /// A run: it has a manifest (checked by [`verify`]).
+    Run,
+    /// Files a run writes but no manifest: a run stopped before it had started, or one
+    /// written by a posenc older than the manifest. `weights` says whether it holds any.
+    Unfinished {
+        /// Whether `model.safetensors` or `training.safetensors` is there.
+        weights: bool,
+    },
+    /// Files posenc does not write (their names, sorted).
+    Foreign(Vec<String>),
+}
+
+/// Looks at `dir` without changing it.
+///
+/// # Errors
+/// If `dir` is a file, or cannot be read.
+pub fn inspect(dir: &Path) -> Result<Contents> {
+    if !dir.exists() {
+        return Ok(Contents::Empty);
+    }
+    ensure!(
+        dir.is_dir(),
+        "{} is a file, not a run directory",
+        dir.display()
+    );
+    let mut ours = Vec::new();
+    let mut foreign = Vec::new();
+    for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let name = entry?.file_name().to_string_lossy().into_owned();
+        if name == LOCK || (name.starts_with('.') && name.contains(TEMP_MARKER)) {
+            continue;
+        }
+        if RUN_FILES.contains(&name.as_str()) {
+            ours.push(name);
+        } else {
+            foreign.push(name);
+        }
+    }
+    foreign.sort();
+    Ok(if !foreign.is_empty() {
+        Contents::Foreign(foreign)
+    } else if ours.iter().any(|n| n == MANIFEST) {
+        Contents::Run
+    } else if ours.is_empty() {
+        Contents::Empty
+    } else {
+        Contents::Unfinished {
+            weights: ours.iter().any(|n| n == STATE_FILE || n == WEIGHTS_FILE),
+        }
+    })
+}
+
+fn read_manifest(dir: &Path) -> Result<Manifest> {
+    let path = dir.join(MANIFEST);
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let manifest: Manifest =
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    ensure!(
+        manifest.format == FORMAT,
+        "{} has format {}; this posenc reads format {FORMAT}",
+        path.display(),
+        manifest.format
+    );
+    Ok(manifest)
+}
+
+/// Checks that `dir` holds a complete run whose fixed files are the ones its manifest
+/// names, and returns the manifest.
+///
+/// # Errors
+/// Names the directory or file at fault: missing, not a directory, no manifest, or a file
+/// changed since the run wrote it.
+pub fn verify(dir: &Path) -> Result<Manifest> {
+    ensure!(
+        dir.exists(),
+        "model directory {} does not exist",
+        dir.display()
+    );
+    ensure!(
+        dir.is_dir(),
+        "{} is a file: a model is a directory (config.json, model.safetensors, tokenizers, manifest.json)",
+        dir.display()
+    );
+    ensure!(
+        dir.join(MANIFEST).exists(),
+        "{} has no {MANIFEST}: it is not a model written by `posenc train`, or it was \
+         written before posenc kept manifests, or its run was stopped before it started",
+        dir.display()
+    );
+    let manifest = read_manifest(dir)?;
+    for name in FIXED {
+        let path = dir.join(name);
+        let want = manifest
+            .files
+            .get(name)
+            .with_context(|| format!("{} lists no `{name}`", dir.join(MANIFEST).display()))?;
+        let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+        ensure!(
+            &sha256_hex(&bytes) == want,
+            "{} is not the file this run wrote (its SHA-256 differs from {MANIFEST}): \
+             it was changed, or copied from another run",
+            path.display()
+        );
+    }
+    Ok(manifest)
+}
+
+/// Checks that a weight file's header names `run`.
+///
+/// # Errors
+/// If the file is missing, unreadable, or from another run.
+pub fn check_weights(path: &Path, run: &str) -> Result<BTreeMap<String, String>> {
+    ensure!(
+        path.exists(),
+        "{} is missing: the run was stopped before its first checkpoint (continue it with \
+         `posenc train --resume --out {}`)",
+        path.display(),
+        path.parent()
+            .map_or(String::new(), |p| p.display().to_string())
+    );
+    let meta: BTreeMap<String, String> = checkpoint::read_metadata(path)?.into_iter().collect();
+    match meta.get(RUN_KEY) {
+        Some(r) if r == run => Ok(meta),
+        Some(r) => bail!(
+            "{} belongs to run {r}, not to this directory's run {run}: it was written by another process or copied from another run",
+            path.display()
+        ),
+        None => bail!(
+            "{} names no run: it was not written by this run",
+            path.display()
+        ),
+    }
+}
+
+/// A run directory this process writes into, locked against every other writer for as
+/// long as the value lives. The lock is released when the process ends, however it ends.
+#[derive(Debug)]
+pub struct RunDir {
+    dir: PathBuf,
+    run: String,
+    _lock: File,
+}
+
+impl RunDir {
+    /// Takes the write lock of the existing directory `dir`: an exclusive `flock` on the
+    /// directory itself, so a process that is refused writes nothing at all.
+    fn lock(dir: &Path) -> Result<File> {
+        let handle = File::open(dir).with_context(|| format!("opening {}", dir.display()))?;
+        match handle.try_lock() {
+            Ok(()) => Ok(handle),
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let holder = std::fs::read_to_string(dir.join(LOCK)).unwrap_or_default();
+                let holder = holder.trim();
+                bail!(
+                    "{} is being written by another posenc process ({}); wait for it to \
+                     finish, or choose another --out",
+                    dir.display(),
+                    if holder.is_empty() {
+                        "pid unknown"
+                    } else {
+                        holder
+                    }
+                )
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                Err(e).with_context(|| format!("locking {}", dir.display()))
+            }
+        }
+    }
+
+    /// Records this process as the writer (in `.lock`, for the message another process
+    /// gets) and removes temporaries that a killed writer left. Call it once every check
+    /// has passed, just before writing.
+    pub fn begin_writing(&self) -> Result<()> {
+        write_atomic(
+            &self.dir.join(LOCK),
+            format!("pid {}", std::process::id()).as_bytes(),
+        )?;
+        remove_stale_temporaries(&self.dir)?;
+        Ok(())
+    }
+
+    /// Starts a new run in `dir`: checks what it holds, locks it, and writes the run's
+    /// fixed files (`config`, the tokenizers, the initial `trainer` state), then the
+    /// manifest. `describe_existing(dir)` says why a run already there is not replaced.
+    ///
+    /// # Errors
+    /// If another process writes `dir`; if `dir` holds another run or weights without a
+    /// manifest and `force` is false; if it holds files posenc did not write (even with
+    /// `force`: those are never deleted); if a file cannot be written. Nothing is written
+    /// before these checks pass.
+    pub fn create(
+        dir: &Path,
+        fixed: &FixedFiles,
+        trainer_json: &[u8],
+        run: &str,
+        force: bool,
+        describe_existing: impl Fn(&Path) -> String,
+    ) -> Result<Self> {
+        let decide = |contents: Contents| -> Result<()> {
+            match contents {
+                Contents::Empty | Contents::Unfinished { weights: false } => Ok(()),
+                Contents::Foreign(names) => bail!(
+                    "{} holds files posenc did not write ({}); choose an empty or new --out",
+                    dir.display(),
+                    shorten(&names)
+                ),
+                Contents::Run | Contents::Unfinished { weights: true } if !force => {
+                    bail!("{}", describe_existing(dir))
+                }
+                Contents::Run | Contents::Unfinished { weights: true } => Ok(()),
+            }
+        };
+        // Once before touching anything, and again under the lock.
+        decide(inspect(dir)?)?;
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let lock = Self::lock(dir)?;
+        decide(inspect(dir)?)?;
+        let this = Self {
+            dir: dir.to_path_buf(),
+            run: run.to_string(),
+            _lock: lock,
+        };
+        this.begin_writing()?;
+        // The manifest goes first, so a directory half-way through being replaced is never
+        // taken for a complete run.
+        for name in RUN_FILES {
+            let path = dir.join(name);
+            if path.exists() {
+                std::fs::remove_file(&path)
+                    .with_context(|| format!("removing {}", path.display()))?;
+            }
+        }
+        let mut files = BTreeMap::new();
+        for (name, bytes) in [
+            (CONFIG_FILE, &fixed.config),
+            (SOURCE_TOKENIZER, &fixed.source_tokenizer),
+            (TARGET_TOKENIZER, &fixed.target_tokenizer),
+        ] {
+            write_atomic(&dir.join(name), bytes)?;
+            files.insert(name.to_string(), sha256_hex(bytes));
+        }
+        write_atomic(&dir.join(TRAINER_FILE), trainer_json)?;
+        let manifest = Manifest {
+            format: FORMAT,
+            run: run.to_string(),
+            files,
+        };
+        write_atomic(
+            &dir.join(MANIFEST),
+            serde_json::to_string_pretty(&manifest)?.as_bytes(),
+        )?;
+        Ok(this)
+    }
+
+    /// Opens the run in `dir` to continue it: verifies the manifest and locks the
+    /// directory. Nothing is written until [`RunDir::begin_writing`].
+    ///
+    /// # Errors
+    /// If another process writes `dir`, or it holds no complete run.
+    pub fn open(dir: &Path) -> Result<(Self, Manifest)> {
+        ensure!(
+            dir.is_dir(),
+            "{} is not a run directory (--resume continues a run written by `posenc train`)",
+            dir.display()
+        );
+        verify(dir)?;
+        let lock = Self::lock(dir)?;
+        let manifest = verify(dir)?;
+        Ok((
+            Self {
+                dir: dir.to_path_buf(),
+                run: manifest.run.clone(),
+                _lock: lock,
+            },
+            manifest,
+        ))
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The run's id.
+    pub fn run(&self) -> &str {
+        &self.run
+    }
+}
+
+/// The bytes of the files a run writes once.
+#[derive(Debug, Clone)]
+pub struct FixedFiles {
+    /// `config.json`.
+    pub config: Vec<u8>,
+    /// `source.tokenizer.json`.
+    pub source_tokenizer: Vec<u8>,
+    /// `target.tokenizer.json`.
+    pub target_tokenizer: Vec<u8>,
+}
+
+fn shorten(names: &[String]) -> String {
+    let shown: Vec<String> = names.iter().take(3).map(|n| format!("{n:?}")).collect();
+    if names.len() > 3 {
+        format!("{}, and {} more", shown.join(", "), names.len() - 3)
+    } else {
+        shown.join(", ")
+    }
+}
