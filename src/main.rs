@@ -38,24 +38,29 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    match run(Cli::parse()) {
+    let cli = Cli::parse();
+    let mut out = cmd::Stdout::new();
+    match run(cli, &mut out).and_then(|()| out.finish()) {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader went away (`posenc … | head`): nothing is left to say to anyone.
+        Err(e) if cmd::is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "error: {}", cmd::error_text(&e));
             ExitCode::FAILURE
         }
     }
 }
 
-fn run(cli: Cli) -> anyhow::Result<()> {
+fn run(cli: Cli, out: &mut cmd::Stdout) -> anyhow::Result<()> {
     match cli.command {
-        Command::Encoding(c) => c.run(&mut std::io::stdout().lock()),
-        Command::Train(c) => c.run(),
-        Command::Translate(c) => c.run(&mut std::io::stdout().lock()),
-        Command::Eval(c) => c.run(&mut std::io::stdout().lock()),
-        Command::Bench(c) => c.run(&mut std::io::stdout().lock()),
-        Command::Experiment(c) => c.run(&mut std::io::stdout().lock()),
-        Command::Plot(c) => c.run(&mut std::io::stdout().lock()),
-        Command::Embed(c) => c.run(&mut std::io::stdout().lock()),
+        Command::Encoding(c) => c.run(out),
+        Command::Train(c) => c.run(out),
+        Command::Translate(c) => c.run(out),
+        Command::Eval(c) => c.run(out),
+        Command::Bench(c) => c.run(out),
+        Command::Experiment(c) => c.run(out),
+        Command::Plot(c) => c.run(out),
+        Command::Embed(c) => c.run(out),
     }
 }

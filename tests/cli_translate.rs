@@ -1,95 +1,9 @@
-//! `posenc train`, `translate` and `eval` as a user runs them, including a training
-//! process killed at random moments: the checkpoint it leaves always loads.
+//! `posenc train`, `translate`, `eval` and `embed` as a user runs them. Faults (kills, full
+//! disks, second writers, bad input) are in `cli_faults.rs`.
 
-use std::io::Write;
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
-use std::time::Duration;
+mod common;
 
-fn posenc() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_posenc"))
-}
-
-fn tiny_config(dir: &Path) -> std::path::PathBuf {
-    let path = dir.join("tiny.json");
-    std::fs::write(
-        &path,
-        r#"{"model": {"d_model": 32, "heads": 2, "d_ff": 64, "encoder_layers": 1, "decoder_layers": 1, "dropout": 0.0},
-            "data": {"train": 2000, "valid": 20, "test": 20, "test_long": 10, "order_swap": 10},
-            "batch_size": 32, "eval_every": 1000, "eval_sentences": 10}"#,
-    )
-    .unwrap();
-    path
-}
-
-/// Runs `posenc ARGS` with `input` on standard input.
-fn with_stdin(args: &[&std::ffi::OsStr], input: &str) -> Output {
-    let mut child = posenc()
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
-}
-
-fn text(out: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&out.stdout).into(),
-        String::from_utf8_lossy(&out.stderr).into(),
-    )
-}
-
-#[test]
-fn a_killed_training_run_leaves_a_loadable_checkpoint() {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = tiny_config(dir.path());
-    let run = dir.path().join("run");
-    let mut kills_after_a_save = 0;
-    for delay_ms in [900u64, 1300, 1700, 2100, 2500, 2900] {
-        let mut cmd = posenc();
-        cmd.args(["train", "--quiet", "--save-every", "1", "--out"])
-            .arg(&run);
-        if run.join("trainer.json").exists() {
-            cmd.args(["--resume", "--steps", "100000"]);
-        } else {
-            cmd.args(["--steps", "100000", "--config"]).arg(&cfg);
-        }
-        let mut child = cmd
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(delay_ms));
-        child.kill().unwrap();
-        child.wait().unwrap();
-        if run.join("trainer.json").exists() {
-            kills_after_a_save += 1;
-            posenc_train::trainer::Translator::load(&run)
-                .expect("the model left by a killed run must load");
-        }
-    }
-    assert!(kills_after_a_save >= 3, "the runs never got to save");
-    // And training resumes from it to the end.
-    let out = posenc()
-        .args(["train", "--quiet", "--resume", "--steps"])
-        .arg("1")
-        .arg("--out")
-        .arg(&run)
-        .output()
-        .unwrap();
-    let (_, stderr) = text(&out);
-    assert!(out.status.success(), "{stderr}");
-    let state = posenc_train::trainer::TrainerState::load(&run).unwrap();
-    assert!(state.step >= 1);
-}
+use common::*;
 
 #[test]
 fn translate_reads_arguments_or_stdin_and_names_unknown_words() {

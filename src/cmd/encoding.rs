@@ -69,6 +69,7 @@ impl EncodingCommand {
 }
 
 fn show(which: &Which, out: &mut impl Write) -> Result<()> {
+    posenc::limits::check_table_len(which.len)?;
     let enc = which
         .kind
         .build_untrained(which.d_model, which.heads, &Device::Cpu)?;

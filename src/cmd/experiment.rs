@@ -46,7 +46,10 @@ impl ExperimentArgs {
         }
         cfg.base.steps = self.steps.unwrap_or(cfg.base.steps);
         cfg.base.seed = self.seed.unwrap_or(cfg.base.seed);
-        let opts = RunOptions { quiet: self.quiet };
+        let opts = RunOptions {
+            quiet: self.quiet,
+            force: false,
+        };
         let result = experiment::run(&cfg, &self.out, opts)?;
         let plots = posenc_plot::experiment(&result, &self.out)?;
         write!(out, "{}", result.table())?;

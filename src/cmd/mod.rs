@@ -7,12 +7,81 @@ pub mod experiment;
 pub mod plot;
 pub mod translate;
 
+use std::io::{BufRead, Write};
+
+use anyhow::{Context, Result};
+
 /// The sentences given as arguments, or with none, one per line from standard input.
-pub fn sentences_or_stdin(args: Vec<String>) -> std::io::Result<Vec<String>> {
-    use std::io::BufRead;
-    if args.is_empty() {
-        std::io::stdin().lock().lines().collect()
-    } else {
-        Ok(args)
+pub fn sentences_or_stdin(args: Vec<String>) -> Result<Vec<String>> {
+    if !args.is_empty() {
+        return Ok(args);
     }
+    std::io::stdin()
+        .lock()
+        .lines()
+        .enumerate()
+        .map(|(i, line)| line.with_context(|| format!("reading line {} of standard input", i + 1)))
+        .collect()
+}
+
+/// Standard output, buffered, whose errors say they are about standard output (a full
+/// disk, a closed pipe) and keep their kind, so `main` can tell a closed pipe apart.
+pub struct Stdout(std::io::BufWriter<std::io::StdoutLock<'static>>);
+
+impl Stdout {
+    /// Locks standard output.
+    pub fn new() -> Self {
+        Self(std::io::BufWriter::new(std::io::stdout().lock()))
+    }
+
+    /// Flushes what is left; an error names standard output.
+    pub fn finish(&mut self) -> Result<()> {
+        Ok(self.flush()?)
+    }
+}
+
+fn named(e: std::io::Error) -> std::io::Error {
+    std::io::Error::new(e.kind(), format!("writing to standard output: {e}"))
+}
+
+impl Write for Stdout {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write(buf).map_err(named)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush().map_err(named)
+    }
+}
+
+/// Whether `e` comes from writing into a pipe whose reader has gone.
+pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// An error's message with its causes, each said once, control characters escaped.
+pub fn error_text(e: &anyhow::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        // A cause already quoted in full by the message before it adds nothing.
+        if parts.last().is_some_and(|p| p.contains(&text)) {
+            continue;
+        }
+        parts.push(text);
+    }
+    parts
+        .join(": ")
+        .chars()
+        .flat_map(|c| {
+            if c.is_control() && c != '\n' {
+                c.escape_default().collect::<Vec<_>>()
+            } else {
+                vec![c]
+            }
+        })
+        .collect()
 }

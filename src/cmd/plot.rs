@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Subcommand;
 use posenc::EncodingConfig;
 use posenc_train::trainer::{shipped_model, Translator};
@@ -63,8 +63,7 @@ impl PlotCommand {
                 out,
             } => {
                 let dir = model.unwrap_or_else(shipped_model);
-                let translator = Translator::load(&dir)
-                    .with_context(|| format!("loading the model in {}", dir.display()))?;
+                let translator = Translator::load(&dir)?;
                 let maps = translator.attention(&sentence)?;
                 let kind = translator.model.config().encoding.kind();
                 let title = format!("{kind}: \"{sentence}\" → \"{}\"", {

@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Args;
 use posenc::EncodingConfig;
 use posenc_train::decode::DecodeConfig;
@@ -40,6 +40,9 @@ pub struct TrainArgs {
     /// Continue the run in --out (its config is kept; --steps may extend it).
     #[arg(long)]
     resume: bool,
+    /// Replace the run already in --out (files posenc did not write are never touched).
+    #[arg(long, conflicts_with = "resume")]
+    force: bool,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -47,8 +50,11 @@ pub struct TrainArgs {
 
 impl TrainArgs {
     /// Runs the command.
-    pub fn run(self) -> Result<()> {
-        let opts = RunOptions { quiet: self.quiet };
+    pub fn run(self, out: &mut impl Write) -> Result<()> {
+        let opts = RunOptions {
+            quiet: self.quiet,
+            force: self.force,
+        };
         let state = if self.resume {
             trainer::resume(&self.out, self.steps, opts)?
         } else {
@@ -67,7 +73,8 @@ impl TrainArgs {
             trainer::train(cfg, &self.out, opts)?
         };
         if let Some(last) = state.history.last() {
-            println!(
+            writeln!(
+                out,
                 "{} steps in {:.0} s ({:.0} tokens/s); valid loss {:.4}, valid exact match {:.1}%; model in {}",
                 state.step,
                 state.elapsed_s,
@@ -75,7 +82,7 @@ impl TrainArgs {
                 last.valid_loss,
                 100.0 * last.valid_exact,
                 self.out.display()
-            );
+            )?;
         }
         Ok(())
     }
@@ -90,24 +97,26 @@ pub struct DecodeArgs {
     /// Beam size (1 = greedy).
     #[arg(long, default_value_t = 1)]
     beam: usize,
-    /// GNMT length penalty α for beam search.
+    /// GNMT length penalty α ≥ 0 for beam search.
     #[arg(long, default_value_t = 0.6)]
     length_penalty: f64,
-    /// Longest translation, in words.
-    #[arg(long, default_value_t = 100)]
-    max_len: usize,
+    /// Longest translation, in words [default: 100, or less if the model's positions end
+    /// sooner].
+    #[arg(long)]
+    max_len: Option<usize>,
 }
 
 impl DecodeArgs {
     fn load(&self) -> Result<(Translator, DecodeConfig)> {
         let dir = self.model.clone().unwrap_or_else(shipped_model);
-        let translator = Translator::load(&dir)
-            .with_context(|| format!("loading the model in {}", dir.display()))?;
+        let translator = Translator::load(&dir)?;
+        let positions = translator.model.max_positions().1.unwrap_or(usize::MAX);
         let cfg = DecodeConfig {
             beam: self.beam,
             length_penalty: self.length_penalty,
-            max_len: self.max_len,
+            max_len: self.max_len.unwrap_or(100.min(positions.saturating_sub(1))),
         };
+        cfg.validate(&translator.model)?;
         Ok((translator, cfg))
     }
 }
@@ -150,11 +159,7 @@ impl EvalArgs {
     /// Runs the command.
     pub fn run(self, out: &mut impl Write) -> Result<()> {
         let (translator, cfg) = self.decode.load()?;
-        let data = translator
-            .state
-            .as_ref()
-            .map(|s| s.config.data.clone())
-            .unwrap_or_default();
+        let data = translator.state.config.data.clone();
         let reports = evaluate(&translator, &data, &cfg)?;
         write!(out, "{}", table(&reports))?;
         for r in reports.iter().filter(|_| self.errors > 0) {

@@ -8,7 +8,7 @@ use std::path::Path;
 use anyhow::{ensure, Result};
 use posenc_train::inspect::AttentionMaps;
 
-use crate::chart::{err, figure, heatmap, Heatmap};
+use crate::chart::{heatmap, save_png, Heatmap};
 
 /// Draws `maps` into the PNG `path`: one row per layer (encoder layers, then decoder
 /// cross-attention layers), one column per head.
@@ -19,35 +19,41 @@ pub fn attention(maps: &AttentionMaps, title: &str, path: &Path) -> Result<()> {
     );
     let heads = maps.encoder[0].len();
     let rows = maps.encoder.len() + maps.cross.len();
-    let root = figure(path, (360 * heads as u32, 340 * rows as u32 + 40), title)?;
-    let panels = root.split_evenly((rows, heads));
-    let layers = maps
-        .encoder
-        .iter()
-        .enumerate()
-        .map(|(l, w)| (format!("encoder {}", l + 1), w, &maps.source))
-        .chain(
-            maps.cross
+    save_png(
+        path,
+        (360 * heads as u32, 340 * rows as u32 + 40),
+        title,
+        |root| {
+            let panels = root.split_evenly((rows, heads));
+            let layers = maps
+                .encoder
                 .iter()
                 .enumerate()
-                .map(|(l, w)| (format!("cross {}", l + 1), w, &maps.target)),
-        );
-    for (row, (name, weights, queries)) in layers.enumerate() {
-        for (h, w) in weights.iter().enumerate() {
-            heatmap(
-                &panels[row * heads + h],
-                &Heatmap {
-                    values: w,
-                    title: format!("{name}, head {h}"),
-                    x_desc: "",
-                    y_desc: "",
-                    x_ticks: Some(&maps.source),
-                    y_ticks: Some(queries),
-                    diverging: false,
-                },
-            )?;
-        }
-    }
-    root.present().map_err(err)?;
+                .map(|(l, w)| (format!("encoder {}", l + 1), w, &maps.source))
+                .chain(
+                    maps.cross
+                        .iter()
+                        .enumerate()
+                        .map(|(l, w)| (format!("cross {}", l + 1), w, &maps.target)),
+                );
+            for (row, (name, weights, queries)) in layers.enumerate() {
+                for (h, w) in weights.iter().enumerate() {
+                    heatmap(
+                        &panels[row * heads + h],
+                        &Heatmap {
+                            values: w,
+                            title: format!("{name}, head {h}"),
+                            x_desc: "",
+                            y_desc: "",
+                            x_ticks: Some(&maps.source),
+                            y_ticks: Some(queries),
+                            diverging: false,
+                        },
+                    )?;
+                }
+            }
+            Ok(())
+        },
+    )?;
     Ok(())
 }

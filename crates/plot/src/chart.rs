@@ -1,6 +1,7 @@
 //! The two kinds of panel every figure is made of: a heatmap and a set of curves.
 
 use anyhow::{anyhow, Result};
+use image::ImageEncoder;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::colors::colormaps::ViridisRGB;
@@ -25,17 +26,44 @@ fn register_font() -> Result<()> {
         .ok_or_else(|| anyhow!("the shipped font DejaVuSans.ttf could not be read"))
 }
 
-/// A white `size` PNG canvas at `path` with `title` on top; the area below the title.
-/// Call `present()` on it to write the file.
-pub fn figure<'a>(path: &'a std::path::Path, size: (u32, u32), title: &str) -> Result<Area<'a>> {
+/// The most pixels a figure may have (a 10 000 × 10 000 image).
+pub const MAX_PIXELS: u64 = 100_000_000;
+
+/// Draws a white `size` canvas with `title` on top (`draw` gets the area below it) and
+/// writes it as a PNG to `path`, atomically: a failed or interrupted write leaves no
+/// truncated file. Errors name the path.
+pub fn save_png(
+    path: &std::path::Path,
+    size: (u32, u32),
+    title: &str,
+    draw: impl FnOnce(&Area) -> Result<()>,
+) -> Result<()> {
+    use anyhow::Context;
+    let pixels = u64::from(size.0) * u64::from(size.1);
+    anyhow::ensure!(
+        pixels <= MAX_PIXELS,
+        "the figure for {} would be {} × {} pixels, more than the {MAX_PIXELS} allowed",
+        path.display(),
+        size.0,
+        size.1
+    );
     register_font()?;
-    let root = BitMapBackend::new(path, size).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
-    if title.is_empty() {
-        Ok(root)
-    } else {
-        root.titled(title, (FONT, 20)).map_err(err)
+    let mut rgb = vec![0u8; pixels as usize * 3];
+    {
+        let root = BitMapBackend::with_buffer(&mut rgb, size).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        if title.is_empty() {
+            draw(&root)?;
+        } else {
+            draw(&root.titled(title, (FONT, 20)).map_err(err)?)?;
+        }
+        root.present().map_err(err)?;
     }
+    let mut png = Vec::new();
+    image::codecs::png::PngEncoder::new(&mut png)
+        .write_image(&rgb, size.0, size.1, image::ColorType::Rgb8)
+        .with_context(|| format!("encoding {}", path.display()))?;
+    posenc_transformer::checkpoint::write_atomic(path, &png).context("writing the figure")
 }
 
 /// A plotters error as an anyhow error (plotters' own errors borrow the backend's).

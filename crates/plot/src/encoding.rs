@@ -14,7 +14,7 @@ use anyhow::{ensure, Result};
 use candle_core::Device;
 use posenc::{EncodingConfig, Table};
 
-use crate::chart::{colour, curves, err, figure, heatmap, Axes, Heatmap, Mark, Series};
+use crate::chart::{colour, curves, heatmap, save_png, Axes, Heatmap, Mark, Series};
 
 /// The positions-by-features matrix, and which columns form sin/cos pairs.
 struct Features {
@@ -125,6 +125,7 @@ pub fn encoding(
         len >= 4,
         "--len must be at least 4 to show shifts, got {len}"
     );
+    posenc::limits::check_table_len(len)?;
     let pe = cfg.build_untrained(d_model, heads, &Device::Cpu)?;
     let kind = cfg.kind();
     let table = pe.table(len)?;
@@ -138,153 +139,155 @@ pub fn encoding(
 
 fn additive(f: &Features, kind: &str, d: usize, path: &Path) -> Result<()> {
     let len = f.rows.len();
-    let root = figure(
+    save_png(
         path,
         (1500, 960),
         &format!("{kind}: d_model {d}, positions 0..{len}"),
-    )?;
-    let panels = root.split_evenly((2, 3));
-    heatmap(
-        &panels[0],
-        &Heatmap {
-            values: &f.rows,
-            title: "PE(pos, i)".into(),
-            x_desc: "dimension i",
-            y_desc: "position",
-            x_ticks: None,
-            y_ticks: None,
-            diverging: true,
+        |root| {
+            let panels = root.split_evenly((2, 3));
+            heatmap(
+                &panels[0],
+                &Heatmap {
+                    values: &f.rows,
+                    title: "PE(pos, i)".into(),
+                    x_desc: "dimension i",
+                    y_desc: "position",
+                    x_ticks: None,
+                    y_ticks: None,
+                    diverging: true,
+                },
+            )?;
+            let gram: Vec<Vec<f32>> = f
+                .rows
+                .iter()
+                .map(|a| f.rows.iter().map(|b| dot(a, b) as f32).collect())
+                .collect();
+            heatmap(
+                &panels[1],
+                &Heatmap {
+                    values: &gram,
+                    title: "PE(p) · PE(q)".into(),
+                    x_desc: "q",
+                    y_desc: "p",
+                    x_ticks: None,
+                    y_ticks: None,
+                    diverging: false,
+                },
+            )?;
+            let decay: Vec<Series> = [0, len / 2]
+                .iter()
+                .enumerate()
+                .map(|(c, &p)| Series {
+                    name: format!("p = {p}"),
+                    points: (0..len - p)
+                        .map(|k| (k as f64, dot(&f.rows[p], &f.rows[p + k])))
+                        .collect(),
+                    mark: if c == 0 { Mark::Line } else { Mark::Dots },
+                    colour: colour(c),
+                })
+                .collect();
+            curves(
+                &panels[2],
+                &Axes {
+                    title: "PE(p) · PE(p+k)".into(),
+                    x_desc: "k",
+                    y_desc: "dot product",
+                    square: false,
+                    y_range: None,
+                },
+                &decay,
+            )?;
+            let n = f.pairs.len();
+            let mut chosen = vec![0, n / 8, n / 4, n / 2, n.saturating_sub(1)];
+            chosen.dedup();
+            chosen.retain(|&i| i < n);
+            let circles: Vec<Series> = chosen
+                .iter()
+                .enumerate()
+                .map(|(c, &i)| Series {
+                    name: format!("dims {}, {}", f.pairs[i].0, f.pairs[i].1),
+                    points: f.pair(i, 0, len),
+                    mark: Mark::LineDots,
+                    colour: colour(c),
+                })
+                .collect();
+            curves(
+                &panels[3],
+                &Axes {
+                    title: "pairs of dimensions over positions".into(),
+                    x_desc: "first of the pair",
+                    y_desc: "second of the pair",
+                    square: true,
+                    y_range: None,
+                },
+                &circles,
+            )?;
+            let k = (len / 8).max(1);
+            let i = chosen.get(1).copied().unwrap_or(0).min(n.saturating_sub(1));
+            if n > 0 {
+                let (x, y) = (f.pair(i, 0, len - k), f.pair(i, k, len));
+                let (m, worst) = fit_pair(&x, &y);
+                let mapped = x
+                    .iter()
+                    .map(|&(a, b)| (m[0][0] * a + m[0][1] * b, m[1][0] * a + m[1][1] * b))
+                    .collect();
+                let shift = [
+                    Series {
+                        name: "PE(p)".into(),
+                        points: x,
+                        mark: Mark::Dots,
+                        colour: colour(7),
+                    },
+                    Series {
+                        name: format!("PE(p+{k})"),
+                        points: y,
+                        mark: Mark::Rings,
+                        colour: colour(3),
+                    },
+                    Series {
+                        name: format!("M_{k} · PE(p)"),
+                        points: mapped,
+                        mark: Mark::Crosses,
+                        colour: colour(10),
+                    },
+                ];
+                curves(
+                    &panels[4],
+                    &Axes {
+                        title: format!(
+                            "dims {}, {}: worst miss {worst:.1e}",
+                            f.pairs[i].0, f.pairs[i].1
+                        ),
+                        x_desc: "first of the pair",
+                        y_desc: "second of the pair",
+                        square: true,
+                        y_range: None,
+                    },
+                    &shift,
+                )?;
+            }
+            let residual: Vec<(f64, f64)> = (1..len / 2)
+                .map(|k| (k as f64, f.shift_residual(k).max(1e-12).log10()))
+                .collect();
+            curves(
+                &panels[5],
+                &Axes {
+                    title: "is PE(p+k) a linear map of PE(p)?".into(),
+                    x_desc: "k",
+                    y_desc: "log10 worst residual of M_k",
+                    square: false,
+                    y_range: Some((-8.0, 1.0)),
+                },
+                &[Series {
+                    name: String::new(),
+                    points: residual,
+                    mark: Mark::LineDots,
+                    colour: colour(0),
+                }],
+            )?;
+            Ok(())
         },
     )?;
-    let gram: Vec<Vec<f32>> = f
-        .rows
-        .iter()
-        .map(|a| f.rows.iter().map(|b| dot(a, b) as f32).collect())
-        .collect();
-    heatmap(
-        &panels[1],
-        &Heatmap {
-            values: &gram,
-            title: "PE(p) · PE(q)".into(),
-            x_desc: "q",
-            y_desc: "p",
-            x_ticks: None,
-            y_ticks: None,
-            diverging: false,
-        },
-    )?;
-    let decay: Vec<Series> = [0, len / 2]
-        .iter()
-        .enumerate()
-        .map(|(c, &p)| Series {
-            name: format!("p = {p}"),
-            points: (0..len - p)
-                .map(|k| (k as f64, dot(&f.rows[p], &f.rows[p + k])))
-                .collect(),
-            mark: if c == 0 { Mark::Line } else { Mark::Dots },
-            colour: colour(c),
-        })
-        .collect();
-    curves(
-        &panels[2],
-        &Axes {
-            title: "PE(p) · PE(p+k)".into(),
-            x_desc: "k",
-            y_desc: "dot product",
-            square: false,
-            y_range: None,
-        },
-        &decay,
-    )?;
-    let n = f.pairs.len();
-    let mut chosen = vec![0, n / 8, n / 4, n / 2, n.saturating_sub(1)];
-    chosen.dedup();
-    chosen.retain(|&i| i < n);
-    let circles: Vec<Series> = chosen
-        .iter()
-        .enumerate()
-        .map(|(c, &i)| Series {
-            name: format!("dims {}, {}", f.pairs[i].0, f.pairs[i].1),
-            points: f.pair(i, 0, len),
-            mark: Mark::LineDots,
-            colour: colour(c),
-        })
-        .collect();
-    curves(
-        &panels[3],
-        &Axes {
-            title: "pairs of dimensions over positions".into(),
-            x_desc: "first of the pair",
-            y_desc: "second of the pair",
-            square: true,
-            y_range: None,
-        },
-        &circles,
-    )?;
-    let k = (len / 8).max(1);
-    let i = chosen.get(1).copied().unwrap_or(0).min(n.saturating_sub(1));
-    if n > 0 {
-        let (x, y) = (f.pair(i, 0, len - k), f.pair(i, k, len));
-        let (m, worst) = fit_pair(&x, &y);
-        let mapped = x
-            .iter()
-            .map(|&(a, b)| (m[0][0] * a + m[0][1] * b, m[1][0] * a + m[1][1] * b))
-            .collect();
-        let shift = [
-            Series {
-                name: "PE(p)".into(),
-                points: x,
-                mark: Mark::Dots,
-                colour: colour(7),
-            },
-            Series {
-                name: format!("PE(p+{k})"),
-                points: y,
-                mark: Mark::Rings,
-                colour: colour(3),
-            },
-            Series {
-                name: format!("M_{k} · PE(p)"),
-                points: mapped,
-                mark: Mark::Crosses,
-                colour: colour(10),
-            },
-        ];
-        curves(
-            &panels[4],
-            &Axes {
-                title: format!(
-                    "dims {}, {}: worst miss {worst:.1e}",
-                    f.pairs[i].0, f.pairs[i].1
-                ),
-                x_desc: "first of the pair",
-                y_desc: "second of the pair",
-                square: true,
-                y_range: None,
-            },
-            &shift,
-        )?;
-    }
-    let residual: Vec<(f64, f64)> = (1..len / 2)
-        .map(|k| (k as f64, f.shift_residual(k).max(1e-12).log10()))
-        .collect();
-    curves(
-        &panels[5],
-        &Axes {
-            title: "is PE(p+k) a linear map of PE(p)?".into(),
-            x_desc: "k",
-            y_desc: "log10 worst residual of M_k",
-            square: false,
-            y_range: Some((-8.0, 1.0)),
-        },
-        &[Series {
-            name: String::new(),
-            points: residual,
-            mark: Mark::LineDots,
-            colour: colour(0),
-        }],
-    )?;
-    root.present().map_err(err)?;
     Ok(())
 }
 
@@ -306,65 +309,67 @@ fn bias(table: Table, kind: &str, path: &Path) -> Result<()> {
     };
     let heads = bias.len();
     let len = first.1.len();
-    let root = figure(
+    save_png(
         path,
         (1500, 500),
         &format!("{kind}: {heads} heads, positions 0..{len}"),
-    )?;
-    let panels = root.split_evenly((1, 3));
-    heatmap(
-        &panels[0],
-        &Heatmap {
-            values: &first.1,
-            title: first.0.into(),
-            x_desc: "key position",
-            y_desc: "query position",
-            x_ticks: None,
-            y_ticks: None,
-            diverging: false,
+        |root| {
+            let panels = root.split_evenly((1, 3));
+            heatmap(
+                &panels[0],
+                &Heatmap {
+                    values: &first.1,
+                    title: first.0.into(),
+                    x_desc: "key position",
+                    y_desc: "query position",
+                    x_ticks: None,
+                    y_ticks: None,
+                    diverging: false,
+                },
+            )?;
+            heatmap(
+                &panels[1],
+                &Heatmap {
+                    values: &bias[heads - 1],
+                    title: format!("attention bias, head {}", heads - 1),
+                    x_desc: "key position",
+                    y_desc: "query position",
+                    x_ticks: None,
+                    y_ticks: None,
+                    diverging: true,
+                },
+            )?;
+            let q = len / 2;
+            let lines: Vec<Series> = bias
+                .iter()
+                .enumerate()
+                .map(|(h, b)| Series {
+                    name: if heads <= 12 {
+                        format!("head {h}")
+                    } else {
+                        String::new()
+                    },
+                    points: (0..len)
+                        .map(|k| (k as f64 - q as f64, f64::from(b[q][k])))
+                        .collect(),
+                    mark: Mark::Line,
+                    colour: colour(h),
+                })
+                .collect();
+            curves(
+                &panels[2],
+                &Axes {
+                    title: format!("bias seen from query {q}"),
+                    x_desc: "key − query",
+                    y_desc: "bias",
+                    square: false,
+                    y_range: None,
+                },
+                &lines,
+            )?;
+            Ok(())
         },
     )?;
-    heatmap(
-        &panels[1],
-        &Heatmap {
-            values: &bias[heads - 1],
-            title: format!("attention bias, head {}", heads - 1),
-            x_desc: "key position",
-            y_desc: "query position",
-            x_ticks: None,
-            y_ticks: None,
-            diverging: true,
-        },
-    )?;
-    let q = len / 2;
-    let lines: Vec<Series> = bias
-        .iter()
-        .enumerate()
-        .map(|(h, b)| Series {
-            name: if heads <= 12 {
-                format!("head {h}")
-            } else {
-                String::new()
-            },
-            points: (0..len)
-                .map(|k| (k as f64 - q as f64, f64::from(b[q][k])))
-                .collect(),
-            mark: Mark::Line,
-            colour: colour(h),
-        })
-        .collect();
-    curves(
-        &panels[2],
-        &Axes {
-            title: format!("bias seen from query {q}"),
-            x_desc: "key − query",
-            y_desc: "bias",
-            square: false,
-            y_range: None,
-        },
-        &lines,
-    )?;
-    root.present().map_err(err)?;
     Ok(())
 }
 

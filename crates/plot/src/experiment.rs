@@ -7,7 +7,7 @@ use anyhow::Result;
 use posenc_train::experiment::Experiment;
 use posenc_train::trainer::Translator;
 
-use crate::chart::{colour, curves, err, figure, Axes, Mark, Series};
+use crate::chart::{colour, curves, save_png, Axes, Mark, Series};
 
 /// `curves.png`.
 pub const CURVES: &str = "curves.png";
@@ -35,66 +35,68 @@ pub fn experiment(exp: &Experiment, out: &Path) -> Result<Vec<PathBuf>> {
     };
     let curves_path = out.join(CURVES);
     {
-        let root = figure(&curves_path, (1400, 560), "")?;
-        let panels = root.split_evenly((1, 2));
-        curves(
-            &panels[0],
-            &Axes {
-                title: "validation loss".into(),
-                x_desc: "step",
-                y_desc: "label-smoothed cross-entropy",
-                square: false,
-                y_range: None,
-            },
-            &history(|h| h.valid_loss),
-        )?;
-        curves(
-            &panels[1],
-            &Axes {
-                title: "validation exact match (greedy)".into(),
-                x_desc: "step",
-                y_desc: "fraction exactly right",
-                square: false,
-                y_range: None,
-            },
-            &history(|h| h.valid_exact),
-        )?;
-        root.present().map_err(err)?;
+        save_png(&curves_path, (1400, 560), "", |root| {
+            let panels = root.split_evenly((1, 2));
+            curves(
+                &panels[0],
+                &Axes {
+                    title: "validation loss".into(),
+                    x_desc: "step",
+                    y_desc: "label-smoothed cross-entropy",
+                    square: false,
+                    y_range: None,
+                },
+                &history(|h| h.valid_loss),
+            )?;
+            curves(
+                &panels[1],
+                &Axes {
+                    title: "validation exact match (greedy)".into(),
+                    x_desc: "step",
+                    y_desc: "fraction exactly right",
+                    square: false,
+                    y_range: None,
+                },
+                &history(|h| h.valid_exact),
+            )?;
+            Ok(())
+        })?;
     }
     let length_path = out.join(BY_LENGTH);
     {
-        let root = figure(&length_path, (900, 560), "")?;
-        let series: Vec<Series> = exp
-            .results
-            .iter()
-            .enumerate()
-            .filter_map(|(i, r)| {
-                let m = r.metrics.as_ref()?;
-                Some(Series {
-                    name: r.kind.clone(),
-                    points: m
-                        .exact_by_clauses
-                        .iter()
-                        .enumerate()
-                        .filter_map(|(c, x)| Some(((c + 1) as f64, (*x)?)))
-                        .collect(),
-                    mark: Mark::LineDots,
-                    colour: colour(i),
+        save_png(&length_path, (900, 560), "", |root| {
+            let series: Vec<Series> = exp
+                .results
+                .iter()
+                .enumerate()
+                .filter_map(|(i, r)| {
+                    let m = r.metrics.as_ref()?;
+                    Some(Series {
+                        name: r.kind.clone(),
+                        points: m
+                            .exact_by_clauses
+                            .iter()
+                            .enumerate()
+                            .filter_map(|(c, x)| Some(((c + 1) as f64, (*x)?)))
+                            .collect(),
+                        mark: Mark::LineDots,
+                        colour: colour(i),
+                    })
                 })
-            })
-            .collect();
-        curves(
-            &root,
-            &Axes {
-                title: "exact match by clauses (trained on 1–2)".into(),
-                x_desc: "clauses in the sentence",
-                y_desc: "fraction exactly right",
-                square: false,
-                y_range: None,
-            },
-            &series,
-        )?;
-        root.present().map_err(err)?;
+                .collect();
+            curves(
+                root,
+                &Axes {
+                    title: "exact match by clauses (trained on 1–2)".into(),
+                    x_desc: "clauses in the sentence",
+                    y_desc: "fraction exactly right",
+                    square: false,
+                    y_range: None,
+                },
+                &series,
+            )?;
+            Ok(())
+        })?;
     }
     let mut written = vec![curves_path, length_path];
     for r in exp.results.iter().filter(|r| r.metrics.is_some()) {

@@ -1,0 +1,928 @@
+//! Bad input and faults against every subcommand, as a user meets them. Each gets an
+//! error naming its cause (never a panic or an abort) and changes nothing on disk; a full
+//! disk, a closed pipe, a second writer and `kill -9` lose nothing that was saved.
+
+mod common;
+
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use posenc_train::trainer::Translator;
+use serde_json::json;
+
+/// One bad invocation: the arguments, standard input, a fragment the error must contain,
+/// and the exit code (1: our error, 2: clap's usage error).
+struct Case {
+    args: Vec<OsString>,
+    stdin: &'static str,
+    expect: &'static str,
+    code: i32,
+}
+
+fn case(args: &[&dyn AsRefOs], expect: &'static str, code: i32) -> Case {
+    Case {
+        args: args.iter().map(|a| a.os()).collect(),
+        stdin: "",
+        expect,
+        code,
+    }
+}
+
+/// Strings and paths alike as arguments.
+trait AsRefOs {
+    fn os(&self) -> OsString;
+}
+impl AsRefOs for &str {
+    fn os(&self) -> OsString {
+        OsString::from(self)
+    }
+}
+impl AsRefOs for PathBuf {
+    fn os(&self) -> OsString {
+        self.clone().into_os_string()
+    }
+}
+
+/// Runs every case; checks its exit code, its message, that it did not panic, and that no
+/// file under `root` changed.
+fn check(cases: &[Case], root: &Path) {
+    let mut failures = Vec::new();
+    for c in cases {
+        let before = snapshot(root);
+        let out = with_stdin(&c.args, c.stdin);
+        let (_, stderr) = text(&out);
+        let shown = format!("posenc {:?}", c.args);
+        if out.status.code() != Some(c.code) {
+            failures.push(format!(
+                "{shown}: exit {:?}, expected {}; stderr: {stderr}",
+                out.status.code(),
+                c.code
+            ));
+        }
+        if !stderr.contains(c.expect) {
+            failures.push(format!("{shown}: stderr lacks {:?}: {stderr}", c.expect));
+        }
+        if stderr.contains("panicked") || stderr.contains("memory allocation") {
+            failures.push(format!("{shown}: crashed: {stderr}"));
+        }
+        if snapshot(root) != before {
+            failures.push(format!("{shown}: changed files under {}", root.display()));
+        }
+    }
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+}
+
+/// The tiny config with `field: value` replaced or added at the top level or in `model`
+/// or `data`.
+fn tiny_with(section: Option<&str>, field: &str, value: serde_json::Value) -> String {
+    let mut cfg: serde_json::Value = serde_json::from_str(TINY).unwrap();
+    let target = match section {
+        Some(s) => &mut cfg[s],
+        None => &mut cfg,
+    };
+    target[field] = value;
+    cfg.to_string()
+}
+
+#[test]
+fn bad_input_to_every_subcommand_is_named_and_writes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let tiny = tiny_config(root);
+    let model = root.join("model");
+    train_tiny(&tiny, &model, 3);
+    let cfg = |name: &str, json: String| write_config(root, name, &json);
+    let bad_encoding = cfg(
+        "enc.json",
+        tiny_with(Some("model"), "encoding", json!({"kind": "warp-drive"})),
+    );
+    let huge_d = cfg(
+        "d.json",
+        tiny_with(Some("model"), "d_model", json!(1e9 as u64)),
+    );
+    let layers = cfg(
+        "layers.json",
+        tiny_with(Some("model"), "encoder_layers", json!(1_000_000)),
+    );
+    let eps = cfg(
+        "eps.json",
+        tiny_with(Some("model"), "layer_norm_eps", json!(-1.0)),
+    );
+    let valid0 = cfg("valid0.json", tiny_with(Some("data"), "valid", json!(0)));
+    let train_huge = cfg(
+        "trainhuge.json",
+        tiny_with(Some("data"), "train", json!(1e12 as u64)),
+    );
+    let learned40 = cfg(
+        "learned.json",
+        tiny_with(
+            Some("model"),
+            "encoding",
+            json!({"kind": "learned", "max_positions": 40}),
+        ),
+    );
+    let smoothing = cfg(
+        "smooth.json",
+        tiny_with(None, "label_smoothing", json!(1.5)),
+    );
+    let garbage = cfg("garbage.json", "{ not json".to_string());
+    let file = cfg("a-file", "x".to_string());
+    let foreign = root.join("foreign");
+    std::fs::create_dir(&foreign).unwrap();
+    std::fs::write(foreign.join("thesis.tex"), "years of work").unwrap();
+    let fresh = root.join("fresh");
+    let png = root.join("p.png");
+
+    // Broken copies of the trained model, one fault each.
+    let broken = |name: &str, breaks: &dyn Fn(&Path)| -> PathBuf {
+        let dir = root.join(name);
+        std::fs::create_dir(&dir).unwrap();
+        for f in std::fs::read_dir(&model).unwrap() {
+            let f = f.unwrap().path();
+            if f.is_file() && !f.file_name().unwrap().to_string_lossy().starts_with('.') {
+                std::fs::copy(&f, dir.join(f.file_name().unwrap())).unwrap();
+            }
+        }
+        breaks(&dir);
+        dir
+    };
+    let other = root.join("other");
+    train_tiny(&tiny, &other, 3);
+    let bad_trainer = broken("bad-trainer", &|d| {
+        std::fs::write(d.join("trainer.json"), "{ truncated").unwrap()
+    });
+    let swapped_tokenizer = broken("swapped-tokenizer", &|d| {
+        // Another run's tokenizer, with the same vocabulary size but different words.
+        let text = std::fs::read_to_string(d.join("source.tokenizer.json")).unwrap();
+        let swapped = text.replacen("\"dog\"", "\"dXg\"", 1);
+        assert_ne!(text, swapped);
+        std::fs::write(d.join("source.tokenizer.json"), swapped).unwrap()
+    });
+    let foreign_weights = broken("foreign-weights", &|d| {
+        std::fs::copy(other.join("model.safetensors"), d.join("model.safetensors")).unwrap();
+    });
+    let nan_weights = broken("nan-weights", &|d| {
+        let path = d.join("model.safetensors");
+        let meta = posenc_transformer::checkpoint::read_metadata(&path).unwrap();
+        let mut tensors = candle_core::safetensors::load(&path, &candle_core::Device::Cpu).unwrap();
+        let (name, t) = tensors
+            .iter()
+            .next()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .unwrap();
+        let nan = (t.ones_like().unwrap() * f64::NAN).unwrap();
+        tensors.insert(name, nan);
+        let bytes = posenc_transformer::checkpoint::serialize(&tensors, meta, &path).unwrap();
+        std::fs::write(&path, bytes).unwrap();
+    });
+    let no_manifest = broken("no-manifest", &|d| {
+        std::fs::remove_file(d.join("manifest.json")).unwrap()
+    });
+
+    let cases = vec![
+        // train: nothing is written before everything is checked.
+        case(
+            &[&"train", &"--config", &bad_encoding, &"--out", &model],
+            "warp-drive",
+            1,
+        ),
+        case(
+            &[&"train", &"--encoding", &"warp-drive", &"--out", &model],
+            "warp-drive",
+            2,
+        ),
+        case(
+            &[&"train", &"--config", &tiny, &"--out", &model],
+            "already holds a run of this config",
+            1,
+        ),
+        case(
+            &[
+                &"train",
+                &"--config",
+                &tiny,
+                &"--encoding",
+                &"rope",
+                &"--out",
+                &model,
+            ],
+            "model.encoding",
+            1,
+        ),
+        case(
+            &[&"train", &"--config", &huge_d, &"--out", &fresh],
+            "d_model = 1000000000 is too large",
+            1,
+        ),
+        case(
+            &[&"train", &"--config", &layers, &"--out", &fresh],
+            "encoder_layers = 1000000 is too large",
+            1,
+        ),
+        case(
+            &[&"train", &"--config", &eps, &"--out", &fresh],
+            "layer_norm_eps",
+            1,
+        ),
+        case(
+            &[&"train", &"--config", &valid0, &"--out", &fresh],
+            "data.valid must be at least 1",
+            1,
+        ),
+        case(
+            &[&"train", &"--config", &train_huge, &"--out", &fresh],
+            "is too large",
+            1,
+        ),
+        case(
+            &[&"train", &"--config", &learned40, &"--out", &fresh],
+            "max_positions = 40",
+            1,
+        ),
+        case(
+            &[&"train", &"--config", &smoothing, &"--out", &fresh],
+            "label_smoothing",
+            1,
+        ),
+        case(
+            &[
+                &"train",
+                &"--steps",
+                &"0",
+                &"--config",
+                &tiny,
+                &"--out",
+                &fresh,
+            ],
+            "steps must be > 0",
+            1,
+        ),
+        case(
+            &[
+                &"train",
+                &"--config",
+                &root.join("missing.json"),
+                &"--out",
+                &fresh,
+            ],
+            "missing.json",
+            1,
+        ),
+        case(
+            &[&"train", &"--config", &garbage, &"--out", &fresh],
+            "garbage.json",
+            1,
+        ),
+        case(
+            &[&"train", &"--config", &tiny, &"--out", &file],
+            "is a file",
+            1,
+        ),
+        case(
+            &[&"train", &"--config", &tiny, &"--out", &foreign, &"--force"],
+            "did not write",
+            1,
+        ),
+        case(
+            &[&"train", &"--resume", &"--out", &fresh],
+            "not a run directory",
+            1,
+        ),
+        case(
+            &[&"train", &"--resume", &"--steps", &"1", &"--out", &model],
+            "past --steps 1",
+            1,
+        ),
+        case(
+            &[&"train", &"--resume", &"--force", &"--out", &model],
+            "cannot be used",
+            2,
+        ),
+        // translate: special tokens, control characters, absurd decoding settings.
+        case(
+            &[&"translate", &"--model", &model, &"<pad>"],
+            "special token `<pad>`",
+            1,
+        ),
+        case(
+            &[&"translate", &"--model", &model, &"the dog </s>"],
+            "special token `</s>`",
+            1,
+        ),
+        case(
+            &[
+                &"translate",
+                &"--model",
+                &model,
+                &"the zebra\u{1b}[31m runs",
+            ],
+            "\\u{1b}",
+            1,
+        ),
+        case(
+            &[
+                &"translate",
+                &"--model",
+                &model,
+                &"--beam",
+                &"18446744073709551615",
+                &"the dog runs",
+            ],
+            "beam size",
+            1,
+        ),
+        case(
+            &[
+                &"translate",
+                &"--model",
+                &model,
+                &"--beam",
+                &"0",
+                &"the dog runs",
+            ],
+            "beam size",
+            1,
+        ),
+        case(
+            &[
+                &"translate",
+                &"--model",
+                &model,
+                &"--length-penalty",
+                &"NaN",
+                &"the dog runs",
+            ],
+            "length penalty",
+            1,
+        ),
+        case(
+            &[
+                &"translate",
+                &"--model",
+                &model,
+                &"--length-penalty",
+                &"inf",
+                &"the dog runs",
+            ],
+            "length penalty",
+            1,
+        ),
+        case(
+            &[
+                &"translate",
+                &"--model",
+                &model,
+                &"--max-len",
+                &"1000000",
+                &"the dog runs",
+            ],
+            "max_len = 1000000 is too large",
+            1,
+        ),
+        case(
+            &[&"translate", &"--model", &file, &"the dog runs"],
+            "is a file",
+            1,
+        ),
+        case(
+            &[
+                &"translate",
+                &"--model",
+                &root.join("absent"),
+                &"the dog runs",
+            ],
+            "does not exist",
+            1,
+        ),
+        // eval: every file of a model is checked against the others.
+        case(&[&"eval", &"--model", &bad_trainer], "trainer.json", 1),
+        case(
+            &[&"eval", &"--model", &swapped_tokenizer],
+            "source.tokenizer.json",
+            1,
+        ),
+        case(
+            &[&"eval", &"--model", &foreign_weights],
+            "belongs to run",
+            1,
+        ),
+        case(&[&"eval", &"--model", &nan_weights], "NaN", 1),
+        case(&[&"eval", &"--model", &no_manifest], "no manifest.json", 1),
+        // plot and encoding: sizes are checked before anything is allocated.
+        case(
+            &[
+                &"plot",
+                &"encoding",
+                &"--kind",
+                &"sinusoidal",
+                &"--len",
+                &"100000",
+                &"--out",
+                &png,
+            ],
+            "len = 100000 is too large",
+            1,
+        ),
+        case(
+            &[
+                &"plot",
+                &"encoding",
+                &"--kind",
+                &"alibi",
+                &"--heads",
+                &"1000000000",
+                &"--out",
+                &png,
+            ],
+            "heads = 1000000000 is too large",
+            1,
+        ),
+        case(
+            &[
+                &"plot",
+                &"encoding",
+                &"--kind",
+                &"sinusoidal",
+                &"--out",
+                &"/nonexistent/dir/x.png",
+            ],
+            "/nonexistent/dir/x.png",
+            1,
+        ),
+        case(
+            &[
+                &"plot",
+                &"attention",
+                &"--model",
+                &file,
+                &"--sentence",
+                &"the dog runs",
+                &"--out",
+                &png,
+            ],
+            "is a file",
+            1,
+        ),
+        case(
+            &[
+                &"plot",
+                &"attention",
+                &"--model",
+                &model,
+                &"--sentence",
+                &"the zebra runs",
+                &"--out",
+                &png,
+            ],
+            "zebra",
+            1,
+        ),
+        case(
+            &[
+                &"encoding",
+                &"show",
+                &"--kind",
+                &"alibi",
+                &"--heads",
+                &"1000000000",
+                &"--d-model",
+                &"64",
+                &"--len",
+                &"4",
+            ],
+            "heads = 1000000000 is too large",
+            1,
+        ),
+        case(
+            &[
+                &"encoding",
+                &"show",
+                &"--kind",
+                &"sinusoidal",
+                &"--d-model",
+                &"8",
+                &"--len",
+                &"100000",
+            ],
+            "len = 100000 is too large",
+            1,
+        ),
+        case(
+            &[
+                &"encoding",
+                &"show",
+                &"--kind",
+                &"sinusoidal",
+                &"--d-model",
+                &"1000000000",
+                &"--len",
+                &"4",
+            ],
+            "d_model = 1000000000 is too large",
+            1,
+        ),
+        case(
+            &[
+                &"encoding",
+                &"props",
+                &"--kind",
+                &"learned",
+                &"--d-model",
+                &"8",
+                &"--len",
+                &"100000",
+            ],
+            "len = 100000 is too large",
+            1,
+        ),
+        // experiment and bench.
+        case(
+            &[
+                &"experiment",
+                &"--steps",
+                &"0",
+                &"--quiet",
+                &"--out",
+                &fresh,
+            ],
+            "steps must be > 0",
+            1,
+        ),
+        case(
+            &[
+                &"experiment",
+                &"--encodings",
+                &"none,none",
+                &"--out",
+                &fresh,
+            ],
+            "listed twice",
+            1,
+        ),
+        case(
+            &[&"experiment", &"--encodings", &"warp", &"--out", &fresh],
+            "warp",
+            2,
+        ),
+        case(
+            &[&"bench", &"train", &"--steps", &"0"],
+            "at least one step",
+            1,
+        ),
+    ];
+    check(&cases, root);
+}
+
+#[test]
+fn input_is_normalised_and_empty_lines_stay_empty() {
+    let out = with_stdin(
+        &["translate"],
+        "The dog chases the cat.\n\n   \nthe cat chases the dog\n",
+    );
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        stdout.lines().collect::<Vec<_>>(),
+        ["inu ga neko o oikakeru", "", "", "neko ga inu o oikakeru"]
+    );
+}
+
+#[test]
+fn a_full_stdout_is_an_error_and_a_closed_pipe_a_quiet_exit() {
+    let show = [
+        "encoding",
+        "show",
+        "--kind",
+        "sinusoidal",
+        "--d-model",
+        "8",
+        "--len",
+        "10",
+    ];
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let out = posenc().args(show).stdout(full).output().unwrap();
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("writing to standard output") && stderr.contains("No space left"),
+        "{stderr}"
+    );
+
+    // Training finishes and saves before it prints; a full stdout fails only the print.
+    let tmp = tempfile::tempdir().unwrap();
+    let tiny = tiny_config(tmp.path());
+    let dir = tmp.path().join("run");
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let out = posenc()
+        .args(["train", "--quiet", "--steps", "2", "--config"])
+        .arg(&tiny)
+        .arg("--out")
+        .arg(&dir)
+        .stdout(full)
+        .output()
+        .unwrap();
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("standard output") && !stderr.contains("panicked"),
+        "{stderr}"
+    );
+    Translator::load(&dir).expect("the model was saved before the failed print");
+
+    // A reader that goes away (`posenc … | head`) ends the program quietly.
+    let mut child = posenc()
+        .args([
+            "encoding",
+            "show",
+            "--kind",
+            "sinusoidal",
+            "--d-model",
+            "512",
+            "--len",
+            "4000",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let (_, stderr) = text(&out);
+    assert!(out.status.success() && stderr.is_empty(), "{stderr}");
+}
+
+/// `posenc ARGS` with files limited to `bytes` (RLIMIT_FSIZE): a write past it fails with
+/// EFBIG, as on a full disk, without needing root to mount a small filesystem.
+fn with_file_limit(bytes: u64) -> Command {
+    let mut cmd = posenc();
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            let limit = libc::rlimit {
+                rlim_cur: bytes,
+                rlim_max: bytes,
+            };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd
+}
+
+fn no_temporaries(dir: &Path) {
+    let names = names(dir);
+    assert!(
+        names.iter().all(|n| !n.contains(".tmp-")),
+        "temporaries left in {}: {names:?}",
+        dir.display()
+    );
+}
+
+#[test]
+fn a_full_disk_leaves_no_truncated_file_and_the_run_continues() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tiny = tiny_config(tmp.path());
+
+    // Room for the config and tokenizers but not the weights: the first checkpoint fails.
+    let dir = tmp.path().join("run");
+    let out = with_file_limit(20_000)
+        .args([
+            "train",
+            "--quiet",
+            "--steps",
+            "4",
+            "--save-every",
+            "2",
+            "--config",
+        ])
+        .arg(&tiny)
+        .arg("--out")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("training.safetensors") && stderr.contains("too large"),
+        "{stderr}"
+    );
+    no_temporaries(&dir);
+    assert!(!dir.join("training.safetensors").exists() && !dir.join("model.safetensors").exists());
+    let e = Translator::load(&dir).unwrap_err().to_string();
+    assert!(e.contains("stopped before its first checkpoint"), "{e}");
+    let out = posenc()
+        .args(["train", "--quiet", "--resume", "--out"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out).1);
+    Translator::load(&dir).expect("resumed after the disk had room again");
+
+    // No room even for a tokenizer: no empty tokenizer is left, and a later run starts.
+    let dir = tmp.path().join("run2");
+    let out = with_file_limit(1_000)
+        .args(["train", "--quiet", "--steps", "2", "--config"])
+        .arg(&tiny)
+        .arg("--out")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("tokenizer.json"), "{stderr}");
+    no_temporaries(&dir);
+    for name in names(&dir) {
+        let len = std::fs::metadata(dir.join(&name)).unwrap().len();
+        assert!(len > 0 || name == ".lock", "{name} is empty");
+    }
+    train_tiny(&tiny, &dir, 2);
+    Translator::load(&dir).unwrap();
+
+    // A figure that does not fit leaves no truncated PNG.
+    let png = tmp.path().join("fig.png");
+    let out = with_file_limit(5_000)
+        .args(["plot", "encoding", "--kind", "sinusoidal", "--out"])
+        .arg(&png)
+        .output()
+        .unwrap();
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("fig.png"), "{stderr}");
+    assert!(!png.exists());
+    no_temporaries(tmp.path());
+}
+
+/// Starts `posenc train` in the background.
+fn spawn_train(args: &[&str], config: Option<&Path>, out: &Path) -> Child {
+    let mut cmd = posenc();
+    cmd.arg("train").arg("--quiet").args(args);
+    if let Some(c) = config {
+        cmd.arg("--config").arg(c);
+    }
+    cmd.arg("--out")
+        .arg(out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// Polls until `done()` or the child exits or 60 s pass; returns whether `done()` held.
+fn wait_for(child: &mut Child, done: impl Fn() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(60) {
+        if done() {
+            return true;
+        }
+        if child.try_wait().unwrap().is_some() {
+            return done();
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    false
+}
+
+/// The step of the last checkpoint in `dir`, from its header; 0 before the first.
+fn checkpoint_step(dir: &Path) -> usize {
+    posenc_transformer::checkpoint::read_metadata(&dir.join("training.safetensors"))
+        .ok()
+        .and_then(|m| m.get("posenc.step")?.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_second_writer_is_refused_naming_the_first() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tiny = tiny_config(tmp.path());
+    let dir = tmp.path().join("run");
+    let mut first = spawn_train(
+        &["--steps", "1000000", "--save-every", "2"],
+        Some(&tiny),
+        &dir,
+    );
+    assert!(
+        wait_for(&mut first, || checkpoint_step(&dir) >= 2),
+        "the first writer never saved"
+    );
+    let manifest = std::fs::read(dir.join("manifest.json")).unwrap();
+    let pid = format!("pid {}", first.id());
+    for args in [
+        vec!["--force", "--steps", "5"],
+        vec!["--resume", "--steps", "5"],
+    ] {
+        let mut cmd = posenc();
+        cmd.arg("train").args(&args).arg("--quiet");
+        if args[0] == "--force" {
+            cmd.arg("--config").arg(&tiny);
+        }
+        let out = cmd.arg("--out").arg(&dir).output().unwrap();
+        let (_, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(
+            stderr.contains("being written by another posenc process") && stderr.contains(&pid),
+            "{stderr}"
+        );
+    }
+    first.kill().unwrap();
+    first.wait().unwrap();
+    assert_eq!(std::fs::read(dir.join("manifest.json")).unwrap(), manifest);
+    let out = posenc()
+        .args(["train", "--quiet", "--resume", "--steps", "6", "--out"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the lock dies with its process: {}",
+        text(&out).1
+    );
+}
+
+fn weights(dir: &Path) -> std::collections::HashMap<String, Vec<f32>> {
+    candle_core::safetensors::load(dir.join("model.safetensors"), &candle_core::Device::Cpu)
+        .unwrap()
+        .into_iter()
+        .map(|(k, t)| (k, t.flatten_all().unwrap().to_vec1().unwrap()))
+        .collect()
+}
+
+#[test]
+fn killed_runs_resume_to_the_weights_of_an_uninterrupted_run() {
+    const STEPS: usize = 40;
+    let tmp = tempfile::tempdir().unwrap();
+    let tiny = tiny_config(tmp.path());
+    let straight = tmp.path().join("straight");
+    train_tiny(&tiny, &straight, STEPS);
+    let steps = STEPS.to_string();
+
+    // Killed during the first save of a fresh directory (or as near to it as polling gets),
+    // then killed again after later checkpoints, resumed each time.
+    let dir = tmp.path().join("killed");
+    let mut child = spawn_train(&["--steps", &steps, "--save-every", "1"], Some(&tiny), &dir);
+    let first_save = || {
+        names(&dir)
+            .iter()
+            .any(|n| n.starts_with(".training.safetensors.tmp-") || n == "training.safetensors")
+    };
+    wait_for(&mut child, first_save);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    match Translator::load(&dir) {
+        Ok(_) => {}
+        Err(e) => assert!(
+            e.to_string()
+                .contains("stopped before its first checkpoint"),
+            "{e}"
+        ),
+    }
+    let mut kills = 0;
+    for at in [10, 20, 30] {
+        let mut child = spawn_train(&["--resume", "--steps", &steps], None, &dir);
+        let reached = wait_for(&mut child, || checkpoint_step(&dir) >= at);
+        let running = child.try_wait().unwrap().is_none();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(reached, "the run never reached step {at}");
+        if running && checkpoint_step(&dir) < STEPS {
+            kills += 1;
+        }
+        Translator::load(&dir).expect("a killed run's checkpoint loads");
+    }
+    assert!(kills >= 2, "the runs finished before they could be killed");
+    train_tiny_resume(&dir, STEPS);
+    assert_eq!(checkpoint_step(&dir), STEPS);
+    assert!(
+        weights(&dir) == weights(&straight),
+        "the resumed weights differ from the uninterrupted run's"
+    );
+    no_temporaries(&dir);
+}
+
+fn train_tiny_resume(dir: &Path, steps: usize) {
+    let out = posenc()
+        .args([
+            "train",
+            "--quiet",
+            "--resume",
+            "--steps",
+            &steps.to_string(),
+            "--out",
+        ])
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out).1);
+}
