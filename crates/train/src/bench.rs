@@ -8,9 +8,10 @@ use candle_nn::{VarBuilder, VarMap};
 use posenc_transformer::{Config, Mask, Transformer};
 use serde::Serialize;
 
+use crate::batch::Batch;
 use crate::init::initialize;
-use crate::loss::label_smoothed_nll;
 use crate::optim::{AdamW, AdamWConfig};
+use crate::trainer::batch_loss;
 use crate::vocab::PAD_ID;
 
 /// Milliseconds per phase of a training step (medians over the timed steps).
@@ -58,18 +59,18 @@ pub fn time_training_step(
         ids(cfg.tgt_vocab_size, 2)?,
         ids(cfg.tgt_vocab_size, 3)?,
     );
-    let src_mask = Mask::padding(&src, PAD_ID)?;
-    let tgt_mask = Transformer::target_mask(&tgt_in, PAD_ID)?;
+    let batch = Batch {
+        src_mask: Mask::padding(&src, PAD_ID)?,
+        tgt_mask: Transformer::target_mask(&tgt_in, PAD_ID)?,
+        tokens: batch * len,
+        src,
+        tgt_in,
+        tgt_out,
+    };
     let (mut f, mut b, mut o, mut t) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for i in 0..warmup + steps {
         let t0 = Instant::now();
-        let logp = model.forward(&src, &tgt_in, Some(&src_mask), Some(&tgt_mask), true)?;
-        let loss = label_smoothed_nll(
-            &logp.reshape((batch * len, cfg.tgt_vocab_size))?,
-            &tgt_out.flatten_all()?,
-            0.1,
-            PAD_ID,
-        )?;
+        let loss = batch_loss(&model, &batch, 0.1, true)?;
         let t1 = Instant::now();
         let grads = loss.backward()?;
         let t2 = Instant::now();

@@ -36,7 +36,7 @@ use crate::batch::{self, Batch, Example};
 use crate::data::{self, DataConfig, Splits};
 use crate::decode;
 use crate::init::initialize;
-use crate::loss::label_smoothed_nll;
+use crate::loss::label_smoothed_cross_entropy;
 use crate::metrics::exact_match;
 use crate::optim::{AdamW, AdamWConfig};
 use crate::rundir::{self, FixedFiles, Manifest, RunDir, RUN_KEY};
@@ -286,18 +286,18 @@ impl Order {
     }
 }
 
-/// The loss of one batch.
+/// The label-smoothed loss of one batch, fused with the generator's log-softmax.
 pub fn batch_loss(model: &Transformer, b: &Batch, smoothing: f64, train: bool) -> Result<Tensor> {
-    let logp = model.forward(
+    let logits = model.logits(
         &b.src,
         &b.tgt_in,
         Some(&b.src_mask),
         Some(&b.tgt_mask),
         train,
     )?;
-    let vocab = logp.dim(D::Minus1)?;
-    label_smoothed_nll(
-        &logp.reshape(((), vocab))?,
+    let vocab = logits.dim(D::Minus1)?;
+    label_smoothed_cross_entropy(
+        &logits.reshape(((), vocab))?,
         &b.tgt_out.flatten_all()?,
         smoothing,
         PAD_ID,

@@ -160,3 +160,73 @@ fn exact_match_counts_identical_strings() {
     assert_eq!(exact_match(&s(&["a b", "c"]), &s(&["a b", "d"])), 0.5);
     assert_eq!(exact_match(&[], &[]), 0.0);
 }
+
+#[test]
+fn the_fused_loss_equals_the_composition_forward_and_backward() {
+    use candle_core::{DType, Device, Tensor, Var, D};
+    use posenc_train::loss::label_smoothed_cross_entropy;
+    let dev = Device::Cpu;
+    let (n, v) = (9, 7);
+    let z: Vec<f32> = (0..n * v)
+        .map(|i| ((i * 37 % 23) as f32 - 11.0) / 3.0)
+        .collect();
+    let z = Tensor::from_vec(z, (n, v), &dev).unwrap();
+    // Targets 0 are padding: rows 2 and 5 must not count.
+    let targets = Tensor::new(&[3u32, 1, 0, 6, 2, 0, 4, 5, 1], &dev).unwrap();
+    for eps in [0.0, 0.1, 0.4] {
+        let zv = Var::from_tensor(&z).unwrap();
+        let fused = label_smoothed_cross_entropy(zv.as_tensor(), &targets, eps, 0).unwrap();
+        let g = fused.backward().unwrap();
+        let g = g.get(zv.as_tensor()).unwrap().clone();
+
+        let z64 = Var::from_tensor(&z.to_dtype(DType::F64).unwrap()).unwrap();
+        let logp = candle_nn::ops::log_softmax(z64.as_tensor(), D::Minus1).unwrap();
+        let reference = label_smoothed_nll(&logp, &targets, eps, 0).unwrap();
+        let g64 = reference.backward().unwrap();
+        let g64 = g64.get(z64.as_tensor()).unwrap().clone();
+
+        let (a, b): (f32, f64) = (fused.to_scalar().unwrap(), reference.to_scalar().unwrap());
+        assert!(
+            (f64::from(a) - b).abs() < 1e-5,
+            "ε {eps}: loss {a} against {b}"
+        );
+        let diff: f64 = (g.to_dtype(DType::F64).unwrap() - &g64)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .max(0)
+            .unwrap()
+            .to_scalar()
+            .unwrap();
+        assert!(diff < 1e-6, "ε {eps}: gradient differs by {diff}");
+        // Padding rows get no gradient.
+        let row: Vec<f32> = g.get(2).unwrap().to_vec1().unwrap();
+        assert_eq!(row, vec![0.0; v]);
+
+        // Central differences of the fused loss itself.
+        let flat: Vec<f32> = z.flatten_all().unwrap().to_vec1().unwrap();
+        let grad: Vec<f32> = g.flatten_all().unwrap().to_vec1().unwrap();
+        let loss_at = |i: usize, d: f32| -> f64 {
+            let mut w = flat.clone();
+            w[i] += d;
+            let t = Tensor::from_vec(w, (n, v), &dev).unwrap();
+            let l: f32 = label_smoothed_cross_entropy(&t, &targets, eps, 0)
+                .unwrap()
+                .to_scalar()
+                .unwrap();
+            f64::from(l)
+        };
+        for i in (0..n * v).step_by(5) {
+            let numeric = (loss_at(i, 1e-2) - loss_at(i, -1e-2)) / 2e-2;
+            assert!(
+                (numeric - f64::from(grad[i])).abs() < 1e-3,
+                "entry {i}: finite difference {numeric}, backward {}",
+                grad[i]
+            );
+        }
+    }
+    let pads = Tensor::zeros(n, DType::U32, &dev).unwrap();
+    assert!(label_smoothed_cross_entropy(&z, &pads, 0.1, 0).is_err());
+}

@@ -10,17 +10,19 @@
 //! positions, which no encoding orders, so it calls no positional hook (as T5 and Marian).
 //!
 //! The weights follow PyTorch's `nn.MultiheadAttention`: `in_proj_weight (3d, d)` packs
-//! `W^Q, W^K, W^V`, with `in_proj_bias` and `out_proj`. Softmax uses candle's fused kernel
-//! when no gradient is needed and the differentiable composition otherwise.
+//! `W^Q, W^K, W^V`, with `in_proj_bias` and `out_proj`. In f32 the scale, bias, mask and
+//! softmax are one fused kernel with its own backward ([`ops::masked_softmax`]); other
+//! dtypes take the differentiable composition.
 
 use std::sync::Arc;
 
-use candle_core::{Tensor, D};
+use candle_core::{DType, Tensor, D};
 use candle_nn::{init, Init, Linear, VarBuilder};
 use posenc::PositionalEncoding;
 
 use crate::linear;
 use crate::mask::Mask;
+use crate::ops;
 use crate::{Error, Result};
 
 /// Keys and values computed so far, for incremental decoding.
@@ -226,21 +228,36 @@ impl MultiHeadAttention {
     ) -> Result<Attended> {
         let (b, _, tq, _) = q.dims4()?;
         let scale = 1.0 / (self.head_dim as f64).sqrt();
-        let mut scores = (q * scale)?.matmul(&k.t()?)?;
-        if let Some(bias) = bias {
-            scores = scores.broadcast_add(&bias.to_dtype(scores.dtype())?.unsqueeze(0)?)?;
-        }
-        if let Some(mask) = mask {
-            scores = mask.fill(&scores)?;
-        }
-        let mut weights = if scores.track_op() {
-            candle_nn::ops::softmax(&scores, D::Minus1)?
+        let scores = q.matmul(&k.t()?)?;
+        let keep = mask.map(|m| m.broadcast_to(&scores)).transpose()?;
+        let weights = if scores.dtype() == DType::F32 {
+            // One fused pass: scale, bias, mask, softmax, empty rows to zero.
+            match bias {
+                Some(bias) => ops::masked_softmax(
+                    &(scores * scale)?.broadcast_add(&bias.unsqueeze(0)?)?,
+                    keep.as_ref(),
+                    1.0,
+                )?,
+                None => ops::masked_softmax(&scores, keep.as_ref(), scale as f32)?,
+            }
         } else {
-            candle_nn::ops::softmax_last_dim(&scores)?
+            let mut scores = (scores * scale)?;
+            if let Some(bias) = bias {
+                scores = scores.broadcast_add(&bias.to_dtype(scores.dtype())?.unsqueeze(0)?)?;
+            }
+            if let Some(mask) = mask {
+                scores = mask.fill(&scores)?;
+            }
+            let weights = if scores.track_op() {
+                candle_nn::ops::softmax(&scores, D::Minus1)?
+            } else {
+                candle_nn::ops::softmax_last_dim(&scores)?
+            };
+            match mask {
+                Some(mask) => mask.zero_empty_rows(&weights)?,
+                None => weights,
+            }
         };
-        if let Some(mask) = mask {
-            weights = mask.zero_empty_rows(&weights)?;
-        }
         let dropped = if train && self.dropout > 0.0 {
             candle_nn::ops::dropout(&weights, self.dropout)?
         } else {

@@ -8,9 +8,10 @@
 //! it is. [`checkpoint`] saves and loads `config.json` + `model.safetensors` with PyTorch's
 //! `nn.Transformer` parameter names.
 //!
-//! Inference uses candle's fused softmax, LayerNorm and rotary kernels; when a gradient
-//! must flow (the input tracks one), the differentiable compositions run instead, since
-//! candle-nn 0.11's fused kernels pass no gradient back.
+//! Attention softmax (with its scale and mask) and, when training, LayerNorm run as the
+//! fused kernels of [`ops`], which carry their own backward; inference uses candle's fused
+//! LayerNorm and rotary kernels. Other dtypes than f32 take the differentiable
+//! compositions.
 
 #![warn(missing_docs)]
 
@@ -26,6 +27,7 @@ pub mod feed_forward;
 pub mod linear;
 pub mod mask;
 pub mod model;
+pub mod ops;
 pub mod sublayer;
 
 pub use config::{Config, MAX_LAYERS, MAX_PARAMETERS, MAX_VOCAB};

@@ -99,7 +99,8 @@ impl Mask {
         Ok(weights.broadcast_mul(&any)?)
     }
 
-    fn broadcast_to(&self, scores: &Tensor) -> Result<Tensor> {
+    /// The keep flags broadcast to `scores`, or an error naming both shapes.
+    pub(crate) fn broadcast_to(&self, scores: &Tensor) -> Result<Tensor> {
         self.keep.broadcast_as(scores.shape()).map_err(|_| {
             Error::Input(format!(
                 "mask of shape {:?} does not fit attention scores (batch, heads, q_len, k_len) = {:?}",

@@ -32,10 +32,13 @@ pub struct Generator {
 impl Generator {
     /// Log-probabilities `(…, vocab)` of decoder states `(…, d_model)`.
     pub fn forward(&self, y: &Tensor) -> Result<Tensor> {
-        Ok(candle_nn::ops::log_softmax(
-            &linear::apply(&self.proj, y)?,
-            D::Minus1,
-        )?)
+        Ok(candle_nn::ops::log_softmax(&self.logits(y)?, D::Minus1)?)
+    }
+
+    /// Unnormalised scores `(…, vocab)` of decoder states `(…, d_model)`: what a fused loss
+    /// takes instead of the log-probabilities.
+    pub fn logits(&self, y: &Tensor) -> Result<Tensor> {
+        Ok(linear::apply(&self.proj, y)?)
     }
 }
 
@@ -171,9 +174,25 @@ impl Transformer {
         tgt_mask: Option<&Mask>,
         train: bool,
     ) -> Result<Tensor> {
+        Ok(candle_nn::ops::log_softmax(
+            &self.logits(src, tgt_in, src_mask, tgt_mask, train)?,
+            D::Minus1,
+        )?)
+    }
+
+    /// Unnormalised next-token scores `(batch, tgt_len, tgt_vocab)`: [`Transformer::forward`]
+    /// before its log-softmax, for a loss that fuses the two.
+    pub fn logits(
+        &self,
+        src: &Tensor,
+        tgt_in: &Tensor,
+        src_mask: Option<&Mask>,
+        tgt_mask: Option<&Mask>,
+        train: bool,
+    ) -> Result<Tensor> {
         let memory = self.encode(src, src_mask, train)?;
         let y = self.decode(tgt_in, &memory, src_mask, tgt_mask, None, train)?;
-        self.generator.forward(&y)
+        self.generator.logits(&y)
     }
 
     /// The target mask of "Attention Is All You Need": causal, and padding keys hidden.

@@ -12,8 +12,9 @@ use candle_nn::{LayerNorm, LayerNormConfig, Module, VarBuilder};
 use crate::embeddings::dropout;
 use crate::{Config, Result};
 
-/// LayerNorm that uses candle's fused kernel when no gradient is needed and the
-/// differentiable composition when one is (the fused kernel passes none back).
+/// LayerNorm: candle's fused kernel when no gradient is needed; when one is, this crate's
+/// fused kernel with its own backward ([`crate::ops::layer_norm`]) in f32 and the
+/// differentiable composition in other dtypes.
 #[derive(Debug, Clone)]
 pub struct Norm {
     ln: LayerNorm,
@@ -39,7 +40,11 @@ impl Module for Norm {
         let (w, b) = (self.ln.weight(), self.ln.bias());
         match b {
             Some(b) if x.track_op() || w.track_op() || b.track_op() => {
-                candle_nn::ops::layer_norm_slow(x, w, b, self.eps as f32)
+                if x.dtype() == candle_core::DType::F32 {
+                    crate::ops::layer_norm(x, w, b, self.eps as f32)
+                } else {
+                    candle_nn::ops::layer_norm_slow(x, w, b, self.eps as f32)
+                }
             }
             _ => self.ln.forward(&x.contiguous()?),
         }

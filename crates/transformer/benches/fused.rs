@@ -1,0 +1,95 @@
+//! Each fused kernel of `ops` against the composition it replaces, forward and backward,
+//! at the reference benchmark's sizes (batch 64 × 24 tokens, d_model 256, 8 heads).
+//!
+//! ```sh
+//! cargo bench -p posenc-transformer --bench fused
+//! ```
+
+use candle_core::{DType, Device, Tensor, Var, D};
+use criterion::{criterion_group, criterion_main, Criterion};
+use posenc_transformer::ops::{add_bias, layer_norm, masked_softmax};
+
+fn randn(shape: &[usize]) -> Tensor {
+    Tensor::randn(0f32, 1.0, shape, &Device::Cpu).unwrap()
+}
+
+/// A named function of the input.
+type Case<'a> = (&'a str, &'a dyn Fn(&Tensor) -> Tensor);
+
+/// Times each case forward and, through `Σ f(x) ⊙ r`, backward. The `harness` case (the
+/// identity) times that loss alone: subtract it from the others.
+fn both(c: &mut Criterion, group: &str, x: &Tensor, cases: &[Case]) {
+    let r = randn(x.dims());
+    let mut g = c.benchmark_group(group);
+    g.sample_size(20);
+    let identity = |x: &Tensor| x.clone();
+    let harness: Case = ("harness", &identity);
+    for (name, f) in cases.iter().chain([&harness]) {
+        let v = Var::from_tensor(x).unwrap();
+        g.bench_function(format!("{name}/forward+backward"), |b| {
+            b.iter(|| {
+                (f(v.as_tensor()) * &r)
+                    .unwrap()
+                    .sum_all()
+                    .unwrap()
+                    .backward()
+                    .unwrap()
+            })
+        });
+    }
+    g.finish();
+}
+
+fn bench(c: &mut Criterion) {
+    let scores = randn(&[64, 8, 24, 24]);
+    let causal: Vec<u8> = (0..24 * 24).map(|i| u8::from(i % 24 <= i / 24)).collect();
+    let keep = Tensor::from_vec(causal, (1, 1, 24, 24), &Device::Cpu).unwrap();
+    let scale = 1.0 / 32f64.sqrt();
+    let composite = |x: &Tensor| {
+        let keep = keep.broadcast_as(x.shape()).unwrap();
+        let low = Tensor::new(f32::MIN, x.device())
+            .unwrap()
+            .broadcast_as(x.shape())
+            .unwrap();
+        let filled = keep.where_cond(&(x * scale).unwrap(), &low).unwrap();
+        let y = candle_nn::ops::softmax(&filled, D::Minus1).unwrap();
+        let any = keep
+            .max_keepdim(D::Minus1)
+            .unwrap()
+            .to_dtype(DType::F32)
+            .unwrap();
+        y.broadcast_mul(&any).unwrap()
+    };
+    let fused = |x: &Tensor| masked_softmax(x, Some(&keep), scale as f32).unwrap();
+    both(
+        c,
+        "attention softmax (64×8×24×24, causal)",
+        &scores,
+        &[("fused", &fused), ("composite", &composite)],
+    );
+
+    let x = randn(&[64 * 24, 256]);
+    let (w, b) = (randn(&[256]), randn(&[256]));
+    let fused = |x: &Tensor| layer_norm(x, &w, &b, 1e-5).unwrap();
+    let composite = |x: &Tensor| candle_nn::ops::layer_norm_slow(x, &w, &b, 1e-5).unwrap();
+    both(
+        c,
+        "layer norm (1536×256)",
+        &x,
+        &[("fused", &fused), ("composite", &composite)],
+    );
+
+    let bias = Var::from_tensor(&randn(&[1024])).unwrap();
+    let h = randn(&[64 * 24, 1024]);
+    let fused = |x: &Tensor| add_bias(x, bias.as_tensor()).unwrap();
+    let composite = |x: &Tensor| x.broadcast_add(bias.as_tensor()).unwrap();
+    both(
+        c,
+        "bias add (1536×1024)",
+        &h,
+        &[("fused", &fused), ("composite", &composite)],
+    );
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,169 @@
+//! LayerNorm in one pass per row, with its own backward (Ba et al. 2016).
+//!
+//! ```text
+//! μ = mean(x),  r = 1/√(var(x) + ε),  x̂ = (x − μ)·r,   y = x̂ ⊙ w + b
+//! ∂L/∂x = r · (ĝ − mean(ĝ) − x̂ · mean(ĝ ⊙ x̂)),  ĝ = g ⊙ w
+//! ∂L/∂w = Σ_rows g ⊙ x̂,   ∂L/∂b = Σ_rows g
+//! ```
+//!
+//! It replaces candle-nn's `layer_norm_slow` composition (nine element-wise and reduction
+//! nodes, each a pass over memory with its own backward) by one pass forward and one
+//! backward, parallel over rows. Statistics are computed in f32 with a two-pass variance,
+//! like PyTorch's CPU kernel.
+
+use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor};
+use rayon::prelude::*;
+
+use super::softmax::{contiguous_f32, rows_per_task};
+
+/// `LayerNorm(x)` over the last dimension with weight `w` and bias `b` (both `(d,)`), in
+/// f32. Differentiable in all three.
+///
+/// # Errors
+/// If the dtypes are not f32 or `w`, `b` do not match the last dimension of `x`.
+pub fn layer_norm(x: &Tensor, w: &Tensor, b: &Tensor, eps: f32) -> Result<Tensor> {
+    let d = x.dim(candle_core::D::Minus1)?;
+    for t in [x, w, b] {
+        if t.dtype() != DType::F32 {
+            candle_core::bail!("layer_norm takes f32 tensors, got {:?}", t.dtype());
+        }
+    }
+    if w.dims() != [d] || b.dims() != [d] {
+        candle_core::bail!(
+            "layer_norm: weight {:?} and bias {:?} must be ({d},)",
+            w.dims(),
+            b.dims()
+        );
+    }
+    x.contiguous()?
+        .apply_op3(&w.contiguous()?, &b.contiguous()?, LayerNorm { eps })
+}
+
+#[derive(Debug, Clone, Copy)]
+struct LayerNorm {
+    eps: f32,
+}
+
+/// Mean and reciprocal standard deviation of one row.
+fn stats(x: &[f32], eps: f32) -> (f32, f32) {
+    let n = x.len() as f32;
+    let mean = x.iter().sum::<f32>() / n;
+    let var = x.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / n;
+    (mean, 1.0 / (var + eps).sqrt())
+}
+
+impl CustomOp3 for LayerNorm {
+    fn name(&self) -> &'static str {
+        "layer-norm"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let x = contiguous_f32(s1, l1, self.name())?;
+        let w = contiguous_f32(s2, l2, self.name())?;
+        let b = contiguous_f32(s3, l3, self.name())?;
+        let d = w.len().max(1);
+        let mut y = vec![0f32; x.len()];
+        y.par_chunks_mut(d).zip(x.par_chunks(d)).for_each(|(y, x)| {
+            let (mean, r) = stats(x, self.eps);
+            for (((y, x), w), b) in y.iter_mut().zip(x).zip(w).zip(b) {
+                *y = (x - mean) * r * w + b;
+            }
+        });
+        Ok((CpuStorage::F32(y), l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        _b: &Tensor,
+        _y: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let d = w.dim(0)?;
+        let rows = x.elem_count() / d.max(1);
+        // One pass: rows 0..n hold ∂L/∂x, row n ∂L/∂w and row n + 1 ∂L/∂b.
+        let packed =
+            x.apply_op3_no_bwd(w, &grad.contiguous()?, &LayerNormBackward { eps: self.eps })?;
+        let gx = packed.narrow(0, 0, rows)?.reshape(x.shape())?;
+        let gw = packed.get(rows)?;
+        let gb = packed.get(rows + 1)?;
+        Ok((Some(gx), Some(gw), Some(gb)))
+    }
+}
+
+/// The three gradients of [`LayerNorm`] from `x`, `w` and the incoming `g`, packed as
+/// `(rows + 2, d)`.
+struct LayerNormBackward {
+    eps: f32,
+}
+
+impl CustomOp3 for LayerNormBackward {
+    fn name(&self) -> &'static str {
+        "layer-norm-backward"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let x = contiguous_f32(s1, l1, self.name())?;
+        let w = contiguous_f32(s2, l2, self.name())?;
+        let g = contiguous_f32(s3, l3, self.name())?;
+        let d = w.len().max(1);
+        let rows = x.len() / d;
+        let mut out = vec![0f32; x.len() + 2 * d];
+        let (gx, sums) = out.split_at_mut(x.len());
+        // Each worker keeps its own ∂w, ∂b partial sums; they are added at the end.
+        let (gw, gb) = gx
+            .par_chunks_mut(d)
+            .zip(x.par_chunks(d).zip(g.par_chunks(d)))
+            .with_min_len(rows_per_task(d))
+            .fold(
+                || (vec![0f32; d], vec![0f32; d]),
+                |(mut gw, mut gb), (gx, (x, g))| {
+                    let (mean, r) = stats(x, self.eps);
+                    let (mut mean_gh, mut mean_ghx) = (0f32, 0f32);
+                    for j in 0..d {
+                        let xh = (x[j] - mean) * r;
+                        let gh = g[j] * w[j];
+                        mean_gh += gh;
+                        mean_ghx += gh * xh;
+                        gw[j] += g[j] * xh;
+                        gb[j] += g[j];
+                    }
+                    mean_gh /= d as f32;
+                    mean_ghx /= d as f32;
+                    for j in 0..d {
+                        let xh = (x[j] - mean) * r;
+                        gx[j] = r * (g[j] * w[j] - mean_gh - xh * mean_ghx);
+                    }
+                    (gw, gb)
+                },
+            )
+            .reduce(
+                || (vec![0f32; d], vec![0f32; d]),
+                |(mut aw, mut ab), (bw, bb)| {
+                    aw.iter_mut().zip(&bw).for_each(|(a, b)| *a += b);
+                    ab.iter_mut().zip(&bb).for_each(|(a, b)| *a += b);
+                    (aw, ab)
+                },
+            );
+        sums[..d].copy_from_slice(&gw);
+        sums[d..].copy_from_slice(&gb);
+        Ok((CpuStorage::F32(out), Shape::from((rows + 2, d))))
+    }
+}

@@ -1,0 +1,12 @@
+//! Fused CPU kernels with their own backward, for the training path: each replaces a
+//! composition of candle ops (many passes over memory, each with its own backward node) by
+//! one pass forward and one backward, parallel over rows. Each is tested against the
+//! composition it replaces, forward and backward, and against finite differences.
+
+mod bias;
+mod layer_norm;
+mod softmax;
+
+pub use bias::add_bias;
+pub use layer_norm::layer_norm;
+pub use softmax::masked_softmax;

@@ -1,0 +1,227 @@
+//! Attention softmax in one pass per row, with its own backward.
+//!
+//! ```text
+//! y_j = exp(s·x_j − m) / Σ_{i kept} exp(s·x_i − m)   for kept j,     y_j = 0 for masked j
+//! m   = max_{i kept} s·x_i;   a row with no kept key is all zeros (never NaN)
+//! ∂L/∂x_j = s · y_j · (g_j − Σ_i g_i y_i)
+//! ```
+//!
+//! It replaces the composition `scale → where_cond(mask) → softmax → zero empty rows`
+//! (four passes over the scores, each allocating) by one pass forward and one backward,
+//! parallel over rows. The mask is a u8 tensor broadcastable to the scores, read through
+//! its strides, so a `(batch, 1, 1, k)` padding mask is never expanded.
+
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Layout, Result, Shape, Tensor};
+use rayon::prelude::*;
+
+/// `softmax(scale · x)` over the last dimension of `x (…, k)` where `keep` is non-zero;
+/// masked weights are 0 and a row with no kept key is all zeros. `keep` is u8 and
+/// broadcastable to `x`. Differentiable in `x`. f32 only.
+///
+/// # Errors
+/// If `x` is not f32, or `keep` does not broadcast to it.
+pub fn masked_softmax(x: &Tensor, keep: Option<&Tensor>, scale: f32) -> Result<Tensor> {
+    if x.dtype() != DType::F32 {
+        candle_core::bail!("masked_softmax takes f32 scores, got {:?}", x.dtype());
+    }
+    let op = MaskedSoftmax { scale };
+    let x = x.contiguous()?;
+    match keep {
+        Some(keep) => {
+            let keep = keep.to_dtype(DType::U8)?.broadcast_as(x.shape())?;
+            x.apply_op2(&keep, op)
+        }
+        None => x.apply_op1(op),
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct MaskedSoftmax {
+    scale: f32,
+}
+
+/// Rows per parallel task, so that each task has at least ~16k elements of work: rayon's
+/// per-task overhead would dominate rows of a few dozen values.
+pub(crate) fn rows_per_task(row_len: usize) -> usize {
+    (16_384 / row_len.max(1)).max(1)
+}
+
+/// The f32 slice of a contiguous tensor's storage, or an error naming the op.
+pub(crate) fn contiguous_f32<'a>(
+    s: &'a CpuStorage,
+    l: &Layout,
+    op: &'static str,
+) -> Result<&'a [f32]> {
+    match (s, l.contiguous_offsets()) {
+        (CpuStorage::F32(v), Some((a, b))) => Ok(&v[a..b]),
+        (CpuStorage::F32(_), None) => candle_core::bail!("{op}: the input must be contiguous"),
+        _ => candle_core::bail!("{op}: the input must be f32"),
+    }
+}
+
+/// Where the mask of element `(row, j)` lives: rows are indexed through the leading
+/// dimensions' strides (0 where the mask broadcasts).
+struct MaskIndex<'a> {
+    data: &'a [u8],
+    dims: Vec<usize>,
+    strides: Vec<usize>,
+    start: usize,
+    k_stride: usize,
+}
+
+impl<'a> MaskIndex<'a> {
+    fn new(s: &'a CpuStorage, l: &Layout) -> Result<Self> {
+        let CpuStorage::U8(data) = s else {
+            candle_core::bail!("masked_softmax: the mask must be u8")
+        };
+        let rank = l.dims().len();
+        Ok(Self {
+            data,
+            dims: l.dims()[..rank - 1].to_vec(),
+            strides: l.stride()[..rank - 1].to_vec(),
+            start: l.start_offset(),
+            k_stride: l.stride()[rank - 1],
+        })
+    }
+
+    /// The offset of row `row`'s first mask entry.
+    fn row_start(&self, mut row: usize) -> usize {
+        let mut offset = self.start;
+        for (d, s) in self.dims.iter().zip(&self.strides).rev() {
+            offset += (row % d) * s;
+            row /= d;
+        }
+        offset
+    }
+
+    fn keep(&self, row_start: usize, j: usize) -> bool {
+        self.data[row_start + j * self.k_stride] != 0
+    }
+}
+
+impl MaskedSoftmax {
+    fn forward(
+        &self,
+        x: &[f32],
+        k: usize,
+        mask: Option<&MaskIndex>,
+        shape: &Shape,
+    ) -> (CpuStorage, Shape) {
+        let mut y = vec![0f32; x.len()];
+        let scale = self.scale;
+        y.par_chunks_mut(k)
+            .zip(x.par_chunks(k))
+            .enumerate()
+            .with_min_len(rows_per_task(k))
+            .for_each(|(row, (y, x))| {
+                let start = mask.map(|m| m.row_start(row));
+                let kept = |j: usize| match (mask, start) {
+                    (Some(m), Some(s)) => m.keep(s, j),
+                    _ => true,
+                };
+                let mut max = f32::NEG_INFINITY;
+                for (j, &v) in x.iter().enumerate() {
+                    if kept(j) {
+                        max = max.max(scale * v);
+                    }
+                }
+                if max == f32::NEG_INFINITY {
+                    return; // no key to attend to: all zeros
+                }
+                let mut sum = 0f32;
+                for (j, (y, &v)) in y.iter_mut().zip(x).enumerate() {
+                    if kept(j) {
+                        *y = (scale * v - max).exp();
+                        sum += *y;
+                    }
+                }
+                let inv = 1.0 / sum;
+                y.iter_mut().for_each(|v| *v *= inv);
+            });
+        (CpuStorage::F32(y), shape.clone())
+    }
+
+    fn backward(&self, y: &Tensor, grad: &Tensor) -> Result<Tensor> {
+        y.contiguous()?
+            .apply_op2_no_bwd(&grad.contiguous()?, &SoftmaxBackward { scale: self.scale })
+    }
+}
+
+impl CustomOp1 for MaskedSoftmax {
+    fn name(&self) -> &'static str {
+        "masked-softmax"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let x = contiguous_f32(s, l, "masked-softmax")?;
+        let k = l.dims().last().copied().unwrap_or(1).max(1);
+        Ok(self.forward(x, k, None, l.shape()))
+    }
+
+    fn bwd(&self, _x: &Tensor, y: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
+        Ok(Some(self.backward(y, grad)?))
+    }
+}
+
+impl CustomOp2 for MaskedSoftmax {
+    fn name(&self) -> &'static str {
+        "masked-softmax"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let x = contiguous_f32(s1, l1, "masked-softmax")?;
+        let k = l1.dims().last().copied().unwrap_or(1).max(1);
+        let mask = MaskIndex::new(s2, l2)?;
+        Ok(self.forward(x, k, Some(&mask), l1.shape()))
+    }
+
+    fn bwd(
+        &self,
+        _x: &Tensor,
+        _keep: &Tensor,
+        y: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        Ok((Some(self.backward(y, grad)?), None))
+    }
+}
+
+/// `s · y ⊙ (g − Σ g⊙y)` per row, from the forward's output `y` and the incoming `g`.
+struct SoftmaxBackward {
+    scale: f32,
+}
+
+impl CustomOp2 for SoftmaxBackward {
+    fn name(&self) -> &'static str {
+        "masked-softmax-backward"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let y = contiguous_f32(s1, l1, self.name())?;
+        let g = contiguous_f32(s2, l2, self.name())?;
+        let k = l1.dims().last().copied().unwrap_or(1).max(1);
+        let mut dx = vec![0f32; y.len()];
+        dx.par_chunks_mut(k)
+            .zip(y.par_chunks(k).zip(g.par_chunks(k)))
+            .with_min_len(rows_per_task(k))
+            .for_each(|(dx, (y, g))| {
+                let dot: f32 = y.iter().zip(g).map(|(y, g)| y * g).sum();
+                for ((dx, y), g) in dx.iter_mut().zip(y).zip(g) {
+                    *dx = self.scale * y * (g - dot);
+                }
+            });
+        Ok((CpuStorage::F32(dx), l1.shape().clone()))
+    }
+}

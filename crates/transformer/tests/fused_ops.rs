@@ -1,0 +1,246 @@
+//! The fused kernels of `ops` against the compositions they replace, forward and
+//! backward: the composition runs in f64 (so it is the reference, not a copy of the same
+//! f32 rounding), and central finite differences check the fused backward on its own.
+
+use candle_core::{DType, Device, Tensor, Var, D};
+use posenc_transformer::ops::{layer_norm, masked_softmax};
+
+fn randn(shape: &[usize], seed: u64) -> Tensor {
+    // A fixed pseudo-random fill, so failures reproduce.
+    let n: usize = shape.iter().product();
+    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+    let v: Vec<f32> = (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 33) as f32 / (1u64 << 31) as f32) * 4.0 - 2.0
+        })
+        .collect();
+    Tensor::from_vec(v, shape, &Device::Cpu).unwrap()
+}
+
+fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
+    (a.to_dtype(DType::F64).unwrap() - b.to_dtype(DType::F64).unwrap())
+        .unwrap()
+        .abs()
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .max(0)
+        .unwrap()
+        .to_scalar::<f64>()
+        .unwrap()
+}
+
+/// The composition the attention used before: scale, fill masked scores, softmax, zero
+/// the rows that see nothing.
+fn softmax_composite(x: &Tensor, keep: &Tensor, scale: f64) -> Tensor {
+    let keep = keep.broadcast_as(x.shape()).unwrap();
+    let lowest = Tensor::new(f64::MIN, x.device())
+        .unwrap()
+        .to_dtype(x.dtype())
+        .unwrap()
+        .broadcast_as(x.shape())
+        .unwrap();
+    let filled = keep.where_cond(&(x * scale).unwrap(), &lowest).unwrap();
+    let y = candle_nn::ops::softmax(&filled, D::Minus1).unwrap();
+    let any = keep
+        .max_keepdim(D::Minus1)
+        .unwrap()
+        .to_dtype(x.dtype())
+        .unwrap();
+    y.broadcast_mul(&any).unwrap()
+}
+
+/// A `(2, 1, 5, 6)` mask: causal in batch 0; batch 1 hides the last two keys and its
+/// first query sees nothing at all.
+fn mask() -> Tensor {
+    let mut keep = vec![0u8; 2 * 5 * 6];
+    for q in 0..5 {
+        for k in 0..6 {
+            keep[q * 6 + k] = u8::from(k <= q);
+            keep[30 + q * 6 + k] = u8::from(k < 4 && q > 0);
+        }
+    }
+    Tensor::from_vec(keep, (2, 1, 5, 6), &Device::Cpu).unwrap()
+}
+
+#[test]
+fn masked_softmax_equals_the_composition_forward_and_backward() {
+    let x = randn(&[2, 3, 5, 6], 1);
+    let r = randn(&[2, 3, 5, 6], 2); // the loss is Σ y ⊙ r
+    let keep = mask();
+    let scale = 0.35;
+    for with_mask in [true, false] {
+        let keep = with_mask.then_some(&keep);
+        let xv = Var::from_tensor(&x).unwrap();
+        let y = masked_softmax(xv.as_tensor(), keep, scale as f32).unwrap();
+        let grads = (&y * &r).unwrap().sum_all().unwrap().backward().unwrap();
+        let gx = grads.get(xv.as_tensor()).unwrap();
+
+        let x64 = Var::from_tensor(&x.to_dtype(DType::F64).unwrap()).unwrap();
+        let all = Tensor::ones((1, 1, 5, 6), DType::U8, &Device::Cpu).unwrap();
+        let y64 = softmax_composite(x64.as_tensor(), keep.unwrap_or(&all), scale);
+        let r64 = r.to_dtype(DType::F64).unwrap();
+        let grads64 = (&y64 * &r64)
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .backward()
+            .unwrap();
+        let gx64 = grads64.get(x64.as_tensor()).unwrap();
+
+        assert!(max_diff(&y, &y64) < 1e-6, "forward {}", max_diff(&y, &y64));
+        assert!(max_diff(gx, gx64) < 1e-6, "backward {}", max_diff(gx, gx64));
+        let values: Vec<f32> = y.flatten_all().unwrap().to_vec1().unwrap();
+        assert!(values.iter().all(|v| v.is_finite()));
+    }
+    // The query that sees nothing: zero weights and zero gradient, never NaN.
+    let y = masked_softmax(&x, Some(&keep), 1.0).unwrap();
+    let row: Vec<f32> = y
+        .get(1)
+        .unwrap()
+        .get(2)
+        .unwrap()
+        .get(0)
+        .unwrap()
+        .to_vec1()
+        .unwrap();
+    assert_eq!(row, vec![0.0; 6]);
+}
+
+/// Central differences of `Σ f(x) ⊙ r` at a few entries of `x`, against `analytic`.
+fn check_finite_differences(
+    f: impl Fn(&Tensor) -> Tensor,
+    x: &Tensor,
+    r: &Tensor,
+    analytic: &Tensor,
+) {
+    let loss = |x: &Tensor| -> f64 {
+        (f(x) * r)
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .to_dtype(DType::F64)
+            .unwrap()
+            .to_scalar()
+            .unwrap()
+    };
+    let flat: Vec<f32> = x.flatten_all().unwrap().to_vec1().unwrap();
+    let grad: Vec<f32> = analytic.flatten_all().unwrap().to_vec1().unwrap();
+    let h = 1e-2f32;
+    for i in (0..flat.len()).step_by(flat.len() / 17 + 1) {
+        let shifted = |d: f32| {
+            let mut v = flat.clone();
+            v[i] += d;
+            Tensor::from_vec(v, x.shape(), x.device()).unwrap()
+        };
+        let numeric = (loss(&shifted(h)) - loss(&shifted(-h))) / (2.0 * f64::from(h));
+        let want = f64::from(grad[i]);
+        assert!(
+            (numeric - want).abs() < 2e-3 * (1.0 + want.abs()),
+            "entry {i}: finite difference {numeric}, backward {want}"
+        );
+    }
+}
+
+#[test]
+fn masked_softmax_backward_matches_finite_differences() {
+    let x = randn(&[2, 3, 5, 6], 3);
+    let r = randn(&[2, 3, 5, 6], 4);
+    let keep = mask();
+    let xv = Var::from_tensor(&x).unwrap();
+    let y = masked_softmax(xv.as_tensor(), Some(&keep), 0.5).unwrap();
+    let grads = (&y * &r).unwrap().sum_all().unwrap().backward().unwrap();
+    check_finite_differences(
+        |x| masked_softmax(x, Some(&keep), 0.5).unwrap(),
+        &x,
+        &r,
+        grads.get(xv.as_tensor()).unwrap(),
+    );
+}
+
+#[test]
+fn layer_norm_equals_the_composition_forward_and_backward() {
+    let (rows, d) = (7, 12);
+    let x = randn(&[rows, d], 5).affine(3.0, 1.5).unwrap();
+    let w = randn(&[d], 6);
+    let b = randn(&[d], 7);
+    let r = randn(&[rows, d], 8);
+    let eps = 1e-5;
+    let vars: Vec<Var> = [&x, &w, &b]
+        .iter()
+        .map(|t| Var::from_tensor(t).unwrap())
+        .collect();
+    let y = layer_norm(
+        vars[0].as_tensor(),
+        vars[1].as_tensor(),
+        vars[2].as_tensor(),
+        eps,
+    )
+    .unwrap();
+    let grads = (&y * &r).unwrap().sum_all().unwrap().backward().unwrap();
+
+    let vars64: Vec<Var> = [&x, &w, &b]
+        .iter()
+        .map(|t| Var::from_tensor(&t.to_dtype(DType::F64).unwrap()).unwrap())
+        .collect();
+    let y64 = candle_nn::ops::layer_norm_slow(
+        vars64[0].as_tensor(),
+        vars64[1].as_tensor(),
+        vars64[2].as_tensor(),
+        eps,
+    )
+    .unwrap();
+    let grads64 = (&y64 * &r.to_dtype(DType::F64).unwrap())
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
+    assert!(max_diff(&y, &y64) < 1e-5, "forward {}", max_diff(&y, &y64));
+    for (name, (v, v64)) in ["x", "weight", "bias"].iter().zip(vars.iter().zip(&vars64)) {
+        let (g, g64) = (
+            grads.get(v.as_tensor()).unwrap(),
+            grads64.get(v64.as_tensor()).unwrap(),
+        );
+        assert!(max_diff(g, g64) < 1e-4, "∂/∂{name}: {}", max_diff(g, g64));
+    }
+    // A 3-D input (batch, seq, d) is normalised row by row too.
+    let x3 = x.reshape((1, rows, d)).unwrap();
+    let y3 = layer_norm(&x3, &w, &b, eps).unwrap();
+    assert_eq!(max_diff(&y3.reshape((rows, d)).unwrap(), &y), 0.0);
+}
+
+#[test]
+fn layer_norm_backward_matches_finite_differences() {
+    let (rows, d) = (5, 8);
+    let x = randn(&[rows, d], 9);
+    let w = randn(&[d], 10);
+    let b = randn(&[d], 11);
+    let r = randn(&[rows, d], 12);
+    let xv = Var::from_tensor(&x).unwrap();
+    let y = layer_norm(xv.as_tensor(), &w, &b, 1e-5).unwrap();
+    let grads = (&y * &r).unwrap().sum_all().unwrap().backward().unwrap();
+    check_finite_differences(
+        |x| layer_norm(x, &w, &b, 1e-5).unwrap(),
+        &x,
+        &r,
+        grads.get(xv.as_tensor()).unwrap(),
+    );
+}
+
+#[test]
+fn fused_ops_refuse_what_they_cannot_do() {
+    let x = randn(&[2, 3], 13).to_dtype(DType::F16).unwrap();
+    assert!(masked_softmax(&x, None, 1.0)
+        .unwrap_err()
+        .to_string()
+        .contains("f32"));
+    let x = randn(&[2, 3], 14);
+    let e = layer_norm(&x, &randn(&[4], 1), &randn(&[4], 2), 1e-5).unwrap_err();
+    assert!(e.to_string().contains("(3,)"), "{e}");
+    let bad_mask = Tensor::ones((2, 5), DType::U8, &Device::Cpu).unwrap();
+    assert!(masked_softmax(&x, Some(&bad_mask), 1.0).is_err());
+}
