@@ -173,3 +173,23 @@ fn untrained_models_decode_the_same_greedily_and_with_beam_one() {
         assert_eq!(greedy[0], beam, "{s}");
     }
 }
+
+#[test]
+fn batches_split_across_threads_are_repeatable_bit_for_bit() {
+    // Large enough that every fused kernel splits its rows into several parallel blocks
+    // (the tiny config fits in one), so a reduction whose order followed the scheduling
+    // would show here.
+    let cfg = || {
+        let mut cfg = tiny(4, 5);
+        cfg.model.d_model = 64;
+        cfg.model.heads = 4;
+        cfg.batch_size = 200;
+        cfg
+    };
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    for d in &dirs {
+        train(cfg(), d.path(), QUIET).unwrap();
+    }
+    assert!(same_weights(dirs[0].path(), dirs[1].path()));
+    assert!(same_weights(dirs[0].path(), dirs[2].path()));
+}

@@ -88,24 +88,22 @@ impl candle_core::CustomOp1 for ColumnSums {
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
         let g = contiguous_f32(s, l, self.name())?;
         let d = self.d.max(1);
-        let sums = g
+        // Fixed blocks of rows summed in parallel, then the blocks in order: repeatable
+        // bit for bit, however the blocks were scheduled.
+        let partials: Vec<Vec<f32>> = g
             .par_chunks(d * rows_per_task(d))
-            .fold(
-                || vec![0f32; d],
-                |mut acc, block| {
-                    for row in block.chunks(d) {
-                        acc.iter_mut().zip(row).for_each(|(a, g)| *a += g);
-                    }
-                    acc
-                },
-            )
-            .reduce(
-                || vec![0f32; d],
-                |mut a, b| {
-                    a.iter_mut().zip(&b).for_each(|(a, b)| *a += b);
-                    a
-                },
-            );
+            .map(|block| {
+                let mut acc = vec![0f32; d];
+                for row in block.chunks(d) {
+                    acc.iter_mut().zip(row).for_each(|(a, g)| *a += g);
+                }
+                acc
+            })
+            .collect();
+        let mut sums = vec![0f32; d];
+        for p in &partials {
+            sums.iter_mut().zip(p).for_each(|(a, b)| *a += b);
+        }
         Ok((CpuStorage::F32(sums), Shape::from(d)))
     }
 }

@@ -127,14 +127,18 @@ impl CustomOp3 for LayerNormBackward {
         let rows = x.len() / d;
         let mut out = vec![0f32; x.len() + 2 * d];
         let (gx, sums) = out.split_at_mut(x.len());
-        // Each worker keeps its own ∂w, ∂b partial sums; they are added at the end.
-        let (gw, gb) = gx
-            .par_chunks_mut(d)
-            .zip(x.par_chunks(d).zip(g.par_chunks(d)))
-            .with_min_len(rows_per_task(d))
-            .fold(
-                || (vec![0f32; d], vec![0f32; d]),
-                |(mut gw, mut gb), (gx, (x, g))| {
+        // Fixed blocks of rows, each with its own ∂w, ∂b partial sums, added in order: the
+        // result does not depend on how the blocks were scheduled (bit-for-bit repeatable).
+        let rows_per_block = rows_per_task(d);
+        let partials: Vec<(Vec<f32>, Vec<f32>)> = gx
+            .par_chunks_mut(d * rows_per_block)
+            .zip(
+                x.par_chunks(d * rows_per_block)
+                    .zip(g.par_chunks(d * rows_per_block)),
+            )
+            .map(|(gx, (x, g))| {
+                let (mut gw, mut gb) = (vec![0f32; d], vec![0f32; d]);
+                for (gx, (x, g)) in gx.chunks_mut(d).zip(x.chunks(d).zip(g.chunks(d))) {
                     let (mean, r) = stats(x, self.eps);
                     let (mut mean_gh, mut mean_ghx) = (0f32, 0f32);
                     for j in 0..d {
@@ -151,17 +155,15 @@ impl CustomOp3 for LayerNormBackward {
                         let xh = (x[j] - mean) * r;
                         gx[j] = r * (g[j] * w[j] - mean_gh - xh * mean_ghx);
                     }
-                    (gw, gb)
-                },
-            )
-            .reduce(
-                || (vec![0f32; d], vec![0f32; d]),
-                |(mut aw, mut ab), (bw, bb)| {
-                    aw.iter_mut().zip(&bw).for_each(|(a, b)| *a += b);
-                    ab.iter_mut().zip(&bb).for_each(|(a, b)| *a += b);
-                    (aw, ab)
-                },
-            );
+                }
+                (gw, gb)
+            })
+            .collect();
+        let (mut gw, mut gb) = (vec![0f32; d], vec![0f32; d]);
+        for (pw, pb) in &partials {
+            gw.iter_mut().zip(pw).for_each(|(a, b)| *a += b);
+            gb.iter_mut().zip(pb).for_each(|(a, b)| *a += b);
+        }
         sums[..d].copy_from_slice(&gw);
         sums[d..].copy_from_slice(&gb);
         Ok((CpuStorage::F32(out), Shape::from((rows + 2, d))))
