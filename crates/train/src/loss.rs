@@ -16,6 +16,22 @@ use anyhow::{ensure, Result};
 use candle_core::{CpuStorage, CustomOp2, DType, Layout, Shape, Tensor, D};
 use rayon::prelude::*;
 
+/// Checks `scores (n, V)` against `targets (n)` and `smoothing ∈ [0, 1)`.
+fn check_arguments(scores: &Tensor, targets: &Tensor, smoothing: f64) -> Result<()> {
+    let (n, _) = scores.dims2()?;
+    ensure!(
+        targets.dims() == [n],
+        "targets {:?} do not match the scores {:?}",
+        targets.dims(),
+        scores.dims()
+    );
+    ensure!(
+        (0.0..1.0).contains(&smoothing),
+        "label smoothing must be in [0, 1), got {smoothing}"
+    );
+    Ok(())
+}
+
 /// Mean label-smoothed negative log-likelihood of `targets (n)` under `log_probs (n, V)`,
 /// over the targets that are not `pad`.
 pub fn label_smoothed_nll(
@@ -24,17 +40,7 @@ pub fn label_smoothed_nll(
     smoothing: f64,
     pad: u32,
 ) -> Result<Tensor> {
-    let (n, _) = log_probs.dims2()?;
-    ensure!(
-        targets.dims() == [n],
-        "targets {:?} do not match log-probabilities {:?}",
-        targets.dims(),
-        log_probs.dims()
-    );
-    ensure!(
-        (0.0..1.0).contains(&smoothing),
-        "label smoothing must be in [0, 1), got {smoothing}"
-    );
+    check_arguments(log_probs, targets, smoothing)?;
     let nll = log_probs
         .gather(&targets.unsqueeze(1)?, 1)?
         .squeeze(1)?
@@ -63,17 +69,7 @@ pub fn label_smoothed_cross_entropy(
     smoothing: f64,
     pad: u32,
 ) -> Result<Tensor> {
-    let (n, _) = logits.dims2()?;
-    ensure!(
-        targets.dims() == [n],
-        "targets {:?} do not match logits {:?}",
-        targets.dims(),
-        logits.dims()
-    );
-    ensure!(
-        (0.0..1.0).contains(&smoothing),
-        "label smoothing must be in [0, 1), got {smoothing}"
-    );
+    check_arguments(logits, targets, smoothing)?;
     ensure!(
         logits.dtype() == DType::F32,
         "the fused loss takes f32 logits"
