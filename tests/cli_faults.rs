@@ -926,3 +926,58 @@ fn train_tiny_resume(dir: &Path, steps: usize) {
         .unwrap();
     assert!(out.status.success(), "{}", text(&out).1);
 }
+
+#[test]
+fn force_replaces_a_run_and_keeps_foreign_files_out_of_reach() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tiny = tiny_config(tmp.path());
+    let dir = tmp.path().join("run");
+    train_tiny(&tiny, &dir, 2);
+    let manifest = |d: &Path| std::fs::read_to_string(d.join("manifest.json")).unwrap();
+    let before = manifest(&dir);
+    let out = posenc()
+        .args([
+            "train",
+            "--quiet",
+            "--force",
+            "--steps",
+            "2",
+            "--encoding",
+            "rope",
+            "--config",
+        ])
+        .arg(&tiny)
+        .arg("--out")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out).1);
+    assert_ne!(manifest(&dir), before, "a replaced run gets a new run id");
+    let t = Translator::load(&dir).unwrap();
+    assert_eq!(t.model.config().encoding.kind(), "rope");
+    no_temporaries(&dir);
+    // A file posenc did not write makes the directory off limits, --force or not.
+    std::fs::write(dir.join("notes.txt"), "mine").unwrap();
+    let out = posenc()
+        .args(["train", "--quiet", "--force", "--steps", "2", "--config"])
+        .arg(&tiny)
+        .arg("--out")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out).1.contains("notes.txt"), "{}", text(&out).1);
+    assert_eq!(
+        std::fs::read_to_string(dir.join("notes.txt")).unwrap(),
+        "mine"
+    );
+    assert_eq!(
+        Translator::load(&dir)
+            .unwrap()
+            .model
+            .config()
+            .encoding
+            .kind(),
+        "rope"
+    );
+}
