@@ -231,7 +231,6 @@ pub fn check_weights(path: &Path, run: &str) -> Result<BTreeMap<String, String>>
 #[derive(Debug)]
 pub struct RunDir {
     dir: PathBuf,
-    run: String,
     _lock: File,
 }
 
@@ -312,7 +311,6 @@ impl RunDir {
         decide(inspect(dir)?)?;
         let this = Self {
             dir: dir.to_path_buf(),
-            run: run.to_string(),
             _lock: lock,
         };
         this.begin_writing()?;
@@ -364,7 +362,6 @@ impl RunDir {
         Ok((
             Self {
                 dir: dir.to_path_buf(),
-                run: manifest.run.clone(),
                 _lock: lock,
             },
             manifest,
@@ -374,11 +371,6 @@ impl RunDir {
     /// The directory.
     pub fn path(&self) -> &Path {
         &self.dir
-    }
-
-    /// The run's id.
-    pub fn run(&self) -> &str {
-        &self.run
     }
 }
 
