@@ -20,7 +20,7 @@ fn main() -> anyhow::Result<()> {
         "{:<18} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
         "kind", "unique", "max |v|", "drift", "shift fit", "relative", "symmetry"
     );
-    for kind in EncodingConfig::KINDS {
+    for kind in EncodingConfig::kinds() {
         let enc = EncodingConfig::from_kind(kind)?.build_untrained(
             setting.d_model,
             setting.heads,

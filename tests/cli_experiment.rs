@@ -84,7 +84,7 @@ fn quick_experiment_shows_that_order_needs_position() {
 #[test]
 fn plot_encoding_draws_every_kind() {
     let dir = tempfile::tempdir().unwrap();
-    for kind in posenc::EncodingConfig::KINDS {
+    for kind in posenc::EncodingConfig::kinds() {
         let path = dir.path().join(format!("{kind}.png"));
         let out = posenc(&[
             "plot",

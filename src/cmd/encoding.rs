@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 use candle_core::{Device, Tensor};
 use clap::{Args, Subcommand, ValueEnum};
 use posenc::analysis::{analyze, Properties, Setting};
-use posenc::{EncodingConfig, Table};
+use posenc::{EncodingConfig, Form};
 use serde_json::json;
 
 /// Output format.
@@ -21,9 +21,8 @@ pub enum Format {
 /// Which encoding, at which size.
 #[derive(Args, Debug)]
 pub struct Which {
-    /// An encoding kind (none, sinusoidal, sinusoidal-concat, learned, rope, alibi, t5,
-    /// fraction, index, binary, sine-single) or a JSON config such as
-    /// '{"kind": "rope", "layout": "interleaved"}'.
+    /// An encoding kind (`rope`; an unknown one lists the known ones) or a JSON config such
+    /// as '{"kind": "rope", "layout": "interleaved"}'.
     #[arg(long)]
     kind: EncodingConfig,
     /// Model width.
@@ -77,36 +76,50 @@ fn show(which: &Which, out: &mut impl Write) -> Result<()> {
         .table(which.len)
         .with_context(|| format!("computing the `{}` table", enc.kind()))?;
     let kind = enc.kind();
+    let title = &table.title;
     match which.format {
         Format::Json => {
-            let values = match &table {
-                Table::Additive(t) => json!(t.to_vec2::<f32>()?),
-                Table::Rotary { cos, sin } => {
+            let values = match &table.form {
+                Form::Additive { values, .. } => json!(values.to_vec2::<f32>()?),
+                Form::Rotary { cos, sin } => {
                     json!({"cos": cos.to_vec2::<f32>()?, "sin": sin.to_vec2::<f32>()?})
                 }
-                Table::Bias(b) => json!(b.to_vec3::<f32>()?),
-                Table::Buckets { buckets, .. } => json!(buckets.to_vec2::<u32>()?),
+                Form::Bias {
+                    index: Some(index), ..
+                } => json!(index.values.to_vec2::<u32>()?),
+                Form::Bias { bias, .. } => json!(bias.to_vec3::<f32>()?),
             };
-            writeln!(out, "{}", json!({"kind": kind, "values": values}))?;
+            writeln!(
+                out,
+                "{}",
+                json!({"kind": kind, "title": title, "values": values})
+            )?;
         }
-        Format::Table => match &table {
-            Table::Additive(t) => write_matrix(out, &format!("{kind}: PE(pos, dim)"), "pos", t)?,
-            Table::Rotary { cos, sin } => {
-                write_matrix(out, "rope: cos(pos·θ_i)", "pos", cos)?;
-                write_matrix(out, "rope: sin(pos·θ_i)", "pos", sin)?;
+        Format::Table => match &table.form {
+            Form::Additive { values, .. } => {
+                write_matrix(out, &format!("{kind}: {title}"), "pos", values)?
             }
-            Table::Bias(b) => {
-                for h in 0..b.dim(0)? {
+            Form::Rotary { cos, sin } => {
+                write_matrix(out, &format!("{kind}: cos(pos·θ_i), {title}"), "pos", cos)?;
+                write_matrix(out, &format!("{kind}: sin(pos·θ_i), {title}"), "pos", sin)?;
+            }
+            Form::Bias {
+                index: Some(index), ..
+            } => write_matrix(
+                out,
+                &format!("{kind}: {}(query, key), {title}", index.name),
+                "query",
+                &index.values,
+            )?,
+            Form::Bias { bias, .. } => {
+                for h in 0..bias.dim(0)? {
                     write_matrix(
                         out,
-                        &format!("{kind}: head {h}, bias(query, key)"),
+                        &format!("{kind}: head {h}, {title}"),
                         "query",
-                        &b.get(h)?,
+                        &bias.get(h)?,
                     )?;
                 }
-            }
-            Table::Buckets { buckets, .. } => {
-                write_matrix(out, "t5: bucket(query, key)", "query", buckets)?
             }
         },
     }

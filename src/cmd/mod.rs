@@ -28,6 +28,12 @@ pub fn sentences_or_stdin(args: Vec<String>) -> Result<Vec<String>> {
 /// disk, a closed pipe) and keep their kind, so `main` can tell a closed pipe apart.
 pub struct Stdout(std::io::BufWriter<std::io::StdoutLock<'static>>);
 
+impl Default for Stdout {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Stdout {
     /// Locks standard output.
     pub fn new() -> Self {

@@ -63,7 +63,7 @@ impl TrainArgs {
                 None => TrainConfig::default(),
             };
             if let Some(e) = self.encoding {
-                cfg.model.encoding = e;
+                cfg.model.encoding = e.into();
             }
             cfg.steps = self.steps.unwrap_or(cfg.steps);
             cfg.seed = self.seed.unwrap_or(cfg.seed);

@@ -16,7 +16,8 @@ use std::sync::Arc;
 use anyhow::{anyhow, Context, Result};
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{Activation, Embedding, Module, VarBuilder, VarMap};
-use posenc::{EncodingConfig, PositionalEncoding};
+use posenc::learned::LearnedConfig;
+use posenc::{Direction, EncodingConfig, PositionalEncoding, Target};
 use posenc_transformer::encoder::Encoder;
 use posenc_transformer::sublayer::Norm;
 use posenc_transformer::{checkpoint, Config, Mask};
@@ -74,9 +75,10 @@ impl BertConfig {
             norm_first: false,
             layer_norm_eps: self.layer_norm_eps,
             final_norm: false,
-            encoding: EncodingConfig::Learned {
+            encoding: EncodingConfig::new(LearnedConfig {
                 max_positions: self.max_position_embeddings,
-            },
+            })
+            .into(),
             tie_embeddings: false,
         };
         cfg.validate()?;
@@ -110,9 +112,11 @@ impl Bert {
     pub fn new(bert: &BertConfig, vb: VarBuilder) -> Result<Self> {
         let cfg = bert.encoder_config()?;
         let d = cfg.d_model;
+        let target = Target::new(d, cfg.heads, Direction::Bidirectional)?;
         let position = cfg
             .encoding
-            .build(d, cfg.heads, vb.pp("embeddings.position"))?;
+            .encoder
+            .build(&target, vb.pp("embeddings.position"))?;
         let embeddings = BertEmbeddings {
             word: candle_nn::embedding(bert.vocab_size, d, vb.pp("embeddings.word"))?,
             token_type: candle_nn::embedding(

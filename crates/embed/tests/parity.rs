@@ -85,8 +85,7 @@ fn token_ids_embeddings_and_hidden_states_match_the_reference() {
     for i in 0..4 {
         let (ids, mask) = encoder.tokenize(&sentences[i..=i]).unwrap();
         let hidden = encoder.hidden(&ids, &mask).unwrap().i(0).unwrap();
-        let diff =
-            posenc::analysis::max_abs_diff(&hidden, &reference[&format!("hidden.{i}")]).unwrap();
+        let diff = posenc_testkit::max_abs_diff(&hidden, &reference[&format!("hidden.{i}")]);
         println!("hidden state {i}: max |Δ| {diff:e}");
         assert!(
             diff <= 1e-4,

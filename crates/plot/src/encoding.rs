@@ -12,7 +12,8 @@ use std::path::Path;
 
 use anyhow::{ensure, Result};
 use candle_core::Device;
-use posenc::{EncodingConfig, Table};
+use posenc::analysis::linear_fit;
+use posenc::{EncodingConfig, Form, Table};
 
 use crate::chart::{colour, curves, heatmap, save_png, Axes, Heatmap, Mark, Series};
 
@@ -29,45 +30,8 @@ fn dot(a: &[f32], b: &[f32]) -> f64 {
         .sum()
 }
 
-/// The least-squares 2×2 `M` with `y_p ≈ M x_p`, and the largest `|y_p − M x_p|`.
-fn fit_pair(x: &[(f64, f64)], y: &[(f64, f64)]) -> ([[f64; 2]; 2], f64) {
-    // M = (Σ y xᵀ)(Σ x xᵀ)⁻¹, with a tiny ridge so constant or zero pairs stay finite.
-    let (mut a, mut b) = ([[0.0; 2]; 2], [[0.0; 2]; 2]);
-    for (&(x0, x1), &(y0, y1)) in x.iter().zip(y) {
-        let (xv, yv) = ([x0, x1], [y0, y1]);
-        for i in 0..2 {
-            for j in 0..2 {
-                a[i][j] += yv[i] * xv[j];
-                b[i][j] += xv[i] * xv[j];
-            }
-        }
-    }
-    let ridge = 1e-12 * (b[0][0] + b[1][1]).max(1e-12);
-    b[0][0] += ridge;
-    b[1][1] += ridge;
-    let det = b[0][0] * b[1][1] - b[0][1] * b[1][0];
-    let inv = [
-        [b[1][1] / det, -b[0][1] / det],
-        [-b[1][0] / det, b[0][0] / det],
-    ];
-    let mut m = [[0.0; 2]; 2];
-    for i in 0..2 {
-        for j in 0..2 {
-            m[i][j] = a[i][0] * inv[0][j] + a[i][1] * inv[1][j];
-        }
-    }
-    let worst = x
-        .iter()
-        .zip(y)
-        .map(|(&(x0, x1), &(y0, y1))| {
-            let (p0, p1) = (m[0][0] * x0 + m[0][1] * x1, m[1][0] * x0 + m[1][1] * x1);
-            ((y0 - p0).powi(2) + (y1 - p1).powi(2)).sqrt()
-        })
-        .fold(0.0, f64::max);
-    (m, worst)
-}
-
 impl Features {
+    /// Pair `i` over positions `from..to`, as points.
     fn pair(&self, i: usize, from: usize, to: usize) -> Vec<(f64, f64)> {
         let (a, b) = self.pairs[i];
         self.rows[from..to]
@@ -76,38 +40,51 @@ impl Features {
             .collect()
     }
 
-    /// Over every pair: the largest residual of the best 2×2 map from `PE(p)` to `PE(p+k)`.
-    fn shift_residual(&self, k: usize) -> f64 {
+    /// The best linear map of pair `i` at `p` onto the pair at `p + k` ([`linear_fit`]):
+    /// the mapped points and the fit's relative residual.
+    fn shift_fit(&self, i: usize, k: usize) -> (Vec<(f64, f64)>, f64) {
         let n = self.rows.len();
+        let rows = |points: Vec<(f64, f64)>| -> Vec<Vec<f64>> {
+            points.into_iter().map(|(a, b)| vec![a, b]).collect()
+        };
+        let fit = linear_fit(&rows(self.pair(i, 0, n - k)), &rows(self.pair(i, k, n)));
+        let mapped = fit.fitted.iter().map(|r| (r[0], r[1])).collect();
+        (mapped, fit.residual)
+    }
+
+    /// Over every pair: the largest residual of the best linear map from `PE(p)` to `PE(p+k)`.
+    fn shift_residual(&self, k: usize) -> f64 {
         (0..self.pairs.len())
-            .map(|i| fit_pair(&self.pair(i, 0, n - k), &self.pair(i, k, n)).1)
+            .map(|i| self.shift_fit(i, k).1)
             .fold(0.0, f64::max)
     }
 }
 
-fn features(table: &Table, halves: bool) -> Result<Option<Features>> {
-    let (rows, pairs) = match table {
-        Table::Additive(t) => {
-            let rows: Vec<Vec<f32>> = t.to_vec2()?;
+fn features(form: &Form) -> Result<Option<Features>> {
+    // Encodings without sin/cos pairs are drawn by adjacent columns, to show they do not turn.
+    let adjacent = |d: usize| (0..d / 2).map(|i| (2 * i, 2 * i + 1)).collect();
+    let (rows, pairs) = match form {
+        Form::Additive { values, pairs } => {
+            let rows: Vec<Vec<f32>> = values.to_vec2()?;
             let d = rows.first().map_or(0, Vec::len);
-            let pairs = if halves {
-                (0..d / 2).map(|i| (i, i + d / 2)).collect()
+            let pairs = if pairs.is_empty() {
+                adjacent(d)
             } else {
-                (0..d / 2).map(|i| (2 * i, 2 * i + 1)).collect()
+                pairs.clone()
             };
             (rows, pairs)
         }
-        Table::Rotary { cos, sin } => {
+        Form::Rotary { cos, sin } => {
             let (cos, sin): (Vec<Vec<f32>>, Vec<Vec<f32>>) = (cos.to_vec2()?, sin.to_vec2()?);
             let rows: Vec<Vec<f32>> = cos
                 .iter()
                 .zip(&sin)
                 .map(|(c, s)| c.iter().zip(s).flat_map(|(&c, &s)| [c, s]).collect())
                 .collect();
-            let half = cos.first().map_or(0, Vec::len);
-            (rows, (0..half).map(|i| (2 * i, 2 * i + 1)).collect())
+            let d = rows.first().map_or(0, Vec::len);
+            (rows, adjacent(d))
         }
-        Table::Bias(_) | Table::Buckets { .. } => return Ok(None),
+        Form::Bias { .. } => return Ok(None),
     };
     Ok(Some(Features { rows, pairs }))
 }
@@ -129,15 +106,13 @@ pub fn encoding(
     let pe = cfg.build_untrained(d_model, heads, &Device::Cpu)?;
     let kind = cfg.kind();
     let table = pe.table(len)?;
-    let halves = matches!(cfg, EncodingConfig::SinusoidalConcat { .. });
-    if let Some(f) = features(&table, halves)? {
-        additive(&f, kind, d_model, path)
-    } else {
-        bias(table, kind, path)
+    match features(&table.form)? {
+        Some(f) => additive(&f, kind, &table.title, d_model, path),
+        None => bias(table, kind, path),
     }
 }
 
-fn additive(f: &Features, kind: &str, d: usize, path: &Path) -> Result<()> {
+fn additive(f: &Features, kind: &str, title: &str, d: usize, path: &Path) -> Result<()> {
     let len = f.rows.len();
     save_png(
         path,
@@ -149,7 +124,7 @@ fn additive(f: &Features, kind: &str, d: usize, path: &Path) -> Result<()> {
                 &panels[0],
                 &Heatmap {
                     values: &f.rows,
-                    title: "PE(pos, i)".into(),
+                    title: title.into(),
                     x_desc: "dimension i",
                     y_desc: "position",
                     x_ticks: None,
@@ -226,11 +201,7 @@ fn additive(f: &Features, kind: &str, d: usize, path: &Path) -> Result<()> {
             let i = chosen.get(1).copied().unwrap_or(0).min(n.saturating_sub(1));
             if n > 0 {
                 let (x, y) = (f.pair(i, 0, len - k), f.pair(i, k, len));
-                let (m, worst) = fit_pair(&x, &y);
-                let mapped = x
-                    .iter()
-                    .map(|&(a, b)| (m[0][0] * a + m[0][1] * b, m[1][0] * a + m[1][1] * b))
-                    .collect();
+                let (mapped, residual) = f.shift_fit(i, k);
                 let shift = [
                     Series {
                         name: "PE(p)".into(),
@@ -255,7 +226,7 @@ fn additive(f: &Features, kind: &str, d: usize, path: &Path) -> Result<()> {
                     &panels[4],
                     &Axes {
                         title: format!(
-                            "dims {}, {}: worst miss {worst:.1e}",
+                            "dims {}, {}: residual {residual:.1e}",
                             f.pairs[i].0, f.pairs[i].1
                         ),
                         x_desc: "first of the pair",
@@ -274,7 +245,7 @@ fn additive(f: &Features, kind: &str, d: usize, path: &Path) -> Result<()> {
                 &Axes {
                     title: "is PE(p+k) a linear map of PE(p)?".into(),
                     x_desc: "k",
-                    y_desc: "log10 worst residual of M_k",
+                    y_desc: "log10 residual of M_k (worst pair)",
                     square: false,
                     y_range: Some((-8.0, 1.0)),
                 },
@@ -292,20 +263,20 @@ fn additive(f: &Features, kind: &str, d: usize, path: &Path) -> Result<()> {
 }
 
 fn bias(table: Table, kind: &str, path: &Path) -> Result<()> {
-    let (first, bias) = match table {
-        Table::Bias(b) => {
-            let b: Vec<Vec<Vec<f32>>> = b.to_vec3()?;
-            (("attention bias, head 0", b[0].clone()), b)
-        }
-        Table::Buckets { buckets, bias } => {
-            let buckets: Vec<Vec<u32>> = buckets.to_vec2()?;
-            let buckets = buckets
+    let Form::Bias { bias, index } = table.form else {
+        unreachable!("vectors are drawn by `additive`")
+    };
+    let bias: Vec<Vec<Vec<f32>>> = bias.to_vec3()?;
+    let first = match index {
+        Some(index) => {
+            let values: Vec<Vec<u32>> = index.values.to_vec2()?;
+            let values = values
                 .iter()
                 .map(|r| r.iter().map(|&x| x as f32).collect())
                 .collect();
-            (("bucket of (query, key)", buckets), bias.to_vec3()?)
+            (format!("{} of (query, key)", index.name), values)
         }
-        _ => unreachable!("additive tables are drawn by `additive`"),
+        None => (format!("{}, head 0", table.title), bias[0].clone()),
     };
     let heads = bias.len();
     let len = first.1.len();
@@ -319,7 +290,7 @@ fn bias(table: Table, kind: &str, path: &Path) -> Result<()> {
                 &panels[0],
                 &Heatmap {
                     values: &first.1,
-                    title: first.0.into(),
+                    title: first.0,
                     x_desc: "key position",
                     y_desc: "query position",
                     x_ticks: None,
@@ -371,33 +342,4 @@ fn bias(table: Table, kind: &str, path: &Path) -> Result<()> {
         },
     )?;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::fit_pair;
-
-    #[test]
-    fn fit_pair_recovers_a_rotation_and_rejects_a_curve() {
-        let angle = 0.3f64;
-        let x: Vec<(f64, f64)> = (0..20)
-            .map(|p| ((0.7 * p as f64).sin(), (0.7 * p as f64).cos()))
-            .collect();
-        let y: Vec<(f64, f64)> = x
-            .iter()
-            .map(|&(a, b)| {
-                (
-                    angle.cos() * a - angle.sin() * b,
-                    angle.sin() * a + angle.cos() * b,
-                )
-            })
-            .collect();
-        let (m, worst) = fit_pair(&x, &y);
-        assert!(worst < 1e-9, "{worst}");
-        assert!((m[0][0] - angle.cos()).abs() < 1e-9 && (m[1][0] - angle.sin()).abs() < 1e-9);
-        // y = x² is not linear in x: the best linear map misses.
-        let x: Vec<(f64, f64)> = (0..20).map(|p| (p as f64 / 20.0, 1.0)).collect();
-        let y: Vec<(f64, f64)> = x.iter().map(|&(a, _)| (a * a, 1.0)).collect();
-        assert!(fit_pair(&x, &y).1 > 0.01);
-    }
 }

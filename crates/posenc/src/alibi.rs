@@ -13,18 +13,44 @@
 //! (as BLOOM's `build_alibi_tensor` does). The bias depends on `i − j` only, decays
 //! linearly, and needs no table, so it extrapolates to any length.
 
+use std::sync::Arc;
+
 use candle_core::{Device, Tensor};
+use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
-use crate::encoding::{PositionalEncoding, Table};
-use crate::{Error, Result};
+use crate::cache::GeometryCache;
+use crate::encoding::{Form, PositionalEncoding, Table};
+use crate::{Direction, EncodingSpec, Error, Result, Target};
+
+/// The settings of `alibi`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AlibiConfig {
+    /// Symmetric `|i − j|` or causal `i − j`. Unset: the paper's form for the stack,
+    /// symmetric in an encoder and causal in a decoder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub form: Option<AlibiForm>,
+}
+
+impl EncodingSpec for AlibiConfig {
+    const KIND: &'static str = "alibi";
+
+    fn build(&self, target: &Target, vb: VarBuilder) -> Result<Arc<dyn PositionalEncoding>> {
+        let form = self.form.unwrap_or(match target.direction {
+            Direction::Bidirectional => AlibiForm::Symmetric,
+            Direction::Causal => AlibiForm::Causal,
+        });
+        Ok(Arc::new(Alibi::new(target.heads, form, vb.device())?))
+    }
+}
 
 /// Which keys ALiBi penalises.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum AlibiForm {
-    /// `−m·|i − j|` for every key: encoders and decoders alike.
-    #[default]
+    /// `−m·|i − j|` for every key: encoders (and decoders, where the causal mask hides
+    /// the keys on which the two forms differ).
     Symmetric,
     /// `−m·(i − j)` for keys at or before the query, 0 after (the paper's decoder form).
     Causal,
@@ -43,11 +69,12 @@ pub fn alibi_slopes(heads: usize) -> Vec<f64> {
 }
 
 /// Linear attention biases, one slope per head.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Alibi {
     slopes: Vec<f64>,
     form: AlibiForm,
     device: Device,
+    cache: GeometryCache,
 }
 
 impl Alibi {
@@ -55,7 +82,7 @@ impl Alibi {
     pub fn new(heads: usize, form: AlibiForm, device: &Device) -> Result<Self> {
         if heads == 0 {
             return Err(Error::Zero {
-                kind: "alibi",
+                kind: AlibiConfig::KIND,
                 what: "heads",
             });
         }
@@ -63,6 +90,7 @@ impl Alibi {
             slopes: alibi_slopes(heads),
             form,
             device: device.clone(),
+            cache: GeometryCache::default(),
         })
     }
 
@@ -71,8 +99,25 @@ impl Alibi {
         &self.slopes
     }
 
+    /// The form of the bias.
+    pub fn form(&self) -> AlibiForm {
+        self.form
+    }
+
     /// The `(heads, q_len, k_len)` bias of queries at `q_offset..` against keys at `k_offset..`.
     pub fn bias(
+        &self,
+        q_len: usize,
+        k_len: usize,
+        q_offset: usize,
+        k_offset: usize,
+    ) -> Result<Tensor> {
+        self.cache.get((q_len, k_len, q_offset, k_offset), || {
+            self.compute(q_len, k_len, q_offset, k_offset)
+        })
+    }
+
+    fn compute(
         &self,
         q_len: usize,
         k_len: usize,
@@ -103,7 +148,7 @@ impl Alibi {
 
 impl PositionalEncoding for Alibi {
     fn kind(&self) -> &'static str {
-        "alibi"
+        AlibiConfig::KIND
     }
 
     fn attention_bias(
@@ -117,6 +162,12 @@ impl PositionalEncoding for Alibi {
     }
 
     fn table(&self, len: usize) -> Result<Table> {
-        Ok(Table::Bias(self.bias(len, len, 0, 0)?))
+        Ok(Table {
+            title: "bias(query, key) = −m_h · distance".into(),
+            form: Form::Bias {
+                bias: self.bias(len, len, 0, 0)?,
+                index: None,
+            },
+        })
     }
 }

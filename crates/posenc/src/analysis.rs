@@ -23,7 +23,7 @@
 use candle_core::{DType, Device, Tensor};
 use serde::Serialize;
 
-use crate::{Error, PositionalEncoding, Result, Table};
+use crate::{Error, Form, PositionalEncoding, Result};
 
 /// Where to measure: the model's width and heads, the sequence length and the shift `k`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,16 +89,16 @@ fn view(enc: &dyn PositionalEncoding, setting: Setting, len: usize) -> Result<Vi
     let heads_of = |t: &Tensor| -> Result<Vec<Matrix>> {
         (0..t.dim(0)?).map(|h| matrix(&t.get(h)?)).collect()
     };
-    Ok(match enc.table(len)? {
-        Table::Additive(t) => {
-            let v = matrix(&t)?;
+    Ok(match enc.table(len)?.form {
+        Form::Additive { values, .. } => {
+            let v = matrix(&values)?;
             View {
                 scores: vec![gram(&v, &v)],
                 values: v.concat(),
                 vectors: Some(v),
             }
         }
-        Table::Rotary { cos, sin } => {
+        Form::Rotary { cos, sin } => {
             let v = matrix(&Tensor::cat(&[&cos, &sin], 1)?)?;
             View {
                 scores: vec![rotary_scores(enc, setting, len, cos.device())?],
@@ -106,7 +106,7 @@ fn view(enc: &dyn PositionalEncoding, setting: Setting, len: usize) -> Result<Vi
                 vectors: Some(v),
             }
         }
-        Table::Bias(bias) | Table::Buckets { bias, .. } => {
+        Form::Bias { bias, .. } => {
             let scores = heads_of(&bias)?;
             View {
                 values: scores.concat().concat(),
@@ -134,13 +134,7 @@ fn rotary_scores(
     len: usize,
     device: &Device,
 ) -> Result<Matrix> {
-    if setting.heads == 0 || !setting.d_model.is_multiple_of(setting.heads) {
-        return Err(Error::HeadsDontDivide {
-            d_model: setting.d_model,
-            heads: setting.heads,
-        });
-    }
-    let head_dim = setting.d_model / setting.heads;
+    let head_dim = crate::limits::head_dim(setting.d_model, setting.heads)?;
     // A fixed, irregular query and key, the same at every position.
     let fixed = |phase: f64| -> Result<Tensor> {
         let v: Vec<f32> = (0..head_dim)
@@ -170,15 +164,29 @@ fn min_distance(v: &Matrix) -> f64 {
     best
 }
 
-/// `‖Y − proj_col(X) Y‖_F / ‖Y‖_F` by Gram–Schmidt on the columns of `X` (rows = samples).
-/// This is the residual of the least-squares fit `Y ≈ X Mᵀ`, unique even when `X` is
-/// rank-deficient.
-fn projection_residual(x: &[Vec<f64>], y: &[Vec<f64>]) -> f64 {
-    let n = x.len();
+/// The least-squares fit `Y ≈ X Mᵀ` of one set of vectors by a linear map of another.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LinearFit {
+    /// `X Mᵀ`: the best linear image of each row of `X`.
+    pub fitted: Vec<Vec<f64>>,
+    /// `‖Y − X Mᵀ‖_F / ‖Y‖_F` (0 when `Y` is 0): 0 when a linear map is exact.
+    pub residual: f64,
+}
+
+/// Fits `Y ≈ X Mᵀ` by least squares, rows being samples: the one definition of "`y` is a
+/// linear map of `x`" that [`analyze`] and the figures use. `Y` is projected onto the
+/// column space of `X` by Gram–Schmidt (twice, for stability), which makes the fit unique
+/// even when `X` is rank-deficient; a column whose remainder is below 10⁻⁹ of the
+/// largest value (times `√rows`) is dependent and dropped.
+///
+/// # Panics
+/// Never; `x` and `y` with different row counts are fitted over the shorter.
+pub fn linear_fit(x: &[Vec<f64>], y: &[Vec<f64>]) -> LinearFit {
+    let n = x.len().min(y.len());
     let column = |m: &[Vec<f64>], j: usize| -> Vec<f64> { (0..n).map(|i| m[i][j]).collect() };
-    let scale = max_abs(x.iter().flatten().copied()).max(1e-300);
+    let scale = max_abs(x[..n].iter().flatten().copied()).max(1e-300);
     let mut basis: Vec<Vec<f64>> = Vec::new();
-    for j in 0..x[0].len() {
+    for j in 0..x.first().map_or(0, Vec::len) {
         let mut c = column(x, j);
         for _ in 0..2 {
             for b in &basis {
@@ -191,21 +199,41 @@ fn projection_residual(x: &[Vec<f64>], y: &[Vec<f64>]) -> f64 {
             basis.push(c.into_iter().map(|ci| ci / norm).collect());
         }
     }
+    let width = y.first().map_or(0, Vec::len);
+    let mut fitted = vec![vec![0.0; width]; n];
     let (mut residual, mut total) = (0.0, 0.0);
-    for j in 0..y[0].len() {
-        let mut c = column(y, j);
-        total += dot(&c, &c);
+    for j in 0..width {
+        let c = column(y, j);
+        let mut projected = vec![0.0; n];
         for b in &basis {
             let r = dot(&c, b);
-            c.iter_mut().zip(b).for_each(|(ci, bi)| *ci -= r * bi);
+            projected
+                .iter_mut()
+                .zip(b)
+                .for_each(|(pi, bi)| *pi += r * bi);
         }
-        residual += dot(&c, &c);
+        for ((row, &ci), &pi) in fitted.iter_mut().zip(&c).zip(&projected) {
+            row[j] = pi;
+            residual += (ci - pi).powi(2);
+        }
+        total += dot(&c, &c);
     }
-    if total == 0.0 {
+    let residual = if total == 0.0 {
         0.0
     } else {
         (residual / total).sqrt()
-    }
+    };
+    LinearFit { fitted, residual }
+}
+
+/// The residual of the best linear map from `v(p)` to `v(p + shift)` over every position,
+/// [`linear_fit`] of the rows `..len − shift` to the rows `shift..`; `None` when fewer
+/// positions than dimensions remain, where every encoding fits exactly.
+pub fn shift_residual(vectors: &[Vec<f64>], shift: usize) -> Option<f64> {
+    let len = vectors.len();
+    let dims = vectors.first().map_or(0, Vec::len);
+    (shift < len && len - shift > dims)
+        .then(|| linear_fit(&vectors[..len - shift], &vectors[shift..]).residual)
 }
 
 /// Largest `|S(i, j) − S(i−1, j−1)|` (Toeplitz residual), over every head.
@@ -271,10 +299,7 @@ pub fn analyze(enc: &dyn PositionalEncoding, setting: Setting) -> Result<Propert
                 .flat_map(|(r, s)| r.iter().zip(s).map(|(x, y)| x - y))
         })),
     };
-    let shift_residual = here.vectors.as_ref().and_then(|v| {
-        let dims = v[0].len();
-        (len - shift > dims).then(|| projection_residual(&v[..len - shift], &v[shift..]))
-    });
+    let shift_residual = here.vectors.as_ref().and_then(|v| shift_residual(v, shift));
     let scale = max_abs(here.scores.iter().flatten().flatten().copied());
     let relative = |x: f64| if scale == 0.0 { 0.0 } else { x / scale };
     let decay = decay(&here.scores);
@@ -298,18 +323,4 @@ pub fn analyze(enc: &dyn PositionalEncoding, setting: Setting) -> Result<Propert
         decay,
         monotone_until,
     })
-}
-
-/// The largest `|a − b|` over all elements, both compared in f32; an error names the
-/// shapes if they differ. Used to compare tables and model outputs with references.
-pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> Result<f32> {
-    if a.dims() != b.dims() {
-        return Err(Error::Config(format!(
-            "cannot compare tensors of shapes {:?} and {:?}",
-            a.dims(),
-            b.dims()
-        )));
-    }
-    let diff = (a.to_dtype(DType::F32)? - b.to_dtype(DType::F32)?)?.abs()?;
-    Ok(diff.flatten_all()?.max(0)?.to_scalar::<f32>()?)
 }

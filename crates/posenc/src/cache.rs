@@ -42,3 +42,37 @@ impl GrowingTables {
         narrow(&tables)
     }
 }
+
+/// The last few tensors computed for a `(q_len, k_len, q_offset, k_offset)` geometry:
+/// position biases and bucket indices depend on nothing else, and a model asks for the
+/// same few shapes over and over.
+#[derive(Debug, Default)]
+pub(crate) struct GeometryCache {
+    entries: std::sync::Mutex<Vec<(Geometry, Tensor)>>,
+}
+
+/// `(q_len, k_len, q_offset, k_offset)`.
+pub(crate) type Geometry = (usize, usize, usize, usize);
+
+impl GeometryCache {
+    /// How many geometries are kept; the oldest goes first.
+    const CAPACITY: usize = 16;
+
+    /// The tensor of `geometry`, computed by `build` the first time it is asked for.
+    pub(crate) fn get(
+        &self,
+        geometry: Geometry,
+        build: impl FnOnce() -> Result<Tensor>,
+    ) -> Result<Tensor> {
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, t)) = entries.iter().find(|(g, _)| *g == geometry) {
+            return Ok(t.clone());
+        }
+        let t = build()?;
+        if entries.len() == Self::CAPACITY {
+            entries.remove(0);
+        }
+        entries.push((geometry, t.clone()));
+        Ok(t)
+    }
+}

@@ -1,42 +1,174 @@
 //! The serde config that builds any encoding: `{"kind": "rope", "base": 10000.0, ...}`.
+//!
+//! Each encoding's file defines its own settings struct and implements [`EncodingSpec`]
+//! for it, naming its kind once ([`EncodingSpec::KIND`]). [`BUILT_IN`] is the one line
+//! per encoding that makes a kind known; [`register`] adds one at run time (an experiment
+//! in a downstream crate or a test). [`EncodingConfig`] holds any registered settings,
+//! parses from and serialises to the JSON above, and builds the encoding.
 
+use std::any::Any;
+use std::fmt;
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock, RwLock};
 
 use candle_core::{DType, Device};
 use candle_nn::{VarBuilder, VarMap};
-use serde::{Deserialize, Serialize};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::alibi::{Alibi, AlibiForm};
-use crate::learned::Learned;
-use crate::naive::{Naive, NaiveKind};
-use crate::none::NoEncoding;
-use crate::rope::Rope;
-use crate::sinusoidal::{PairLayout, Sinusoidal};
-use crate::t5::T5Bias;
 use crate::{Error, PositionalEncoding, Result};
 
-fn ten_thousand() -> f64 {
-    10_000.0
-}
-fn one() -> f64 {
-    1.0
-}
-fn max_positions() -> usize {
-    512
-}
-fn num_buckets() -> usize {
-    32
-}
-fn max_distance() -> usize {
-    128
-}
-fn yes() -> bool {
-    true
+/// Which keys a query may see in the attention the encoding serves. Encodings whose paper
+/// uses a different form in each (T5's buckets, ALiBi's distances) take their default
+/// from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Direction {
+    /// Every key: an encoder.
+    #[default]
+    Bidirectional,
+    /// Keys at or before the query: a decoder or a causal language model.
+    Causal,
 }
 
-/// Which positional encoding to build, and its settings. Every field has a default, so
-/// `{"kind": "rope"}` is a complete config.
+/// What an encoding is built for: the model's width, its heads, and the direction of the
+/// attention it serves. Constructing one checks the sizes, once for every encoding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Target {
+    /// Model width.
+    pub d_model: usize,
+    /// Attention heads.
+    pub heads: usize,
+    /// Which keys a query sees.
+    pub direction: Direction,
+}
+
+impl Target {
+    /// A target of width `d_model` with `heads` heads; both must be positive and within
+    /// [`crate::limits`].
+    pub fn new(d_model: usize, heads: usize, direction: Direction) -> Result<Self> {
+        crate::limits::check_positive("heads", heads, crate::limits::MAX_HEADS)?;
+        crate::limits::check_positive("d_model", d_model, crate::limits::MAX_D_MODEL)?;
+        Ok(Self {
+            d_model,
+            heads,
+            direction,
+        })
+    }
+
+    /// The width of one head, `d_model / heads`, or an error if `heads` does not divide
+    /// `d_model`.
+    pub fn head_dim(&self) -> Result<usize> {
+        crate::limits::head_dim(self.d_model, self.heads)
+    }
+}
+
+/// The settings of one kind of encoding: what its file implements to be configurable.
+///
+/// The settings (de)serialise as the JSON object beside `"kind"`, and should deny unknown
+/// fields so a misspelt setting is an error.
+pub trait EncodingSpec: fmt::Debug + Serialize + DeserializeOwned + Send + Sync + 'static {
+    /// The kind's name in configs and on the command line. The only place it is written.
+    const KIND: &'static str;
+
+    /// Builds the encoding for `target`. Learned encodings take their weights from `vb`;
+    /// the others only its device.
+    fn build(&self, target: &Target, vb: VarBuilder) -> Result<Arc<dyn PositionalEncoding>>;
+
+    /// How many weights the encoding learns for `target` (0 for fixed encodings), from the
+    /// settings alone, so a size can be checked before allocating.
+    fn parameter_count(&self, target: &Target) -> u128 {
+        let _ = target;
+        0
+    }
+}
+
+/// The object-safe face of [`EncodingSpec`], implemented for every spec.
+trait DynSpec: fmt::Debug + Send + Sync {
+    fn kind(&self) -> &'static str;
+    fn settings(&self) -> serde_json::Value;
+    fn build(&self, target: &Target, vb: VarBuilder) -> Result<Arc<dyn PositionalEncoding>>;
+    fn parameter_count(&self, target: &Target) -> u128;
+    fn as_any(&self) -> &dyn Any;
+}
+
+impl<T: EncodingSpec> DynSpec for T {
+    fn kind(&self) -> &'static str {
+        T::KIND
+    }
+    fn settings(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
+    }
+    fn build(&self, target: &Target, vb: VarBuilder) -> Result<Arc<dyn PositionalEncoding>> {
+        EncodingSpec::build(self, target, vb)
+    }
+    fn parameter_count(&self, target: &Target) -> u128 {
+        EncodingSpec::parameter_count(self, target)
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// A registered kind: its name and how to read its settings.
+#[derive(Clone, Copy)]
+pub struct Registration {
+    kind: &'static str,
+    parse: fn(serde_json::Value) -> Result<EncodingConfig>,
+}
+
+impl Registration {
+    /// The registration of spec `T`.
+    pub const fn of<T: EncodingSpec>() -> Self {
+        Self {
+            kind: T::KIND,
+            parse: parse::<T>,
+        }
+    }
+}
+
+fn parse<T: EncodingSpec>(settings: serde_json::Value) -> Result<EncodingConfig> {
+    let spec: T = serde_json::from_value(settings).map_err(|e| Error::Config(e.to_string()))?;
+    Ok(EncodingConfig::new(spec))
+}
+
+/// Every encoding this crate ships, in the order of the documents: one line each.
+pub const BUILT_IN: &[Registration] = &[
+    Registration::of::<crate::none::NoneConfig>(),
+    Registration::of::<crate::sinusoidal::SinusoidalConfig>(),
+    Registration::of::<crate::sinusoidal::SinusoidalConcatConfig>(),
+    Registration::of::<crate::learned::LearnedConfig>(),
+    Registration::of::<crate::rope::RopeConfig>(),
+    Registration::of::<crate::alibi::AlibiConfig>(),
+    Registration::of::<crate::t5::T5Config>(),
+    Registration::of::<crate::naive::FractionConfig>(),
+    Registration::of::<crate::naive::IndexConfig>(),
+    Registration::of::<crate::naive::BinaryConfig>(),
+    Registration::of::<crate::naive::SineSingleConfig>(),
+];
+
+static REGISTRY: LazyLock<RwLock<Vec<Registration>>> =
+    LazyLock::new(|| RwLock::new(BUILT_IN.to_vec()));
+
+fn registry() -> std::sync::RwLockReadGuard<'static, Vec<Registration>> {
+    REGISTRY.read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Makes kind `T::KIND` known to [`EncodingConfig`] (and so to every command and the
+/// experiment), after the built-in ones. Registering a kind twice is an error.
+pub fn register<T: EncodingSpec>() -> Result<()> {
+    let mut kinds = REGISTRY.write().unwrap_or_else(|e| e.into_inner());
+    if kinds.iter().any(|r| r.kind == T::KIND) {
+        return Err(Error::Config(format!(
+            "an encoding of kind `{}` is already registered",
+            T::KIND
+        )));
+    }
+    kinds.push(Registration::of::<T>());
+    Ok(())
+}
+
+/// Which positional encoding to build, and its settings: any registered [`EncodingSpec`].
+/// Every setting has a default, so `{"kind": "rope"}` is a complete config.
 ///
 /// ```
 /// use posenc::EncodingConfig;
@@ -44,88 +176,19 @@ fn yes() -> bool {
 /// assert_eq!(cfg.kind(), "rope");
 /// assert!("warp-drive".parse::<EncodingConfig>().unwrap_err().to_string().contains("warp-drive"));
 /// ```
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
-pub enum EncodingConfig {
-    /// No position information.
-    None,
-    /// The paper's interleaved sinusoids.
-    Sinusoidal {
-        /// The wavelength base, 10000 in the paper.
-        #[serde(default = "ten_thousand")]
-        base: f64,
-    },
-    /// The same sinusoids laid out `[sin | cos]` (tensor2tensor, Marian).
-    SinusoidalConcat {
-        /// The wavelength base, 10000 in the paper.
-        #[serde(default = "ten_thousand")]
-        base: f64,
-    },
-    /// Learned absolute positions (BERT).
-    Learned {
-        /// Rows in the table: the longest sequence the model can take.
-        #[serde(default = "max_positions")]
-        max_positions: usize,
-    },
-    /// Rotary embeddings of queries and keys.
-    Rope {
-        /// The wavelength base, 10000 in RoFormer.
-        #[serde(default = "ten_thousand")]
-        base: f64,
-        /// Half-split (Llama, NeoX) or interleaved (GPT-J, RoFormer) pairs.
-        #[serde(default)]
-        layout: PairLayout,
-        /// The fraction of each head's dimensions that rotate.
-        #[serde(default = "one")]
-        rotary_fraction: f64,
-    },
-    /// Linear biases on the attention scores.
-    Alibi {
-        /// Symmetric `|i − j|` or causal `i − j`.
-        #[serde(default)]
-        form: AlibiForm,
-    },
-    /// T5 relative-position buckets with a learned bias.
-    T5 {
-        /// Number of buckets.
-        #[serde(default = "num_buckets")]
-        num_buckets: usize,
-        /// Offsets at or past this share the last bucket.
-        #[serde(default = "max_distance")]
-        max_distance: usize,
-        /// Distinguish keys before and after the query (encoders), or not (decoders).
-        #[serde(default = "yes")]
-        bidirectional: bool,
-    },
-    /// `pos / (len − 1)`.
-    Fraction,
-    /// The raw position.
-    Index,
-    /// The position's bits as ±1.
-    Binary,
-    /// One sine wave.
-    SineSingle {
-        /// Angular frequency ω of `sin(ω·pos)`.
-        #[serde(default = "one")]
-        frequency: f64,
-    },
-}
+#[derive(Clone)]
+pub struct EncodingConfig(Arc<dyn DynSpec>);
 
 impl EncodingConfig {
-    /// Every kind, in the order of the documents.
-    pub const KINDS: &'static [&'static str] = &[
-        "none",
-        "sinusoidal",
-        "sinusoidal-concat",
-        "learned",
-        "rope",
-        "alibi",
-        "t5",
-        "fraction",
-        "index",
-        "binary",
-        "sine-single",
-    ];
+    /// The config of the given settings.
+    pub fn new(spec: impl EncodingSpec) -> Self {
+        Self(Arc::new(spec))
+    }
+
+    /// Every registered kind, built-in ones first, in the order of the documents.
+    pub fn kinds() -> Vec<&'static str> {
+        registry().iter().map(|r| r.kind).collect()
+    }
 
     /// The default config of a kind, e.g. `EncodingConfig::from_kind("alibi")`.
     pub fn from_kind(kind: &str) -> Result<Self> {
@@ -133,126 +196,118 @@ impl EncodingConfig {
     }
 
     fn from_json(value: serde_json::Value) -> Result<Self> {
-        serde_json::from_value(value)
-            .map_err(|e| Error::Config(format!("{e} (known kinds: {})", Self::KINDS.join(", "))))
+        let serde_json::Value::Object(mut fields) = value else {
+            return Err(Error::Config(format!(
+                "expected a JSON object with a \"kind\", got {value}"
+            )));
+        };
+        let kind = match fields.remove("kind") {
+            Some(serde_json::Value::String(kind)) => kind,
+            Some(other) => {
+                return Err(Error::Config(format!(
+                    "\"kind\" must be a string, got {other}"
+                )))
+            }
+            None => {
+                return Err(Error::Config(format!(
+                    "missing field `kind` (known kinds: {})",
+                    Self::kinds().join(", ")
+                )))
+            }
+        };
+        let parse = registry().iter().find(|r| r.kind == kind).map(|r| r.parse);
+        match parse {
+            Some(parse) => parse(serde_json::Value::Object(fields))
+                .map_err(|e| Error::Config(format!("`{kind}`: {}", config_message(e)))),
+            None => Err(Error::Config(format!(
+                "unknown encoding kind `{kind}` (known kinds: {})",
+                Self::kinds().join(", ")
+            ))),
+        }
+    }
+
+    /// The JSON object `{"kind": …, settings…}`.
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut value = self.0.settings();
+        if !value.is_object() {
+            value = serde_json::Value::Object(Default::default());
+        }
+        if let serde_json::Value::Object(fields) = &mut value {
+            fields.insert("kind".into(), self.kind().into());
+        }
+        value
     }
 
     /// The config's kind name, as written in JSON.
     pub fn kind(&self) -> &'static str {
-        match self {
-            Self::None => "none",
-            Self::Sinusoidal { .. } => "sinusoidal",
-            Self::SinusoidalConcat { .. } => "sinusoidal-concat",
-            Self::Learned { .. } => "learned",
-            Self::Rope { .. } => "rope",
-            Self::Alibi { .. } => "alibi",
-            Self::T5 { .. } => "t5",
-            Self::Fraction => "fraction",
-            Self::Index => "index",
-            Self::Binary => "binary",
-            Self::SineSingle { .. } => "sine-single",
-        }
+        self.0.kind()
     }
 
-    /// How many weights the encoding learns at width `d_model` with `heads` heads (0 for
-    /// the fixed ones), from the config alone, so a size can be checked before allocating.
-    pub fn parameter_count(&self, d_model: usize, heads: usize) -> u128 {
-        match *self {
-            Self::Learned { max_positions } => max_positions as u128 * d_model as u128,
-            Self::T5 { num_buckets, .. } => num_buckets as u128 * heads as u128,
-            _ => 0,
-        }
+    /// The settings, if they are of spec `T`.
+    pub fn settings<T: EncodingSpec>(&self) -> Option<&T> {
+        self.0.as_any().downcast_ref()
     }
 
-    /// Builds the encoding for a model of width `d_model` with `heads` attention heads.
-    /// Learned encodings (`learned`, `t5`) take their weights from `vb`; the others only
-    /// its device.
-    pub fn build(
-        &self,
-        d_model: usize,
-        heads: usize,
-        vb: VarBuilder,
-    ) -> Result<Arc<dyn PositionalEncoding>> {
-        let kind = self.kind();
-        if heads == 0 {
-            return Err(Error::Zero {
-                kind,
-                what: "heads",
-            });
-        }
-        if d_model == 0 {
-            return Err(Error::Zero {
-                kind,
-                what: "d_model",
-            });
-        }
-        crate::limits::check("heads", heads, crate::limits::MAX_HEADS)?;
-        crate::limits::check("d_model", d_model, crate::limits::MAX_D_MODEL)?;
-        let device = vb.device().clone();
-        let naive = |k| -> Result<Arc<dyn PositionalEncoding>> {
-            Ok(Arc::new(Naive::new(k, d_model, &device)?))
-        };
-        Ok(match *self {
-            Self::None => Arc::new(NoEncoding::new(d_model, &device)),
-            Self::Sinusoidal { base } => Arc::new(Sinusoidal::new(
-                d_model,
-                base,
-                PairLayout::Interleaved,
-                &device,
-            )?),
-            Self::SinusoidalConcat { base } => {
-                Arc::new(Sinusoidal::new(d_model, base, PairLayout::Halves, &device)?)
-            }
-            Self::Learned { max_positions } => Arc::new(Learned::new(max_positions, d_model, vb)?),
-            Self::Rope {
-                base,
-                layout,
-                rotary_fraction,
-            } => {
-                if !d_model.is_multiple_of(heads) {
-                    return Err(Error::HeadsDontDivide { d_model, heads });
-                }
-                Arc::new(Rope::new(
-                    d_model / heads,
-                    base,
-                    layout,
-                    rotary_fraction,
-                    &device,
-                )?)
-            }
-            Self::Alibi { form } => Arc::new(Alibi::new(heads, form, &device)?),
-            Self::T5 {
-                num_buckets,
-                max_distance,
-                bidirectional,
-            } => Arc::new(T5Bias::new(
-                heads,
-                num_buckets,
-                max_distance,
-                bidirectional,
-                vb,
-            )?),
-            Self::Fraction => naive(NaiveKind::Fraction)?,
-            Self::Index => naive(NaiveKind::Index)?,
-            Self::Binary => naive(NaiveKind::Binary)?,
-            Self::SineSingle { frequency } => naive(NaiveKind::SineSingle { frequency })?,
-        })
+    /// How many weights the encoding learns for `target` (0 for the fixed ones), from the
+    /// config alone.
+    pub fn parameter_count(&self, target: &Target) -> u128 {
+        self.0.parameter_count(target)
     }
 
-    /// Builds the encoding with fresh (randomly initialised, untrained) weights where it
-    /// has any: for inspection, tests and the command line.
+    /// Builds the encoding for `target`. Learned encodings (`learned`, `t5`) take their
+    /// weights from `vb`; the others only its device.
+    pub fn build(&self, target: &Target, vb: VarBuilder) -> Result<Arc<dyn PositionalEncoding>> {
+        self.0.build(target, vb)
+    }
+
+    /// Builds the encoding of a bidirectional stack of width `d_model` with `heads` heads,
+    /// with fresh (randomly initialised, untrained) weights where it has any: for
+    /// inspection, tests and the command line.
     pub fn build_untrained(
         &self,
         d_model: usize,
         heads: usize,
         device: &Device,
     ) -> Result<Arc<dyn PositionalEncoding>> {
+        let target = Target::new(d_model, heads, Direction::Bidirectional)?;
         let varmap = VarMap::new();
         self.build(
-            d_model,
-            heads,
+            &target,
             VarBuilder::from_varmap(&varmap, DType::F32, device),
         )
+    }
+}
+
+/// The message of a config error without the "invalid encoding config" prefix, for nesting.
+fn config_message(e: Error) -> String {
+    match e {
+        Error::Config(m) => m,
+        other => other.to_string(),
+    }
+}
+
+impl fmt::Debug for EncodingConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.to_json())
+    }
+}
+
+impl PartialEq for EncodingConfig {
+    fn eq(&self, other: &Self) -> bool {
+        self.to_json() == other.to_json()
+    }
+}
+
+impl Serialize for EncodingConfig {
+    fn serialize<S: Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+        self.to_json().serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for EncodingConfig {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        let value = serde_json::Value::deserialize(deserializer)?;
+        Self::from_json(value).map_err(|e| serde::de::Error::custom(config_message(e)))
     }
 }
 

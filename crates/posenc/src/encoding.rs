@@ -15,7 +15,9 @@
 //! `t, t+1, …` rather than starting again at 0. The model calls all three hooks and never
 //! asks which encoding it holds.
 
-use candle_core::{DType, Device, Tensor};
+use std::fmt;
+
+use candle_core::{Device, Tensor};
 
 use crate::{Error, Result};
 
@@ -30,7 +32,7 @@ use crate::{Error, Result};
 /// use posenc::{EncodingConfig, PositionalEncoding};
 ///
 /// # fn main() -> posenc::Result<()> {
-/// let enc = EncodingConfig::Sinusoidal { base: 10_000.0 }.build_untrained(4, 1, &Device::Cpu)?;
+/// let enc = EncodingConfig::from_kind("sinusoidal")?.build_untrained(4, 1, &Device::Cpu)?;
 /// let x = Tensor::zeros((1, 2, 4), candle_core::DType::F32, &Device::Cpu)?;
 /// let pe = enc.add_to_embeddings(&x, 0)?;
 /// let row1 = pe.squeeze(0)?.get(1)?.to_vec1::<f32>()?;
@@ -80,11 +82,28 @@ pub trait PositionalEncoding: std::fmt::Debug + Send + Sync {
     fn table(&self, len: usize) -> Result<Table>;
 }
 
-/// What an encoding produces for one sequence, in the form it acts in. All tensors are f32.
+/// What an encoding produces for one sequence, in the form it acts in, with what a reader
+/// needs to show it: every command prints and plots a table without asking which encoding
+/// made it. All tensors are f32.
 #[derive(Debug, Clone)]
-pub enum Table {
+pub struct Table {
+    /// What the values are, in the documents' notation (`PE(pos, i)`, `bias(query, key)`).
+    pub title: String,
+    /// The values, in the form of the hook that uses them.
+    pub form: Form,
+}
+
+/// The values of a [`Table`], by the hook that uses them.
+#[derive(Debug, Clone)]
+pub enum Form {
     /// The `(len, d_model)` matrix added to the embeddings.
-    Additive(Tensor),
+    Additive {
+        /// `PE(pos, i)`.
+        values: Tensor,
+        /// The columns that form (sin, cos) pairs turning together, `(sin, cos)`; empty
+        /// when the encoding has no such pairs.
+        pairs: Vec<(usize, usize)>,
+    },
     /// Rotary angles: `cos` and `sin`, each `(len, rotary_dim / 2)`.
     Rotary {
         /// `cos(pos · θ_i)`.
@@ -93,15 +112,61 @@ pub enum Table {
         sin: Tensor,
     },
     /// A `(heads, len, len)` bias added to the attention scores.
-    Bias(Tensor),
-    /// T5: the `(len, len)` bucket index (u32) of each query/key pair and the
-    /// `(heads, len, len)` bias it looks up.
-    Buckets {
-        /// Bucket index of each (query, key) pair.
-        buckets: Tensor,
-        /// The learned bias of each bucket, per head.
+    Bias {
+        /// `bias(query, key)` per head.
         bias: Tensor,
+        /// When the bias is looked up in a learned table (T5): the index it looks up with.
+        index: Option<Index>,
     },
+}
+
+/// The `(len, len)` u32 index of each query/key pair into a table of learned biases.
+#[derive(Debug, Clone)]
+pub struct Index {
+    /// What the index is called (`bucket`).
+    pub name: String,
+    /// The index of each (query, key) pair.
+    pub values: Tensor,
+}
+
+impl Table {
+    /// A table of `(len, d_model)` vectors added to the embeddings.
+    pub fn additive(title: impl Into<String>, values: Tensor, pairs: Vec<(usize, usize)>) -> Self {
+        Self {
+            title: title.into(),
+            form: Form::Additive { values, pairs },
+        }
+    }
+}
+
+/// Checks a rule of an encoding's settings: `Ok` if `holds`, else a config error naming
+/// the kind and saying what is needed and what came (`"base > 1, got 0.5"`).
+pub(crate) fn require(kind: &str, holds: bool, needed: impl fmt::Display) -> Result<()> {
+    if holds {
+        Ok(())
+    } else {
+        Err(Error::Config(format!("`{kind}` needs {needed}")))
+    }
+}
+
+/// The wavelength base of sinusoidal and rotary encodings must be finite and above 1.
+pub(crate) fn check_base(kind: &str, base: f64) -> Result<()> {
+    require(
+        kind,
+        base.is_finite() && base > 1.0,
+        format!("base > 1, got {base}"),
+    )
+}
+
+/// A width that pairs dimensions (sin/cos, rotation planes) must be even and positive.
+pub(crate) fn check_even(kind: &'static str, dim: usize, what: &'static str) -> Result<()> {
+    if dim == 0 {
+        return Err(Error::Zero { kind, what });
+    }
+    if !dim.is_multiple_of(2) {
+        return Err(Error::OddDimension { kind, dim, what });
+    }
+    Ok(())
 }
 
 /// Checks that `x` is `(batch, seq, width)` and returns `seq`.
@@ -139,9 +204,4 @@ pub fn inverse_frequencies(dim: usize, base: f64) -> Vec<f64> {
     (0..dim / 2)
         .map(|i| base.powf(-((2 * i) as f64) / dim as f64))
         .collect()
-}
-
-/// Zeros of shape `(1, len, width)` in f32, the input that makes an additive hook show its table.
-pub(crate) fn zeros_embeddings(len: usize, width: usize, device: &Device) -> Result<Tensor> {
-    Ok(Tensor::zeros((1, len, width), DType::F32, device)?)
 }

@@ -21,6 +21,12 @@ pub enum Error {
         /// Which quantity: `heads`, `d_model`, `max_positions`, ...
         what: &'static str,
     },
+    /// A model size that must be positive was zero.
+    #[error("{what} must be > 0, got 0")]
+    ZeroSize {
+        /// Which size: `heads`, `d_model`.
+        what: &'static str,
+    },
     /// A size is past its sane limit (see [`crate::limits`]).
     #[error("{what} = {value} is too large: the limit is {max}")]
     TooLarge {

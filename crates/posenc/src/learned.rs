@@ -8,11 +8,45 @@
 //! fixed number of rows: a position past `max_positions` has no vector, and positions
 //! rarely seen in training have poorly trained ones. Asking for one is an error.
 
+use std::sync::Arc;
+
 use candle_core::Tensor;
 use candle_nn::{Embedding, VarBuilder};
+use serde::{Deserialize, Serialize};
 
 use crate::encoding::{add_table, check_embeddings, PositionalEncoding, Table};
-use crate::{Error, Result};
+use crate::{EncodingSpec, Error, Result, Target};
+
+/// The settings of `learned`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LearnedConfig {
+    /// Rows in the table: the longest sequence the model can take.
+    #[serde(default = "LearnedConfig::default_max_positions")]
+    pub max_positions: usize,
+}
+
+impl LearnedConfig {
+    fn default_max_positions() -> usize {
+        512
+    }
+}
+
+impl EncodingSpec for LearnedConfig {
+    const KIND: &'static str = "learned";
+
+    fn build(&self, target: &Target, vb: VarBuilder) -> Result<Arc<dyn PositionalEncoding>> {
+        Ok(Arc::new(Learned::new(
+            self.max_positions,
+            target.d_model,
+            vb,
+        )?))
+    }
+
+    fn parameter_count(&self, target: &Target) -> u128 {
+        self.max_positions as u128 * target.d_model as u128
+    }
+}
 
 /// Learned absolute position embeddings; the weight is `weight: (max_positions, d_model)`
 /// under the given [`VarBuilder`] (BERT names it `embeddings.position_embeddings.weight`).
@@ -29,7 +63,7 @@ impl Learned {
         for (value, what) in [(max_positions, "max_positions"), (d_model, "d_model")] {
             if value == 0 {
                 return Err(Error::Zero {
-                    kind: "learned",
+                    kind: LearnedConfig::KIND,
                     what,
                 });
             }
@@ -62,11 +96,11 @@ impl Learned {
 
 impl PositionalEncoding for Learned {
     fn kind(&self) -> &'static str {
-        "learned"
+        LearnedConfig::KIND
     }
 
     fn add_to_embeddings(&self, x: &Tensor, offset: usize) -> Result<Tensor> {
-        let seq = check_embeddings("learned", x, self.d_model)?;
+        let seq = check_embeddings(LearnedConfig::KIND, x, self.d_model)?;
         add_table(x, &self.rows(offset, seq)?)
     }
 
@@ -75,8 +109,11 @@ impl PositionalEncoding for Learned {
     }
 
     fn table(&self, len: usize) -> Result<Table> {
-        Ok(Table::Additive(
-            self.rows(0, len)?.to_dtype(candle_core::DType::F32)?,
+        let values = self.rows(0, len)?.to_dtype(candle_core::DType::F32)?;
+        Ok(Table::additive(
+            "PE(pos, i) = W[pos, i], learned",
+            values,
+            Vec::new(),
         ))
     }
 }

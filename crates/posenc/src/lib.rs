@@ -38,6 +38,8 @@ pub mod rope;
 pub mod sinusoidal;
 pub mod t5;
 
-pub use config::EncodingConfig;
-pub use encoding::{inverse_frequencies, PositionalEncoding, Table};
+pub use config::{
+    register, Direction, EncodingConfig, EncodingSpec, Registration, Target, BUILT_IN,
+};
+pub use encoding::{inverse_frequencies, Form, Index, PositionalEncoding, Table};
 pub use error::{Error, Result};

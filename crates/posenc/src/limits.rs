@@ -38,3 +38,20 @@ pub fn check(what: &'static str, value: usize, max: usize) -> Result<()> {
 pub fn check_table_len(len: usize) -> Result<()> {
     check("len", len, MAX_TABLE_LEN)
 }
+
+/// `Ok` if `0 < value <= max`, else an error naming `what`.
+pub fn check_positive(what: &'static str, value: usize, max: usize) -> Result<()> {
+    if value == 0 {
+        return Err(Error::ZeroSize { what });
+    }
+    check(what, value, max)
+}
+
+/// The width of one head, `d_model / heads`, or an error if `heads` is 0 or does not
+/// divide `d_model`: the one place this rule is written.
+pub fn head_dim(d_model: usize, heads: usize) -> Result<usize> {
+    if heads == 0 || !d_model.is_multiple_of(heads) {
+        return Err(Error::HeadsDontDivide { d_model, heads });
+    }
+    Ok(d_model / heads)
+}

@@ -14,10 +14,64 @@
 //! positions get nearly the same value. Every dimension carries the same value for
 //! `fraction`, `index` and `sine-single`.
 
-use candle_core::{Device, Tensor};
+use std::sync::Arc;
 
-use crate::encoding::{add_table, check_embeddings, tensor_from_fn, PositionalEncoding, Table};
-use crate::{Error, Result};
+use candle_core::{Device, Tensor};
+use candle_nn::VarBuilder;
+use serde::{Deserialize, Serialize};
+
+use crate::encoding::{
+    add_table, check_embeddings, require, tensor_from_fn, PositionalEncoding, Table,
+};
+use crate::{EncodingSpec, Error, Result, Target};
+
+/// Settings of the naive encodings that have none: `fraction`, `index`, `binary`.
+macro_rules! settingless {
+    ($($name:ident = $kind:literal => $variant:ident, $doc:literal;)*) => {$(
+        #[doc = $doc]
+        #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct $name {}
+
+        impl EncodingSpec for $name {
+            const KIND: &'static str = $kind;
+
+            fn build(&self, target: &Target, vb: VarBuilder) -> Result<Arc<dyn PositionalEncoding>> {
+                Ok(Arc::new(Naive::new(NaiveKind::$variant, target.d_model, vb.device())?))
+            }
+        }
+    )*};
+}
+
+settingless! {
+    FractionConfig = "fraction" => Fraction, "The settings of `fraction`: none.";
+    IndexConfig = "index" => Index, "The settings of `index`: none.";
+    BinaryConfig = "binary" => Binary, "The settings of `binary`: none.";
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+/// The settings of `sine-single`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SineSingleConfig {
+    /// Angular frequency ω of `sin(ω·pos)`.
+    #[serde(default = "one")]
+    pub frequency: f64,
+}
+
+impl EncodingSpec for SineSingleConfig {
+    const KIND: &'static str = "sine-single";
+
+    fn build(&self, target: &Target, vb: VarBuilder) -> Result<Arc<dyn PositionalEncoding>> {
+        let kind = NaiveKind::SineSingle {
+            frequency: self.frequency,
+        };
+        Ok(Arc::new(Naive::new(kind, target.d_model, vb.device())?))
+    }
+}
 
 /// Which rejected idea an [`Naive`] encoding implements.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -38,10 +92,10 @@ pub enum NaiveKind {
 impl NaiveKind {
     fn name(self) -> &'static str {
         match self {
-            NaiveKind::Fraction => "fraction",
-            NaiveKind::Index => "index",
-            NaiveKind::Binary => "binary",
-            NaiveKind::SineSingle { .. } => "sine-single",
+            NaiveKind::Fraction => FractionConfig::KIND,
+            NaiveKind::Index => IndexConfig::KIND,
+            NaiveKind::Binary => BinaryConfig::KIND,
+            NaiveKind::SineSingle { .. } => SineSingleConfig::KIND,
         }
     }
 
@@ -81,11 +135,11 @@ impl Naive {
             });
         }
         if let NaiveKind::SineSingle { frequency } = kind {
-            if !(frequency.is_finite() && frequency > 0.0) {
-                return Err(Error::Config(format!(
-                    "`sine-single` needs a frequency > 0, got {frequency}"
-                )));
-            }
+            require(
+                kind.name(),
+                frequency.is_finite() && frequency > 0.0,
+                format!("a frequency > 0, got {frequency}"),
+            )?;
         }
         Ok(Self {
             kind,
@@ -114,6 +168,12 @@ impl PositionalEncoding for Naive {
     }
 
     fn table(&self, len: usize) -> Result<Table> {
-        Ok(Table::Additive(self.rows(0, len)?))
+        let title = match self.kind {
+            NaiveKind::Fraction => "PE(pos, ·) = pos / (len − 1)".to_string(),
+            NaiveKind::Index => "PE(pos, ·) = pos".to_string(),
+            NaiveKind::Binary => "PE(pos, i) = ±1 for bit i of pos".to_string(),
+            NaiveKind::SineSingle { frequency } => format!("PE(pos, ·) = sin({frequency} · pos)"),
+        };
+        Ok(Table::additive(title, self.rows(0, len)?, Vec::new()))
     }
 }

@@ -4,10 +4,27 @@
 //! the outputs the same way, so "the dog chases the cat" and "the cat chases the dog"
 //! look alike to the encoder. The baseline every other encoding is measured against.
 
-use candle_core::Device;
+use std::sync::Arc;
 
-use crate::encoding::{zeros_embeddings, PositionalEncoding, Table};
-use crate::Result;
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarBuilder;
+use serde::{Deserialize, Serialize};
+
+use crate::encoding::{PositionalEncoding, Table};
+use crate::{EncodingSpec, Result, Target};
+
+/// The settings of `none`: there are none.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoneConfig {}
+
+impl EncodingSpec for NoneConfig {
+    const KIND: &'static str = "none";
+
+    fn build(&self, target: &Target, vb: VarBuilder) -> Result<Arc<dyn PositionalEncoding>> {
+        Ok(Arc::new(NoEncoding::new(target.d_model, vb.device())))
+    }
+}
 
 /// No positional encoding: every hook is the identity.
 #[derive(Debug, Clone)]
@@ -28,12 +45,11 @@ impl NoEncoding {
 
 impl PositionalEncoding for NoEncoding {
     fn kind(&self) -> &'static str {
-        "none"
+        NoneConfig::KIND
     }
 
     fn table(&self, len: usize) -> Result<Table> {
-        Ok(Table::Additive(
-            zeros_embeddings(len, self.d_model, &self.device)?.squeeze(0)?,
-        ))
+        let zeros = Tensor::zeros((len, self.d_model), DType::F32, &self.device)?;
+        Ok(Table::additive("PE(pos, i) = 0", zeros, Vec::new()))
     }
 }

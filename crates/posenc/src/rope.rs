@@ -17,13 +17,57 @@
 //! With no gradient to carry, candle's fused `rope`/`rope_i` kernels run; when the input
 //! tracks a gradient, the differentiable `rope_slow`/`rope_i_slow` do the same sum.
 
+use std::sync::Arc;
+
 use candle_core::{Device, Tensor, D};
-use candle_nn::rotary_emb;
+use candle_nn::{rotary_emb, VarBuilder};
+use serde::{Deserialize, Serialize};
 
 use crate::cache::GrowingTables;
-use crate::encoding::{inverse_frequencies, tensor_from_fn, PositionalEncoding, Table};
+use crate::encoding::{
+    check_base, check_even, inverse_frequencies, require, tensor_from_fn, Form, PositionalEncoding,
+    Table,
+};
 use crate::sinusoidal::PairLayout;
-use crate::{Error, Result};
+use crate::{EncodingSpec, Error, Result, Target};
+
+/// The settings of `rope`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RopeConfig {
+    /// The wavelength base, 10000 in RoFormer.
+    #[serde(default = "RopeConfig::default_base")]
+    pub base: f64,
+    /// Half-split (Llama, NeoX) or interleaved (GPT-J, RoFormer) pairs.
+    #[serde(default)]
+    pub layout: PairLayout,
+    /// The fraction of each head's dimensions that rotate.
+    #[serde(default = "RopeConfig::default_fraction")]
+    pub rotary_fraction: f64,
+}
+
+impl RopeConfig {
+    fn default_base() -> f64 {
+        10_000.0
+    }
+    fn default_fraction() -> f64 {
+        1.0
+    }
+}
+
+impl EncodingSpec for RopeConfig {
+    const KIND: &'static str = "rope";
+
+    fn build(&self, target: &Target, vb: VarBuilder) -> Result<Arc<dyn PositionalEncoding>> {
+        Ok(Arc::new(Rope::new(
+            target.head_dim()?,
+            self.base,
+            self.layout,
+            self.rotary_fraction,
+            vb.device(),
+        )?))
+    }
+}
 
 /// Rotary position embedding of queries and keys.
 #[derive(Debug)]
@@ -46,35 +90,20 @@ impl Rope {
         rotary_fraction: f64,
         device: &Device,
     ) -> Result<Self> {
-        if head_dim == 0 {
-            return Err(Error::Zero {
-                kind: "rope",
-                what: "head_dim",
-            });
-        }
-        if !head_dim.is_multiple_of(2) {
-            return Err(Error::OddDimension {
-                kind: "rope",
-                dim: head_dim,
-                what: "head_dim = d_model / heads",
-            });
-        }
-        if !(rotary_fraction > 0.0 && rotary_fraction <= 1.0) {
-            return Err(Error::Config(format!(
-                "`rope` needs 0 < rotary_fraction ≤ 1, got {rotary_fraction}"
-            )));
-        }
-        if !(base.is_finite() && base > 1.0) {
-            return Err(Error::Config(format!("`rope` needs base > 1, got {base}")));
-        }
+        let kind = RopeConfig::KIND;
+        check_even(kind, head_dim, "head_dim = d_model / heads")?;
+        require(
+            kind,
+            rotary_fraction > 0.0 && rotary_fraction <= 1.0,
+            format!("0 < rotary_fraction ≤ 1, got {rotary_fraction}"),
+        )?;
+        check_base(kind, base)?;
         let rotary_dim = (head_dim as f64 * rotary_fraction).floor() as usize;
-        if rotary_dim == 0 || !rotary_dim.is_multiple_of(2) {
-            return Err(Error::OddDimension {
-                kind: "rope",
-                dim: rotary_dim,
-                what: "rotated part ⌊head_dim · rotary_fraction⌋, must be even and > 0",
-            });
-        }
+        check_even(
+            kind,
+            rotary_dim,
+            "rotated part ⌊head_dim · rotary_fraction⌋, must be even and > 0",
+        )?;
         Ok(Self {
             head_dim,
             rotary_dim,
@@ -106,7 +135,7 @@ impl Rope {
 
 impl PositionalEncoding for Rope {
     fn kind(&self) -> &'static str {
-        "rope"
+        RopeConfig::KIND
     }
 
     fn rotate(&self, x: &Tensor, offset: usize) -> Result<Tensor> {
@@ -114,7 +143,7 @@ impl PositionalEncoding for Rope {
             &[_, _, seq, hd] if hd == self.head_dim => seq,
             dims => {
                 return Err(Error::Shape {
-                    kind: "rope",
+                    kind: RopeConfig::KIND,
                     msg: format!(
                         "expected queries/keys of shape (batch, heads, seq, {}), got {dims:?}",
                         self.head_dim
@@ -140,6 +169,9 @@ impl PositionalEncoding for Rope {
 
     fn table(&self, len: usize) -> Result<Table> {
         let (cos, sin) = self.cos_sin(0, len)?;
-        Ok(Table::Rotary { cos, sin })
+        Ok(Table {
+            title: "rotation by pos · θ_i".into(),
+            form: Form::Rotary { cos, sin },
+        })
     }
 }

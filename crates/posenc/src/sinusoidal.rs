@@ -16,14 +16,68 @@
 //! interleaved: the layout of tensor2tensor, fairseq and Hugging Face's Marian models,
 //! and so the one real checkpoints expect.
 
+use std::sync::Arc;
+
 use candle_core::Device;
+use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
 use crate::cache::GrowingTables;
 use crate::encoding::{
-    add_table, check_embeddings, inverse_frequencies, tensor_from_fn, PositionalEncoding, Table,
+    add_table, check_base, check_embeddings, check_even, inverse_frequencies, tensor_from_fn,
+    PositionalEncoding, Table,
 };
-use crate::{Error, Result};
+use crate::{EncodingSpec, Result, Target};
+
+fn ten_thousand() -> f64 {
+    10_000.0
+}
+
+/// The settings of `sinusoidal`: the paper's interleaved layout.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SinusoidalConfig {
+    /// The wavelength base, 10000 in the paper.
+    #[serde(default = "ten_thousand")]
+    pub base: f64,
+}
+
+/// The settings of `sinusoidal-concat`: the same sinusoids laid out `[sin | cos]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SinusoidalConcatConfig {
+    /// The wavelength base, 10000 in the paper.
+    #[serde(default = "ten_thousand")]
+    pub base: f64,
+}
+
+impl EncodingSpec for SinusoidalConfig {
+    const KIND: &'static str = "sinusoidal";
+
+    fn build(&self, target: &Target, vb: VarBuilder) -> Result<Arc<dyn PositionalEncoding>> {
+        let layout = PairLayout::Interleaved;
+        Ok(Arc::new(Sinusoidal::new(
+            target.d_model,
+            self.base,
+            layout,
+            vb.device(),
+        )?))
+    }
+}
+
+impl EncodingSpec for SinusoidalConcatConfig {
+    const KIND: &'static str = "sinusoidal-concat";
+
+    fn build(&self, target: &Target, vb: VarBuilder) -> Result<Arc<dyn PositionalEncoding>> {
+        let layout = PairLayout::Halves;
+        Ok(Arc::new(Sinusoidal::new(
+            target.d_model,
+            self.base,
+            layout,
+            vb.device(),
+        )?))
+    }
+}
 
 /// How the two members of each (sin, cos) or rotation pair are laid out in a vector of width `d`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -50,24 +104,8 @@ impl Sinusoidal {
     /// A sinusoidal encoding of width `d_model` (even) with the given base (10000 in the paper).
     pub fn new(d_model: usize, base: f64, layout: PairLayout, device: &Device) -> Result<Self> {
         let kind = kind_of(layout);
-        if d_model == 0 {
-            return Err(Error::Zero {
-                kind,
-                what: "d_model",
-            });
-        }
-        if !d_model.is_multiple_of(2) {
-            return Err(Error::OddDimension {
-                kind,
-                dim: d_model,
-                what: "d_model",
-            });
-        }
-        if !(base.is_finite() && base > 1.0) {
-            return Err(Error::Config(format!(
-                "`{kind}` needs base > 1, got {base}"
-            )));
-        }
+        check_even(kind, d_model, "d_model")?;
+        check_base(kind, base)?;
         Ok(Self {
             d_model,
             layout,
@@ -105,8 +143,8 @@ impl Sinusoidal {
 
 fn kind_of(layout: PairLayout) -> &'static str {
     match layout {
-        PairLayout::Interleaved => "sinusoidal",
-        PairLayout::Halves => "sinusoidal-concat",
+        PairLayout::Interleaved => SinusoidalConfig::KIND,
+        PairLayout::Halves => SinusoidalConcatConfig::KIND,
     }
 }
 
@@ -125,6 +163,16 @@ impl PositionalEncoding for Sinusoidal {
     }
 
     fn table(&self, len: usize) -> Result<Table> {
-        Ok(Table::Additive(self.rows(0, len)?))
+        let pairs = (0..self.d_model / 2)
+            .map(|i| match self.layout {
+                PairLayout::Interleaved => (2 * i, 2 * i + 1),
+                PairLayout::Halves => (i, i + self.d_model / 2),
+            })
+            .collect();
+        Ok(Table::additive(
+            "PE(pos, i): sin and cos of pos / base^(2i/d)",
+            self.rows(0, len)?,
+            pairs,
+        ))
     }
 }

@@ -14,11 +14,61 @@
 //! and everything past `max_distance` shares the last. The arithmetic follows
 //! Hugging Face's `T5Attention._relative_position_bucket` step by step, in f32 like it.
 
+use std::sync::Arc;
+
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{Embedding, Module, VarBuilder};
+use serde::{Deserialize, Serialize};
 
-use crate::encoding::{PositionalEncoding, Table};
-use crate::{Error, Result};
+use crate::cache::GeometryCache;
+use crate::encoding::{require, Form, Index, PositionalEncoding, Table};
+use crate::{Direction, EncodingSpec, Error, Result, Target};
+
+/// The settings of `t5`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct T5Config {
+    /// Number of buckets.
+    #[serde(default = "T5Config::default_buckets")]
+    pub num_buckets: usize,
+    /// Offsets at or past this share the last bucket.
+    #[serde(default = "T5Config::default_distance")]
+    pub max_distance: usize,
+    /// Distinguish keys before and after the query, or not. Unset: as T5 does, yes in an
+    /// encoder and no in a decoder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bidirectional: Option<bool>,
+}
+
+impl T5Config {
+    fn default_buckets() -> usize {
+        32
+    }
+    fn default_distance() -> usize {
+        128
+    }
+}
+
+impl EncodingSpec for T5Config {
+    const KIND: &'static str = "t5";
+
+    fn build(&self, target: &Target, vb: VarBuilder) -> Result<Arc<dyn PositionalEncoding>> {
+        let bidirectional = self
+            .bidirectional
+            .unwrap_or(target.direction == Direction::Bidirectional);
+        Ok(Arc::new(T5Bias::new(
+            target.heads,
+            self.num_buckets,
+            self.max_distance,
+            bidirectional,
+            vb,
+        )?))
+    }
+
+    fn parameter_count(&self, target: &Target) -> u128 {
+        self.num_buckets as u128 * target.heads as u128
+    }
+}
 
 /// The T5 bucket of relative position `relative = key − query`.
 pub fn relative_position_bucket(
@@ -51,13 +101,14 @@ pub fn relative_position_bucket(
 }
 
 /// T5 relative attention bias: `relative_attention_bias.weight: (num_buckets, heads)`.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct T5Bias {
     embedding: Embedding,
     num_buckets: usize,
     max_distance: usize,
     bidirectional: bool,
     device: Device,
+    cache: GeometryCache,
 }
 
 impl T5Bias {
@@ -71,7 +122,10 @@ impl T5Bias {
     ) -> Result<Self> {
         for (value, what) in [(heads, "heads"), (max_distance, "max_distance")] {
             if value == 0 {
-                return Err(Error::Zero { kind: "t5", what });
+                return Err(Error::Zero {
+                    kind: T5Config::KIND,
+                    what,
+                });
             }
         }
         crate::limits::check("num_buckets", num_buckets, crate::limits::MAX_POSITIONS)?;
@@ -80,12 +134,14 @@ impl T5Bias {
         } else {
             num_buckets / 2
         };
-        if exact == 0 || max_distance <= exact {
-            return Err(Error::Config(format!(
-                "`t5` needs num_buckets ≥ {} and max_distance > {exact} (got num_buckets = {num_buckets}, max_distance = {max_distance})",
+        require(
+            T5Config::KIND,
+            exact > 0 && max_distance > exact,
+            format!(
+                "num_buckets ≥ {} and max_distance > {exact} (got num_buckets = {num_buckets}, max_distance = {max_distance})",
                 if bidirectional { 4 } else { 2 }
-            )));
-        }
+            ),
+        )?;
         let device = vb.device().clone();
         let embedding = candle_nn::embedding(num_buckets, heads, vb.pp("relative_attention_bias"))?;
         Ok(Self {
@@ -94,11 +150,29 @@ impl T5Bias {
             max_distance,
             bidirectional,
             device,
+            cache: GeometryCache::default(),
         })
+    }
+
+    /// Whether keys after the query have buckets of their own.
+    pub fn bidirectional(&self) -> bool {
+        self.bidirectional
     }
 
     /// The `(q_len, k_len)` u32 bucket of each query/key pair.
     pub fn buckets(
+        &self,
+        q_len: usize,
+        k_len: usize,
+        q_offset: usize,
+        k_offset: usize,
+    ) -> Result<Tensor> {
+        self.cache.get((q_len, k_len, q_offset, k_offset), || {
+            self.compute_buckets(q_len, k_len, q_offset, k_offset)
+        })
+    }
+
+    fn compute_buckets(
         &self,
         q_len: usize,
         k_len: usize,
@@ -130,7 +204,7 @@ impl T5Bias {
 
 impl PositionalEncoding for T5Bias {
     fn kind(&self) -> &'static str {
-        "t5"
+        T5Config::KIND
     }
 
     fn attention_bias(
@@ -147,6 +221,15 @@ impl PositionalEncoding for T5Bias {
     fn table(&self, len: usize) -> Result<Table> {
         let buckets = self.buckets(len, len, 0, 0)?;
         let bias = self.bias(&buckets)?;
-        Ok(Table::Buckets { buckets, bias })
+        Ok(Table {
+            title: "bias(query, key) = b_h[bucket(key − query)], learned".into(),
+            form: Form::Bias {
+                bias,
+                index: Some(Index {
+                    name: "bucket".into(),
+                    values: buckets,
+                }),
+            },
+        })
     }
 }

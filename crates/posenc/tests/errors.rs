@@ -40,7 +40,7 @@ fn odd_d_model_is_named() {
 
 #[test]
 fn zero_heads_is_named() {
-    for kind in EncodingConfig::KINDS {
+    for kind in EncodingConfig::kinds() {
         let m = message(build_err(kind, 8, 0));
         assert!(m.contains("heads") && m.contains('0'), "{kind}: {m}");
     }
@@ -57,7 +57,7 @@ fn heads_must_divide_d_model_for_rope() {
 
 #[test]
 fn learned_position_past_max_is_named() {
-    let enc = EncodingConfig::Learned { max_positions: 8 }
+    let enc = EncodingConfig::new(posenc::learned::LearnedConfig { max_positions: 8 })
         .build_untrained(4, 1, &Device::Cpu)
         .unwrap();
     let x = Tensor::zeros((1, 3, 4), DType::F32, &Device::Cpu).unwrap();

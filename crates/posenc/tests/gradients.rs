@@ -4,7 +4,7 @@
 
 use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::{VarBuilder, VarMap};
-use posenc::{EncodingConfig, PositionalEncoding};
+use posenc::{Direction, EncodingConfig, PositionalEncoding, Target};
 
 const D: usize = 8;
 const HEADS: usize = 2;
@@ -51,12 +51,15 @@ fn forward(enc: &dyn PositionalEncoding, w: &Tensor) -> Tensor {
 
 #[test]
 fn every_encoding_passes_gradients_upstream_and_to_its_weights() {
-    for kind in EncodingConfig::KINDS {
+    for kind in EncodingConfig::kinds() {
         let varmap = VarMap::new();
         let vb = VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu);
         let enc = EncodingConfig::from_kind(kind)
             .unwrap()
-            .build(D, HEADS, vb)
+            .build(
+                &Target::new(D, HEADS, Direction::Bidirectional).unwrap(),
+                vb,
+            )
             .unwrap();
         let w = Var::randn(0f32, 1.0, (D, D), &Device::Cpu).unwrap();
         let loss = forward(&*enc, w.as_tensor());

@@ -3,6 +3,7 @@
 //! The fixtures come from `scripts/make_fixtures.py` (PyTorch, Hugging Face transformers,
 //! the Annotated Transformer), never from posenc itself.
 
+use posenc_testkit::max_abs_diff;
 use std::collections::HashMap;
 
 use candle_core::{Device, Tensor, Var};
@@ -10,7 +11,7 @@ use posenc::alibi::{alibi_slopes, Alibi, AlibiForm};
 use posenc::rope::Rope;
 use posenc::sinusoidal::{PairLayout, Sinusoidal};
 use posenc::t5::relative_position_bucket;
-use posenc::{inverse_frequencies, EncodingConfig, PositionalEncoding, Table};
+use posenc::{inverse_frequencies, EncodingConfig, Form, PositionalEncoding};
 
 const TOL: f32 = 1e-6;
 
@@ -23,10 +24,6 @@ fn fixtures() -> HashMap<String, Tensor> {
         .expect("fixtures: run scripts/make_fixtures.py")
 }
 
-fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
-    posenc::analysis::max_abs_diff(a, b).unwrap()
-}
-
 fn assert_close(name: &str, ours: &Tensor, reference: &Tensor, tol: f32) {
     let diff = max_abs_diff(ours, reference);
     assert!(
@@ -36,8 +33,8 @@ fn assert_close(name: &str, ours: &Tensor, reference: &Tensor, tol: f32) {
 }
 
 fn additive(enc: &dyn PositionalEncoding, len: usize) -> Tensor {
-    match enc.table(len).unwrap() {
-        Table::Additive(t) => t,
+    match enc.table(len).unwrap().form {
+        Form::Additive { values, .. } => values,
         other => panic!("expected an additive table, got {other:?}"),
     }
 }

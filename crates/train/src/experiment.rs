@@ -89,8 +89,8 @@ impl ExperimentConfig {
 }
 
 fn all_kinds() -> Vec<EncodingConfig> {
-    EncodingConfig::KINDS
-        .iter()
+    EncodingConfig::kinds()
+        .into_iter()
         .map(|k| EncodingConfig::from_kind(k).expect("a known kind"))
         .collect()
 }
@@ -197,7 +197,7 @@ pub fn run(cfg: &ExperimentConfig, out: &Path, opts: RunOptions) -> Result<Exper
         }
         let train_cfg = TrainConfig {
             model: posenc_transformer::Config {
-                encoding: encoding.clone(),
+                encoding: encoding.clone().into(),
                 ..cfg.base.model.clone()
             },
             ..cfg.base.clone()

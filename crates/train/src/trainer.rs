@@ -24,7 +24,6 @@ use anyhow::{ensure, Context, Result};
 use candle_core::{DType, Device, Tensor, D};
 use candle_nn::{VarBuilder, VarMap};
 use indicatif::{ProgressBar, ProgressStyle};
-use posenc::EncodingConfig;
 use posenc_transformer::checkpoint::{self, write_atomic, CONFIG_FILE, WEIGHTS_FILE};
 use posenc_transformer::{Config, Transformer};
 use rand::seq::SliceRandom;
@@ -90,7 +89,6 @@ impl Default for TrainConfig {
                 encoder_layers: 2,
                 decoder_layers: 2,
                 dropout: 0.0,
-                encoding: EncodingConfig::Sinusoidal { base: 10_000.0 },
                 ..Config::default()
             },
             data: DataConfig::default(),

@@ -15,7 +15,7 @@ fn bench(c: &mut Criterion) {
     let dev = Device::Cpu;
     for kind in ["sinusoidal", "rope"] {
         let cfg = Config {
-            encoding: EncodingConfig::from_kind(kind).unwrap(),
+            encoding: EncodingConfig::from_kind(kind).unwrap().into(),
             ..Config::benchmark_reference()
         };
         let varmap = VarMap::new();

@@ -6,7 +6,8 @@
 //! ```
 //!
 //! In self-attention the positional encoding may rotate Q and K (RoPE) and supply the bias
-//! `B` (ALiBi, T5); `M` is the mask. Cross-attention relates target positions to source
+//! `B` (ALiBi, T5), which the stack computes once per forward and hands to every layer;
+//! `M` is the mask. Cross-attention relates target positions to source
 //! positions, which no encoding orders, so it calls no positional hook (as T5 and Marian).
 //!
 //! The weights follow PyTorch's `nn.MultiheadAttention`: `in_proj_weight (3d, d)` packs
@@ -78,11 +79,7 @@ impl MultiHeadAttention {
         encoding: Arc<dyn PositionalEncoding>,
         vb: VarBuilder,
     ) -> Result<Self> {
-        if heads == 0 || !d_model.is_multiple_of(heads) {
-            return Err(Error::Config(format!(
-                "d_model = {d_model} is not divisible by heads = {heads}"
-            )));
-        }
+        let head_dim = posenc::limits::head_dim(d_model, heads)?;
         // Xavier-uniform like PyTorch's _reset_parameters, biases zero.
         let bound = (6.0 / (4 * d_model) as f64).sqrt();
         let w = vb.get_with_hints(
@@ -108,18 +105,21 @@ impl MultiHeadAttention {
             v_proj,
             out_proj,
             heads,
-            head_dim: d_model / heads,
+            head_dim,
             dropout,
             encoding,
         })
     }
 
     /// Self-attention of `x (batch, seq, d_model)`. With a cache, `x` holds the new positions
-    /// only; they are appended to the cache and attend to everything in it.
+    /// only; they are appended to the cache and attend to everything in it. `bias` is the
+    /// encoding's `(heads, q_len, k_len)` position bias for these queries and keys
+    /// ([`posenc::PositionalEncoding::attention_bias`]), if it has one.
     pub fn self_attention(
         &self,
         x: &Tensor,
         mask: Option<&Mask>,
+        bias: Option<&Tensor>,
         cache: Option<&mut KvCache>,
         train: bool,
     ) -> Result<Attended> {
@@ -143,10 +143,7 @@ impl MultiHeadAttention {
             }
             None => (k, v),
         };
-        let bias = self
-            .encoding
-            .attention_bias(q.dim(2)?, k.dim(2)?, offset, 0)?;
-        self.attend(&q, &k, &v, bias.as_ref(), mask, train)
+        self.attend(&q, &k, &v, bias, mask, train)
     }
 
     /// Cross-attention of `x (batch, q_len, d_model)` over `memory (batch, k_len, d_model)`.

@@ -1,10 +1,108 @@
 //! The model's configuration, saved as `config.json` beside the weights.
 
 use candle_nn::Activation;
-use posenc::EncodingConfig;
-use serde::{Deserialize, Serialize};
+use posenc::{Direction, EncodingConfig, Target};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::{Error, Result};
+
+/// The positional encoding of each stack. In JSON, one encoding serves both stacks
+/// (`"encoding": {"kind": "t5"}`) or each stack names its own
+/// (`"encoding": {"encoder": {"kind": "t5"}, "decoder": {"kind": "rope"}}`).
+///
+/// The encoder's self-attention is bidirectional and the decoder's causal
+/// ([`Direction`]): an encoding whose paper uses a different form in each (T5's buckets,
+/// ALiBi's distances) takes its default from the stack, and each stack has its own
+/// instance (and weights) of the encoding.
+///
+/// ```
+/// use posenc_transformer::Encodings;
+/// let both: Encodings = serde_json::from_str(r#"{"kind": "t5"}"#).unwrap();
+/// assert_eq!(both.encoder, both.decoder);
+/// let split: Encodings =
+///     serde_json::from_str(r#"{"encoder": {"kind": "alibi"}, "decoder": {"kind": "rope"}}"#).unwrap();
+/// assert_eq!((split.encoder.kind(), split.decoder.kind()), ("alibi", "rope"));
+/// // One encoding is written once; different ones per stack.
+/// assert_eq!(serde_json::to_string(&both).unwrap(), r#"{"kind":"t5","max_distance":128,"num_buckets":32}"#);
+/// let again: Encodings = serde_json::from_str(&serde_json::to_string(&split).unwrap()).unwrap();
+/// assert_eq!(again, split);
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct Encodings {
+    /// The encoder's encoding (bidirectional attention).
+    pub encoder: EncodingConfig,
+    /// The decoder's encoding (causal self-attention).
+    pub decoder: EncodingConfig,
+}
+
+impl Encodings {
+    /// The same encoding for both stacks.
+    pub fn both(encoding: EncodingConfig) -> Self {
+        Self {
+            encoder: encoding.clone(),
+            decoder: encoding,
+        }
+    }
+
+    /// The kind, or `encoder-kind/decoder-kind` when the stacks differ in kind.
+    pub fn kind(&self) -> String {
+        let (e, d) = (self.encoder.kind(), self.decoder.kind());
+        if e == d {
+            e.to_string()
+        } else {
+            format!("{e}/{d}")
+        }
+    }
+
+    /// Each stack's encoding with the direction of its self-attention.
+    pub fn stacks(&self) -> [(&EncodingConfig, Direction); 2] {
+        [
+            (&self.encoder, Direction::Bidirectional),
+            (&self.decoder, Direction::Causal),
+        ]
+    }
+}
+
+impl From<EncodingConfig> for Encodings {
+    fn from(encoding: EncodingConfig) -> Self {
+        Self::both(encoding)
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PerStack {
+    encoder: EncodingConfig,
+    decoder: EncodingConfig,
+}
+
+impl Serialize for Encodings {
+    fn serialize<S: Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+        if self.encoder == self.decoder {
+            self.encoder.serialize(serializer)
+        } else {
+            PerStack {
+                encoder: self.encoder.clone(),
+                decoder: self.decoder.clone(),
+            }
+            .serialize(serializer)
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Encodings {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
+        use serde::de::Error as _;
+        let value = serde_json::Value::deserialize(deserializer)?;
+        if value.get("kind").is_some() || !value.is_object() {
+            let both = EncodingConfig::deserialize(value).map_err(D::Error::custom)?;
+            return Ok(Self::both(both));
+        }
+        let PerStack { encoder, decoder } =
+            PerStack::deserialize(value).map_err(D::Error::custom)?;
+        Ok(Self { encoder, decoder })
+    }
+}
 
 /// Sizes and switches of an encoder-decoder Transformer. The defaults are the paper's base
 /// model (Vaswani et al. 2017, Table 3) with the sinusoidal encoding.
@@ -35,8 +133,8 @@ pub struct Config {
     pub layer_norm_eps: f64,
     /// A final LayerNorm after each stack (PyTorch's `encoder.norm`, `decoder.norm`).
     pub final_norm: bool,
-    /// The positional encoding.
-    pub encoding: EncodingConfig,
+    /// The positional encoding of each stack.
+    pub encoding: Encodings,
     /// Share one matrix between source and target embeddings and the generator (needs one
     /// joint vocabulary).
     pub tie_embeddings: bool,
@@ -57,7 +155,9 @@ impl Default for Config {
             norm_first: false,
             layer_norm_eps: 1e-5,
             final_norm: true,
-            encoding: EncodingConfig::Sinusoidal { base: 10_000.0 },
+            encoding: Encodings::both(
+                EncodingConfig::from_kind("sinusoidal").expect("a built-in kind"),
+            ),
             tie_embeddings: false,
         }
     }
@@ -93,7 +193,15 @@ impl Config {
         };
         let finals = if self.final_norm { 2 * norm } else { 0 };
         // Each stack has its own instance of the encoding.
-        let encodings = 2 * self.encoding.parameter_count(self.d_model, self.heads);
+        let encodings: u128 = self
+            .encoding
+            .stacks()
+            .iter()
+            .filter_map(|&(e, direction)| {
+                let target = Target::new(self.d_model, self.heads, direction).ok()?;
+                Some(e.parameter_count(&target))
+            })
+            .sum();
         embeddings
             + encodings
             + tv
@@ -153,17 +261,11 @@ impl Config {
                 self.layer_norm_eps
             ));
         }
-        if self.d_model == 0 || self.heads == 0 || self.d_ff == 0 {
-            return bad(format!(
-                "d_model, heads and d_ff must be > 0 (got {}, {}, {})",
-                self.d_model, self.heads, self.d_ff
-            ));
+        if self.d_ff == 0 {
+            return bad("d_ff must be > 0, got 0".into());
         }
-        if !self.d_model.is_multiple_of(self.heads) {
-            return bad(format!(
-                "d_model = {} is not divisible by heads = {}",
-                self.d_model, self.heads
-            ));
+        for (_, direction) in self.encoding.stacks() {
+            Target::new(self.d_model, self.heads, direction)?.head_dim()?;
         }
         if !(0.0..1.0).contains(&self.dropout) {
             return bad(format!("dropout must be in [0, 1), got {}", self.dropout));

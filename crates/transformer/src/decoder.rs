@@ -104,13 +104,16 @@ impl DecoderLayer {
         })
     }
 
-    /// One layer over `y (batch, tgt_len, d_model)` given the encoder's `memory`.
+    /// One layer over `y (batch, tgt_len, d_model)` given the encoder's `memory`. `bias` is
+    /// the encoding's position bias of the self-attention, if any.
+    #[allow(clippy::too_many_arguments)]
     pub fn forward(
         &self,
         y: &Tensor,
         memory: &Tensor,
         self_mask: Option<&Mask>,
         memory_mask: Option<&Mask>,
+        bias: Option<&Tensor>,
         cache: Option<&mut (KvCache, KvCache)>,
         train: bool,
     ) -> Result<(Tensor, DecoderAttention)> {
@@ -122,7 +125,7 @@ impl DecoderLayer {
         let y = self.sublayer1.forward(y, train, |y| {
             let (out, w) = self
                 .self_attn
-                .self_attention(y, self_mask, self_cache, train)?;
+                .self_attention(y, self_mask, bias, self_cache, train)?;
             self_w = Some(w);
             Ok(out)
         })?;
@@ -149,6 +152,7 @@ impl DecoderLayer {
 pub struct Decoder {
     layers: Vec<DecoderLayer>,
     norm: Option<Norm>,
+    encoding: Arc<dyn PositionalEncoding>,
 }
 
 impl Decoder {
@@ -161,7 +165,11 @@ impl Decoder {
         let (layers, norm) = stack(cfg, cfg.decoder_layers, &vb, |vb| {
             DecoderLayer::new(cfg, encoding.clone(), vb)
         })?;
-        Ok(Self { layers, norm })
+        Ok(Self {
+            layers,
+            norm,
+            encoding,
+        })
     }
 
     /// Decodes embedded `y (batch, tgt_len, d_model)` against `memory`. Without a cache,
@@ -195,11 +203,22 @@ impl Decoder {
                 .layers
                 .resize_with(self.layers.len(), Default::default);
         }
+        let offset = cache.as_deref().map_or(0, DecoderCache::len);
+        let len = y.dim(1)?;
+        let bias = self.encoding.attention_bias(len, offset + len, offset, 0)?;
         let mut y = y.clone();
         let mut weights = Vec::with_capacity(self.layers.len());
         for (i, layer) in self.layers.iter().enumerate() {
             let layer_cache = cache.as_deref_mut().map(|c| &mut c.layers[i]);
-            let (out, w) = layer.forward(&y, memory, self_mask, memory_mask, layer_cache, train)?;
+            let (out, w) = layer.forward(
+                &y,
+                memory,
+                self_mask,
+                memory_mask,
+                bias.as_ref(),
+                layer_cache,
+                train,
+            )?;
             y = out;
             weights.push(w);
         }

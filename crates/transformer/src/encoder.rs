@@ -58,16 +58,18 @@ impl EncoderLayer {
         })
     }
 
-    /// `x (batch, seq, d_model)` → the layer's output and its attention weights.
+    /// `x (batch, seq, d_model)` → the layer's output and its attention weights. `bias` is
+    /// the encoding's position bias `(heads, seq, seq)`, if any.
     pub fn forward(
         &self,
         x: &Tensor,
         mask: Option<&Mask>,
+        bias: Option<&Tensor>,
         train: bool,
     ) -> Result<(Tensor, Tensor)> {
         let mut weights = None;
         let x = self.sublayer1.forward(x, train, |x| {
-            let (out, w) = self.self_attn.self_attention(x, mask, None, train)?;
+            let (out, w) = self.self_attn.self_attention(x, mask, bias, None, train)?;
             weights = Some(w);
             Ok(out)
         })?;
@@ -83,6 +85,7 @@ impl EncoderLayer {
 pub struct Encoder {
     layers: Vec<EncoderLayer>,
     norm: Option<Norm>,
+    encoding: Arc<dyn PositionalEncoding>,
 }
 
 impl Encoder {
@@ -95,7 +98,11 @@ impl Encoder {
         let (layers, norm) = stack(cfg, cfg.encoder_layers, &vb, |vb| {
             EncoderLayer::new(cfg, encoding.clone(), vb)
         })?;
-        Ok(Self { layers, norm })
+        Ok(Self {
+            layers,
+            norm,
+            encoding,
+        })
     }
 
     /// Encodes embedded `x (batch, seq, d_model)`; `mask` hides padding keys.
@@ -111,10 +118,12 @@ impl Encoder {
         mask: Option<&Mask>,
         train: bool,
     ) -> Result<(Tensor, Vec<Tensor>)> {
+        let seq = x.dim(1)?;
+        let bias = self.encoding.attention_bias(seq, seq, 0, 0)?;
         let mut x = x.clone();
         let mut weights = Vec::with_capacity(self.layers.len());
         for layer in &self.layers {
-            let (y, w) = layer.forward(&x, mask, train)?;
+            let (y, w) = layer.forward(&x, mask, bias.as_ref(), train)?;
             x = y;
             weights.push(w);
         }

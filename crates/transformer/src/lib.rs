@@ -30,7 +30,7 @@ pub mod model;
 pub mod ops;
 pub mod sublayer;
 
-pub use config::{Config, MAX_LAYERS, MAX_PARAMETERS, MAX_VOCAB};
+pub use config::{Config, Encodings, MAX_LAYERS, MAX_PARAMETERS, MAX_VOCAB};
 pub use error::{Error, Result};
 pub use mask::Mask;
 pub use model::{Generator, Transformer};

@@ -6,15 +6,17 @@
 //! P(y_t) = softmax(y W_gen + b)          (the generator; log-probabilities)
 //! ```
 //!
-//! Each stack gets its own instance of the configured encoding (so a learned or T5
-//! encoding has separate source and target weights, under `encoder.encoding` and
-//! `decoder.encoding`). Encoder-only and decoder-only models set the other stack's layer
+//! Each stack gets its own instance of its configured encoding ([`crate::Encodings`]), so a
+//! learned or T5 encoding has separate source and target weights, under
+//! `encoder.encoding` and `decoder.encoding`, and T5 or ALiBi take the form their paper
+//! uses in each stack. Encoder-only and decoder-only models set the other stack's layer
 //! count to 0.
 
 use std::collections::HashMap;
 
 use candle_core::{DType, Device, Tensor, D};
 use candle_nn::{Linear, VarBuilder, VarMap};
+use posenc::{EncodingConfig, Target};
 
 use crate::decoder::{Decoder, DecoderCache};
 use crate::embeddings::Embeddings;
@@ -58,8 +60,13 @@ impl Transformer {
     pub fn new(cfg: &Config, vb: VarBuilder) -> Result<Self> {
         cfg.validate()?;
         let (d, h) = (cfg.d_model, cfg.heads);
-        let src_pe = cfg.encoding.build(d, h, vb.pp("encoder.encoding"))?;
-        let tgt_pe = cfg.encoding.build(d, h, vb.pp("decoder.encoding"))?;
+        let build = |(encoding, direction): (&EncodingConfig, _), name: &str| -> Result<_> {
+            let target = Target::new(d, h, direction)?;
+            Ok(encoding.build(&target, vb.pp(name))?)
+        };
+        let [encoder, decoder] = cfg.encoding.stacks();
+        let src_pe = build(encoder, "encoder.encoding")?;
+        let tgt_pe = build(decoder, "decoder.encoding")?;
         let src_lut = candle_nn::embedding(cfg.src_vocab_size, d, vb.pp("src_embed"))?;
         let tgt_lut = if cfg.tie_embeddings {
             src_lut.clone()

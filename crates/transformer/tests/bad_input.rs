@@ -20,7 +20,7 @@ fn build(cfg: &Config) -> String {
 
 #[test]
 fn inconsistent_configs_are_named() {
-    let base = tiny(EncodingConfig::None).0;
+    let base = tiny(EncodingConfig::from_kind("none").unwrap()).0;
     let e = build(&Config {
         heads: 5,
         ..base.clone()
@@ -39,14 +39,14 @@ fn inconsistent_configs_are_named() {
     let e = build(&Config {
         d_model: 18,
         heads: 2,
-        encoding: EncodingConfig::from_kind("rope").unwrap(),
+        encoding: EncodingConfig::from_kind("rope").unwrap().into(),
         ..base.clone()
     });
     assert!(e.contains("head_dim") && e.contains('9'), "{e}");
     let e = build(&Config {
         d_model: 15,
         heads: 1,
-        encoding: EncodingConfig::from_kind("sinusoidal").unwrap(),
+        encoding: EncodingConfig::from_kind("sinusoidal").unwrap().into(),
         ..base
     });
     assert!(e.contains("even") && e.contains("15"), "{e}");
@@ -95,7 +95,9 @@ fn wrong_ranks_shapes_and_tokens_are_named() {
 
 #[test]
 fn learned_positions_past_the_table_are_named() {
-    let (cfg, varmap, _) = tiny(EncodingConfig::Learned { max_positions: 4 });
+    let (cfg, varmap, _) = tiny(EncodingConfig::new(posenc::learned::LearnedConfig {
+        max_positions: 4,
+    }));
     let model = frozen(&cfg, &varmap);
     let e = model
         .encode(&ids(&[&[3, 4, 5, 6, 7]]), None, false)

@@ -2,6 +2,7 @@
 //! with PyTorch's own names by `scripts/make_transformer_fixtures.py`, reproduce PyTorch's
 //! outputs to 1e-5.
 
+use posenc_testkit::max_abs_diff;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -29,10 +30,6 @@ fn io(name: &str) -> HashMap<String, Tensor> {
         .unwrap()
 }
 
-fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
-    posenc::analysis::max_abs_diff(a, b).unwrap()
-}
-
 fn none() -> Arc<dyn PositionalEncoding> {
     Arc::new(NoEncoding::new(16, &Device::Cpu))
 }
@@ -47,7 +44,7 @@ fn parity(name: &str, norm_first: bool, activation: Activation) -> (f32, f32) {
         dropout: 0.0,
         activation,
         norm_first,
-        encoding: posenc::EncodingConfig::None,
+        encoding: posenc::EncodingConfig::from_kind("none").unwrap().into(),
         ..Config::default()
     };
     let varmap = VarMap::new();

@@ -4,6 +4,8 @@
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{VarBuilder, VarMap};
 use posenc::EncodingConfig;
+#[allow(unused_imports)]
+pub use posenc_testkit::max_abs_diff;
 use posenc_transformer::{Config, Transformer};
 
 pub const PAD: u32 = 0;
@@ -19,7 +21,7 @@ pub fn tiny(encoding: EncodingConfig) -> (Config, VarMap, Transformer) {
         encoder_layers: 2,
         decoder_layers: 2,
         dropout: 0.0,
-        encoding,
+        encoding: encoding.into(),
         ..Config::default()
     };
     let varmap = VarMap::new();
@@ -42,13 +44,9 @@ pub fn ids(rows: &[&[u32]]) -> Tensor {
     Tensor::from_vec(flat, (rows.len(), len), &Device::Cpu).unwrap()
 }
 
-pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
-    posenc::analysis::max_abs_diff(a, b).unwrap()
-}
-
 /// Every kind whose model is deterministic given its weights and positions.
 pub fn all_encodings() -> Vec<EncodingConfig> {
-    EncodingConfig::KINDS
+    EncodingConfig::kinds()
         .iter()
         .map(|k| EncodingConfig::from_kind(k).unwrap())
         .collect()

@@ -1,0 +1,58 @@
+//! The `posenc` command line as a library: [`Cli`] parses the arguments and [`run`] carries
+//! out a command, writing what it prints to any writer. The binary is `src/main.rs`;
+//! tests drive the same commands in-process (for instance with an encoding they register
+//! themselves, see [`posenc::register`]).
+
+pub mod cmd;
+
+use std::io::Write;
+
+use clap::{Parser, Subcommand};
+
+/// Positional encodings inside a real Transformer, on candle.
+#[derive(Parser, Debug)]
+#[command(name = "posenc", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Look at what one encoding produces, and at its properties.
+    #[command(subcommand)]
+    Encoding(cmd::encoding::EncodingCommand),
+    /// Train the English → Kotoba translation model.
+    Train(cmd::translate::TrainArgs),
+    /// Translate English sentences into Kotoba.
+    Translate(cmd::translate::TranslateArgs),
+    /// Exact match and BLEU of a model on every evaluation split.
+    Eval(cmd::translate::EvalArgs),
+    /// Train the toy model once per positional encoding and compare them.
+    Experiment(cmd::experiment::ExperimentArgs),
+    /// Draw figures (PNG).
+    #[command(subcommand)]
+    Plot(cmd::plot::PlotCommand),
+    /// Sentence embeddings from a pretrained sentence-transformers model.
+    Embed(cmd::embed::EmbedArgs),
+    /// Measure speed.
+    #[command(subcommand)]
+    Bench(cmd::bench::BenchCommand),
+}
+
+/// Carries out the command `cli`, writing what it prints to `out`.
+///
+/// # Errors
+/// Whatever stopped the command, with its causes; see [`cmd::error_text`] for printing.
+pub fn run(cli: Cli, out: &mut impl Write) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Encoding(c) => c.run(out),
+        Command::Train(c) => c.run(out),
+        Command::Translate(c) => c.run(out),
+        Command::Eval(c) => c.run(out),
+        Command::Bench(c) => c.run(out),
+        Command::Experiment(c) => c.run(out),
+        Command::Plot(c) => c.run(out),
+        Command::Embed(c) => c.run(out),
+    }
+}
