@@ -140,8 +140,14 @@ fn penalised(score: f64, len: usize, alpha: f64) -> f64 {
 }
 
 /// Beam search for one source: keeps the `beam` best hypotheses, finishes those whose
-/// `</s>` ranks among the `beam` best candidates, and stops once `beam` hypotheses have
-/// finished (or at `max_len`), returning the best by length-penalised score.
+/// `</s>` ranks among the `beam` best candidates, and returns the best finished one by
+/// length-penalised score.
+///
+/// It stops once `beam` hypotheses have finished and the best one still alive, penalised
+/// at its present length, scores no better than the worst of them (the rule of Hugging
+/// Face's `BeamHypotheses.is_done`), or at `max_len`. Stopping at the first `beam`
+/// finished ones instead would return a hypothesis that skipped a word and so ended a
+/// step early, while the right one, a step longer, was still alive.
 pub fn beam(model: &Transformer, source: &[u32], cfg: &DecodeConfig) -> Result<Vec<u32>> {
     let device = model.device();
     let (memory, src_mask) = encode(model, &[source.to_vec()])?;
@@ -178,7 +184,17 @@ pub fn beam(model: &Transformer, source: &[u32], cfg: &DecodeConfig) -> Result<V
                 parents.push(h as u32);
             }
         }
-        if finished.len() >= cfg.beam || next_alive.is_empty() {
+        finished.sort_by(|a, b| b.1.total_cmp(&a.1));
+        finished.truncate(cfg.beam);
+        let best_alive = next_alive
+            .first()
+            .map(|(t, score)| penalised(*score, t.len(), cfg.length_penalty));
+        let done = match (finished.last(), best_alive) {
+            (_, None) => true,
+            (Some((_, worst)), Some(alive)) => finished.len() == cfg.beam && alive <= *worst,
+            (None, Some(_)) => false,
+        };
+        if done {
             break;
         }
         cache.select(&Tensor::new(parents, &device)?)?;

@@ -48,3 +48,40 @@ fn attention_of_an_unknown_word_names_it() {
     let err = t.attention("the cat sees the zebra").unwrap_err();
     assert!(format!("{err:#}").contains("zebra"), "{err:#}");
 }
+
+/// Sentences of the shipped model's valid, test and order-swap splits on which beam search
+/// of width 4 used to return a translation that skipped a word (it stopped at the first
+/// four finished hypotheses, while the right one, a step longer, was still alive). Beam
+/// search must find the grammar's translation, as greedy search does.
+#[test]
+fn beam_search_finds_what_greedy_finds_on_the_shipped_model() {
+    use posenc_train::decode::DecodeConfig;
+    use posenc_train::kotoba::Sentence;
+    let t = Translator::load(&shipped_model()).unwrap();
+    let sources: Vec<String> = [
+        "the bird follows the white friend and the dog carries the fish near the park",
+        "the fast cat finds the bear and the cat watched the old fox at the river",
+        "the cute cow ran and the bear helped the dog near the house",
+        "the friend swims and the fast fish called the fox behind the school",
+        "the king found the cow and the old friend helped the fox near the city",
+        "the king waits near the park and the fast doctor called the horse behind the river",
+        "the friend slept and the big bear saw the white friend near the school",
+        "the student chases the doctor behind the river",
+    ]
+    .map(String::from)
+    .to_vec();
+    let expected: Vec<String> = sources
+        .iter()
+        .map(|s| Sentence::parse(s).unwrap().kotoba())
+        .collect();
+    for beam in [1, 2, 4, 8] {
+        let cfg = DecodeConfig {
+            beam,
+            ..Default::default()
+        };
+        let got = t.translate(&sources, &cfg).unwrap();
+        for ((got, want), source) in got.iter().zip(&expected).zip(&sources) {
+            assert_eq!(got, want, "beam {beam}: {source}");
+        }
+    }
+}

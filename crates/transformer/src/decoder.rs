@@ -172,6 +172,11 @@ impl Decoder {
         })
     }
 
+    /// The positional encoding of this stack (causal).
+    pub fn encoding(&self) -> &Arc<dyn PositionalEncoding> {
+        &self.encoding
+    }
+
     /// Decodes embedded `y (batch, tgt_len, d_model)` against `memory`. Without a cache,
     /// `self_mask` should be causal; with one, `y` holds only the new positions.
     pub fn forward(

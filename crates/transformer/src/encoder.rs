@@ -105,6 +105,11 @@ impl Encoder {
         })
     }
 
+    /// The positional encoding of this stack (bidirectional).
+    pub fn encoding(&self) -> &Arc<dyn PositionalEncoding> {
+        &self.encoding
+    }
+
     /// Encodes embedded `x (batch, seq, d_model)`; `mask` hides padding keys.
     pub fn forward(&self, x: &Tensor, mask: Option<&Mask>, train: bool) -> Result<Tensor> {
         Ok(self.forward_with_attention(x, mask, train)?.0)
