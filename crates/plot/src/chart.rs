@@ -101,6 +101,19 @@ pub struct Heatmap<'a> {
     pub diverging: bool,
 }
 
+/// A round step (1, 2, 5, 10, 20, 50, …) giving at most about 8 labels over `n` values.
+fn round_step(n: i32) -> i32 {
+    let mut scale = 1;
+    loop {
+        for m in [1, 2, 5] {
+            if n / (m * scale) <= 8 {
+                return m * scale;
+            }
+        }
+        scale *= 10;
+    }
+}
+
 /// Draws `h` into `area`.
 pub fn heatmap(area: &Area, h: &Heatmap) -> Result<()> {
     let rows = h.values.len() as i32;
@@ -125,12 +138,16 @@ pub fn heatmap(area: &Area, h: &Heatmap) -> Result<()> {
     } else {
         format!("{}  [{lo:.2}, {hi:.2}]", h.title)
     };
+    // Every cell is a label candidate; numbered axes show round positions from 0 on.
     let label = |ticks: Option<&[String]>, v: &SegmentValue<i32>, flip: bool| match v {
         SegmentValue::CenterOf(i) => {
+            let n = if flip { rows } else { cols };
             let i = if flip { rows - 1 - i } else { *i };
-            ticks.map_or(i.to_string(), |t| {
-                t.get(i as usize).cloned().unwrap_or_default()
-            })
+            match ticks {
+                Some(t) => t.get(i as usize).cloned().unwrap_or_default(),
+                None if i % round_step(n) == 0 => i.to_string(),
+                None => String::new(),
+            }
         }
         _ => String::new(),
     };
@@ -150,14 +167,13 @@ pub fn heatmap(area: &Area, h: &Heatmap) -> Result<()> {
     } else {
         TextStyle::from((FONT, 12).into_font())
     };
-    let max_ticks = |ticks: Option<&[String]>, n: i32| if ticks.is_some() { n as usize } else { 8 };
     chart
         .configure_mesh()
         .disable_mesh()
         .x_desc(h.x_desc)
         .y_desc(h.y_desc)
-        .x_labels(max_ticks(h.x_ticks, cols))
-        .y_labels(max_ticks(h.y_ticks, rows))
+        .x_labels(cols as usize)
+        .y_labels(rows as usize)
         .x_label_style(x_style)
         .y_label_style((FONT, 12))
         .axis_desc_style((FONT, 13))
@@ -280,15 +296,28 @@ pub fn curves(area: &Area, axes: &Axes, series: &[Series]) -> Result<()> {
         .y_label_area_size(55)
         .build_cartesian_2d(pad(x0, x1), pad(y0, y1))
         .map_err(err)?;
-    chart
-        .configure_mesh()
-        .light_line_style(WHITE.mix(0.0))
+    // Steps, positions and offsets are whole numbers: label them so (10, not 10.0).
+    let whole_x = series
+        .iter()
+        .flat_map(|s| &s.points)
+        .all(|(x, _)| x.fract() == 0.0);
+    let whole = |v: &f64| {
+        if (v - v.round()).abs() < 1e-9 {
+            format!("{}", v.round() as i64)
+        } else {
+            String::new()
+        }
+    };
+    let mut mesh = chart.configure_mesh();
+    mesh.light_line_style(WHITE.mix(0.0))
         .x_desc(axes.x_desc)
         .y_desc(axes.y_desc)
         .label_style((FONT, 12))
-        .axis_desc_style((FONT, 13))
-        .draw()
-        .map_err(err)?;
+        .axis_desc_style((FONT, 13));
+    if whole_x {
+        mesh.x_label_formatter(&whole);
+    }
+    mesh.draw().map_err(err)?;
     for s in series {
         let c = s.colour;
         let finite: Vec<(f64, f64)> = s
@@ -335,4 +364,15 @@ pub fn curves(area: &Area, axes: &Axes, series: &[Series]) -> Result<()> {
             .map_err(err)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::round_step;
+
+    #[test]
+    fn label_steps_are_round() {
+        let steps: Vec<i32> = [5, 9, 16, 20, 64, 100, 4096].map(round_step).to_vec();
+        assert_eq!(steps, [1, 2, 2, 5, 10, 20, 500]);
+    }
 }
