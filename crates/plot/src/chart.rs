@@ -286,7 +286,8 @@ pub fn curves(area: &Area, axes: &Axes, series: &[Series]) -> Result<()> {
         (x0, x1, y0, y1) = (cx - r, cx + r, cy - r, cy + r);
     }
     let pad = |a: f64, b: f64| {
-        let p = ((b - a) * 0.05).max(1e-6);
+        // A single value (a constant pair) gets a unit range around it, not a 1e-6 one.
+        let p = if b - a > 1e-9 { (b - a) * 0.05 } else { 1.0 };
         (a - p)..(b + p)
     };
     let mut chart = ChartBuilder::on(area)

@@ -33,50 +33,34 @@ fn ten_thousand() -> f64 {
     10_000.0
 }
 
-/// The settings of `sinusoidal`: the paper's interleaved layout.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SinusoidalConfig {
-    /// The wavelength base, 10000 in the paper.
-    #[serde(default = "ten_thousand")]
-    pub base: f64,
+/// The settings of the two sinusoidal kinds, which differ in their layout only.
+macro_rules! sinusoidal_settings {
+    ($($name:ident = $kind:literal => $layout:ident, $doc:literal;)*) => {$(
+        #[doc = $doc]
+        #[derive(Debug, Clone, Serialize, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct $name {
+            /// The wavelength base, 10000 in the paper.
+            #[serde(default = "ten_thousand")]
+            pub base: f64,
+        }
+
+        impl EncodingSpec for $name {
+            const KIND: &'static str = $kind;
+
+            fn build(&self, target: &Target, vb: VarBuilder) -> Result<Arc<dyn PositionalEncoding>> {
+                let layout = PairLayout::$layout;
+                Ok(Arc::new(Sinusoidal::new(target.d_model, self.base, layout, vb.device())?))
+            }
+        }
+    )*};
 }
 
-/// The settings of `sinusoidal-concat`: the same sinusoids laid out `[sin | cos]`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SinusoidalConcatConfig {
-    /// The wavelength base, 10000 in the paper.
-    #[serde(default = "ten_thousand")]
-    pub base: f64,
-}
-
-impl EncodingSpec for SinusoidalConfig {
-    const KIND: &'static str = "sinusoidal";
-
-    fn build(&self, target: &Target, vb: VarBuilder) -> Result<Arc<dyn PositionalEncoding>> {
-        let layout = PairLayout::Interleaved;
-        Ok(Arc::new(Sinusoidal::new(
-            target.d_model,
-            self.base,
-            layout,
-            vb.device(),
-        )?))
-    }
-}
-
-impl EncodingSpec for SinusoidalConcatConfig {
-    const KIND: &'static str = "sinusoidal-concat";
-
-    fn build(&self, target: &Target, vb: VarBuilder) -> Result<Arc<dyn PositionalEncoding>> {
-        let layout = PairLayout::Halves;
-        Ok(Arc::new(Sinusoidal::new(
-            target.d_model,
-            self.base,
-            layout,
-            vb.device(),
-        )?))
-    }
+sinusoidal_settings! {
+    SinusoidalConfig = "sinusoidal" => Interleaved,
+        "The settings of `sinusoidal`: the paper's interleaved layout.";
+    SinusoidalConcatConfig = "sinusoidal-concat" => Halves,
+        "The settings of `sinusoidal-concat`: the same sinusoids laid out `[sin | cos]`.";
 }
 
 /// How the two members of each (sin, cos) or rotation pair are laid out in a vector of width `d`.
