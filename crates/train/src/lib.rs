@@ -19,6 +19,7 @@ pub mod loss;
 pub mod metrics;
 pub mod optim;
 pub mod rundir;
+pub mod sample;
 pub mod schedule;
 pub mod trainer;
 pub mod vocab;

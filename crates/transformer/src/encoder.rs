@@ -8,6 +8,9 @@
 //!
 //! Weights named as PyTorch's `nn.TransformerEncoder`: `layers.N.self_attn`, `linear1`,
 //! `linear2`, `norm1`, `norm2`, and the optional final `norm`.
+//!
+//! With a causal mask the same stack is a decoder-only language model's
+//! ([`crate::lm`]); an [`EncoderCache`] then lets it run one step at a time.
 
 use std::sync::Arc;
 
@@ -15,11 +18,29 @@ use candle_core::Tensor;
 use candle_nn::{Module, VarBuilder};
 use posenc::PositionalEncoding;
 
-use crate::attention::MultiHeadAttention;
+use crate::attention::{KvCache, MultiHeadAttention};
 use crate::feed_forward::FeedForward;
 use crate::mask::Mask;
 use crate::sublayer::{stack, Norm, Residual};
 use crate::{Config, Result};
+
+/// Keys and values of every layer, for a causal stack run one step at a time.
+#[derive(Debug, Clone, Default)]
+pub struct EncoderCache {
+    layers: Vec<KvCache>,
+}
+
+impl EncoderCache {
+    /// Number of positions run so far.
+    pub fn len(&self) -> usize {
+        self.layers.first().map_or(0, KvCache::len)
+    }
+
+    /// Whether nothing has run yet.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
 
 /// One encoder layer.
 #[derive(Debug, Clone)]
@@ -59,17 +80,19 @@ impl EncoderLayer {
     }
 
     /// `x (batch, seq, d_model)` → the layer's output and its attention weights. `bias` is
-    /// the encoding's position bias `(heads, seq, seq)`, if any.
+    /// the encoding's position bias `(heads, seq, seq)`, if any. With a cache, `x` holds
+    /// the new positions only and attends to the cached ones too.
     pub fn forward(
         &self,
         x: &Tensor,
         mask: Option<&Mask>,
         bias: Option<&Tensor>,
+        cache: Option<&mut KvCache>,
         train: bool,
     ) -> Result<(Tensor, Tensor)> {
         let mut weights = None;
         let x = self.sublayer1.forward(x, train, |x| {
-            let (out, w) = self.self_attn.self_attention(x, mask, bias, None, train)?;
+            let (out, w) = self.self_attn.self_attention(x, mask, bias, cache, train)?;
             weights = Some(w);
             Ok(out)
         })?;
@@ -123,12 +146,42 @@ impl Encoder {
         mask: Option<&Mask>,
         train: bool,
     ) -> Result<(Tensor, Vec<Tensor>)> {
+        self.run(x, mask, None, train)
+    }
+
+    /// Runs embedded `x (batch, seq, d_model)` after the positions in `cache`, and adds
+    /// them to it. `mask` must be causal (`Mask::causal(seq, cached + seq, cached)`, or
+    /// none for a single new position): this is how a decoder-only model generates.
+    pub fn forward_cached(
+        &self,
+        x: &Tensor,
+        mask: Option<&Mask>,
+        cache: &mut EncoderCache,
+        train: bool,
+    ) -> Result<Tensor> {
+        Ok(self.run(x, mask, Some(cache), train)?.0)
+    }
+
+    fn run(
+        &self,
+        x: &Tensor,
+        mask: Option<&Mask>,
+        mut cache: Option<&mut EncoderCache>,
+        train: bool,
+    ) -> Result<(Tensor, Vec<Tensor>)> {
+        if let Some(cache) = cache.as_deref_mut() {
+            cache
+                .layers
+                .resize_with(self.layers.len(), Default::default);
+        }
+        let offset = cache.as_deref().map_or(0, EncoderCache::len);
         let seq = x.dim(1)?;
-        let bias = self.encoding.attention_bias(seq, seq, 0, 0)?;
+        let bias = self.encoding.attention_bias(seq, offset + seq, offset, 0)?;
         let mut x = x.clone();
         let mut weights = Vec::with_capacity(self.layers.len());
-        for layer in &self.layers {
-            let (y, w) = layer.forward(&x, mask, bias.as_ref(), train)?;
+        for (i, layer) in self.layers.iter().enumerate() {
+            let layer_cache = cache.as_deref_mut().map(|c| &mut c.layers[i]);
+            let (y, w) = layer.forward(&x, mask, bias.as_ref(), layer_cache, train)?;
             x = y;
             weights.push(w);
         }

@@ -3,7 +3,8 @@
 //! One concept per file, in the paper's order: [`embeddings`] (× √d_model, plus the
 //! positional encoding), [`attention`] (scaled dot-product, multi-head) with its
 //! [`mask`]s, [`feed_forward`], the residual [`sublayer`], the [`encoder`] and
-//! [`decoder`] stacks, and the [`model`] with its generator. The positional encoding is a
+//! [`decoder`] stacks, and the [`model`] with its generator; [`lm`] builds a decoder-only
+//! language model from the same blocks. The positional encoding is a
 //! [`posenc::PositionalEncoding`]: the model calls its three hooks and never asks which
 //! it is. [`checkpoint`] saves and loads `config.json` + `model.safetensors` with PyTorch's
 //! `nn.Transformer` parameter names.
@@ -25,6 +26,7 @@ pub mod embeddings;
 pub mod encoder;
 pub mod feed_forward;
 pub mod linear;
+pub mod lm;
 pub mod mask;
 pub mod model;
 pub mod ops;
@@ -32,5 +34,6 @@ pub mod sublayer;
 
 pub use config::{Config, Encodings, MAX_LAYERS, MAX_PARAMETERS, MAX_VOCAB};
 pub use error::{Error, Result};
+pub use lm::{LanguageModel, LmConfig};
 pub use mask::Mask;
 pub use model::{Generator, Transformer};

@@ -1,0 +1,155 @@
+//! Generating text from a [`LanguageModel`]: seeded sampling with temperature, top-k and
+//! top-p (nucleus sampling, Holtzman et al. 2020); temperature 0 is greedy.
+//!
+//! ```text
+//! p_i ∝ exp(logit_i / T)         over the k most likely tokens (top-k),
+//!                                  then the fewest of them whose mass reaches p (top-p)
+//! ```
+//!
+//! Generation runs the prompt once and then one token at a time with the key/value cache,
+//! so each new token costs one position, not the whole sequence.
+
+use anyhow::{ensure, Result};
+use candle_core::Tensor;
+use posenc_transformer::encoder::EncoderCache;
+use posenc_transformer::LanguageModel;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+/// How to pick each next token.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Sampling {
+    /// Divides the scores before the softmax: 0 picks the most likely token (greedy),
+    /// 1 samples the model's distribution, more flattens it.
+    pub temperature: f64,
+    /// Sample among the `k` most likely tokens only.
+    pub top_k: Option<usize>,
+    /// Sample among the fewest most likely tokens whose probabilities add up to `p`.
+    pub top_p: Option<f64>,
+    /// Seed of the draws: the same seed gives the same text.
+    pub seed: u64,
+}
+
+impl Default for Sampling {
+    fn default() -> Self {
+        Self {
+            temperature: 1.0,
+            top_k: None,
+            top_p: None,
+            seed: 0,
+        }
+    }
+}
+
+impl Sampling {
+    /// Greedy decoding: always the most likely token.
+    pub fn greedy() -> Self {
+        Self {
+            temperature: 0.0,
+            ..Self::default()
+        }
+    }
+
+    /// Checks every setting is in its domain.
+    pub fn validate(&self) -> Result<()> {
+        ensure!(
+            self.temperature.is_finite() && self.temperature >= 0.0,
+            "temperature must be a finite number ≥ 0, got {}",
+            self.temperature
+        );
+        ensure!(self.top_k != Some(0), "top-k must be at least 1, got 0");
+        if let Some(p) = self.top_p {
+            ensure!(p > 0.0 && p <= 1.0, "top-p must be in (0, 1], got {p}");
+        }
+        Ok(())
+    }
+}
+
+/// Draws tokens from score rows by a [`Sampling`].
+#[derive(Debug, Clone)]
+pub struct Sampler {
+    cfg: Sampling,
+    rng: ChaCha8Rng,
+}
+
+impl Sampler {
+    /// A sampler seeded by `cfg.seed`.
+    pub fn new(cfg: Sampling) -> Result<Self> {
+        cfg.validate()?;
+        Ok(Self {
+            cfg,
+            rng: ChaCha8Rng::seed_from_u64(cfg.seed),
+        })
+    }
+
+    /// The token picked from one row of scores (logits).
+    pub fn pick(&mut self, logits: &[f32]) -> u32 {
+        let mut order: Vec<usize> = (0..logits.len()).collect();
+        // Most likely first; ties to the lower id, so greedy is argmax's first maximum.
+        order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
+        if self.cfg.temperature == 0.0 || order.len() <= 1 {
+            return order.first().map_or(0, |&i| i as u32);
+        }
+        order.truncate(self.cfg.top_k.unwrap_or(order.len()).max(1));
+        let top = f64::from(logits[order[0]]);
+        let mut probs: Vec<f64> = order
+            .iter()
+            .map(|&i| ((f64::from(logits[i]) - top) / self.cfg.temperature).exp())
+            .collect();
+        let total: f64 = probs.iter().sum();
+        probs.iter_mut().for_each(|p| *p /= total);
+        if let Some(top_p) = self.cfg.top_p {
+            let mut mass = 0.0;
+            let keep = probs
+                .iter()
+                .position(|p| {
+                    mass += p;
+                    mass >= top_p
+                })
+                .map_or(probs.len(), |i| i + 1);
+            probs.truncate(keep);
+            order.truncate(keep);
+        }
+        let total: f64 = probs.iter().sum();
+        let mut u = self.rng.random::<f64>() * total;
+        for (&i, &p) in order.iter().zip(&probs) {
+            if u < p {
+                return i as u32;
+            }
+            u -= p;
+        }
+        order[probs.len() - 1] as u32
+    }
+}
+
+/// `max_new` tokens generated after `prompt` (not repeated in the result).
+///
+/// # Errors
+/// An empty prompt, bad settings, a token outside the vocabulary, or positions past a
+/// learned encoding's table.
+pub fn generate(
+    model: &LanguageModel,
+    prompt: &[u32],
+    max_new: usize,
+    sampling: Sampling,
+) -> Result<Vec<u32>> {
+    ensure!(
+        !prompt.is_empty(),
+        "the prompt is empty: give at least one token"
+    );
+    let mut sampler = Sampler::new(sampling)?;
+    let device = model.device();
+    let mut cache = EncoderCache::default();
+    let mut next = Tensor::new(prompt, &device)?.unsqueeze(0)?;
+    let mut out = Vec::with_capacity(max_new);
+    for _ in 0..max_new {
+        let logits = model.step(&next, &mut cache)?;
+        let last: Vec<f32> = logits.get(0)?.get(logits.dim(1)? - 1)?.to_vec1()?;
+        let token = sampler.pick(&last);
+        out.push(token);
+        next = Tensor::new(&[token], &device)?.unsqueeze(0)?;
+    }
+    Ok(out)
+}

@@ -1,0 +1,172 @@
+//! Sampling: greedy is argmax, draws follow the tempered and truncated distribution, the
+//! seed fixes the text, and cached generation equals re-running the whole sequence.
+
+use candle_core::{DType, Device, Tensor};
+use candle_nn::{VarBuilder, VarMap};
+use posenc::EncodingConfig;
+use posenc_train::sample::{generate, Sampler, Sampling};
+use posenc_transformer::{LanguageModel, LmConfig};
+
+/// How often each of three tokens is drawn from `logits` in `n` draws.
+fn frequencies(cfg: Sampling, logits: &[f32], n: usize) -> Vec<f64> {
+    let mut sampler = Sampler::new(cfg).unwrap();
+    let mut counts = vec![0usize; logits.len()];
+    for _ in 0..n {
+        counts[sampler.pick(logits) as usize] += 1;
+    }
+    counts.iter().map(|&c| c as f64 / n as f64).collect()
+}
+
+fn close(got: &[f64], want: &[f64]) -> bool {
+    got.iter().zip(want).all(|(g, w)| (g - w).abs() < 0.015)
+}
+
+#[test]
+fn draws_follow_the_tempered_truncated_distribution() {
+    // p = (0.5, 0.3, 0.2).
+    let logits = [0.5f32.ln(), 0.3f32.ln(), 0.2f32.ln()];
+    let n = 40_000;
+    let plain = frequencies(Sampling::default(), &logits, n);
+    assert!(close(&plain, &[0.5, 0.3, 0.2]), "{plain:?}");
+    // T = 0.5 squares the probabilities: (0.25, 0.09, 0.04) / 0.38.
+    let cold = Sampling {
+        temperature: 0.5,
+        ..Sampling::default()
+    };
+    let got = frequencies(cold, &logits, n);
+    assert!(
+        close(&got, &[0.25 / 0.38, 0.09 / 0.38, 0.04 / 0.38]),
+        "{got:?}"
+    );
+    // top-k 2 and top-p 0.6 both keep the first two: (0.5, 0.3) / 0.8.
+    for cfg in [
+        Sampling {
+            top_k: Some(2),
+            ..Sampling::default()
+        },
+        Sampling {
+            top_p: Some(0.6),
+            ..Sampling::default()
+        },
+    ] {
+        let got = frequencies(cfg, &logits, n);
+        assert!(
+            close(&got, &[0.625, 0.375, 0.0]) && got[2] == 0.0,
+            "{cfg:?}: {got:?}"
+        );
+    }
+    // Greedy and top-k 1 always take the most likely token.
+    for cfg in [
+        Sampling::greedy(),
+        Sampling {
+            top_k: Some(1),
+            temperature: 5.0,
+            ..Sampling::default()
+        },
+    ] {
+        assert_eq!(frequencies(cfg, &logits, 100), [1.0, 0.0, 0.0]);
+    }
+}
+
+#[test]
+fn bad_settings_are_named() {
+    for (cfg, word) in [
+        (
+            Sampling {
+                temperature: -1.0,
+                ..Sampling::default()
+            },
+            "temperature",
+        ),
+        (
+            Sampling {
+                temperature: f64::NAN,
+                ..Sampling::default()
+            },
+            "temperature",
+        ),
+        (
+            Sampling {
+                top_k: Some(0),
+                ..Sampling::default()
+            },
+            "top-k",
+        ),
+        (
+            Sampling {
+                top_p: Some(1.5),
+                ..Sampling::default()
+            },
+            "top-p",
+        ),
+    ] {
+        let e = Sampler::new(cfg).unwrap_err().to_string();
+        assert!(e.contains(word), "{e}");
+    }
+}
+
+fn model(kind: &str) -> LanguageModel {
+    let cfg = LmConfig {
+        vocab_size: 20,
+        d_model: 16,
+        heads: 2,
+        d_ff: 32,
+        layers: 2,
+        encoding: EncodingConfig::from_kind(kind).unwrap(),
+        context: 8,
+        ..LmConfig::default()
+    };
+    let varmap = VarMap::new();
+    LanguageModel::new(
+        &cfg,
+        VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu),
+    )
+    .unwrap()
+}
+
+#[test]
+fn greedy_generation_equals_rerunning_the_whole_sequence() {
+    for kind in ["sinusoidal", "rope", "alibi", "t5", "none"] {
+        let m = model(kind);
+        let prompt = [1u32, 7, 3];
+        let generated = generate(&m, &prompt, 12, Sampling::greedy()).unwrap();
+        // Without a cache: the whole sequence each time, argmax at the last position.
+        let mut seq = prompt.to_vec();
+        for _ in 0..12 {
+            let ids = Tensor::new(seq.as_slice(), &Device::Cpu)
+                .unwrap()
+                .unsqueeze(0)
+                .unwrap();
+            let logits = m.logits(&ids, false).unwrap();
+            let last: Vec<f32> = logits
+                .get(0)
+                .unwrap()
+                .get(seq.len() - 1)
+                .unwrap()
+                .to_vec1()
+                .unwrap();
+            let best = (0..last.len())
+                .max_by(|&a, &b| last[a].total_cmp(&last[b]).then(b.cmp(&a)))
+                .unwrap();
+            seq.push(best as u32);
+        }
+        assert_eq!(generated, seq[prompt.len()..], "{kind}");
+    }
+}
+
+#[test]
+fn the_seed_fixes_the_text() {
+    let m = model("rope");
+    let cfg = |seed| Sampling {
+        seed,
+        temperature: 1.5,
+        ..Sampling::default()
+    };
+    let a = generate(&m, &[1, 2], 30, cfg(7)).unwrap();
+    assert_eq!(a, generate(&m, &[1, 2], 30, cfg(7)).unwrap());
+    assert_ne!(a, generate(&m, &[1, 2], 30, cfg(8)).unwrap());
+    assert!(generate(&m, &[], 3, cfg(7))
+        .unwrap_err()
+        .to_string()
+        .contains("empty"));
+}

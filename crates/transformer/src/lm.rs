@@ -1,0 +1,194 @@
+//! A decoder-only (GPT-style) language model, from the same blocks.
+//!
+//! ```text
+//! x      = Embed(ids) · √d_model             (+ the encoding's additive hook)
+//! h      = Stack(x, causal mask)             (pre-norm self-attention + feed-forward layers,
+//!                                             the encoder's, with the final norm)
+//! logits = h Eᵀ                              (the head is tied to the token embedding E)
+//! ```
+//!
+//! Radford et al. 2018/2019 (GPT, GPT-2), on the stack of "Attention Is All You Need":
+//! there is no second copy of attention or of the layer. The stack's encoding is built for
+//! causal attention ([`Direction::Causal`]), so ALiBi and T5 take their decoder forms.
+//! [`LanguageModel::step`] runs new tokens after the cached ones, at their true positions:
+//! that is how it generates.
+
+use std::sync::Arc;
+
+use candle_core::Tensor;
+use candle_nn::{Activation, Linear, VarBuilder};
+use posenc::{Direction, EncodingConfig, PositionalEncoding, Target};
+use serde::{Deserialize, Serialize};
+
+use crate::embeddings::Embeddings;
+use crate::encoder::{Encoder, EncoderCache};
+use crate::mask::Mask;
+use crate::{linear, Config, Encodings, Error, Result};
+
+/// Sizes of a decoder-only language model. The defaults are nanoGPT's CPU run on
+/// Shakespeare's characters: 4 layers, 4 heads, width 128, context 64, dropout 0.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LmConfig {
+    /// Vocabulary size.
+    pub vocab_size: usize,
+    /// Model width `d_model`.
+    pub d_model: usize,
+    /// Attention heads.
+    pub heads: usize,
+    /// Inner width of the feed-forward network.
+    pub d_ff: usize,
+    /// Layers.
+    pub layers: usize,
+    /// Dropout.
+    pub dropout: f32,
+    /// Feed-forward activation.
+    pub activation: Activation,
+    /// LayerNorm epsilon.
+    pub layer_norm_eps: f64,
+    /// The positional encoding.
+    pub encoding: EncodingConfig,
+    /// The context the model is trained on (it may be run past it where its encoding allows).
+    pub context: usize,
+}
+
+impl Default for LmConfig {
+    fn default() -> Self {
+        Self {
+            vocab_size: 65,
+            d_model: 128,
+            heads: 4,
+            d_ff: 512,
+            layers: 4,
+            dropout: 0.0,
+            activation: Activation::Gelu,
+            layer_norm_eps: 1e-5,
+            encoding: EncodingConfig::from_kind("sinusoidal").expect("a built-in kind"),
+            context: 64,
+        }
+    }
+}
+
+impl LmConfig {
+    /// The blocks' configuration: a pre-norm stack with a final norm and tied embeddings.
+    pub fn blocks(&self) -> Config {
+        Config {
+            src_vocab_size: self.vocab_size,
+            tgt_vocab_size: self.vocab_size,
+            d_model: self.d_model,
+            heads: self.heads,
+            d_ff: self.d_ff,
+            encoder_layers: self.layers,
+            decoder_layers: 0,
+            dropout: self.dropout,
+            activation: self.activation,
+            norm_first: true,
+            layer_norm_eps: self.layer_norm_eps,
+            final_norm: true,
+            encoding: Encodings::both(self.encoding.clone()),
+            tie_embeddings: true,
+        }
+    }
+
+    /// Checks sizes against the blocks' limits, and that the context is positive.
+    pub fn validate(&self) -> Result<()> {
+        self.blocks().validate()?;
+        posenc::limits::check_positive("context", self.context, posenc::limits::MAX_POSITIONS)?;
+        Ok(())
+    }
+}
+
+/// The decoder-only model: embeddings, a causal stack, a tied head.
+#[derive(Debug, Clone)]
+pub struct LanguageModel {
+    cfg: LmConfig,
+    embed: Embeddings,
+    stack: Encoder,
+    head: Linear,
+}
+
+impl LanguageModel {
+    /// Loads or creates every weight under `vb`: `embed.weight`, `encoding.*` (learned
+    /// encodings), `stack.layers.N.*`, `stack.norm.*`.
+    pub fn new(cfg: &LmConfig, vb: VarBuilder) -> Result<Self> {
+        cfg.validate()?;
+        let blocks = cfg.blocks();
+        let target = Target::new(cfg.d_model, cfg.heads, Direction::Causal)?;
+        let encoding = cfg.encoding.build(&target, vb.pp("encoding"))?;
+        let lut = candle_nn::embedding(cfg.vocab_size, cfg.d_model, vb.pp("embed"))?;
+        let head = Linear::new(lut.embeddings().clone(), None);
+        Ok(Self {
+            cfg: cfg.clone(),
+            embed: Embeddings::new(lut, encoding.clone(), cfg.dropout),
+            stack: Encoder::new(&blocks, encoding, vb.pp("stack"))?,
+            head,
+        })
+    }
+
+    /// The configuration the model was built from.
+    pub fn config(&self) -> &LmConfig {
+        &self.cfg
+    }
+
+    /// The device the weights live on.
+    pub fn device(&self) -> candle_core::Device {
+        self.head.weight().device().clone()
+    }
+
+    /// The positional encoding.
+    pub fn encoding(&self) -> &Arc<dyn PositionalEncoding> {
+        self.stack.encoding()
+    }
+
+    /// The longest sequence the encoding can take (`None`: unbounded).
+    pub fn max_positions(&self) -> Option<usize> {
+        self.embed.max_positions()
+    }
+
+    /// Next-token scores `(batch, seq, vocab)` at every position of `ids (batch, seq)`,
+    /// each position seeing itself and those before it.
+    ///
+    /// # Errors
+    /// A bad shape or token id; a sequence longer than a learned encoding's table, naming it.
+    pub fn logits(&self, ids: &Tensor, train: bool) -> Result<Tensor> {
+        let seq = self.check(ids, 0)?;
+        let mask = Mask::causal(seq, seq, 0, ids.device())?;
+        let x = self.embed.forward(ids, 0, train)?;
+        let h = self.stack.forward(&x, Some(&mask), train)?;
+        Ok(linear::apply(&self.head, &h)?)
+    }
+
+    /// Runs `ids (batch, new)` after the positions in `cache` and returns their next-token
+    /// scores `(batch, new, vocab)`; the cache grows by `new`.
+    pub fn step(&self, ids: &Tensor, cache: &mut EncoderCache) -> Result<Tensor> {
+        let offset = cache.len();
+        let new = self.check(ids, offset)?;
+        let mask = Mask::causal(new, offset + new, offset, ids.device())?;
+        let x = self.embed.forward(ids, offset, false)?;
+        let h = self.stack.forward_cached(&x, Some(&mask), cache, false)?;
+        Ok(linear::apply(&self.head, &h)?)
+    }
+
+    /// Checks `ids` is `(batch, seq)` with `seq ≥ 1` and that positions `offset..offset+seq`
+    /// fit the encoding; returns `seq`.
+    fn check(&self, ids: &Tensor, offset: usize) -> Result<usize> {
+        let seq = match ids.dims() {
+            &[_, seq] if seq > 0 => seq,
+            dims => {
+                return Err(Error::Input(format!(
+                    "token ids must be (batch, seq) with seq ≥ 1, got {dims:?}"
+                )))
+            }
+        };
+        if let Some(max) = self.max_positions() {
+            if offset + seq > max {
+                return Err(Error::Input(format!(
+                    "positions {offset}..{} are past the `{}` encoding's table of max_positions = {max}",
+                    offset + seq,
+                    self.cfg.encoding.kind()
+                )));
+            }
+        }
+        Ok(seq)
+    }
+}

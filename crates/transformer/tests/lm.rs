@@ -1,0 +1,157 @@
+//! The decoder-only language model: causal (a position never sees a later one), cached
+//! generation equal to the full forward for every encoding, and a learned table's end named.
+
+mod common;
+
+use candle_core::{DType, Device, IndexOp, Tensor};
+use candle_nn::{VarBuilder, VarMap};
+use common::*;
+use posenc::EncodingConfig;
+use posenc_transformer::encoder::EncoderCache;
+use posenc_transformer::{LanguageModel, LmConfig};
+
+fn lm(encoding: EncodingConfig) -> LanguageModel {
+    lm_and_weights(encoding).0
+}
+
+/// The model with frozen weights (inference takes the fused kernels, as generation does),
+/// and the variables it was created with.
+fn lm_and_weights(encoding: EncodingConfig) -> (LanguageModel, VarMap) {
+    let cfg = LmConfig {
+        vocab_size: 30,
+        d_model: 16,
+        heads: 4,
+        d_ff: 32,
+        layers: 2,
+        encoding,
+        context: 8,
+        ..LmConfig::default()
+    };
+    let varmap = VarMap::new();
+    LanguageModel::new(
+        &cfg,
+        VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu),
+    )
+    .unwrap();
+    let tensors = varmap
+        .data()
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_tensor().detach()))
+        .collect();
+    let frozen = VarBuilder::from_tensors(tensors, DType::F32, &Device::Cpu);
+    (LanguageModel::new(&cfg, frozen).unwrap(), varmap)
+}
+
+fn tokens() -> Tensor {
+    ids(&[
+        &[1, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15],
+        &[2, 11, 12, 13, 14, 15, 3, 3, 4, 29, 0, 7],
+    ])
+}
+
+#[test]
+fn a_position_never_sees_a_later_one() {
+    for enc in all_encodings()
+        .into_iter()
+        .filter(|e| e.kind() != "fraction")
+    {
+        let model = lm(enc.clone());
+        let a = tokens();
+        // Change the last half of the sequence: the first half's outputs must not move.
+        let mut changed: Vec<Vec<u32>> = a.to_vec2().unwrap();
+        for row in &mut changed {
+            for t in &mut row[6..] {
+                *t = (*t + 7) % 30;
+            }
+        }
+        let rows: Vec<&[u32]> = changed.iter().map(Vec::as_slice).collect();
+        let b = ids(&rows);
+        let (la, lb) = (
+            model.logits(&a, false).unwrap(),
+            model.logits(&b, false).unwrap(),
+        );
+        let before = max_abs_diff(&la.i((.., ..6)).unwrap(), &lb.i((.., ..6)).unwrap());
+        let after = max_abs_diff(&la.i((.., 6..)).unwrap(), &lb.i((.., 6..)).unwrap());
+        assert!(
+            before < 1e-5,
+            "{}: earlier positions moved by {before}",
+            enc.kind()
+        );
+        assert!(after > 1e-4, "{}: later positions did not move", enc.kind());
+    }
+}
+
+/// `fraction` is left out: its value at a position depends on how long the sequence is so
+/// far, so no cache can hold it (the documents' reason to reject it).
+#[test]
+fn cached_generation_equals_the_full_forward_for_every_encoding() {
+    for enc in all_encodings()
+        .into_iter()
+        .filter(|e| e.kind() != "fraction")
+    {
+        let model = lm(enc.clone());
+        let x = tokens();
+        let full = model.logits(&x, false).unwrap();
+        let mut cache = EncoderCache::default();
+        // A prompt of four tokens in one call, then one token at a time, past the context
+        // of 8 the model was configured for.
+        let mut steps = vec![model.step(&x.i((.., ..4)).unwrap(), &mut cache).unwrap()];
+        for t in 4..x.dim(1).unwrap() {
+            steps.push(
+                model
+                    .step(&x.i((.., t..t + 1)).unwrap(), &mut cache)
+                    .unwrap(),
+            );
+        }
+        assert_eq!(cache.len(), 12);
+        let cached = Tensor::cat(&steps, 1).unwrap();
+        let diff = max_abs_diff(&full, &cached);
+        assert!(
+            diff < 1e-4,
+            "{}: cached generation differs by {diff}",
+            enc.kind()
+        );
+    }
+}
+
+#[test]
+fn a_learned_table_names_its_end() {
+    let model = lm(EncodingConfig::new(posenc::learned::LearnedConfig {
+        max_positions: 8,
+    }));
+    assert!(model.logits(&tokens().i((.., ..8)).unwrap(), false).is_ok());
+    let e = model.logits(&tokens(), false).unwrap_err().to_string();
+    assert!(
+        e.contains("max_positions = 8") && e.contains("learned"),
+        "{e}"
+    );
+    let mut cache = EncoderCache::default();
+    model
+        .step(&tokens().i((.., ..8)).unwrap(), &mut cache)
+        .unwrap();
+    let e = model
+        .step(&tokens().i((.., 8..9)).unwrap(), &mut cache)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("8..9") && e.contains("max_positions = 8"), "{e}");
+}
+
+#[test]
+fn the_head_is_the_token_embedding() {
+    let (model, varmap) = lm_and_weights(EncodingConfig::from_kind("none").unwrap());
+    let names: Vec<String> = varmap.data().lock().unwrap().keys().cloned().collect();
+    // One (vocab, d_model) matrix serves as embedding and head: no other has vocab rows.
+    let vocab_sized: Vec<&String> = names
+        .iter()
+        .filter(|n| varmap.data().lock().unwrap()[*n].as_tensor().dims().first() == Some(&30))
+        .collect();
+    assert_eq!(vocab_sized, [&"embed.weight".to_string()], "{names:?}");
+    assert!(
+        names.iter().any(|n| n == "stack.norm.weight"),
+        "a final norm: {names:?}"
+    );
+    let logits = model.logits(&ids(&[&[3, 4]]), false).unwrap();
+    assert_eq!(logits.dims(), &[1, 2, 30]);
+}
