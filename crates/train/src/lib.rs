@@ -8,6 +8,7 @@
 
 pub mod batch;
 pub mod bench;
+pub mod corpus;
 pub mod data;
 pub mod decode;
 pub mod eval;
@@ -21,6 +22,7 @@ pub mod optim;
 pub mod rundir;
 pub mod sample;
 pub mod schedule;
+pub mod text_tokenizer;
 pub mod trainer;
 pub mod vocab;
 
