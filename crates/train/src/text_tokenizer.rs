@@ -11,11 +11,10 @@ use serde::{Deserialize, Serialize};
 use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
 use tokenizers::decoders::fuse::Fuse;
 use tokenizers::models::bpe::{BpeTrainer, BPE};
-use tokenizers::models::wordlevel::{WordLevel, WordLevelTrainer};
 use tokenizers::models::TrainerWrapper;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
-use tokenizers::{AddedToken, SplitDelimiterBehavior, Tokenizer};
+use tokenizers::{SplitDelimiterBehavior, Tokenizer};
 
 /// The unknown character of the character tokenizer.
 pub const UNK: &str = "<unk>";
@@ -43,17 +42,7 @@ impl TextTokenizer {
         let lines = || text.split_inclusive('\n');
         match self {
             Self::Char => {
-                let mut trainer: TrainerWrapper = WordLevelTrainer::builder()
-                    .min_frequency(1)
-                    .special_tokens(vec![AddedToken::from(UNK, true)])
-                    .show_progress(false)
-                    .build()?
-                    .into();
-                let model = WordLevel::builder()
-                    .unk_token(UNK.to_string())
-                    .build()
-                    .map_err(|e| anyhow!(e))?;
-                let mut tokenizer = Tokenizer::new(model);
+                let (mut tokenizer, mut trainer) = crate::vocab::word_level(&[UNK], UNK)?;
                 // Every character, newlines included, is a piece of its own.
                 let every_char = Split::new(
                     SplitPattern::Regex("(?s).".into()),

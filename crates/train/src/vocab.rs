@@ -90,25 +90,31 @@ impl std::fmt::Debug for Vocab {
     }
 }
 
+/// An untrained word-level tokenizer whose unknown token is `unk`, and its trainer, which
+/// puts `specials` first (ids 0, 1, …) and keeps every piece seen once or more.
+pub(crate) fn word_level(specials: &[&str], unk: &str) -> Result<(Tokenizer, TrainerWrapper)> {
+    let trainer: TrainerWrapper = WordLevelTrainer::builder()
+        .min_frequency(1)
+        .special_tokens(
+            specials
+                .iter()
+                .map(|s| AddedToken::from(*s, true))
+                .collect(),
+        )
+        .show_progress(false)
+        .build()?
+        .into();
+    let model = WordLevel::builder()
+        .unk_token(unk.to_string())
+        .build()
+        .map_err(|e| anyhow!(e))?;
+    Ok((Tokenizer::new(model), trainer))
+}
+
 impl Vocab {
     /// Trains a word-level tokenizer on `texts`, specials first.
     pub fn train<'a>(texts: impl Iterator<Item = &'a str> + Send) -> Result<Self> {
-        let mut trainer: TrainerWrapper = WordLevelTrainer::builder()
-            .min_frequency(1)
-            .special_tokens(
-                SPECIALS
-                    .iter()
-                    .map(|s| AddedToken::from(*s, true))
-                    .collect(),
-            )
-            .show_progress(false)
-            .build()?
-            .into();
-        let model = WordLevel::builder()
-            .unk_token(UNK.to_string())
-            .build()
-            .map_err(|e| anyhow!(e))?;
-        let mut tokenizer = Tokenizer::new(model);
+        let (mut tokenizer, mut trainer) = word_level(&SPECIALS, UNK)?;
         tokenizer.with_pre_tokenizer(Some(WhitespaceSplit));
         tokenizer
             .train(&mut trainer, texts)

@@ -117,11 +117,12 @@ fn model(kind: &str) -> LanguageModel {
         ..LmConfig::default()
     };
     let varmap = VarMap::new();
-    LanguageModel::new(
-        &cfg,
-        VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu),
-    )
-    .unwrap()
+    let vb = VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu);
+    let m = LanguageModel::new(&cfg, vb).unwrap();
+    // Seeded (Xavier) weights: candle's own initialisation is unseeded, and its unit-variance
+    // embeddings, tied to the head, can make an untrained model repeat its last token.
+    posenc_train::init::initialize(&varmap, 11).unwrap();
+    m
 }
 
 #[test]
