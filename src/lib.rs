@@ -30,6 +30,9 @@ enum Command {
     Eval(cmd::translate::EvalArgs),
     /// Train the toy model once per positional encoding and compare them.
     Experiment(cmd::experiment::ExperimentArgs),
+    /// A causal language model on Shakespeare: train, generate, measure past the context.
+    #[command(subcommand)]
+    Lm(cmd::lm::LmCommand),
     /// Draw figures (PNG).
     #[command(subcommand)]
     Plot(cmd::plot::PlotCommand),
@@ -53,6 +56,7 @@ pub fn run(cli: Cli, out: &mut impl Write) -> anyhow::Result<()> {
         Command::Bench(c) => c.run(out),
         Command::Experiment(c) => c.run(out),
         Command::Plot(c) => c.run(out),
+        Command::Lm(c) => c.run(out),
         Command::Embed(c) => c.run(out),
     }
 }

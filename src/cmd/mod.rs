@@ -4,6 +4,7 @@ pub mod bench;
 pub mod embed;
 pub mod encoding;
 pub mod experiment;
+pub mod lm;
 pub mod plot;
 pub mod translate;
 

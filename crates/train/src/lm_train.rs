@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::loss::label_smoothed_cross_entropy;
 use crate::optim::{AdamW, AdamWConfig};
+use crate::text_tokenizer::TextTokenizer;
 
 /// The settings of one run. The defaults are nanoGPT's documented CPU run on
 /// `shakespeare_char` (4 layers, 4 heads, width 128, context 64, batch 12, 2 000 steps,
@@ -30,6 +31,8 @@ use crate::optim::{AdamW, AdamWConfig};
 pub struct LmTrainConfig {
     /// The model (its `context` is the training window).
     pub model: LmConfig,
+    /// How text becomes tokens.
+    pub tokenizer: TextTokenizer,
     /// Optimizer steps.
     pub steps: usize,
     /// Windows per step.
@@ -50,6 +53,7 @@ impl Default for LmTrainConfig {
     fn default() -> Self {
         Self {
             model: LmConfig::default(),
+            tokenizer: TextTokenizer::Char,
             steps: 2000,
             batch_size: 12,
             lr: 1e-3,
