@@ -61,6 +61,55 @@ fn train_generate_and_evaluate_a_tiny_language_model() {
     }
     assert!(!table.contains("n/a"), "{table}");
 
+    // Absurd and malformed values are errors naming them: no panic, no output, no abort.
+    for (args, named) in [
+        (
+            &["lm", "generate", "--tokens", "18446744073709551615"][..],
+            "tokens",
+        ),
+        (
+            &["lm", "generate", "--temperature", "nan"][..],
+            "temperature",
+        ),
+        (&["lm", "generate", "--top-p", "2"][..], "top-p"),
+        (&["lm", "generate", "--prompt", ""][..], "prompt is empty"),
+        (
+            &["lm", "eval", "--windows", "100000000000000"][..],
+            "windows",
+        ),
+        (&["lm", "eval", "--windows", "0"][..], "window"),
+        (&["lm", "eval", "--lengths", "0"][..], "window"),
+        (&["lm", "eval", "--lengths", "1000000"][..], "too long"),
+    ] {
+        let o = posenc()
+            .args(args)
+            .arg("--model")
+            .arg(&run)
+            .output()
+            .unwrap();
+        let (stdout, stderr) = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(named) && !stderr.contains("panicked"),
+            "{args:?}: {stderr}"
+        );
+        assert!(stdout.is_empty(), "{args:?}: {stdout}");
+    }
+    let huge = dir.path().join("huge");
+    let o = posenc()
+        .args(["lm", "train", "--quiet", "--context", "1000000", "--config"])
+        .arg(&config)
+        .arg("--out")
+        .arg(&huge)
+        .output()
+        .unwrap();
+    assert!(
+        text(&o).1.contains("context = 1000000 is too long"),
+        "{}",
+        text(&o).1
+    );
+    assert!(!huge.exists());
+
     // A second run into the same directory is refused, and nothing in it changes.
     let before = snapshot(&run);
     let again = posenc()

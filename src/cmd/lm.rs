@@ -228,20 +228,22 @@ fn eval(a: EvalArgs, out: &mut impl Write) -> Result<()> {
     let lengths = a
         .lengths
         .unwrap_or_else(|| [1, 2, 4, 8].map(|f| f * context).to_vec());
-    writeln!(
-        out,
-        "| window | loss ({}) |\n|---:|---:|",
-        saved.cfg.model.encoding.kind()
-    )?;
+    // Every row is computed before any is printed: a bad length prints nothing but the error.
+    let mut rows = Vec::new();
     for len in lengths {
-        match evaluate(&saved.model, &ids, len, a.windows) {
-            Ok(loss) => writeln!(out, "| {len} | {loss:.4} |")?,
+        rows.push(match evaluate(&saved.model, &ids, len, a.windows) {
+            Ok(loss) => format!("| {len} | {loss:.4} |"),
             // Past a learned table there is no answer, and the table says why.
             Err(e) if saved.model.max_positions().is_some_and(|m| len > m) => {
-                writeln!(out, "| {len} | n/a ({}) |", super::error_text(&e))?
+                format!("| {len} | n/a ({}) |", super::error_text(&e))
             }
             Err(e) => return Err(e),
-        }
+        });
+    }
+    let kind = saved.cfg.model.encoding.kind();
+    writeln!(out, "| window | loss ({kind}) |\n|---:|---:|")?;
+    for row in rows {
+        writeln!(out, "{row}")?;
     }
     Ok(())
 }

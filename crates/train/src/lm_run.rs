@@ -107,14 +107,7 @@ pub fn load(dir: &Path) -> Result<Saved> {
     )?;
     let path = file(dir, WEIGHTS);
     checkpoint::load_into(&varmap, &path)?;
-    let tensors = checkpoint::variables(&varmap)
-        .into_iter()
-        .map(|(k, v)| (k, v.detach()))
-        .collect();
-    let model = LanguageModel::new(
-        &cfg.model,
-        VarBuilder::from_tensors(tensors, DType::F32, &device),
-    )?;
+    let model = LanguageModel::frozen(&cfg.model, &varmap, &device)?;
     Ok(Saved {
         cfg,
         tokenizer,

@@ -82,9 +82,15 @@ impl LmTrainConfig {
         self.min_lr + cosine * (self.lr - self.min_lr)
     }
 
-    /// Checks the settings.
+    /// Checks the settings, and that a step's attention scores fit in memory.
     pub fn validate(&self) -> Result<()> {
         self.model.validate()?;
+        fits_in_memory(
+            self.batch_size,
+            self.model.heads,
+            self.model.context,
+            "context",
+        )?;
         self.adam.validate()?;
         ensure!(self.batch_size > 0, "batch_size must be at least 1");
         ensure!(
@@ -95,6 +101,20 @@ impl LmTrainConfig {
         );
         Ok(())
     }
+}
+
+/// The most attention scores (f32) one forward may hold: 4 GB.
+const MAX_SCORES: u128 = 1 << 30;
+
+/// Checks that `rows` sequences of `len` positions over `heads` heads have attention scores
+/// within [`MAX_SCORES`], naming `what` (the flag that set `len`) otherwise.
+fn fits_in_memory(rows: usize, heads: usize, len: usize, what: &str) -> Result<()> {
+    let scores = rows as u128 * heads as u128 * len as u128 * len as u128;
+    ensure!(
+        scores <= MAX_SCORES,
+        "{what} = {len} is too long: {rows} sequences × {heads} heads × {len}² attention scores would pass the limit of {MAX_SCORES}"
+    );
+    Ok(())
 }
 
 /// A trained model and what training saw.
@@ -158,6 +178,9 @@ pub fn loss(
     label_smoothed_cross_entropy(&logits.reshape((b * t, v))?, targets, 0.0, u32::MAX)
 }
 
+/// Windows evaluated in one forward.
+const EVAL_BATCH: usize = 8;
+
 /// Mean next-token loss (nats) over `windows` windows of `len` tokens spread evenly over
 /// `stream`, every position counted: at `len` past the trained context this measures
 /// extrapolation.
@@ -166,6 +189,9 @@ pub fn loss(
 /// A stream shorter than one window, or positions past a learned encoding's table.
 pub fn evaluate(model: &LanguageModel, stream: &[u32], len: usize, windows_: usize) -> Result<f64> {
     ensure!(windows_ > 0, "evaluate at least one window");
+    posenc::limits::check("windows", windows_, posenc::limits::MAX_POSITIONS)?;
+    ensure!(len > 0, "a window must hold at least one token");
+    fits_in_memory(EVAL_BATCH, model.config().heads, len, "the window length")?;
     ensure!(
         stream.len() > len + 1,
         "a stream of {} tokens has no window of {len} + 1",
@@ -174,7 +200,7 @@ pub fn evaluate(model: &LanguageModel, stream: &[u32], len: usize, windows_: usi
     let room = stream.len() - len - 1;
     let starts: Vec<usize> = (0..windows_).map(|i| i * room / windows_).collect();
     let mut total = 0.0;
-    for chunk in starts.chunks(8) {
+    for chunk in starts.chunks(EVAL_BATCH) {
         let (x, y) = windows(stream, len, chunk)?;
         let l = loss(model, &x, &y, false)?.to_scalar::<f32>()?;
         total += f64::from(l) * chunk.len() as f64;
@@ -213,18 +239,7 @@ pub fn train_lm(
         progress(step, value);
     }
     drop(model);
-    // The trained weights as plain tensors: inference takes the fused kernels.
-    let tensors = varmap
-        .data()
-        .lock()
-        .map_err(|_| anyhow::anyhow!("poisoned VarMap"))?
-        .iter()
-        .map(|(k, v)| (k.clone(), v.as_tensor().detach()))
-        .collect();
-    let model = LanguageModel::new(
-        &cfg.model,
-        VarBuilder::from_tensors(tensors, DType::F32, &device),
-    )?;
+    let model = LanguageModel::frozen(&cfg.model, &varmap, &device)?;
     Ok(LmRun {
         model,
         varmap,

@@ -86,12 +86,13 @@ impl Sampler {
 
     /// The token picked from one row of scores (logits).
     pub fn pick(&mut self, logits: &[f32]) -> u32 {
-        let mut order: Vec<usize> = (0..logits.len()).collect();
         // Most likely first; ties to the lower id, so greedy is argmax's first maximum.
-        order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
-        if self.cfg.temperature == 0.0 || order.len() <= 1 {
-            return order.first().map_or(0, |&i| i as u32);
+        let before = |a: &usize, b: &usize| logits[*b].total_cmp(&logits[*a]).then(a.cmp(b));
+        if self.cfg.temperature == 0.0 || logits.len() <= 1 {
+            return (0..logits.len()).min_by(before).unwrap_or(0) as u32;
         }
+        let mut order: Vec<usize> = (0..logits.len()).collect();
+        order.sort_by(before);
         order.truncate(self.cfg.top_k.unwrap_or(order.len()).max(1));
         let top = f64::from(logits[order[0]]);
         let mut probs: Vec<f64> = order
@@ -139,11 +140,12 @@ pub fn generate(
         !prompt.is_empty(),
         "the prompt is empty: give at least one token"
     );
+    posenc::limits::check("tokens", max_new, posenc::limits::MAX_POSITIONS)?;
     let mut sampler = Sampler::new(sampling)?;
     let device = model.device();
     let mut cache = EncoderCache::default();
     let mut next = Tensor::new(prompt, &device)?.unsqueeze(0)?;
-    let mut out = Vec::with_capacity(max_new);
+    let mut out = Vec::new();
     for _ in 0..max_new {
         let logits = model.step(&next, &mut cache)?;
         let last: Vec<f32> = logits.get(0)?.get(logits.dim(1)? - 1)?.to_vec1()?;

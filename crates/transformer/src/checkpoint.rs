@@ -163,6 +163,16 @@ pub fn variables(varmap: &VarMap) -> HashMap<String, Tensor> {
         .collect()
 }
 
+/// A builder over the variables of `varmap` as plain tensors (sharing their storage): a
+/// model built from it carries no gradient, so inference takes candle's fused kernels.
+pub fn frozen(varmap: &VarMap, device: &Device) -> VarBuilder<'static> {
+    let tensors = variables(varmap)
+        .into_iter()
+        .map(|(k, v)| (k, v.detach()))
+        .collect();
+    VarBuilder::from_tensors(tensors, DType::F32, device)
+}
+
 /// Reads `config.json` from `dir`.
 pub fn load_config(dir: &Path) -> Result<Config> {
     let path = dir.join(CONFIG_FILE);

@@ -15,8 +15,8 @@
 
 use std::sync::Arc;
 
-use candle_core::Tensor;
-use candle_nn::{Activation, Linear, VarBuilder};
+use candle_core::{Device, Tensor};
+use candle_nn::{Activation, Linear, VarBuilder, VarMap};
 use posenc::{Direction, EncodingConfig, PositionalEncoding, Target};
 use serde::{Deserialize, Serialize};
 
@@ -123,6 +123,12 @@ impl LanguageModel {
             stack: Encoder::new(&blocks, encoding, vb.pp("stack"))?,
             head,
         })
+    }
+
+    /// The same model over the variables of `varmap` as plain tensors: no gradient can
+    /// flow, so inference takes candle's fused kernels.
+    pub fn frozen(cfg: &LmConfig, varmap: &VarMap, device: &Device) -> Result<Self> {
+        Self::new(cfg, crate::checkpoint::frozen(varmap, device))
     }
 
     /// The configuration the model was built from.

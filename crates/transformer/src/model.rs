@@ -12,9 +12,7 @@
 //! uses in each stack. Encoder-only and decoder-only models set the other stack's layer
 //! count to 0.
 
-use std::collections::HashMap;
-
-use candle_core::{DType, Device, Tensor, D};
+use candle_core::{Device, Tensor, D};
 use candle_nn::{Linear, VarBuilder, VarMap};
 use posenc::{EncodingConfig, Target};
 
@@ -99,14 +97,7 @@ impl Transformer {
     /// The same model over the variables of `varmap` as plain tensors (sharing their
     /// storage): no gradient can flow, so inference takes candle's fused kernels.
     pub fn frozen(cfg: &Config, varmap: &VarMap, device: &Device) -> Result<Self> {
-        let tensors: HashMap<String, Tensor> = varmap
-            .data()
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .map(|(k, v)| (k.clone(), v.as_tensor().detach()))
-            .collect();
-        Self::new(cfg, VarBuilder::from_tensors(tensors, DType::F32, device))
+        Self::new(cfg, crate::checkpoint::frozen(varmap, device))
     }
 
     /// The configuration the model was built from.

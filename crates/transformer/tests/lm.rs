@@ -33,15 +33,8 @@ fn lm_and_weights(encoding: EncodingConfig) -> (LanguageModel, VarMap) {
         VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu),
     )
     .unwrap();
-    let tensors = varmap
-        .data()
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|(k, v)| (k.clone(), v.as_tensor().detach()))
-        .collect();
-    let frozen = VarBuilder::from_tensors(tensors, DType::F32, &Device::Cpu);
-    (LanguageModel::new(&cfg, frozen).unwrap(), varmap)
+    let frozen = LanguageModel::frozen(&cfg, &varmap, &Device::Cpu).unwrap();
+    (frozen, varmap)
 }
 
 fn tokens() -> Tensor {
