@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use posenc::EncodingConfig;
 use posenc_train::corpus::{self, Corpus};
-use posenc_train::lm_train::{evaluate, train_lm, LmTrainConfig};
+use posenc_train::lm_train::{evaluate, train_lm, LmData, LmTrainConfig};
 use posenc_train::sample::{generate, Sampling};
 use posenc_train::text_tokenizer::{decode, encode, TextTokenizer};
 
@@ -49,26 +49,35 @@ fn main() -> anyhow::Result<()> {
     );
 
     let started = Instant::now();
-    let run = train_lm(&cfg, &train, |step, loss| {
-        if step % 200 == 0 || step + 1 == steps {
+    let data = LmData {
+        train,
+        valid: valid.clone(),
+    };
+    let run = train_lm(&cfg, &data, |state, loss| {
+        if state.step % 200 == 0 || state.step == steps {
             println!(
-                "step {step:>5}  train loss {loss:.4}  ({:.0} s)",
+                "step {:>5}  train loss {loss:.4}  ({:.0} s)",
+                state.step,
                 started.elapsed().as_secs_f64()
             );
         }
     })?;
     let context = cfg.model.context;
-    let valid_loss = evaluate(&run.model, &valid, context, 200)?;
+    let valid_loss = evaluate(&run.model, &valid, context, 200, context)?.loss;
     println!(
         "\nvalidation loss {valid_loss:.3} after {steps} steps in {:.0} s (nanoGPT's anchor: ≈ 1.88 in ≈ 3 min)",
-        run.elapsed_s
+        run.state.elapsed_s
     );
 
     println!("\ntest loss by window length (trained on {context}):");
     for factor in [1, 2, 4, 8] {
         let len = factor * context;
-        match evaluate(&run.model, &test, len, 64) {
-            Ok(loss) => println!("  {len:>4} ({factor}L)  {loss:.3}"),
+        match evaluate(&run.model, &test, len, 64, context) {
+            Ok(e) => println!(
+                "  {len:>4} ({factor}L)  {:.3}  (past L: {})",
+                e.loss,
+                e.tail_loss.map_or("–".into(), |t| format!("{t:.3}"))
+            ),
             Err(e) => println!("  {len:>4} ({factor}L)  n/a: {e:#}"),
         }
     }

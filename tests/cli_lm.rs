@@ -1,5 +1,6 @@
-//! `posenc lm`: train a tiny causal model on the Shakespeare corpus, generate, evaluate past
-//! the context; a run never overwrites another, and bad input is named.
+//! `posenc lm`: train a tiny causal model on the Shakespeare corpus, resume it, generate,
+//! evaluate past the context, run the experiment; a run never overwrites another, and bad
+//! input is named.
 
 mod common;
 
@@ -7,7 +8,7 @@ use common::{posenc, snapshot, text, write_config};
 
 /// A tiny model: two minutes of nanoGPT shrunk to seconds.
 const TINY_LM: &str = r#"{"model": {"d_model": 32, "heads": 2, "d_ff": 64, "layers": 1, "context": 16},
-    "steps": 30, "batch_size": 8}"#;
+    "steps": 30, "batch_size": 8, "eval_every": 10, "save_every": 10}"#;
 
 #[test]
 fn train_generate_and_evaluate_a_tiny_language_model() {
@@ -27,15 +28,42 @@ fn train_generate_and_evaluate_a_tiny_language_model() {
         stdout.contains("alibi (characters): validation loss"),
         "{stdout}"
     );
-    for f in ["config.json", "tokenizer.json", "model.safetensors"] {
+    for f in [
+        "config.json",
+        "tokenizer.json",
+        "model.safetensors",
+        "training.safetensors",
+        "manifest.json",
+        "trainer.json",
+    ] {
         assert!(run.join(f).is_file(), "{f}");
     }
+
+    // Resuming with more steps continues the run from its checkpoint.
+    let resumed = posenc()
+        .args([
+            "lm", "train", "--quiet", "--resume", "--steps", "40", "--out",
+        ])
+        .arg(&run)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&resumed);
+    assert!(resumed.status.success(), "{stderr}");
+    assert!(stdout.contains("after 40 steps"), "{stdout}");
+    let trainer = std::fs::read_to_string(run.join("trainer.json")).unwrap();
+    assert!(trainer.contains("\"step\": 40"), "{trainer}");
 
     // Generation continues the prompt, the same seed giving the same text.
     let gen = |seed: &str| {
         let o = posenc()
             .args([
-                "lm", "generate", "--tokens", "40", "--seed", seed, "--prompt", "KING.\n",
+                "lm",
+                "generate",
+                "--max-tokens",
+                "40",
+                "--seed",
+                seed,
+                "KING.\n",
                 "--model",
             ])
             .arg(&run)
@@ -60,19 +88,52 @@ fn train_generate_and_evaluate_a_tiny_language_model() {
         assert!(table.contains(len), "{table}");
     }
     assert!(!table.contains("n/a"), "{table}");
+    // As JSON: the loss at every position, the tail past L = 16 from 32 on.
+    let e = posenc()
+        .args([
+            "lm",
+            "eval",
+            "--windows",
+            "2",
+            "--lengths",
+            "16,32",
+            "--format",
+            "json",
+            "--model",
+        ])
+        .arg(&run)
+        .output()
+        .unwrap();
+    assert!(e.status.success(), "{}", text(&e).1);
+    let rows: serde_json::Value = serde_json::from_str(&text(&e).0).unwrap();
+    assert_eq!(rows[0]["by_position"].as_array().unwrap().len(), 16);
+    assert!(
+        rows[0]["tail_loss"].is_null() && rows[1]["tail_loss"].is_f64(),
+        "{rows}"
+    );
+    let ppl = rows[1]["perplexity"].as_f64().unwrap();
+    assert!((ppl - rows[1]["loss"].as_f64().unwrap().exp()).abs() < 1e-9);
 
     // Absurd and malformed values are errors naming them: no panic, no output, no abort.
     for (args, named) in [
         (
-            &["lm", "generate", "--tokens", "18446744073709551615"][..],
+            &[
+                "lm",
+                "generate",
+                "--max-tokens",
+                "18446744073709551615",
+                "A",
+            ][..],
             "tokens",
         ),
         (
-            &["lm", "generate", "--temperature", "nan"][..],
+            &["lm", "generate", "--temperature", "nan", "A"][..],
             "temperature",
         ),
-        (&["lm", "generate", "--top-p", "2"][..], "top-p"),
-        (&["lm", "generate", "--prompt", ""][..], "prompt is empty"),
+        (&["lm", "generate", "--top-p", "2", "A"][..], "top-p"),
+        (&["lm", "generate", "--top-p", "0", "A"][..], "top-p"),
+        (&["lm", "generate", ""][..], "prompt is empty"),
+        (&["lm", "generate", "KING 王"][..], "no token for \"王\""),
         (
             &["lm", "eval", "--windows", "100000000000000"][..],
             "windows",
@@ -120,7 +181,13 @@ fn train_generate_and_evaluate_a_tiny_language_model() {
         .output()
         .unwrap();
     assert!(!again.status.success());
-    assert!(text(&again).1.contains("not empty"), "{}", text(&again).1);
+    assert!(
+        text(&again)
+            .1
+            .contains("holds a run with a different config"),
+        "{}",
+        text(&again).1
+    );
     assert_eq!(snapshot(&run), before);
 }
 
@@ -162,11 +229,16 @@ fn a_learned_table_is_na_past_its_end() {
     let (table, stderr) = text(&e);
     assert!(e.status.success(), "{stderr}");
     assert!(
-        table.contains("| 16 | ") && !table.lines().nth(2).unwrap().contains("n/a"),
+        table.contains("| 16 | 2 | ")
+            && !table
+                .lines()
+                .find(|l| l.starts_with("| 16 "))
+                .unwrap()
+                .contains("n/a"),
         "{table}"
     );
     assert!(
-        table.contains("| 32 | n/a") && table.contains("max_positions = 16"),
+        table.contains("| 32 | – | n/a") && table.contains("max_positions = 16"),
         "{table}"
     );
 
@@ -207,4 +279,71 @@ fn a_missing_run_is_named() {
         stderr.contains("/nonexistent/run") && !stderr.contains("panicked"),
         "{stderr}"
     );
+}
+
+#[test]
+fn the_experiment_tabulates_every_length_and_draws_both_figures() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("exp");
+    let o = posenc()
+        .args([
+            "lm",
+            "experiment",
+            "--quiet",
+            "--quick",
+            "--steps",
+            "2",
+            "--context",
+            "16",
+            "--encodings",
+        ])
+        .arg(r#"rope,{"kind": "learned", "max_positions": 16}"#)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let (table, stderr) = text(&o);
+    assert!(o.status.success(), "{stderr}");
+    for col in ["ppl @ 16", "ppl @ 128", "loss past 16 @ 128"] {
+        assert!(table.contains(col), "{table}");
+    }
+    let row = |kind: &str| {
+        table
+            .lines()
+            .find(|l| l.starts_with(&format!("| {kind} ")))
+            .unwrap()
+            .to_string()
+    };
+    assert!(!row("rope").contains("n/a"), "{table}");
+    // learned answers at 16 and nowhere past it: 3 lengths and 3 tails.
+    assert_eq!(row("learned").matches("n/a").count(), 6, "{table}");
+    for f in [
+        "results.md",
+        "results.json",
+        "extrapolation.png",
+        "by_position.png",
+        "rope/model.safetensors",
+    ] {
+        assert!(out.join(f).is_file(), "{f}");
+    }
+    // Run again: every run is reused, and the table is the same.
+    let again = posenc()
+        .args([
+            "lm",
+            "experiment",
+            "--quiet",
+            "--quick",
+            "--steps",
+            "2",
+            "--context",
+            "16",
+            "--encodings",
+        ])
+        .arg(r#"rope,{"kind": "learned", "max_positions": 16}"#)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(again.status.success(), "{}", text(&again).1);
+    assert_eq!(text(&again).0, table);
 }

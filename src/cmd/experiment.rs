@@ -5,7 +5,6 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
-use posenc::EncodingConfig;
 use posenc_train::experiment::{self, ExperimentConfig, RESULTS_JSON, RESULTS_MD};
 use posenc_train::trainer::RunOptions;
 
@@ -14,8 +13,8 @@ use posenc_train::trainer::RunOptions;
 pub struct ExperimentArgs {
     /// Comma-separated encoding kinds [default: every kind; with --quick:
     /// none,sinusoidal].
-    #[arg(long, value_delimiter = ',')]
-    encodings: Option<Vec<EncodingConfig>>,
+    #[arg(long)]
+    encodings: Option<super::EncodingList>,
     /// Optimizer steps per encoding [default: 1000; with --quick: 500].
     #[arg(long)]
     steps: Option<usize>,
@@ -42,13 +41,14 @@ impl ExperimentArgs {
             ExperimentConfig::full()
         };
         if let Some(e) = self.encodings {
-            cfg.encodings = e;
+            cfg.encodings = e.0;
         }
         cfg.base.steps = self.steps.unwrap_or(cfg.base.steps);
         cfg.base.seed = self.seed.unwrap_or(cfg.base.seed);
         let opts = RunOptions {
             quiet: self.quiet,
             force: false,
+            stop_after: None,
         };
         let result = experiment::run(&cfg, &self.out, opts)?;
         let plots = posenc_plot::experiment(&result, &self.out)?;

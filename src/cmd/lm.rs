@@ -1,16 +1,19 @@
-//! `posenc lm train|generate|eval`: a causal language model on Shakespeare.
+//! `posenc lm train|generate|eval|experiment`: a causal language model on Shakespeare.
 
-use std::io::Write;
-use std::path::PathBuf;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
 
 use anyhow::{ensure, Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use posenc::EncodingConfig;
 use posenc_train::corpus::{self, Corpus};
+use posenc_train::lm_experiment::{self, LmExperimentConfig, RESULTS_JSON, RESULTS_MD};
 use posenc_train::lm_run;
-use posenc_train::lm_train::{evaluate, train_lm, LmTrainConfig};
+use posenc_train::lm_train::{evaluate, LmData, LmState, LmTrainConfig};
 use posenc_train::sample::{generate, Sampling};
-use posenc_train::text_tokenizer::{decode, encode, TextTokenizer};
+use posenc_train::text_tokenizer::{decode, encode, encode_strict, TextTokenizer};
+use posenc_train::trainer::RunOptions;
+use serde::Serialize;
 
 /// Which tokenization.
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -30,30 +33,45 @@ pub enum Split {
     Test,
 }
 
+/// How `lm eval` prints.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Format {
+    /// A Markdown table.
+    Table,
+    /// JSON, per-position losses included.
+    Json,
+}
+
 /// `posenc lm train`
 #[derive(Args, Debug)]
 pub struct TrainArgs {
-    /// A new (or empty) directory for the run.
+    /// The run directory: new or empty (or, with --resume, a run to continue).
     #[arg(long)]
     out: PathBuf,
     /// A JSON training config (model, tokenizer, steps, schedule); flags override it.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "resume")]
     config: Option<PathBuf>,
     /// The positional encoding: a kind or a JSON config.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "resume")]
     encoding: Option<EncodingConfig>,
     /// The training context L.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "resume")]
     context: Option<usize>,
     /// The tokenization.
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, conflicts_with = "resume")]
     tokenizer: Option<TokenizerArg>,
     /// BPE merges (with --tokenizer bpe).
-    #[arg(long, default_value_t = 2000)]
+    #[arg(long, default_value_t = 2000, conflicts_with = "resume")]
     merges: usize,
-    /// Optimizer steps.
+    /// Optimizer steps in all (with --resume: raise the run's own).
     #[arg(long)]
     steps: Option<usize>,
+    /// Continue the run in --out from its last checkpoint, bit-identically.
+    #[arg(long)]
+    resume: bool,
+    /// Replace a run already in --out (never files posenc did not write).
+    #[arg(long, conflicts_with = "resume")]
+    force: bool,
     /// The corpus directory [default: .cache/shakespeare, from scripts/fetch_shakespeare.sh].
     #[arg(long)]
     corpus: Option<PathBuf>,
@@ -68,12 +86,11 @@ pub struct GenerateArgs {
     /// The run directory.
     #[arg(long)]
     model: PathBuf,
-    /// The text to continue.
-    #[arg(long, default_value = "\n")]
-    prompt: String,
+    /// The text to continue [default: standard input].
+    prompt: Option<String>,
     /// How many tokens to generate.
     #[arg(long, default_value_t = 200)]
-    tokens: usize,
+    max_tokens: usize,
     /// Sampling temperature (0: greedy).
     #[arg(long, default_value_t = 0.8)]
     temperature: f64,
@@ -97,26 +114,65 @@ pub struct EvalArgs {
     /// Window lengths [default: 1, 2, 4 and 8 times the trained context].
     #[arg(long, value_delimiter = ',')]
     lengths: Option<Vec<usize>>,
-    /// Windows per length.
+    /// Non-overlapping windows per length, at most.
     #[arg(long, default_value_t = 64)]
     windows: usize,
-    /// The split.
-    #[arg(long, value_enum, default_value_t = Split::Test)]
+    /// The split of the corpus.
+    #[arg(long, value_enum, default_value_t = Split::Test, conflicts_with = "text")]
     split: Split,
+    /// Evaluate on this text file instead of the corpus.
+    #[arg(long)]
+    text: Option<PathBuf>,
     /// The corpus directory [default: .cache/shakespeare].
     #[arg(long)]
     corpus: Option<PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+}
+
+/// `posenc lm experiment`
+#[derive(Args, Debug)]
+pub struct ExperimentArgs {
+    /// Output directory: one run per encoding, results.md, results.json and plots.
+    #[arg(long, default_value = "runs/lm-experiment")]
+    out: PathBuf,
+    /// Comma-separated encodings [default: none, sinusoidal, learned (a table of L rows),
+    /// rope, alibi, t5; with --quick: none, sinusoidal, rope, alibi].
+    #[arg(long)]
+    encodings: Option<super::EncodingList>,
+    /// Optimizer steps per encoding [default: 2000; with --quick: 300].
+    #[arg(long)]
+    steps: Option<usize>,
+    /// The training context L.
+    #[arg(long)]
+    context: Option<usize>,
+    /// Seed of weights and windows.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// A smaller budget: minutes, not half an hour.
+    #[arg(long)]
+    quick: bool,
+    /// The corpus directory [default: .cache/shakespeare].
+    #[arg(long)]
+    corpus: Option<PathBuf>,
+    /// No progress lines.
+    #[arg(long)]
+    quiet: bool,
 }
 
 /// `posenc lm …`
 #[derive(Subcommand, Debug)]
 pub enum LmCommand {
-    /// Train a causal language model on the Shakespeare corpus into a new directory.
+    /// Train a causal language model on the Shakespeare corpus into a run directory.
     Train(TrainArgs),
     /// Continue a prompt with a trained model.
     Generate(GenerateArgs),
-    /// Next-token loss on windows of several lengths: how the encoding extrapolates.
+    /// Per-token loss and perplexity on windows of several lengths: how the encoding
+    /// extrapolates.
     Eval(EvalArgs),
+    /// One model per encoding, evaluated at 1, 2, 4 and 8 times the trained context.
+    Experiment(ExperimentArgs),
 }
 
 impl LmCommand {
@@ -126,6 +182,7 @@ impl LmCommand {
             Self::Train(a) => train(a, out),
             Self::Generate(a) => generate_text(a, out),
             Self::Eval(a) => eval(a, out),
+            Self::Experiment(a) => experiment(a, out),
         }
     }
 }
@@ -135,115 +192,222 @@ fn load_corpus(dir: Option<PathBuf>) -> Result<Corpus> {
 }
 
 fn train(a: TrainArgs, out: &mut impl Write) -> Result<()> {
-    // Everything is checked before anything is written.
-    lm_run::check_new(&a.out)?;
-    let mut cfg = match &a.config {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?
-        }
-        None => LmTrainConfig::default(),
+    let opts = RunOptions {
+        quiet: a.quiet,
+        force: a.force,
+        stop_after: None,
     };
-    if let Some(e) = a.encoding {
-        cfg.model.encoding = e;
-    }
-    if let Some(c) = a.context {
-        cfg.model.context = c;
-    }
-    if let Some(s) = a.steps {
-        cfg.steps = s;
-    }
-    match a.tokenizer {
-        Some(TokenizerArg::Char) => cfg.tokenizer = TextTokenizer::Char,
-        Some(TokenizerArg::Bpe) => cfg.tokenizer = TextTokenizer::Bpe { merges: a.merges },
-        None => {}
-    }
-    let corpus = load_corpus(a.corpus)?;
-    let text = Corpus::stream(&corpus.train);
-    let tokenizer = cfg.tokenizer.train(&text)?;
-    cfg.model.vocab_size = tokenizer.get_vocab_size(true);
-    cfg.validate()?;
-    if let Some(max) = cfg
-        .model
-        .encoding
-        .settings::<posenc::learned::LearnedConfig>()
-    {
-        ensure!(
-            max.max_positions >= cfg.model.context,
-            "the learned table has max_positions = {} but the context is {}",
-            max.max_positions,
-            cfg.model.context
-        );
-    }
-    let train_ids = encode(&tokenizer, &text)?;
-    let valid_ids = encode(&tokenizer, &Corpus::stream(&corpus.valid))?;
-    let quiet = a.quiet;
-    let steps = cfg.steps;
-    let run = train_lm(&cfg, &train_ids, |step, loss| {
-        if !quiet && (step % 100 == 0 || step + 1 == steps) {
-            eprintln!("step {step:>6}  loss {loss:.4}");
+    let state = if a.resume {
+        let corpus = load_corpus(a.corpus)?;
+        lm_run::resume(
+            &a.out,
+            a.steps,
+            |_, t| LmData::from_corpus(&corpus, t),
+            opts,
+        )?
+    } else {
+        let mut cfg = match &a.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("reading {}", path.display()))?;
+                serde_json::from_str(&text)
+                    .with_context(|| format!("parsing {}", path.display()))?
+            }
+            None => LmTrainConfig::default(),
+        };
+        if let Some(e) = a.encoding {
+            cfg.model.encoding = e;
         }
-    })?;
-    let valid = evaluate(&run.model, &valid_ids, cfg.model.context, 100)?;
-    lm_run::save(&a.out, &cfg, &tokenizer, &run)?;
+        if let Some(c) = a.context {
+            cfg.model.context = c;
+        }
+        if let Some(s) = a.steps {
+            cfg.steps = s;
+        }
+        match a.tokenizer {
+            Some(TokenizerArg::Char) => cfg.tokenizer = TextTokenizer::Char,
+            Some(TokenizerArg::Bpe) => cfg.tokenizer = TextTokenizer::Bpe { merges: a.merges },
+            None => {}
+        }
+        // Everything is checked before anything is written.
+        cfg.validate()?;
+        let corpus = load_corpus(a.corpus)?;
+        let tokenizer = cfg.tokenizer.train(&Corpus::stream(&corpus.train))?;
+        cfg.model.vocab_size = tokenizer.get_vocab_size(true);
+        let data = LmData::from_corpus(&corpus, &tokenizer)?;
+        lm_run::start(&cfg, &tokenizer, &data, &a.out, opts)?
+    };
+    report(&state, &a.out, out)
+}
+
+fn report(state: &LmState, dir: &Path, out: &mut impl Write) -> Result<()> {
+    let cfg = &state.config;
     writeln!(
         out,
-        "{} ({}): validation loss {valid:.4} after {} steps in {:.0} s; saved in {}",
+        "{} ({}): validation loss {} after {} steps in {:.0} s; saved in {}",
         cfg.model.encoding.kind(),
-        match cfg.tokenizer {
-            TextTokenizer::Char => "characters".to_string(),
-            TextTokenizer::Bpe { merges } => format!("BPE, {merges} merges"),
-        },
-        cfg.steps,
-        run.elapsed_s,
-        a.out.display()
+        cfg.tokenizer.describe(),
+        state
+            .valid_loss()
+            .map_or("–".to_string(), |v| format!("{v:.4}")),
+        state.step,
+        state.elapsed_s,
+        dir.display()
     )?;
     Ok(())
 }
 
 fn generate_text(a: GenerateArgs, out: &mut impl Write) -> Result<()> {
     let saved = lm_run::load(&a.model)?;
-    let prompt = encode(&saved.tokenizer, &a.prompt)?;
+    let prompt = match a.prompt {
+        Some(p) => p,
+        None => {
+            let mut text = String::new();
+            std::io::stdin()
+                .read_to_string(&mut text)
+                .context("reading the prompt from standard input")?;
+            text
+        }
+    };
+    ensure!(
+        !prompt.is_empty(),
+        "the prompt is empty: give at least one character"
+    );
+    let ids = encode_strict(&saved.tokenizer, &prompt)?;
     let sampling = Sampling {
         temperature: a.temperature,
         top_k: a.top_k,
         top_p: a.top_p,
         seed: a.seed,
     };
-    let tokens = generate(&saved.model, &prompt, a.tokens, sampling)?;
-    writeln!(out, "{}{}", a.prompt, decode(&saved.tokenizer, &tokens)?)?;
+    let tokens = generate(&saved.model, &ids, a.max_tokens, sampling)?;
+    writeln!(out, "{prompt}{}", decode(&saved.tokenizer, &tokens)?)?;
     Ok(())
+}
+
+/// One row of `lm eval`.
+#[derive(Serialize)]
+struct EvalRow {
+    len: usize,
+    #[serde(flatten)]
+    eval: Option<posenc_train::lm_train::LengthEval>,
+    perplexity: Option<f64>,
+    unavailable: Option<String>,
 }
 
 fn eval(a: EvalArgs, out: &mut impl Write) -> Result<()> {
     let saved = lm_run::load(&a.model)?;
-    let corpus = load_corpus(a.corpus)?;
-    let works = match a.split {
-        Split::Valid => &corpus.valid,
-        Split::Test => &corpus.test,
+    let text = match &a.text {
+        Some(path) => {
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?
+        }
+        None => {
+            let corpus = load_corpus(a.corpus)?;
+            Corpus::stream(match a.split {
+                Split::Valid => &corpus.valid,
+                Split::Test => &corpus.test,
+            })
+        }
     };
-    let ids = encode(&saved.tokenizer, &Corpus::stream(works))?;
-    let context = saved.cfg.model.context;
+    let ids = encode(&saved.tokenizer, &text)?;
+    let context = saved.model.config().context;
     let lengths = a
         .lengths
         .unwrap_or_else(|| [1, 2, 4, 8].map(|f| f * context).to_vec());
     // Every row is computed before any is printed: a bad length prints nothing but the error.
     let mut rows = Vec::new();
     for len in lengths {
-        rows.push(match evaluate(&saved.model, &ids, len, a.windows) {
-            Ok(loss) => format!("| {len} | {loss:.4} |"),
-            // Past a learned table there is no answer, and the table says why.
-            Err(e) if saved.model.max_positions().is_some_and(|m| len > m) => {
-                format!("| {len} | n/a ({}) |", super::error_text(&e))
+        rows.push(match saved.model.max_positions() {
+            // Past a learned table there is no answer, and the row says why.
+            Some(max) if len > max => EvalRow {
+                len,
+                eval: None,
+                perplexity: None,
+                unavailable: Some(format!(
+                    "the encoding has max_positions = {max}: no position past it"
+                )),
+            },
+            _ => {
+                let e = evaluate(&saved.model, &ids, len, a.windows, context)?;
+                EvalRow {
+                    len,
+                    perplexity: Some(e.perplexity()),
+                    eval: Some(e),
+                    unavailable: None,
+                }
             }
-            Err(e) => return Err(e),
         });
     }
-    let kind = saved.cfg.model.encoding.kind();
-    writeln!(out, "| window | loss ({kind}) |\n|---:|---:|")?;
-    for row in rows {
-        writeln!(out, "{row}")?;
+    if let Format::Json = a.format {
+        writeln!(out, "{}", serde_json::to_string_pretty(&rows)?)?;
+        return Ok(());
     }
+    let kind = saved.model.config().encoding.kind();
+    writeln!(
+        out,
+        "{kind}, trained on L = {context}
+
+| window | windows | loss | perplexity | loss past L |
+|---:|---:|---:|---:|---:|"
+    )?;
+    for r in rows {
+        match (&r.eval, &r.unavailable) {
+            (Some(e), _) => writeln!(
+                out,
+                "| {} | {} | {:.4} | {:.3} | {} |",
+                r.len,
+                e.windows,
+                e.loss,
+                e.perplexity(),
+                e.tail_loss.map_or("–".to_string(), |t| format!("{t:.4}"))
+            )?,
+            (None, why) => writeln!(
+                out,
+                "| {} | – | n/a | n/a | n/a ({}) |",
+                r.len,
+                why.as_deref().unwrap_or("")
+            )?,
+        }
+    }
+    Ok(())
+}
+
+fn experiment(a: ExperimentArgs, out: &mut impl Write) -> Result<()> {
+    let mut cfg = if a.quick {
+        LmExperimentConfig::quick()
+    } else {
+        LmExperimentConfig::full()
+    };
+    if let Some(c) = a.context {
+        cfg.base.model.context = c;
+        if a.encodings.is_none() && !a.quick {
+            cfg.encodings = lm_experiment::default_encodings(c);
+        }
+    }
+    if let Some(e) = a.encodings {
+        cfg.encodings = e.0;
+    }
+    cfg.base.steps = a.steps.unwrap_or(cfg.base.steps);
+    cfg.base.seed = a.seed.unwrap_or(cfg.base.seed);
+    cfg.base.validate()?;
+    let corpus = load_corpus(a.corpus)?;
+    let opts = RunOptions {
+        quiet: a.quiet,
+        force: false,
+        stop_after: None,
+    };
+    let result = lm_experiment::run(&cfg, &corpus, &a.out, opts)?;
+    let plots = posenc_plot::lm_experiment(&result, &a.out)?;
+    write!(out, "{}", result.table())?;
+    writeln!(
+        out,
+        "\n{RESULTS_MD} and {RESULTS_JSON} in {}; plots: {}",
+        a.out.display(),
+        plots
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    )?;
     Ok(())
 }

@@ -12,6 +12,40 @@ use std::io::{BufRead, Write};
 
 use anyhow::{Context, Result};
 
+/// A comma-separated list of encodings, each a kind or a JSON config: commas inside a
+/// JSON object do not split it (`rope,{"kind": "learned", "max_positions": 64}`).
+#[derive(Debug, Clone)]
+pub struct EncodingList(pub Vec<posenc::EncodingConfig>);
+
+impl std::str::FromStr for EncodingList {
+    type Err = anyhow::Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        let (mut items, mut depth, mut start) = (Vec::new(), 0i32, 0);
+        for (i, c) in s.char_indices() {
+            match c {
+                '{' | '[' => depth += 1,
+                '}' | ']' => depth -= 1,
+                ',' if depth == 0 => {
+                    items.push(&s[start..i]);
+                    start = i + 1;
+                }
+                _ => {}
+            }
+        }
+        items.push(&s[start..]);
+        let list = items
+            .iter()
+            .map(|item| {
+                item.trim()
+                    .parse()
+                    .with_context(|| format!("in the encoding {:?}", item.trim()))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self(list))
+    }
+}
+
 /// The sentences given as arguments, or with none, one per line from standard input.
 pub fn sentences_or_stdin(args: Vec<String>) -> Result<Vec<String>> {
     if !args.is_empty() {

@@ -54,6 +54,7 @@ impl TrainArgs {
         let opts = RunOptions {
             quiet: self.quiet,
             force: self.force,
+            stop_after: None,
         };
         let state = if self.resume {
             trainer::resume(&self.out, self.steps, opts)?

@@ -22,7 +22,9 @@ pub mod attention;
 pub mod chart;
 pub mod encoding;
 pub mod experiment;
+pub mod lm_experiment;
 
 pub use attention::attention;
 pub use encoding::encoding;
 pub use experiment::experiment;
+pub use lm_experiment::lm_experiment;

@@ -16,6 +16,7 @@ pub mod experiment;
 pub mod init;
 pub mod inspect;
 pub mod kotoba;
+pub mod lm_experiment;
 pub mod lm_run;
 pub mod lm_train;
 pub mod loss;

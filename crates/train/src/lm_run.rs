@@ -1,116 +1,223 @@
-//! A trained language model on disk: `config.json` (the [`LmTrainConfig`]),
-//! `tokenizer.json` and `model.safetensors`, each written atomically into a directory that
-//! must be new or empty, so no earlier run is ever overwritten.
+//! A language model's run directory: the same [`RunDir`] as translation's, with one
+//! tokenizer.
 //!
-//! (Run directories with a manifest, a lock and bit-identical resume, as the translation
-//! trainer's [`crate::rundir`], are the next step.)
+//! | file | holds |
+//! |---|---|
+//! | `config.json` | the model ([`LmConfig`]) |
+//! | `tokenizer.json` | the tokenizer (`tokenizers`' format) |
+//! | `model.safetensors` | the weights, for inference |
+//! | `training.safetensors` | weights, AdamW moments and the [`LmState`], to resume from |
+//! | `trainer.json` | the [`LmState`]: the training settings, step and validation history |
+//! | `manifest.json` | the run's id and the hashes of the config and the tokenizer |
+//!
+//! Everything is checked before anything is written, every file is written atomically, a
+//! lock keeps a second writer out, and [`resume`] continues bit-identically.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{anyhow, ensure, Context, Result};
 use candle_core::{DType, Device};
 use candle_nn::{VarBuilder, VarMap};
-use posenc_transformer::checkpoint::{self, write_atomic};
-use posenc_transformer::LanguageModel;
+use posenc_transformer::checkpoint::{self, CONFIG_FILE, WEIGHTS_FILE};
+use posenc_transformer::{LanguageModel, LmConfig};
 use tokenizers::Tokenizer;
 
-use crate::lm_train::{LmRun, LmTrainConfig};
+use crate::lm_train::{LmData, LmState, LmTrainConfig, Session};
+use crate::rundir::{self, FixedFiles, RunDir, TOKENIZER, TRAINER_FILE};
+use crate::trainer::RunOptions;
 
-/// The run's settings.
-pub const CONFIG: &str = "config.json";
-/// The tokenizer.
-pub const TOKENIZER: &str = "tokenizer.json";
-/// The weights.
-pub const WEIGHTS: &str = "model.safetensors";
-
-/// Checks that `dir` can take a new run: it does not exist or is an empty directory.
-pub fn check_new(dir: &Path) -> Result<()> {
-    match std::fs::read_dir(dir) {
-        Ok(mut entries) => ensure!(
-            entries.next().is_none(),
-            "{} is not empty: a language model run goes into a new directory, so no earlier run is overwritten",
-            dir.display()
-        ),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(anyhow!(e).context(format!("{} is not a directory", dir.display()))),
+fn progress_printer(quiet: bool) -> impl FnMut(&LmState, f64) {
+    let mut logged = 0;
+    move |state: &LmState, loss: f64| {
+        if quiet {
+            return;
+        }
+        if let Some(r) = state.history.last().filter(|r| r.step > logged) {
+            logged = r.step;
+            crate::log(&format!(
+                "step {:>6}/{}  train loss {:.4}  valid loss {:.4}  ({:.0} s)",
+                r.step, state.config.steps, r.train_loss, r.valid_loss, r.elapsed_s
+            ));
+        } else if state.step.is_multiple_of(100) {
+            crate::log(&format!(
+                "step {:>6}/{}  loss {loss:.4}",
+                state.step, state.config.steps
+            ));
+        }
     }
-    Ok(())
 }
 
-/// Writes the run into `dir` (new or empty), every file atomically.
-pub fn save(dir: &Path, cfg: &LmTrainConfig, tokenizer: &Tokenizer, run: &LmRun) -> Result<()> {
-    check_new(dir)?;
-    let config = serde_json::to_string_pretty(cfg)?;
-    let tokenizer = tokenizer
+/// Trains a new model of `cfg` on `data` into `out`, which must be new or empty (or hold a
+/// run, with `opts.force`); returns the final state.
+///
+/// # Errors
+/// Bad settings or data (before anything is written), another writer, a directory holding
+/// another run or foreign files, a loss that is not finite, or a file that cannot be written.
+pub fn start(
+    cfg: &LmTrainConfig,
+    tokenizer: &Tokenizer,
+    data: &LmData,
+    out: &Path,
+    opts: RunOptions,
+) -> Result<LmState> {
+    ensure!(
+        tokenizer.get_vocab_size(true) == cfg.model.vocab_size,
+        "the tokenizer has {} tokens but the model's vocab_size is {}",
+        tokenizer.get_vocab_size(true),
+        cfg.model.vocab_size
+    );
+    let session = Session::new(cfg, data)?;
+    crate::init::initialize(&session.varmap, cfg.seed)?;
+    let mut state = LmState::new(rundir::new_run_id(), cfg.clone());
+    let tokenizer_json = tokenizer
         .to_string(true)
         .map_err(|e| anyhow!(e))
         .context("serialising the tokenizer")?;
-    let weights_path = dir.join(WEIGHTS);
-    let weights = checkpoint::serialize(
-        &checkpoint::variables(&run.varmap),
-        Default::default(),
-        &weights_path,
+    let fixed = FixedFiles::new(
+        serde_json::to_string_pretty(&cfg.model)?.into_bytes(),
+        vec![(TOKENIZER, tokenizer_json.into_bytes())],
     )?;
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    write_atomic(&dir.join(TOKENIZER), tokenizer.as_bytes())?;
-    write_atomic(&weights_path, &weights)?;
-    // Last: a directory with a config holds a whole run.
-    write_atomic(&dir.join(CONFIG), config.as_bytes())?;
-    Ok(())
+    let dir = RunDir::create(
+        out,
+        &fixed,
+        serde_json::to_string_pretty(&state)?.as_bytes(),
+        &state.run,
+        opts.force,
+        |d| describe_existing(d, cfg),
+    )?;
+    session.run(
+        &mut state,
+        data,
+        Some(dir.path()),
+        opts.stop_after,
+        progress_printer(opts.quiet),
+    )?;
+    Ok(state)
 }
 
-/// A saved run, loaded for inference.
+/// Why `start` will not overwrite the run in `dir`.
+fn describe_existing(dir: &Path, wanted: &LmTrainConfig) -> String {
+    let d = dir.display();
+    match rundir::read_trainer::<LmState>(dir) {
+        Ok(old) if &old.config == wanted => format!(
+            "{d} already holds a run of this config (step {} of {}): continue it with `posenc lm train --resume --out {d}`, or pass --force to start it again",
+            old.step, old.config.steps
+        ),
+        Ok(_) => format!(
+            "{d} holds a run with a different config: choose another --out, or pass --force to replace it"
+        ),
+        Err(_) => format!(
+            "{d} holds a model that is not a language model run posenc can read: choose another --out, or pass --force to replace it"
+        ),
+    }
+}
+
+/// The settings of the run in `dir`, from its last checkpoint.
+///
+/// # Errors
+/// If `dir` holds no complete language model run.
+pub fn state(dir: &Path) -> Result<LmState> {
+    let manifest = rundir::verify(dir)?;
+    rundir::last_state(dir, &manifest)
+}
+
+/// Continues the run in `out` up to `steps` (default: its own) steps in all, on the data
+/// `data(config, tokenizer)` gives (the same data it started on, for an identical run).
+///
+/// # Errors
+/// As [`start`]; also a directory holding no complete run, or `steps` below the run's step.
+pub fn resume(
+    out: &Path,
+    steps: Option<usize>,
+    data: impl FnOnce(&LmTrainConfig, &Tokenizer) -> Result<LmData>,
+    opts: RunOptions,
+) -> Result<LmState> {
+    let (dir, manifest) = RunDir::open(out)?;
+    let mut state: LmState = rundir::last_state(out, &manifest)?;
+    if let Some(steps) = steps {
+        ensure!(
+            steps >= state.step,
+            "the run in {} is at step {}, past --steps {steps}",
+            out.display(),
+            state.step
+        );
+        state.config.steps = steps;
+    }
+    let (model, tokenizer) = read_fixed(out)?;
+    ensure!(
+        model == state.config.model,
+        "{} and {} disagree about the model",
+        out.join(CONFIG_FILE).display(),
+        out.join(TRAINER_FILE).display()
+    );
+    let data = data(&state.config, &tokenizer)?;
+    let mut session = Session::new(&state.config, &data)?;
+    dir.begin_writing()?;
+    if state.step > 0 {
+        rundir::restore(out, &session.varmap, &mut session.opt, state.step)?;
+    } else {
+        crate::init::initialize(&session.varmap, state.config.seed)?;
+    }
+    session.run(
+        &mut state,
+        &data,
+        Some(out),
+        opts.stop_after,
+        progress_printer(opts.quiet),
+    )?;
+    Ok(state)
+}
+
+/// `config.json` and `tokenizer.json`, checked against each other.
+fn read_fixed(dir: &Path) -> Result<(LmConfig, Tokenizer)> {
+    let path = dir.join(CONFIG_FILE);
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let cfg: LmConfig = serde_json::from_str(&text).with_context(|| {
+        format!(
+            "parsing {} (is {} a language model run?)",
+            path.display(),
+            dir.display()
+        )
+    })?;
+    cfg.validate()
+        .with_context(|| format!("checking {}", path.display()))?;
+    let path = dir.join(TOKENIZER);
+    let tokenizer = Tokenizer::from_file(&path)
+        .map_err(|e| anyhow!(e))
+        .with_context(|| format!("reading {}", path.display()))?;
+    ensure!(
+        tokenizer.get_vocab_size(true) == cfg.vocab_size,
+        "{} has {} tokens but {CONFIG_FILE} says vocab_size = {}",
+        path.display(),
+        tokenizer.get_vocab_size(true),
+        cfg.vocab_size
+    );
+    Ok((cfg, tokenizer))
+}
+
+/// A saved model, loaded for inference.
 pub struct Saved {
-    /// The settings it was trained with.
-    pub cfg: LmTrainConfig,
     /// Its tokenizer.
     pub tokenizer: Tokenizer,
     /// The model, weights checked against the config.
     pub model: LanguageModel,
 }
 
-fn file(dir: &Path, name: &str) -> PathBuf {
-    dir.join(name)
-}
-
-/// Loads the run in `dir`; every problem names its file.
+/// Loads the model in `dir` (its last checkpoint); every problem names its file.
+///
+/// # Errors
+/// A directory that is not a complete run, files from different runs, a tokenizer that
+/// does not fit the config, or missing, mis-shaped or non-finite weights.
 pub fn load(dir: &Path) -> Result<Saved> {
-    let path = file(dir, CONFIG);
-    let text = std::fs::read_to_string(&path).with_context(|| {
-        format!(
-            "reading {} (is {} a language model run?)",
-            path.display(),
-            dir.display()
-        )
-    })?;
-    let cfg: LmTrainConfig =
-        serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
-    cfg.validate()
-        .with_context(|| format!("checking {}", path.display()))?;
-    let path = file(dir, TOKENIZER);
-    let tokenizer = Tokenizer::from_file(&path)
-        .map_err(|e| anyhow!(e))
-        .with_context(|| format!("reading {}", path.display()))?;
-    ensure!(
-        tokenizer.get_vocab_size(true) == cfg.model.vocab_size,
-        "{} has {} tokens but {} says vocab_size = {}",
-        path.display(),
-        tokenizer.get_vocab_size(true),
-        CONFIG,
-        cfg.model.vocab_size
-    );
+    let manifest = rundir::verify(dir)?;
+    let weights = dir.join(WEIGHTS_FILE);
+    rundir::check_weights(&weights, &manifest.run)?;
+    let (cfg, tokenizer) = read_fixed(dir)?;
     let device = Device::Cpu;
     let varmap = VarMap::new();
-    LanguageModel::new(
-        &cfg.model,
-        VarBuilder::from_varmap(&varmap, DType::F32, &device),
-    )?;
-    let path = file(dir, WEIGHTS);
-    checkpoint::load_into(&varmap, &path)?;
-    let model = LanguageModel::frozen(&cfg.model, &varmap, &device)?;
-    Ok(Saved {
-        cfg,
-        tokenizer,
-        model,
-    })
+    LanguageModel::new(&cfg, VarBuilder::from_varmap(&varmap, DType::F32, &device))?;
+    checkpoint::load_into(&varmap, &weights)?;
+    let model = LanguageModel::frozen(&cfg, &varmap, &device)?;
+    Ok(Saved { tokenizer, model })
 }

@@ -6,13 +6,19 @@
 //!       = min_lr + ½(1 + cos(π (t − warmup)/(steps − warmup)))(lr − min_lr)   after
 //! ```
 //!
-//! [`evaluate`] measures the loss over windows of any length, which is how the encodings'
-//! behaviour past the trained context is measured.
+//! [`evaluate`] measures the loss over windows of any length, position by position, which
+//! is how the encodings' behaviour past the trained context is measured.
+//!
+//! The same seed gives the same run: the weights are a function of the seed and the windows
+//! of step `s` a function of `(seed, s)`, so a resumed run ([`crate::lm_run`]) is
+//! bit-identical to one that never stopped. (Dropout draws from candle's CPU generator,
+//! which cannot be seeded: runs repeat exactly only with `dropout = 0`, the default.)
 
+use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{ensure, Result};
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Device, Tensor, D};
 use candle_nn::{VarBuilder, VarMap};
 use posenc_transformer::{LanguageModel, LmConfig};
 use rand::{Rng, SeedableRng};
@@ -47,6 +53,12 @@ pub struct LmTrainConfig {
     pub adam: AdamWConfig,
     /// Seed of the weights and of the windows drawn.
     pub seed: u64,
+    /// Steps between validations.
+    pub eval_every: usize,
+    /// Steps between checkpoints (in a run directory).
+    pub save_every: usize,
+    /// Validation windows of `context` tokens.
+    pub eval_windows: usize,
 }
 
 impl Default for LmTrainConfig {
@@ -66,6 +78,9 @@ impl Default for LmTrainConfig {
                 weight_decay: 0.1,
             },
             seed: 1337,
+            eval_every: 250,
+            save_every: 500,
+            eval_windows: 100,
         }
     }
 }
@@ -94,6 +109,12 @@ impl LmTrainConfig {
         self.adam.validate()?;
         ensure!(self.batch_size > 0, "batch_size must be at least 1");
         ensure!(
+            self.eval_every > 0 && self.save_every > 0 && self.eval_windows > 0,
+            "eval_every, save_every and eval_windows must be at least 1"
+        );
+        posenc::limits::check("steps", self.steps, 1 << 40)?;
+        posenc::limits::check("eval_windows", self.eval_windows, EVAL_WINDOWS_LIMIT)?;
+        ensure!(
             self.lr.is_finite() && self.lr > 0.0 && self.min_lr >= 0.0 && self.min_lr <= self.lr,
             "need 0 ≤ min_lr ≤ lr and lr > 0, got lr = {}, min_lr = {}",
             self.lr,
@@ -117,17 +138,8 @@ fn fits_in_memory(rows: usize, heads: usize, len: usize, what: &str) -> Result<(
     Ok(())
 }
 
-/// A trained model and what training saw.
-pub struct LmRun {
-    /// The trained model, its weights detached from `varmap` (for inference).
-    pub model: LanguageModel,
-    /// Its weights.
-    pub varmap: VarMap,
-    /// Training loss at every step.
-    pub losses: Vec<f64>,
-    /// Wall-clock seconds of training.
-    pub elapsed_s: f64,
-}
+/// The most windows one evaluation takes.
+const EVAL_WINDOWS_LIMIT: usize = 1 << 20;
 
 /// `count` windows of `len + 1` tokens starting at random offsets of `stream`: the inputs
 /// `(count, len)` and the next tokens `(count · len)`.
@@ -181,69 +193,321 @@ pub fn loss(
 /// Windows evaluated in one forward.
 const EVAL_BATCH: usize = 8;
 
-/// Mean next-token loss (nats) over `windows` windows of `len` tokens spread evenly over
-/// `stream`, every position counted: at `len` past the trained context this measures
-/// extrapolation.
+/// The next-token loss over windows of one length.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LengthEval {
+    /// The window length.
+    pub len: usize,
+    /// How many windows were evaluated.
+    pub windows: usize,
+    /// Mean loss (nats per token) over every position.
+    pub loss: f64,
+    /// Mean loss over the positions at or past `trained` (none if the window is no longer).
+    pub tail_loss: Option<f64>,
+    /// Mean loss at each position `0..len`, over the windows.
+    pub by_position: Vec<f64>,
+}
+
+impl LengthEval {
+    /// Perplexity: `exp(loss)`.
+    pub fn perplexity(&self) -> f64 {
+        self.loss.exp()
+    }
+}
+
+/// The next-token loss over up to `max_windows` non-overlapping windows of `len` tokens,
+/// spread evenly over `stream`, position by position. `trained` is the context the model
+/// was trained on: [`LengthEval::tail_loss`] averages the positions past it, which is where
+/// extrapolation shows.
 ///
 /// # Errors
-/// A stream shorter than one window, or positions past a learned encoding's table.
-pub fn evaluate(model: &LanguageModel, stream: &[u32], len: usize, windows_: usize) -> Result<f64> {
-    ensure!(windows_ > 0, "evaluate at least one window");
-    posenc::limits::check("windows", windows_, posenc::limits::MAX_POSITIONS)?;
-    ensure!(len > 0, "a window must hold at least one token");
-    fits_in_memory(EVAL_BATCH, model.config().heads, len, "the window length")?;
+/// A stream shorter than one window, no windows, a window whose attention scores would not
+/// fit in memory, or positions past a learned encoding's table.
+pub fn evaluate(
+    model: &LanguageModel,
+    stream: &[u32],
+    len: usize,
+    max_windows: usize,
+    trained: usize,
+) -> Result<LengthEval> {
+    ensure!(max_windows > 0, "evaluate at least one window");
+    posenc::limits::check("windows", max_windows, EVAL_WINDOWS_LIMIT)?;
     ensure!(
-        stream.len() > len + 1,
+        len > 0,
+        "a window must hold at least one token, got length 0"
+    );
+    fits_in_memory(EVAL_BATCH, model.config().heads, len, "the window length")?;
+    let slots = stream.len().saturating_sub(1) / len;
+    ensure!(
+        slots > 0,
         "a stream of {} tokens has no window of {len} + 1",
         stream.len()
     );
-    let room = stream.len() - len - 1;
-    let starts: Vec<usize> = (0..windows_).map(|i| i * room / windows_).collect();
-    let mut total = 0.0;
+    let count = max_windows.min(slots);
+    let starts: Vec<usize> = (0..count).map(|i| i * slots / count * len).collect();
+    let mut sums = vec![0.0f64; len];
     for chunk in starts.chunks(EVAL_BATCH) {
         let (x, y) = windows(stream, len, chunk)?;
-        let l = loss(model, &x, &y, false)?.to_scalar::<f32>()?;
-        total += f64::from(l) * chunk.len() as f64;
+        let logits = model.logits(&x, false)?;
+        let logp = candle_nn::ops::log_softmax(&logits, D::Minus1)?;
+        let nll = logp
+            .gather(&y.reshape((chunk.len(), len, 1))?, D::Minus1)?
+            .squeeze(D::Minus1)?
+            .neg()?
+            .sum(0)?
+            .to_dtype(DType::F64)?
+            .to_vec1::<f64>()?;
+        for (s, v) in sums.iter_mut().zip(nll) {
+            *s += v;
+        }
     }
-    Ok(total / windows_ as f64)
+    let by_position: Vec<f64> = sums.iter().map(|s| s / count as f64).collect();
+    let mean = |xs: &[f64]| xs.iter().sum::<f64>() / xs.len() as f64;
+    Ok(LengthEval {
+        len,
+        windows: count,
+        loss: mean(&by_position),
+        tail_loss: (len > trained).then(|| mean(&by_position[trained..])),
+        by_position,
+    })
 }
 
-/// Trains a fresh model on `train`, calling `progress(step, loss)` after every step.
+/// One validation record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LmRecord {
+    /// Step.
+    pub step: usize,
+    /// Mean training loss since the previous record.
+    pub train_loss: f64,
+    /// Validation loss over windows of the trained context.
+    pub valid_loss: f64,
+    /// Seconds since the run began.
+    pub elapsed_s: f64,
+}
+
+/// The state of a run: its config and progress (`trainer.json`, and the header of every
+/// checkpoint).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LmState {
+    /// The run's id (empty for a run held only in memory).
+    pub run: String,
+    /// The run's settings.
+    pub config: LmTrainConfig,
+    /// Steps done.
+    pub step: usize,
+    /// Validation history.
+    pub history: Vec<LmRecord>,
+    /// Training seconds so far, over every resumption.
+    pub elapsed_s: f64,
+    /// Tokens trained on so far.
+    pub tokens: usize,
+    /// Sum and count of the training losses since the last record, so a resumed run's
+    /// next record averages the same steps as an uninterrupted one's.
+    pub pending: (f64, usize),
+}
+
+impl crate::rundir::Progress for LmState {
+    fn run(&self) -> &str {
+        &self.run
+    }
+    fn step(&self) -> usize {
+        self.step
+    }
+}
+
+impl LmState {
+    /// A run at step 0.
+    pub fn new(run: String, config: LmTrainConfig) -> Self {
+        Self {
+            run,
+            config,
+            step: 0,
+            history: Vec::new(),
+            elapsed_s: 0.0,
+            tokens: 0,
+            pending: (0.0, 0),
+        }
+    }
+
+    /// The last validation loss.
+    pub fn valid_loss(&self) -> Option<f64> {
+        self.history.last().map(|r| r.valid_loss)
+    }
+}
+
+/// The token streams a run trains and validates on.
+#[derive(Debug, Clone, Default)]
+pub struct LmData {
+    /// Training stream.
+    pub train: Vec<u32>,
+    /// Validation stream (empty: no validation).
+    pub valid: Vec<u32>,
+}
+
+impl LmData {
+    /// The train and valid works of `corpus`, tokenized.
+    ///
+    /// # Errors
+    /// A tokenizer that fails on the text.
+    pub fn from_corpus(
+        corpus: &crate::corpus::Corpus,
+        tokenizer: &tokenizers::Tokenizer,
+    ) -> Result<Self> {
+        use crate::corpus::Corpus;
+        use crate::text_tokenizer::encode;
+        Ok(Self {
+            train: encode(tokenizer, &Corpus::stream(&corpus.train))?,
+            valid: encode(tokenizer, &Corpus::stream(&corpus.valid))?,
+        })
+    }
+}
+
+/// A model and its optimizer, built and checked before anything is written.
+pub(crate) struct Session {
+    pub(crate) varmap: VarMap,
+    pub(crate) opt: AdamW,
+    model: LanguageModel,
+}
+
+impl Session {
+    /// A fresh model of `cfg` (weights not yet initialised or restored).
+    pub(crate) fn new(cfg: &LmTrainConfig, data: &LmData) -> Result<Self> {
+        cfg.validate()?;
+        ensure!(
+            data.train.len() > cfg.model.context + 1,
+            "the training stream ({} tokens) is shorter than one window of context {} + 1",
+            data.train.len(),
+            cfg.model.context
+        );
+        if let Some(max) = cfg
+            .model
+            .encoding
+            .settings::<posenc::learned::LearnedConfig>()
+        {
+            ensure!(
+                max.max_positions >= cfg.model.context,
+                "the learned table has max_positions = {} but the context is {}",
+                max.max_positions,
+                cfg.model.context
+            );
+        }
+        let device = Device::Cpu;
+        let varmap = VarMap::new();
+        let model = LanguageModel::new(
+            &cfg.model,
+            VarBuilder::from_varmap(&varmap, DType::F32, &device),
+        )?;
+        let opt = AdamW::new(&varmap, cfg.adam)?;
+        Ok(Self { varmap, opt, model })
+    }
+
+    /// Trains from `state.step` to `state.config.steps`, validating every `eval_every`
+    /// steps and, with a directory, saving every `save_every` steps and at the end.
+    /// `progress(state, loss)` is called after every step.
+    pub(crate) fn run(
+        mut self,
+        state: &mut LmState,
+        data: &LmData,
+        dir: Option<&Path>,
+        stop_after: Option<usize>,
+        mut progress: impl FnMut(&LmState, f64),
+    ) -> Result<LanguageModel> {
+        let cfg = state.config.clone();
+        let device = Device::Cpu;
+        state.history.retain(|r| r.step <= state.step);
+        let started = Instant::now();
+        let elapsed_before = state.elapsed_s;
+        let mut saved = dir
+            .is_some_and(|d| d.join(crate::rundir::STATE_FILE).exists())
+            .then_some(state.step);
+        let until = stop_after.map_or(cfg.steps, |s| s.min(cfg.steps));
+        while state.step < until {
+            let step = state.step;
+            let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
+            rng.set_stream(step as u64);
+            let (x, y) = random_windows(&data.train, cfg.model.context, cfg.batch_size, &mut rng)?;
+            let l = loss(&self.model, &x, &y, true)?;
+            let value = f64::from(l.to_scalar::<f32>()?);
+            ensure!(
+                value.is_finite(),
+                "the loss diverged at step {step}: {value} (the last checkpoint stays on disk)"
+            );
+            self.opt.step(&l.backward()?, cfg.lr(step))?;
+            state.step += 1;
+            state.tokens += x.elem_count();
+            state.elapsed_s = elapsed_before + started.elapsed().as_secs_f64();
+            state.pending.0 += value;
+            state.pending.1 += 1;
+            let last = state.step == cfg.steps;
+            if !data.valid.is_empty() && (state.step.is_multiple_of(cfg.eval_every) || last) {
+                let view = LanguageModel::frozen(&cfg.model, &self.varmap, &device)?;
+                let valid = evaluate(
+                    &view,
+                    &data.valid,
+                    cfg.model.context,
+                    cfg.eval_windows,
+                    cfg.model.context,
+                )?;
+                state.history.push(LmRecord {
+                    step: state.step,
+                    train_loss: state.pending.0 / state.pending.1.max(1) as f64,
+                    valid_loss: valid.loss,
+                    elapsed_s: state.elapsed_s,
+                });
+                state.pending = (0.0, 0);
+            }
+            if let Some(dir) = dir {
+                if state.step.is_multiple_of(cfg.save_every) || last {
+                    crate::rundir::save_checkpoint(dir, &self.varmap, &self.opt, state)?;
+                    saved = Some(state.step);
+                }
+            }
+            progress(state, value);
+        }
+        if let Some(dir) = dir.filter(|_| saved != Some(state.step)) {
+            crate::rundir::save_checkpoint(dir, &self.varmap, &self.opt, state)?;
+        }
+        drop(self.model);
+        Ok(LanguageModel::frozen(&cfg.model, &self.varmap, &device)?)
+    }
+}
+
+/// A model trained in memory, and what training saw.
+pub struct LmRun {
+    /// The trained model, its weights detached from `varmap` (for inference).
+    pub model: LanguageModel,
+    /// Its weights.
+    pub varmap: VarMap,
+    /// The run's progress and validation history.
+    pub state: LmState,
+    /// Training loss at every step.
+    pub losses: Vec<f64>,
+}
+
+/// Trains a fresh model in memory (nothing is written; [`crate::lm_run::start`] trains
+/// into a run directory), calling `progress(state, loss)` after every step.
+///
+/// # Errors
+/// Bad settings, a stream shorter than one window, or a loss that is not finite.
 pub fn train_lm(
     cfg: &LmTrainConfig,
-    train: &[u32],
-    mut progress: impl FnMut(usize, f64),
+    data: &LmData,
+    mut progress: impl FnMut(&LmState, f64),
 ) -> Result<LmRun> {
-    cfg.validate()?;
-    let device = Device::Cpu;
-    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
-    let varmap = VarMap::new();
-    let model = LanguageModel::new(
-        &cfg.model,
-        VarBuilder::from_varmap(&varmap, DType::F32, &device),
-    )?;
-    crate::init::initialize(&varmap, cfg.seed)?;
-    let mut opt = AdamW::new(&varmap, cfg.adam)?;
-    let start = Instant::now();
+    let session = Session::new(cfg, data)?;
+    crate::init::initialize(&session.varmap, cfg.seed)?;
+    let varmap = session.varmap.clone();
+    let mut state = LmState::new(String::new(), cfg.clone());
     let mut losses = Vec::with_capacity(cfg.steps);
-    for step in 0..cfg.steps {
-        let (x, y) = random_windows(train, cfg.model.context, cfg.batch_size, &mut rng)?;
-        let l = loss(&model, &x, &y, true)?;
-        let value = f64::from(l.to_scalar::<f32>()?);
-        ensure!(
-            value.is_finite(),
-            "the loss diverged at step {step}: {value}"
-        );
-        opt.step(&l.backward()?, cfg.lr(step))?;
-        losses.push(value);
-        progress(step, value);
-    }
-    drop(model);
-    let model = LanguageModel::frozen(&cfg.model, &varmap, &device)?;
+    let model = session.run(&mut state, data, None, None, |s, l| {
+        losses.push(l);
+        progress(s, l);
+    })?;
     Ok(LmRun {
         model,
         varmap,
+        state,
         losses,
-        elapsed_s: start.elapsed().as_secs_f64(),
     })
 }

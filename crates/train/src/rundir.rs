@@ -2,7 +2,7 @@
 //!
 //! | file | written | holds |
 //! |---|---|---|
-//! | `config.json`, `source.tokenizer.json`, `target.tokenizer.json` | once, when the run starts | the model's config and its vocabularies |
+//! | `config.json` and the tokenizers (`source.tokenizer.json` and `target.tokenizer.json` for translation, `tokenizer.json` for a language model) | once, when the run starts | the model's config and its vocabularies |
 //! | `trainer.json` | when the run starts, then at every checkpoint | the run's id, config, step and validation history |
 //! | `manifest.json` | once, after the four files above | the run's id and the SHA-256 of the config and both tokenizers |
 //! | `training.safetensors` | at every checkpoint | weights and AdamW moments; its header holds the run's id and the whole trainer state, so resuming reads this one file |
@@ -22,7 +22,7 @@
 //! config, the data and the model have been checked, and it refuses a directory holding
 //! another run (unless forced) or files posenc did not write (always).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
@@ -30,6 +30,11 @@ use anyhow::{bail, ensure, Context, Result};
 use posenc_transformer::checkpoint::{
     self, remove_stale_temporaries, write_atomic, CONFIG_FILE, TEMP_MARKER, WEIGHTS_FILE,
 };
+
+use crate::optim::AdamW;
+use candle_core::{Device, Tensor};
+use candle_nn::VarMap;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -41,22 +46,27 @@ pub const LOCK: &str = ".lock";
 pub const SOURCE_TOKENIZER: &str = "source.tokenizer.json";
 /// `target.tokenizer.json`.
 pub const TARGET_TOKENIZER: &str = "target.tokenizer.json";
+/// `tokenizer.json`: a language model's one tokenizer.
+pub const TOKENIZER: &str = "tokenizer.json";
 /// `trainer.json`.
 pub const TRAINER_FILE: &str = "trainer.json";
 /// `training.safetensors`.
 pub const STATE_FILE: &str = "training.safetensors";
 /// The header key of the run id in the weight files.
 pub const RUN_KEY: &str = "posenc.run";
+/// The header key of the step in the weight files.
+const STEP_KEY: &str = "posenc.step";
+/// The header key of the trainer state (JSON) in `training.safetensors`.
+const TRAINER_KEY: &str = "posenc.trainer";
 /// The manifest's format version.
 const FORMAT: u32 = 1;
-/// The files written once, when a run starts, and hashed in the manifest.
-const FIXED: [&str; 3] = [CONFIG_FILE, SOURCE_TOKENIZER, TARGET_TOKENIZER];
 /// Every file a run writes.
-const RUN_FILES: [&str; 7] = [
+const RUN_FILES: [&str; 8] = [
     MANIFEST,
     CONFIG_FILE,
     SOURCE_TOKENIZER,
     TARGET_TOKENIZER,
+    TOKENIZER,
     TRAINER_FILE,
     STATE_FILE,
     WEIGHTS_FILE,
@@ -182,12 +192,18 @@ pub fn verify(dir: &Path) -> Result<Manifest> {
         dir.display()
     );
     let manifest = read_manifest(dir)?;
-    for name in FIXED {
+    ensure!(
+        manifest.files.contains_key(CONFIG_FILE),
+        "{} lists no `{CONFIG_FILE}`",
+        dir.join(MANIFEST).display()
+    );
+    for (name, want) in &manifest.files {
+        ensure!(
+            RUN_FILES.contains(&name.as_str()) && name != MANIFEST,
+            "{} lists `{name}`, which is not a file a run writes",
+            dir.join(MANIFEST).display()
+        );
         let path = dir.join(name);
-        let want = manifest
-            .files
-            .get(name)
-            .with_context(|| format!("{} lists no `{name}`", dir.join(MANIFEST).display()))?;
         let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
         ensure!(
             &sha256_hex(&bytes) == want,
@@ -274,7 +290,7 @@ impl RunDir {
     }
 
     /// Starts a new run in `dir`: checks what it holds, locks it, and writes the run's
-    /// fixed files (`config`, the tokenizers, the initial `trainer` state), then the
+    /// fixed files (the config and the tokenizers), the initial `trainer` state, then the
     /// manifest. `describe_existing(dir)` says why a run already there is not replaced.
     ///
     /// # Errors
@@ -324,11 +340,7 @@ impl RunDir {
             }
         }
         let mut files = BTreeMap::new();
-        for (name, bytes) in [
-            (CONFIG_FILE, &fixed.config),
-            (SOURCE_TOKENIZER, &fixed.source_tokenizer),
-            (TARGET_TOKENIZER, &fixed.target_tokenizer),
-        ] {
+        for (name, bytes) in &fixed.0 {
             write_atomic(&dir.join(name), bytes)?;
             files.insert(name.to_string(), sha256_hex(bytes));
         }
@@ -374,15 +386,164 @@ impl RunDir {
     }
 }
 
-/// The bytes of the files a run writes once.
+/// The files a run writes once, when it starts, by name: `config.json` and the
+/// tokenizers. The manifest holds their hashes.
 #[derive(Debug, Clone)]
-pub struct FixedFiles {
-    /// `config.json`.
-    pub config: Vec<u8>,
-    /// `source.tokenizer.json`.
-    pub source_tokenizer: Vec<u8>,
-    /// `target.tokenizer.json`.
-    pub target_tokenizer: Vec<u8>,
+pub struct FixedFiles(Vec<(&'static str, Vec<u8>)>);
+
+impl FixedFiles {
+    /// `config` as `config.json`, and the tokenizers by name (one of this module's names).
+    ///
+    /// # Errors
+    /// A name that is not a tokenizer file a run writes.
+    pub fn new(config: Vec<u8>, tokenizers: Vec<(&'static str, Vec<u8>)>) -> Result<Self> {
+        for (name, _) in &tokenizers {
+            ensure!(
+                [SOURCE_TOKENIZER, TARGET_TOKENIZER, TOKENIZER].contains(name),
+                "`{name}` is not a tokenizer file"
+            );
+        }
+        let mut files = vec![(CONFIG_FILE, config)];
+        files.extend(tokenizers);
+        Ok(Self(files))
+    }
+}
+
+/// What a trainer keeps between steps, saved with every checkpoint (in
+/// `training.safetensors`' header, and readable in `trainer.json`).
+pub trait Progress: Serialize + DeserializeOwned {
+    /// The run's id.
+    fn run(&self) -> &str;
+    /// Steps done.
+    fn step(&self) -> usize;
+}
+
+/// Writes one checkpoint: `training.safetensors` (weights, AdamW moments and `state`),
+/// then `model.safetensors`, then `trainer.json`, each atomically and each naming the run.
+///
+/// # Errors
+/// If a file cannot be serialised or written; the previous checkpoint is then intact.
+pub fn save_checkpoint(
+    dir: &Path,
+    varmap: &VarMap,
+    opt: &AdamW,
+    state: &impl Progress,
+) -> Result<()> {
+    let weights = checkpoint::variables(varmap);
+    let header = |with_state: bool| -> Result<HashMap<String, String>> {
+        let mut h = HashMap::from([
+            (RUN_KEY.to_string(), state.run().to_string()),
+            (STEP_KEY.to_string(), state.step().to_string()),
+        ]);
+        if with_state {
+            h.insert(TRAINER_KEY.to_string(), serde_json::to_string(state)?);
+        }
+        Ok(h)
+    };
+    let mut tensors: HashMap<String, Tensor> = opt.state();
+    tensors.extend(
+        weights
+            .iter()
+            .map(|(k, v)| (format!("model.{k}"), v.clone())),
+    );
+    let path = dir.join(STATE_FILE);
+    write_atomic(
+        &path,
+        &checkpoint::serialize(&tensors, header(true)?, &path)?,
+    )?;
+    let path = dir.join(WEIGHTS_FILE);
+    write_atomic(
+        &path,
+        &checkpoint::serialize(&weights, header(false)?, &path)?,
+    )?;
+    write_atomic(
+        &dir.join(TRAINER_FILE),
+        serde_json::to_string_pretty(state)?.as_bytes(),
+    )?;
+    Ok(())
+}
+
+/// Reads `trainer.json` from a run directory.
+///
+/// # Errors
+/// If it is missing or not a trainer state of this kind.
+pub fn read_trainer<S: Progress>(dir: &Path) -> Result<S> {
+    let path = dir.join(TRAINER_FILE);
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+}
+
+/// Reads `trainer.json` and checks that it belongs to the manifest's run.
+///
+/// # Errors
+/// As [`read_trainer`], or a state from another run.
+pub fn read_trainer_of<S: Progress>(dir: &Path, manifest: &Manifest) -> Result<S> {
+    let state: S = read_trainer(dir)?;
+    ensure!(
+        state.run() == manifest.run,
+        "{} belongs to run {}, not to this directory's run {}",
+        dir.join(TRAINER_FILE).display(),
+        state.run(),
+        manifest.run
+    );
+    Ok(state)
+}
+
+/// The trainer state of the last checkpoint in `dir`: from `training.safetensors` (which
+/// holds it with the weights), or, before the first checkpoint, `trainer.json` at step 0.
+///
+/// # Errors
+/// A state from another run, or a checkpoint that was deleted.
+pub fn last_state<S: Progress>(dir: &Path, manifest: &Manifest) -> Result<S> {
+    let path = dir.join(STATE_FILE);
+    let state: S = if path.exists() {
+        let header = check_weights(&path, &manifest.run)?;
+        header
+            .get(TRAINER_KEY)
+            .with_context(|| format!("{} holds no trainer state", path.display()))
+            .and_then(|s| {
+                serde_json::from_str(s)
+                    .with_context(|| format!("parsing the trainer state in {}", path.display()))
+            })?
+    } else {
+        let state: S = read_trainer(dir)?;
+        ensure!(
+            state.step() == 0,
+            "{} is missing, but {} says the run is at step {}: the checkpoint was deleted",
+            path.display(),
+            dir.join(TRAINER_FILE).display(),
+            state.step()
+        );
+        state
+    };
+    ensure!(
+        state.run() == manifest.run,
+        "the trainer state in {} belongs to run {}, not to this directory's run {}",
+        dir.display(),
+        state.run(),
+        manifest.run
+    );
+    Ok(state)
+}
+
+/// Restores weights and AdamW moments from `training.safetensors`, at `step`.
+///
+/// # Errors
+/// A missing, mis-shaped or non-finite tensor, named with the file.
+pub fn restore(dir: &Path, varmap: &VarMap, opt: &mut AdamW, step: usize) -> Result<()> {
+    let path = dir.join(STATE_FILE);
+    let mut tensors = candle_core::safetensors::load(&path, &Device::Cpu)
+        .with_context(|| format!("reading {}", path.display()))?;
+    let weights: HashMap<String, Tensor> = tensors
+        .iter()
+        .filter_map(|(k, v)| Some((k.strip_prefix("model.")?.to_string(), v.clone())))
+        .collect();
+    checkpoint::set_checked(varmap, &weights, &path)?;
+    tensors.retain(|k, _| !k.starts_with("model."));
+    opt.restore(&tensors, step)
+        .with_context(|| format!("restoring the optimizer from {}", path.display()))?;
+    Ok(())
 }
 
 fn shorten(names: &[String]) -> String {

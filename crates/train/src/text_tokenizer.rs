@@ -33,6 +33,14 @@ pub enum TextTokenizer {
 }
 
 impl TextTokenizer {
+    /// In words: "characters" or "BPE, N merges".
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Char => "characters".to_string(),
+            Self::Bpe { merges } => format!("BPE, {merges} merges"),
+        }
+    }
+
     /// Trains the tokenizer on `text`.
     ///
     /// # Errors
@@ -79,13 +87,35 @@ impl TextTokenizer {
     }
 }
 
-/// The ids of `text`.
+/// The ids of `text`; a character the character tokenizer never saw becomes `<unk>`
+/// (right for measuring a corpus, where it is one more token to predict).
 pub fn encode(tokenizer: &Tokenizer, text: &str) -> Result<Vec<u32>> {
     Ok(tokenizer
         .encode(text, false)
         .map_err(|e| anyhow!(e))?
         .get_ids()
         .to_vec())
+}
+
+/// The ids of `text`, refusing a character the tokenizer cannot represent (right for a
+/// prompt, where `<unk>` would silently change what the user asked).
+///
+/// # Errors
+/// Names the first unknown character and its place.
+pub fn encode_strict(tokenizer: &Tokenizer, text: &str) -> Result<Vec<u32>> {
+    let encoding = tokenizer.encode(text, false).map_err(|e| anyhow!(e))?;
+    if let Some(unk) = tokenizer.token_to_id(UNK) {
+        if let Some(i) = encoding.get_ids().iter().position(|&id| id == unk) {
+            let (start, end) = encoding.get_offsets()[i];
+            let what = text.get(start..end).unwrap_or("?");
+            anyhow::bail!(
+                "the model's tokenizer has no token for {what:?} (character {} of the prompt): \
+                 it knows only the characters of its training text",
+                text[..start.min(text.len())].chars().count() + 1
+            );
+        }
+    }
+    Ok(encoding.get_ids().to_vec())
 }
 
 /// The text of `ids`.

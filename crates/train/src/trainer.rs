@@ -16,7 +16,6 @@
 //! cannot be seeded, so runs are bit-for-bit repeatable only with `dropout = 0` (the toy
 //! default).
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -24,7 +23,7 @@ use anyhow::{ensure, Context, Result};
 use candle_core::{DType, Device, Tensor, D};
 use candle_nn::{VarBuilder, VarMap};
 use indicatif::{ProgressBar, ProgressStyle};
-use posenc_transformer::checkpoint::{self, write_atomic, CONFIG_FILE, WEIGHTS_FILE};
+use posenc_transformer::checkpoint::{self, CONFIG_FILE, WEIGHTS_FILE};
 use posenc_transformer::{Config, Transformer};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -38,16 +37,11 @@ use crate::init::initialize;
 use crate::loss::label_smoothed_cross_entropy;
 use crate::metrics::exact_match;
 use crate::optim::{AdamW, AdamWConfig};
-use crate::rundir::{self, FixedFiles, Manifest, RunDir, RUN_KEY};
+use crate::rundir::{self, FixedFiles, RunDir};
 use crate::schedule::Noam;
 use crate::vocab::{Vocab, PAD_ID};
 
 pub use crate::rundir::{SOURCE_TOKENIZER, STATE_FILE, TARGET_TOKENIZER, TRAINER_FILE};
-
-/// The header key of the step in the weight files.
-const STEP_KEY: &str = "posenc.step";
-/// The header key of the trainer state (JSON) in `training.safetensors`.
-const TRAINER_KEY: &str = "posenc.trainer";
 
 /// Everything that defines a training run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -221,26 +215,19 @@ pub struct TrainerState {
     pub tokens: usize,
 }
 
+impl rundir::Progress for TrainerState {
+    fn run(&self) -> &str {
+        &self.run
+    }
+    fn step(&self) -> usize {
+        self.step
+    }
+}
+
 impl TrainerState {
     /// Reads `trainer.json` from a run directory.
     pub fn load(dir: &Path) -> Result<Self> {
-        let path = dir.join(TRAINER_FILE);
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("reading {}", path.display()))?;
-        serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
-    }
-
-    /// Reads `trainer.json` and checks it belongs to the manifest's run.
-    fn load_checked(dir: &Path, manifest: &Manifest) -> Result<Self> {
-        let state = Self::load(dir)?;
-        ensure!(
-            state.run == manifest.run,
-            "{} belongs to run {}, not to this directory's run {}",
-            dir.join(TRAINER_FILE).display(),
-            state.run,
-            manifest.run
-        );
-        Ok(state)
+        rundir::read_trainer(dir)
     }
 
     /// Training throughput in tokens per second.
@@ -256,6 +243,9 @@ pub struct RunOptions {
     pub quiet: bool,
     /// Replace a run already in the output directory (never files posenc did not write).
     pub force: bool,
+    /// Stop after this many steps in all, with a checkpoint, as an interrupted run would
+    /// (resuming then continues it exactly); `None`: run to the configured steps.
+    pub stop_after: Option<usize>,
 }
 
 /// Examples in a seeded order: the batch of step `s` depends only on `(seed, s)`.
@@ -300,91 +290,6 @@ pub fn batch_loss(model: &Transformer, b: &Batch, smoothing: f64, train: bool) -
         smoothing,
         PAD_ID,
     )
-}
-
-/// Writes one checkpoint: `training.safetensors` (weights, moments, trainer state), then
-/// `model.safetensors`, then `trainer.json`, each atomically and each naming the run.
-fn save(dir: &Path, varmap: &VarMap, opt: &AdamW, state: &TrainerState) -> Result<()> {
-    let weights = checkpoint::variables(varmap);
-    let header = |with_state: bool| -> Result<HashMap<String, String>> {
-        let mut h = HashMap::from([
-            (RUN_KEY.to_string(), state.run.clone()),
-            (STEP_KEY.to_string(), state.step.to_string()),
-        ]);
-        if with_state {
-            h.insert(TRAINER_KEY.to_string(), serde_json::to_string(state)?);
-        }
-        Ok(h)
-    };
-    let mut tensors: HashMap<String, Tensor> = opt.state();
-    tensors.extend(
-        weights
-            .iter()
-            .map(|(k, v)| (format!("model.{k}"), v.clone())),
-    );
-    let path = dir.join(STATE_FILE);
-    write_atomic(
-        &path,
-        &checkpoint::serialize(&tensors, header(true)?, &path)?,
-    )?;
-    let path = dir.join(WEIGHTS_FILE);
-    write_atomic(
-        &path,
-        &checkpoint::serialize(&weights, header(false)?, &path)?,
-    )?;
-    write_atomic(
-        &dir.join(TRAINER_FILE),
-        serde_json::to_string_pretty(state)?.as_bytes(),
-    )?;
-    Ok(())
-}
-
-/// The trainer state of the last checkpoint in `dir`: from `training.safetensors` (which
-/// holds it with the weights), or, before the first checkpoint, `trainer.json` at step 0.
-fn last_state(dir: &Path, manifest: &Manifest) -> Result<TrainerState> {
-    let path = dir.join(STATE_FILE);
-    if !path.exists() {
-        let state = TrainerState::load_checked(dir, manifest)?;
-        ensure!(
-            state.step == 0,
-            "{} is missing, but {} says the run is at step {}: the checkpoint was deleted",
-            path.display(),
-            dir.join(TRAINER_FILE).display(),
-            state.step
-        );
-        return Ok(state);
-    }
-    let header = rundir::check_weights(&path, &manifest.run)?;
-    let state: TrainerState = header
-        .get(TRAINER_KEY)
-        .with_context(|| format!("{} holds no trainer state", path.display()))
-        .and_then(|s| {
-            serde_json::from_str(s)
-                .with_context(|| format!("parsing the trainer state in {}", path.display()))
-        })?;
-    ensure!(
-        state.run == manifest.run,
-        "the trainer state in {} belongs to another run",
-        path.display()
-    );
-    Ok(state)
-}
-
-/// Restores weights and AdamW moments from `training.safetensors`.
-fn restore(dir: &Path, varmap: &VarMap, opt: &mut AdamW, step: usize) -> Result<()> {
-    let path = dir.join(STATE_FILE);
-    let device = Device::Cpu;
-    let mut tensors = candle_core::safetensors::load(&path, &device)
-        .with_context(|| format!("reading {}", path.display()))?;
-    let weights: HashMap<String, Tensor> = tensors
-        .iter()
-        .filter_map(|(k, v)| Some((k.strip_prefix("model.")?.to_string(), v.clone())))
-        .collect();
-    checkpoint::set_checked(varmap, &weights, &path)?;
-    tensors.retain(|k, _| !k.starts_with("model."));
-    opt.restore(&tensors, step)
-        .with_context(|| format!("restoring the optimizer from {}", path.display()))?;
-    Ok(())
 }
 
 /// Validation loss over every validation pair and greedy exact match over the first `n`.
@@ -437,11 +342,13 @@ pub fn train(cfg: TrainConfig, out: &Path, opts: RunOptions) -> Result<TrainerSt
     };
     let session = Session::new(&state.config, &splits, &src, &tgt)?;
     initialize(&session.varmap, state.config.seed)?;
-    let fixed = FixedFiles {
-        config: serde_json::to_string_pretty(&state.config.model)?.into_bytes(),
-        source_tokenizer: src.to_json()?.into_bytes(),
-        target_tokenizer: tgt.to_json()?.into_bytes(),
-    };
+    let fixed = FixedFiles::new(
+        serde_json::to_string_pretty(&state.config.model)?.into_bytes(),
+        vec![
+            (SOURCE_TOKENIZER, src.to_json()?.into_bytes()),
+            (TARGET_TOKENIZER, tgt.to_json()?.into_bytes()),
+        ],
+    )?;
     let dir = RunDir::create(
         out,
         &fixed,
@@ -481,7 +388,7 @@ fn describe_existing(dir: &Path, wanted: &TrainConfig) -> String {
 /// run's own) steps in all.
 pub fn resume(out: &Path, steps: Option<usize>, opts: RunOptions) -> Result<TrainerState> {
     let (dir, manifest) = RunDir::open(out)?;
-    let mut state = last_state(out, &manifest)?;
+    let mut state: TrainerState = rundir::last_state(out, &manifest)?;
     if let Some(steps) = steps {
         ensure!(
             steps >= state.step,
@@ -507,7 +414,7 @@ pub fn resume(out: &Path, steps: Option<usize>, opts: RunOptions) -> Result<Trai
     let mut session = Session::new(&state.config, &splits, &src, &tgt)?;
     dir.begin_writing()?;
     if state.step > 0 {
-        restore(out, &session.varmap, &mut session.opt, state.step)?;
+        rundir::restore(out, &session.varmap, &mut session.opt, state.step)?;
     } else {
         initialize(&session.varmap, state.config.seed)?;
     }
@@ -583,7 +490,8 @@ impl Session {
         let elapsed_before = state.elapsed_s;
         let (mut loss_sum, mut loss_n) = (0.0, 0usize);
         let mut saved = out.join(STATE_FILE).exists().then_some(state.step);
-        while state.step < cfg.steps {
+        let until = opts.stop_after.map_or(cfg.steps, |s| s.min(cfg.steps));
+        while state.step < until {
             let step = state.step + 1;
             let idx = order.batch(step, cfg.batch_size);
             let examples: Vec<&Example> = idx.iter().map(|&i| &self.train_examples[i]).collect();
@@ -639,13 +547,13 @@ impl Session {
                 state.history.push(record);
             }
             if step.is_multiple_of(cfg.save_every) || step == cfg.steps {
-                save(out, &self.varmap, &self.opt, &state)?;
+                rundir::save_checkpoint(out, &self.varmap, &self.opt, &state)?;
                 saved = Some(step);
             }
         }
         bar.finish_and_clear();
         if saved != Some(state.step) {
-            save(out, &self.varmap, &self.opt, &state)?;
+            rundir::save_checkpoint(out, &self.varmap, &self.opt, &state)?;
         }
         Ok(state)
     }
@@ -699,7 +607,7 @@ impl Translator {
     pub fn load(dir: &Path) -> Result<Self> {
         let manifest = rundir::verify(dir)?;
         rundir::check_weights(&dir.join(WEIGHTS_FILE), &manifest.run)?;
-        let state = TrainerState::load_checked(dir, &manifest)?;
+        let state: TrainerState = rundir::read_trainer_of(dir, &manifest)?;
         let device = Device::Cpu;
         let loaded = checkpoint::load(dir, &device)?;
         ensure!(

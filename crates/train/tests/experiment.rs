@@ -46,6 +46,7 @@ fn tiny(kinds: &[&str]) -> ExperimentConfig {
 const QUIET: RunOptions = RunOptions {
     quiet: true,
     force: false,
+    stop_after: None,
 };
 
 #[test]

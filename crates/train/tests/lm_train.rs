@@ -2,7 +2,9 @@
 //! evaluation past the trained context where the encoding allows it.
 
 use posenc::EncodingConfig;
-use posenc_train::lm_train::{evaluate, random_windows, train_lm, LmTrainConfig};
+use posenc_train::lm_train::{evaluate, random_windows, train_lm, LmData, LmTrainConfig};
+use posenc_train::trainer::RunOptions;
+use posenc_train::{lm_run, text_tokenizer::TextTokenizer};
 use posenc_transformer::LmConfig;
 use rand::SeedableRng;
 
@@ -32,6 +34,14 @@ fn counting(n: usize) -> Vec<u32> {
     (0..n).map(|i| (i % 10) as u32).collect()
 }
 
+/// Training data: the counting stream, validated on a shorter one.
+fn data(n: usize) -> LmData {
+    LmData {
+        train: counting(n),
+        valid: counting(300),
+    }
+}
+
 #[test]
 fn the_schedule_is_nanogpts() {
     let cfg = LmTrainConfig::default();
@@ -45,22 +55,31 @@ fn the_schedule_is_nanogpts() {
 
 #[test]
 fn the_loss_falls_on_a_learnable_stream() {
-    let cfg = tiny("sinusoidal", 60);
-    let stream = counting(2000);
-    let run = train_lm(&cfg, &stream, |_, _| {}).unwrap();
+    let cfg = LmTrainConfig {
+        eval_every: 20,
+        ..tiny("sinusoidal", 60)
+    };
+    let run = train_lm(&cfg, &data(2000), |_, _| {}).unwrap();
     let first: f64 = run.losses[..5].iter().sum::<f64>() / 5.0;
     let last: f64 = run.losses[55..].iter().sum::<f64>() / 5.0;
     assert!(last < 0.3 * first, "{first} → {last}");
-    let held_out = evaluate(&run.model, &counting(500), 16, 10).unwrap();
-    assert!(held_out < 0.5, "{held_out}");
+    let held_out = evaluate(&run.model, &counting(500), 16, 10, 16).unwrap();
+    assert!(held_out.loss < 0.5, "{held_out:?}");
+    // Validation was recorded, and fell.
+    let h = &run.state.history;
+    assert!(
+        h.len() >= 2 && h.last().unwrap().valid_loss < h[0].valid_loss,
+        "{h:?}"
+    );
     // The same seed trains the same model.
-    let again = train_lm(&cfg, &stream, |_, _| {}).unwrap();
+    let again = train_lm(&cfg, &data(2000), |_, _| {}).unwrap();
     assert_eq!(run.losses, again.losses);
 }
 
 #[test]
 fn evaluation_past_the_context_is_an_error_only_for_a_learned_table() {
     let stream = counting(400);
+    let data = data(400);
     let learned = LmTrainConfig {
         model: LmConfig {
             encoding: EncodingConfig::new(posenc::learned::LearnedConfig { max_positions: 16 }),
@@ -68,14 +87,18 @@ fn evaluation_past_the_context_is_an_error_only_for_a_learned_table() {
         },
         ..tiny("none", 1)
     };
-    let run = train_lm(&learned, &stream, |_, _| {}).unwrap();
-    assert!(evaluate(&run.model, &stream, 16, 4).is_ok());
-    let e = format!("{:#}", evaluate(&run.model, &stream, 32, 4).unwrap_err());
+    let run = train_lm(&learned, &data, |_, _| {}).unwrap();
+    assert!(evaluate(&run.model, &stream, 16, 4, 16).is_ok());
+    let e = format!(
+        "{:#}",
+        evaluate(&run.model, &stream, 32, 4, 16).unwrap_err()
+    );
     assert!(e.contains("max_positions = 16"), "{e}");
     for kind in ["sinusoidal", "rope", "alibi", "t5", "none"] {
-        let run = train_lm(&tiny(kind, 1), &stream, |_, _| {}).unwrap();
+        let run = train_lm(&tiny(kind, 1), &data, |_, _| {}).unwrap();
+        let e = evaluate(&run.model, &stream, 128, 2, 16).unwrap();
         assert!(
-            evaluate(&run.model, &stream, 128, 2).unwrap().is_finite(),
+            e.loss.is_finite() && e.tail_loss.unwrap().is_finite(),
             "{kind}"
         );
     }
@@ -96,4 +119,121 @@ fn windows_are_inputs_and_next_tokens() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("no window"), "{e}");
+}
+
+#[test]
+fn evaluation_counts_every_position_of_non_overlapping_windows() {
+    let run = train_lm(&tiny("alibi", 20), &data(1000), |_, _| {}).unwrap();
+    let stream = counting(201);
+    // 200 next tokens hold exactly 6 windows of 32: all are taken, none overlap.
+    let e = evaluate(&run.model, &stream, 32, 100, 16).unwrap();
+    assert_eq!((e.windows, e.by_position.len()), (6, 32));
+    let mean = |xs: &[f64]| xs.iter().sum::<f64>() / xs.len() as f64;
+    assert!((e.loss - mean(&e.by_position)).abs() < 1e-9);
+    assert!((e.tail_loss.unwrap() - mean(&e.by_position[16..])).abs() < 1e-9);
+    // The per-position mean equals the loss the training objective computes.
+    let (x, y) = {
+        let starts: Vec<u32> = (0..6)
+            .flat_map(|w| stream[w * 32..w * 32 + 32].to_vec())
+            .collect();
+        let next: Vec<u32> = (0..6)
+            .flat_map(|w| stream[w * 32 + 1..w * 32 + 33].to_vec())
+            .collect();
+        let d = candle_core::Device::Cpu;
+        (
+            candle_core::Tensor::from_vec(starts, (6, 32), &d).unwrap(),
+            candle_core::Tensor::from_vec(next, 6 * 32, &d).unwrap(),
+        )
+    };
+    let objective: f32 = posenc_train::lm_train::loss(&run.model, &x, &y, false)
+        .unwrap()
+        .to_scalar()
+        .unwrap();
+    assert!(
+        (e.loss - f64::from(objective)).abs() < 1e-4,
+        "{} vs {objective}",
+        e.loss
+    );
+    // At the trained length there is no tail.
+    assert_eq!(
+        evaluate(&run.model, &stream, 16, 3, 16).unwrap().tail_loss,
+        None
+    );
+    for (len, windows) in [(0, 1), (16, 0), (500, 1)] {
+        assert!(
+            evaluate(&run.model, &stream, len, windows, 16).is_err(),
+            "{len} {windows}"
+        );
+    }
+}
+
+fn same_files(a: &std::path::Path, b: &std::path::Path, name: &str) -> bool {
+    let load = |d: &std::path::Path| {
+        candle_core::safetensors::load(d.join(name), &candle_core::Device::Cpu).unwrap()
+    };
+    let (x, y) = (load(a), load(b));
+    x.len() == y.len()
+        && x.iter().all(|(k, t)| {
+            t.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+                == y[k].flatten_all().unwrap().to_vec1::<f32>().unwrap()
+        })
+}
+
+#[test]
+fn a_resumed_run_is_bit_identical_to_one_that_never_stopped() {
+    let quiet = RunOptions {
+        quiet: true,
+        force: false,
+        stop_after: None,
+    };
+    let text: String = "to be or not to be that is the question ".repeat(40);
+    let tokenizer = TextTokenizer::Char.train(&text).unwrap();
+    let ids = posenc_train::text_tokenizer::encode(&tokenizer, &text).unwrap();
+    let data = LmData {
+        train: ids.clone(),
+        valid: ids[..400].to_vec(),
+    };
+    let mut cfg = tiny("rope", 12);
+    cfg.model.vocab_size = tokenizer.get_vocab_size(true);
+    cfg.eval_every = 4;
+    cfg.save_every = 4;
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let straight = lm_run::start(&cfg, &tokenizer, &data, a.path(), quiet).unwrap();
+    // Stopped at step 6, between checkpoints: it saves there, as a killed run's last
+    // checkpoint would be.
+    let interrupted = RunOptions {
+        stop_after: Some(6),
+        ..quiet
+    };
+    let stopped = lm_run::start(&cfg, &tokenizer, &data, b.path(), interrupted).unwrap();
+    assert_eq!(stopped.step, 6);
+    let resumed = lm_run::resume(b.path(), None, |_, _| Ok(data.clone()), quiet).unwrap();
+    assert_eq!(resumed.step, 12);
+    let losses = |s: &posenc_train::lm_train::LmState| -> Vec<(usize, f64, f64)> {
+        s.history
+            .iter()
+            .map(|r| (r.step, r.train_loss, r.valid_loss))
+            .collect()
+    };
+    assert_eq!(losses(&straight), losses(&resumed));
+    assert!(same_files(a.path(), b.path(), "model.safetensors"));
+    assert!(same_files(a.path(), b.path(), "training.safetensors"));
+    // The saved model loads and is the trained one.
+    let saved = lm_run::load(b.path()).unwrap();
+    assert_eq!(saved.model.config().context, 16);
+
+    // A second start into a run is refused and changes nothing; a changed tokenizer is named.
+    let before = std::fs::read(b.path().join("model.safetensors")).unwrap();
+    let e = format!(
+        "{:#}",
+        lm_run::start(&cfg, &tokenizer, &data, b.path(), quiet).unwrap_err()
+    );
+    assert!(e.contains("--resume"), "{e}");
+    assert_eq!(
+        std::fs::read(b.path().join("model.safetensors")).unwrap(),
+        before
+    );
+    std::fs::write(b.path().join("tokenizer.json"), b"{}").unwrap();
+    let e = format!("{:#}", lm_run::load(b.path()).err().unwrap());
+    assert!(e.contains("tokenizer.json"), "{e}");
 }

@@ -13,6 +13,7 @@ use posenc_train::trainer::{resume, train, RunOptions, TrainConfig, Translator};
 const QUIET: RunOptions = RunOptions {
     quiet: true,
     force: false,
+    stop_after: None,
 };
 
 fn tiny(steps: usize, seed: u64) -> TrainConfig {
