@@ -83,9 +83,9 @@ pub struct TrainArgs {
 /// `posenc lm generate`
 #[derive(Args, Debug)]
 pub struct GenerateArgs {
-    /// The run directory.
+    /// The run directory [default: the shipped models/shakespeare-alibi].
     #[arg(long)]
-    model: PathBuf,
+    model: Option<PathBuf>,
     /// The text to continue [default: standard input].
     prompt: Option<String>,
     /// How many tokens to generate.
@@ -108,9 +108,9 @@ pub struct GenerateArgs {
 /// `posenc lm eval`
 #[derive(Args, Debug)]
 pub struct EvalArgs {
-    /// The run directory.
+    /// The run directory [default: the shipped models/shakespeare-alibi].
     #[arg(long)]
-    model: PathBuf,
+    model: Option<PathBuf>,
     /// Window lengths [default: 1, 2, 4 and 8 times the trained context].
     #[arg(long, value_delimiter = ',')]
     lengths: Option<Vec<usize>>,
@@ -258,7 +258,7 @@ fn report(state: &LmState, dir: &Path, out: &mut impl Write) -> Result<()> {
 }
 
 fn generate_text(a: GenerateArgs, out: &mut impl Write) -> Result<()> {
-    let saved = lm_run::load(&a.model)?;
+    let saved = lm_run::load(&a.model.unwrap_or_else(lm_run::shipped_model))?;
     let prompt = match a.prompt {
         Some(p) => p,
         None => {
@@ -296,7 +296,7 @@ struct EvalRow {
 }
 
 fn eval(a: EvalArgs, out: &mut impl Write) -> Result<()> {
-    let saved = lm_run::load(&a.model)?;
+    let saved = lm_run::load(&a.model.unwrap_or_else(lm_run::shipped_model))?;
     let text = match &a.text {
         Some(path) => {
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?

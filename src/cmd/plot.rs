@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::Subcommand;
 use posenc::EncodingConfig;
 use posenc_train::trainer::{shipped_model, Translator};
@@ -41,6 +41,15 @@ pub enum PlotCommand {
         #[arg(long)]
         out: PathBuf,
     },
+    /// The two figures of `posenc lm experiment`, redrawn from its results.json.
+    LmExperiment {
+        /// The experiment's results.json.
+        #[arg(long)]
+        results: PathBuf,
+        /// Output directory.
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 impl PlotCommand {
@@ -73,6 +82,15 @@ impl PlotCommand {
                 });
                 posenc_plot::attention(&maps, &title, &out)?;
                 out
+            }
+            Self::LmExperiment { results, out: dir } => {
+                let exp = posenc_train::lm_experiment::LmExperiment::load(&results)?;
+                std::fs::create_dir_all(&dir)
+                    .with_context(|| format!("creating {}", dir.display()))?;
+                for p in posenc_plot::lm_experiment(&exp, &dir)? {
+                    writeln!(out, "{}", p.display())?;
+                }
+                return Ok(());
             }
         };
         writeln!(out, "{}", path.display())?;

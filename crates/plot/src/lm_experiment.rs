@@ -63,10 +63,7 @@ pub fn lm_experiment(exp: &LmExperiment, out: &Path) -> Result<Vec<PathBuf>> {
                     .by_position
                     .chunks(BUCKET)
                     .enumerate()
-                    .map(|(b, c)| {
-                        let mid = (b * BUCKET) as f64 + (c.len() as f64 - 1.0) / 2.0;
-                        (mid, c.iter().sum::<f64>() / c.len() as f64)
-                    })
+                    .map(|(b, c)| ((b * BUCKET) as f64, c.iter().sum::<f64>() / c.len() as f64))
                     .collect(),
                 mark: Mark::Line,
                 colour: colour(i),
@@ -79,7 +76,7 @@ pub fn lm_experiment(exp: &LmExperiment, out: &Path) -> Result<Vec<PathBuf>> {
             root,
             &Axes {
                 title: format!(
-                    "test loss at each position of the longest window (trained on L = {context}; mean of {BUCKET} positions)"
+                    "test loss by position in the longest window (trained on L = {context}; each point the mean of positions x..x+{BUCKET})"
                 ),
                 x_desc: "position in the window",
                 y_desc: "next-token loss (nats)",
