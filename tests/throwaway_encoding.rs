@@ -10,7 +10,7 @@ use std::sync::Arc;
 use candle_core::{Device, Tensor};
 use candle_nn::VarBuilder;
 use clap::Parser;
-use posenc::{EncodingConfig, EncodingSpec, PositionalEncoding, Table, Target};
+use posenc::{EncodingConfig, EncodingSpec, PositionalEncoding, Positions, Table, Target};
 use serde::{Deserialize, Serialize};
 
 /// `sawtooth`: `PE(pos, i) = (pos mod period) / period − ½` in every dimension, plus an
@@ -60,8 +60,9 @@ struct Sawtooth {
 }
 
 impl Sawtooth {
-    fn rows(&self, offset: usize, len: usize) -> posenc::Result<Tensor> {
-        let values: Vec<f32> = (offset..offset + len)
+    fn rows(&self, at: Positions, len: usize) -> posenc::Result<Tensor> {
+        let values: Vec<f32> = (0..len)
+            .map(|i| at.get(i))
             .flat_map(|p| {
                 let v = (p % self.period) as f32 / self.period as f32 - 0.5;
                 std::iter::repeat_n(v, self.d_model)
@@ -76,9 +77,9 @@ impl PositionalEncoding for Sawtooth {
         SawtoothConfig::KIND
     }
 
-    fn add_to_embeddings(&self, x: &Tensor, offset: usize) -> posenc::Result<Tensor> {
+    fn add_to_embeddings(&self, x: &Tensor, at: Positions) -> posenc::Result<Tensor> {
         ADDED.fetch_add(1, Ordering::Relaxed);
-        let table = self.rows(offset, x.dim(1)?)?.to_dtype(x.dtype())?;
+        let table = self.rows(at, x.dim(1)?)?.to_dtype(x.dtype())?;
         Ok(x.broadcast_add(&table.unsqueeze(0)?)?)
     }
 
@@ -86,13 +87,13 @@ impl PositionalEncoding for Sawtooth {
         &self,
         q_len: usize,
         k_len: usize,
-        q_offset: usize,
-        k_offset: usize,
+        q: Positions,
+        k: Positions,
     ) -> posenc::Result<Option<Tensor>> {
         BIASED.fetch_add(1, Ordering::Relaxed);
         let same = |i: usize, j: usize| (i / self.period == j / self.period) as u8 as f32;
         let values: Vec<f32> = (0..self.heads * q_len * k_len)
-            .map(|n| same(q_offset + n / k_len % q_len, k_offset + n % k_len))
+            .map(|n| same(q.get(n / k_len % q_len), k.get(n % k_len)))
             .collect();
         Ok(Some(Tensor::from_vec(
             values,
@@ -104,7 +105,7 @@ impl PositionalEncoding for Sawtooth {
     fn table(&self, len: usize) -> posenc::Result<Table> {
         Ok(Table::additive(
             "PE(pos, ·) = (pos mod period) / period − ½",
-            self.rows(0, len)?,
+            self.rows(Positions::From(0), len)?,
             Vec::new(),
         ))
     }

@@ -157,7 +157,9 @@ impl Bert {
         let e = &self.embeddings;
         let types = ids.zeros_like()?;
         let x = (e.word.forward(ids)? + e.token_type.forward(&types)?)?;
-        let x = e.norm.forward(&e.position.add_to_embeddings(&x, 0)?)?;
+        let x = e
+            .norm
+            .forward(&e.position.add_to_embeddings(&x, 0.into())?)?;
         let mask = Mask::from_keep(&attention_mask.to_dtype(DType::U8)?)?;
         Ok(self.encoder.forward(&x, Some(&mask), false)?)
     }

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cache::GeometryCache;
 use crate::encoding::{Form, PositionalEncoding, Table};
-use crate::{Direction, EncodingSpec, Error, Result, Target};
+use crate::{Direction, EncodingSpec, Error, Positions, Result, Target};
 
 /// The settings of `alibi`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -104,32 +104,21 @@ impl Alibi {
         self.form
     }
 
-    /// The `(heads, q_len, k_len)` bias of queries at `q_offset..` against keys at `k_offset..`.
-    pub fn bias(
-        &self,
-        q_len: usize,
-        k_len: usize,
-        q_offset: usize,
-        k_offset: usize,
-    ) -> Result<Tensor> {
-        self.cache.get((q_len, k_len, q_offset, k_offset), || {
-            self.compute(q_len, k_len, q_offset, k_offset)
-        })
+    /// The `(heads, q_len, k_len)` bias of `q_len` queries at `q` against `k_len` keys at `k`.
+    pub fn bias(&self, q_len: usize, k_len: usize, q: Positions, k: Positions) -> Result<Tensor> {
+        self.cache
+            .get(AlibiConfig::KIND, (q_len, k_len), (q, k), || {
+                self.compute(q_len, k_len, q, k)
+            })
     }
 
-    fn compute(
-        &self,
-        q_len: usize,
-        k_len: usize,
-        q_offset: usize,
-        k_offset: usize,
-    ) -> Result<Tensor> {
+    fn compute(&self, q_len: usize, k_len: usize, q: Positions, k: Positions) -> Result<Tensor> {
         let mut data = Vec::with_capacity(self.slopes.len() * q_len * k_len);
         for &m in &self.slopes {
             for qi in 0..q_len {
-                let i = (q_offset + qi) as f64;
+                let i = q.get(qi) as f64;
                 for kj in 0..k_len {
-                    let j = (k_offset + kj) as f64;
+                    let j = k.get(kj) as f64;
                     let distance = match self.form {
                         AlibiForm::Symmetric => (i - j).abs(),
                         AlibiForm::Causal => (i - j).max(0.0),
@@ -155,17 +144,17 @@ impl PositionalEncoding for Alibi {
         &self,
         q_len: usize,
         k_len: usize,
-        q_offset: usize,
-        k_offset: usize,
+        q: Positions,
+        k: Positions,
     ) -> Result<Option<Tensor>> {
-        Ok(Some(self.bias(q_len, k_len, q_offset, k_offset)?))
+        Ok(Some(self.bias(q_len, k_len, q, k)?))
     }
 
     fn table(&self, len: usize) -> Result<Table> {
         Ok(Table {
             title: "bias(query, key) = −m_h · distance".into(),
             form: Form::Bias {
-                bias: self.bias(len, len, 0, 0)?,
+                bias: self.bias(len, len, 0.into(), 0.into())?,
                 index: None,
             },
         })

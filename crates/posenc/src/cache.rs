@@ -4,7 +4,7 @@ use std::sync::RwLock;
 
 use candle_core::Tensor;
 
-use crate::Result;
+use crate::{Positions, Result};
 
 /// Rows `0..capacity` of one or more per-position tables, rebuilt larger when a longer
 /// sequence asks. Reads share the lock; only growth takes it exclusively.
@@ -14,20 +14,17 @@ pub(crate) struct GrowingTables {
 }
 
 impl GrowingTables {
-    /// Rows `offset..offset + len` of every table, building rows `0..n` with `build(n)`
-    /// first if the cached tables are shorter than `offset + len`.
+    /// The rows at `at` (`len` of them) of every table, building rows `0..n` with
+    /// `build(n)` first if the cached tables are too short.
     pub(crate) fn rows(
         &self,
-        offset: usize,
+        at: Positions,
         len: usize,
         build: impl Fn(usize) -> Result<Vec<Tensor>>,
     ) -> Result<Vec<Tensor>> {
-        let end = offset + len;
+        let end = at.end(len);
         let narrow = |tables: &[Tensor]| -> Result<Vec<Tensor>> {
-            tables
-                .iter()
-                .map(|t| Ok(t.narrow(0, offset, len)?))
-                .collect()
+            tables.iter().map(|t| at.select(t, len)).collect()
         };
         {
             let tables = self.tables.read().unwrap_or_else(|e| e.into_inner());
@@ -43,9 +40,10 @@ impl GrowingTables {
     }
 }
 
-/// The last few tensors computed for a `(q_len, k_len, q_offset, k_offset)` geometry:
-/// position biases and bucket indices depend on nothing else, and a model asks for the
-/// same few shapes over and over.
+/// The last few tensors computed for a `(q_len, k_len, q_offset, k_offset)` geometry of
+/// consecutive positions: position biases and bucket indices depend on nothing else, and a
+/// model asks for the same few shapes over and over. (Listed positions, drawn afresh for
+/// every batch, are computed each time.)
 #[derive(Debug, Default)]
 pub(crate) struct GeometryCache {
     entries: std::sync::Mutex<Vec<(Geometry, Tensor)>>,
@@ -58,12 +56,21 @@ impl GeometryCache {
     /// How many geometries are kept; the oldest goes first.
     const CAPACITY: usize = 16;
 
-    /// The tensor of `geometry`, computed by `build` the first time it is asked for.
+    /// The tensor of `q_len` queries at `q` against `k_len` keys at `k`, computed by
+    /// `build` the first time a geometry of consecutive positions is asked for.
     pub(crate) fn get(
         &self,
-        geometry: Geometry,
+        kind: &'static str,
+        (q_len, k_len): (usize, usize),
+        (q, k): (Positions, Positions),
         build: impl FnOnce() -> Result<Tensor>,
     ) -> Result<Tensor> {
+        q.check(kind, q_len)?;
+        k.check(kind, k_len)?;
+        let geometry: Geometry = match (q, k) {
+            (Positions::From(qo), Positions::From(ko)) => (q_len, k_len, qo, ko),
+            _ => return build(),
+        };
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((_, t)) = entries.iter().find(|(g, _)| *g == geometry) {
             return Ok(t.clone());

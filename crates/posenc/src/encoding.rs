@@ -10,16 +10,90 @@
 //! 3. [`PositionalEncoding::attention_bias`]: what to add to the attention scores
 //!    `QKᵀ/√d_k`, shape `(heads, q_len, k_len)`. ALiBi and T5 buckets live here.
 //!
-//! Every hook is the identity by default, and every hook takes the position of its first
-//! token (`offset`), so incremental decoding with a key/value cache asks about positions
-//! `t, t+1, …` rather than starting again at 0. The model calls all three hooks and never
-//! asks which encoding it holds.
+//! Every hook is the identity by default, and every hook says where its tokens sit
+//! ([`Positions`]): consecutive from an offset, so incremental decoding with a key/value
+//! cache asks about positions `t, t+1, …` rather than starting again at 0, or at any
+//! increasing positions, as randomized positional encodings train (Ruoss et al. 2023). The
+//! model calls all three hooks and never asks which encoding it holds.
 
 use std::fmt;
 
 use candle_core::{Device, Tensor};
 
 use crate::{Error, Result};
+
+/// Where the tokens of a sequence sit. Every sequence of a batch sits at the same positions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Positions<'a> {
+    /// `offset, offset + 1, …`: consecutive, the usual case.
+    From(usize),
+    /// These positions, strictly increasing, one per token (randomized positions: a sorted
+    /// random subset of a range longer than the sequence, Ruoss et al. 2023).
+    At(&'a [u32]),
+}
+
+impl From<usize> for Positions<'_> {
+    fn from(offset: usize) -> Self {
+        Self::From(offset)
+    }
+}
+
+impl Positions<'_> {
+    /// The position of token `i`.
+    pub fn get(&self, i: usize) -> usize {
+        match self {
+            Self::From(offset) => offset + i,
+            Self::At(list) => list[i] as usize,
+        }
+    }
+
+    /// One past the last position of a sequence of `len` tokens.
+    pub fn end(&self, len: usize) -> usize {
+        match self {
+            Self::From(offset) => offset + len,
+            Self::At(list) => list.last().map_or(0, |&p| p as usize + 1),
+        }
+    }
+
+    /// The keys that `len` queries at these positions attend to in self-attention, and how
+    /// many: for consecutive positions, every position from 0 (a cache holds the earlier
+    /// ones); for a list, the same list.
+    pub fn keys(&self, len: usize) -> (Self, usize) {
+        match self {
+            Self::From(offset) => (Self::From(0), offset + len),
+            Self::At(_) => (*self, len),
+        }
+    }
+
+    /// Checks that these positions can hold `len` tokens: a list must have one position per
+    /// token, strictly increasing.
+    pub(crate) fn check(&self, kind: &'static str, len: usize) -> Result<()> {
+        if let Self::At(list) = self {
+            if list.len() != len || list.windows(2).any(|w| w[0] >= w[1]) {
+                return Err(Error::Shape {
+                    kind,
+                    msg: format!(
+                        "{} positions for {len} tokens: need one per token, strictly increasing",
+                        list.len()
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Rows of `table` (`(n, …)`, `n ≥ self.end(len)`) at these positions: a view for
+    /// consecutive positions, a gather (differentiable) for a list.
+    pub(crate) fn select(&self, table: &Tensor, len: usize) -> Result<Tensor> {
+        Ok(match self {
+            Self::From(offset) => table.narrow(0, *offset, len)?,
+            Self::At(list) => {
+                let idx = Tensor::new(*list, table.device())?;
+                table.index_select(&idx, 0)?
+            }
+        })
+    }
+}
 
 /// A positional encoding: the three hooks a Transformer calls, identity by default.
 ///
@@ -34,7 +108,7 @@ use crate::{Error, Result};
 /// # fn main() -> posenc::Result<()> {
 /// let enc = EncodingConfig::from_kind("sinusoidal")?.build_untrained(4, 1, &Device::Cpu)?;
 /// let x = Tensor::zeros((1, 2, 4), candle_core::DType::F32, &Device::Cpu)?;
-/// let pe = enc.add_to_embeddings(&x, 0)?;
+/// let pe = enc.add_to_embeddings(&x, posenc::Positions::From(0))?;
 /// let row1 = pe.squeeze(0)?.get(1)?.to_vec1::<f32>()?;
 /// assert!((row1[0] - 1f32.sin()).abs() < 1e-6 && (row1[1] - 1f32.cos()).abs() < 1e-6);
 /// # Ok(()) }
@@ -43,31 +117,31 @@ pub trait PositionalEncoding: std::fmt::Debug + Send + Sync {
     /// The config name of this encoding (`"sinusoidal"`, `"rope"`, …).
     fn kind(&self) -> &'static str;
 
-    /// Hook (a): `x + PE` for embeddings `x: (batch, seq, d_model)` at positions
-    /// `offset..offset + seq`. Identity by default.
-    fn add_to_embeddings(&self, x: &Tensor, offset: usize) -> Result<Tensor> {
-        let _ = offset;
+    /// Hook (a): `x + PE` for embeddings `x: (batch, seq, d_model)` at positions `at`.
+    /// Identity by default.
+    fn add_to_embeddings(&self, x: &Tensor, at: Positions) -> Result<Tensor> {
+        let _ = at;
         Ok(x.clone())
     }
 
     /// Hook (b): rotate queries or keys `x: (batch, heads, seq, head_dim)` at positions
-    /// `offset..offset + seq`. Called on queries and keys alike. Identity by default.
-    fn rotate(&self, x: &Tensor, offset: usize) -> Result<Tensor> {
-        let _ = offset;
+    /// `at`. Called on queries and keys alike. Identity by default.
+    fn rotate(&self, x: &Tensor, at: Positions) -> Result<Tensor> {
+        let _ = at;
         Ok(x.clone())
     }
 
     /// Hook (c): the bias `(heads, q_len, k_len)` (f32) added to the attention scores of
-    /// queries at positions `q_offset..q_offset + q_len` against keys at
-    /// `k_offset..k_offset + k_len`, or `None` for no bias (the default).
+    /// `q_len` queries at positions `q` against `k_len` keys at positions `k`, or `None`
+    /// for no bias (the default).
     fn attention_bias(
         &self,
         q_len: usize,
         k_len: usize,
-        q_offset: usize,
-        k_offset: usize,
+        q: Positions,
+        k: Positions,
     ) -> Result<Option<Tensor>> {
-        let _ = (q_len, k_len, q_offset, k_offset);
+        let _ = (q_len, k_len, q, k);
         Ok(None)
     }
 

@@ -15,7 +15,7 @@ use candle_nn::{Embedding, VarBuilder};
 use serde::{Deserialize, Serialize};
 
 use crate::encoding::{add_table, check_embeddings, PositionalEncoding, Table};
-use crate::{EncodingSpec, Error, Result, Target};
+use crate::{EncodingSpec, Error, Positions, Result, Target};
 
 /// The settings of `learned`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -82,15 +82,20 @@ impl Learned {
         self.embedding.embeddings()
     }
 
-    /// Rows `offset..offset + len`, or an error naming the first position past the table.
-    pub fn rows(&self, offset: usize, len: usize) -> Result<Tensor> {
-        if offset + len > self.max_positions {
+    /// The rows of the `len` positions `at`, or an error naming the first position past
+    /// the table.
+    pub fn rows(&self, at: Positions, len: usize) -> Result<Tensor> {
+        at.check(LearnedConfig::KIND, len)?;
+        if at.end(len) > self.max_positions {
+            let first = (0..len)
+                .map(|i| at.get(i))
+                .find(|&p| p >= self.max_positions);
             return Err(Error::PositionOutOfRange {
-                position: self.max_positions.max(offset),
+                position: first.unwrap_or(self.max_positions),
                 max_positions: self.max_positions,
             });
         }
-        Ok(self.weight().narrow(0, offset, len)?)
+        at.select(self.weight(), len)
     }
 }
 
@@ -99,9 +104,9 @@ impl PositionalEncoding for Learned {
         LearnedConfig::KIND
     }
 
-    fn add_to_embeddings(&self, x: &Tensor, offset: usize) -> Result<Tensor> {
+    fn add_to_embeddings(&self, x: &Tensor, at: Positions) -> Result<Tensor> {
         let seq = check_embeddings(LearnedConfig::KIND, x, self.d_model)?;
-        add_table(x, &self.rows(offset, seq)?)
+        add_table(x, &self.rows(at, seq)?)
     }
 
     fn max_positions(&self) -> Option<usize> {
@@ -109,7 +114,9 @@ impl PositionalEncoding for Learned {
     }
 
     fn table(&self, len: usize) -> Result<Table> {
-        let values = self.rows(0, len)?.to_dtype(candle_core::DType::F32)?;
+        let values = self
+            .rows(Positions::From(0), len)?
+            .to_dtype(candle_core::DType::F32)?;
         Ok(Table::additive(
             "PE(pos, i) = W[pos, i], learned",
             values,

@@ -41,5 +41,5 @@ pub mod t5;
 pub use config::{
     register, Direction, EncodingConfig, EncodingSpec, Registration, Target, BUILT_IN,
 };
-pub use encoding::{inverse_frequencies, Form, Index, PositionalEncoding, Table};
+pub use encoding::{inverse_frequencies, Form, Index, PositionalEncoding, Positions, Table};
 pub use error::{Error, Result};

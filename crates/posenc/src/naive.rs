@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use crate::encoding::{
     add_table, check_embeddings, require, tensor_from_fn, PositionalEncoding, Table,
 };
-use crate::{EncodingSpec, Error, Result, Target};
+use crate::{EncodingSpec, Error, Positions, Result, Target};
 
 /// Settings of the naive encodings that have none: `fraction`, `index`, `binary`.
 macro_rules! settingless {
@@ -148,11 +148,12 @@ impl Naive {
         })
     }
 
-    /// Rows `offset..offset + len` of the table for a sequence of `offset + len` tokens.
-    fn rows(&self, offset: usize, len: usize) -> Result<Tensor> {
-        let total = offset + len;
+    /// The rows at the `len` positions `at`, of the table for a sequence that ends there.
+    fn rows(&self, at: Positions, len: usize) -> Result<Tensor> {
+        at.check(self.kind.name(), len)?;
+        let total = at.end(len);
         tensor_from_fn(len, self.d_model, &self.device, |p, i| {
-            self.kind.value(offset + p, i, total)
+            self.kind.value(at.get(p), i, total)
         })
     }
 }
@@ -162,9 +163,9 @@ impl PositionalEncoding for Naive {
         self.kind.name()
     }
 
-    fn add_to_embeddings(&self, x: &Tensor, offset: usize) -> Result<Tensor> {
+    fn add_to_embeddings(&self, x: &Tensor, at: Positions) -> Result<Tensor> {
         let seq = check_embeddings(self.kind.name(), x, self.d_model)?;
-        add_table(x, &self.rows(offset, seq)?)
+        add_table(x, &self.rows(at, seq)?)
     }
 
     fn table(&self, len: usize) -> Result<Table> {
@@ -174,6 +175,10 @@ impl PositionalEncoding for Naive {
             NaiveKind::Binary => "PE(pos, i) = ±1 for bit i of pos".to_string(),
             NaiveKind::SineSingle { frequency } => format!("PE(pos, ·) = sin({frequency} · pos)"),
         };
-        Ok(Table::additive(title, self.rows(0, len)?, Vec::new()))
+        Ok(Table::additive(
+            title,
+            self.rows(Positions::From(0), len)?,
+            Vec::new(),
+        ))
     }
 }

@@ -29,7 +29,7 @@ use crate::encoding::{
     Table,
 };
 use crate::sinusoidal::PairLayout;
-use crate::{EncodingSpec, Error, Result, Target};
+use crate::{EncodingSpec, Error, Positions, Result, Target};
 
 /// The settings of `rope`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -119,10 +119,11 @@ impl Rope {
         self.rotary_dim
     }
 
-    /// `(cos, sin)` of `pos · θ_i` for `pos` in `offset..offset + len`, each `(len, rotary_dim/2)` f32.
-    pub fn cos_sin(&self, offset: usize, len: usize) -> Result<(Tensor, Tensor)> {
+    /// `(cos, sin)` of `pos · θ_i` for the `len` positions `at`, each `(len, rotary_dim/2)` f32.
+    pub fn cos_sin(&self, at: Positions, len: usize) -> Result<(Tensor, Tensor)> {
+        at.check(RopeConfig::KIND, len)?;
         let half = self.rotary_dim / 2;
-        let tables = self.cache.rows(offset, len, |n| {
+        let tables = self.cache.rows(at, len, |n| {
             let angle = |pos: usize, i: usize| pos as f64 * self.inv_freq[i];
             Ok(vec![
                 tensor_from_fn(n, half, &self.device, |p, i| angle(p, i).cos())?,
@@ -138,7 +139,7 @@ impl PositionalEncoding for Rope {
         RopeConfig::KIND
     }
 
-    fn rotate(&self, x: &Tensor, offset: usize) -> Result<Tensor> {
+    fn rotate(&self, x: &Tensor, at: Positions) -> Result<Tensor> {
         let seq = match x.dims() {
             &[_, _, seq, hd] if hd == self.head_dim => seq,
             dims => {
@@ -151,7 +152,7 @@ impl PositionalEncoding for Rope {
                 })
             }
         };
-        let (cos, sin) = self.cos_sin(offset, seq)?;
+        let (cos, sin) = self.cos_sin(at, seq)?;
         let (cos, sin) = (cos.to_dtype(x.dtype())?, sin.to_dtype(x.dtype())?);
         let rot = x.narrow(D::Minus1, 0, self.rotary_dim)?;
         let rotated = match (self.layout, x.track_op()) {
@@ -168,7 +169,7 @@ impl PositionalEncoding for Rope {
     }
 
     fn table(&self, len: usize) -> Result<Table> {
-        let (cos, sin) = self.cos_sin(0, len)?;
+        let (cos, sin) = self.cos_sin(Positions::From(0), len)?;
         Ok(Table {
             title: "rotation by pos · θ_i".into(),
             form: Form::Rotary { cos, sin },

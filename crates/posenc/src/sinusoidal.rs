@@ -27,7 +27,7 @@ use crate::encoding::{
     add_table, check_base, check_embeddings, check_even, inverse_frequencies, tensor_from_fn,
     PositionalEncoding, Table,
 };
-use crate::{EncodingSpec, Result, Target};
+use crate::{EncodingSpec, Positions, Result, Target};
 
 fn ten_thousand() -> f64 {
     10_000.0
@@ -99,9 +99,10 @@ impl Sinusoidal {
         })
     }
 
-    /// `PE(pos, ·)` for `pos` in `offset..offset + len`, as an f32 `(len, d_model)` tensor.
-    pub fn rows(&self, offset: usize, len: usize) -> Result<candle_core::Tensor> {
-        let mut tables = self.cache.rows(offset, len, |n| {
+    /// `PE(pos, ·)` for the `len` positions `at`, as an f32 `(len, d_model)` tensor.
+    pub fn rows(&self, at: Positions, len: usize) -> Result<candle_core::Tensor> {
+        at.check(self.kind(), len)?;
+        let mut tables = self.cache.rows(at, len, |n| {
             let t = tensor_from_fn(n, self.d_model, &self.device, |pos, j| {
                 let (i, is_cos) = self.member(j);
                 let angle = pos as f64 * self.inv_freq[i];
@@ -140,10 +141,10 @@ impl PositionalEncoding for Sinusoidal {
     fn add_to_embeddings(
         &self,
         x: &candle_core::Tensor,
-        offset: usize,
+        at: Positions,
     ) -> Result<candle_core::Tensor> {
         let seq = check_embeddings(self.kind(), x, self.d_model)?;
-        add_table(x, &self.rows(offset, seq)?)
+        add_table(x, &self.rows(at, seq)?)
     }
 
     fn table(&self, len: usize) -> Result<Table> {
@@ -155,7 +156,7 @@ impl PositionalEncoding for Sinusoidal {
             .collect();
         Ok(Table::additive(
             "PE(pos, i): sin and cos of pos / base^(2i/d)",
-            self.rows(0, len)?,
+            self.rows(Positions::From(0), len)?,
             pairs,
         ))
     }

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cache::GeometryCache;
 use crate::encoding::{require, Form, Index, PositionalEncoding, Table};
-use crate::{Direction, EncodingSpec, Error, Result, Target};
+use crate::{Direction, EncodingSpec, Error, Positions, Result, Target};
 
 /// The settings of `t5`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -159,16 +159,17 @@ impl T5Bias {
         self.bidirectional
     }
 
-    /// The `(q_len, k_len)` u32 bucket of each query/key pair.
+    /// The `(q_len, k_len)` u32 bucket of each pair of `q_len` queries at `q` and `k_len`
+    /// keys at `k`.
     pub fn buckets(
         &self,
         q_len: usize,
         k_len: usize,
-        q_offset: usize,
-        k_offset: usize,
+        q: Positions,
+        k: Positions,
     ) -> Result<Tensor> {
-        self.cache.get((q_len, k_len, q_offset, k_offset), || {
-            self.compute_buckets(q_len, k_len, q_offset, k_offset)
+        self.cache.get(T5Config::KIND, (q_len, k_len), (q, k), || {
+            self.compute_buckets(q_len, k_len, q, k)
         })
     }
 
@@ -176,13 +177,13 @@ impl T5Bias {
         &self,
         q_len: usize,
         k_len: usize,
-        q_offset: usize,
-        k_offset: usize,
+        q: Positions,
+        k: Positions,
     ) -> Result<Tensor> {
         let mut ids = Vec::with_capacity(q_len * k_len);
         for qi in 0..q_len {
             for kj in 0..k_len {
-                let relative = (k_offset + kj) as i64 - (q_offset + qi) as i64;
+                let relative = k.get(kj) as i64 - q.get(qi) as i64;
                 let b = relative_position_bucket(
                     relative,
                     self.bidirectional,
@@ -211,15 +212,15 @@ impl PositionalEncoding for T5Bias {
         &self,
         q_len: usize,
         k_len: usize,
-        q_offset: usize,
-        k_offset: usize,
+        q: Positions,
+        k: Positions,
     ) -> Result<Option<Tensor>> {
-        let buckets = self.buckets(q_len, k_len, q_offset, k_offset)?;
+        let buckets = self.buckets(q_len, k_len, q, k)?;
         Ok(Some(self.bias(&buckets)?))
     }
 
     fn table(&self, len: usize) -> Result<Table> {
-        let buckets = self.buckets(len, len, 0, 0)?;
+        let buckets = self.buckets(len, len, 0.into(), 0.into())?;
         let bias = self.bias(&buckets)?;
         Ok(Table {
             title: "bias(query, key) = b_h[bucket(key − query)], learned".into(),

@@ -61,8 +61,8 @@ fn learned_position_past_max_is_named() {
         .build_untrained(4, 1, &Device::Cpu)
         .unwrap();
     let x = Tensor::zeros((1, 3, 4), DType::F32, &Device::Cpu).unwrap();
-    assert!(enc.add_to_embeddings(&x, 5).is_ok()); // positions 5, 6, 7
-    let e = enc.add_to_embeddings(&x, 6).unwrap_err();
+    assert!(enc.add_to_embeddings(&x, 5.into()).is_ok()); // positions 5, 6, 7
+    let e = enc.add_to_embeddings(&x, 6.into()).unwrap_err();
     assert!(
         matches!(
             e,
@@ -117,14 +117,17 @@ fn wrong_shapes_are_named() {
         .build_untrained(8, 2, &dev)
         .unwrap();
     let e = sin
-        .add_to_embeddings(&Tensor::zeros((1, 3, 6), DType::F32, &dev).unwrap(), 0)
+        .add_to_embeddings(
+            &Tensor::zeros((1, 3, 6), DType::F32, &dev).unwrap(),
+            0.into(),
+        )
         .unwrap_err();
     assert!(
         message(&e).contains("(batch, seq, 8)") && message(&e).contains("[1, 3, 6]"),
         "{e}"
     );
     let e = sin
-        .add_to_embeddings(&Tensor::zeros((3, 8), DType::F32, &dev).unwrap(), 0)
+        .add_to_embeddings(&Tensor::zeros((3, 8), DType::F32, &dev).unwrap(), 0.into())
         .unwrap_err();
     assert!(message(&e).contains("[3, 8]"), "{e}");
     let rope = EncodingConfig::from_kind("rope")
@@ -132,7 +135,10 @@ fn wrong_shapes_are_named() {
         .build_untrained(8, 2, &dev)
         .unwrap();
     let e = rope
-        .rotate(&Tensor::zeros((1, 2, 3, 8), DType::F32, &dev).unwrap(), 0)
+        .rotate(
+            &Tensor::zeros((1, 2, 3, 8), DType::F32, &dev).unwrap(),
+            0.into(),
+        )
         .unwrap_err();
     assert!(message(&e).contains("(batch, heads, seq, 4)"), "{e}");
 }

@@ -30,17 +30,17 @@ fn forward(enc: &dyn PositionalEncoding, w: &Tensor) -> Tensor {
     let dev = Device::Cpu;
     let x = Tensor::randn(0f32, 1.0, (1, T, D), &dev).unwrap();
     let h = enc
-        .add_to_embeddings(&x.broadcast_matmul(w).unwrap(), 0)
+        .add_to_embeddings(&x.broadcast_matmul(w).unwrap(), 0.into())
         .unwrap();
     let heads = h
         .reshape((1, T, HEADS, D / HEADS))
         .unwrap()
         .transpose(1, 2)
         .unwrap();
-    let q = enc.rotate(&heads, 0).unwrap();
-    let k = enc.rotate(&(&heads * 0.5).unwrap(), 0).unwrap();
+    let q = enc.rotate(&heads, 0.into()).unwrap();
+    let k = enc.rotate(&(&heads * 0.5).unwrap(), 0.into()).unwrap();
     let mut scores = q.matmul(&k.t().unwrap()).unwrap();
-    if let Some(bias) = enc.attention_bias(T, T, 0, 0).unwrap() {
+    if let Some(bias) = enc.attention_bias(T, T, 0.into(), 0.into()).unwrap() {
         scores = scores.broadcast_add(&bias.unsqueeze(0).unwrap()).unwrap();
     }
     let attn = candle_nn::ops::softmax(&scores, candle_core::D::Minus1).unwrap();
@@ -87,7 +87,7 @@ fn rope_uses_the_fused_kernel_only_without_gradient() {
         .unwrap();
     let q = Var::randn(0f32, 1.0, (1, 1, T, D), &Device::Cpu).unwrap();
     let c = Tensor::randn(0f32, 1.0, (1, 1, T, D), &Device::Cpu).unwrap();
-    let loss = (enc.rotate(q.as_tensor(), 0).unwrap() * &c)
+    let loss = (enc.rotate(q.as_tensor(), 0.into()).unwrap() * &c)
         .unwrap()
         .sum_all()
         .unwrap();
@@ -100,7 +100,7 @@ fn rope_uses_the_fused_kernel_only_without_gradient() {
         .unwrap()
         .to_scalar::<f32>()
         .unwrap();
-    let rhs = (&c * enc.rotate(&v, 0).unwrap())
+    let rhs = (&c * enc.rotate(&v, 0.into()).unwrap())
         .unwrap()
         .sum_all()
         .unwrap()

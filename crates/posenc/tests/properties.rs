@@ -165,11 +165,11 @@ proptest! {
         let diff = match enc.table(total).unwrap().form {
             Form::Additive { values: full, .. } => {
                 let x = Tensor::zeros((1, n, d), DType::F32, &Device::Cpu).unwrap();
-                let part = enc.add_to_embeddings(&x, offset).unwrap().squeeze(0).unwrap();
+                let part = enc.add_to_embeddings(&x, offset.into()).unwrap().squeeze(0).unwrap();
                 (part - full.narrow(0, offset, n).unwrap()).unwrap()
             }
             Form::Bias { bias: full, .. } => {
-                let part = enc.attention_bias(n, total, offset, 0).unwrap().unwrap();
+                let part = enc.attention_bias(n, total, offset.into(), 0.into()).unwrap().unwrap();
                 (part - full.narrow(1, offset, n).unwrap()).unwrap()
             }
             Form::Rotary { .. } => unreachable!(),
@@ -184,8 +184,8 @@ proptest! {
         let enc = build("rope", 16, 2);
         let total = offset + n;
         let x = Tensor::randn(0f32, 1.0, (1, 2, total, 8), &Device::Cpu).unwrap();
-        let full = enc.rotate(&x, 0).unwrap().narrow(2, offset, n).unwrap();
-        let part = enc.rotate(&x.narrow(2, offset, n).unwrap().contiguous().unwrap(), offset).unwrap();
+        let full = enc.rotate(&x, 0.into()).unwrap().narrow(2, offset, n).unwrap();
+        let part = enc.rotate(&x.narrow(2, offset, n).unwrap().contiguous().unwrap(), offset.into()).unwrap();
         prop_assert!(max_abs_diff(&full, &part) < 1e-5);
     }
 }
@@ -197,7 +197,7 @@ fn half_precision_casts_after_computing() {
     let enc = build("sinusoidal", 64, 1);
     let x = Tensor::zeros((1, 4, 64), DType::F16, &Device::Cpu).unwrap();
     let ours = enc
-        .add_to_embeddings(&x, 60_000)
+        .add_to_embeddings(&x, 60_000.into())
         .unwrap()
         .squeeze(0)
         .unwrap();

@@ -44,7 +44,7 @@ fn worked_example_from_the_documents() {
     // d_model = 4, pos = 1: [sin 1, cos 1, sin(1/100), cos(1/100)] ≈ [0.841, 0.540, 0.010, 1.000].
     let enc = Sinusoidal::new(4, 10_000.0, PairLayout::Interleaved, &Device::Cpu).unwrap();
     let row = enc
-        .rows(1, 1)
+        .rows(1.into(), 1)
         .unwrap()
         .squeeze(0)
         .unwrap()
@@ -103,7 +103,7 @@ fn rope_frequencies_match_llama() {
 fn rope_table_matches_gptj_sinusoidal_positions() {
     let f = fixtures();
     let rope = Rope::new(16, 10_000.0, PairLayout::Interleaved, 1.0, &Device::Cpu).unwrap();
-    let (cos, sin) = rope.cos_sin(0, 20).unwrap();
+    let (cos, sin) = rope.cos_sin(0.into(), 20).unwrap();
     let ours = Tensor::cat(&[sin, cos], 1).unwrap();
     // GPT-J computes its angles in f32, so it carries ~1 ulp of the angle (≤ 19 rad here).
     assert_close(
@@ -117,11 +117,11 @@ fn rope_table_matches_gptj_sinusoidal_positions() {
 /// Rotates `x` at `offset` both with the fused kernel (plain tensor) and with the
 /// differentiable path (a `Var`), and checks both against the reference.
 fn check_rotation(name: &str, rope: &Rope, x: &Tensor, offset: usize, reference: &Tensor) {
-    let fused = rope.rotate(x, offset).unwrap();
+    let fused = rope.rotate(x, offset.into()).unwrap();
     assert_close(&format!("{name} (fused)"), &fused, reference, TOL);
     let var = Var::from_tensor(x).unwrap();
     assert!(var.as_tensor().track_op());
-    let slow = rope.rotate(var.as_tensor(), offset).unwrap();
+    let slow = rope.rotate(var.as_tensor(), offset.into()).unwrap();
     assert_close(&format!("{name} (differentiable)"), &slow, reference, TOL);
 }
 
@@ -161,7 +161,11 @@ fn alibi_matches_bloom() {
             .unwrap();
         let bloom: Vec<Vec<f32>> = bloom.to_vec2().unwrap();
         let ours = Alibi::new(heads, AlibiForm::Causal, &Device::Cpu).unwrap();
-        let bias: Vec<Vec<Vec<f32>>> = ours.bias(24, 24, 0, 0).unwrap().to_vec3().unwrap();
+        let bias: Vec<Vec<Vec<f32>>> = ours
+            .bias(24, 24, 0.into(), 0.into())
+            .unwrap()
+            .to_vec3()
+            .unwrap();
         let slopes = alibi_slopes(heads);
         for h in 0..heads {
             assert!(

@@ -47,13 +47,13 @@ impl Translator {
         let tgt = Tensor::new(tgt_in.as_slice(), &device)?.unsqueeze(0)?;
         let (src_embed, tgt_embed) = self.model.embeddings();
         let (memory, encoder) = self.model.encoder().forward_with_attention(
-            &src_embed.forward(&src, 0, false)?,
+            &src_embed.forward(&src, 0.into(), false)?,
             None,
             false,
         )?;
         let causal = Mask::causal(tgt_in.len(), tgt_in.len(), 0, &device)?;
         let (_, decoder) = self.model.decoder().forward_with_attention(
-            &tgt_embed.forward(&tgt, 0, false)?,
+            &tgt_embed.forward(&tgt, 0.into(), false)?,
             &memory,
             Some(&causal),
             None,

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use candle_core::{DType, Tensor, D};
 use candle_nn::{init, Init, Linear, VarBuilder};
-use posenc::PositionalEncoding;
+use posenc::{PositionalEncoding, Positions};
 
 use crate::linear;
 use crate::mask::Mask;
@@ -111,26 +111,22 @@ impl MultiHeadAttention {
         })
     }
 
-    /// Self-attention of `x (batch, seq, d_model)`. With a cache, `x` holds the new positions
-    /// only; they are appended to the cache and attend to everything in it. `bias` is the
-    /// encoding's `(heads, q_len, k_len)` position bias for these queries and keys
-    /// ([`posenc::PositionalEncoding::attention_bias`]), if it has one.
+    /// Self-attention of `x (batch, seq, d_model)` at positions `at`. With a cache, `x`
+    /// holds the new positions only; they are appended to the cache and attend to
+    /// everything in it. `bias` is the encoding's `(heads, q_len, k_len)` position bias for
+    /// these queries and keys ([`posenc::PositionalEncoding::attention_bias`]), if it has one.
     pub fn self_attention(
         &self,
         x: &Tensor,
+        at: Positions,
         mask: Option<&Mask>,
         bias: Option<&Tensor>,
         cache: Option<&mut KvCache>,
         train: bool,
     ) -> Result<Attended> {
         self.check(x, "query")?;
-        let offset = cache.as_ref().map_or(0, |c| c.len());
-        let q = self
-            .encoding
-            .rotate(&self.project(&self.q_proj, x)?, offset)?;
-        let k = self
-            .encoding
-            .rotate(&self.project(&self.k_proj, x)?, offset)?;
+        let q = self.encoding.rotate(&self.project(&self.q_proj, x)?, at)?;
+        let k = self.encoding.rotate(&self.project(&self.k_proj, x)?, at)?;
         let v = self.project(&self.v_proj, x)?;
         let (k, v) = match cache {
             Some(cache) => {

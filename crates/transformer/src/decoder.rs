@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use candle_core::Tensor;
 use candle_nn::{Module, VarBuilder};
-use posenc::PositionalEncoding;
+use posenc::{PositionalEncoding, Positions};
 
 use crate::attention::{KvCache, MultiHeadAttention};
 use crate::feed_forward::FeedForward;
@@ -113,6 +113,7 @@ impl DecoderLayer {
         memory: &Tensor,
         self_mask: Option<&Mask>,
         memory_mask: Option<&Mask>,
+        at: Positions,
         bias: Option<&Tensor>,
         cache: Option<&mut (KvCache, KvCache)>,
         train: bool,
@@ -125,7 +126,7 @@ impl DecoderLayer {
         let y = self.sublayer1.forward(y, train, |y| {
             let (out, w) = self
                 .self_attn
-                .self_attention(y, self_mask, bias, self_cache, train)?;
+                .self_attention(y, at, self_mask, bias, self_cache, train)?;
             self_w = Some(w);
             Ok(out)
         })?;
@@ -200,6 +201,37 @@ impl Decoder {
         memory: &Tensor,
         self_mask: Option<&Mask>,
         memory_mask: Option<&Mask>,
+        cache: Option<&mut DecoderCache>,
+        train: bool,
+    ) -> Result<(Tensor, Vec<DecoderAttention>)> {
+        let at = Positions::From(cache.as_deref().map_or(0, DecoderCache::len));
+        self.run(y, at, memory, (self_mask, memory_mask), cache, train)
+    }
+
+    /// Like [`Decoder::forward`] (no cache) with the targets at positions `at`
+    /// (randomized positions train this way).
+    pub fn forward_at(
+        &self,
+        y: &Tensor,
+        at: Positions,
+        memory: &Tensor,
+        self_mask: Option<&Mask>,
+        memory_mask: Option<&Mask>,
+        train: bool,
+    ) -> Result<Tensor> {
+        Ok(self
+            .run(y, at, memory, (self_mask, memory_mask), None, train)?
+            .0)
+    }
+
+    /// Runs `y` at positions `at`: after the cached ones (`at` is then their count), or,
+    /// without a cache, at any positions.
+    fn run(
+        &self,
+        y: &Tensor,
+        at: Positions,
+        memory: &Tensor,
+        (self_mask, memory_mask): (Option<&Mask>, Option<&Mask>),
         mut cache: Option<&mut DecoderCache>,
         train: bool,
     ) -> Result<(Tensor, Vec<DecoderAttention>)> {
@@ -208,9 +240,9 @@ impl Decoder {
                 .layers
                 .resize_with(self.layers.len(), Default::default);
         }
-        let offset = cache.as_deref().map_or(0, DecoderCache::len);
         let len = y.dim(1)?;
-        let bias = self.encoding.attention_bias(len, offset + len, offset, 0)?;
+        let (keys, k_len) = at.keys(len);
+        let bias = self.encoding.attention_bias(len, k_len, at, keys)?;
         let mut y = y.clone();
         let mut weights = Vec::with_capacity(self.layers.len());
         for (i, layer) in self.layers.iter().enumerate() {
@@ -220,6 +252,7 @@ impl Decoder {
                 memory,
                 self_mask,
                 memory_mask,
+                at,
                 bias.as_ref(),
                 layer_cache,
                 train,

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use candle_core::{DType, Tensor};
 use candle_nn::{Embedding, Module};
-use posenc::PositionalEncoding;
+use posenc::{PositionalEncoding, Positions};
 
 use crate::{Error, Result};
 
@@ -49,8 +49,8 @@ impl Embeddings {
         self.encoding.max_positions()
     }
 
-    /// Embeds token ids `(batch, seq)` at positions `offset..offset + seq`.
-    pub fn forward(&self, ids: &Tensor, offset: usize, train: bool) -> Result<Tensor> {
+    /// Embeds token ids `(batch, seq)` at positions `at` (usually `offset..offset + seq`).
+    pub fn forward(&self, ids: &Tensor, at: Positions, train: bool) -> Result<Tensor> {
         if ids.rank() != 2 {
             return Err(Error::Input(format!(
                 "token ids must be (batch, seq), got {:?}",
@@ -71,7 +71,7 @@ impl Embeddings {
             }
         }
         let x = (self.lut.forward(ids)? * self.scale)?;
-        let x = self.encoding.add_to_embeddings(&x, offset)?;
+        let x = self.encoding.add_to_embeddings(&x, at)?;
         Ok(dropout(&x, self.dropout, train)?)
     }
 }

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use candle_core::Tensor;
 use candle_nn::{Module, VarBuilder};
-use posenc::PositionalEncoding;
+use posenc::{PositionalEncoding, Positions};
 
 use crate::attention::{KvCache, MultiHeadAttention};
 use crate::feed_forward::FeedForward;
@@ -85,6 +85,7 @@ impl EncoderLayer {
     pub fn forward(
         &self,
         x: &Tensor,
+        at: Positions,
         mask: Option<&Mask>,
         bias: Option<&Tensor>,
         cache: Option<&mut KvCache>,
@@ -92,7 +93,9 @@ impl EncoderLayer {
     ) -> Result<(Tensor, Tensor)> {
         let mut weights = None;
         let x = self.sublayer1.forward(x, train, |x| {
-            let (out, w) = self.self_attn.self_attention(x, mask, bias, cache, train)?;
+            let (out, w) = self
+                .self_attn
+                .self_attention(x, at, mask, bias, cache, train)?;
             weights = Some(w);
             Ok(out)
         })?;
@@ -146,7 +149,19 @@ impl Encoder {
         mask: Option<&Mask>,
         train: bool,
     ) -> Result<(Tensor, Vec<Tensor>)> {
-        self.run(x, mask, None, train)
+        self.run(x, Positions::From(0), mask, None, train)
+    }
+
+    /// Like [`Encoder::forward`] with the tokens at positions `at` (randomized positions
+    /// train this way).
+    pub fn forward_at(
+        &self,
+        x: &Tensor,
+        at: Positions,
+        mask: Option<&Mask>,
+        train: bool,
+    ) -> Result<Tensor> {
+        Ok(self.run(x, at, mask, None, train)?.0)
     }
 
     /// Runs embedded `x (batch, seq, d_model)` after the positions in `cache`, and adds
@@ -159,12 +174,16 @@ impl Encoder {
         cache: &mut EncoderCache,
         train: bool,
     ) -> Result<Tensor> {
-        Ok(self.run(x, mask, Some(cache), train)?.0)
+        let at = Positions::From(cache.len());
+        Ok(self.run(x, at, mask, Some(cache), train)?.0)
     }
 
+    /// Runs `x` at positions `at`: after the cached ones (`at` is then their count), or,
+    /// without a cache, at any positions, attending to each other only.
     fn run(
         &self,
         x: &Tensor,
+        at: Positions,
         mask: Option<&Mask>,
         mut cache: Option<&mut EncoderCache>,
         train: bool,
@@ -174,14 +193,14 @@ impl Encoder {
                 .layers
                 .resize_with(self.layers.len(), Default::default);
         }
-        let offset = cache.as_deref().map_or(0, EncoderCache::len);
         let seq = x.dim(1)?;
-        let bias = self.encoding.attention_bias(seq, offset + seq, offset, 0)?;
+        let (keys, k_len) = at.keys(seq);
+        let bias = self.encoding.attention_bias(seq, k_len, at, keys)?;
         let mut x = x.clone();
         let mut weights = Vec::with_capacity(self.layers.len());
         for (i, layer) in self.layers.iter().enumerate() {
             let layer_cache = cache.as_deref_mut().map(|c| &mut c.layers[i]);
-            let (y, w) = layer.forward(&x, mask, bias.as_ref(), layer_cache, train)?;
+            let (y, w) = layer.forward(&x, at, mask, bias.as_ref(), layer_cache, train)?;
             x = y;
             weights.push(w);
         }

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use candle_core::{Device, Tensor};
 use candle_nn::{Activation, Linear, VarBuilder, VarMap};
-use posenc::{Direction, EncodingConfig, PositionalEncoding, Target};
+use posenc::{Direction, EncodingConfig, PositionalEncoding, Positions, Target};
 use serde::{Deserialize, Serialize};
 
 use crate::embeddings::Embeddings;
@@ -157,10 +157,20 @@ impl LanguageModel {
     /// # Errors
     /// A bad shape or token id; a sequence longer than a learned encoding's table, naming it.
     pub fn logits(&self, ids: &Tensor, train: bool) -> Result<Tensor> {
-        let seq = self.check(ids, 0)?;
+        self.logits_at(ids, Positions::From(0), train)
+    }
+
+    /// [`LanguageModel::logits`] with the tokens at positions `at`, shared by every
+    /// sequence of the batch (randomized positions train this way: Ruoss et al. 2023).
+    ///
+    /// # Errors
+    /// As [`LanguageModel::logits`]; also a list that is not one increasing position per
+    /// token.
+    pub fn logits_at(&self, ids: &Tensor, at: Positions, train: bool) -> Result<Tensor> {
+        let seq = self.check(ids, at)?;
         let mask = Mask::causal(seq, seq, 0, ids.device())?;
-        let x = self.embed.forward(ids, 0, train)?;
-        let h = self.stack.forward(&x, Some(&mask), train)?;
+        let x = self.embed.forward(ids, at, train)?;
+        let h = self.stack.forward_at(&x, at, Some(&mask), train)?;
         Ok(linear::apply(&self.head, &h)?)
     }
 
@@ -168,16 +178,16 @@ impl LanguageModel {
     /// scores `(batch, new, vocab)`; the cache grows by `new`.
     pub fn step(&self, ids: &Tensor, cache: &mut EncoderCache) -> Result<Tensor> {
         let offset = cache.len();
-        let new = self.check(ids, offset)?;
+        let new = self.check(ids, Positions::From(offset))?;
         let mask = Mask::causal(new, offset + new, offset, ids.device())?;
-        let x = self.embed.forward(ids, offset, false)?;
+        let x = self.embed.forward(ids, Positions::From(offset), false)?;
         let h = self.stack.forward_cached(&x, Some(&mask), cache, false)?;
         Ok(linear::apply(&self.head, &h)?)
     }
 
-    /// Checks `ids` is `(batch, seq)` with `seq ≥ 1` and that positions `offset..offset+seq`
-    /// fit the encoding; returns `seq`.
-    fn check(&self, ids: &Tensor, offset: usize) -> Result<usize> {
+    /// Checks `ids` is `(batch, seq)` with `seq ≥ 1` and that its positions `at` fit the
+    /// encoding; returns `seq`.
+    fn check(&self, ids: &Tensor, at: Positions) -> Result<usize> {
         let seq = match ids.dims() {
             &[_, seq] if seq > 0 => seq,
             dims => {
@@ -187,10 +197,11 @@ impl LanguageModel {
             }
         };
         if let Some(max) = self.max_positions() {
-            if offset + seq > max {
+            if at.end(seq) > max {
                 return Err(Error::Input(format!(
-                    "positions {offset}..{} are past the `{}` encoding's table of max_positions = {max}",
-                    offset + seq,
+                    "positions {}..{} are past the `{}` encoding's table of max_positions = {max}",
+                    at.get(0),
+                    at.end(seq),
                     self.cfg.encoding.kind()
                 )));
             }

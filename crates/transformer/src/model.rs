@@ -14,7 +14,7 @@
 
 use candle_core::{Device, Tensor, D};
 use candle_nn::{Linear, VarBuilder, VarMap};
-use posenc::{EncodingConfig, Target};
+use posenc::{EncodingConfig, Positions, Target};
 
 use crate::decoder::{Decoder, DecoderCache};
 use crate::embeddings::Embeddings;
@@ -140,8 +140,18 @@ impl Transformer {
 
     /// Encodes source ids `(batch, src_len)` into the memory `(batch, src_len, d_model)`.
     pub fn encode(&self, src: &Tensor, src_mask: Option<&Mask>, train: bool) -> Result<Tensor> {
-        let x = self.src_embed.forward(src, 0, train)?;
-        self.encoder.forward(&x, src_mask, train)
+        self.encode_at(src, Positions::From(0), src_mask, train)
+    }
+
+    fn encode_at(
+        &self,
+        src: &Tensor,
+        at: Positions,
+        src_mask: Option<&Mask>,
+        train: bool,
+    ) -> Result<Tensor> {
+        let x = self.src_embed.forward(src, at, train)?;
+        self.encoder.forward_at(&x, at, src_mask, train)
     }
 
     /// Decoder states `(batch, tgt_len, d_model)` of target ids `(batch, tgt_len)`. Without a
@@ -157,7 +167,9 @@ impl Transformer {
         train: bool,
     ) -> Result<Tensor> {
         let offset = cache.as_ref().map_or(0, |c| c.len());
-        let y = self.tgt_embed.forward(tgt, offset, train)?;
+        let y = self
+            .tgt_embed
+            .forward(tgt, Positions::From(offset), train)?;
         self.decoder
             .forward(&y, memory, tgt_mask, src_mask, cache, train)
     }
@@ -188,8 +200,25 @@ impl Transformer {
         tgt_mask: Option<&Mask>,
         train: bool,
     ) -> Result<Tensor> {
-        let memory = self.encode(src, src_mask, train)?;
-        let y = self.decode(tgt_in, &memory, src_mask, tgt_mask, None, train)?;
+        let from_0 = Positions::From(0);
+        self.logits_at(src, tgt_in, (src_mask, tgt_mask), (from_0, from_0), train)
+    }
+
+    /// [`Transformer::logits`] with the source and target tokens at positions `at`
+    /// (randomized positions train this way: Ruoss et al. 2023).
+    pub fn logits_at(
+        &self,
+        src: &Tensor,
+        tgt_in: &Tensor,
+        (src_mask, tgt_mask): (Option<&Mask>, Option<&Mask>),
+        (src_at, tgt_at): (Positions, Positions),
+        train: bool,
+    ) -> Result<Tensor> {
+        let memory = self.encode_at(src, src_at, src_mask, train)?;
+        let y = self.tgt_embed.forward(tgt_in, tgt_at, train)?;
+        let y = self
+            .decoder
+            .forward_at(&y, tgt_at, &memory, tgt_mask, src_mask, train)?;
         self.generator.logits(&y)
     }
 

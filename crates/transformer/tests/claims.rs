@@ -129,7 +129,7 @@ fn encoder_stack_with_a_causal_mask_is_a_decoder_only_model() {
         let model = frozen(&cfg, &varmap);
         let (embed, _) = model.embeddings();
         let run = |tokens: &[u32]| {
-            let x = embed.forward(&ids(&[tokens]), 0, false).unwrap();
+            let x = embed.forward(&ids(&[tokens]), 0.into(), false).unwrap();
             let mask = Mask::causal(tokens.len(), tokens.len(), 0, &Device::Cpu).unwrap();
             model.encoder().forward(&x, Some(&mask), false).unwrap()
         };

@@ -64,7 +64,7 @@ fn fully_masked_rows_give_zeros_not_nan() {
         let keep = Tensor::new(&[[1u8, 1, 0], [0, 0, 0]], &Device::Cpu).unwrap();
         let mask = Mask::from_keep(&keep).unwrap();
         let (out, weights) = mha
-            .self_attention(&x, Some(&mask), None, None, false)
+            .self_attention(&x, 0.into(), Some(&mask), None, None, false)
             .unwrap();
         let w = weights.to_dtype(DType::F32).unwrap();
         let o = out.to_dtype(DType::F32).unwrap();
@@ -115,7 +115,7 @@ fn a_mask_of_the_wrong_size_is_named() {
     let x = Tensor::randn(0f32, 1.0, (2, 3, 8), &Device::Cpu).unwrap();
     let mask = Mask::from_keep(&Tensor::ones((2, 4), DType::U8, &Device::Cpu).unwrap()).unwrap();
     let e = mha
-        .self_attention(&x, Some(&mask), None, None, false)
+        .self_attention(&x, 0.into(), Some(&mask), None, None, false)
         .unwrap_err()
         .to_string();
     assert!(

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{VarBuilder, VarMap};
 use common::*;
-use posenc::{Direction, EncodingConfig, Form, PositionalEncoding, Table, Target};
+use posenc::{Direction, EncodingConfig, Form, PositionalEncoding, Positions, Table, Target};
 use posenc_transformer::decoder::{Decoder, DecoderCache};
 use posenc_transformer::encoder::Encoder;
 use posenc_transformer::{Config, Encodings, Transformer};
@@ -143,11 +143,11 @@ impl PositionalEncoding for Counting {
         &self,
         q_len: usize,
         k_len: usize,
-        q_offset: usize,
-        k_offset: usize,
+        q: Positions,
+        k: Positions,
     ) -> posenc::Result<Option<Tensor>> {
         self.biases.fetch_add(1, Ordering::Relaxed);
-        self.inner.attention_bias(q_len, k_len, q_offset, k_offset)
+        self.inner.attention_bias(q_len, k_len, q, k)
     }
     fn table(&self, len: usize) -> posenc::Result<Table> {
         self.inner.table(len)

@@ -1,0 +1,144 @@
+//! Hooks at listed positions (randomized positional encodings, Ruoss et al. 2023): a list of
+//! consecutive positions is the offset form, a sparse list picks the rows, entries and bias
+//! cells of a full sequence at those positions, a bad list is refused, and a learned table's
+//! gradient reaches exactly the listed rows.
+
+use candle_core::{DType, Device, IndexOp, Tensor, Var};
+use candle_nn::{VarBuilder, VarMap};
+use posenc::{Direction, EncodingConfig, Positions, Target};
+use posenc_testkit::max_abs_diff;
+
+const D: usize = 8;
+const HEADS: usize = 2;
+/// Sparse, increasing positions, and the sequence that holds them all.
+const LIST: [u32; 4] = [2, 9, 10, 20];
+const FULL: usize = 21;
+
+fn every_kind() -> Vec<EncodingConfig> {
+    EncodingConfig::kinds()
+        .into_iter()
+        .map(|k| EncodingConfig::from_kind(k).unwrap())
+        .collect()
+}
+
+/// `(1, 1, len, D/HEADS)` and `(1, len, D)` inputs whose row `p` depends only on `p`.
+fn inputs(positions: &[usize]) -> (Tensor, Tensor) {
+    let hd = D / HEADS;
+    let row = |p: usize, w: usize| (0..w).map(move |i| ((p * 7 + i * 3) % 11) as f32 * 0.1 - 0.5);
+    let heads: Vec<f32> = positions.iter().flat_map(|&p| row(p, hd)).collect();
+    let embeds: Vec<f32> = positions.iter().flat_map(|&p| row(p, D)).collect();
+    let n = positions.len();
+    (
+        Tensor::from_vec(heads, (1, 1, n, hd), &Device::Cpu).unwrap(),
+        Tensor::from_vec(embeds, (1, n, D), &Device::Cpu).unwrap(),
+    )
+}
+
+fn rows(t: &Tensor, dim: usize, at: &[u32]) -> Tensor {
+    let idx = Tensor::new(at, &Device::Cpu).unwrap();
+    t.index_select(&idx, dim).unwrap()
+}
+
+#[test]
+fn a_consecutive_list_is_the_offset_form() {
+    let list: Vec<u32> = (5..9).collect();
+    let positions: Vec<usize> = (5..9).collect();
+    let (h, e) = inputs(&positions);
+    for cfg in every_kind() {
+        let enc = cfg.build_untrained(D, HEADS, &Device::Cpu).unwrap();
+        let (at, from) = (Positions::At(&list), Positions::From(5));
+        let kind = cfg.kind();
+        let a = enc.add_to_embeddings(&e, at).unwrap();
+        let b = enc.add_to_embeddings(&e, from).unwrap();
+        assert!(max_abs_diff(&a, &b) < 1e-6, "{kind}");
+        let a = enc.rotate(&h, at).unwrap();
+        let b = enc.rotate(&h, from).unwrap();
+        assert!(max_abs_diff(&a, &b) < 1e-6, "{kind}");
+        let a = enc.attention_bias(4, 4, at, at).unwrap();
+        let b = enc.attention_bias(4, 4, from, from).unwrap();
+        match (a, b) {
+            (Some(a), Some(b)) => assert!(max_abs_diff(&a, &b) < 1e-6, "{kind}"),
+            (None, None) => {}
+            _ => panic!("{kind}: a bias one way only"),
+        }
+    }
+}
+
+#[test]
+fn a_sparse_list_picks_the_positions_of_a_full_sequence() {
+    let all: Vec<usize> = (0..FULL).collect();
+    let picked: Vec<usize> = LIST.iter().map(|&p| p as usize).collect();
+    let (h_full, e_full) = inputs(&all);
+    let (h, e) = inputs(&picked);
+    let (at, from) = (Positions::At(&LIST), Positions::From(0));
+    for cfg in every_kind() {
+        let enc = cfg.build_untrained(D, HEADS, &Device::Cpu).unwrap();
+        let kind = cfg.kind();
+        let sparse = enc.add_to_embeddings(&e, at).unwrap();
+        let full = rows(&enc.add_to_embeddings(&e_full, from).unwrap(), 1, &LIST);
+        assert!(max_abs_diff(&sparse, &full) < 1e-6, "{kind}");
+        let sparse = enc.rotate(&h, at).unwrap();
+        let full = rows(&enc.rotate(&h_full, from).unwrap(), 2, &LIST);
+        assert!(max_abs_diff(&sparse, &full) < 1e-6, "{kind}");
+        let sparse = enc.attention_bias(4, 4, at, at).unwrap();
+        let full = enc.attention_bias(FULL, FULL, from, from).unwrap();
+        if let (Some(sparse), Some(full)) = (sparse, full) {
+            let full = rows(&rows(&full, 1, &LIST), 2, &LIST);
+            assert!(max_abs_diff(&sparse, &full) < 1e-6, "{kind}");
+        }
+    }
+}
+
+#[test]
+fn a_bad_list_is_refused() {
+    let (h, e) = inputs(&[0, 1, 2, 3]);
+    let changed = |a: &Tensor, b: &Tensor| max_abs_diff(a, b) > 0.0;
+    for cfg in every_kind() {
+        let enc = cfg.build_untrained(D, HEADS, &Device::Cpu).unwrap();
+        // Only a hook that uses positions checks them: `none` has none.
+        let from = Positions::From(0);
+        let uses_positions = changed(&enc.add_to_embeddings(&e, from).unwrap(), &e)
+            || changed(&enc.rotate(&h, from).unwrap(), &h)
+            || enc.attention_bias(4, 4, from, from).unwrap().is_some();
+        for bad in [&[1u32, 2, 3][..], &[1, 3, 3, 4], &[4, 3, 2, 1]] {
+            let at = Positions::At(bad);
+            let refused = enc.add_to_embeddings(&e, at).is_err()
+                || enc.rotate(&h, at).is_err()
+                || enc.attention_bias(4, 4, at, at).is_err();
+            assert_eq!(refused, uses_positions, "{}: {bad:?}", cfg.kind());
+        }
+    }
+}
+
+#[test]
+fn a_learned_table_trains_exactly_the_listed_rows() {
+    let cfg: EncodingConfig = r#"{"kind": "learned", "max_positions": 32}"#.parse().unwrap();
+    let varmap = VarMap::new();
+    let target = Target::new(D, HEADS, Direction::Causal).unwrap();
+    let enc = cfg
+        .build(
+            &target,
+            VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu),
+        )
+        .unwrap();
+    let x = Tensor::zeros((2, 4, D), DType::F32, &Device::Cpu).unwrap();
+    let loss = enc
+        .add_to_embeddings(&x, Positions::At(&LIST))
+        .unwrap()
+        .sum_all()
+        .unwrap();
+    let grads = loss.backward().unwrap();
+    let vars = varmap.all_vars();
+    let weight: &Var = vars.first().unwrap();
+    let g = grads.get(weight.as_tensor()).unwrap();
+    for p in 0..32 {
+        // Two sequences in the batch, each adding the row once.
+        let want = if LIST.contains(&(p as u32)) { 2.0 } else { 0.0 };
+        let row: Vec<f32> = g.i(p).unwrap().to_vec1().unwrap();
+        assert!(row.iter().all(|&v| v == want), "row {p}: {row:?}");
+    }
+    let e = enc
+        .add_to_embeddings(&x, Positions::At(&[3, 40, 41, 42]))
+        .unwrap_err();
+    assert!(e.to_string().contains("40"), "{e}");
+}
