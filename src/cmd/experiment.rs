@@ -21,6 +21,9 @@ pub struct ExperimentArgs {
     /// Seed of weights and batch order (the data has its own, fixed seed).
     #[arg(long)]
     seed: Option<u64>,
+    /// Randomized positions: train at sorted random positions below this (Ruoss et al. 2023).
+    #[arg(long)]
+    randomized_positions: Option<usize>,
     /// Output directory: one run per encoding, results.md, results.json and plots.
     #[arg(long, default_value = "runs/experiment")]
     out: PathBuf,
@@ -45,6 +48,7 @@ impl ExperimentArgs {
         }
         cfg.base.steps = self.steps.unwrap_or(cfg.base.steps);
         cfg.base.seed = self.seed.unwrap_or(cfg.base.seed);
+        cfg.base.randomized_positions = self.randomized_positions;
         let opts = RunOptions {
             quiet: self.quiet,
             force: false,

@@ -66,6 +66,9 @@ pub struct TrainArgs {
     /// Optimizer steps in all (with --resume: raise the run's own).
     #[arg(long)]
     steps: Option<usize>,
+    /// Randomized positions: train at sorted random positions below this (Ruoss et al. 2023).
+    #[arg(long, conflicts_with = "resume")]
+    randomized_positions: Option<usize>,
     /// Continue the run in --out from its last checkpoint, bit-identically.
     #[arg(long)]
     resume: bool,
@@ -150,6 +153,10 @@ pub struct ExperimentArgs {
     /// Seed of weights and windows.
     #[arg(long)]
     seed: Option<u64>,
+    /// Randomized positions: train at sorted random positions below this (Ruoss et al.
+    /// 2023); the default learned table then has this many rows.
+    #[arg(long)]
+    randomized_positions: Option<usize>,
     /// A smaller budget: minutes, not half an hour.
     #[arg(long)]
     quick: bool,
@@ -223,6 +230,9 @@ fn train(a: TrainArgs, out: &mut impl Write) -> Result<()> {
         }
         if let Some(s) = a.steps {
             cfg.steps = s;
+        }
+        if a.randomized_positions.is_some() {
+            cfg.randomized_positions = a.randomized_positions;
         }
         match a.tokenizer {
             Some(TokenizerArg::Char) => cfg.tokenizer = TextTokenizer::Char,
@@ -380,9 +390,11 @@ fn experiment(a: ExperimentArgs, out: &mut impl Write) -> Result<()> {
     };
     if let Some(c) = a.context {
         cfg.base.model.context = c;
-        if a.encodings.is_none() && !a.quick {
-            cfg.encodings = lm_experiment::default_encodings(c);
-        }
+    }
+    cfg.base.randomized_positions = a.randomized_positions;
+    if a.encodings.is_none() && !a.quick {
+        let rows = a.randomized_positions.unwrap_or(cfg.base.model.context);
+        cfg.encodings = lm_experiment::default_encodings(rows);
     }
     if let Some(e) = a.encodings {
         cfg.encodings = e.0;

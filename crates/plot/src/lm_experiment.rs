@@ -22,6 +22,10 @@ const BUCKET: usize = 8;
 /// A file that cannot be written.
 pub fn lm_experiment(exp: &LmExperiment, out: &Path) -> Result<Vec<PathBuf>> {
     let context = exp.config.base.model.context;
+    let trained = match exp.config.base.randomized_positions {
+        Some(range) => format!("trained on L = {context} at random positions below {range}"),
+        None => format!("trained on L = {context}"),
+    };
     let by_length: Vec<Series> = exp
         .results
         .iter()
@@ -42,7 +46,7 @@ pub fn lm_experiment(exp: &LmExperiment, out: &Path) -> Result<Vec<PathBuf>> {
         curves(
             root,
             &Axes {
-                title: format!("test perplexity by window length (trained on L = {context})"),
+                title: format!("test perplexity by window length ({trained})"),
                 x_desc: "tokens in the window",
                 y_desc: "perplexity (lower is better)",
                 square: false,
@@ -76,7 +80,7 @@ pub fn lm_experiment(exp: &LmExperiment, out: &Path) -> Result<Vec<PathBuf>> {
             root,
             &Axes {
                 title: format!(
-                    "test loss by position in the longest window (trained on L = {context}; each point the mean of positions x..x+{BUCKET})"
+                    "test loss by position in the longest window ({trained}; each point the mean of positions x..x+{BUCKET})"
                 ),
                 x_desc: "position in the window",
                 y_desc: "next-token loss (nats)",

@@ -22,6 +22,7 @@ pub mod lm_train;
 pub mod loss;
 pub mod metrics;
 pub mod optim;
+pub mod randomized;
 pub mod rundir;
 pub mod sample;
 pub mod schedule;

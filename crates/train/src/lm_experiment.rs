@@ -76,13 +76,14 @@ impl LmExperimentConfig {
     }
 }
 
-/// The literature's encodings; the learned table has exactly `context` rows, so it has no
-/// answer past the trained length (its defaults would leave rows no step ever trained).
-pub fn default_encodings(context: usize) -> Vec<EncodingConfig> {
+/// The literature's encodings; the learned table has `rows` rows: the trained context, so
+/// it has no answer past it (its defaults would leave rows no step ever trained), or the
+/// range of randomized positions, all of which training reaches.
+pub fn default_encodings(rows: usize) -> Vec<EncodingConfig> {
     [
         "none".to_string(),
         "sinusoidal".to_string(),
-        format!(r#"{{"kind": "learned", "max_positions": {context}}}"#),
+        format!(r#"{{"kind": "learned", "max_positions": {rows}}}"#),
         "rope".to_string(),
         "alibi".to_string(),
         "t5".to_string(),
@@ -313,7 +314,7 @@ impl LmExperiment {
         let m = &b.model;
         format!(
             "# Length extrapolation of a causal language model\n\n\
-             {} layers, {} heads, width {}, context L = {}, batch {}, {} steps, seed {}, {}.\n\
+             {} layers, {} heads, width {}, context L = {}, batch {}, {} steps, seed {}, {}{}.\n\
              Tokens: train {}, valid {}, test {}. Test perplexity over up to {} \
              non-overlapping windows of each length; \"loss past {}\" averages only the \
              positions at or past the trained context.\n\n{}",
@@ -325,6 +326,9 @@ impl LmExperiment {
             b.steps,
             b.seed,
             b.tokenizer.describe(),
+            b.randomized_positions.map_or(String::new(), |r| format!(
+                ", randomized positions (a sorted random subset of 0..{r} per step)"
+            )),
             self.sizes[0],
             self.sizes[1],
             self.sizes[2],

@@ -20,6 +20,7 @@ use std::time::Instant;
 use anyhow::{ensure, Result};
 use candle_core::{DType, Device, Tensor, D};
 use candle_nn::{VarBuilder, VarMap};
+use posenc::Positions;
 use posenc_transformer::{LanguageModel, LmConfig};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -59,6 +60,10 @@ pub struct LmTrainConfig {
     pub save_every: usize,
     /// Validation windows of `context` tokens.
     pub eval_windows: usize,
+    /// Randomized positions ([`crate::randomized`]): train each step's windows at a sorted
+    /// random subset of `0..range` instead of `0..context`. `None`: consecutive positions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub randomized_positions: Option<usize>,
 }
 
 impl Default for LmTrainConfig {
@@ -81,6 +86,7 @@ impl Default for LmTrainConfig {
             eval_every: 250,
             save_every: 500,
             eval_windows: 100,
+            randomized_positions: None,
         }
     }
 }
@@ -114,6 +120,9 @@ impl LmTrainConfig {
         );
         posenc::limits::check("steps", self.steps, 1 << 40)?;
         posenc::limits::check("eval_windows", self.eval_windows, EVAL_WINDOWS_LIMIT)?;
+        if let Some(range) = self.randomized_positions {
+            crate::randomized::check(range, self.model.context, None)?;
+        }
         ensure!(
             self.lr.is_finite() && self.lr > 0.0 && self.min_lr >= 0.0 && self.min_lr <= self.lr,
             "need 0 ≤ min_lr ≤ lr and lr > 0, got lr = {}, min_lr = {}",
@@ -177,14 +186,16 @@ fn windows(stream: &[u32], len: usize, starts: &[usize]) -> Result<(Tensor, Tens
     ))
 }
 
-/// Mean cross-entropy of the next token at every position of `inputs (batch, len)`.
+/// Mean cross-entropy of the next token at every position of `inputs (batch, len)`, the
+/// tokens sitting at positions `at`.
 pub fn loss(
     model: &LanguageModel,
     inputs: &Tensor,
     targets: &Tensor,
+    at: Positions,
     train: bool,
 ) -> Result<Tensor> {
-    let logits = model.logits(inputs, train)?;
+    let logits = model.logits_at(inputs, at, train)?;
     let (b, t, v) = logits.dims3()?;
     // No token is padding in a stream: u32::MAX matches none.
     label_smoothed_cross_entropy(&logits.reshape((b * t, v))?, targets, 0.0, u32::MAX)
@@ -380,24 +391,22 @@ impl Session {
             data.train.len(),
             cfg.model.context
         );
-        if let Some(max) = cfg
-            .model
-            .encoding
-            .settings::<posenc::learned::LearnedConfig>()
-        {
-            ensure!(
-                max.max_positions >= cfg.model.context,
-                "the learned table has max_positions = {} but the context is {}",
-                max.max_positions,
-                cfg.model.context
-            );
-        }
         let device = Device::Cpu;
         let varmap = VarMap::new();
         let model = LanguageModel::new(
             &cfg.model,
             VarBuilder::from_varmap(&varmap, DType::F32, &device),
         )?;
+        if let Some(max) = model.max_positions() {
+            ensure!(
+                max >= cfg.model.context,
+                "the learned table has max_positions = {max} but the context is {}",
+                cfg.model.context
+            );
+        }
+        if let Some(range) = cfg.randomized_positions {
+            crate::randomized::check(range, cfg.model.context, model.max_positions())?;
+        }
         let opt = AdamW::new(&varmap, cfg.adam)?;
         Ok(Self { varmap, opt, model })
     }
@@ -427,7 +436,14 @@ impl Session {
             let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
             rng.set_stream(step as u64);
             let (x, y) = random_windows(&data.train, cfg.model.context, cfg.batch_size, &mut rng)?;
-            let l = loss(&self.model, &x, &y, true)?;
+            let positions = cfg
+                .randomized_positions
+                .map(|range| crate::randomized::draw(&mut rng, cfg.model.context, range))
+                .transpose()?;
+            let at = positions
+                .as_deref()
+                .map_or(Positions::From(0), Positions::At);
+            let l = loss(&self.model, &x, &y, at, true)?;
             let value = f64::from(l.to_scalar::<f32>()?);
             ensure!(
                 value.is_finite(),

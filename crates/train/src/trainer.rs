@@ -23,6 +23,7 @@ use anyhow::{ensure, Context, Result};
 use candle_core::{DType, Device, Tensor, D};
 use candle_nn::{VarBuilder, VarMap};
 use indicatif::{ProgressBar, ProgressStyle};
+use posenc::Positions;
 use posenc_transformer::checkpoint::{self, CONFIG_FILE, WEIGHTS_FILE};
 use posenc_transformer::{Config, Transformer};
 use rand::seq::SliceRandom;
@@ -71,6 +72,10 @@ pub struct TrainConfig {
     pub eval_sentences: usize,
     /// Save a checkpoint every this many steps (and at the end).
     pub save_every: usize,
+    /// Randomized positions ([`crate::randomized`]): train each batch's sources and targets
+    /// at sorted random subsets of `0..range`. `None`: consecutive positions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub randomized_positions: Option<usize>,
 }
 
 impl Default for TrainConfig {
@@ -96,6 +101,7 @@ impl Default for TrainConfig {
             eval_every: 500,
             eval_sentences: 200,
             save_every: 500,
+            randomized_positions: None,
         }
     }
 }
@@ -137,6 +143,9 @@ impl TrainConfig {
             "label_smoothing must be < 1, got {}",
             self.label_smoothing
         );
+        if let Some(range) = self.randomized_positions {
+            crate::randomized::check(range, 1, None)?;
+        }
         self.adam.validate()?;
         self.data.validate()?;
         self.model.validate()?;
@@ -248,6 +257,19 @@ pub struct RunOptions {
     pub stop_after: Option<usize>,
 }
 
+/// Positions at `list`, or from 0 for an empty one.
+fn listed(list: &[u32]) -> Positions<'_> {
+    if list.is_empty() {
+        Positions::From(0)
+    } else {
+        Positions::At(list)
+    }
+}
+
+/// Mixed into the seed of the generator that draws randomized positions, so it is not the
+/// one that orders the batches.
+const RANDOMIZED_STREAM: u64 = 0x5EED_0F_9051_7105;
+
 /// Examples in a seeded order: the batch of step `s` depends only on `(seed, s)`.
 struct Order {
     seed: u64,
@@ -276,11 +298,23 @@ impl Order {
 
 /// The label-smoothed loss of one batch, fused with the generator's log-softmax.
 pub fn batch_loss(model: &Transformer, b: &Batch, smoothing: f64, train: bool) -> Result<Tensor> {
-    let logits = model.logits(
+    let from_0 = Positions::From(0);
+    batch_loss_at(model, b, smoothing, (from_0, from_0), train)
+}
+
+/// [`batch_loss`] with the sources and targets at positions `at`.
+pub fn batch_loss_at(
+    model: &Transformer,
+    b: &Batch,
+    smoothing: f64,
+    at: (Positions, Positions),
+    train: bool,
+) -> Result<Tensor> {
+    let logits = model.logits_at(
         &b.src,
         &b.tgt_in,
-        Some(&b.src_mask),
-        Some(&b.tgt_mask),
+        (Some(&b.src_mask), Some(&b.tgt_mask)),
+        at,
         train,
     )?;
     let vocab = logits.dim(D::Minus1)?;
@@ -443,7 +477,12 @@ impl Session {
             &cfg.model,
             VarBuilder::from_varmap(&varmap, DType::F32, &device),
         )?;
-        check_positions(&model, &train_examples, &valid_examples)?;
+        check_positions(
+            &model,
+            &train_examples,
+            &valid_examples,
+            cfg.randomized_positions,
+        )?;
         let opt = AdamW::new(&varmap, cfg.adam)?;
         Ok(Self {
             varmap,
@@ -496,7 +535,24 @@ impl Session {
             let idx = order.batch(step, cfg.batch_size);
             let examples: Vec<&Example> = idx.iter().map(|&i| &self.train_examples[i]).collect();
             let b = Batch::new(&examples, &device)?;
-            let loss = batch_loss(&self.model, &b, cfg.label_smoothing, true)?;
+            let (src_at, tgt_at) = match cfg.randomized_positions {
+                Some(range) => {
+                    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ RANDOMIZED_STREAM);
+                    rng.set_stream(step as u64);
+                    (
+                        crate::randomized::draw(&mut rng, b.src.dim(1)?, range)?,
+                        crate::randomized::draw(&mut rng, b.tgt_in.dim(1)?, range)?,
+                    )
+                }
+                None => (Vec::new(), Vec::new()),
+            };
+            let loss = batch_loss_at(
+                &self.model,
+                &b,
+                cfg.label_smoothing,
+                (listed(&src_at), listed(&tgt_at)),
+                true,
+            )?;
             let lr = schedule.lr(step);
             self.opt.step(&loss.backward()?, lr)?;
             let loss: f32 = loss.to_scalar()?;
@@ -561,9 +617,19 @@ impl Session {
 
 /// Checks that an encoding with a fixed number of positions (`learned`) has room for every
 /// source, every teacher-forced target and the longest validation decode.
-fn check_positions(model: &Transformer, train: &[Example], valid: &[Example]) -> Result<()> {
+fn check_positions(
+    model: &Transformer,
+    train: &[Example],
+    valid: &[Example],
+    randomized: Option<usize>,
+) -> Result<()> {
     let longest = |f: fn(&Example) -> usize| train.iter().chain(valid).map(f).max().unwrap_or(0);
     let (src_max, tgt_max) = model.max_positions();
+    if let Some(range) = randomized {
+        for max in [src_max, tgt_max] {
+            crate::randomized::check(range, longest(|(s, t)| s.len().max(t.len() + 1)), max)?;
+        }
+    }
     let src_needed = longest(|(s, _)| s.len());
     let tgt_needed = longest(|(_, t)| t.len() + 1).max(validation_decode_len(valid) + 1);
     for (max, needed, what) in [

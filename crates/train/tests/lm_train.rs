@@ -145,7 +145,7 @@ fn evaluation_counts_every_position_of_non_overlapping_windows() {
             candle_core::Tensor::from_vec(next, 6 * 32, &d).unwrap(),
         )
     };
-    let objective: f32 = posenc_train::lm_train::loss(&run.model, &x, &y, false)
+    let objective: f32 = posenc_train::lm_train::loss(&run.model, &x, &y, 0.into(), false)
         .unwrap()
         .to_scalar()
         .unwrap();
@@ -236,4 +236,39 @@ fn a_resumed_run_is_bit_identical_to_one_that_never_stopped() {
     std::fs::write(b.path().join("tokenizer.json"), b"{}").unwrap();
     let e = format!("{:#}", lm_run::load(b.path()).err().unwrap());
     assert!(e.contains("tokenizer.json"), "{e}");
+}
+
+#[test]
+fn randomized_positions_train_every_row_of_a_learned_table() {
+    // Trained on windows of 16 at positions spread over 0..64: a table of 64 rows answers
+    // at 64 tokens, and learns the counting stream there too.
+    let cfg = LmTrainConfig {
+        model: LmConfig {
+            encoding: r#"{"kind": "learned", "max_positions": 64}"#.parse().unwrap(),
+            ..tiny("none", 1).model
+        },
+        randomized_positions: Some(64),
+        ..tiny("none", 150)
+    };
+    let run = train_lm(&cfg, &data(2000), |_, _| {}).unwrap();
+    let at_64 = evaluate(&run.model, &counting(500), 64, 4, 16).unwrap();
+    assert!(at_64.tail_loss.unwrap() < 1.0, "{at_64:?}");
+    // The same seed draws the same positions.
+    let again = train_lm(&cfg, &data(2000), |_, _| {}).unwrap();
+    assert_eq!(run.losses, again.losses);
+    // A range shorter than the context, or past the table, is refused.
+    for (range, named) in [
+        (8, "at least the training length"),
+        (128, "max_positions = 64"),
+    ] {
+        let bad = LmTrainConfig {
+            randomized_positions: Some(range),
+            ..cfg.clone()
+        };
+        let e = format!(
+            "{:#}",
+            train_lm(&bad, &data(2000), |_, _| {}).err().unwrap()
+        );
+        assert!(e.contains(named), "{range}: {e}");
+    }
 }

@@ -81,6 +81,44 @@ fn resuming_equals_an_uninterrupted_run() {
 }
 
 #[test]
+fn randomized_positions_train_and_resume_exactly() {
+    let randomized = |steps| TrainConfig {
+        randomized_positions: Some(64),
+        ..tiny(steps, 1)
+    };
+    let (a, b, c) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    let straight = train(randomized(12), a.path(), QUIET).unwrap();
+    train(randomized(6), b.path(), QUIET).unwrap();
+    let resumed = resume(b.path(), Some(12), QUIET).unwrap();
+    let losses = |h: &[posenc_train::trainer::Record]| -> Vec<(usize, f64, f64)> {
+        h.iter()
+            .map(|r| (r.step, r.train_loss, r.valid_loss))
+            .collect()
+    };
+    assert_eq!(losses(&straight.history), losses(&resumed.history));
+    assert!(same_weights(a.path(), b.path()), "resumed weights differ");
+    // The positions matter: the same run on consecutive positions ends elsewhere.
+    train(tiny(12, 1), c.path(), QUIET).unwrap();
+    assert!(!same_weights(a.path(), c.path()));
+    // A range shorter than the sentences is refused before anything is written.
+    let d = tempfile::tempdir().unwrap();
+    let short = TrainConfig {
+        randomized_positions: Some(3),
+        ..tiny(2, 1)
+    };
+    let e = format!(
+        "{:#}",
+        train(short, &d.path().join("run"), QUIET).unwrap_err()
+    );
+    assert!(e.contains("randomized_positions = 3"), "{e}");
+    assert!(!d.path().join("run").exists());
+}
+
+#[test]
 fn the_same_seed_gives_the_same_model() {
     let (a, b, c) = (
         tempfile::tempdir().unwrap(),
