@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{posenc, snapshot, text, write_config};
+use common::{posenc, snapshot, text, with_stdin, write_config};
 
 /// A tiny model: two minutes of nanoGPT shrunk to seconds.
 const TINY_LM: &str = r#"{"model": {"d_model": 32, "heads": 2, "d_ff": 64, "layers": 1, "context": 16},
