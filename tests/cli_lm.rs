@@ -285,23 +285,26 @@ fn a_missing_run_is_named() {
 fn the_experiment_tabulates_every_length_and_draws_both_figures() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("exp");
-    let o = posenc()
-        .args([
-            "lm",
-            "experiment",
-            "--quiet",
-            "--quick",
-            "--steps",
-            "2",
-            "--context",
-            "16",
-            "--encodings",
-        ])
-        .arg(r#"rope,{"kind": "learned", "max_positions": 16}"#)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
+    let experiment = || {
+        posenc()
+            .args([
+                "lm",
+                "experiment",
+                "--quiet",
+                "--quick",
+                "--steps",
+                "2",
+                "--context",
+                "16",
+                "--encodings",
+            ])
+            .arg(r#"rope,{"kind": "learned", "max_positions": 16}"#)
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap()
+    };
+    let o = experiment();
     let (table, stderr) = text(&o);
     assert!(o.status.success(), "{stderr}");
     for col in ["ppl @ 16", "ppl @ 128", "loss past 16 @ 128"] {
@@ -327,23 +330,7 @@ fn the_experiment_tabulates_every_length_and_draws_both_figures() {
         assert!(out.join(f).is_file(), "{f}");
     }
     // Run again: every run is reused, and the table is the same.
-    let again = posenc()
-        .args([
-            "lm",
-            "experiment",
-            "--quiet",
-            "--quick",
-            "--steps",
-            "2",
-            "--context",
-            "16",
-            "--encodings",
-        ])
-        .arg(r#"rope,{"kind": "learned", "max_positions": 16}"#)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
+    let again = experiment();
     assert!(again.status.success(), "{}", text(&again).1);
     assert_eq!(text(&again).0, table);
 }
@@ -368,6 +355,13 @@ fn the_shipped_model_generates_and_keeps_its_loss_past_its_context() {
         stdout.starts_with("HAMLET.\n") && stdout.chars().count() >= 68,
         "{stdout:?}"
     );
+    // With no prompt argument, the prompt is standard input: the same text.
+    let piped = with_stdin(
+        &["lm", "generate", "--max-tokens", "60", "--seed", "1"],
+        "HAMLET.\n",
+    );
+    assert!(piped.status.success(), "{}", text(&piped).1);
+    assert_eq!(text(&piped).0, stdout);
     // ALiBi, trained on 64 characters: far below the uniform ln 85 ≈ 4.44 nats at 64, and
     // no worse at 8 × 64 (Press et al. 2022), on the test plays it never saw.
     let o = posenc()

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
-use posenc_train::experiment::{self, ExperimentConfig, RESULTS_JSON, RESULTS_MD};
+use posenc_train::experiment::{self, ExperimentConfig};
 use posenc_train::trainer::RunOptions;
 
 /// `posenc experiment`
@@ -56,19 +56,6 @@ impl ExperimentArgs {
         };
         let result = experiment::run(&cfg, &self.out, opts)?;
         let plots = posenc_plot::experiment(&result, &self.out)?;
-        write!(out, "{}", result.table())?;
-        writeln!(
-            out,
-            "\n{} and {} in {}; plots: {}",
-            RESULTS_MD,
-            RESULTS_JSON,
-            self.out.display(),
-            plots
-                .iter()
-                .map(|p| p.display().to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        )?;
-        Ok(())
+        super::report_experiment(out, &result.table(), &self.out, &plots)
     }
 }

@@ -7,7 +7,7 @@ use anyhow::{ensure, Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use posenc::EncodingConfig;
 use posenc_train::corpus::{self, Corpus};
-use posenc_train::lm_experiment::{self, LmExperimentConfig, RESULTS_JSON, RESULTS_MD};
+use posenc_train::lm_experiment::{self, LmExperimentConfig};
 use posenc_train::lm_run;
 use posenc_train::lm_train::{evaluate, LmData, LmState, LmTrainConfig};
 use posenc_train::sample::{generate, Sampling};
@@ -410,16 +410,5 @@ fn experiment(a: ExperimentArgs, out: &mut impl Write) -> Result<()> {
     };
     let result = lm_experiment::run(&cfg, &corpus, &a.out, opts)?;
     let plots = posenc_plot::lm_experiment(&result, &a.out)?;
-    write!(out, "{}", result.table())?;
-    writeln!(
-        out,
-        "\n{RESULTS_MD} and {RESULTS_JSON} in {}; plots: {}",
-        a.out.display(),
-        plots
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    )?;
-    Ok(())
+    super::report_experiment(out, &result.table(), &a.out, &plots)
 }

@@ -11,6 +11,7 @@ pub mod translate;
 use std::io::{BufRead, Write};
 
 use anyhow::{Context, Result};
+use posenc_train::experiment::{RESULTS_JSON, RESULTS_MD};
 
 /// A comma-separated list of encodings, each a kind or a JSON config: commas inside a
 /// JSON object do not split it (`rope,{"kind": "learned", "max_positions": 64}`).
@@ -44,6 +45,24 @@ impl std::str::FromStr for EncodingList {
             .collect::<Result<Vec<_>>>()?;
         Ok(Self(list))
     }
+}
+
+/// Prints an experiment's table, then where its results and plots are.
+pub fn report_experiment(
+    out: &mut impl Write,
+    table: &str,
+    dir: &std::path::Path,
+    plots: &[std::path::PathBuf],
+) -> Result<()> {
+    write!(out, "{table}")?;
+    let plots: Vec<String> = plots.iter().map(|p| p.display().to_string()).collect();
+    writeln!(
+        out,
+        "\n{RESULTS_MD} and {RESULTS_JSON} in {}; plots: {}",
+        dir.display(),
+        plots.join(", ")
+    )?;
+    Ok(())
 }
 
 /// The sentences given as arguments, or with none, one per line from standard input.

@@ -256,13 +256,7 @@ fn train_or_reuse(
                 dir.display(),
                 diff.join(", ")
             );
-            ensure!(
-                previous.step <= cfg.steps,
-                "{} holds a run of {} steps, more than the {} asked for; choose another --out",
-                dir.display(),
-                previous.step,
-                cfg.steps
-            );
+            check_budget(dir, previous.step, cfg.steps)?;
             if previous.step == cfg.steps && dir.join(crate::trainer::STATE_FILE).exists() {
                 return Ok(Ok(previous));
             }
@@ -287,20 +281,40 @@ fn percent(x: f64) -> String {
     format!("{:.1}%", 100.0 * x)
 }
 
+/// Checks that the run in `dir`, at step `done`, has not gone past the `steps` asked for.
+pub(crate) fn check_budget(dir: &Path, done: usize, steps: usize) -> Result<()> {
+    ensure!(
+        done <= steps,
+        "{} holds a run of {done} steps, more than the {steps} asked for; choose another --out",
+        dir.display()
+    );
+    Ok(())
+}
+
+/// Reads an experiment's `results.json`.
+pub(crate) fn load_results<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+}
+
+/// Writes an experiment's `results.json` and `results.md` into `out`, atomically.
+pub(crate) fn save_results(out: &Path, results: &impl Serialize, markdown: &str) -> Result<()> {
+    let json = serde_json::to_string_pretty(results)?;
+    write_atomic(&out.join(RESULTS_JSON), json.as_bytes())?;
+    write_atomic(&out.join(RESULTS_MD), markdown.as_bytes())?;
+    Ok(())
+}
+
 impl Experiment {
     /// Reads `results.json`.
     pub fn load(path: &Path) -> Result<Self> {
-        let text =
-            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+        load_results(path)
     }
 
     /// Writes `results.json` and `results.md` into `out`.
     pub fn save(&self, out: &Path) -> Result<()> {
-        let json = serde_json::to_string_pretty(self)?;
-        write_atomic(&out.join(RESULTS_JSON), json.as_bytes())?;
-        write_atomic(&out.join(RESULTS_MD), self.markdown().as_bytes())?;
-        Ok(())
+        save_results(out, self, &self.markdown())
     }
 
     /// The results table: one row per encoding. It depends only on the config and seed.

@@ -17,7 +17,6 @@ use std::path::Path;
 
 use anyhow::{bail, ensure, Context, Result};
 use posenc::EncodingConfig;
-use posenc_transformer::checkpoint::write_atomic;
 use serde::{Deserialize, Serialize};
 use tokenizers::Tokenizer;
 
@@ -28,10 +27,7 @@ use crate::rundir::{self, Contents};
 use crate::text_tokenizer::encode;
 use crate::trainer::RunOptions;
 
-/// `results.json`.
-pub const RESULTS_JSON: &str = "results.json";
-/// `results.md`.
-pub const RESULTS_MD: &str = "results.md";
+pub use crate::experiment::{RESULTS_JSON, RESULTS_MD};
 
 /// What to train and how to evaluate it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -224,13 +220,7 @@ fn train_or_reuse(
                 "{} holds a run with other settings; choose another --out or remove it",
                 dir.display()
             );
-            ensure!(
-                previous.step <= cfg.steps,
-                "{} holds a run of {} steps, more than the {} asked for; choose another --out",
-                dir.display(),
-                previous.step,
-                cfg.steps
-            );
+            crate::experiment::check_budget(dir, previous.step, cfg.steps)?;
             if previous.step == cfg.steps {
                 return Ok(previous);
             }
@@ -252,9 +242,7 @@ impl LmExperiment {
     /// # Errors
     /// A missing or malformed file.
     pub fn load(path: &Path) -> Result<Self> {
-        let text =
-            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+        crate::experiment::load_results(path)
     }
 
     /// Writes `results.json` and `results.md` into `out`.
@@ -262,10 +250,7 @@ impl LmExperiment {
     /// # Errors
     /// A failed write.
     pub fn save(&self, out: &Path) -> Result<()> {
-        let json = serde_json::to_string_pretty(self)?;
-        write_atomic(&out.join(RESULTS_JSON), json.as_bytes())?;
-        write_atomic(&out.join(RESULTS_MD), self.markdown().as_bytes())?;
-        Ok(())
+        crate::experiment::save_results(out, self, &self.markdown())
     }
 
     /// The results: test perplexity at every length, the loss past the trained context,

@@ -77,14 +77,9 @@ pub fn start(
         serde_json::to_string_pretty(&cfg.model)?.into_bytes(),
         vec![(TOKENIZER, tokenizer_json.into_bytes())],
     )?;
-    let dir = RunDir::create(
-        out,
-        &fixed,
-        serde_json::to_string_pretty(&state)?.as_bytes(),
-        &state.run,
-        opts.force,
-        |d| describe_existing(d, cfg),
-    )?;
+    let dir = RunDir::create(out, &fixed, &state, opts.force, |d| {
+        describe_existing(d, cfg)
+    })?;
     session.run(
         &mut state,
         data,
@@ -132,17 +127,7 @@ pub fn resume(
     data: impl FnOnce(&LmTrainConfig, &Tokenizer) -> Result<LmData>,
     opts: RunOptions,
 ) -> Result<LmState> {
-    let (dir, manifest) = RunDir::open(out)?;
-    let mut state: LmState = rundir::last_state(out, &manifest)?;
-    if let Some(steps) = steps {
-        ensure!(
-            steps >= state.step,
-            "the run in {} is at step {}, past --steps {steps}",
-            out.display(),
-            state.step
-        );
-        state.config.steps = steps;
-    }
+    let (dir, mut state): (RunDir, LmState) = rundir::resume_state(out, steps)?;
     let (model, tokenizer) = read_fixed(out)?;
     ensure!(
         model == state.config.model,

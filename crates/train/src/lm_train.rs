@@ -325,6 +325,9 @@ impl crate::rundir::Progress for LmState {
     fn step(&self) -> usize {
         self.step
     }
+    fn set_steps(&mut self, steps: usize) {
+        self.config.steps = steps;
+    }
 }
 
 impl LmState {

@@ -301,8 +301,7 @@ impl RunDir {
     pub fn create(
         dir: &Path,
         fixed: &FixedFiles,
-        trainer_json: &[u8],
-        run: &str,
+        state: &impl Progress,
         force: bool,
         describe_existing: impl Fn(&Path) -> String,
     ) -> Result<Self> {
@@ -344,10 +343,13 @@ impl RunDir {
             write_atomic(&dir.join(name), bytes)?;
             files.insert(name.to_string(), sha256_hex(bytes));
         }
-        write_atomic(&dir.join(TRAINER_FILE), trainer_json)?;
+        write_atomic(
+            &dir.join(TRAINER_FILE),
+            serde_json::to_string_pretty(state)?.as_bytes(),
+        )?;
         let manifest = Manifest {
             format: FORMAT,
-            run: run.to_string(),
+            run: state.run().to_string(),
             files,
         };
         write_atomic(
@@ -416,6 +418,28 @@ pub trait Progress: Serialize + DeserializeOwned {
     fn run(&self) -> &str;
     /// Steps done.
     fn step(&self) -> usize;
+    /// Sets the steps the run trains for in all.
+    fn set_steps(&mut self, steps: usize);
+}
+
+/// Opens the run in `dir` to continue it up to `steps` (default: its own) steps in all:
+/// locks it and reads the state of its last checkpoint.
+///
+/// # Errors
+/// As [`RunDir::open`] and [`last_state`]; also `steps` below the step the run is at.
+pub fn resume_state<S: Progress>(dir: &Path, steps: Option<usize>) -> Result<(RunDir, S)> {
+    let (run_dir, manifest) = RunDir::open(dir)?;
+    let mut state: S = last_state(dir, &manifest)?;
+    if let Some(steps) = steps {
+        ensure!(
+            steps >= state.step(),
+            "the run in {} is at step {}, past --steps {steps}",
+            dir.display(),
+            state.step()
+        );
+        state.set_steps(steps);
+    }
+    Ok((run_dir, state))
 }
 
 /// Writes one checkpoint: `training.safetensors` (weights, AdamW moments and `state`),

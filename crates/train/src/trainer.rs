@@ -231,6 +231,9 @@ impl rundir::Progress for TrainerState {
     fn step(&self) -> usize {
         self.step
     }
+    fn set_steps(&mut self, steps: usize) {
+        self.config.steps = steps;
+    }
 }
 
 impl TrainerState {
@@ -383,14 +386,9 @@ pub fn train(cfg: TrainConfig, out: &Path, opts: RunOptions) -> Result<TrainerSt
             (TARGET_TOKENIZER, tgt.to_json()?.into_bytes()),
         ],
     )?;
-    let dir = RunDir::create(
-        out,
-        &fixed,
-        serde_json::to_string_pretty(&state)?.as_bytes(),
-        &state.run,
-        opts.force,
-        |d| describe_existing(d, &state.config),
-    )?;
+    let dir = RunDir::create(out, &fixed, &state, opts.force, |d| {
+        describe_existing(d, &state.config)
+    })?;
     session.run(state, &tgt, &dir, opts)
 }
 
@@ -421,17 +419,7 @@ fn describe_existing(dir: &Path, wanted: &TrainConfig) -> String {
 /// Continues the run saved in `out` with its own config, up to `steps` (default: the
 /// run's own) steps in all.
 pub fn resume(out: &Path, steps: Option<usize>, opts: RunOptions) -> Result<TrainerState> {
-    let (dir, manifest) = RunDir::open(out)?;
-    let mut state: TrainerState = rundir::last_state(out, &manifest)?;
-    if let Some(steps) = steps {
-        ensure!(
-            steps >= state.step,
-            "the run in {} is at step {}, past --steps {steps}",
-            out.display(),
-            state.step
-        );
-        state.config.steps = steps;
-    }
+    let (dir, state): (RunDir, TrainerState) = rundir::resume_state(out, steps)?;
     state.config.validate()?;
     let src = Vocab::load(&out.join(SOURCE_TOKENIZER))?;
     let tgt = Vocab::load(&out.join(TARGET_TOKENIZER))?;
