@@ -271,7 +271,7 @@ fn listed(list: &[u32]) -> Positions<'_> {
 
 /// Mixed into the seed of the generator that draws randomized positions, so it is not the
 /// one that orders the batches.
-const RANDOMIZED_STREAM: u64 = 0x5EED_0F_9051_7105;
+const RANDOMIZED_STREAM: u64 = 0x005E_ED0F_9051_7105;
 
 /// Examples in a seeded order: the batch of step `s` depends only on `(seed, s)`.
 struct Order {
