@@ -30,6 +30,31 @@ pub mod text_tokenizer;
 pub mod trainer;
 pub mod vocab;
 
+/// A training progress bar on standard error at `step` of `steps` (hidden when `quiet`).
+pub(crate) fn progress_bar(quiet: bool, step: usize, steps: usize) -> indicatif::ProgressBar {
+    let bar = if quiet {
+        indicatif::ProgressBar::hidden()
+    } else {
+        indicatif::ProgressBar::new(steps as u64)
+    };
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "{bar:30} {pos}/{len} [{elapsed_precise}<{eta_precise}] {msg}",
+    ) {
+        bar.set_style(style);
+    }
+    bar.set_position(step as u64);
+    bar
+}
+
+/// Prints `line` above `bar`, or as a plain line when the bar is hidden.
+pub(crate) fn bar_line(bar: &indicatif::ProgressBar, line: String) {
+    if bar.is_hidden() {
+        log(&line);
+    } else {
+        bar.println(line);
+    }
+}
+
 /// Writes a progress line to standard error. Unlike `eprintln!`, a closed or full stderr
 /// is ignored rather than a panic: progress is never worth failing a run for.
 pub fn log(line: &str) {

@@ -26,23 +26,33 @@ use crate::lm_train::{LmData, LmState, LmTrainConfig, Session};
 use crate::rundir::{self, FixedFiles, RunDir, TOKENIZER, TRAINER_FILE};
 use crate::trainer::RunOptions;
 
+/// A progress bar with the loss and throughput, and a line at every validation.
 fn progress_printer(quiet: bool) -> impl FnMut(&LmState, f64) {
+    let mut bar: Option<indicatif::ProgressBar> = None;
     let mut logged = 0;
     move |state: &LmState, loss: f64| {
         if quiet {
             return;
         }
+        let bar = bar
+            .get_or_insert_with(|| crate::progress_bar(false, state.step - 1, state.config.steps));
+        bar.set_position(state.step as u64);
+        bar.set_message(format!(
+            "loss {loss:.3}  {:.0} tok/s",
+            state.tokens as f64 / state.elapsed_s.max(1e-9)
+        ));
         if let Some(r) = state.history.last().filter(|r| r.step > logged) {
             logged = r.step;
-            crate::log(&format!(
-                "step {:>6}/{}  train loss {:.4}  valid loss {:.4}  ({:.0} s)",
-                r.step, state.config.steps, r.train_loss, r.valid_loss, r.elapsed_s
-            ));
-        } else if state.step.is_multiple_of(100) {
-            crate::log(&format!(
-                "step {:>6}/{}  loss {loss:.4}",
-                state.step, state.config.steps
-            ));
+            crate::bar_line(
+                bar,
+                format!(
+                    "step {:>6}  train loss {:.4}  valid loss {:.4}",
+                    r.step, r.train_loss, r.valid_loss
+                ),
+            );
+        }
+        if state.step == state.config.steps {
+            bar.finish_and_clear();
         }
     }
 }

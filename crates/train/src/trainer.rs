@@ -22,7 +22,6 @@ use std::time::Instant;
 use anyhow::{ensure, Context, Result};
 use candle_core::{DType, Device, Tensor, D};
 use candle_nn::{VarBuilder, VarMap};
-use indicatif::{ProgressBar, ProgressStyle};
 use posenc::Positions;
 use posenc_transformer::checkpoint::{self, CONFIG_FILE, WEIGHTS_FILE};
 use posenc_transformer::{Config, Transformer};
@@ -504,15 +503,7 @@ impl Session {
             n: self.train_examples.len(),
             epoch: None,
         };
-        let bar = if opts.quiet {
-            ProgressBar::hidden()
-        } else {
-            ProgressBar::new(cfg.steps as u64)
-        };
-        bar.set_style(ProgressStyle::with_template(
-            "{bar:30} {pos}/{len} [{elapsed_precise}<{eta_precise}] {msg}",
-        )?);
-        bar.set_position(state.step as u64);
+        let bar = crate::progress_bar(opts.quiet, state.step, cfg.steps);
         let started = Instant::now();
         let elapsed_before = state.elapsed_s;
         let (mut loss_sum, mut loss_n) = (0.0, 0usize);
@@ -582,11 +573,7 @@ impl Session {
                         record.valid_loss,
                         100.0 * record.valid_exact
                     );
-                    if bar.is_hidden() {
-                        crate::log(&line);
-                    } else {
-                        bar.println(line);
-                    }
+                    crate::bar_line(&bar, line);
                 }
                 state.history.push(record);
             }
