@@ -7,7 +7,7 @@
 
 use candle_core::{DType, Device, Tensor, Var, D};
 use criterion::{criterion_group, criterion_main, Criterion};
-use posenc_transformer::ops::{add_bias, layer_norm, masked_softmax};
+use posenc_transformer::ops::{add_bias, gelu, layer_norm, masked_softmax};
 
 fn randn(shape: &[usize]) -> Tensor {
     Tensor::randn(0f32, 1.0, shape, &Device::Cpu).unwrap()
@@ -86,6 +86,15 @@ fn bench(c: &mut Criterion) {
     both(
         c,
         "bias add (1536×1024)",
+        &h,
+        &[("fused", &fused), ("composite", &composite)],
+    );
+
+    let fused = |x: &Tensor| gelu(x).unwrap();
+    let composite = |x: &Tensor| x.gelu_erf().unwrap();
+    both(
+        c,
+        "GELU, erf form (1536×1024)",
         &h,
         &[("fused", &fused), ("composite", &composite)],
     );

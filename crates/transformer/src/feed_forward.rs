@@ -6,7 +6,7 @@
 //!
 //! Weights named as PyTorch's `TransformerEncoderLayer`: `linear1`, `linear2`.
 
-use candle_core::Tensor;
+use candle_core::{DType, Tensor};
 use candle_nn::{Activation, Linear, Module, VarBuilder};
 
 use crate::embeddings::dropout;
@@ -41,7 +41,16 @@ impl FeedForward {
 
     /// Applies the network to every position of `x (batch, seq, d_model)`.
     pub fn forward(&self, x: &Tensor, train: bool) -> Result<Tensor> {
-        let h = self.activation.forward(&linear::apply(&self.linear1, x)?)?;
+        let h = linear::apply(&self.linear1, x)?;
+        // GELU's erf form in one vectorised pass (`ops::gelu`) where it runs: f32 on the CPU.
+        let h = if matches!(self.activation, Activation::Gelu)
+            && h.dtype() == DType::F32
+            && h.device().is_cpu()
+        {
+            crate::ops::gelu(&h)?
+        } else {
+            self.activation.forward(&h)?
+        };
         Ok(linear::apply(
             &self.linear2,
             &dropout(&h, self.dropout, train)?,

@@ -3,7 +3,7 @@
 //! f32 rounding), and central finite differences check the fused backward on its own.
 
 use candle_core::{DType, Device, Tensor, Var, D};
-use posenc_transformer::ops::{layer_norm, masked_softmax};
+use posenc_transformer::ops::{gelu, layer_norm, masked_softmax};
 
 fn randn(shape: &[usize], seed: u64) -> Tensor {
     // A fixed pseudo-random fill, so failures reproduce.
@@ -232,8 +232,61 @@ fn layer_norm_backward_matches_finite_differences() {
 }
 
 #[test]
+fn gelu_equals_the_erf_form_forward_and_backward() {
+    // x over [−10, 10], with 0 and the far tails where erf saturates.
+    let mut v: Vec<f32> = randn(&[4000], 14)
+        .affine(5.0, 0.0)
+        .unwrap()
+        .to_vec1()
+        .unwrap();
+    v.extend([0.0, -0.0, 1e-6, -1e-6, 30.0, -30.0, 100.0, -100.0]);
+    let x = Tensor::new(v.as_slice(), &Device::Cpu).unwrap();
+    let r = randn(&[v.len()], 15);
+    let xv = Var::from_tensor(&x).unwrap();
+    let y = gelu(xv.as_tensor()).unwrap();
+    let grads = (&y * &r).unwrap().sum_all().unwrap().backward().unwrap();
+    // The composition it replaces: candle's erf GELU, here in f64.
+    let xv64 = Var::from_tensor(&x.to_dtype(DType::F64).unwrap()).unwrap();
+    let y64 = xv64.as_tensor().gelu_erf().unwrap();
+    let grads64 = (&y64 * &r.to_dtype(DType::F64).unwrap())
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
+    assert!(max_diff(&y, &y64) < 1e-5, "forward {}", max_diff(&y, &y64));
+    let (g, g64) = (
+        grads.get(xv.as_tensor()).unwrap(),
+        grads64.get(xv64.as_tensor()).unwrap(),
+    );
+    assert!(max_diff(g, g64) < 1e-5, "backward {}", max_diff(g, g64));
+    // And against candle's own f32 kernel, which inference used before.
+    let before = x.gelu_erf().unwrap();
+    assert!(max_diff(&y, &before) < 1e-5, "{}", max_diff(&y, &before));
+    // Shapes pass through.
+    let x3 = x.narrow(0, 0, 4000).unwrap().reshape((4, 25, 40)).unwrap();
+    assert_eq!(gelu(&x3).unwrap().dims(), &[4, 25, 40]);
+}
+
+#[test]
+fn gelu_backward_matches_finite_differences() {
+    let x = randn(&[6, 7], 16).affine(2.0, 0.0).unwrap();
+    let r = randn(&[6, 7], 17);
+    let xv = Var::from_tensor(&x).unwrap();
+    let y = gelu(xv.as_tensor()).unwrap();
+    let grads = (&y * &r).unwrap().sum_all().unwrap().backward().unwrap();
+    check_finite_differences(
+        |x| gelu(x).unwrap(),
+        &x,
+        &r,
+        grads.get(xv.as_tensor()).unwrap(),
+    );
+}
+
+#[test]
 fn fused_ops_refuse_what_they_cannot_do() {
     let x = randn(&[2, 3], 13).to_dtype(DType::F16).unwrap();
+    assert!(gelu(&x).unwrap_err().to_string().contains("f32"));
     assert!(masked_softmax(&x, None, 1.0)
         .unwrap_err()
         .to_string()

@@ -4,9 +4,11 @@
 //! composition it replaces, forward and backward, and against finite differences.
 
 mod bias;
+mod gelu;
 mod layer_norm;
 mod softmax;
 
 pub use bias::add_bias;
+pub use gelu::gelu;
 pub use layer_norm::layer_norm;
 pub use softmax::masked_softmax;
