@@ -39,13 +39,15 @@ const CHUNK: usize = 16_384;
 #[inline(always)]
 fn exp(y: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
-    const ROUND: f32 = 12_582_912.0; // 1.5 · 2²³: adding it rounds to an integer
+    // 1.5 · 2²³: adding it rounds to an integer.
+    const ROUND: f32 = 12_582_912.0;
     let y = y.max(-87.0).min(88.0);
     let t = y * LOG2E;
     // Adding 1.5·2²³ leaves round(t) in the low mantissa bits of `r`.
     let r = t + ROUND;
     let n = r - ROUND;
-    let f = (t - n) * std::f32::consts::LN_2; // |f| ≤ ½ ln 2
+    // |f| ≤ ½ ln 2.
+    let f = (t - n) * std::f32::consts::LN_2;
     // e^f, Taylor to degree 6 on |f| ≤ 0.347: remainder below 2e-7 relative.
     let p = 1.0
         + f * (1.0
