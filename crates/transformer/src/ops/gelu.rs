@@ -41,7 +41,7 @@ fn exp(y: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     // 1.5 · 2²³: adding it rounds to an integer.
     const ROUND: f32 = 12_582_912.0;
-    let y = y.max(-87.0).min(88.0);
+    let y = y.clamp(-87.0, 88.0);
     let t = y * LOG2E;
     // Adding 1.5·2²³ leaves round(t) in the low mantissa bits of `r`.
     let r = t + ROUND;
