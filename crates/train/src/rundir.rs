@@ -367,7 +367,7 @@ impl RunDir {
     pub fn open(dir: &Path) -> Result<(Self, Manifest)> {
         ensure!(
             dir.is_dir(),
-            "{} is not a run directory (--resume continues a run written by `posenc train`)",
+            "{} is not a run directory (--resume continues a run written by `posenc train` or `posenc lm train`)",
             dir.display()
         );
         verify(dir)?;
