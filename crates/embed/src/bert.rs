@@ -80,6 +80,7 @@ impl BertConfig {
             })
             .into(),
             tie_embeddings: false,
+            blocks: Default::default(),
         };
         cfg.validate()?;
         posenc::limits::check(

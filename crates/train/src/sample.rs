@@ -136,6 +136,27 @@ pub fn generate(
     max_new: usize,
     sampling: Sampling,
 ) -> Result<Vec<u32>> {
+    let mut out = Vec::new();
+    generate_with(model, prompt, max_new, sampling, |token| {
+        out.push(token);
+        Ok(true)
+    })?;
+    Ok(out)
+}
+
+/// Generates after `prompt`, handing each token to `on_token` as soon as it is drawn (to
+/// stream it); stops after `max_new` tokens or when `on_token` returns `false` (at an
+/// end-of-sequence token, say).
+///
+/// # Errors
+/// As [`generate`]; and any error of `on_token`, which stops generation.
+pub fn generate_with(
+    model: &LanguageModel,
+    prompt: &[u32],
+    max_new: usize,
+    sampling: Sampling,
+    mut on_token: impl FnMut(u32) -> Result<bool>,
+) -> Result<()> {
     ensure!(
         !prompt.is_empty(),
         "the prompt is empty: give at least one token"
@@ -145,13 +166,13 @@ pub fn generate(
     let device = model.device();
     let mut cache = EncoderCache::default();
     let mut next = Tensor::new(prompt, &device)?.unsqueeze(0)?;
-    let mut out = Vec::new();
     for _ in 0..max_new {
         let logits = model.step(&next, &mut cache)?;
-        let last: Vec<f32> = logits.get(0)?.get(logits.dim(1)? - 1)?.to_vec1()?;
-        let token = sampler.pick(&last);
-        out.push(token);
+        let token = sampler.pick(&logits.get(0)?.to_vec1::<f32>()?);
+        if !on_token(token)? {
+            break;
+        }
         next = Tensor::new(&[token], &device)?.unsqueeze(0)?;
     }
-    Ok(out)
+    Ok(())
 }

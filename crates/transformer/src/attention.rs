@@ -18,13 +18,13 @@
 use std::sync::Arc;
 
 use candle_core::{DType, Tensor, D};
-use candle_nn::{init, Init, Linear, VarBuilder};
+use candle_nn::{init, Init, VarBuilder};
 use posenc::{PositionalEncoding, Positions};
 
-use crate::linear;
+use crate::linear::Proj;
 use crate::mask::Mask;
 use crate::ops;
-use crate::{Error, Result};
+use crate::{Config, Error, Result};
 
 /// Keys and values computed so far, for incremental decoding.
 #[derive(Debug, Clone, Default)]
@@ -55,11 +55,12 @@ impl KvCache {
 /// Multi-head attention, self or cross.
 #[derive(Debug, Clone)]
 pub struct MultiHeadAttention {
-    q_proj: Linear,
-    k_proj: Linear,
-    v_proj: Linear,
-    out_proj: Linear,
+    q_proj: Proj,
+    k_proj: Proj,
+    v_proj: Proj,
+    out_proj: Proj,
     heads: usize,
+    kv_heads: usize,
     head_dim: usize,
     dropout: f32,
     encoding: Arc<dyn PositionalEncoding>,
@@ -70,8 +71,9 @@ pub struct MultiHeadAttention {
 pub type Attended = (Tensor, Tensor);
 
 impl MultiHeadAttention {
-    /// Loads or creates the projections under `vb` (PyTorch's names). `encoding` supplies
-    /// the positional hooks of self-attention.
+    /// The paper's attention (as PyTorch's): `heads` query, key and value heads, with
+    /// biases. Loads or creates the projections under `vb` (PyTorch's names); `encoding`
+    /// supplies the positional hooks of self-attention.
     pub fn new(
         d_model: usize,
         heads: usize,
@@ -79,36 +81,83 @@ impl MultiHeadAttention {
         encoding: Arc<dyn PositionalEncoding>,
         vb: VarBuilder,
     ) -> Result<Self> {
+        Self::build(d_model, heads, heads, true, dropout, encoding, vb)
+    }
+
+    /// Attention as `cfg` describes it: its width, heads, dropout and
+    /// [`BlockOptions`](crate::BlockOptions) (key/value heads, biases).
+    pub fn from_config(
+        cfg: &Config,
+        encoding: Arc<dyn PositionalEncoding>,
+        vb: VarBuilder,
+    ) -> Result<Self> {
+        let kv_heads = cfg.blocks.kv_heads.unwrap_or(cfg.heads);
+        let bias = cfg.blocks.bias;
+        Self::build(
+            cfg.d_model,
+            cfg.heads,
+            kv_heads,
+            bias,
+            cfg.dropout,
+            encoding,
+            vb,
+        )
+    }
+
+    /// `in_proj_weight ((heads + 2·kv_heads)·d_k, d_model)` packs `W^Q, W^K, W^V` (with
+    /// `in_proj_bias` if `bias`), then `out_proj`.
+    fn build(
+        d_model: usize,
+        heads: usize,
+        kv_heads: usize,
+        bias: bool,
+        dropout: f32,
+        encoding: Arc<dyn PositionalEncoding>,
+        vb: VarBuilder,
+    ) -> Result<Self> {
         let head_dim = posenc::limits::head_dim(d_model, heads)?;
+        crate::config::check_kv_heads(heads, kv_heads)?;
+        let kv_dim = kv_heads * head_dim;
+        let rows = d_model + 2 * kv_dim;
         // Xavier-uniform like PyTorch's _reset_parameters, biases zero.
-        let bound = (6.0 / (4 * d_model) as f64).sqrt();
+        let bound = (6.0 / (rows + d_model) as f64).sqrt();
         let w = vb.get_with_hints(
-            (3 * d_model, d_model),
+            (rows, d_model),
             "in_proj_weight",
             Init::Uniform {
                 lo: -bound,
                 up: bound,
             },
         )?;
-        let b = vb.get_with_hints(3 * d_model, "in_proj_bias", init::ZERO)?;
-        let part = |i: usize| -> Result<Linear> {
-            Ok(Linear::new(
-                w.narrow(0, i * d_model, d_model)?,
-                Some(b.narrow(0, i * d_model, d_model)?),
-            ))
+        let b = bias
+            .then(|| vb.get_with_hints(rows, "in_proj_bias", init::ZERO))
+            .transpose()?;
+        let part = |start: usize, len: usize| -> Result<Proj> {
+            let bias = b.as_ref().map(|b| b.narrow(0, start, len)).transpose()?;
+            Ok(Proj::new(w.narrow(0, start, len)?, bias))
         };
-        let (q_proj, k_proj, v_proj) = (part(0)?, part(1)?, part(2)?);
-        let out_proj = candle_nn::linear(d_model, d_model, vb.pp("out_proj"))?;
         Ok(Self {
-            q_proj,
-            k_proj,
-            v_proj,
-            out_proj,
+            q_proj: part(0, d_model)?,
+            k_proj: part(d_model, kv_dim)?,
+            v_proj: part(d_model + kv_dim, kv_dim)?,
+            out_proj: Proj::load(d_model, d_model, bias, vb.pp("out_proj"))?,
             heads,
+            kv_heads,
             head_dim,
             dropout,
             encoding,
         })
+    }
+
+    /// The projections `W^Q, W^K, W^V, W^O`, named `q`, `k`, `v`, `out`: to swap in
+    /// quantized weights ([`Proj::quantize`]).
+    pub fn projections_mut(&mut self) -> [(&'static str, &mut Proj); 4] {
+        [
+            ("q", &mut self.q_proj),
+            ("k", &mut self.k_proj),
+            ("v", &mut self.v_proj),
+            ("out", &mut self.out_proj),
+        ]
     }
 
     /// Self-attention of `x (batch, seq, d_model)` at positions `at`. With a cache, `x`
@@ -125,9 +174,13 @@ impl MultiHeadAttention {
         train: bool,
     ) -> Result<Attended> {
         self.check(x, "query")?;
-        let q = self.encoding.rotate(&self.project(&self.q_proj, x)?, at)?;
-        let k = self.encoding.rotate(&self.project(&self.k_proj, x)?, at)?;
-        let v = self.project(&self.v_proj, x)?;
+        let q = self
+            .encoding
+            .rotate(&self.project(&self.q_proj, self.heads, x)?, at)?;
+        let k = self
+            .encoding
+            .rotate(&self.project(&self.k_proj, self.kv_heads, x)?, at)?;
+        let v = self.project(&self.v_proj, self.kv_heads, x)?;
         let (k, v) = match cache {
             Some(cache) => {
                 let kv = match cache.kv.take() {
@@ -154,11 +207,11 @@ impl MultiHeadAttention {
     ) -> Result<Attended> {
         self.check(x, "query")?;
         self.check(memory, "memory")?;
-        let q = self.project(&self.q_proj, x)?;
+        let q = self.project(&self.q_proj, self.heads, x)?;
         let memory_kv = || -> Result<(Tensor, Tensor)> {
             Ok((
-                self.project(&self.k_proj, memory)?,
-                self.project(&self.v_proj, memory)?,
+                self.project(&self.k_proj, self.kv_heads, memory)?,
+                self.project(&self.v_proj, self.kv_heads, memory)?,
             ))
         };
         let (k, v) = match cache {
@@ -185,9 +238,9 @@ impl MultiHeadAttention {
         for (t, name) in [(query, "query"), (key, "key"), (value, "value")] {
             self.check(t, name)?;
         }
-        let q = self.project(&self.q_proj, query)?;
-        let k = self.project(&self.k_proj, key)?;
-        let v = self.project(&self.v_proj, value)?;
+        let q = self.project(&self.q_proj, self.heads, query)?;
+        let k = self.project(&self.k_proj, self.kv_heads, key)?;
+        let v = self.project(&self.v_proj, self.kv_heads, value)?;
         self.attend(&q, &k, &v, None, mask, false)
     }
 
@@ -201,11 +254,13 @@ impl MultiHeadAttention {
         }
     }
 
-    /// `x W^T + b`, split into heads: `(batch, seq, d_model)` → `(batch, heads, seq, d_k)`.
-    fn project(&self, proj: &Linear, x: &Tensor) -> Result<Tensor> {
+    /// `x W^T + b`, split into `heads` heads: `(batch, seq, d_model)` →
+    /// `(batch, heads, seq, d_k)`.
+    fn project(&self, proj: &Proj, heads: usize, x: &Tensor) -> Result<Tensor> {
         let (b, t, _) = x.dims3()?;
-        Ok(linear::apply(proj, x)?
-            .reshape((b, t, self.heads, self.head_dim))?
+        Ok(proj
+            .forward(x)?
+            .reshape((b, t, heads, self.head_dim))?
             .transpose(1, 2)?
             .contiguous()?)
     }
@@ -219,9 +274,16 @@ impl MultiHeadAttention {
         mask: Option<&Mask>,
         train: bool,
     ) -> Result<Attended> {
-        let (b, _, tq, _) = q.dims4()?;
+        let (b, h, tq, d_k) = q.dims4()?;
         let scale = 1.0 / (self.head_dim as f64).sqrt();
-        let scores = q.matmul(&k.t()?)?;
+        // Grouped-query attention without copying keys: the `h / kv` query heads that share
+        // a key head are stacked as rows of one product, `(b, kv, h/kv · tq, d_k) · Kᵀ`.
+        let kv = k.dim(1)?;
+        let grouped =
+            |x: &Tensor, rows: usize, cols: usize| x.reshape((b, kv, (h / kv) * rows, cols));
+        let scores = grouped(q, tq, d_k)?
+            .matmul(&k.t()?)?
+            .reshape((b, h, tq, k.dim(2)?))?;
         let keep = mask.map(|m| m.broadcast_to(&scores)).transpose()?;
         let weights = if scores.dtype() == DType::F32 {
             // One fused pass: scale, bias, mask, softmax, empty rows to zero.
@@ -256,11 +318,12 @@ impl MultiHeadAttention {
         } else {
             weights.clone()
         };
-        let out =
-            dropped
-                .matmul(v)?
-                .transpose(1, 2)?
-                .reshape((b, tq, self.heads * self.head_dim))?;
-        Ok((linear::apply(&self.out_proj, &out)?, weights))
+        let k_len = dropped.dim(3)?;
+        let out = grouped(&dropped.contiguous()?, tq, k_len)?
+            .matmul(v)?
+            .reshape((b, h, tq, d_k))?
+            .transpose(1, 2)?
+            .reshape((b, tq, h * d_k))?;
+        Ok((self.out_proj.forward(&out)?, weights))
     }
 }

@@ -138,6 +138,79 @@ pub struct Config {
     /// Share one matrix between source and target embeddings and the generator (needs one
     /// joint vocabulary).
     pub tie_embeddings: bool,
+    /// Later variants of the blocks (Llama's among them); the defaults are the paper's.
+    #[serde(skip_serializing_if = "BlockOptions::is_default")]
+    pub blocks: BlockOptions,
+}
+
+/// The normalisation of the residual connections.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NormKind {
+    /// `(x − mean) / √(var + ε) · γ + β` (Ba et al. 2016), as the paper.
+    #[default]
+    LayerNorm,
+    /// `x / √(mean(x²) + ε) · γ`, no centring and no bias (Zhang & Sennrich 2019; Llama).
+    RmsNorm,
+}
+
+impl NormKind {
+    /// The weights of one norm of width `d`.
+    pub fn parameters(self, d: usize) -> u128 {
+        match self {
+            NormKind::LayerNorm => 2 * d as u128,
+            NormKind::RmsNorm => d as u128,
+        }
+    }
+}
+
+/// Variants of the blocks that later models use. Each is an option of the same attention,
+/// feed-forward and residual blocks, not a second copy of them; the defaults are the
+/// paper's, and a configuration that leaves them so writes no `blocks` field.
+///
+/// ```
+/// use posenc_transformer::{BlockOptions, NormKind};
+/// let llama: BlockOptions = serde_json::from_str(
+///     r#"{"kv_heads": 3, "bias": false, "norm": "rms_norm", "gated": true, "scale_embeddings": false}"#,
+/// ).unwrap();
+/// assert_eq!(llama.norm, NormKind::RmsNorm);
+/// assert!(BlockOptions::default().is_default() && !llama.is_default());
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BlockOptions {
+    /// Key/value heads, each shared by `heads / kv_heads` query heads: grouped-query
+    /// attention (Ainslie et al. 2023). `None` is one per query head, as the paper.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kv_heads: Option<usize>,
+    /// Biases on the attention and feed-forward projections (Llama has none).
+    pub bias: bool,
+    /// LayerNorm or RMSNorm.
+    pub norm: NormKind,
+    /// A gated feed-forward `(act(x W_g) ⊙ x W_1) W_2` (Shazeer 2020; with SiLU, Llama's
+    /// SwiGLU) instead of `act(x W_1) W_2`.
+    pub gated: bool,
+    /// Multiply the token embeddings by √d_model (the paper, §3.4); Llama does not.
+    pub scale_embeddings: bool,
+}
+
+impl Default for BlockOptions {
+    fn default() -> Self {
+        Self {
+            kv_heads: None,
+            bias: true,
+            norm: NormKind::LayerNorm,
+            gated: false,
+            scale_embeddings: true,
+        }
+    }
+}
+
+impl BlockOptions {
+    /// Whether these are the paper's blocks.
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 impl Default for Config {
@@ -159,8 +232,19 @@ impl Default for Config {
                 EncodingConfig::from_kind("sinusoidal").expect("a built-in kind"),
             ),
             tie_embeddings: false,
+            blocks: BlockOptions::default(),
         }
     }
+}
+
+/// Checks `kv_heads` key/value heads can each serve an equal group of `heads` query heads.
+pub(crate) fn check_kv_heads(heads: usize, kv_heads: usize) -> Result<()> {
+    if kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
+        return Err(Error::Config(format!(
+            "kv_heads must divide heads = {heads}, got {kv_heads}"
+        )));
+    }
+    Ok(())
 }
 
 /// The most layers a stack may have.
@@ -181,9 +265,14 @@ impl Config {
             self.tgt_vocab_size,
         ]
         .map(|v| v as u128);
-        let attention = 4 * d * d + 4 * d;
-        let feed_forward = 2 * d * ff + ff + d;
-        let norm = 2 * d;
+        let o = &self.blocks;
+        let head_dim = self.d_model.checked_div(self.heads).unwrap_or(0);
+        let kv = o.kv_heads.unwrap_or(self.heads) as u128 * head_dim as u128;
+        let bias = |n: u128| if o.bias { n } else { 0 };
+        let attention = 2 * d * d + 2 * d * kv + bias(2 * d + 2 * kv);
+        let matrices = if o.gated { 3 } else { 2 };
+        let feed_forward = matrices * d * ff + bias((matrices - 1) * ff + d);
+        let norm = o.norm.parameters(self.d_model);
         let encoder_layer = attention + feed_forward + 2 * norm;
         let decoder_layer = 2 * attention + feed_forward + 3 * norm;
         let embeddings = if self.tie_embeddings {
@@ -270,11 +359,17 @@ impl Config {
         if !(0.0..1.0).contains(&self.dropout) {
             return bad(format!("dropout must be in [0, 1), got {}", self.dropout));
         }
-        if !matches!(self.activation, Activation::Relu | Activation::Gelu) {
+        if !matches!(
+            self.activation,
+            Activation::Relu | Activation::Gelu | Activation::Silu
+        ) {
             return bad(format!(
-                "activation must be relu or gelu, got {:?}",
+                "activation must be relu, gelu or silu, got {:?}",
                 self.activation
             ));
+        }
+        if let Some(kv) = self.blocks.kv_heads {
+            check_kv_heads(self.heads, kv)?;
         }
         if self.tie_embeddings && self.src_vocab_size != self.tgt_vocab_size {
             return bad(format!(

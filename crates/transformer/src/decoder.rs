@@ -79,25 +79,12 @@ impl DecoderLayer {
         vb: VarBuilder,
     ) -> Result<Self> {
         let residual = |name: &str| Residual::from_config(cfg, vb.pp(name));
-        let attention = |name: &str| {
-            MultiHeadAttention::new(
-                cfg.d_model,
-                cfg.heads,
-                cfg.dropout,
-                encoding.clone(),
-                vb.pp(name),
-            )
-        };
+        let attention =
+            |name: &str| MultiHeadAttention::from_config(cfg, encoding.clone(), vb.pp(name));
         Ok(Self {
             self_attn: attention("self_attn")?,
             cross_attn: attention("multihead_attn")?,
-            feed_forward: FeedForward::new(
-                cfg.d_model,
-                cfg.d_ff,
-                cfg.activation,
-                cfg.dropout,
-                vb.clone(),
-            )?,
+            feed_forward: FeedForward::from_config(cfg, vb.clone())?,
             sublayer1: residual("norm1")?,
             sublayer2: residual("norm2")?,
             sublayer3: residual("norm3")?,

@@ -5,6 +5,8 @@
 //! Embed(x_1 … x_n) = Dropout(E[x_t] · √d_model + PE(offset + t))
 //! ```
 //!
+//! (Later models such as Llama leave out the `· √d_model`.)
+//!
 //! The encoding's additive hook does the `+ PE`; encodings that act inside attention
 //! leave it the identity.
 
@@ -27,13 +29,18 @@ pub struct Embeddings {
 }
 
 impl Embeddings {
-    /// Wraps a `(vocab, d_model)` embedding table.
-    pub fn new(lut: Embedding, encoding: Arc<dyn PositionalEncoding>, dropout: f32) -> Self {
+    /// Wraps a `(vocab, d_model)` embedding table, multiplied by √d_model if `scale`.
+    pub fn new(
+        lut: Embedding,
+        scale: bool,
+        encoding: Arc<dyn PositionalEncoding>,
+        dropout: f32,
+    ) -> Self {
         let (vocab_size, d_model) = lut.embeddings().dims2().unwrap_or((0, 0));
         Self {
             lut,
             vocab_size,
-            scale: (d_model as f64).sqrt(),
+            scale: if scale { (d_model as f64).sqrt() } else { 1.0 },
             encoding,
             dropout,
         }
@@ -70,7 +77,12 @@ impl Embeddings {
                 )));
             }
         }
-        let x = (self.lut.forward(ids)? * self.scale)?;
+        let x = self.lut.forward(ids)?;
+        let x = if self.scale == 1.0 {
+            x
+        } else {
+            (x * self.scale)?
+        };
         let x = self.encoding.add_to_embeddings(&x, at)?;
         Ok(dropout(&x, self.dropout, train)?)
     }

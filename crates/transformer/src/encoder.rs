@@ -20,6 +20,7 @@ use posenc::{PositionalEncoding, Positions};
 
 use crate::attention::{KvCache, MultiHeadAttention};
 use crate::feed_forward::FeedForward;
+use crate::linear::Proj;
 use crate::mask::Mask;
 use crate::sublayer::{stack, Norm, Residual};
 use crate::{Config, Result};
@@ -60,23 +61,21 @@ impl EncoderLayer {
     ) -> Result<Self> {
         let residual = |name: &str| Residual::from_config(cfg, vb.pp(name));
         Ok(Self {
-            self_attn: MultiHeadAttention::new(
-                cfg.d_model,
-                cfg.heads,
-                cfg.dropout,
-                encoding,
-                vb.pp("self_attn"),
-            )?,
-            feed_forward: FeedForward::new(
-                cfg.d_model,
-                cfg.d_ff,
-                cfg.activation,
-                cfg.dropout,
-                vb.clone(),
-            )?,
+            self_attn: MultiHeadAttention::from_config(cfg, encoding, vb.pp("self_attn"))?,
+            feed_forward: FeedForward::from_config(cfg, vb.clone())?,
             sublayer1: residual("norm1")?,
             sublayer2: residual("norm2")?,
         })
+    }
+
+    /// The layer's projections with their names (`self_attn.q`, `feed_forward.up`, …).
+    pub fn projections_mut(&mut self) -> Vec<(String, &mut Proj)> {
+        let attention = self.self_attn.projections_mut().into_iter();
+        let attention = attention.map(|(n, p)| (format!("self_attn.{n}"), p));
+        let ffn = self.feed_forward.projections_mut().into_iter();
+        attention
+            .chain(ffn.map(|(n, p)| (format!("feed_forward.{n}"), p)))
+            .collect()
     }
 
     /// `x (batch, seq, d_model)` → the layer's output and its attention weights. `bias` is
@@ -129,6 +128,17 @@ impl Encoder {
             norm,
             encoding,
         })
+    }
+
+    /// Every layer's projections, named `layers.N.…` ([`EncoderLayer::projections_mut`]).
+    pub fn projections_mut(&mut self) -> Vec<(String, &mut Proj)> {
+        let layers = self.layers.iter_mut().enumerate();
+        layers
+            .flat_map(|(i, layer)| {
+                let named = layer.projections_mut().into_iter();
+                named.map(move |(n, p)| (format!("layers.{i}.{n}"), p))
+            })
+            .collect()
     }
 
     /// The positional encoding of this stack (bidirectional).

@@ -1,59 +1,79 @@
-//! The position-wise feed-forward network ("Attention Is All You Need" §3.3).
+//! The position-wise feed-forward network ("Attention Is All You Need" §3.3), plain or
+//! gated (Shazeer 2020, "GLU Variants Improve Transformer").
 //!
 //! ```text
-//! FFN(x) = act(x W_1 + b_1) W_2 + b_2,   act = ReLU (the paper) or GELU
+//! FFN(x)      = act(x W_1 + b_1) W_2 + b_2,   act = ReLU (the paper), GELU or SiLU
+//! FFN_GLU(x)  = (act(x W_g) ⊙ x W_1) W_2       (with SiLU: SwiGLU, as Llama)
 //! ```
 //!
-//! Weights named as PyTorch's `TransformerEncoderLayer`: `linear1`, `linear2`.
+//! Weights named as PyTorch's `TransformerEncoderLayer`: `linear1`, `linear2`, and `gate`
+//! for the gated form; biases only where [`BlockOptions::bias`](crate::BlockOptions) says.
 
 use candle_core::{DType, Tensor};
-use candle_nn::{Activation, Linear, Module, VarBuilder};
+use candle_nn::{Activation, Module, VarBuilder};
 
 use crate::embeddings::dropout;
-use crate::linear;
-use crate::Result;
+use crate::linear::Proj;
+use crate::{Config, Result};
 
-/// Linear → activation → dropout → Linear.
+/// Linear → activation (→ gate) → dropout → Linear.
 #[derive(Debug, Clone)]
 pub struct FeedForward {
-    linear1: Linear,
-    linear2: Linear,
+    gate: Option<Proj>,
+    linear1: Proj,
+    linear2: Proj,
     activation: Activation,
     dropout: f32,
 }
 
 impl FeedForward {
-    /// `linear1: d_model → d_ff` and `linear2: d_ff → d_model` under `vb`.
-    pub fn new(
-        d_model: usize,
-        d_ff: usize,
-        activation: Activation,
-        dropout: f32,
-        vb: VarBuilder,
-    ) -> Result<Self> {
+    /// The network `cfg` describes: widths, activation, dropout, and whether it is gated
+    /// and has biases.
+    pub fn from_config(cfg: &Config, vb: VarBuilder) -> Result<Self> {
+        let (d, ff, bias) = (cfg.d_model, cfg.d_ff, cfg.blocks.bias);
         Ok(Self {
-            linear1: candle_nn::linear(d_model, d_ff, vb.pp("linear1"))?,
-            linear2: candle_nn::linear(d_ff, d_model, vb.pp("linear2"))?,
-            activation,
-            dropout,
+            gate: cfg
+                .blocks
+                .gated
+                .then(|| Proj::load(d, ff, bias, vb.pp("gate")))
+                .transpose()?,
+            linear1: Proj::load(d, ff, bias, vb.pp("linear1"))?,
+            linear2: Proj::load(ff, d, bias, vb.pp("linear2"))?,
+            activation: cfg.activation,
+            dropout: cfg.dropout,
         })
+    }
+
+    /// The projections, named `gate` (if gated), `up` (`linear1`) and `down` (`linear2`):
+    /// to swap in quantized weights.
+    pub fn projections_mut(&mut self) -> Vec<(&'static str, &mut Proj)> {
+        let mut all = vec![("up", &mut self.linear1), ("down", &mut self.linear2)];
+        if let Some(gate) = &mut self.gate {
+            all.push(("gate", gate));
+        }
+        all
     }
 
     /// Applies the network to every position of `x (batch, seq, d_model)`.
     pub fn forward(&self, x: &Tensor, train: bool) -> Result<Tensor> {
-        let h = linear::apply(&self.linear1, x)?;
-        // GELU's erf form in one vectorised pass (`ops::gelu`) where it runs: f32 on the CPU.
-        let h = if matches!(self.activation, Activation::Gelu)
-            && h.dtype() == DType::F32
-            && h.device().is_cpu()
-        {
-            crate::ops::gelu(&h)?
-        } else {
-            self.activation.forward(&h)?
+        let h = match &self.gate {
+            None => self.activate(&self.linear1.forward(x)?)?,
+            Some(gate) => (self.activate(&gate.forward(x)?)? * self.linear1.forward(x)?)?,
         };
-        Ok(linear::apply(
-            &self.linear2,
-            &dropout(&h, self.dropout, train)?,
-        )?)
+        Ok(self.linear2.forward(&dropout(&h, self.dropout, train)?)?)
+    }
+
+    fn activate(&self, h: &Tensor) -> Result<Tensor> {
+        // GELU's erf form in one vectorised pass (`ops::gelu`) where it runs: f32 on the CPU.
+        Ok(
+            if matches!(self.activation, Activation::Gelu)
+                && h.dtype() == DType::F32
+                && h.device().is_cpu()
+            {
+                crate::ops::gelu(h)?
+            } else {
+                self.activation.forward(h)?
+            },
+        )
     }
 }

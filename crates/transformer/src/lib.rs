@@ -32,7 +32,9 @@ pub mod model;
 pub mod ops;
 pub mod sublayer;
 
-pub use config::{Config, Encodings, MAX_LAYERS, MAX_PARAMETERS, MAX_VOCAB};
+pub use config::{
+    BlockOptions, Config, Encodings, NormKind, MAX_LAYERS, MAX_PARAMETERS, MAX_VOCAB,
+};
 pub use error::{Error, Result};
 pub use lm::{LanguageModel, LmConfig};
 pub use mask::Mask;

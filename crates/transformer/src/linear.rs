@@ -1,35 +1,132 @@
-//! Position-wise linear maps as one matrix product.
+//! Position-wise linear maps `x Wᵀ + b` as one matrix product, over dense or quantized
+//! weights.
 //!
 //! `candle_nn::Linear` on a `(batch, seq, d)` input broadcasts its weight to
 //! `(batch, d, out)` and runs `batch` small products; the backward pass then forms a
 //! weight gradient per batch entry and sums them. Flattening to `(batch·seq, d)` makes
 //! both passes a single large GEMM. In f32 the bias is added by [`ops::add_bias`], whose
 //! backward sums the bias gradient in one pass instead of a strided reduction.
+//!
+//! A [`Proj`] may instead hold a quantized weight (GGUF's Q4/Q8 blocks), multiplied by
+//! candle's [`QMatMul`] without being expanded to f32: how a pretrained model generates
+//! fast. For many rows at once (a prompt) the weight is dequantized for that one product
+//! and multiplied by the f32 GEMM instead, as llama.cpp hands batches of 32 or more to
+//! BLAS: candle's quantized kernel runs a dot product per row and output.
 
-use candle_core::{DType, Result, Tensor};
+use std::sync::Arc;
+
+use candle_core::quantized::{QMatMul, QTensor};
+use candle_core::{DType, Module, Result, Tensor};
+use candle_nn::{Linear, VarBuilder};
 
 use crate::ops;
-use candle_nn::{Linear, Module};
 
-/// `x W^T + b` for `x` of any rank, applied to the last dimension.
+/// `x Wᵀ + b` for `x` of any rank, applied to the last dimension.
 pub fn apply(linear: &Linear, x: &Tensor) -> Result<Tensor> {
+    flat(x, |x| match linear.bias() {
+        Some(b) if x.dtype() == DType::F32 => ops::add_bias(&x.matmul(&linear.weight().t()?)?, b),
+        _ => linear.forward(x),
+    })
+}
+
+/// Applies `f` to `x` flattened to `(rows, d)` and restores the leading dimensions.
+fn flat(x: &Tensor, f: impl FnOnce(&Tensor) -> Result<Tensor>) -> Result<Tensor> {
     let dims = x.dims();
-    let d = dims[dims.len() - 1];
-    let flat = if dims.len() > 2 {
-        &x.reshape(((), d))?
-    } else {
-        x
-    };
-    let y = match linear.bias() {
-        Some(b) if x.dtype() == DType::F32 && flat.rank() == 2 => {
-            ops::add_bias(&flat.matmul(&linear.weight().t()?)?, b)?
-        }
-        _ => linear.forward(flat)?,
-    };
     if dims.len() <= 2 {
-        return Ok(y);
+        return f(x);
     }
+    let y = f(&x.reshape(((), dims[dims.len() - 1]))?)?;
     let mut out = dims[..dims.len() - 1].to_vec();
     out.push(y.dim(1)?);
     y.reshape(out)
+}
+
+/// A projection `x Wᵀ (+ b)` with `W (out, in)`: dense, or quantized after loading
+/// ([`Proj::quantize`]).
+#[derive(Debug, Clone)]
+pub struct Proj {
+    weight: Weight,
+    bias: Option<Tensor>,
+}
+
+#[derive(Debug, Clone)]
+enum Weight {
+    Dense(Linear),
+    Quantized(QMatMul, Arc<QTensor>),
+}
+
+/// From this many rows on, a quantized product dequantizes its weight and runs the GEMM.
+pub const DEQUANTIZE_FROM_ROWS: usize = 32;
+
+impl Proj {
+    /// Wraps a dense `(out, in)` weight and an optional `(out,)` bias.
+    pub fn new(weight: Tensor, bias: Option<Tensor>) -> Self {
+        Self {
+            weight: Weight::Dense(Linear::new(weight, bias.clone())),
+            bias,
+        }
+    }
+
+    /// Loads or creates `weight (out, in)` and, with `bias`, `bias (out,)` under `vb`,
+    /// initialised as PyTorch's `nn.Linear`.
+    pub fn load(in_dim: usize, out_dim: usize, bias: bool, vb: VarBuilder) -> Result<Self> {
+        let dense = if bias {
+            candle_nn::linear(in_dim, out_dim, vb)?
+        } else {
+            candle_nn::linear_no_bias(in_dim, out_dim, vb)?
+        };
+        Ok(Self::new(dense.weight().clone(), dense.bias().cloned()))
+    }
+
+    /// The dense weight `(out, in)`; `None` once quantized.
+    pub fn weight(&self) -> Option<&Tensor> {
+        match &self.weight {
+            Weight::Dense(linear) => Some(linear.weight()),
+            Weight::Quantized(..) => None,
+        }
+    }
+
+    /// The bias, if any.
+    pub fn bias(&self) -> Option<&Tensor> {
+        self.bias.as_ref()
+    }
+
+    /// Multiplies by the quantized `weight` from now on, in place of the dense one (which
+    /// is dropped); the bias stays.
+    ///
+    /// # Errors
+    /// A weight of another shape than the dense one, naming both; a projection already
+    /// quantized.
+    pub fn quantize(&mut self, weight: QTensor) -> Result<()> {
+        let Some(dense) = self.weight() else {
+            candle_core::bail!("this projection is already quantized")
+        };
+        if weight.shape().dims() != dense.dims() {
+            candle_core::bail!(
+                "a quantized weight of shape {:?} cannot replace one of shape {:?}",
+                weight.shape().dims(),
+                dense.dims()
+            );
+        }
+        let weight = Arc::new(weight);
+        self.weight = Weight::Quantized(QMatMul::from_arc(weight.clone())?, weight);
+        Ok(())
+    }
+
+    /// `x Wᵀ + b` over the last dimension of `x`.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        match &self.weight {
+            Weight::Dense(linear) => apply(linear, x),
+            Weight::Quantized(q, w) => {
+                let y = flat(x, |x| match x.dim(0)? >= DEQUANTIZE_FROM_ROWS {
+                    true => x.matmul(&w.dequantize(x.device())?.t()?),
+                    false => q.forward(x),
+                })?;
+                match &self.bias {
+                    Some(b) => y.broadcast_add(b),
+                    None => Ok(y),
+                }
+            }
+        }
+    }
 }

@@ -16,14 +16,15 @@
 use std::sync::Arc;
 
 use candle_core::{Device, Tensor};
-use candle_nn::{Activation, Linear, VarBuilder, VarMap};
+use candle_nn::{Activation, VarBuilder, VarMap};
 use posenc::{Direction, EncodingConfig, PositionalEncoding, Positions, Target};
 use serde::{Deserialize, Serialize};
 
 use crate::embeddings::Embeddings;
 use crate::encoder::{Encoder, EncoderCache};
+use crate::linear::Proj;
 use crate::mask::Mask;
-use crate::{linear, Config, Encodings, Error, Result};
+use crate::{BlockOptions, Config, Encodings, Error, Result};
 
 /// Sizes of a decoder-only language model. The defaults are nanoGPT's CPU run on
 /// Shakespeare's characters: 4 layers, 4 heads, width 128, context 64, dropout 0.
@@ -50,6 +51,18 @@ pub struct LmConfig {
     pub encoding: EncodingConfig,
     /// The context the model is trained on (it may be run past it where its encoding allows).
     pub context: usize,
+    /// The head shares the token embedding matrix (GPT-2, SmolLM2); otherwise it has its
+    /// own, `head.weight`.
+    #[serde(skip_serializing_if = "is_true")]
+    pub tie_embeddings: bool,
+    /// Later variants of the blocks (Llama's: RMSNorm, SwiGLU, grouped-query attention,
+    /// no biases, unscaled embeddings); the defaults are the paper's.
+    #[serde(skip_serializing_if = "BlockOptions::is_default")]
+    pub blocks: BlockOptions,
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 impl Default for LmConfig {
@@ -65,12 +78,14 @@ impl Default for LmConfig {
             layer_norm_eps: 1e-5,
             encoding: EncodingConfig::from_kind("sinusoidal").expect("a built-in kind"),
             context: 64,
+            tie_embeddings: true,
+            blocks: BlockOptions::default(),
         }
     }
 }
 
 impl LmConfig {
-    /// The blocks' configuration: a pre-norm stack with a final norm and tied embeddings.
+    /// The blocks' configuration: a pre-norm stack with a final norm.
     pub fn blocks(&self) -> Config {
         Config {
             src_vocab_size: self.vocab_size,
@@ -86,8 +101,20 @@ impl LmConfig {
             layer_norm_eps: self.layer_norm_eps,
             final_norm: true,
             encoding: Encodings::both(self.encoding.clone()),
-            tie_embeddings: true,
+            tie_embeddings: self.tie_embeddings,
+            blocks: self.blocks.clone(),
         }
+    }
+
+    /// The number of weights, computed from the sizes alone: the blocks' count, less what
+    /// the decoder-only model does not have (the generator's bias, the decoder stack's final
+    /// norm, and when untied the second embedding table, whose place the head takes).
+    pub fn parameter_count(&self) -> u128 {
+        let d = self.d_model as u128;
+        let table = self.vocab_size as u128 * d;
+        let norm = self.blocks.norm.parameters(self.d_model);
+        let unused = self.vocab_size as u128 + norm + if self.tie_embeddings { 0 } else { table };
+        self.blocks().parameter_count() - unused
     }
 
     /// Checks sizes against the blocks' limits, and that the context is positive.
@@ -104,22 +131,27 @@ pub struct LanguageModel {
     cfg: LmConfig,
     embed: Embeddings,
     stack: Encoder,
-    head: Linear,
+    head: Proj,
 }
 
 impl LanguageModel {
     /// Loads or creates every weight under `vb`: `embed.weight`, `encoding.*` (learned
-    /// encodings), `stack.layers.N.*`, `stack.norm.*`.
+    /// encodings), `stack.layers.N.*`, `stack.norm.*`, and `head.weight` if untied.
     pub fn new(cfg: &LmConfig, vb: VarBuilder) -> Result<Self> {
         cfg.validate()?;
         let blocks = cfg.blocks();
         let target = Target::new(cfg.d_model, cfg.heads, Direction::Causal)?;
         let encoding = cfg.encoding.build(&target, vb.pp("encoding"))?;
         let lut = candle_nn::embedding(cfg.vocab_size, cfg.d_model, vb.pp("embed"))?;
-        let head = Linear::new(lut.embeddings().clone(), None);
+        let head = if cfg.tie_embeddings {
+            Proj::new(lut.embeddings().clone(), None)
+        } else {
+            Proj::load(cfg.d_model, cfg.vocab_size, false, vb.pp("head"))?
+        };
+        let scale = cfg.blocks.scale_embeddings;
         Ok(Self {
             cfg: cfg.clone(),
-            embed: Embeddings::new(lut, encoding.clone(), cfg.dropout),
+            embed: Embeddings::new(lut, scale, encoding.clone(), cfg.dropout),
             stack: Encoder::new(&blocks, encoding, vb.pp("stack"))?,
             head,
         })
@@ -138,7 +170,16 @@ impl LanguageModel {
 
     /// The device the weights live on.
     pub fn device(&self) -> candle_core::Device {
-        self.head.weight().device().clone()
+        self.embed.weight().device().clone()
+    }
+
+    /// Every projection with its name (`layers.N.self_attn.q|k|v|out`,
+    /// `layers.N.feed_forward.gate|up|down`, `head`): to swap in quantized weights
+    /// ([`Proj::quantize`]).
+    pub fn projections_mut(&mut self) -> Vec<(String, &mut Proj)> {
+        let mut all = self.stack.projections_mut();
+        all.push(("head".into(), &mut self.head));
+        all
     }
 
     /// The positional encoding.
@@ -171,18 +212,19 @@ impl LanguageModel {
         let mask = Mask::causal(seq, seq, 0, ids.device())?;
         let x = self.embed.forward(ids, at, train)?;
         let h = self.stack.forward_at(&x, at, Some(&mask), train)?;
-        Ok(linear::apply(&self.head, &h)?)
+        Ok(self.head.forward(&h)?)
     }
 
-    /// Runs `ids (batch, new)` after the positions in `cache` and returns their next-token
-    /// scores `(batch, new, vocab)`; the cache grows by `new`.
+    /// Runs `ids (batch, new)` after the positions in `cache` and returns the next-token
+    /// scores `(batch, vocab)` after the last of them; the cache grows by `new`. Only that
+    /// position goes through the head, so a long prompt costs no `new × vocab` product.
     pub fn step(&self, ids: &Tensor, cache: &mut EncoderCache) -> Result<Tensor> {
         let offset = cache.len();
         let new = self.check(ids, Positions::From(offset))?;
         let mask = Mask::causal(new, offset + new, offset, ids.device())?;
         let x = self.embed.forward(ids, Positions::From(offset), false)?;
         let h = self.stack.forward_cached(&x, Some(&mask), cache, false)?;
-        Ok(linear::apply(&self.head, &h)?)
+        Ok(self.head.forward(&h.narrow(1, new - 1, 1)?.squeeze(1)?)?)
     }
 
     /// Checks `ids` is `(batch, seq)` with `seq ≥ 1` and that its positions `at` fit the

@@ -84,8 +84,18 @@ impl Transformer {
             vb.get_with_hints(cfg.tgt_vocab_size, "generator.bias", candle_nn::init::ZERO)?;
         Ok(Self {
             cfg: cfg.clone(),
-            src_embed: Embeddings::new(src_lut, src_pe.clone(), cfg.dropout),
-            tgt_embed: Embeddings::new(tgt_lut, tgt_pe.clone(), cfg.dropout),
+            src_embed: Embeddings::new(
+                src_lut,
+                cfg.blocks.scale_embeddings,
+                src_pe.clone(),
+                cfg.dropout,
+            ),
+            tgt_embed: Embeddings::new(
+                tgt_lut,
+                cfg.blocks.scale_embeddings,
+                tgt_pe.clone(),
+                cfg.dropout,
+            ),
             encoder: Encoder::new(cfg, src_pe, vb.pp("encoder"))?,
             decoder: Decoder::new(cfg, tgt_pe, vb.pp("decoder"))?,
             generator: Generator {

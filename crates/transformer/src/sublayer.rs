@@ -10,41 +10,64 @@ use candle_core::Tensor;
 use candle_nn::{LayerNorm, LayerNormConfig, Module, VarBuilder};
 
 use crate::embeddings::dropout;
-use crate::{Config, Result};
+use crate::{Config, NormKind, Result};
 
+/// LayerNorm or RMSNorm ([`NormKind`]).
+///
 /// LayerNorm: candle's fused kernel when no gradient is needed; when one is, this crate's
 /// fused kernel with its own backward ([`crate::ops::layer_norm`]) in f32 and the
-/// differentiable composition in other dtypes.
+/// differentiable composition in other dtypes. RMSNorm: candle's fused kernel for
+/// inference, its differentiable composition for training.
 #[derive(Debug, Clone)]
 pub struct Norm {
     ln: LayerNorm,
+    kind: NormKind,
     eps: f64,
 }
 
 impl Norm {
-    /// `weight` and `bias` of width `d_model` under `vb`.
+    /// A LayerNorm: `weight` and `bias` of width `d_model` under `vb`.
     pub fn new(d_model: usize, eps: f64, vb: VarBuilder) -> Result<Self> {
+        Self::with_kind(NormKind::LayerNorm, d_model, eps, vb)
+    }
+
+    /// A norm of `kind`: `weight` (and for LayerNorm `bias`) of width `d_model` under `vb`.
+    pub fn with_kind(kind: NormKind, d_model: usize, eps: f64, vb: VarBuilder) -> Result<Self> {
         let config = LayerNormConfig {
             eps,
-            ..Default::default()
+            remove_mean: kind == NormKind::LayerNorm,
+            affine: kind == NormKind::LayerNorm,
         };
         Ok(Self {
             ln: candle_nn::layer_norm(d_model, config, vb)?,
+            kind,
             eps,
         })
+    }
+
+    /// The norm a configuration names, of width `cfg.d_model`.
+    pub fn from_config(cfg: &Config, vb: VarBuilder) -> Result<Self> {
+        Self::with_kind(cfg.blocks.norm, cfg.d_model, cfg.layer_norm_eps, vb)
     }
 }
 
 impl Module for Norm {
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         let (w, b) = (self.ln.weight(), self.ln.bias());
-        match b {
-            Some(b) if x.track_op() || w.track_op() || b.track_op() => {
+        let tracked = x.track_op() || w.track_op() || b.is_some_and(Tensor::track_op);
+        match (self.kind, b) {
+            (NormKind::LayerNorm, Some(b)) if tracked => {
                 if x.dtype() == candle_core::DType::F32 {
                     crate::ops::layer_norm(x, w, b, self.eps as f32)
                 } else {
                     candle_nn::ops::layer_norm_slow(x, w, b, self.eps as f32)
                 }
+            }
+            (NormKind::RmsNorm, _) if tracked => {
+                candle_nn::ops::rms_norm_slow(x, w, self.eps as f32)
+            }
+            (NormKind::RmsNorm, _) => {
+                candle_nn::ops::rms_norm(&x.contiguous()?, w, self.eps as f32)
             }
             _ => self.ln.forward(&x.contiguous()?),
         }
@@ -60,30 +83,14 @@ pub struct Residual {
 }
 
 impl Residual {
-    /// The norm is loaded under `vb` (PyTorch's `norm1`, `norm2`, `norm3`).
-    pub fn new(
-        d_model: usize,
-        eps: f64,
-        norm_first: bool,
-        dropout: f32,
-        vb: VarBuilder,
-    ) -> Result<Self> {
-        Ok(Self {
-            norm: Norm::new(d_model, eps, vb)?,
-            norm_first,
-            dropout,
-        })
-    }
-
-    /// A residual connection configured by `cfg` (width, eps, norm position, dropout).
+    /// A residual connection configured by `cfg` (norm kind, width, eps, norm position,
+    /// dropout); the norm is loaded under `vb` (PyTorch's `norm1`, `norm2`, `norm3`).
     pub fn from_config(cfg: &Config, vb: VarBuilder) -> Result<Self> {
-        Self::new(
-            cfg.d_model,
-            cfg.layer_norm_eps,
-            cfg.norm_first,
-            cfg.dropout,
-            vb,
-        )
+        Ok(Self {
+            norm: Norm::from_config(cfg, vb)?,
+            norm_first: cfg.norm_first,
+            dropout: cfg.dropout,
+        })
     }
 
     /// `x` plus the sublayer `f`, normalised before or after.
@@ -118,7 +125,7 @@ pub(crate) fn stack<L>(
         .collect::<Result<_>>()?;
     let norm = cfg
         .final_norm
-        .then(|| Norm::new(cfg.d_model, cfg.layer_norm_eps, vb.pp("norm")))
+        .then(|| Norm::from_config(cfg, vb.pp("norm")))
         .transpose()?;
     Ok((layers, norm))
 }
