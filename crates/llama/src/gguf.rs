@@ -1,0 +1,209 @@
+//! Reading a llama.cpp GGUF file with candle's [`gguf_file`]: the metadata (sizes,
+//! tokenizer, chat template) and the tensors, each checked against the shape the
+//! configuration implies before its bytes are read.
+
+use std::fs::File;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, bail, Context, Result};
+use candle_core::quantized::{gguf_file, QTensor};
+use candle_core::Device;
+use gguf_file::Value;
+
+use crate::config::LlamaConfig;
+
+/// An open GGUF file.
+#[derive(Debug)]
+pub struct GgufFile {
+    path: PathBuf,
+    reader: BufReader<File>,
+    content: gguf_file::Content,
+}
+
+impl GgufFile {
+    /// Opens `path` and reads its header (metadata and tensor directory, not the weights).
+    ///
+    /// # Errors
+    /// A missing file, or one that is not GGUF or is cut short, naming the file.
+    pub fn open(path: &Path) -> Result<Self> {
+        let file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+        let mut reader = BufReader::new(file);
+        let content = gguf_file::Content::read(&mut reader)
+            .with_context(|| format!("{} is not a readable GGUF file", path.display()))?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            reader,
+            content,
+        })
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn value(&self, key: &str) -> Result<&Value> {
+        self.content
+            .metadata
+            .get(key)
+            .ok_or_else(|| anyhow!("{}: metadata `{key}` is missing", self.path.display()))
+    }
+
+    fn wrong(&self, key: &str, what: &str) -> anyhow::Error {
+        anyhow!("{}: metadata `{key}` is not {what}", self.path.display())
+    }
+
+    /// A non-negative integer entry.
+    pub fn usize(&self, key: &str) -> Result<usize> {
+        let v = match self.value(key)? {
+            Value::U8(v) => Some(u64::from(*v)),
+            Value::U16(v) => Some(u64::from(*v)),
+            Value::U32(v) => Some(u64::from(*v)),
+            Value::U64(v) => Some(*v),
+            Value::I8(v) => u64::try_from(*v).ok(),
+            Value::I16(v) => u64::try_from(*v).ok(),
+            Value::I32(v) => u64::try_from(*v).ok(),
+            Value::I64(v) => u64::try_from(*v).ok(),
+            _ => None,
+        };
+        v.and_then(|v| usize::try_from(v).ok())
+            .ok_or_else(|| self.wrong(key, "a non-negative integer"))
+    }
+
+    /// A floating-point entry.
+    pub fn float(&self, key: &str) -> Result<f64> {
+        match self.value(key)? {
+            Value::F32(v) => Ok(f64::from(*v)),
+            Value::F64(v) => Ok(*v),
+            _ => Err(self.wrong(key, "a number")),
+        }
+    }
+
+    /// A string entry.
+    pub fn string(&self, key: &str) -> Result<&str> {
+        match self.value(key)? {
+            Value::String(s) => Ok(s),
+            _ => Err(self.wrong(key, "a string")),
+        }
+    }
+
+    /// An array of strings.
+    pub fn strings(&self, key: &str) -> Result<Vec<&str>> {
+        let Value::Array(values) = self.value(key)? else {
+            return Err(self.wrong(key, "an array"));
+        };
+        values
+            .iter()
+            .map(|v| match v {
+                Value::String(s) => Ok(s.as_str()),
+                _ => Err(self.wrong(key, "an array of strings")),
+            })
+            .collect()
+    }
+
+    /// An array of integers.
+    pub fn integers(&self, key: &str) -> Result<Vec<i64>> {
+        let Value::Array(values) = self.value(key)? else {
+            return Err(self.wrong(key, "an array"));
+        };
+        values
+            .iter()
+            .map(|v| match v {
+                Value::I32(v) => Ok(i64::from(*v)),
+                Value::U32(v) => Ok(i64::from(*v)),
+                Value::I64(v) => Ok(*v),
+                _ => Err(self.wrong(key, "an array of integers")),
+            })
+            .collect()
+    }
+
+    /// Whether the metadata has `key`.
+    pub fn has_key(&self, key: &str) -> bool {
+        self.content.metadata.contains_key(key)
+    }
+
+    /// Whether the file has a tensor `name`.
+    pub fn has_tensor(&self, name: &str) -> bool {
+        self.content.tensor_infos.contains_key(name)
+    }
+
+    /// The sizes of a `llama` model, from `llama.*` metadata.
+    ///
+    /// # Errors
+    /// Another architecture, or a missing or mistyped entry, naming it.
+    pub fn config(&self) -> Result<LlamaConfig> {
+        let arch = self.string("general.architecture")?;
+        if arch != "llama" {
+            bail!(
+                "{}: architecture `{arch}` is not supported (only `llama`)",
+                self.path.display()
+            );
+        }
+        let heads = self.usize("llama.attention.head_count")?;
+        let hidden = self.usize("llama.embedding_length")?;
+        let cfg = LlamaConfig {
+            vocab_size: match self.usize("llama.vocab_size") {
+                Ok(v) => v,
+                Err(_) => self.strings("tokenizer.ggml.tokens")?.len(),
+            },
+            hidden_size: hidden,
+            intermediate_size: self.usize("llama.feed_forward_length")?,
+            num_hidden_layers: self.usize("llama.block_count")?,
+            num_attention_heads: heads,
+            num_key_value_heads: match self.has_key("llama.attention.head_count_kv") {
+                true => self.usize("llama.attention.head_count_kv")?,
+                false => heads,
+            },
+            rms_norm_eps: self.float("llama.attention.layer_norm_rms_epsilon")?,
+            rope_theta: match self.has_key("llama.rope.freq_base") {
+                true => self.float("llama.rope.freq_base")?,
+                false => 10_000.0,
+            },
+            max_position_embeddings: self.usize("llama.context_length")?,
+            tie_word_embeddings: !self.has_tensor(crate::names::Global::Head.gguf()),
+            hidden_act: "silu".into(),
+            bos_token_id: self
+                .usize("tokenizer.ggml.bos_token_id")
+                .ok()
+                .map(|v| v as u32),
+            eos_token_id: self
+                .usize("tokenizer.ggml.eos_token_id")
+                .ok()
+                .map(|v| v as u32),
+        };
+        if self.has_key("llama.rope.dimension_count") {
+            let rot = self.usize("llama.rope.dimension_count")?;
+            if rot != cfg.head_dim() {
+                bail!(
+                    "{}: rotary dimension {rot} differs from the head width {}: not supported",
+                    self.path.display(),
+                    cfg.head_dim()
+                );
+            }
+        }
+        Ok(cfg)
+    }
+
+    /// The tensor `name`, quantized as stored, after checking it has `shape` (rows first).
+    ///
+    /// # Errors
+    /// A missing tensor or one of another shape, naming it and both shapes; data past the
+    /// end of the file.
+    pub fn tensor(&mut self, name: &str, shape: &[usize], device: &Device) -> Result<QTensor> {
+        let info = self
+            .content
+            .tensor_infos
+            .get(name)
+            .ok_or_else(|| anyhow!("{}: tensor `{name}` is missing", self.path.display()))?;
+        if info.shape.dims() != shape {
+            bail!(
+                "{}: tensor `{name}` has shape {:?}, the configuration needs {shape:?}",
+                self.path.display(),
+                info.shape.dims()
+            );
+        }
+        info.read(&mut self.reader, self.content.tensor_data_offset, device)
+            .with_context(|| format!("{}: reading tensor `{name}`", self.path.display()))
+    }
+}
