@@ -1,19 +1,21 @@
 //! `posenc lm train|generate|eval|experiment`: a causal language model on Shakespeare.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use anyhow::{ensure, Context, Result};
+use anyhow::{Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use posenc::EncodingConfig;
 use posenc_train::corpus::{self, Corpus};
 use posenc_train::lm_experiment::{self, LmExperimentConfig};
 use posenc_train::lm_run;
 use posenc_train::lm_train::{evaluate, LmData, LmState, LmTrainConfig};
-use posenc_train::sample::{generate, Sampling};
+use posenc_train::sample::generate;
 use posenc_train::text_tokenizer::{decode, encode, encode_strict, TextTokenizer};
 use posenc_train::trainer::RunOptions;
 use serde::Serialize;
+
+use super::{read_prompt, SamplingArgs};
 
 /// Which tokenization.
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -94,18 +96,8 @@ pub struct GenerateArgs {
     /// How many tokens to generate.
     #[arg(long, default_value_t = 200)]
     max_tokens: usize,
-    /// Sampling temperature (0: greedy).
-    #[arg(long, default_value_t = 0.8)]
-    temperature: f64,
-    /// Sample among the k most likely tokens.
-    #[arg(long)]
-    top_k: Option<usize>,
-    /// Sample among the most likely tokens holding this much probability.
-    #[arg(long)]
-    top_p: Option<f64>,
-    /// Seed of the draws.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
+    #[command(flatten)]
+    sampling: SamplingArgs,
 }
 
 /// `posenc lm eval`
@@ -269,28 +261,9 @@ fn report(state: &LmState, dir: &Path, out: &mut impl Write) -> Result<()> {
 
 fn generate_text(a: GenerateArgs, out: &mut impl Write) -> Result<()> {
     let saved = lm_run::load(&a.model.unwrap_or_else(lm_run::shipped_model))?;
-    let prompt = match a.prompt {
-        Some(p) => p,
-        None => {
-            let mut text = String::new();
-            std::io::stdin()
-                .read_to_string(&mut text)
-                .context("reading the prompt from standard input")?;
-            text
-        }
-    };
-    ensure!(
-        !prompt.is_empty(),
-        "the prompt is empty: give at least one character"
-    );
+    let prompt = read_prompt(a.prompt)?;
     let ids = encode_strict(&saved.tokenizer, &prompt)?;
-    let sampling = Sampling {
-        temperature: a.temperature,
-        top_k: a.top_k,
-        top_p: a.top_p,
-        seed: a.seed,
-    };
-    let tokens = generate(&saved.model, &ids, a.max_tokens, sampling)?;
+    let tokens = generate(&saved.model, &ids, a.max_tokens, a.sampling.into())?;
     writeln!(out, "{prompt}{}", decode(&saved.tokenizer, &tokens)?)?;
     Ok(())
 }

@@ -4,6 +4,7 @@ pub mod bench;
 pub mod embed;
 pub mod encoding;
 pub mod experiment;
+pub mod generate;
 pub mod lm;
 pub mod plot;
 pub mod translate;
@@ -76,6 +77,52 @@ pub fn sentences_or_stdin(args: Vec<String>) -> Result<Vec<String>> {
         .enumerate()
         .map(|(i, line)| line.with_context(|| format!("reading line {} of standard input", i + 1)))
         .collect()
+}
+
+/// How `generate` commands pick each next token.
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub struct SamplingArgs {
+    /// Sampling temperature (0: greedy).
+    #[arg(long, default_value_t = 0.8)]
+    temperature: f64,
+    /// Sample among the k most likely tokens.
+    #[arg(long)]
+    top_k: Option<usize>,
+    /// Sample among the most likely tokens holding this much probability.
+    #[arg(long)]
+    top_p: Option<f64>,
+    /// Seed of the draws.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+impl From<SamplingArgs> for posenc_train::sample::Sampling {
+    fn from(a: SamplingArgs) -> Self {
+        Self {
+            temperature: a.temperature,
+            top_k: a.top_k,
+            top_p: a.top_p,
+            seed: a.seed,
+        }
+    }
+}
+
+/// The prompt given, or standard input when none is; an empty one is an error.
+pub fn read_prompt(prompt: Option<String>) -> Result<String> {
+    let prompt = match prompt {
+        Some(p) => p,
+        None => {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+                .context("reading the prompt from standard input")?;
+            text
+        }
+    };
+    anyhow::ensure!(
+        !prompt.is_empty(),
+        "the prompt is empty: give at least one character"
+    );
+    Ok(prompt)
 }
 
 /// Standard output, buffered, whose errors say they are about standard output (a full

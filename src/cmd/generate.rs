@@ -1,0 +1,131 @@
+//! `posenc generate` and `posenc convert`: a pretrained Llama-architecture model
+//! (SmolLM2-135M) on this project's blocks.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use candle_core::Device;
+use clap::Args;
+use posenc_llama::chat::Message;
+use posenc_llama::{Llama, Precision};
+use posenc_train::sample::generate_with;
+
+use super::{read_prompt, SamplingArgs};
+
+/// `posenc generate`
+#[derive(Args, Debug)]
+pub struct GenerateArgs {
+    /// `smollm2` (fetched by scripts/fetch_smollm2.sh), a directory written by
+    /// `posenc convert`, or a .gguf file.
+    #[arg(long, default_value = "smollm2")]
+    model: String,
+    /// Lay the prompt out as a user's message with the model's chat template, and print
+    /// the answer only.
+    #[arg(long)]
+    chat: bool,
+    /// Dequantize a GGUF's weights to f32 (exact, slower) instead of multiplying them
+    /// quantized.
+    #[arg(long)]
+    f32: bool,
+    /// The most tokens to generate (it stops earlier at the end-of-sequence token).
+    #[arg(long, default_value_t = 128)]
+    max_tokens: usize,
+    #[command(flatten)]
+    sampling: SamplingArgs,
+    /// The text to continue [default: standard input].
+    prompt: Option<String>,
+}
+
+impl GenerateArgs {
+    /// Loads the model and streams the generated text to `out` as it is produced.
+    pub fn run(self, out: &mut impl Write) -> Result<()> {
+        let prompt = read_prompt(self.prompt)?;
+        let precision = if self.f32 {
+            Precision::F32
+        } else {
+            Precision::Quantized
+        };
+        let llama = Llama::load(&self.model, precision, &Device::Cpu)?;
+        let text = if self.chat {
+            let template = llama
+                .chat
+                .as_ref()
+                .with_context(|| format!("the model `{}` has no chat template", self.model))?;
+            template.render(&[Message::user(&prompt)], true)?
+        } else {
+            write!(out, "{prompt}")?;
+            prompt
+        };
+        let ids = llama.encode(&text)?;
+        let eos = llama.config.eos_token_id;
+        let mut stream = TextStream::default();
+        generate_with(
+            &llama.model,
+            &ids,
+            self.max_tokens,
+            self.sampling.into(),
+            |token| {
+                if Some(token) == eos {
+                    return Ok(false);
+                }
+                let piece = stream.push(&llama, token)?;
+                out.write_all(piece.as_bytes())?;
+                out.flush()?;
+                Ok(true)
+            },
+        )?;
+        writeln!(out)?;
+        Ok(())
+    }
+}
+
+/// Generated tokens turned into text as they come: a character split across tokens
+/// (byte-level BPE) is held back until it is whole.
+#[derive(Default)]
+struct TextStream {
+    ids: Vec<u32>,
+    shown: usize,
+}
+
+impl TextStream {
+    /// The text `token` completes.
+    fn push(&mut self, llama: &Llama, token: u32) -> Result<String> {
+        self.ids.push(token);
+        let text = llama.decode(&self.ids)?;
+        if text.ends_with('\u{FFFD}') || text.len() < self.shown {
+            return Ok(String::new());
+        }
+        let piece = text[self.shown..].to_string();
+        self.shown = text.len();
+        Ok(piece)
+    }
+}
+
+/// `posenc convert`
+#[derive(Args, Debug)]
+pub struct ConvertArgs {
+    /// The GGUF file, or `smollm2`.
+    #[arg(long)]
+    model: String,
+    /// The directory to write (it must not hold a model yet).
+    #[arg(long)]
+    out: PathBuf,
+}
+
+impl ConvertArgs {
+    /// Converts, then says where the files are.
+    pub fn run(self, out: &mut impl Write) -> Result<()> {
+        let path = match self.model.as_str() {
+            "smollm2" => posenc_llama::model::fetched_smollm2()?,
+            path => PathBuf::from(path),
+        };
+        posenc_llama::convert::convert(&path, &self.out)?;
+        writeln!(
+            out,
+            "wrote {} (model.safetensors, config.json, tokenizer.json, tokenizer_config.json)",
+            self.out.display()
+        )?;
+        Ok(())
+    }
+}

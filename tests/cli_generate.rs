@@ -1,0 +1,136 @@
+//! `posenc generate` and `posenc convert` on SmolLM2-135M-Instruct (fetched by
+//! `scripts/fetch_smollm2.sh`): the chat answer is transformers' greedy answer, the
+//! converted directory gives it too, and bad input is named.
+
+mod common;
+
+use common::{posenc, text, with_stdin};
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+struct Fixture {
+    prompts: Vec<Prompt>,
+}
+
+#[derive(Deserialize)]
+struct Prompt {
+    name: String,
+    greedy: Vec<u32>,
+}
+
+/// transformers' greedy answer to the chat prompt, up to its end-of-turn token, as text.
+fn reference_answer() -> String {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/crates/llama/tests/fixtures/smollm2.json"
+    );
+    let fixture: Fixture = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let chat = fixture.prompts.iter().find(|p| p.name == "chat").unwrap();
+    let llama = posenc_llama::Llama::load(
+        "smollm2",
+        posenc_llama::Precision::Quantized,
+        &candle_core::Device::Cpu,
+    )
+    .unwrap();
+    let eos = llama.config.eos_token_id.unwrap();
+    let answer: Vec<u32> = chat
+        .greedy
+        .iter()
+        .copied()
+        .take_while(|&t| t != eos)
+        .collect();
+    llama.decode(&answer).unwrap()
+}
+
+const QUESTION: &str = "What is the capital of France?";
+
+#[test]
+fn chat_answers_as_transformers_and_the_converted_directory_too() {
+    let expected = format!("{}\n", reference_answer());
+    let run = posenc()
+        .args([
+            "generate",
+            "--f32",
+            "--chat",
+            "--temperature",
+            "0",
+            QUESTION,
+        ])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&run);
+    assert!(run.status.success(), "{stderr}");
+    assert_eq!(stdout, expected);
+
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("smollm2-hf");
+    let converted = posenc()
+        .args(["convert", "--model", "smollm2", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(converted.status.success(), "{}", text(&converted).1);
+    let run = posenc()
+        .args(["generate", "--chat", "--temperature", "0", "--model"])
+        .arg(&out)
+        .arg(QUESTION)
+        .output()
+        .unwrap();
+    assert_eq!(text(&run).0, expected, "{}", text(&run).1);
+    // Converting again into the same directory is refused; the model there stays.
+    let before = std::fs::metadata(out.join("model.safetensors"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    let again = posenc()
+        .args(["convert", "--model", "smollm2", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(!again.status.success());
+    assert!(
+        text(&again).1.contains("already exists"),
+        "{}",
+        text(&again).1
+    );
+    let after = std::fs::metadata(out.join("model.safetensors"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    assert_eq!(before, after);
+}
+
+#[test]
+fn a_prompt_from_standard_input_is_continued() {
+    let run = with_stdin(
+        &["generate", "--max-tokens", "4", "--seed", "3"],
+        "Once upon a time",
+    );
+    let (stdout, stderr) = text(&run);
+    assert!(run.status.success(), "{stderr}");
+    assert!(
+        stdout.starts_with("Once upon a time") && stdout.len() > "Once upon a time\n".len(),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn bad_input_is_named() {
+    for (args, expected) in [
+        (
+            vec!["generate", "--model", "no/such/model", "hi"],
+            "no/such/model",
+        ),
+        (vec!["generate", "--top-p", "0", "hi"], "top-p"),
+        (vec!["generate", ""], "empty"),
+        (
+            vec!["convert", "--model", "no/such.gguf", "--out", "/tmp/x"],
+            "no/such.gguf",
+        ),
+    ] {
+        let run = posenc().args(&args).output().unwrap();
+        let (_, stderr) = text(&run);
+        assert!(!run.status.success(), "{args:?}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+}
