@@ -14,6 +14,10 @@
 //! RoFormer: `rotate_every_two`). With `rotary_fraction < 1` (GPT-NeoX, Phi) only the
 //! first `d_rot = ⌊head_dim · fraction⌋` dimensions rotate; the rest pass through.
 //!
+//! With `position_scale = s ≠ 1` every position is divided by `s` before it is rotated:
+//! position interpolation (Chen et al. 2023), which squeezes a longer context into the
+//! angles a model was trained on. (NTK-aware scaling instead raises `base`.)
+//!
 //! With no gradient to carry, candle's fused `rope`/`rope_i` kernels run; when the input
 //! tracks a gradient, the differentiable `rope_slow`/`rope_i_slow` do the same sum.
 
@@ -42,16 +46,26 @@ pub struct RopeConfig {
     #[serde(default)]
     pub layout: PairLayout,
     /// The fraction of each head's dimensions that rotate.
-    #[serde(default = "RopeConfig::default_fraction")]
+    #[serde(default = "RopeConfig::one")]
     pub rotary_fraction: f64,
+    /// Positions are divided by this before rotating (position interpolation); 1 is
+    /// RoFormer's.
+    #[serde(
+        default = "RopeConfig::one",
+        skip_serializing_if = "RopeConfig::is_one"
+    )]
+    pub position_scale: f64,
 }
 
 impl RopeConfig {
     fn default_base() -> f64 {
         10_000.0
     }
-    fn default_fraction() -> f64 {
+    fn one() -> f64 {
         1.0
+    }
+    fn is_one(x: &f64) -> bool {
+        *x == 1.0
     }
 }
 
@@ -59,13 +73,14 @@ impl EncodingSpec for RopeConfig {
     const KIND: &'static str = "rope";
 
     fn build(&self, target: &Target, vb: VarBuilder) -> Result<Arc<dyn PositionalEncoding>> {
-        Ok(Arc::new(Rope::new(
+        let rope = Rope::new(
             target.head_dim()?,
             self.base,
             self.layout,
             self.rotary_fraction,
             vb.device(),
-        )?))
+        )?;
+        Ok(Arc::new(rope.with_position_scale(self.position_scale)?))
     }
 }
 
@@ -76,6 +91,7 @@ pub struct Rope {
     rotary_dim: usize,
     layout: PairLayout,
     inv_freq: Vec<f64>,
+    position_scale: f64,
     device: Device,
     cache: GrowingTables,
 }
@@ -109,9 +125,24 @@ impl Rope {
             rotary_dim,
             layout,
             inv_freq: inverse_frequencies(rotary_dim, base),
+            position_scale: 1.0,
             device: device.clone(),
             cache: GrowingTables::default(),
         })
+    }
+
+    /// The same rotation with every position divided by `scale` (position interpolation).
+    ///
+    /// # Errors
+    /// A scale that is not a positive finite number.
+    pub fn with_position_scale(mut self, scale: f64) -> Result<Self> {
+        require(
+            RopeConfig::KIND,
+            scale.is_finite() && scale > 0.0,
+            format!("position_scale > 0, got {scale}"),
+        )?;
+        self.position_scale = scale;
+        Ok(self)
     }
 
     /// The number of dimensions of each head that rotate.
@@ -124,7 +155,7 @@ impl Rope {
         at.check(RopeConfig::KIND, len)?;
         let half = self.rotary_dim / 2;
         let tables = self.cache.rows(at, len, |n| {
-            let angle = |pos: usize, i: usize| pos as f64 * self.inv_freq[i];
+            let angle = |pos: usize, i: usize| pos as f64 / self.position_scale * self.inv_freq[i];
             Ok(vec![
                 tensor_from_fn(n, half, &self.device, |p, i| angle(p, i).cos())?,
                 tensor_from_fn(n, half, &self.device, |p, i| angle(p, i).sin())?,

@@ -142,3 +142,31 @@ fn a_learned_table_trains_exactly_the_listed_rows() {
         .unwrap_err();
     assert!(e.to_string().contains("40"), "{e}");
 }
+
+/// Position interpolation (Chen et al. 2023): with `position_scale = s`, position `s·p`
+/// rotates as position `p` does unscaled; a scale that is not positive is refused.
+#[test]
+fn rope_position_scale_divides_every_position() {
+    let rope = |scale: f64| {
+        let json = format!(r#"{{"kind": "rope", "position_scale": {scale}}}"#);
+        let cfg: EncodingConfig = serde_json::from_str(&json).unwrap();
+        cfg.build_untrained(D, HEADS, &Device::Cpu).unwrap()
+    };
+    let (x, _) = inputs(&[0, 1, 2, 3]);
+    let (plain, halved) = (rope(1.0), rope(4.0));
+    let unscaled = plain.rotate(&x, Positions::From(0)).unwrap();
+    let scaled = halved.rotate(&x, Positions::At(&[0, 4, 8, 12])).unwrap();
+    assert!(max_abs_diff(&unscaled, &scaled) < 1e-6);
+    // And it does change something: the same positions unscaled rotate further.
+    let other = plain.rotate(&x, Positions::At(&[0, 4, 8, 12])).unwrap();
+    assert!(max_abs_diff(&unscaled, &other) > 1e-2);
+    for bad in ["0", "-1"] {
+        let json = format!(r#"{{"kind": "rope", "position_scale": {bad}}}"#);
+        let cfg: EncodingConfig = serde_json::from_str(&json).unwrap();
+        let e = cfg
+            .build_untrained(D, HEADS, &Device::Cpu)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("position_scale"), "{e}");
+    }
+}

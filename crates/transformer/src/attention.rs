@@ -149,6 +149,11 @@ impl MultiHeadAttention {
         })
     }
 
+    /// Replaces the positional encoding of self-attention.
+    pub(crate) fn set_encoding(&mut self, encoding: Arc<dyn PositionalEncoding>) {
+        self.encoding = encoding;
+    }
+
     /// The projections `W^Q, W^K, W^V, W^O`, named `q`, `k`, `v`, `out`: to swap in
     /// quantized weights ([`Proj::quantize`]).
     pub fn projections_mut(&mut self) -> [(&'static str, &mut Proj); 4] {

@@ -46,6 +46,11 @@ impl Embeddings {
         }
     }
 
+    /// Replaces the positional encoding's additive hook.
+    pub(crate) fn set_encoding(&mut self, encoding: Arc<dyn PositionalEncoding>) {
+        self.encoding = encoding;
+    }
+
     /// The `(vocab, d_model)` table, shared with the generator when tied.
     pub fn weight(&self) -> &Tensor {
         self.lut.embeddings()

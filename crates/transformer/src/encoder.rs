@@ -141,6 +141,14 @@ impl Encoder {
             .collect()
     }
 
+    /// Replaces the positional encoding of the stack and of every layer's attention.
+    pub(crate) fn set_encoding(&mut self, encoding: Arc<dyn PositionalEncoding>) {
+        for layer in &mut self.layers {
+            layer.self_attn.set_encoding(encoding.clone());
+        }
+        self.encoding = encoding;
+    }
+
     /// The positional encoding of this stack (bidirectional).
     pub fn encoding(&self) -> &Arc<dyn PositionalEncoding> {
         &self.encoding

@@ -163,6 +163,24 @@ impl LanguageModel {
         Self::new(cfg, crate::checkpoint::frozen(varmap, device))
     }
 
+    /// The same weights with another positional encoding, built for causal attention:
+    /// what a pretrained model does when its encoding's behaviour is swapped (position
+    /// interpolation, another base, no encoding at all). Weights of the new encoding, if it
+    /// has any, start untrained.
+    ///
+    /// # Errors
+    /// An encoding that does not fit the model's heads.
+    pub fn with_encoding(mut self, encoding: &EncodingConfig) -> Result<Self> {
+        let target = Target::new(self.cfg.d_model, self.cfg.heads, Direction::Causal)?;
+        let varmap = VarMap::new();
+        let vb = VarBuilder::from_varmap(&varmap, candle_core::DType::F32, &self.device());
+        let built = encoding.build(&target, vb)?;
+        self.embed.set_encoding(built.clone());
+        self.stack.set_encoding(built);
+        self.cfg.encoding = encoding.clone();
+        Ok(self)
+    }
+
     /// The configuration the model was built from.
     pub fn config(&self) -> &LmConfig {
         &self.cfg

@@ -148,3 +148,27 @@ fn the_head_is_the_token_embedding() {
     let logits = model.logits(&ids(&[&[3, 4]]), false).unwrap();
     assert_eq!(logits.dims(), &[1, 2, 30]);
 }
+
+/// Swapping the encoding of a built model is building it with that encoding on the same
+/// weights (and changes what it computes).
+#[test]
+fn with_encoding_swaps_the_encoding_and_keeps_the_weights() {
+    let rope = EncodingConfig::from_kind("rope").unwrap();
+    let none = EncodingConfig::from_kind("none").unwrap();
+    let (model, varmap) = lm_and_weights(rope);
+    let cfg = LmConfig {
+        encoding: none.clone(),
+        ..model.config().clone()
+    };
+    let direct = LanguageModel::frozen(&cfg, &varmap, &Device::Cpu).unwrap();
+    let x = tokens();
+    let before = model.logits(&x, false).unwrap();
+    let swapped = model.with_encoding(&none).unwrap();
+    assert_eq!(swapped.config().encoding, none);
+    let (a, b) = (
+        swapped.logits(&x, false).unwrap(),
+        direct.logits(&x, false).unwrap(),
+    );
+    assert!(max_abs_diff(&a, &b) < 1e-6);
+    assert!(max_abs_diff(&a, &before) > 1e-3);
+}
