@@ -1,0 +1,219 @@
+//! What the rotary encoding does inside a real model: SmolLM2-135M-Instruct's perplexity on
+//! Shakespeare's test plays with its trained RoPE, and with the rotation swapped through the
+//! encoding seam ([`LanguageModel::with_encoding`]) and nothing retrained: positions
+//! interpolated by 1/2 and 1/4 (Chen et al. 2023), the NTK-aware base for a 4× longer
+//! context (bloc97 2023), RoFormer's base 10 000 instead of 100 000, and no rotation.
+//!
+//! ```sh
+//! bash scripts/fetch_smollm2.sh && bash scripts/fetch_shakespeare.sh
+//! cargo run --release --example smollm2_rope -- [OUT_DIR] [TOKENS_PER_LENGTH]
+//! ```
+//!
+//! Writes `results.md`, `results.json`, `perplexity.png` (perplexity by window length) and
+//! `by_position.png` (loss at each position of the longest window) into `OUT_DIR`
+//! (default `docs/smollm2-rope`). The f32 weights are used, so the numbers are the model's
+//! own, not the quantized kernel's.
+//!
+//! [`LanguageModel::with_encoding`]: posenc_transformer::LanguageModel::with_encoding
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Result;
+use candle_core::Device;
+use posenc::rope::RopeConfig;
+use posenc::sinusoidal::PairLayout;
+use posenc::EncodingConfig;
+use posenc_llama::{Llama, Precision};
+use posenc_plot::chart::{colour, curves, save_png, Axes, Mark, Series};
+use posenc_train::corpus::{self, Corpus};
+use posenc_train::lm_train::{evaluate, LengthEval};
+use posenc_transformer::checkpoint::write_atomic;
+use serde::Serialize;
+
+/// Window lengths, in tokens.
+const LENGTHS: [usize; 3] = [128, 512, 1024];
+/// Positions averaged into one point of `by_position.png`.
+const BUCKET: usize = 32;
+
+#[derive(Serialize)]
+struct Variant {
+    name: String,
+    encoding: EncodingConfig,
+    results: Vec<LengthEval>,
+    seconds: f64,
+}
+
+fn rope(base: f64, position_scale: f64) -> EncodingConfig {
+    EncodingConfig::new(RopeConfig {
+        base,
+        layout: PairLayout::Interleaved,
+        rotary_fraction: 1.0,
+        position_scale,
+    })
+}
+
+fn main() -> Result<()> {
+    let mut args = std::env::args().skip(1);
+    let out = PathBuf::from(args.next().unwrap_or("docs/smollm2-rope".into()));
+    let budget: usize = args.next().map_or(Ok(4096), |s| s.parse())?;
+    let path = posenc_llama::model::fetched_smollm2()?;
+    let llama = Llama::from_gguf(&path, Precision::F32, PairLayout::Interleaved, &Device::Cpu)?;
+    let corpus = Corpus::load(&corpus::default_dir())?;
+    let text = Corpus::stream(&corpus.test);
+    let stream = llama.encode(&text)?;
+    let theta = llama.config.rope_theta;
+    let head_dim = llama.config.head_dim() as f64;
+    let ntk = theta * 4f64.powf(head_dim / (head_dim - 2.0));
+    let variants = [
+        (format!("trained RoPE (θ = {theta})"), rope(theta, 1.0)),
+        (
+            "positions ÷ 2 (interpolation)".to_string(),
+            rope(theta, 2.0),
+        ),
+        (
+            "positions ÷ 4 (interpolation)".to_string(),
+            rope(theta, 4.0),
+        ),
+        (
+            format!("NTK-aware θ = {ntk:.0} (4× context)"),
+            rope(ntk, 1.0),
+        ),
+        ("θ = 10000 (RoFormer's)".to_string(), rope(10_000.0, 1.0)),
+        (
+            "no rotation".to_string(),
+            EncodingConfig::from_kind("none")?,
+        ),
+    ];
+    println!(
+        "{} test tokens ({} characters of {}); {budget} tokens per window length",
+        stream.len(),
+        text.len(),
+        corpus
+            .test
+            .iter()
+            .map(|w| w.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let mut results = Vec::new();
+    let mut model = llama.model;
+    for (name, encoding) in variants {
+        model = model.with_encoding(&encoding)?;
+        let start = Instant::now();
+        let mut evals = Vec::new();
+        for len in LENGTHS {
+            let e = evaluate(&model, &stream, len, (budget / len).max(1), usize::MAX)?;
+            println!(
+                "{name:<40} {len:>5} tokens: perplexity {:8.2} ({} windows)",
+                e.perplexity(),
+                e.windows
+            );
+            evals.push(e);
+        }
+        results.push(Variant {
+            name,
+            encoding,
+            results: evals,
+            seconds: start.elapsed().as_secs_f64(),
+        });
+    }
+    std::fs::create_dir_all(&out)?;
+    write_atomic(
+        &out.join("results.json"),
+        &serde_json::to_vec_pretty(&results)?,
+    )?;
+    write_atomic(
+        &out.join("results.md"),
+        table(&results, stream.len()).as_bytes(),
+    )?;
+    plot(&results, &out)?;
+    println!("wrote {}", out.display());
+    Ok(())
+}
+
+fn table(results: &[Variant], tokens: usize) -> String {
+    let mut md = format!(
+        "SmolLM2-135M-Instruct (f32), perplexity on Shakespeare's test plays ({tokens} tokens), \
+         non-overlapping windows, nothing retrained.\n\n| rotation |"
+    );
+    for len in LENGTHS {
+        md += &format!(" ppl @ {len} |");
+    }
+    md += "\n|---|";
+    md += &"---:|".repeat(LENGTHS.len());
+    md += "\n";
+    for v in results {
+        md += &format!("| {} |", v.name);
+        for e in &v.results {
+            md += &format!(" {:.2} |", e.perplexity());
+        }
+        md += "\n";
+    }
+    md
+}
+
+fn plot(results: &[Variant], out: &std::path::Path) -> Result<()> {
+    let by_length: Vec<Series> = results
+        .iter()
+        .enumerate()
+        .map(|(i, v)| Series {
+            name: v.name.clone(),
+            points: v
+                .results
+                .iter()
+                .map(|e| (e.len as f64, e.perplexity().ln()))
+                .collect(),
+            mark: Mark::LineDots,
+            colour: colour(i),
+        })
+        .collect();
+    save_png(&out.join("perplexity.png"), (900, 560), "", |root| {
+        curves(
+            root,
+            &Axes {
+                title: "SmolLM2-135M: RoPE swapped, nothing retrained".into(),
+                x_desc: "tokens in the window",
+                y_desc: "log perplexity (lower is better)",
+                square: false,
+                y_range: None,
+            },
+            &by_length,
+        )
+    })?;
+    let by_position: Vec<Series> = results
+        .iter()
+        .enumerate()
+        .filter_map(|(i, v)| {
+            let e = v.results.last()?;
+            Some(Series {
+                name: v.name.clone(),
+                points: e
+                    .by_position
+                    .chunks(BUCKET)
+                    .enumerate()
+                    .map(|(b, c)| ((b * BUCKET) as f64, c.iter().sum::<f64>() / c.len() as f64))
+                    .collect(),
+                mark: Mark::Line,
+                colour: colour(i),
+            })
+        })
+        .collect();
+    save_png(&out.join("by_position.png"), (900, 560), "", |root| {
+        curves(
+            root,
+            &Axes {
+                title: format!(
+                    "loss at each position of a {}-token window",
+                    LENGTHS[LENGTHS.len() - 1]
+                ),
+                x_desc: "position",
+                y_desc: "next-token loss (nats)",
+                square: false,
+                y_range: None,
+            },
+            &by_position,
+        )
+    })?;
+    Ok(())
+}
