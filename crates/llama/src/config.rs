@@ -73,6 +73,7 @@ impl LlamaConfig {
                 base: self.rope_theta,
                 layout,
                 rotary_fraction: 1.0,
+                position_scale: 1.0,
             }),
             context: self.max_position_embeddings,
             tie_embeddings: self.tie_word_embeddings,
