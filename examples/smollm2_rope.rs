@@ -25,7 +25,7 @@ use posenc::rope::RopeConfig;
 use posenc::sinusoidal::PairLayout;
 use posenc::EncodingConfig;
 use posenc_llama::{Llama, Precision};
-use posenc_plot::chart::{colour, curves, save_png, Axes, Mark, Series};
+use posenc_plot::lm_experiment::{loss_by_position, perplexity_by_length};
 use posenc_train::corpus::{self, Corpus};
 use posenc_train::lm_train::{evaluate, LengthEval};
 use posenc_transformer::checkpoint::write_atomic;
@@ -33,8 +33,6 @@ use serde::Serialize;
 
 /// Window lengths, in tokens.
 const LENGTHS: [usize; 3] = [128, 512, 1024];
-/// Positions averaged into one point of `by_position.png`.
-const BUCKET: usize = 32;
 
 #[derive(Serialize)]
 struct Variant {
@@ -154,66 +152,22 @@ fn table(results: &[Variant], tokens: usize) -> String {
 }
 
 fn plot(results: &[Variant], out: &std::path::Path) -> Result<()> {
-    let by_length: Vec<Series> = results
+    let by_length: Vec<(String, Vec<(f64, f64)>)> = results
         .iter()
-        .enumerate()
-        .map(|(i, v)| Series {
-            name: v.name.clone(),
-            points: v
-                .results
-                .iter()
-                .map(|e| (e.len as f64, e.perplexity().ln()))
-                .collect(),
-            mark: Mark::LineDots,
-            colour: colour(i),
+        .map(|v| {
+            let points = v.results.iter().map(|e| (e.len as f64, e.perplexity()));
+            (v.name.clone(), points.collect())
         })
         .collect();
-    save_png(&out.join("perplexity.png"), (900, 560), "", |root| {
-        curves(
-            root,
-            &Axes {
-                title: "SmolLM2-135M: RoPE swapped, nothing retrained".into(),
-                x_desc: "tokens in the window",
-                y_desc: "log perplexity (lower is better)",
-                square: false,
-                y_range: None,
-            },
-            &by_length,
-        )
-    })?;
-    let by_position: Vec<Series> = results
+    let title = "SmolLM2-135M on Shakespeare: RoPE swapped, nothing retrained";
+    perplexity_by_length(&out.join("perplexity.png"), title, &by_length)?;
+    let by_position: Vec<(String, &[f64])> = results
         .iter()
-        .enumerate()
-        .filter_map(|(i, v)| {
-            let e = v.results.last()?;
-            Some(Series {
-                name: v.name.clone(),
-                points: e
-                    .by_position
-                    .chunks(BUCKET)
-                    .enumerate()
-                    .map(|(b, c)| ((b * BUCKET) as f64, c.iter().sum::<f64>() / c.len() as f64))
-                    .collect(),
-                mark: Mark::Line,
-                colour: colour(i),
-            })
-        })
+        .filter_map(|v| Some((v.name.clone(), v.results.last()?.by_position.as_slice())))
         .collect();
-    save_png(&out.join("by_position.png"), (900, 560), "", |root| {
-        curves(
-            root,
-            &Axes {
-                title: format!(
-                    "loss at each position of a {}-token window",
-                    LENGTHS[LENGTHS.len() - 1]
-                ),
-                x_desc: "position",
-                y_desc: "next-token loss (nats)",
-                square: false,
-                y_range: None,
-            },
-            &by_position,
-        )
-    })?;
-    Ok(())
+    let title = format!(
+        "loss at each position of a {}-token window",
+        LENGTHS[LENGTHS.len() - 1]
+    );
+    loss_by_position(&out.join("by_position.png"), &title, &by_position, 32)
 }

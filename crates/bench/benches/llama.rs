@@ -40,6 +40,27 @@ fn argmax(row: &Tensor) -> Result<u32> {
     Ok(row.argmax(0)?.to_scalar::<u32>()?)
 }
 
+/// One round: the prompt `(1, PROMPT)`, then `NEW - 1` greedy steps from its last scores, through
+/// `forward(ids, position of the first id)`, which returns the scores after the last id.
+/// Returns the times of both, the scores after the prompt and the tokens.
+fn timed(
+    prompt: &Tensor,
+    mut forward: impl FnMut(&Tensor, usize) -> Result<Tensor>,
+) -> Result<(Duration, Duration, Tensor, Vec<u32>)> {
+    let t = Instant::now();
+    let first = forward(prompt, 0)?;
+    let prefill = t.elapsed();
+    let t = Instant::now();
+    let mut next = argmax(&first)?;
+    let mut tokens = vec![next];
+    for i in 1..NEW {
+        let ids = Tensor::new(&[next], prompt.device())?.unsqueeze(0)?;
+        next = argmax(&forward(&ids, PROMPT + i - 1)?)?;
+        tokens.push(next);
+    }
+    Ok((prefill, t.elapsed(), first, tokens))
+}
+
 fn main() -> Result<()> {
     let rounds: usize = std::env::args()
         .skip(1)
@@ -63,36 +84,15 @@ fn main() -> Result<()> {
         candle_core::utils::get_num_threads()
     );
 
-    // One round of each: prefill, then greedy generation from the prompt's last scores.
-    let run_ours = || -> Result<(Duration, Duration, Tensor, Vec<u32>)> {
+    let run_ours = || {
         let mut cache = EncoderCache::default();
-        let t = Instant::now();
-        let first = ours.model.step(&x, &mut cache)?.squeeze(0)?;
-        let prefill = t.elapsed();
-        let t = Instant::now();
-        let mut next = argmax(&first)?;
-        let mut tokens = vec![next];
-        for _ in 1..NEW {
-            let ids = Tensor::new(&[next], &dev)?.unsqueeze(0)?;
-            next = argmax(&ours.model.step(&ids, &mut cache)?.squeeze(0)?)?;
-            tokens.push(next);
-        }
-        Ok((prefill, t.elapsed(), first, tokens))
+        timed(&x, |ids, _| {
+            Ok(ours.model.step(ids, &mut cache)?.squeeze(0)?)
+        })
     };
-    let mut run_theirs = || -> Result<(Duration, Duration, Tensor, Vec<u32>)> {
+    let mut run_theirs = || {
         theirs.clear_kv_cache();
-        let t = Instant::now();
-        let first = theirs.forward(&x, 0)?.squeeze(0)?;
-        let prefill = t.elapsed();
-        let t = Instant::now();
-        let mut next = argmax(&first)?;
-        let mut tokens = vec![next];
-        for i in 1..NEW {
-            let ids = Tensor::new(&[next], &dev)?.unsqueeze(0)?;
-            next = argmax(&theirs.forward(&ids, PROMPT + i - 1)?.squeeze(0)?)?;
-            tokens.push(next);
-        }
-        Ok((prefill, t.elapsed(), first, tokens))
+        timed(&x, |ids, at| Ok(theirs.forward(ids, at)?.squeeze(0)?))
     };
 
     let (mut ours_pre, mut ours_gen, mut theirs_pre, mut theirs_gen) =

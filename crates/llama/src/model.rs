@@ -131,13 +131,7 @@ impl Llama {
         if quantized {
             quantize(&mut model, &mut file, &config, device)?;
         }
-        check_vocab(&tokenizer, &config)?;
-        Ok(Self {
-            model,
-            tokenizer,
-            config,
-            chat,
-        })
+        Self::new(model, tokenizer, config, chat)
     }
 
     /// Loads a Hugging Face directory: `config.json`, `model.safetensors`,
@@ -182,7 +176,22 @@ impl Llama {
             );
             Ok(t.to_dtype(DType::F32)?)
         })?;
-        check_vocab(&tokenizer, &config)?;
+        Self::new(model, tokenizer, config, chat)
+    }
+
+    /// The parts together, once the tokenizer is known to fit the vocabulary.
+    fn new(
+        model: LanguageModel,
+        tokenizer: Tokenizer,
+        config: LlamaConfig,
+        chat: Option<ChatTemplate>,
+    ) -> Result<Self> {
+        let n = tokenizer.get_vocab_size(true);
+        ensure!(
+            n <= config.vocab_size,
+            "the tokenizer has {n} tokens, more than the model's vocabulary of {}",
+            config.vocab_size
+        );
         Ok(Self {
             model,
             tokenizer,
@@ -299,14 +308,4 @@ pub fn unpermute(w: &Tensor, heads: usize) -> Result<Tensor> {
     Ok(w.reshape((heads, head_dim / 2, 2, cols))?
         .transpose(1, 2)?
         .reshape((rows, cols))?)
-}
-
-fn check_vocab(tokenizer: &Tokenizer, cfg: &LlamaConfig) -> Result<()> {
-    let n = tokenizer.get_vocab_size(true);
-    ensure!(
-        n <= cfg.vocab_size,
-        "the tokenizer has {n} tokens, more than the model's vocabulary of {}",
-        cfg.vocab_size
-    );
-    Ok(())
 }

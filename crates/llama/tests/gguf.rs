@@ -10,6 +10,7 @@ use candle_core::{Device, Tensor};
 use posenc::sinusoidal::PairLayout;
 use posenc_llama::names::Weight;
 use posenc_llama::{Llama, LlamaConfig, Precision};
+use posenc_testkit::max_abs_diff;
 use posenc_transformer::encoder::EncoderCache;
 
 /// Byte-level pieces: `Ġ` is the space.
@@ -130,17 +131,6 @@ fn scores(llama: &Llama, ids: &[u32]) -> Tensor {
         .unwrap()
 }
 
-fn diff(a: &Tensor, b: &Tensor) -> f32 {
-    (a - b)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .max_all()
-        .unwrap()
-        .to_scalar()
-        .unwrap()
-}
-
 const IDS: [u32; 6] = [1, 2, 5, 4, 7, 3];
 
 #[test]
@@ -152,11 +142,11 @@ fn both_row_orders_and_the_converted_directory_run_one_model() {
         Llama::from_gguf(&path, Precision::F32, PairLayout::Interleaved, cpu).unwrap();
     let halves = Llama::from_gguf(&path, Precision::F32, PairLayout::Halves, cpu).unwrap();
     let reference = scores(&interleaved, &IDS);
-    assert!(diff(&reference, &scores(&halves, &IDS)) < 1e-5);
+    assert!(max_abs_diff(&reference, &scores(&halves, &IDS)) < 1e-5);
     let out = dir.path().join("hf");
     posenc_llama::convert::convert(&path, &out).unwrap();
     let converted = Llama::from_dir(&out, cpu).unwrap();
-    assert!(diff(&reference, &scores(&converted, &IDS)) < 1e-5);
+    assert!(max_abs_diff(&reference, &scores(&converted, &IDS)) < 1e-5);
     assert_eq!(converted.config, interleaved.config);
     assert_eq!(
         converted.encode(" ab").unwrap(),
@@ -189,7 +179,7 @@ fn quantized_weights_run_close_to_their_dequantized_copy() {
     let quantized =
         Llama::from_gguf(&path, Precision::Quantized, PairLayout::Interleaved, cpu).unwrap();
     let (a, b) = (scores(&dense, &IDS), scores(&quantized, &IDS));
-    assert!(diff(&a, &b) < 0.05, "{}", diff(&a, &b));
+    assert!(max_abs_diff(&a, &b) < 0.05, "{}", max_abs_diff(&a, &b));
     let e = Llama::from_gguf(&path, Precision::Quantized, PairLayout::Halves, cpu).unwrap_err();
     assert!(e.to_string().contains("interleaved"), "{e}");
 }

@@ -12,6 +12,7 @@ use posenc::sinusoidal::PairLayout;
 use posenc_llama::chat::Message;
 use posenc_llama::model::fetched_smollm2;
 use posenc_llama::{Llama, Precision};
+use posenc_testkit::max_abs_diff;
 use posenc_transformer::encoder::EncoderCache;
 use serde::Deserialize;
 
@@ -91,17 +92,6 @@ fn decode(
     out
 }
 
-fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
-    (a - b)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .max_all()
-        .unwrap()
-        .to_scalar()
-        .unwrap()
-}
-
 #[test]
 fn tokenizer_from_gguf_metadata_gives_the_reference_ids() {
     let (prompts, _) = fixture();
@@ -138,7 +128,7 @@ fn check_f32(llama: &Llama, which: impl Fn(&Prompt) -> bool) {
         let start = prefill(llama, &p.ids);
         let logits = start.0.clone();
         let tokens = decode(llama, start, p.greedy.len(), None);
-        let diff = max_diff(&logits, &reference[&p.name]);
+        let diff = max_abs_diff(&logits, &reference[&p.name]);
         println!(
             "{}: {} tokens, largest logit difference {diff:.2e}",
             p.name,
@@ -176,7 +166,7 @@ fn f32_with_interleaved_pairs_matches_transformers() {
         all.push(t);
     }
     let full = step(&all, &mut EncoderCache::default());
-    let diff = max_diff(&cached, &full);
+    let diff = max_abs_diff(&cached, &full);
     println!(
         "position {}: cached step against full forward {diff:.2e}",
         all.len() - 1
@@ -208,7 +198,7 @@ fn quantized_weights_stay_close_to_transformers() {
         let logits = start.0.clone();
         let tokens = decode(&llama, start.clone(), p.greedy.len(), None);
         let reference = &reference[&p.name];
-        let diff = max_diff(&logits, reference);
+        let diff = max_abs_diff(&logits, reference);
         let prefix = tokens
             .iter()
             .zip(&p.greedy)

@@ -26,69 +26,102 @@ pub fn lm_experiment(exp: &LmExperiment, out: &Path) -> Result<Vec<PathBuf>> {
         Some(range) => format!("trained on L = {context} at random positions below {range}"),
         None => format!("trained on L = {context}"),
     };
-    let by_length: Vec<Series> = exp
+    let by_length: Vec<(String, Vec<(f64, f64)>)> = exp
         .results
         .iter()
-        .enumerate()
-        .map(|(i, r)| Series {
-            name: r.kind.clone(),
-            points: r
+        .map(|r| {
+            let points = r
                 .lengths
                 .iter()
-                .filter_map(|row| Some((row.len as f64, row.eval.as_ref().ok()?.perplexity())))
-                .collect(),
+                .filter_map(|row| Some((row.len as f64, row.eval.as_ref().ok()?.perplexity())));
+            (r.kind.clone(), points.collect())
+        })
+        .collect();
+    let extrapolation = out.join(EXTRAPOLATION);
+    let title = format!("test perplexity by window length ({trained})");
+    perplexity_by_length(&extrapolation, &title, &by_length)?;
+    let by_position: Vec<(String, &[f64])> = exp
+        .results
+        .iter()
+        .filter_map(|r| Some((r.kind.clone(), r.longest()?.by_position.as_slice())))
+        .collect();
+    let positions = out.join(BY_POSITION);
+    let title = format!("test loss by position in the longest window ({trained})");
+    loss_by_position(&positions, &title, &by_position, BUCKET)?;
+    Ok(vec![extrapolation, positions])
+}
+
+/// Perplexity against window length, one curve per named series of `(length, perplexity)`.
+///
+/// # Errors
+/// A file that cannot be written.
+pub fn perplexity_by_length(
+    path: &Path,
+    title: &str,
+    series: &[(String, Vec<(f64, f64)>)],
+) -> Result<()> {
+    let curves_: Vec<Series> = series
+        .iter()
+        .enumerate()
+        .map(|(i, (name, points))| Series {
+            name: name.clone(),
+            points: points.clone(),
             mark: Mark::LineDots,
             colour: colour(i),
         })
         .collect();
-    let extrapolation = out.join(EXTRAPOLATION);
-    save_png(&extrapolation, (900, 560), "", |root| {
+    save_png(path, (900, 560), "", |root| {
         curves(
             root,
             &Axes {
-                title: format!("test perplexity by window length ({trained})"),
+                title: title.to_string(),
                 x_desc: "tokens in the window",
                 y_desc: "perplexity (lower is better)",
                 square: false,
                 y_range: None,
             },
-            &by_length,
+            &curves_,
         )
-    })?;
-    let by_position: Vec<Series> = exp
-        .results
+    })
+}
+
+/// The loss at each position of a window, one curve per named series, each point the
+/// mean of `bucket` positions so the curve shows the trend rather than each token's noise.
+///
+/// # Errors
+/// A file that cannot be written.
+pub fn loss_by_position(
+    path: &Path,
+    title: &str,
+    series: &[(String, &[f64])],
+    bucket: usize,
+) -> Result<()> {
+    let bucket = bucket.max(1);
+    let curves_: Vec<Series> = series
         .iter()
         .enumerate()
-        .filter_map(|(i, r)| {
-            let e = r.longest()?;
-            Some(Series {
-                name: r.kind.clone(),
-                points: e
-                    .by_position
-                    .chunks(BUCKET)
-                    .enumerate()
-                    .map(|(b, c)| ((b * BUCKET) as f64, c.iter().sum::<f64>() / c.len() as f64))
-                    .collect(),
-                mark: Mark::Line,
-                colour: colour(i),
-            })
+        .map(|(i, (name, losses))| Series {
+            name: name.clone(),
+            points: losses
+                .chunks(bucket)
+                .enumerate()
+                .map(|(b, c)| ((b * bucket) as f64, c.iter().sum::<f64>() / c.len() as f64))
+                .collect(),
+            mark: Mark::Line,
+            colour: colour(i),
         })
         .collect();
-    let positions = out.join(BY_POSITION);
-    save_png(&positions, (900, 560), "", |root| {
+    save_png(path, (900, 560), "", |root| {
         curves(
             root,
             &Axes {
-                title: format!(
-                    "test loss by position in the longest window ({trained}; each point the mean of positions x..x+{BUCKET})"
-                ),
+                title: format!("{title}; each point the mean of positions x..x+{bucket}"),
                 x_desc: "position in the window",
                 y_desc: "next-token loss (nats)",
                 square: false,
                 y_range: None,
             },
-            &by_position,
+            &curves_,
         )
-    })?;
-    Ok(vec![extrapolation, positions])
+    })
 }

@@ -186,6 +186,30 @@ fn gated_feed_forward_is_swiglu() {
     assert!(max_abs_diff(&got, &expected) < 1e-5);
 }
 
+/// A two-layer rotary language model with `blocks`, its variables created in a `VarMap`.
+fn small_lm(
+    vocab_size: usize,
+    blocks: BlockOptions,
+    tie: bool,
+) -> (LmConfig, VarMap, LanguageModel) {
+    let cfg = LmConfig {
+        vocab_size,
+        d_model: 16,
+        heads: 4,
+        d_ff: 24,
+        layers: 2,
+        activation: Activation::Silu,
+        encoding: EncodingConfig::from_kind("rope").unwrap(),
+        tie_embeddings: tie,
+        blocks,
+        ..LmConfig::default()
+    };
+    let varmap = VarMap::new();
+    let vb = VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu);
+    let model = LanguageModel::new(&cfg, vb).unwrap();
+    (cfg, varmap, model)
+}
+
 fn count(varmap: &VarMap) -> u128 {
     let data = varmap.data().lock().unwrap();
     data.values()
@@ -200,24 +224,7 @@ fn parameter_count_is_the_variables_created() {
         (llama_options(2), true),
         (llama_options(1), false),
     ] {
-        let cfg = LmConfig {
-            vocab_size: 30,
-            d_model: 16,
-            heads: 4,
-            d_ff: 24,
-            layers: 2,
-            activation: Activation::Silu,
-            encoding: EncodingConfig::from_kind("rope").unwrap(),
-            tie_embeddings: tie,
-            blocks: blocks.clone(),
-            ..LmConfig::default()
-        };
-        let varmap = VarMap::new();
-        LanguageModel::new(
-            &cfg,
-            VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu),
-        )
-        .unwrap();
+        let (cfg, varmap, _) = small_lm(30, blocks.clone(), tie);
         assert_eq!(
             cfg.parameter_count(),
             count(&varmap),
@@ -233,24 +240,7 @@ fn parameter_count_is_the_variables_created() {
 
 #[test]
 fn a_model_with_every_option_trains() {
-    let cfg = LmConfig {
-        vocab_size: 12,
-        d_model: 16,
-        heads: 4,
-        d_ff: 24,
-        layers: 2,
-        activation: Activation::Silu,
-        encoding: EncodingConfig::from_kind("rope").unwrap(),
-        tie_embeddings: false,
-        blocks: llama_options(2),
-        ..LmConfig::default()
-    };
-    let varmap = VarMap::new();
-    let model = LanguageModel::new(
-        &cfg,
-        VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu),
-    )
-    .unwrap();
+    let (_, varmap, model) = small_lm(12, llama_options(2), false);
     // Learn to repeat a fixed cycle: the loss must fall well below its start.
     let seq: Vec<u32> = (0..17).map(|i| (i * 5 % 12) as u32).collect();
     let x = Tensor::new(&seq[..16], &Device::Cpu)
