@@ -138,7 +138,7 @@ const MAX_SCORES: u128 = 1 << 30;
 
 /// Checks that `rows` sequences of `len` positions over `heads` heads have attention scores
 /// within [`MAX_SCORES`], naming `what` (the flag that set `len`) otherwise.
-fn fits_in_memory(rows: usize, heads: usize, len: usize, what: &str) -> Result<()> {
+pub(crate) fn fits_in_memory(rows: usize, heads: usize, len: usize, what: &str) -> Result<()> {
     let scores = rows as u128 * heads as u128 * len as u128 * len as u128;
     ensure!(
         scores <= MAX_SCORES,

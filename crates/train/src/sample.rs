@@ -149,7 +149,8 @@ pub fn generate(
 /// end-of-sequence token, say).
 ///
 /// # Errors
-/// As [`generate`]; and any error of `on_token`, which stops generation.
+/// As [`generate`]; a prompt whose attention scores would not fit in memory; and any
+/// error of `on_token`, which stops generation.
 pub fn generate_with(
     model: &LanguageModel,
     prompt: &[u32],
@@ -162,6 +163,8 @@ pub fn generate_with(
         "the prompt is empty: give at least one token"
     );
     posenc::limits::check("tokens", max_new, posenc::limits::MAX_POSITIONS)?;
+    let heads = model.config().heads;
+    crate::lm_train::fits_in_memory(1, heads, prompt.len(), "the prompt's length")?;
     let mut sampler = Sampler::new(sampling)?;
     let device = model.device();
     let mut cache = EncoderCache::default();
