@@ -18,39 +18,14 @@ use candle_nn::VarBuilder;
 use candle_transformers::models::bert::{BertModel, Config as HfBertConfig};
 use posenc_embed::bert::Bert;
 use posenc_embed::resolve::fetched_minilm;
-use posenc_embed::sentence::{mean_pool_normalized, SentenceEncoder};
+use posenc_embed::sentence::{benchmark_sentences, mean_pool_normalized, SentenceEncoder};
 
 const SENTENCES: usize = 256;
 const BATCH: usize = 32;
 const WORDS: usize = 90;
 
-/// A fixed, seeded corpus: 90 common words per sentence, about 100 word pieces.
 fn corpus() -> Vec<String> {
-    let words = "the of and to in is was for on that with as by at from his an were are \
-        which this be or has had one first their its new after who they have her she two \
-        been other when there all during into school time may years more most only over \
-        city some world would where later up such used many can state about national out \
-        known university united then made system river government between these series \
-        since century north south season music while under film village because however \
-        station around played following several population district company third game \
-        released including within published although development children international \
-        approximately neighbourhood photosynthesis thermodynamics unbelievably"
-        .split_whitespace()
-        .collect::<Vec<_>>();
-    let mut state = 0x9E37_79B9_7F4A_7C15u64;
-    (0..SENTENCES)
-        .map(|_| {
-            (0..WORDS)
-                .map(|_| {
-                    state ^= state << 13;
-                    state ^= state >> 7;
-                    state ^= state << 17;
-                    words[(state % words.len() as u64) as usize]
-                })
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
-        .collect()
+    benchmark_sentences(SENTENCES, WORDS)
 }
 
 fn median(mut xs: Vec<Duration>) -> Duration {

@@ -1,0 +1,67 @@
+"""PyTorch's side of `posenc bench embed`: the same sentence embeddings, timed the same way.
+
+Loads the sentence-transformers model directory with transformers (`AutoTokenizer`,
+`BertModel`), embeds the sentences of the JSON file in batches (padding to each batch's
+longest, truncation at 256 word pieces, mean pooling over real tokens, L2 normalisation,
+as sentence-transformers does) under `torch.inference_mode`, and prints one JSON line:
+the median milliseconds per pass over all sentences, and the embeddings' checksum so the
+caller can see both sides computed the same thing.
+
+    python scripts/bench_embed_torch.py --model .cache/all-MiniLM-L6-v2 \
+        --sentences sentences.json --batch 32 --rounds 5 --threads 2
+"""
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+from transformers import AutoTokenizer, BertModel
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", required=True)
+    p.add_argument("--sentences", required=True)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--threads", type=int, default=2)
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    with open(a.sentences, encoding="utf-8") as f:
+        sentences = json.load(f)
+    tok = AutoTokenizer.from_pretrained(a.model)
+    model = BertModel.from_pretrained(a.model).eval()
+    batches = [
+        tok(sentences[i : i + a.batch], padding=True, truncation=True, max_length=256,
+            return_tensors="pt")
+        for i in range(0, len(sentences), a.batch)
+    ]
+
+    def run():
+        out = []
+        with torch.inference_mode():
+            for b in batches:
+                h = model(**b).last_hidden_state
+                m = b["attention_mask"].unsqueeze(-1).float()
+                mean = (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
+                out.append(torch.nn.functional.normalize(mean, p=2, dim=1))
+        return torch.cat(out)
+
+    first = run()
+    times = []
+    for _ in range(a.rounds):
+        t = time.perf_counter()
+        run()
+        times.append((time.perf_counter() - t) * 1e3)
+    print(json.dumps({
+        "median_ms": statistics.median(times),
+        "checksum": float(first.abs().sum()),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+    }))
+
+
+if __name__ == "__main__":
+    main()
