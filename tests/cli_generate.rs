@@ -6,8 +6,9 @@ mod common;
 
 use common::{posenc, text, with_stdin};
 
-/// transformers' greedy answer to the chat prompt, up to its end-of-turn token, as text.
-fn reference_answer() -> String {
+/// transformers' greedy continuation of the fixture's prompt `name`, up to its
+/// end-of-sequence token, as text; and the prompt.
+fn reference_continuation(name: &str) -> (String, String) {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/crates/llama/tests/fixtures/smollm2.json"
@@ -15,8 +16,8 @@ fn reference_answer() -> String {
     let fixture: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let prompts = fixture["prompts"].as_array().unwrap();
-    let chat = prompts.iter().find(|p| p["name"] == "chat").unwrap();
-    let greedy: Vec<u32> = serde_json::from_value(chat["greedy"].clone()).unwrap();
+    let prompt = prompts.iter().find(|p| p["name"] == name).unwrap();
+    let greedy: Vec<u32> = serde_json::from_value(prompt["greedy"].clone()).unwrap();
     let llama = posenc_llama::Llama::load(
         "smollm2",
         posenc_llama::Precision::Quantized,
@@ -25,7 +26,38 @@ fn reference_answer() -> String {
     .unwrap();
     let eos = llama.config.eos_token_id.unwrap();
     let answer: Vec<u32> = greedy.into_iter().take_while(|&t| t != eos).collect();
-    llama.decode(&answer).unwrap()
+    let text = prompt["text"].as_str().unwrap().to_string();
+    (llama.decode(&answer).unwrap(), text)
+}
+
+/// transformers' greedy answer to the chat prompt.
+fn reference_answer() -> String {
+    reference_continuation("chat").0
+}
+
+/// Byte-level tokens can end inside a character (the reference's continuation of the
+/// non-ASCII prompt has such tokens): streamed text holds them back until the character is
+/// whole, so what is printed is the whole continuation, never a replacement character.
+#[test]
+fn streamed_text_is_the_whole_continuation_across_split_characters() {
+    let (continuation, prompt) = reference_continuation("non_ascii");
+    let run = posenc()
+        .args([
+            "generate",
+            "--f32",
+            "--temperature",
+            "0",
+            "--max-tokens",
+            "32",
+        ])
+        .arg(&prompt)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&run);
+    assert!(run.status.success(), "{stderr}");
+    let whole = continuation.trim_end_matches('\u{FFFD}');
+    assert_eq!(stdout, format!("{prompt}{whole}\n"));
+    assert!(!stdout.contains('\u{FFFD}'), "{stdout}");
 }
 
 const QUESTION: &str = "What is the capital of France?";
