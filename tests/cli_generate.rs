@@ -150,8 +150,9 @@ fn bad_input_is_named() {
         ),
     ] {
         let run = posenc().args(&args).output().unwrap();
-        let (_, stderr) = text(&run);
+        let (stdout, stderr) = text(&run);
         assert!(!run.status.success(), "{args:?}");
+        assert!(stdout.is_empty(), "{args:?} printed {stdout}");
         assert!(stderr.contains(expected), "{args:?}: {stderr}");
     }
 }

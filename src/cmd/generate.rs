@@ -40,6 +40,10 @@ pub struct GenerateArgs {
 impl GenerateArgs {
     /// Loads the model and streams the generated text to `out` as it is produced.
     pub fn run(self, out: &mut impl Write) -> Result<()> {
+        // Settings first: nothing is loaded or printed for a bad flag.
+        let sampling: posenc_train::sample::Sampling = self.sampling.into();
+        sampling.validate()?;
+        posenc::limits::check("tokens", self.max_tokens, posenc::limits::MAX_POSITIONS)?;
         let prompt = read_prompt(self.prompt)?;
         let precision = if self.f32 {
             Precision::F32
@@ -47,34 +51,35 @@ impl GenerateArgs {
             Precision::Quantized
         };
         let llama = Llama::load(&self.model, precision, &Device::Cpu)?;
-        let text = if self.chat {
+        // A plain prompt is printed before its continuation, once generation has started
+        // (a prompt refused by the generator prints nothing).
+        let (text, mut echo) = if self.chat {
             let template = llama
                 .chat
                 .as_ref()
                 .with_context(|| format!("the model `{}` has no chat template", self.model))?;
-            template.render(&[Message::user(&prompt)], true)?
+            (template.render(&[Message::user(&prompt)], true)?, None)
         } else {
-            write!(out, "{prompt}")?;
-            prompt
+            (prompt.clone(), Some(prompt))
         };
         let ids = llama.encode(&text)?;
         let eos = llama.config.eos_token_id;
         let mut stream = TextStream::default();
-        generate_with(
-            &llama.model,
-            &ids,
-            self.max_tokens,
-            self.sampling.into(),
-            |token| {
-                if Some(token) == eos {
-                    return Ok(false);
-                }
-                let piece = stream.push(&llama, token)?;
-                out.write_all(piece.as_bytes())?;
-                out.flush()?;
-                Ok(true)
-            },
-        )?;
+        generate_with(&llama.model, &ids, self.max_tokens, sampling, |token| {
+            if let Some(prompt) = echo.take() {
+                out.write_all(prompt.as_bytes())?;
+            }
+            if Some(token) == eos {
+                return Ok(false);
+            }
+            let piece = stream.push(&llama, token)?;
+            out.write_all(piece.as_bytes())?;
+            out.flush()?;
+            Ok(true)
+        })?;
+        if let Some(prompt) = echo {
+            out.write_all(prompt.as_bytes())?;
+        }
         writeln!(out)?;
         Ok(())
     }
