@@ -286,9 +286,7 @@ impl MultiHeadAttention {
         let kv = k.dim(1)?;
         let grouped =
             |x: &Tensor, rows: usize, cols: usize| x.reshape((b, kv, (h / kv) * rows, cols));
-        let scores = grouped(q, tq, d_k)?
-            .matmul(&k.t()?)?
-            .reshape((b, h, tq, k.dim(2)?))?;
+        let scores = ops::matmul(&grouped(q, tq, d_k)?, &k.t()?)?.reshape((b, h, tq, k.dim(2)?))?;
         let keep = mask.map(|m| m.broadcast_to(&scores)).transpose()?;
         let weights = if scores.dtype() == DType::F32 {
             // One fused pass: scale, bias, mask, softmax, empty rows to zero.
@@ -324,8 +322,7 @@ impl MultiHeadAttention {
             weights.clone()
         };
         let k_len = dropped.dim(3)?;
-        let out = grouped(&dropped.contiguous()?, tq, k_len)?
-            .matmul(v)?
+        let out = ops::matmul(&grouped(&dropped, tq, k_len)?, v)?
             .reshape((b, h, tq, d_k))?
             .transpose(1, 2)?
             .reshape((b, tq, h * d_k))?;

@@ -24,7 +24,10 @@ use crate::ops;
 /// `x Wᵀ + b` for `x` of any rank, applied to the last dimension.
 pub fn apply(linear: &Linear, x: &Tensor) -> Result<Tensor> {
     flat(x, |x| match linear.bias() {
-        Some(b) if x.dtype() == DType::F32 => ops::add_bias(&x.matmul(&linear.weight().t()?)?, b),
+        Some(b) if x.dtype() == DType::F32 => {
+            ops::add_bias(&ops::matmul(x, &linear.weight().t()?)?, b)
+        }
+        None => ops::matmul(x, &linear.weight().t()?),
         _ => linear.forward(x),
     })
 }
@@ -119,7 +122,7 @@ impl Proj {
             Weight::Dense(linear) => apply(linear, x),
             Weight::Quantized(q, w) => {
                 let y = flat(x, |x| match x.dim(0)? >= DEQUANTIZE_FROM_ROWS {
-                    true => x.matmul(&w.dequantize(x.device())?.t()?),
+                    true => ops::matmul(x, &w.dequantize(x.device())?.t()?),
                     false => q.forward(x),
                 })?;
                 match &self.bias {

@@ -3,7 +3,7 @@
 //! f32 rounding), and central finite differences check the fused backward on its own.
 
 use candle_core::{DType, Device, Tensor, Var, D};
-use posenc_transformer::ops::{gelu, layer_norm, masked_softmax};
+use posenc_transformer::ops::{gelu, layer_norm, masked_softmax, matmul};
 
 fn randn(shape: &[usize], seed: u64) -> Tensor {
     // A fixed pseudo-random fill, so failures reproduce.
@@ -21,6 +21,10 @@ fn randn(shape: &[usize], seed: u64) -> Tensor {
 }
 
 fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
+    assert_eq!(a.dims(), b.dims());
+    if a.elem_count() == 0 {
+        return 0.0;
+    }
     (a.to_dtype(DType::F64).unwrap() - b.to_dtype(DType::F64).unwrap())
         .unwrap()
         .abs()
@@ -53,61 +57,82 @@ fn softmax_composite(x: &Tensor, keep: &Tensor, scale: f64) -> Tensor {
     y.broadcast_mul(&any).unwrap()
 }
 
-/// A `(2, 1, 5, 6)` mask: causal in batch 0; batch 1 hides the last two keys and its
-/// first query sees nothing at all.
-fn mask() -> Tensor {
-    let mut keep = vec![0u8; 2 * 5 * 6];
+/// A `(2, 1, 5, keys)` mask: causal in batch 0 (query `q` sees keys up to `q + keys − 5`);
+/// batch 1 hides the last two keys and its first query sees nothing at all.
+fn mask(keys: usize) -> Tensor {
+    let mut keep = vec![0u8; 2 * 5 * keys];
     for q in 0..5 {
-        for k in 0..6 {
-            keep[q * 6 + k] = u8::from(k <= q);
-            keep[30 + q * 6 + k] = u8::from(k < 4 && q > 0);
+        for k in 0..keys {
+            keep[q * keys + k] = u8::from(k + 5 <= q + keys);
+            keep[5 * keys + q * keys + k] = u8::from(k + 2 < keys && q > 0);
         }
     }
-    Tensor::from_vec(keep, (2, 1, 5, 6), &Device::Cpu).unwrap()
+    Tensor::from_vec(keep, (2, 1, 5, keys), &Device::Cpu).unwrap()
 }
 
 #[test]
 fn masked_softmax_equals_the_composition_forward_and_backward() {
-    let x = randn(&[2, 3, 5, 6], 1);
-    let r = randn(&[2, 3, 5, 6], 2); // the loss is Σ y ⊙ r
-    let keep = mask();
-    let scale = 0.35;
-    for with_mask in [true, false] {
-        let keep = with_mask.then_some(&keep);
-        let xv = Var::from_tensor(&x).unwrap();
-        let y = masked_softmax(xv.as_tensor(), keep, scale as f32).unwrap();
-        let grads = (&y * &r).unwrap().sum_all().unwrap().backward().unwrap();
-        let gx = grads.get(xv.as_tensor()).unwrap();
+    // Rows shorter than one vector of the kernel, and longer with a ragged tail.
+    for keys in [6, 37] {
+        let x = randn(&[2, 3, 5, keys], 1);
+        let r = randn(&[2, 3, 5, keys], 2); // the loss is Σ y ⊙ r
+        let keep = mask(keys);
+        let scale = 0.35;
+        for with_mask in [true, false] {
+            let keep = with_mask.then_some(&keep);
+            let xv = Var::from_tensor(&x).unwrap();
+            let y = masked_softmax(xv.as_tensor(), keep, scale as f32).unwrap();
+            let grads = (&y * &r).unwrap().sum_all().unwrap().backward().unwrap();
+            let gx = grads.get(xv.as_tensor()).unwrap();
 
-        let x64 = Var::from_tensor(&x.to_dtype(DType::F64).unwrap()).unwrap();
-        let all = Tensor::ones((1, 1, 5, 6), DType::U8, &Device::Cpu).unwrap();
-        let y64 = softmax_composite(x64.as_tensor(), keep.unwrap_or(&all), scale);
-        let r64 = r.to_dtype(DType::F64).unwrap();
-        let grads64 = (&y64 * &r64)
+            let x64 = Var::from_tensor(&x.to_dtype(DType::F64).unwrap()).unwrap();
+            let all = Tensor::ones((1, 1, 5, keys), DType::U8, &Device::Cpu).unwrap();
+            let y64 = softmax_composite(x64.as_tensor(), keep.unwrap_or(&all), scale);
+            let r64 = r.to_dtype(DType::F64).unwrap();
+            let grads64 = (&y64 * &r64)
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .backward()
+                .unwrap();
+            let gx64 = grads64.get(x64.as_tensor()).unwrap();
+
+            assert!(max_diff(&y, &y64) < 1e-6, "forward {}", max_diff(&y, &y64));
+            assert!(max_diff(gx, gx64) < 1e-6, "backward {}", max_diff(gx, gx64));
+            let values: Vec<f32> = y.flatten_all().unwrap().to_vec1().unwrap();
+            assert!(values.iter().all(|v| v.is_finite()));
+            // Masked keys get exactly zero weight.
+            if let Some(keep) = keep {
+                let hidden = keep.broadcast_as(y.shape()).unwrap().eq(0u8).unwrap();
+                let leaked = hidden.where_cond(&y, &y.zeros_like().unwrap()).unwrap();
+                assert_eq!(max_diff(&leaked, &y.zeros_like().unwrap()), 0.0);
+            }
+        }
+        // The query that sees nothing: zero weights and zero gradient, never NaN.
+        let y = masked_softmax(&x, Some(&keep), 1.0).unwrap();
+        let row: Vec<f32> = y
+            .get(1)
             .unwrap()
-            .sum_all()
+            .get(2)
             .unwrap()
-            .backward()
+            .get(0)
+            .unwrap()
+            .to_vec1()
             .unwrap();
-        let gx64 = grads64.get(x64.as_tensor()).unwrap();
-
-        assert!(max_diff(&y, &y64) < 1e-6, "forward {}", max_diff(&y, &y64));
-        assert!(max_diff(gx, gx64) < 1e-6, "backward {}", max_diff(gx, gx64));
-        let values: Vec<f32> = y.flatten_all().unwrap().to_vec1().unwrap();
-        assert!(values.iter().all(|v| v.is_finite()));
+        assert_eq!(row, vec![0.0; keys]);
+        // A mask whose key dimension is strided (read through a transposed view) gives
+        // the same weights as its contiguous copy.
+        let strided = keep
+            .transpose(2, 3)
+            .unwrap()
+            .contiguous()
+            .unwrap()
+            .transpose(2, 3)
+            .unwrap();
+        assert_ne!(strided.stride()[3], 1);
+        let y2 = masked_softmax(&x, Some(&strided), 1.0).unwrap();
+        assert_eq!(max_diff(&y, &y2), 0.0);
     }
-    // The query that sees nothing: zero weights and zero gradient, never NaN.
-    let y = masked_softmax(&x, Some(&keep), 1.0).unwrap();
-    let row: Vec<f32> = y
-        .get(1)
-        .unwrap()
-        .get(2)
-        .unwrap()
-        .get(0)
-        .unwrap()
-        .to_vec1()
-        .unwrap();
-    assert_eq!(row, vec![0.0; 6]);
 }
 
 /// Central differences of `Σ f(x) ⊙ r` at a few entries of `x`, against `analytic`.
@@ -149,7 +174,7 @@ fn check_finite_differences(
 fn masked_softmax_backward_matches_finite_differences() {
     let x = randn(&[2, 3, 5, 6], 3);
     let r = randn(&[2, 3, 5, 6], 4);
-    let keep = mask();
+    let keep = mask(6);
     let xv = Var::from_tensor(&x).unwrap();
     let y = masked_softmax(xv.as_tensor(), Some(&keep), 0.5).unwrap();
     let grads = (&y * &r).unwrap().sum_all().unwrap().backward().unwrap();
@@ -163,54 +188,56 @@ fn masked_softmax_backward_matches_finite_differences() {
 
 #[test]
 fn layer_norm_equals_the_composition_forward_and_backward() {
-    let (rows, d) = (7, 12);
-    let x = randn(&[rows, d], 5).affine(3.0, 1.5).unwrap();
-    let w = randn(&[d], 6);
-    let b = randn(&[d], 7);
-    let r = randn(&[rows, d], 8);
-    let eps = 1e-5;
-    let vars: Vec<Var> = [&x, &w, &b]
-        .iter()
-        .map(|t| Var::from_tensor(t).unwrap())
-        .collect();
-    let y = layer_norm(
-        vars[0].as_tensor(),
-        vars[1].as_tensor(),
-        vars[2].as_tensor(),
-        eps,
-    )
-    .unwrap();
-    let grads = (&y * &r).unwrap().sum_all().unwrap().backward().unwrap();
-
-    let vars64: Vec<Var> = [&x, &w, &b]
-        .iter()
-        .map(|t| Var::from_tensor(&t.to_dtype(DType::F64).unwrap()).unwrap())
-        .collect();
-    let y64 = candle_nn::ops::layer_norm_slow(
-        vars64[0].as_tensor(),
-        vars64[1].as_tensor(),
-        vars64[2].as_tensor(),
-        eps,
-    )
-    .unwrap();
-    let grads64 = (&y64 * &r.to_dtype(DType::F64).unwrap())
-        .unwrap()
-        .sum_all()
-        .unwrap()
-        .backward()
+    // Rows shorter than one vector of the kernel, and longer with a ragged tail.
+    for (rows, d) in [(7, 12), (9, 45)] {
+        let x = randn(&[rows, d], 5).affine(3.0, 1.5).unwrap();
+        let w = randn(&[d], 6);
+        let b = randn(&[d], 7);
+        let r = randn(&[rows, d], 8);
+        let eps = 1e-5;
+        let vars: Vec<Var> = [&x, &w, &b]
+            .iter()
+            .map(|t| Var::from_tensor(t).unwrap())
+            .collect();
+        let y = layer_norm(
+            vars[0].as_tensor(),
+            vars[1].as_tensor(),
+            vars[2].as_tensor(),
+            eps,
+        )
         .unwrap();
-    assert!(max_diff(&y, &y64) < 1e-5, "forward {}", max_diff(&y, &y64));
-    for (name, (v, v64)) in ["x", "weight", "bias"].iter().zip(vars.iter().zip(&vars64)) {
-        let (g, g64) = (
-            grads.get(v.as_tensor()).unwrap(),
-            grads64.get(v64.as_tensor()).unwrap(),
-        );
-        assert!(max_diff(g, g64) < 1e-4, "∂/∂{name}: {}", max_diff(g, g64));
+        let grads = (&y * &r).unwrap().sum_all().unwrap().backward().unwrap();
+
+        let vars64: Vec<Var> = [&x, &w, &b]
+            .iter()
+            .map(|t| Var::from_tensor(&t.to_dtype(DType::F64).unwrap()).unwrap())
+            .collect();
+        let y64 = candle_nn::ops::layer_norm_slow(
+            vars64[0].as_tensor(),
+            vars64[1].as_tensor(),
+            vars64[2].as_tensor(),
+            eps,
+        )
+        .unwrap();
+        let grads64 = (&y64 * &r.to_dtype(DType::F64).unwrap())
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .backward()
+            .unwrap();
+        assert!(max_diff(&y, &y64) < 1e-5, "forward {}", max_diff(&y, &y64));
+        for (name, (v, v64)) in ["x", "weight", "bias"].iter().zip(vars.iter().zip(&vars64)) {
+            let (g, g64) = (
+                grads.get(v.as_tensor()).unwrap(),
+                grads64.get(v64.as_tensor()).unwrap(),
+            );
+            assert!(max_diff(g, g64) < 1e-4, "∂/∂{name}: {}", max_diff(g, g64));
+        }
+        // A 3-D input (batch, seq, d) is normalised row by row too.
+        let x3 = x.reshape((1, rows, d)).unwrap();
+        let y3 = layer_norm(&x3, &w, &b, eps).unwrap();
+        assert_eq!(max_diff(&y3.reshape((rows, d)).unwrap(), &y), 0.0);
     }
-    // A 3-D input (batch, seq, d) is normalised row by row too.
-    let x3 = x.reshape((1, rows, d)).unwrap();
-    let y3 = layer_norm(&x3, &w, &b, eps).unwrap();
-    assert_eq!(max_diff(&y3.reshape((rows, d)).unwrap(), &y), 0.0);
 }
 
 #[test]
@@ -283,6 +310,86 @@ fn gelu_backward_matches_finite_differences() {
     );
 }
 
+/// The operands of the matmul tests: plain matrices, a transposed weight (a linear
+/// layer's `x Wᵀ`), attention's batch of small products with strided keys (spread over
+/// the threads), heads read through a transposed view (non-contiguous batch dimensions),
+/// a batch of products large enough for gemm to split each, and an empty inner dimension.
+fn matmul_cases() -> Vec<(&'static str, Tensor, Tensor)> {
+    let t = |x: Tensor| x.t().unwrap();
+    vec![
+        ("plain", randn(&[33, 20], 20), randn(&[20, 17], 21)),
+        ("x Wᵀ", randn(&[50, 24], 22), t(randn(&[19, 24], 23))),
+        (
+            "Q Kᵀ",
+            randn(&[2, 12, 9, 8], 24),
+            t(randn(&[2, 12, 11, 8], 25)),
+        ),
+        (
+            "heads by strides",
+            randn(&[2, 9, 12, 8], 26).transpose(1, 2).unwrap(),
+            randn(&[2, 12, 8, 5], 27),
+        ),
+        ("large", randn(&[2, 130, 90], 28), randn(&[2, 90, 100], 29)),
+        ("empty inner", randn(&[3, 0], 30), randn(&[0, 4], 31)),
+    ]
+}
+
+#[test]
+fn matmul_equals_candles_forward_and_backward() {
+    for (name, a, b) in matmul_cases() {
+        let (av, bv) = (Var::from_tensor(&a).unwrap(), Var::from_tensor(&b).unwrap());
+        let c = matmul(av.as_tensor(), bv.as_tensor()).unwrap();
+        let r = randn(c.dims(), 32);
+        let grads = (&c * &r).unwrap().sum_all().unwrap().backward().unwrap();
+        // candle's matmul in f64 is the reference.
+        let f64_var = |x: &Tensor| {
+            Var::from_tensor(&x.to_dtype(DType::F64).unwrap().contiguous().unwrap()).unwrap()
+        };
+        let (a64, b64) = (f64_var(&a), f64_var(&b));
+        let c64 = a64.as_tensor().matmul(b64.as_tensor()).unwrap();
+        let grads64 = (&c64 * &r.to_dtype(DType::F64).unwrap())
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .backward()
+            .unwrap();
+        assert_eq!(c.dims(), c64.dims(), "{name}");
+        assert!(
+            max_diff(&c, &c64) < 1e-4,
+            "{name}: forward {}",
+            max_diff(&c, &c64)
+        );
+        for (what, v, v64) in [("a", &av, &a64), ("b", &bv, &b64)] {
+            let (g, g64) = (
+                grads.get(v.as_tensor()).unwrap(),
+                grads64.get(v64.as_tensor()).unwrap(),
+            );
+            assert_eq!(g.dims(), v.dims(), "{name}: ∂/∂{what} shape");
+            assert!(
+                max_diff(g, g64) < 1e-4,
+                "{name}: ∂/∂{what} {}",
+                max_diff(g, g64)
+            );
+        }
+    }
+}
+
+#[test]
+fn matmul_backward_matches_finite_differences() {
+    let a = randn(&[3, 4, 6], 33);
+    let b = randn(&[3, 5, 6], 34).transpose(1, 2).unwrap();
+    let r = randn(&[3, 4, 5], 35);
+    let av = Var::from_tensor(&a).unwrap();
+    let c = matmul(av.as_tensor(), &b).unwrap();
+    let grads = (&c * &r).unwrap().sum_all().unwrap().backward().unwrap();
+    check_finite_differences(
+        |a| matmul(a, &b).unwrap(),
+        &a,
+        &r,
+        grads.get(av.as_tensor()).unwrap(),
+    );
+}
+
 #[test]
 fn fused_ops_refuse_what_they_cannot_do() {
     let x = randn(&[2, 3], 13).to_dtype(DType::F16).unwrap();
@@ -296,4 +403,9 @@ fn fused_ops_refuse_what_they_cannot_do() {
     assert!(e.to_string().contains("(3,)"), "{e}");
     let bad_mask = Tensor::ones((2, 5), DType::U8, &Device::Cpu).unwrap();
     assert!(masked_softmax(&x, Some(&bad_mask), 1.0).is_err());
+    // Inner dimensions that differ, and batches that differ, are errors naming the shapes.
+    let e = matmul(&x, &randn(&[4, 2], 15)).unwrap_err();
+    assert!(e.to_string().contains("[2, 3]"), "{e}");
+    assert!(matmul(&randn(&[2, 2, 3], 16), &randn(&[3, 3, 2], 17)).is_err());
+    assert!(matmul(&randn(&[3], 18), &randn(&[3], 19)).is_err());
 }

@@ -11,6 +11,7 @@
 use candle_core::{CpuStorage, CustomOp2, DType, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
+use super::simd::vectorized;
 use super::softmax::{contiguous_f32, rows_per_task};
 
 /// `x + b` for `x (…, d)` and `b (d,)`, f32. Differentiable in both.
@@ -50,13 +51,20 @@ impl CustomOp2 for AddBias {
         let b = contiguous_f32(s2, l2, "add-bias")?;
         let d = b.len().max(1);
         let mut y = vec![0f32; x.len()];
-        y.par_chunks_mut(d)
-            .zip(x.par_chunks(d))
-            .with_min_len(rows_per_task(d))
+        let chunk = d * rows_per_task(d);
+        y.par_chunks_mut(chunk)
+            .zip(x.par_chunks(chunk))
             .for_each(|(y, x)| {
-                for ((y, x), b) in y.iter_mut().zip(x).zip(b) {
-                    *y = x + b;
-                }
+                vectorized(
+                    #[inline(always)]
+                    || {
+                        for (y, x) in y.chunks_mut(d).zip(x.chunks(d)) {
+                            for ((y, x), b) in y.iter_mut().zip(x).zip(b) {
+                                *y = x + b;
+                            }
+                        }
+                    },
+                )
             });
         Ok((CpuStorage::F32(y), l1.shape().clone()))
     }
@@ -94,9 +102,14 @@ impl candle_core::CustomOp1 for ColumnSums {
             .par_chunks(d * rows_per_task(d))
             .map(|block| {
                 let mut acc = vec![0f32; d];
-                for row in block.chunks(d) {
-                    acc.iter_mut().zip(row).for_each(|(a, g)| *a += g);
-                }
+                vectorized(
+                    #[inline(always)]
+                    || {
+                        for row in block.chunks(d) {
+                            acc.iter_mut().zip(row).for_each(|(a, g)| *a += g);
+                        }
+                    },
+                );
                 acc
             })
             .collect();

@@ -12,13 +12,14 @@
 //! erf(z) = sign(z) (1 − (a₁t + a₂t² + a₃t³ + a₄t⁴ + a₅t⁵) e^(−z²)),   t = 1/(1 + p|z|)
 //! ```
 //!
-//! and `e^y` is `2^n · 2^f` with `n` rounded by the 1.5·2²³ trick and `2^f` a degree-6
-//! polynomial (relative error below 2e-7), all plain arithmetic the compiler turns into
-//! SIMD. The result is within 1e-6 of candle's, forward and backward, for |x| ≤ 10.
+//! and `e^y` is [`super::simd::exp`], all plain arithmetic the compiler turns into SIMD
+//! ([`super::simd::vectorized`]). The result is within 1e-6 of candle's, forward and
+//! backward, for |x| ≤ 10.
 
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
+use super::simd::{exp, vectorized};
 use super::softmax::contiguous_f32;
 
 /// `GELU(x)` (erf form) of an f32 tensor, elementwise. Differentiable.
@@ -34,30 +35,6 @@ pub fn gelu(x: &Tensor) -> Result<Tensor> {
 
 /// Elements per parallel task.
 const CHUNK: usize = 16_384;
-
-/// `e^y` for f32 `y`, vectorisable. Exact to about 2e-7 relative for −87 ≤ y ≤ 88; 0 below.
-#[inline(always)]
-fn exp(y: f32) -> f32 {
-    const LOG2E: f32 = std::f32::consts::LOG2_E;
-    // 1.5 · 2²³: adding it rounds to an integer.
-    const ROUND: f32 = 12_582_912.0;
-    let y = y.clamp(-87.0, 88.0);
-    let t = y * LOG2E;
-    // Adding 1.5·2²³ leaves round(t) in the low mantissa bits of `r`.
-    let r = t + ROUND;
-    let n = r - ROUND;
-    // |f| ≤ ½ ln 2.
-    let f = (t - n) * std::f32::consts::LN_2;
-    // e^f, Taylor to degree 6 on |f| ≤ 0.347: remainder below 2e-7 relative.
-    let p = 1.0
-        + f * (1.0
-            + f * (0.5
-                + f * (1.0 / 6.0 + f * (1.0 / 24.0 + f * (1.0 / 120.0 + f * (1.0 / 720.0))))));
-    // 2^n from integer arithmetic on the bits alone (no float-to-int conversion).
-    let n_bits = r.to_bits().wrapping_sub(ROUND.to_bits());
-    let scale = f32::from_bits(n_bits.wrapping_add(127) << 23);
-    p * scale
-}
 
 /// `erf(z)`, Abramowitz & Stegun 7.1.26.
 #[inline(always)]
@@ -86,9 +63,14 @@ fn map(x: &[f32], f: impl Fn(f32) -> f32 + Sync) -> Vec<f32> {
     y.par_chunks_mut(CHUNK)
         .zip(x.par_chunks(CHUNK))
         .for_each(|(y, x)| {
-            for (y, &x) in y.iter_mut().zip(x) {
-                *y = f(x);
-            }
+            vectorized(
+                #[inline(always)]
+                || {
+                    for (y, &x) in y.iter_mut().zip(x) {
+                        *y = f(x);
+                    }
+                },
+            )
         });
     y
 }

@@ -14,6 +14,7 @@
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
+use super::simd::{self, vectorized};
 use super::softmax::{contiguous_f32, rows_per_task};
 
 /// `LayerNorm(x)` over the last dimension with weight `w` and bias `b` (both `(d,)`), in
@@ -45,10 +46,11 @@ struct LayerNorm {
 }
 
 /// Mean and reciprocal standard deviation of one row.
+#[inline(always)]
 fn stats(x: &[f32], eps: f32) -> (f32, f32) {
     let n = x.len() as f32;
-    let mean = x.iter().sum::<f32>() / n;
-    let var = x.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / n;
+    let mean = simd::sum(x) / n;
+    let var = simd::sum_sq_dev(x, mean) / n;
     (mean, 1.0 / (var + eps).sqrt())
 }
 
@@ -71,12 +73,22 @@ impl CustomOp3 for LayerNorm {
         let b = contiguous_f32(s3, l3, self.name())?;
         let d = w.len().max(1);
         let mut y = vec![0f32; x.len()];
-        y.par_chunks_mut(d).zip(x.par_chunks(d)).for_each(|(y, x)| {
-            let (mean, r) = stats(x, self.eps);
-            for (((y, x), w), b) in y.iter_mut().zip(x).zip(w).zip(b) {
-                *y = (x - mean) * r * w + b;
-            }
-        });
+        let chunk = d * rows_per_task(d);
+        y.par_chunks_mut(chunk)
+            .zip(x.par_chunks(chunk))
+            .for_each(|(y, x)| {
+                vectorized(
+                    #[inline(always)]
+                    || {
+                        for (y, x) in y.chunks_mut(d).zip(x.chunks(d)) {
+                            let (mean, r) = stats(x, self.eps);
+                            for (((y, x), w), b) in y.iter_mut().zip(x).zip(w).zip(b) {
+                                *y = (x - mean) * r * w + b;
+                            }
+                        }
+                    },
+                )
+            });
         Ok((CpuStorage::F32(y), l1.shape().clone()))
     }
 
@@ -137,25 +149,32 @@ impl CustomOp3 for LayerNormBackward {
                     .zip(g.par_chunks(d * rows_per_block)),
             )
             .map(|(gx, (x, g))| {
-                let (mut gw, mut gb) = (vec![0f32; d], vec![0f32; d]);
-                for (gx, (x, g)) in gx.chunks_mut(d).zip(x.chunks(d).zip(g.chunks(d))) {
-                    let (mean, r) = stats(x, self.eps);
-                    let (mut mean_gh, mut mean_ghx) = (0f32, 0f32);
-                    for j in 0..d {
-                        let xh = (x[j] - mean) * r;
-                        let gh = g[j] * w[j];
-                        mean_gh += gh;
-                        mean_ghx += gh * xh;
-                        gw[j] += g[j] * xh;
-                        gb[j] += g[j];
-                    }
-                    mean_gh /= d as f32;
-                    mean_ghx /= d as f32;
-                    for j in 0..d {
-                        let xh = (x[j] - mean) * r;
-                        gx[j] = r * (g[j] * w[j] - mean_gh - xh * mean_ghx);
-                    }
-                }
+                let (mut gw, mut gb, mut xh) = (vec![0f32; d], vec![0f32; d], vec![0f32; d]);
+                vectorized(
+                    #[inline(always)]
+                    || {
+                        for (gx, (x, g)) in gx.chunks_mut(d).zip(x.chunks(d).zip(g.chunks(d))) {
+                            let (mean, r) = stats(x, self.eps);
+                            xh.iter_mut()
+                                .zip(x)
+                                .for_each(|(xh, x)| *xh = (x - mean) * r);
+                            // `gx` holds ĝ = g ⊙ w until the last line overwrites it.
+                            gx.iter_mut()
+                                .zip(g)
+                                .zip(w)
+                                .for_each(|((gh, g), w)| *gh = g * w);
+                            let mean_gh = simd::sum(gx) / d as f32;
+                            let mean_ghx = simd::dot(gx, &xh) / d as f32;
+                            for (((gw, gb), g), xh) in gw.iter_mut().zip(&mut gb).zip(g).zip(&xh) {
+                                *gw += g * xh;
+                                *gb += g;
+                            }
+                            for (gx, xh) in gx.iter_mut().zip(&xh) {
+                                *gx = r * (*gx - mean_gh - xh * mean_ghx);
+                            }
+                        }
+                    },
+                );
                 (gw, gb)
             })
             .collect();

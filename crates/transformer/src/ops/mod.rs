@@ -6,9 +6,12 @@
 mod bias;
 mod gelu;
 mod layer_norm;
+mod matmul;
+mod simd;
 mod softmax;
 
 pub use bias::add_bias;
 pub use gelu::gelu;
 pub use layer_norm::layer_norm;
+pub use matmul::matmul;
 pub use softmax::masked_softmax;

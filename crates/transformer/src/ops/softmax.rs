@@ -14,6 +14,8 @@
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
+use super::simd::{self, exp, vectorized};
+
 /// `softmax(scale · x)` over the last dimension of `x (…, k)` where `keep` is non-zero;
 /// masked weights are 0 and a row with no kept key is all zeros. `keep` is u8 and
 /// broadcastable to `x`. Differentiable in `x`. f32 only.
@@ -94,9 +96,40 @@ impl<'a> MaskIndex<'a> {
         offset
     }
 
-    fn keep(&self, row_start: usize, j: usize) -> bool {
-        self.data[row_start + j * self.k_stride] != 0
+    /// Row `row`'s `k` mask entries: a slice of the mask when its last dimension is
+    /// contiguous (every mask this crate builds), else gathered into `buf`.
+    fn row<'b>(&'b self, row: usize, k: usize, buf: &'b mut Vec<u8>) -> &'b [u8] {
+        let start = self.row_start(row);
+        if self.k_stride == 1 {
+            return &self.data[start..start + k];
+        }
+        buf.clear();
+        buf.extend((0..k).map(|j| self.data[start + j * self.k_stride]));
+        buf
     }
+}
+
+/// One row of the forward: `y = softmax(scale · x)` over the kept entries, 0 elsewhere, all
+/// zeros when nothing is kept. Masked entries become −∞ before the max, so their `e^(−∞)`
+/// is exactly 0 ([`exp`]).
+#[inline(always)]
+fn softmax_row(x: &[f32], keep: Option<&[u8]>, scale: f32, y: &mut [f32]) {
+    match keep {
+        Some(keep) => {
+            for ((y, &x), &k) in y.iter_mut().zip(x).zip(keep) {
+                *y = if k != 0 { scale * x } else { f32::NEG_INFINITY };
+            }
+        }
+        None => y.iter_mut().zip(x).for_each(|(y, &x)| *y = scale * x),
+    }
+    let max = simd::max(y);
+    if max == f32::NEG_INFINITY {
+        y.fill(0.0); // no key to attend to
+        return;
+    }
+    y.iter_mut().for_each(|y| *y = exp(*y - max));
+    let inv = 1.0 / simd::sum(y);
+    y.iter_mut().for_each(|y| *y *= inv);
 }
 
 impl MaskedSoftmax {
@@ -108,35 +141,21 @@ impl MaskedSoftmax {
         shape: &Shape,
     ) -> (CpuStorage, Shape) {
         let mut y = vec![0f32; x.len()];
-        let scale = self.scale;
-        y.par_chunks_mut(k)
-            .zip(x.par_chunks(k))
+        let rows = rows_per_task(k);
+        y.par_chunks_mut(k * rows)
+            .zip(x.par_chunks(k * rows))
             .enumerate()
-            .with_min_len(rows_per_task(k))
-            .for_each(|(row, (y, x))| {
-                let start = mask.map(|m| m.row_start(row));
-                let kept = |j: usize| match (mask, start) {
-                    (Some(m), Some(s)) => m.keep(s, j),
-                    _ => true,
-                };
-                let mut max = f32::NEG_INFINITY;
-                for (j, &v) in x.iter().enumerate() {
-                    if kept(j) {
-                        max = max.max(scale * v);
-                    }
-                }
-                if max == f32::NEG_INFINITY {
-                    return; // no key to attend to: all zeros
-                }
-                let mut sum = 0f32;
-                for (j, (y, &v)) in y.iter_mut().zip(x).enumerate() {
-                    if kept(j) {
-                        *y = (scale * v - max).exp();
-                        sum += *y;
-                    }
-                }
-                let inv = 1.0 / sum;
-                y.iter_mut().for_each(|v| *v *= inv);
+            .for_each(|(task, (y, x))| {
+                let mut buf = Vec::new();
+                vectorized(
+                    #[inline(always)]
+                    || {
+                        for (i, (y, x)) in y.chunks_mut(k).zip(x.chunks(k)).enumerate() {
+                            let keep = mask.map(|m| m.row(task * rows + i, k, &mut buf));
+                            softmax_row(x, keep, self.scale, y);
+                        }
+                    },
+                )
             });
         (CpuStorage::F32(y), shape.clone())
     }
@@ -213,14 +232,21 @@ impl CustomOp2 for SoftmaxBackward {
         let g = contiguous_f32(s2, l2, self.name())?;
         let k = l1.dims().last().copied().unwrap_or(1).max(1);
         let mut dx = vec![0f32; y.len()];
-        dx.par_chunks_mut(k)
-            .zip(y.par_chunks(k).zip(g.par_chunks(k)))
-            .with_min_len(rows_per_task(k))
+        let chunk = k * rows_per_task(k);
+        dx.par_chunks_mut(chunk)
+            .zip(y.par_chunks(chunk).zip(g.par_chunks(chunk)))
             .for_each(|(dx, (y, g))| {
-                let dot: f32 = y.iter().zip(g).map(|(y, g)| y * g).sum();
-                for ((dx, y), g) in dx.iter_mut().zip(y).zip(g) {
-                    *dx = self.scale * y * (g - dot);
-                }
+                vectorized(
+                    #[inline(always)]
+                    || {
+                        for (dx, (y, g)) in dx.chunks_mut(k).zip(y.chunks(k).zip(g.chunks(k))) {
+                            let dot = simd::dot(y, g);
+                            for ((dx, y), g) in dx.iter_mut().zip(y).zip(g) {
+                                *dx = self.scale * y * (g - dot);
+                            }
+                        }
+                    },
+                )
             });
         Ok((CpuStorage::F32(dx), l1.shape().clone()))
     }
