@@ -260,14 +260,13 @@ impl MultiHeadAttention {
     }
 
     /// `x W^T + b`, split into `heads` heads: `(batch, seq, d_model)` →
-    /// `(batch, heads, seq, d_k)`.
+    /// `(batch, heads, seq, d_k)`, a strided view (no copy).
     fn project(&self, proj: &Proj, heads: usize, x: &Tensor) -> Result<Tensor> {
         let (b, t, _) = x.dims3()?;
         Ok(proj
             .forward(x)?
             .reshape((b, t, heads, self.head_dim))?
-            .transpose(1, 2)?
-            .contiguous()?)
+            .transpose(1, 2)?)
     }
 
     fn attend(
@@ -281,6 +280,22 @@ impl MultiHeadAttention {
     ) -> Result<Attended> {
         let (b, h, tq, d_k) = q.dims4()?;
         let scale = 1.0 / (self.head_dim as f64).sqrt();
+        let k_len = k.dim(2)?;
+        let dropout = train && self.dropout > 0.0;
+        if bias.is_none() && q.dtype() == DType::F32 && q.device().is_cpu() {
+            // One op for scores, mask, softmax, dropout and weighted sum, heads merged.
+            let sample = dropout
+                .then(|| Tensor::rand(0f32, 1f32, (b, h, tq, k_len), q.device()))
+                .transpose()?
+                .map(|u| (self.dropout, u));
+            let keep = mask
+                .map(|m| m.broadcast_to_shape(&[b, h, tq, k_len]))
+                .transpose()?;
+            let (out, weights) = ops::attention(q, k, v, keep.as_ref(), scale as f32, sample)?;
+            return Ok((self.out_proj.forward(&out)?, weights));
+        }
+        // candle's matmul needs each head's rows contiguous.
+        let (q, k, v) = (&q.contiguous()?, &k.contiguous()?, &v.contiguous()?);
         // Grouped-query attention without copying keys: the `h / kv` query heads that share
         // a key head are stacked as rows of one product, `(b, kv, h/kv · tq, d_k) · Kᵀ`.
         let kv = k.dim(1)?;
@@ -316,12 +331,11 @@ impl MultiHeadAttention {
                 None => weights,
             }
         };
-        let dropped = if train && self.dropout > 0.0 {
+        let dropped = if dropout {
             candle_nn::ops::dropout(&weights, self.dropout)?
         } else {
             weights.clone()
         };
-        let k_len = dropped.dim(3)?;
         let out = ops::matmul(&grouped(&dropped, tq, k_len)?, v)?
             .reshape((b, h, tq, d_k))?
             .transpose(1, 2)?

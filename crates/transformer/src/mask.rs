@@ -101,11 +101,17 @@ impl Mask {
 
     /// The keep flags broadcast to `scores`, or an error naming both shapes.
     pub(crate) fn broadcast_to(&self, scores: &Tensor) -> Result<Tensor> {
-        self.keep.broadcast_as(scores.shape()).map_err(|_| {
+        self.broadcast_to_shape(scores.dims())
+    }
+
+    /// The keep flags broadcast to scores of shape `(batch, heads, q_len, k_len)`, or an
+    /// error naming both shapes.
+    pub(crate) fn broadcast_to_shape(&self, scores: &[usize]) -> Result<Tensor> {
+        self.keep.broadcast_as(scores).map_err(|_| {
             Error::Input(format!(
                 "mask of shape {:?} does not fit attention scores (batch, heads, q_len, k_len) = {:?}",
                 self.keep.dims(),
-                scores.dims()
+                scores
             ))
         })
     }

@@ -3,7 +3,7 @@
 //! f32 rounding), and central finite differences check the fused backward on its own.
 
 use candle_core::{DType, Device, Tensor, Var, D};
-use posenc_transformer::ops::{gelu, layer_norm, masked_softmax, matmul};
+use posenc_transformer::ops::{attention, gelu, layer_norm, masked_softmax, matmul};
 
 fn randn(shape: &[usize], seed: u64) -> Tensor {
     // A fixed pseudo-random fill, so failures reproduce.
@@ -390,6 +390,160 @@ fn matmul_backward_matches_finite_differences() {
     );
 }
 
+/// The composition the fused attention replaces, in whatever dtype `q` has: key and
+/// value heads repeated for grouped queries, scores, [`softmax_composite`], dropout's
+/// rescaled keep mask from the sample `u`, the weighted sum, heads merged.
+fn attention_composite(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    keep: &Tensor,
+    scale: f64,
+    drop: Option<(f64, &Tensor)>,
+) -> (Tensor, Tensor) {
+    let (b, h, tq, d) = q.dims4().unwrap();
+    let (_, kv, tk, _) = k.dims4().unwrap();
+    let repeat = |x: &Tensor| {
+        x.unsqueeze(2)
+            .unwrap()
+            .broadcast_as((b, kv, h / kv, tk, d))
+            .unwrap()
+            .reshape((b, h, tk, d))
+            .unwrap()
+    };
+    let scores = q.matmul(&repeat(k).t().unwrap()).unwrap();
+    let w = softmax_composite(&scores, keep, scale);
+    let dropped = match drop {
+        Some((p, u)) => {
+            let kept = u.ge(p).unwrap().to_dtype(w.dtype()).unwrap();
+            (&w * (kept / (1.0 - p)).unwrap()).unwrap()
+        }
+        None => w.clone(),
+    };
+    let out = dropped
+        .matmul(&repeat(v))
+        .unwrap()
+        .transpose(1, 2)
+        .unwrap()
+        .reshape((b, tq, h * d))
+        .unwrap();
+    (out, w)
+}
+
+#[test]
+fn attention_equals_the_composition_forward_and_backward() {
+    let (b, h, kv, tq, tk, d) = (2, 4, 2, 5, 37, 8);
+    // Queries as the projection leaves them: heads by strides, not copied.
+    let q = randn(&[b, tq, h, d], 40).transpose(1, 2).unwrap();
+    let k = randn(&[b, kv, tk, d], 41);
+    let v = randn(&[b, tk, kv, d], 42).transpose(1, 2).unwrap();
+    let r = randn(&[b, tq, h * d], 43);
+    let u = ((randn(&[b, h, tq, tk], 44) + 2.0).unwrap() / 4.0).unwrap();
+    let scale = 0.35;
+    let all = Tensor::ones((1, 1, tq, tk), DType::U8, &Device::Cpu).unwrap();
+    let masked = mask(tk);
+    for (name, keep, drop) in [
+        ("masked", Some(&masked), None),
+        ("unmasked", None, None),
+        ("masked, dropout", Some(&masked), Some(0.3)),
+    ] {
+        let vars = [&q, &k, &v].map(|t| Var::from_tensor(t).unwrap());
+        let sample = drop.map(|p| (p as f32, u.clone()));
+        let (out, w) = attention(
+            vars[0].as_tensor(),
+            vars[1].as_tensor(),
+            vars[2].as_tensor(),
+            keep,
+            scale as f32,
+            sample,
+        )
+        .unwrap();
+        let grads = (&out * &r).unwrap().sum_all().unwrap().backward().unwrap();
+
+        let f64_var = |t: &Tensor| Var::from_tensor(&t.to_dtype(DType::F64).unwrap()).unwrap();
+        let vars64 = [&q, &k, &v].map(f64_var);
+        let u64 = u.to_dtype(DType::F64).unwrap();
+        let (out64, w64) = attention_composite(
+            vars64[0].as_tensor(),
+            vars64[1].as_tensor(),
+            vars64[2].as_tensor(),
+            keep.unwrap_or(&all),
+            scale,
+            drop.map(|p| (p, &u64)),
+        );
+        let grads64 = (&out64 * &r.to_dtype(DType::F64).unwrap())
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .backward()
+            .unwrap();
+        assert!(
+            max_diff(&out, &out64) < 1e-5,
+            "{name}: output {}",
+            max_diff(&out, &out64)
+        );
+        assert!(
+            max_diff(&w, &w64) < 1e-6,
+            "{name}: weights {}",
+            max_diff(&w, &w64)
+        );
+        for (what, (v, v64)) in ["q", "k", "v"].iter().zip(vars.iter().zip(&vars64)) {
+            let (g, g64) = (
+                grads.get(v.as_tensor()).unwrap(),
+                grads64.get(v64.as_tensor()).unwrap(),
+            );
+            assert!(
+                max_diff(g, g64) < 1e-5,
+                "{name}: ∂/∂{what} {}",
+                max_diff(g, g64)
+            );
+        }
+        let values: Vec<f32> = out.flatten_all().unwrap().to_vec1().unwrap();
+        assert!(values.iter().all(|v| v.is_finite()), "{name}");
+    }
+}
+
+#[test]
+fn attention_backward_matches_finite_differences() {
+    let (b, h, kv, tq, tk, d) = (2, 2, 1, 5, 6, 4);
+    let q = randn(&[b, h, tq, d], 45);
+    let k = randn(&[b, kv, tk, d], 46);
+    let v = randn(&[b, kv, tk, d], 47);
+    let r = randn(&[b, tq, h * d], 48);
+    let keep = mask(tk);
+    let vars = [&q, &k, &v].map(|t| Var::from_tensor(t).unwrap());
+    let (out, _) = attention(
+        vars[0].as_tensor(),
+        vars[1].as_tensor(),
+        vars[2].as_tensor(),
+        Some(&keep),
+        0.5,
+        None,
+    )
+    .unwrap();
+    let grads = (&out * &r).unwrap().sum_all().unwrap().backward().unwrap();
+    let run =
+        |q: &Tensor, k: &Tensor, v: &Tensor| attention(q, k, v, Some(&keep), 0.5, None).unwrap().0;
+    check_finite_differences(
+        |q| run(q, &k, &v),
+        &q,
+        &r,
+        grads.get(vars[0].as_tensor()).unwrap(),
+    );
+    check_finite_differences(
+        |k| run(&q, k, &v),
+        &k,
+        &r,
+        grads.get(vars[1].as_tensor()).unwrap(),
+    );
+    check_finite_differences(
+        |v| run(&q, &k, v),
+        &v,
+        &r,
+        grads.get(vars[2].as_tensor()).unwrap(),
+    );
+}
+
 #[test]
 fn fused_ops_refuse_what_they_cannot_do() {
     let x = randn(&[2, 3], 13).to_dtype(DType::F16).unwrap();
@@ -408,4 +562,18 @@ fn fused_ops_refuse_what_they_cannot_do() {
     assert!(e.to_string().contains("[2, 3]"), "{e}");
     assert!(matmul(&randn(&[2, 2, 3], 16), &randn(&[3, 3, 2], 17)).is_err());
     assert!(matmul(&randn(&[3], 18), &randn(&[3], 19)).is_err());
+    // Attention: key heads that do not divide the query heads, mismatched widths.
+    let q = randn(&[1, 3, 2, 4], 20);
+    let e = attention(
+        &q,
+        &randn(&[1, 2, 2, 4], 21),
+        &randn(&[1, 2, 2, 4], 22),
+        None,
+        1.0,
+        None,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("kv dividing h"), "{e}");
+    let k = randn(&[1, 1, 2, 5], 23);
+    assert!(attention(&q, &k, &k, None, 1.0, None).is_err());
 }

@@ -72,14 +72,18 @@ impl<'a> Operand<'a> {
         })
     }
 
-    /// A pointer to matrix `i`'s first element.
-    fn matrix(&self, mut i: usize) -> *const f32 {
+    /// Matrix `i` of the batch.
+    fn matrix(&self, mut i: usize) -> Mat {
         let mut offset = self.start;
         for (d, s) in self.batch_dims.iter().zip(self.batch_strides).rev() {
             offset += (i % d) * s;
             i /= d;
         }
-        self.data[offset..].as_ptr()
+        Mat {
+            ptr: self.data[offset..].as_ptr(),
+            rs: self.rs,
+            cs: self.cs,
+        }
     }
 }
 
@@ -87,22 +91,99 @@ impl<'a> Operand<'a> {
 /// over the threads by gemm itself.
 const SMALL: usize = 1 << 20;
 
-/// A pointer that may cross threads: each task writes only its own matrix of the output.
+/// A strided `f32` matrix in some storage: where it starts, and its row and column
+/// strides (in elements).
 #[derive(Clone, Copy)]
-struct Out(*mut f32);
-// SAFETY: the tasks given an `Out` write disjoint ranges of one allocation that outlives them.
-unsafe impl Send for Out {}
-unsafe impl Sync for Out {}
+pub(crate) struct Mat {
+    pub(crate) ptr: *const f32,
+    pub(crate) rs: isize,
+    pub(crate) cs: isize,
+}
 
-impl Out {
+// SAFETY: a `Mat` is only read through, while the storage it points into is borrowed.
+unsafe impl Send for Mat {}
+unsafe impl Sync for Mat {}
+
+impl Mat {
+    /// The transposed view of the same elements.
+    pub(crate) fn t(self) -> Self {
+        Self {
+            rs: self.cs,
+            cs: self.rs,
+            ..self
+        }
+    }
+}
+
+/// A pointer to output that may cross threads: each task writes only its own elements.
+#[derive(Clone, Copy)]
+pub(crate) struct OutPtr(pub(crate) *mut f32);
+
+// SAFETY: the tasks given an `OutPtr` write disjoint elements of one allocation that
+// outlives them.
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
     /// The element `offset` past the start (taking `self` whole, so closures capture the
     /// `Sync` wrapper rather than the bare pointer).
     ///
     /// # Safety
     /// `offset` must lie inside the allocation.
-    unsafe fn at(self, offset: usize) -> *mut f32 {
+    pub(crate) unsafe fn at(self, offset: usize) -> *mut f32 {
         // SAFETY: the caller's promise.
         unsafe { self.0.add(offset) }
+    }
+}
+
+/// `C = s·A B` (or `C += s·A B` with `accumulate`) for `A (m, k)`, `B (k, n)` and a
+/// row-major `C` whose rows are `c_rs` elements apart.
+///
+/// # Safety
+/// The three matrices must be valid for their sizes and strides, and `C` written by no
+/// one else meanwhile.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn gemm_into(
+    (m, n, k): (usize, usize, usize),
+    c: *mut f32,
+    c_rs: usize,
+    accumulate: bool,
+    a: Mat,
+    b: Mat,
+    s: f32,
+    parallelism: Parallelism,
+) {
+    // SAFETY: the caller's promise; with `read_dst = false` gemm writes every element.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c,
+            1,
+            c_rs as isize,
+            accumulate,
+            a.ptr,
+            a.cs,
+            a.rs,
+            b.ptr,
+            b.cs,
+            b.rs,
+            1.0,
+            s,
+            false,
+            false,
+            false,
+            parallelism,
+        )
+    }
+}
+
+/// gemm's threading for one large product: all of rayon's threads.
+pub(crate) fn all_threads() -> Parallelism {
+    match rayon::current_num_threads() {
+        1 => Parallelism::None,
+        t => Parallelism::Rayon(t),
     }
 }
 
@@ -126,46 +207,30 @@ impl CustomOp2 for MatMul {
         dims[r - 1] = n;
         let len = batch * m * n;
         let mut out: Vec<f32> = Vec::with_capacity(len);
-        let dst = Out(out.as_mut_ptr());
+        let dst = OutPtr(out.as_mut_ptr());
         let product = |i: usize, parallelism: Parallelism| {
             // SAFETY: matrix `i` of the output is `m·n` elements at `i·m·n`, inside the
-            // allocation of `len`; gemm reads `a` and `b` through strides their layouts
-            // allow, and with `read_dst = false` it writes every output element.
+            // allocation of `len`, and no other task writes it; `a` and `b` are read
+            // through strides their layouts allow.
             unsafe {
-                gemm::gemm(
-                    m,
-                    n,
-                    k,
+                gemm_into(
+                    (m, n, k),
                     dst.at(i * m * n),
-                    1,
-                    n as isize,
+                    n,
                     false,
                     a.matrix(i),
-                    a.cs,
-                    a.rs,
                     b.matrix(i),
-                    b.cs,
-                    b.rs,
-                    0.0,
                     1.0,
-                    false,
-                    false,
-                    false,
                     parallelism,
                 )
             }
         };
-        let threads = rayon::current_num_threads();
-        if batch > 1 && m * n * k <= SMALL && threads > 1 {
+        if batch > 1 && m * n * k <= SMALL && rayon::current_num_threads() > 1 {
             (0..batch)
                 .into_par_iter()
                 .for_each(|i| product(i, Parallelism::None));
         } else {
-            let parallelism = match threads {
-                1 => Parallelism::None,
-                t => Parallelism::Rayon(t),
-            };
-            (0..batch).for_each(|i| product(i, parallelism));
+            (0..batch).for_each(|i| product(i, all_threads()));
         }
         // SAFETY: every one of the `len` elements was written above.
         unsafe { out.set_len(len) };

@@ -3,6 +3,7 @@
 //! one pass forward and one backward, parallel over rows. Each is tested against the
 //! composition it replaces, forward and backward, and against finite differences.
 
+mod attention;
 mod bias;
 mod gelu;
 mod layer_norm;
@@ -10,6 +11,7 @@ mod matmul;
 mod simd;
 mod softmax;
 
+pub use attention::attention;
 pub use bias::add_bias;
 pub use gelu::gelu;
 pub use layer_norm::layer_norm;

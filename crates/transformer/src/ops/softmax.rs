@@ -63,7 +63,7 @@ pub(crate) fn contiguous_f32<'a>(
 
 /// Where the mask of element `(row, j)` lives: rows are indexed through the leading
 /// dimensions' strides (0 where the mask broadcasts).
-struct MaskIndex<'a> {
+pub(crate) struct MaskIndex<'a> {
     data: &'a [u8],
     dims: Vec<usize>,
     strides: Vec<usize>,
@@ -72,7 +72,7 @@ struct MaskIndex<'a> {
 }
 
 impl<'a> MaskIndex<'a> {
-    fn new(s: &'a CpuStorage, l: &Layout) -> Result<Self> {
+    pub(crate) fn new(s: &'a CpuStorage, l: &Layout) -> Result<Self> {
         let CpuStorage::U8(data) = s else {
             candle_core::bail!("masked_softmax: the mask must be u8")
         };
@@ -98,7 +98,7 @@ impl<'a> MaskIndex<'a> {
 
     /// Row `row`'s `k` mask entries: a slice of the mask when its last dimension is
     /// contiguous (every mask this crate builds), else gathered into `buf`.
-    fn row<'b>(&'b self, row: usize, k: usize, buf: &'b mut Vec<u8>) -> &'b [u8] {
+    pub(crate) fn row<'b>(&'b self, row: usize, k: usize, buf: &'b mut Vec<u8>) -> &'b [u8] {
         let start = self.row_start(row);
         if self.k_stride == 1 {
             return &self.data[start..start + k];
@@ -110,17 +110,20 @@ impl<'a> MaskIndex<'a> {
 }
 
 /// One row of the forward: `y = softmax(scale · x)` over the kept entries, 0 elsewhere, all
-/// zeros when nothing is kept. Masked entries become −∞ before the max, so their `e^(−∞)`
-/// is exactly 0 ([`exp`]).
+/// zeros when nothing is kept; with `x` `None`, `y` holds the scores and is overwritten.
+/// Masked entries become −∞ before the max, so their `e^(−∞)` is exactly 0 ([`exp`]).
 #[inline(always)]
-fn softmax_row(x: &[f32], keep: Option<&[u8]>, scale: f32, y: &mut [f32]) {
-    match keep {
-        Some(keep) => {
+pub(crate) fn softmax_row(y: &mut [f32], x: Option<&[f32]>, keep: Option<&[u8]>, scale: f32) {
+    let hide = |v: f32, k: u8| if k != 0 { scale * v } else { f32::NEG_INFINITY };
+    match (x, keep) {
+        (Some(x), Some(keep)) => {
             for ((y, &x), &k) in y.iter_mut().zip(x).zip(keep) {
-                *y = if k != 0 { scale * x } else { f32::NEG_INFINITY };
+                *y = hide(x, k);
             }
         }
-        None => y.iter_mut().zip(x).for_each(|(y, &x)| *y = scale * x),
+        (None, Some(keep)) => y.iter_mut().zip(keep).for_each(|(y, &k)| *y = hide(*y, k)),
+        (Some(x), None) => y.iter_mut().zip(x).for_each(|(y, &x)| *y = scale * x),
+        (None, None) => y.iter_mut().for_each(|y| *y *= scale),
     }
     let max = simd::max(y);
     if max == f32::NEG_INFINITY {
@@ -152,7 +155,7 @@ impl MaskedSoftmax {
                     || {
                         for (i, (y, x)) in y.chunks_mut(k).zip(x.chunks(k)).enumerate() {
                             let keep = mask.map(|m| m.row(task * rows + i, k, &mut buf));
-                            softmax_row(x, keep, self.scale, y);
+                            softmax_row(y, Some(x), keep, self.scale);
                         }
                     },
                 )

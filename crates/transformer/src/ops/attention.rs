@@ -1,0 +1,442 @@
+//! Scaled dot-product attention as one op, with its own backward.
+//!
+//! ```text
+//! S = s·Q Kᵀ,   P = softmax(S) over kept keys (0 elsewhere; a row with none kept is 0)
+//! O = D(P) V,   D = dropout: keep with probability 1 − p, scaled by 1/(1 − p)
+//!
+//! ∂V = D(P)ᵀ ∂O,   ∂P = D'(∂O Vᵀ),   ∂S = P ⊙ (∂P − rowsum(∂P ⊙ P)),
+//! ∂Q = s·∂S K,     ∂K = s·∂Sᵀ Q
+//! ```
+//!
+//! Built from candle ops the same attention is a dozen graph nodes per layer (head
+//! reshapes and transposes, copies to make them contiguous, two batched products, the
+//! softmax, the merge of the heads), and candle's backward gives every node's gradient
+//! a freshly zeroed tensor to be added into. Here there is one node: the products read
+//! Q, K and V through their strides, one `(batch, head)` pair per task, and write the
+//! output with the heads already merged, `(batch, q_len, heads·d_k)`. The weights `P` are
+//! kept for the backward and returned to the caller. Grouped-query attention reads key
+//! and value head `i / (heads / kv_heads)` for query head `i`.
+
+use std::sync::{Arc, Mutex};
+
+use candle_core::{CpuStorage, CustomOp3, DType, Device, Layout, Result, Shape, Storage, Tensor};
+use gemm::Parallelism;
+use rayon::prelude::*;
+
+use super::matmul::{gemm_into, Mat, OutPtr};
+use super::simd::{self, vectorized};
+use super::softmax::{softmax_row, MaskIndex};
+
+/// `(O, P)`: the attention of queries `q (b, h, tq, d)` over keys and values
+/// `k, v (b, kv, tk, d)`, any strides, with `keep` (u8, broadcastable to
+/// `(b, h, tq, tk)`) masking keys, scores scaled by `scale`, and, when `dropout` is
+/// `Some((p, u))`, weights dropped where the uniform sample `u (b, h, tq, tk)` is below
+/// `p`. `O` is `(b, tq, h·d)`, heads merged; `P (b, h, tq, tk)` are the weights before
+/// dropout (not differentiable). `O` is differentiable in `q`, `k` and `v`. f32, CPU.
+///
+/// # Errors
+/// Other dtypes or devices, shapes that do not fit together, a head count not a multiple
+/// of the key/value heads.
+pub fn attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    keep: Option<&Tensor>,
+    scale: f32,
+    dropout: Option<(f32, Tensor)>,
+) -> Result<(Tensor, Tensor)> {
+    let (b, h, tq, d) = q.dims4()?;
+    let (kb, kv, tk, kd) = k.dims4()?;
+    if (kb, kd) != (b, d) || v.dims() != k.dims() || kv == 0 || h % kv != 0 {
+        candle_core::bail!(
+            "attention: q {:?}, k {:?}, v {:?} must be (b, h, tq, d), (b, kv, tk, d) twice, kv dividing h",
+            q.dims(),
+            k.dims(),
+            v.dims()
+        );
+    }
+    for t in [q, k, v] {
+        if t.dtype() != DType::F32 || !t.device().is_cpu() {
+            candle_core::bail!("attention takes f32 tensors on the CPU");
+        }
+    }
+    let shape = (b, h, tq, tk);
+    if b * h * tq * tk * d == 0 {
+        // Nothing to attend to, or nothing to attend with: zero output and weights.
+        let zeros = |s: Shape| Tensor::zeros(s, DType::F32, q.device());
+        return Ok((zeros((b, tq, h * d).into())?, zeros(shape.into())?));
+    }
+    let keep = keep
+        .map(|m| m.to_dtype(DType::U8)?.broadcast_as(shape))
+        .transpose()?;
+    let dropout = dropout
+        .map(|(p, u)| -> Result<_> {
+            if u.dims() != [b, h, tq, tk] || u.dtype() != DType::F32 {
+                candle_core::bail!("attention: the dropout sample must be f32 {shape:?}");
+            }
+            Ok((p, u.contiguous()?))
+        })
+        .transpose()?;
+    let weights = Arc::new(Mutex::new(None));
+    let op = Attention {
+        scale,
+        keep,
+        dropout,
+        weights: weights.clone(),
+    };
+    let out = q.apply_op3(k, v, op)?;
+    let p = weights
+        .lock()
+        .map_err(|_| candle_core::Error::Msg("attention: a thread panicked".into()))?
+        .clone();
+    match p {
+        Some(p) => Ok((out, p)),
+        None => candle_core::bail!("attention: the forward kept no weights"),
+    }
+}
+
+/// The op: what the forward needs besides Q, K, V, and the weights it computed (shared
+/// with the caller, and read again by the backward).
+struct Attention {
+    scale: f32,
+    keep: Option<Tensor>,
+    dropout: Option<(f32, Tensor)>,
+    weights: Arc<Mutex<Option<Tensor>>>,
+}
+
+/// The data of an f32 CPU storage, or an error naming what it is.
+fn cpu_data<'a>(s: &'a CpuStorage, what: &str) -> Result<&'a [f32]> {
+    match s {
+        CpuStorage::F32(v) => Ok(v),
+        _ => candle_core::bail!("attention: {what} must be f32"),
+    }
+}
+
+/// [`cpu_data`] of a tensor's storage, which must be on the CPU.
+fn cpu_f32<'a>(s: &'a Storage, what: &str) -> Result<&'a [f32]> {
+    match s {
+        Storage::Cpu(s) => cpu_data(s, what),
+        _ => candle_core::bail!("attention: {what} must be on the CPU"),
+    }
+}
+
+/// A 4-D tensor's matrices `(i, j)` over its last two dimensions.
+struct Heads<'a> {
+    data: &'a [f32],
+    start: usize,
+    strides: [usize; 4],
+}
+
+impl<'a> Heads<'a> {
+    fn new(data: &'a [f32], l: &Layout) -> Result<Self> {
+        let st = l.stride();
+        if st.len() != 4 {
+            candle_core::bail!("attention: expected a 4-D layout, got {:?}", l.dims());
+        }
+        Ok(Self {
+            data,
+            start: l.start_offset(),
+            strides: [st[0], st[1], st[2], st[3]],
+        })
+    }
+
+    /// Matrix `(i, j)`: rows over dimension 2, columns over dimension 3.
+    fn at(&self, i: usize, j: usize) -> Mat {
+        let [s0, s1, s2, s3] = self.strides;
+        Mat {
+            ptr: self.data[self.start + i * s0 + j * s1..].as_ptr(),
+            rs: s2 as isize,
+            cs: s3 as isize,
+        }
+    }
+}
+
+/// Dropout's keep-and-rescale factor per weight, from the uniform sample `u`: `1/(1 − p)`
+/// where `u ≥ p`, else 0 (candle-nn's `dropout` draws the same way).
+#[inline(always)]
+fn drop_factor(u: f32, p: f32) -> f32 {
+    if u >= p {
+        1.0 / (1.0 - p)
+    } else {
+        0.0
+    }
+}
+
+impl Attention {
+    /// The dropout sample's data, if there is dropout.
+    fn with_dropout<R>(&self, f: impl FnOnce(Option<(f32, &[f32])>) -> Result<R>) -> Result<R> {
+        match &self.dropout {
+            Some((p, u)) => {
+                let (s, l) = u.storage_and_layout();
+                let u = cpu_f32(&s, "the dropout sample")?;
+                let (a, b) = l
+                    .contiguous_offsets()
+                    .ok_or_else(|| candle_core::Error::Msg("attention: sample layout".into()))?;
+                f(Some((*p, &u[a..b])))
+            }
+            None => f(None),
+        }
+    }
+}
+
+impl CustomOp3 for Attention {
+    fn name(&self) -> &'static str {
+        "attention"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (q, k, v) = (
+            Heads::new(cpu_data(s1, "q")?, l1)?,
+            Heads::new(cpu_data(s2, "k")?, l2)?,
+            Heads::new(cpu_data(s3, "v")?, l3)?,
+        );
+        let [b, h, tq, d] = l1.dims()[..] else {
+            candle_core::bail!("attention: q must be 4-D")
+        };
+        let (kv, tk) = (l2.dims()[1], l2.dims()[2]);
+        let group = h / kv;
+        let keep_guard = self.keep.as_ref().map(|m| m.storage_and_layout());
+        let mask = match &keep_guard {
+            Some((s, l)) => match &**s {
+                Storage::Cpu(s) => Some(MaskIndex::new(s, l)?),
+                _ => candle_core::bail!("attention: the mask must be on the CPU"),
+            },
+            None => None,
+        };
+        let mut p = vec![0f32; b * h * tq * tk];
+        let mut out: Vec<f32> = Vec::with_capacity(b * tq * h * d);
+        let dst = OutPtr(out.as_mut_ptr());
+        self.with_dropout(|drop| {
+            p.par_chunks_mut(tq * tk.max(1))
+                .enumerate()
+                .for_each(|(pair, p)| {
+                    let (bi, hi) = (pair / h, pair % h);
+                    let (qm, km, vm) = (q.at(bi, hi), k.at(bi, hi / group), v.at(bi, hi / group));
+                    // SAFETY: `p` is this pair's (tq, tk) block; Q, K, V are read through
+                    // their layouts' strides.
+                    unsafe {
+                        gemm_into(
+                            (tq, tk, d),
+                            p.as_mut_ptr(),
+                            tk,
+                            false,
+                            qm,
+                            km.t(),
+                            self.scale,
+                            Parallelism::None,
+                        )
+                    };
+                    let mut buf = Vec::new();
+                    vectorized(
+                        #[inline(always)]
+                        || {
+                            for (i, row) in p.chunks_mut(tk.max(1)).enumerate() {
+                                let keep =
+                                    mask.as_ref().map(|m| m.row(pair * tq + i, tk, &mut buf));
+                                softmax_row(row, None, keep, 1.0);
+                            }
+                        },
+                    );
+                    let dropped = drop.map(|(rate, u)| {
+                        let u = &u[pair * tq * tk..(pair + 1) * tq * tk];
+                        p.iter()
+                            .zip(u)
+                            .map(|(&p, &u)| p * drop_factor(u, rate))
+                            .collect::<Vec<f32>>()
+                    });
+                    let weights = Mat {
+                        ptr: dropped.as_deref().unwrap_or(p).as_ptr(),
+                        rs: tk as isize,
+                        cs: 1,
+                    };
+                    // SAFETY: this pair writes columns `hi·d .. (hi+1)·d` of its batch
+                    // entry's `tq` rows of `out`, which no other pair writes.
+                    unsafe {
+                        gemm_into(
+                            (tq, d, tk),
+                            dst.at(bi * tq * h * d + hi * d),
+                            h * d,
+                            false,
+                            weights,
+                            vm,
+                            1.0,
+                            Parallelism::None,
+                        )
+                    };
+                });
+            Ok(())
+        })?;
+        // SAFETY: every (batch, head) pair wrote its `tq · d` elements of `out`.
+        unsafe { out.set_len(b * tq * h * d) };
+        let weights = Tensor::from_vec(p, (b, h, tq, tk), &Device::Cpu)?;
+        *self
+            .weights
+            .lock()
+            .map_err(|_| candle_core::Error::Msg("attention: a thread panicked".into()))? =
+            Some(weights);
+        Ok((CpuStorage::F32(out), Shape::from((b, tq, h * d))))
+    }
+
+    fn bwd(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        _out: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let p = self
+            .weights
+            .lock()
+            .map_err(|_| candle_core::Error::Msg("attention: a thread panicked".into()))?
+            .clone()
+            .ok_or_else(|| {
+                candle_core::Error::Msg("attention: no forward to go back through".into())
+            })?;
+        let (b, h, tq, d) = q.dims4()?;
+        let (_, kv, tk, _) = k.dims4()?;
+        let group = h / kv;
+        let grad = grad.reshape((b, tq, h, d))?.transpose(1, 2)?;
+        let guards = [q, k, v, &grad, &p].map(|t| t.storage_and_layout());
+        let heads = |i: usize, what: &str| -> Result<Heads> {
+            Heads::new(cpu_f32(&guards[i].0, what)?, guards[i].1)
+        };
+        let (qh, kh, vh, gh, ph) = (
+            heads(0, "q")?,
+            heads(1, "k")?,
+            heads(2, "v")?,
+            heads(3, "the gradient")?,
+            heads(4, "the weights")?,
+        );
+        let mut dq = vec![0f32; b * h * tq * d];
+        let mut dk = vec![0f32; b * kv * tk * d];
+        let mut dv = vec![0f32; b * kv * tk * d];
+        let (dq_ptr, dk_ptr, dv_ptr) = (
+            OutPtr(dq.as_mut_ptr()),
+            OutPtr(dk.as_mut_ptr()),
+            OutPtr(dv.as_mut_ptr()),
+        );
+        let scale = self.scale;
+        self.with_dropout(|drop| {
+            // One task per (batch, key/value head): its query heads add into the same ∂K, ∂V.
+            (0..b * kv).into_par_iter().for_each(|task| {
+                let (bi, ki) = (task / kv, task % kv);
+                let (mut ds, mut dropped) = (vec![0f32; tq * tk], Vec::new());
+                let (km, vm) = (kh.at(bi, ki), vh.at(bi, ki));
+                let kv_block = task * tk * d;
+                for hi in ki * group..(ki + 1) * group {
+                    let pair = bi * h + hi;
+                    let (qm, gm) = (qh.at(bi, hi), gh.at(bi, hi));
+                    let pm = ph.at(bi, hi);
+                    // SAFETY: P is contiguous (made by the forward); this pair's block.
+                    let p = unsafe { std::slice::from_raw_parts(pm.ptr, tq * tk) };
+                    let u = drop.map(|(rate, u)| (rate, &u[pair * tq * tk..(pair + 1) * tq * tk]));
+                    let weights = match u {
+                        Some((rate, u)) => {
+                            dropped.clear();
+                            dropped
+                                .extend(p.iter().zip(u).map(|(&p, &u)| p * drop_factor(u, rate)));
+                            Mat {
+                                ptr: dropped.as_ptr(),
+                                rs: tk as isize,
+                                cs: 1,
+                            }
+                        }
+                        None => pm,
+                    };
+                    // SAFETY: each task writes only its own ∂K, ∂V blocks and its heads' ∂Q
+                    // blocks; the inputs are read through their layouts' strides.
+                    unsafe {
+                        // ∂V += D(P)ᵀ ∂O
+                        gemm_into(
+                            (tk, d, tq),
+                            dv_ptr.at(kv_block),
+                            d,
+                            true,
+                            weights.t(),
+                            gm,
+                            1.0,
+                            Parallelism::None,
+                        );
+                        // ∂P = ∂O Vᵀ
+                        gemm_into(
+                            (tq, tk, d),
+                            ds.as_mut_ptr(),
+                            tk,
+                            false,
+                            gm,
+                            vm.t(),
+                            1.0,
+                            Parallelism::None,
+                        );
+                    }
+                    vectorized(
+                        #[inline(always)]
+                        || {
+                            for (i, (ds, p)) in ds
+                                .chunks_mut(tk.max(1))
+                                .zip(p.chunks(tk.max(1)))
+                                .enumerate()
+                            {
+                                if let Some((rate, u)) = u {
+                                    let u = &u[i * tk..(i + 1) * tk];
+                                    ds.iter_mut()
+                                        .zip(u)
+                                        .for_each(|(g, &u)| *g *= drop_factor(u, rate));
+                                }
+                                let dot = simd::dot(ds, p);
+                                ds.iter_mut().zip(p).for_each(|(g, &p)| *g = p * (*g - dot));
+                            }
+                        },
+                    );
+                    let dsm = Mat {
+                        ptr: ds.as_ptr(),
+                        rs: tk as isize,
+                        cs: 1,
+                    };
+                    // SAFETY: as above.
+                    unsafe {
+                        // ∂Q = s·∂S K
+                        gemm_into(
+                            (tq, d, tk),
+                            dq_ptr.at(pair * tq * d),
+                            d,
+                            false,
+                            dsm,
+                            km,
+                            scale,
+                            Parallelism::None,
+                        );
+                        // ∂K += s·∂Sᵀ Q
+                        gemm_into(
+                            (tk, d, tq),
+                            dk_ptr.at(kv_block),
+                            d,
+                            true,
+                            dsm.t(),
+                            qm,
+                            scale,
+                            Parallelism::None,
+                        );
+                    }
+                }
+            });
+            Ok(())
+        })?;
+        drop(guards);
+        let cpu = Device::Cpu;
+        Ok((
+            Some(Tensor::from_vec(dq, (b, h, tq, d), &cpu)?),
+            Some(Tensor::from_vec(dk, (b, kv, tk, d), &cpu)?),
+            Some(Tensor::from_vec(dv, (b, kv, tk, d), &cpu)?),
+        ))
+    }
+}
