@@ -57,6 +57,8 @@ impl FeedForward {
     /// Applies the network to every position of `x (batch, seq, d_model)`.
     pub fn forward(&self, x: &Tensor, train: bool) -> Result<Tensor> {
         let h = match &self.gate {
+            // ReLU in the same op as the product.
+            None if matches!(self.activation, Activation::Relu) => self.linear1.forward_relu(x)?,
             None => self.activate(&self.linear1.forward(x)?)?,
             Some(gate) => (self.activate(&gate.forward(x)?)? * self.linear1.forward(x)?)?,
         };

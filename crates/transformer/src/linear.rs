@@ -3,9 +3,9 @@
 //!
 //! `candle_nn::Linear` on a `(batch, seq, d)` input broadcasts its weight to
 //! `(batch, d, out)` and runs `batch` small products; the backward pass then forms a
-//! weight gradient per batch entry and sums them. Flattening to `(batch·seq, d)` makes
-//! both passes a single large GEMM. In f32 the bias is added by [`ops::add_bias`], whose
-//! backward sums the bias gradient in one pass instead of a strided reduction.
+//! weight gradient per batch entry and sums them. In f32 on the CPU a dense projection is
+//! [`ops::linear`] instead: one GEMM over `(batch·seq, d)`, the bias (and a following
+//! ReLU) in the same op, one node in the backward graph.
 //!
 //! A [`Proj`] may instead hold a quantized weight (GGUF's Q4/Q8 blocks), multiplied by
 //! candle's [`QMatMul`] without being expanded to f32: how a pretrained model generates
@@ -16,20 +16,14 @@
 use std::sync::Arc;
 
 use candle_core::quantized::{QMatMul, QTensor};
-use candle_core::{DType, Module, Result, Tensor};
+use candle_core::{Module, Result, Tensor};
 use candle_nn::{Linear, VarBuilder};
 
 use crate::ops;
 
 /// `x Wᵀ + b` for `x` of any rank, applied to the last dimension.
 pub fn apply(linear: &Linear, x: &Tensor) -> Result<Tensor> {
-    flat(x, |x| match linear.bias() {
-        Some(b) if x.dtype() == DType::F32 => {
-            ops::add_bias(&ops::matmul(x, &linear.weight().t()?)?, b)
-        }
-        None => ops::matmul(x, &linear.weight().t()?),
-        _ => linear.forward(x),
-    })
+    ops::linear(x, linear.weight(), linear.bias(), false)
 }
 
 /// Applies `f` to `x` flattened to `(rows, d)` and restores the leading dimensions.
@@ -118,18 +112,32 @@ impl Proj {
 
     /// `x Wᵀ + b` over the last dimension of `x`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        match &self.weight {
-            Weight::Dense(linear) => apply(linear, x),
+        self.forward_with(x, false)
+    }
+
+    /// `ReLU(x Wᵀ + b)`: for a dense f32 weight, one op with the product.
+    pub fn forward_relu(&self, x: &Tensor) -> Result<Tensor> {
+        self.forward_with(x, true)
+    }
+
+    fn forward_with(&self, x: &Tensor, relu: bool) -> Result<Tensor> {
+        let y = match &self.weight {
+            Weight::Dense(linear) => return ops::linear(x, linear.weight(), self.bias(), relu),
             Weight::Quantized(q, w) => {
                 let y = flat(x, |x| match x.dim(0)? >= DEQUANTIZE_FROM_ROWS {
                     true => ops::matmul(x, &w.dequantize(x.device())?.t()?),
                     false => q.forward(x),
                 })?;
                 match &self.bias {
-                    Some(b) => y.broadcast_add(b),
-                    None => Ok(y),
+                    Some(b) => y.broadcast_add(b)?,
+                    None => y,
                 }
             }
+        };
+        if relu {
+            y.relu()
+        } else {
+            Ok(y)
         }
     }
 }

@@ -3,7 +3,7 @@
 //! f32 rounding), and central finite differences check the fused backward on its own.
 
 use candle_core::{DType, Device, Tensor, Var, D};
-use posenc_transformer::ops::{attention, gelu, layer_norm, masked_softmax, matmul};
+use posenc_transformer::ops::{attention, gelu, layer_norm, linear, masked_softmax, matmul};
 
 fn randn(shape: &[usize], seed: u64) -> Tensor {
     // A fixed pseudo-random fill, so failures reproduce.
@@ -390,6 +390,106 @@ fn matmul_backward_matches_finite_differences() {
     );
 }
 
+/// The composition the fused linear layer replaces: product with the transposed weight,
+/// bias, ReLU.
+fn linear_composite(x: &Tensor, w: &Tensor, b: Option<&Tensor>, relu: bool) -> Tensor {
+    let y = x.broadcast_matmul(&w.t().unwrap()).unwrap();
+    let y = match b {
+        Some(b) => y.broadcast_add(b).unwrap(),
+        None => y,
+    };
+    if relu {
+        y.relu().unwrap()
+    } else {
+        y
+    }
+}
+
+#[test]
+fn linear_equals_the_composition_forward_and_backward() {
+    let x = randn(&[3, 7, 20], 50);
+    // A weight that is a row range of a packed matrix, as attention's W^Q, W^K, W^V are.
+    let packed = randn(&[3 * 19, 20], 51);
+    let b = randn(&[19], 52);
+    let r = randn(&[3, 7, 19], 53);
+    for (name, with_bias, relu) in [
+        ("bias", true, false),
+        ("no bias", false, false),
+        ("bias, ReLU", true, true),
+        ("ReLU", false, true),
+    ] {
+        let (xv, pv, bv) = (
+            Var::from_tensor(&x).unwrap(),
+            Var::from_tensor(&packed).unwrap(),
+            Var::from_tensor(&b).unwrap(),
+        );
+        let w = pv.as_tensor().narrow(0, 19, 19).unwrap();
+        let bias = with_bias.then(|| bv.as_tensor());
+        let y = linear(xv.as_tensor(), &w, bias, relu).unwrap();
+        let grads = (&y * &r).unwrap().sum_all().unwrap().backward().unwrap();
+
+        let f64_var = |t: &Tensor| Var::from_tensor(&t.to_dtype(DType::F64).unwrap()).unwrap();
+        let (xv64, pv64, bv64) = (f64_var(&x), f64_var(&packed), f64_var(&b));
+        let w64 = pv64.as_tensor().narrow(0, 19, 19).unwrap();
+        let y64 = linear_composite(
+            xv64.as_tensor(),
+            &w64,
+            with_bias.then(|| bv64.as_tensor()),
+            relu,
+        );
+        let grads64 = (&y64 * &r.to_dtype(DType::F64).unwrap())
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .backward()
+            .unwrap();
+        assert_eq!(y.dims(), &[3, 7, 19], "{name}");
+        assert!(
+            max_diff(&y, &y64) < 1e-5,
+            "{name}: forward {}",
+            max_diff(&y, &y64)
+        );
+        let mut pairs = vec![("x", &xv, &xv64), ("packed weight", &pv, &pv64)];
+        if with_bias {
+            pairs.push(("bias", &bv, &bv64));
+        }
+        for (what, v, v64) in pairs {
+            let (g, g64) = (
+                grads.get(v.as_tensor()).unwrap(),
+                grads64.get(v64.as_tensor()).unwrap(),
+            );
+            assert!(
+                max_diff(g, g64) < 1e-4,
+                "{name}: ∂/∂{what} {}",
+                max_diff(g, g64)
+            );
+        }
+    }
+}
+
+#[test]
+fn linear_backward_matches_finite_differences() {
+    let x = randn(&[6, 5], 54);
+    let w = randn(&[4, 5], 55);
+    let b = randn(&[4], 56);
+    let r = randn(&[6, 4], 57);
+    let (xv, wv) = (Var::from_tensor(&x).unwrap(), Var::from_tensor(&w).unwrap());
+    let y = linear(xv.as_tensor(), wv.as_tensor(), Some(&b), true).unwrap();
+    let grads = (&y * &r).unwrap().sum_all().unwrap().backward().unwrap();
+    check_finite_differences(
+        |x| linear(x, &w, Some(&b), true).unwrap(),
+        &x,
+        &r,
+        grads.get(xv.as_tensor()).unwrap(),
+    );
+    check_finite_differences(
+        |w| linear(&x, w, Some(&b), true).unwrap(),
+        &w,
+        &r,
+        grads.get(wv.as_tensor()).unwrap(),
+    );
+}
+
 /// The composition the fused attention replaces, in whatever dtype `q` has: key and
 /// value heads repeated for grouped queries, scores, [`softmax_composite`], dropout's
 /// rescaled keep mask from the sample `u`, the weighted sum, heads merged.
@@ -576,4 +676,14 @@ fn fused_ops_refuse_what_they_cannot_do() {
     assert!(e.to_string().contains("kv dividing h"), "{e}");
     let k = randn(&[1, 1, 2, 5], 23);
     assert!(attention(&q, &k, &k, None, 1.0, None).is_err());
+    // Linear: an input of the wrong width, a bias of the wrong length.
+    let e = linear(&randn(&[2, 6], 24), &randn(&[3, 5], 25), None, false).unwrap_err();
+    assert!(e.to_string().contains("[2, 6]"), "{e}");
+    let e = linear(
+        &randn(&[2, 5], 26),
+        &randn(&[3, 5], 27),
+        Some(&randn(&[4], 28)),
+        false,
+    );
+    assert!(e.is_err());
 }

@@ -96,27 +96,32 @@ impl candle_core::CustomOp1 for ColumnSums {
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
         let g = contiguous_f32(s, l, self.name())?;
         let d = self.d.max(1);
-        // Fixed blocks of rows summed in parallel, then the blocks in order: repeatable
-        // bit for bit, however the blocks were scheduled.
-        let partials: Vec<Vec<f32>> = g
-            .par_chunks(d * rows_per_task(d))
-            .map(|block| {
-                let mut acc = vec![0f32; d];
-                vectorized(
-                    #[inline(always)]
-                    || {
-                        for row in block.chunks(d) {
-                            acc.iter_mut().zip(row).for_each(|(a, g)| *a += g);
-                        }
-                    },
-                );
-                acc
-            })
-            .collect();
-        let mut sums = vec![0f32; d];
-        for p in &partials {
-            sums.iter_mut().zip(p).for_each(|(a, b)| *a += b);
-        }
-        Ok((CpuStorage::F32(sums), Shape::from(d)))
+        Ok((CpuStorage::F32(column_sums(g, d)), Shape::from(d)))
     }
+}
+
+/// `Σ_rows g` of a row-major `(rows, d)` slice. Fixed blocks of rows are summed in
+/// parallel, then the blocks in order: repeatable bit for bit, however the blocks were
+/// scheduled.
+pub(crate) fn column_sums(g: &[f32], d: usize) -> Vec<f32> {
+    let partials: Vec<Vec<f32>> = g
+        .par_chunks(d * rows_per_task(d))
+        .map(|block| {
+            let mut acc = vec![0f32; d];
+            vectorized(
+                #[inline(always)]
+                || {
+                    for row in block.chunks(d) {
+                        acc.iter_mut().zip(row).for_each(|(a, g)| *a += g);
+                    }
+                },
+            );
+            acc
+        })
+        .collect();
+    let mut sums = vec![0f32; d];
+    for p in &partials {
+        sums.iter_mut().zip(p).for_each(|(a, b)| *a += b);
+    }
+    sums
 }

@@ -1,0 +1,249 @@
+//! A linear layer `y = act(x Wᵀ + b)` as one op, with its own backward.
+//!
+//! ```text
+//! y = act(x Wᵀ + b),  act = identity or ReLU
+//! g' = g ⊙ act'(y)    (ReLU: g where y > 0, else 0)
+//! ∂L/∂x = g' W,   ∂L/∂W = g'ᵀ x,   ∂L/∂b = Σ_rows g'
+//! ```
+//!
+//! As candle ops this is a transposed-weight view, a product, a bias add and the
+//! activation: four graph nodes, and candle's backward gives each node's gradient a
+//! freshly zeroed tensor to add into, the activation's as large as the hidden layer
+//! (candle's ReLU backward alone is four passes). Here it is one node; the bias and the
+//! ReLU are applied in one pass over the product, and the backward is two products and
+//! a column sum.
+
+use candle_core::{CpuStorage, CustomOp2, CustomOp3, DType, Layout, Result, Shape, Tensor};
+use rayon::prelude::*;
+
+use super::bias::column_sums;
+use super::matmul::{all_threads, gemm_into, Mat};
+use super::simd::vectorized;
+use super::softmax::{contiguous_f32, rows_per_task};
+
+/// `x Wᵀ + b`, then ReLU if `relu`, over the last dimension of `x (…, in)` with
+/// `w (out, in)` and `b (out,)`. Differentiable in all three. Other dtypes and devices
+/// take candle's ops.
+///
+/// # Errors
+/// If the shapes do not fit together.
+pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>, relu: bool) -> Result<Tensor> {
+    let (out_dim, in_dim) = w.dims2()?;
+    if x.dim(candle_core::D::Minus1)? != in_dim || b.is_some_and(|b| b.dims() != [out_dim]) {
+        candle_core::bail!(
+            "linear: input {:?}, weight {:?} and bias {:?} do not fit (…, in), (out, in), (out,)",
+            x.dims(),
+            w.dims(),
+            b.map(Tensor::dims)
+        );
+    }
+    let fused = [Some(x), Some(w), b]
+        .iter()
+        .flatten()
+        .all(|t| t.dtype() == DType::F32 && t.device().is_cpu());
+    if !fused {
+        let y = x.broadcast_matmul(&w.t()?)?;
+        let y = match b {
+            Some(b) => y.broadcast_add(b)?,
+            None => y,
+        };
+        return if relu { y.relu() } else { Ok(y) };
+    }
+    let mut dims = x.dims().to_vec();
+    let x2 = x.contiguous()?.reshape(((), in_dim))?;
+    let op = Linear { relu };
+    let y = match b {
+        Some(b) => x2.apply_op3(w, b, op)?,
+        None => x2.apply_op2(w, op)?,
+    };
+    *dims.last_mut().expect("rank ≥ 1") = out_dim;
+    y.reshape(dims)
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Linear {
+    relu: bool,
+}
+
+/// The weight `(out, in)` as the matrix `Wᵀ (in, out)`, read through its strides.
+fn weight_t(s: &CpuStorage, l: &Layout) -> Result<Mat> {
+    let CpuStorage::F32(w) = s else {
+        candle_core::bail!("linear: the weight must be f32")
+    };
+    let st = l.stride();
+    Ok(Mat {
+        ptr: w[l.start_offset()..].as_ptr(),
+        rs: st[0] as isize,
+        cs: st[1] as isize,
+    }
+    .t())
+}
+
+impl Linear {
+    fn forward(
+        &self,
+        x: (&CpuStorage, &Layout),
+        w: (&CpuStorage, &Layout),
+        b: Option<(&CpuStorage, &Layout)>,
+    ) -> Result<(CpuStorage, Shape)> {
+        let xs = contiguous_f32(x.0, x.1, "linear")?;
+        let [rows, in_dim] = x.1.dims()[..] else {
+            candle_core::bail!("linear: the input must be 2-D here")
+        };
+        let out_dim = w.1.dims()[0];
+        let b = b.map(|(s, l)| contiguous_f32(s, l, "linear")).transpose()?;
+        let mut y: Vec<f32> = Vec::with_capacity(rows * out_dim);
+        let x_mat = Mat {
+            ptr: xs.as_ptr(),
+            rs: in_dim as isize,
+            cs: 1,
+        };
+        // SAFETY: `y` has room for `rows · out` elements, all of which gemm writes; the
+        // operands are read within their layouts.
+        unsafe {
+            gemm_into(
+                (rows, out_dim, in_dim),
+                y.as_mut_ptr(),
+                out_dim,
+                false,
+                x_mat,
+                weight_t(w.0, w.1)?,
+                1.0,
+                all_threads(),
+            );
+            y.set_len(rows * out_dim);
+        }
+        if b.is_some() || self.relu {
+            let d = out_dim.max(1);
+            y.par_chunks_mut(d * rows_per_task(d)).for_each(|y| {
+                vectorized(
+                    #[inline(always)]
+                    || {
+                        for row in y.chunks_mut(d) {
+                            if let Some(b) = b {
+                                row.iter_mut().zip(b).for_each(|(y, b)| *y += b);
+                            }
+                            if self.relu {
+                                row.iter_mut().for_each(|y| *y = y.max(0.0));
+                            }
+                        }
+                    },
+                )
+            });
+        }
+        Ok((CpuStorage::F32(y), Shape::from((rows, out_dim))))
+    }
+
+    /// `(∂x, ∂W, ∂b)` from the incoming gradient and, for ReLU, the output.
+    fn backward(&self, x: &Tensor, w: &Tensor, y: &Tensor, grad: &Tensor) -> Result<[Tensor; 3]> {
+        let g = match self.relu {
+            // g where the unit was active: y > 0.
+            true => grad.contiguous()?.apply_op2_no_bwd(y, &ReluMask)?,
+            false => grad.contiguous()?,
+        };
+        let gx = super::matmul(&g, w)?.detach();
+        let gw = super::matmul(&g.t()?, x)?.detach();
+        let out_dim = w.dim(0)?;
+        let gb = {
+            let (s, l) = g.storage_and_layout();
+            let candle_core::Storage::Cpu(s) = &*s else {
+                candle_core::bail!("linear: the gradient must be on the CPU")
+            };
+            let sums = column_sums(contiguous_f32(s, l, "linear")?, out_dim.max(1));
+            Tensor::from_vec(sums, out_dim, g.device())?
+        };
+        Ok([gx, gw, gb])
+    }
+}
+
+impl CustomOp2 for Linear {
+    fn name(&self) -> &'static str {
+        "linear"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        self.forward((s1, l1), (s2, l2), None)
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        y: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let [gx, gw, _] = self.backward(x, w, y, grad)?;
+        Ok((Some(gx), Some(gw)))
+    }
+}
+
+impl CustomOp3 for Linear {
+    fn name(&self) -> &'static str {
+        "linear"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        self.forward((s1, l1), (s2, l2), Some((s3, l3)))
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        _b: &Tensor,
+        y: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let [gx, gw, gb] = self.backward(x, w, y, grad)?;
+        Ok((Some(gx), Some(gw), Some(gb)))
+    }
+}
+
+/// `g ⊙ [y > 0]`, both `(rows, out)`.
+struct ReluMask;
+
+impl CustomOp2 for ReluMask {
+    fn name(&self) -> &'static str {
+        "relu-mask"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let g = contiguous_f32(s1, l1, self.name())?;
+        let y = contiguous_f32(s2, l2, self.name())?;
+        let mut out = vec![0f32; g.len()];
+        const CHUNK: usize = 16_384;
+        out.par_chunks_mut(CHUNK)
+            .zip(g.par_chunks(CHUNK).zip(y.par_chunks(CHUNK)))
+            .for_each(|(o, (g, y))| {
+                vectorized(
+                    #[inline(always)]
+                    || {
+                        for ((o, &g), &y) in o.iter_mut().zip(g).zip(y) {
+                            *o = if y > 0.0 { g } else { 0.0 };
+                        }
+                    },
+                )
+            });
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+}
