@@ -46,7 +46,10 @@ impl KvCache {
     /// Keeps batch entries `indices` (u32), in that order: beam search reorders hypotheses.
     pub fn select(&mut self, indices: &Tensor) -> Result<()> {
         if let Some((k, v)) = &self.kv {
-            self.kv = Some((k.index_select(indices, 0)?, v.index_select(indices, 0)?));
+            // Cached heads may be strided views of a projection; candle's index_select
+            // reads contiguous tensors only.
+            let pick = |t: &Tensor| t.contiguous()?.index_select(indices, 0);
+            self.kv = Some((pick(k)?, pick(v)?));
         }
         Ok(())
     }
