@@ -464,7 +464,7 @@ pub fn save_checkpoint(
         }
         Ok(h)
     };
-    let mut tensors: HashMap<String, Tensor> = opt.state();
+    let mut tensors: HashMap<String, Tensor> = opt.state()?;
     tensors.extend(
         weights
             .iter()

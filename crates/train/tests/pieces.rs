@@ -112,7 +112,7 @@ fn adamw_steps_match_the_formula() {
         );
     }
     // The moments survive a save/restore and the next step is the same.
-    let state = opt.state();
+    let state = opt.state().unwrap();
     let mut fresh = AdamW::new(&varmap, cfg).unwrap();
     fresh.restore(&state, opt.step_count()).unwrap();
     let snapshot = var.as_tensor().copy().unwrap();
