@@ -24,6 +24,7 @@ use gemm::Parallelism;
 use rayon::prelude::*;
 
 use super::matmul::{gemm_into, Mat, OutPtr};
+use super::par_output;
 use super::simd::{self, vectorized};
 use super::softmax::{softmax_row, MaskIndex};
 
@@ -211,68 +212,63 @@ impl CustomOp3 for Attention {
             },
             None => None,
         };
-        let mut p = vec![0f32; b * h * tq * tk];
         let mut out: Vec<f32> = Vec::with_capacity(b * tq * h * d);
         let dst = OutPtr(out.as_mut_ptr());
-        self.with_dropout(|drop| {
-            p.par_chunks_mut(tq * tk.max(1))
-                .enumerate()
-                .for_each(|(pair, p)| {
-                    let (bi, hi) = (pair / h, pair % h);
-                    let (qm, km, vm) = (q.at(bi, hi), k.at(bi, hi / group), v.at(bi, hi / group));
-                    // SAFETY: `p` is this pair's (tq, tk) block; Q, K, V are read through
-                    // their layouts' strides.
-                    unsafe {
-                        gemm_into(
-                            (tq, tk, d),
-                            p.as_mut_ptr(),
-                            tk,
-                            false,
-                            qm,
-                            km.t(),
-                            self.scale,
-                            Parallelism::None,
-                        )
-                    };
-                    let mut buf = Vec::new();
-                    vectorized(
-                        #[inline(always)]
-                        || {
-                            for (i, row) in p.chunks_mut(tk.max(1)).enumerate() {
-                                let keep =
-                                    mask.as_ref().map(|m| m.row(pair * tq + i, tk, &mut buf));
-                                softmax_row(row, None, keep, 1.0);
-                            }
-                        },
-                    );
-                    let dropped = drop.map(|(rate, u)| {
-                        let u = &u[pair * tq * tk..(pair + 1) * tq * tk];
-                        p.iter()
-                            .zip(u)
-                            .map(|(&p, &u)| p * drop_factor(u, rate))
-                            .collect::<Vec<f32>>()
-                    });
-                    let weights = Mat {
-                        ptr: dropped.as_deref().unwrap_or(p).as_ptr(),
-                        rs: tk as isize,
-                        cs: 1,
-                    };
-                    // SAFETY: this pair writes columns `hi·d .. (hi+1)·d` of its batch
-                    // entry's `tq` rows of `out`, which no other pair writes.
-                    unsafe {
-                        gemm_into(
-                            (tq, d, tk),
-                            dst.at(bi * tq * h * d + hi * d),
-                            h * d,
-                            false,
-                            weights,
-                            vm,
-                            1.0,
-                            Parallelism::None,
-                        )
-                    };
+        let p = self.with_dropout(|drop| {
+            Ok(par_output(b * h * tq * tk, tq * tk, |pair, p| {
+                let (bi, hi) = (pair / h, pair % h);
+                let (qm, km, vm) = (q.at(bi, hi), k.at(bi, hi / group), v.at(bi, hi / group));
+                // SAFETY: `p` is this pair's (tq, tk) block; Q, K, V are read through
+                // their layouts' strides.
+                unsafe {
+                    gemm_into(
+                        (tq, tk, d),
+                        p.as_mut_ptr(),
+                        tk,
+                        false,
+                        qm,
+                        km.t(),
+                        self.scale,
+                        Parallelism::None,
+                    )
+                };
+                let mut buf = Vec::new();
+                vectorized(
+                    #[inline(always)]
+                    || {
+                        for (i, row) in p.chunks_mut(tk.max(1)).enumerate() {
+                            let keep = mask.as_ref().map(|m| m.row(pair * tq + i, tk, &mut buf));
+                            softmax_row(row, None, keep, 1.0);
+                        }
+                    },
+                );
+                let dropped = drop.map(|(rate, u)| {
+                    let u = &u[pair * tq * tk..(pair + 1) * tq * tk];
+                    p.iter()
+                        .zip(u)
+                        .map(|(&p, &u)| p * drop_factor(u, rate))
+                        .collect::<Vec<f32>>()
                 });
-            Ok(())
+                let weights = Mat {
+                    ptr: dropped.as_deref().unwrap_or(p).as_ptr(),
+                    rs: tk as isize,
+                    cs: 1,
+                };
+                // SAFETY: this pair writes columns `hi·d .. (hi+1)·d` of its batch
+                // entry's `tq` rows of `out`, which no other pair writes.
+                unsafe {
+                    gemm_into(
+                        (tq, d, tk),
+                        dst.at(bi * tq * h * d + hi * d),
+                        h * d,
+                        false,
+                        weights,
+                        vm,
+                        1.0,
+                        Parallelism::None,
+                    )
+                };
+            }))
         })?;
         // SAFETY: every (batch, head) pair wrote its `tq · d` elements of `out`.
         unsafe { out.set_len(b * tq * h * d) };

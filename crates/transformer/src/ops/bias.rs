@@ -11,6 +11,7 @@
 use candle_core::{CpuStorage, CustomOp2, DType, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
+use super::par_output;
 use super::simd::vectorized;
 use super::softmax::{contiguous_f32, rows_per_task};
 
@@ -50,22 +51,20 @@ impl CustomOp2 for AddBias {
         let x = contiguous_f32(s1, l1, "add-bias")?;
         let b = contiguous_f32(s2, l2, "add-bias")?;
         let d = b.len().max(1);
-        let mut y = vec![0f32; x.len()];
         let chunk = d * rows_per_task(d);
-        y.par_chunks_mut(chunk)
-            .zip(x.par_chunks(chunk))
-            .for_each(|(y, x)| {
-                vectorized(
-                    #[inline(always)]
-                    || {
-                        for (y, x) in y.chunks_mut(d).zip(x.chunks(d)) {
-                            for ((y, x), b) in y.iter_mut().zip(x).zip(b) {
-                                *y = x + b;
-                            }
+        let y = par_output(x.len(), chunk, |task, y| {
+            let x = &x[task * chunk..][..y.len()];
+            vectorized(
+                #[inline(always)]
+                || {
+                    for (y, x) in y.chunks_mut(d).zip(x.chunks(d)) {
+                        for ((y, x), b) in y.iter_mut().zip(x).zip(b) {
+                            *y = x + b;
                         }
-                    },
-                )
-            });
+                    }
+                },
+            )
+        });
         Ok((CpuStorage::F32(y), l1.shape().clone()))
     }
 

@@ -17,8 +17,8 @@
 //! backward, for |x| ≤ 10.
 
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Result, Shape, Tensor};
-use rayon::prelude::*;
 
+use super::par_output;
 use super::simd::{exp, vectorized};
 use super::softmax::contiguous_f32;
 
@@ -59,20 +59,17 @@ const FRAC_1_SQRT_2: f32 = std::f32::consts::FRAC_1_SQRT_2;
 const FRAC_1_SQRT_2PI: f32 = 0.398_942_3;
 
 fn map(x: &[f32], f: impl Fn(f32) -> f32 + Sync) -> Vec<f32> {
-    let mut y = vec![0f32; x.len()];
-    y.par_chunks_mut(CHUNK)
-        .zip(x.par_chunks(CHUNK))
-        .for_each(|(y, x)| {
-            vectorized(
-                #[inline(always)]
-                || {
-                    for (y, &x) in y.iter_mut().zip(x) {
-                        *y = f(x);
-                    }
-                },
-            )
-        });
-    y
+    par_output(x.len(), CHUNK, |task, y| {
+        let x = &x[task * CHUNK..][..y.len()];
+        vectorized(
+            #[inline(always)]
+            || {
+                for (y, &x) in y.iter_mut().zip(x) {
+                    *y = f(x);
+                }
+            },
+        )
+    })
 }
 
 struct Gelu;

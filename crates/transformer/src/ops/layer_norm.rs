@@ -14,6 +14,7 @@
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
+use super::par_output;
 use super::simd::{self, vectorized};
 use super::softmax::{contiguous_f32, rows_per_task};
 
@@ -72,23 +73,21 @@ impl CustomOp3 for LayerNorm {
         let w = contiguous_f32(s2, l2, self.name())?;
         let b = contiguous_f32(s3, l3, self.name())?;
         let d = w.len().max(1);
-        let mut y = vec![0f32; x.len()];
         let chunk = d * rows_per_task(d);
-        y.par_chunks_mut(chunk)
-            .zip(x.par_chunks(chunk))
-            .for_each(|(y, x)| {
-                vectorized(
-                    #[inline(always)]
-                    || {
-                        for (y, x) in y.chunks_mut(d).zip(x.chunks(d)) {
-                            let (mean, r) = stats(x, self.eps);
-                            for (((y, x), w), b) in y.iter_mut().zip(x).zip(w).zip(b) {
-                                *y = (x - mean) * r * w + b;
-                            }
+        let y = par_output(x.len(), chunk, |task, y| {
+            let x = &x[task * chunk..][..y.len()];
+            vectorized(
+                #[inline(always)]
+                || {
+                    for (y, x) in y.chunks_mut(d).zip(x.chunks(d)) {
+                        let (mean, r) = stats(x, self.eps);
+                        for (((y, x), w), b) in y.iter_mut().zip(x).zip(w).zip(b) {
+                            *y = (x - mean) * r * w + b;
                         }
-                    },
-                )
-            });
+                    }
+                },
+            )
+        });
         Ok((CpuStorage::F32(y), l1.shape().clone()))
     }
 

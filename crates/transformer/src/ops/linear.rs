@@ -18,6 +18,7 @@ use rayon::prelude::*;
 
 use super::bias::column_sums;
 use super::matmul::{all_threads, gemm_into, Mat};
+use super::par_output;
 use super::simd::vectorized;
 use super::softmax::{contiguous_f32, rows_per_task};
 
@@ -230,20 +231,18 @@ impl CustomOp2 for ReluMask {
     ) -> Result<(CpuStorage, Shape)> {
         let g = contiguous_f32(s1, l1, self.name())?;
         let y = contiguous_f32(s2, l2, self.name())?;
-        let mut out = vec![0f32; g.len()];
         const CHUNK: usize = 16_384;
-        out.par_chunks_mut(CHUNK)
-            .zip(g.par_chunks(CHUNK).zip(y.par_chunks(CHUNK)))
-            .for_each(|(o, (g, y))| {
-                vectorized(
-                    #[inline(always)]
-                    || {
-                        for ((o, &g), &y) in o.iter_mut().zip(g).zip(y) {
-                            *o = if y > 0.0 { g } else { 0.0 };
-                        }
-                    },
-                )
-            });
+        let out = par_output(g.len(), CHUNK, |task, o| {
+            let (g, y) = (&g[task * CHUNK..][..o.len()], &y[task * CHUNK..][..o.len()]);
+            vectorized(
+                #[inline(always)]
+                || {
+                    for ((o, &g), &y) in o.iter_mut().zip(g).zip(y) {
+                        *o = if y > 0.0 { g } else { 0.0 };
+                    }
+                },
+            )
+        });
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 }

@@ -12,8 +12,8 @@
 //! its strides, so a `(batch, 1, 1, k)` padding mask is never expanded.
 
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Layout, Result, Shape, Tensor};
-use rayon::prelude::*;
 
+use super::par_output;
 use super::simd::{self, exp, vectorized};
 
 /// `softmax(scale · x)` over the last dimension of `x (…, k)` where `keep` is non-zero;
@@ -143,23 +143,20 @@ impl MaskedSoftmax {
         mask: Option<&MaskIndex>,
         shape: &Shape,
     ) -> (CpuStorage, Shape) {
-        let mut y = vec![0f32; x.len()];
         let rows = rows_per_task(k);
-        y.par_chunks_mut(k * rows)
-            .zip(x.par_chunks(k * rows))
-            .enumerate()
-            .for_each(|(task, (y, x))| {
-                let mut buf = Vec::new();
-                vectorized(
-                    #[inline(always)]
-                    || {
-                        for (i, (y, x)) in y.chunks_mut(k).zip(x.chunks(k)).enumerate() {
-                            let keep = mask.map(|m| m.row(task * rows + i, k, &mut buf));
-                            softmax_row(y, Some(x), keep, self.scale);
-                        }
-                    },
-                )
-            });
+        let y = par_output(x.len(), k * rows, |task, y| {
+            let x = &x[task * k * rows..][..y.len()];
+            let mut buf = Vec::new();
+            vectorized(
+                #[inline(always)]
+                || {
+                    for (i, (y, x)) in y.chunks_mut(k).zip(x.chunks(k)).enumerate() {
+                        let keep = mask.map(|m| m.row(task * rows + i, k, &mut buf));
+                        softmax_row(y, Some(x), keep, self.scale);
+                    }
+                },
+            )
+        });
         (CpuStorage::F32(y), shape.clone())
     }
 
@@ -234,23 +231,24 @@ impl CustomOp2 for SoftmaxBackward {
         let y = contiguous_f32(s1, l1, self.name())?;
         let g = contiguous_f32(s2, l2, self.name())?;
         let k = l1.dims().last().copied().unwrap_or(1).max(1);
-        let mut dx = vec![0f32; y.len()];
         let chunk = k * rows_per_task(k);
-        dx.par_chunks_mut(chunk)
-            .zip(y.par_chunks(chunk).zip(g.par_chunks(chunk)))
-            .for_each(|(dx, (y, g))| {
-                vectorized(
-                    #[inline(always)]
-                    || {
-                        for (dx, (y, g)) in dx.chunks_mut(k).zip(y.chunks(k).zip(g.chunks(k))) {
-                            let dot = simd::dot(y, g);
-                            for ((dx, y), g) in dx.iter_mut().zip(y).zip(g) {
-                                *dx = self.scale * y * (g - dot);
-                            }
+        let dx = par_output(y.len(), chunk, |task, dx| {
+            let (y, g) = (
+                &y[task * chunk..][..dx.len()],
+                &g[task * chunk..][..dx.len()],
+            );
+            vectorized(
+                #[inline(always)]
+                || {
+                    for (dx, (y, g)) in dx.chunks_mut(k).zip(y.chunks(k).zip(g.chunks(k))) {
+                        let dot = simd::dot(y, g);
+                        for ((dx, y), g) in dx.iter_mut().zip(y).zip(g) {
+                            *dx = self.scale * y * (g - dot);
                         }
-                    },
-                )
-            });
+                    }
+                },
+            )
+        });
         Ok((CpuStorage::F32(dx), l1.shape().clone()))
     }
 }
