@@ -7,7 +7,9 @@
 
 use candle_core::{DType, Device, Tensor, Var, D};
 use criterion::{criterion_group, criterion_main, Criterion};
-use posenc_transformer::ops::{add_bias, gelu, layer_norm, masked_softmax};
+use posenc_transformer::ops::{
+    add_bias, attention, gelu, layer_norm, linear, masked_softmax, matmul,
+};
 
 fn randn(shape: &[usize]) -> Tensor {
     Tensor::randn(0f32, 1.0, shape, &Device::Cpu).unwrap()
@@ -17,15 +19,16 @@ fn randn(shape: &[usize]) -> Tensor {
 type Case<'a> = (&'a str, &'a dyn Fn(&Tensor) -> Tensor);
 
 /// Times each case forward and, through `Σ f(x) ⊙ r`, backward. The `harness` case (the
-/// identity) times that loss alone: subtract it from the others.
+/// identity) times that loss alone: subtract it from the others (it is the input's size,
+/// so only an estimate where a case's output is larger).
 fn both(c: &mut Criterion, group: &str, x: &Tensor, cases: &[Case]) {
-    let r = randn(x.dims());
     let mut g = c.benchmark_group(group);
     g.sample_size(20);
     let identity = |x: &Tensor| x.clone();
     let harness: Case = ("harness", &identity);
     for (name, f) in cases.iter().chain([&harness]) {
         let v = Var::from_tensor(x).unwrap();
+        let r = randn(f(x).dims());
         g.bench_function(format!("{name}/forward+backward"), |b| {
             b.iter(|| {
                 (f(v.as_tensor()) * &r)
@@ -87,6 +90,65 @@ fn bench(c: &mut Criterion) {
         c,
         "bias add (1536×1024)",
         &h,
+        &[("fused", &fused), ("composite", &composite)],
+    );
+
+    // A feed-forward layer's first projection: product, bias and ReLU.
+    let x = randn(&[64 * 24, 256]);
+    let (w, b) = (
+        Var::from_tensor(&randn(&[1024, 256])).unwrap(),
+        Var::from_tensor(&randn(&[1024])).unwrap(),
+    );
+    let fused = |x: &Tensor| linear(x, w.as_tensor(), Some(b.as_tensor()), true).unwrap();
+    let composite = |x: &Tensor| {
+        x.matmul(&w.as_tensor().t().unwrap())
+            .unwrap()
+            .broadcast_add(b.as_tensor())
+            .unwrap()
+            .relu()
+            .unwrap()
+    };
+    both(
+        c,
+        "linear + bias + ReLU (1536×256 → 1024)",
+        &x,
+        &[("fused", &fused), ("composite", &composite)],
+    );
+    let ours = |x: &Tensor| matmul(x, &w.as_tensor().t().unwrap()).unwrap();
+    let candle = |x: &Tensor| x.matmul(&w.as_tensor().t().unwrap()).unwrap();
+    both(
+        c,
+        "matmul (1536×256 · 256×1024)",
+        &x,
+        &[("ops::matmul", &ours), ("candle", &candle)],
+    );
+
+    // Self-attention over heads split by strides from a projection, causal.
+    let qkv = randn(&[64, 24, 8, 32]);
+    let keep64 = keep.broadcast_as((64, 1, 24, 24)).unwrap();
+    let heads = |x: &Tensor| x.transpose(1, 2).unwrap();
+    let fused = |x: &Tensor| {
+        let h = heads(x);
+        attention(&h, &h, &h, Some(&keep64), scale as f32, None)
+            .unwrap()
+            .0
+    };
+    let composite = |x: &Tensor| {
+        let h = heads(x).contiguous().unwrap();
+        let s = h.matmul(&h.t().unwrap()).unwrap();
+        masked_softmax(&s, Some(&keep64), scale as f32)
+            .unwrap()
+            .matmul(&h)
+            .unwrap()
+            .transpose(1, 2)
+            .unwrap()
+            .reshape((64, 24, 256))
+            .unwrap()
+    };
+    both(
+        c,
+        "attention (64×8 heads × 24 × 32, causal)",
+        &qkv,
         &[("fused", &fused), ("composite", &composite)],
     );
 
