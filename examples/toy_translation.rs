@@ -17,6 +17,7 @@ use posenc_train::eval::{evaluate, table};
 use posenc_train::trainer::{train, RunOptions, TrainConfig, Translator};
 
 fn main() -> anyhow::Result<()> {
+    posenc_train::keep_freed_memory();
     let started = Instant::now();
     let out = Path::new("runs/toy_translation");
     let cfg = TrainConfig {
