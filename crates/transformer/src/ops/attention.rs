@@ -249,11 +249,7 @@ impl CustomOp3 for Attention {
                         .map(|(&p, &u)| p * drop_factor(u, rate))
                         .collect::<Vec<f32>>()
                 });
-                let weights = Mat {
-                    ptr: dropped.as_deref().unwrap_or(p).as_ptr(),
-                    rs: tk as isize,
-                    cs: 1,
-                };
+                let weights = Mat::rows(dropped.as_deref().unwrap_or(p), tk);
                 // SAFETY: this pair writes columns `hi·d .. (hi+1)·d` of its batch
                 // entry's `tq` rows of `out`, which no other pair writes.
                 unsafe {
@@ -305,13 +301,13 @@ impl CustomOp3 for Attention {
         let heads = |i: usize, what: &str| -> Result<Heads> {
             Heads::new(cpu_f32(&guards[i].0, what)?, guards[i].1)
         };
-        let (qh, kh, vh, gh, ph) = (
+        let (qh, kh, vh, gh) = (
             heads(0, "q")?,
             heads(1, "k")?,
             heads(2, "v")?,
             heads(3, "the gradient")?,
-            heads(4, "the weights")?,
         );
+        let p_all = cpu_f32(&guards[4].0, "the weights")?;
         let mut dq = vec![0f32; b * h * tq * d];
         let mut dk = vec![0f32; b * kv * tk * d];
         let mut dv = vec![0f32; b * kv * tk * d];
@@ -331,20 +327,16 @@ impl CustomOp3 for Attention {
                 for hi in ki * group..(ki + 1) * group {
                     let pair = bi * h + hi;
                     let (qm, gm) = (qh.at(bi, hi), gh.at(bi, hi));
-                    let pm = ph.at(bi, hi);
-                    // SAFETY: P is contiguous (made by the forward); this pair's block.
-                    let p = unsafe { std::slice::from_raw_parts(pm.ptr, tq * tk) };
+                    // P is contiguous: the forward made it.
+                    let p = &p_all[pair * tq * tk..(pair + 1) * tq * tk];
+                    let pm = Mat::rows(p, tk);
                     let u = drop.map(|(rate, u)| (rate, &u[pair * tq * tk..(pair + 1) * tq * tk]));
                     let weights = match u {
                         Some((rate, u)) => {
                             dropped.clear();
                             dropped
                                 .extend(p.iter().zip(u).map(|(&p, &u)| p * drop_factor(u, rate)));
-                            Mat {
-                                ptr: dropped.as_ptr(),
-                                rs: tk as isize,
-                                cs: 1,
-                            }
+                            Mat::rows(&dropped, tk)
                         }
                         None => pm,
                     };
@@ -393,11 +385,7 @@ impl CustomOp3 for Attention {
                             }
                         },
                     );
-                    let dsm = Mat {
-                        ptr: ds.as_ptr(),
-                        rs: tk as isize,
-                        cs: 1,
-                    };
+                    let dsm = Mat::rows(&ds, tk);
                     // SAFETY: as above.
                     unsafe {
                         // ∂Q = s·∂S K

@@ -94,11 +94,7 @@ impl Linear {
         let out_dim = w.1.dims()[0];
         let b = b.map(|(s, l)| contiguous_f32(s, l, "linear")).transpose()?;
         let mut y: Vec<f32> = Vec::with_capacity(rows * out_dim);
-        let x_mat = Mat {
-            ptr: xs.as_ptr(),
-            rs: in_dim as isize,
-            cs: 1,
-        };
+        let x_mat = Mat::rows(xs, in_dim);
         // SAFETY: `y` has room for `rows · out` elements, all of which gemm writes; the
         // operands are read within their layouts.
         unsafe {

@@ -105,6 +105,15 @@ unsafe impl Send for Mat {}
 unsafe impl Sync for Mat {}
 
 impl Mat {
+    /// A row-major matrix of `cols` columns whose rows follow one another in `data`.
+    pub(crate) fn rows(data: &[f32], cols: usize) -> Self {
+        Self {
+            ptr: data.as_ptr(),
+            rs: cols as isize,
+            cs: 1,
+        }
+    }
+
     /// The transposed view of the same elements.
     pub(crate) fn t(self) -> Self {
         Self {
