@@ -70,6 +70,11 @@ pub fn label_smoothed_cross_entropy(
     pad: u32,
 ) -> Result<Tensor> {
     check_arguments(logits, targets, smoothing)?;
+    if !logits.device().is_cpu() {
+        // The fused kernel is the CPU's; elsewhere candle's ops compose the same loss.
+        let log_probs = candle_nn::ops::log_softmax(logits, candle_core::D::Minus1)?;
+        return label_smoothed_nll(&log_probs, targets, smoothing, pad);
+    }
     ensure!(
         logits.dtype() == DType::F32,
         "the fused loss takes f32 logits"

@@ -306,7 +306,7 @@ impl MultiHeadAttention {
             |x: &Tensor, rows: usize, cols: usize| x.reshape((b, kv, (h / kv) * rows, cols));
         let scores = ops::matmul(&grouped(q, tq, d_k)?, &k.t()?)?.reshape((b, h, tq, k.dim(2)?))?;
         let keep = mask.map(|m| m.broadcast_to(&scores)).transpose()?;
-        let weights = if scores.dtype() == DType::F32 {
+        let weights = if scores.dtype() == DType::F32 && scores.device().is_cpu() {
             // One fused pass: scale, bias, mask, softmax, empty rows to zero.
             match bias {
                 Some(bias) => ops::masked_softmax(

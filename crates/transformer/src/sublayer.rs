@@ -57,7 +57,7 @@ impl Module for Norm {
         let tracked = x.track_op() || w.track_op() || b.is_some_and(Tensor::track_op);
         match (self.kind, b) {
             (NormKind::LayerNorm, Some(b)) if tracked => {
-                if x.dtype() == candle_core::DType::F32 {
+                if x.dtype() == candle_core::DType::F32 && x.device().is_cpu() {
                     crate::ops::layer_norm(x, w, b, self.eps as f32)
                 } else {
                     candle_nn::ops::layer_norm_slow(x, w, b, self.eps as f32)
