@@ -62,6 +62,7 @@ fn timed(
 }
 
 fn main() -> Result<()> {
+    posenc_transformer::keep_freed_memory();
     let rounds: usize = std::env::args()
         .skip(1)
         .find_map(|a| a.parse().ok())

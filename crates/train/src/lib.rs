@@ -62,22 +62,4 @@ pub fn log(line: &str) {
     let _ = writeln!(std::io::stderr(), "{line}");
 }
 
-/// Tells glibc's allocator to keep freed memory for reuse instead of handing it back to
-/// the kernel; programs that train or run models call it first thing in `main` (the
-/// `posenc` binary and the examples do). Elsewhere it does nothing.
-///
-/// A training step allocates and frees the same few-megabyte tensors every step. By
-/// default glibc serves blocks that large with `mmap` and returns them with `munmap`, or
-/// trims the heap behind them, so each step pays page faults to zero fresh pages and TLB
-/// shootdowns across the threads: about a seventh of a profiled reference training step
-/// was the kernel's, and its backward took about a fifth less with this setting
-/// (`posenc bench train`, alternating runs).
-pub fn keep_freed_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: `mallopt` only sets allocator parameters. A refusal (return 0) leaves the
-    // defaults, which are correct, only slower.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 30);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
-    }
-}
+pub use posenc_transformer::keep_freed_memory;
