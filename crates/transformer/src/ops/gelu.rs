@@ -58,6 +58,8 @@ const FRAC_1_SQRT_2: f32 = std::f32::consts::FRAC_1_SQRT_2;
 /// 1/√(2π).
 const FRAC_1_SQRT_2PI: f32 = 0.398_942_3;
 
+/// `f` elementwise, vectorised: `f` must be `#[inline(always)]`, or LLVM may leave it a
+/// scalar call per element inside the vectorised loop.
 fn map(x: &[f32], f: impl Fn(f32) -> f32 + Sync) -> Vec<f32> {
     par_output(x.len(), CHUNK, |task, y| {
         let x = &x[task * CHUNK..][..y.len()];
@@ -81,7 +83,11 @@ impl CustomOp1 for Gelu {
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
         let x = contiguous_f32(s, l, self.name())?;
-        let y = map(x, |x| 0.5 * x * (1.0 + erf(x * FRAC_1_SQRT_2)));
+        let y = map(
+            x,
+            #[inline(always)]
+            |x| 0.5 * x * (1.0 + erf(x * FRAC_1_SQRT_2)),
+        );
         Ok((CpuStorage::F32(y), l.shape().clone()))
     }
 
@@ -101,10 +107,14 @@ impl CustomOp1 for GeluSlope {
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
         let x = contiguous_f32(s, l, self.name())?;
-        let d = map(x, |x| {
-            let cdf = 0.5 * (1.0 + erf(x * FRAC_1_SQRT_2));
-            cdf + x * FRAC_1_SQRT_2PI * exp(-0.5 * x * x)
-        });
+        let d = map(
+            x,
+            #[inline(always)]
+            |x| {
+                let cdf = 0.5 * (1.0 + erf(x * FRAC_1_SQRT_2));
+                cdf + x * FRAC_1_SQRT_2PI * exp(-0.5 * x * x)
+            },
+        );
         Ok((CpuStorage::F32(d), l.shape().clone()))
     }
 }
