@@ -17,7 +17,7 @@ use candle_core::{CpuStorage, CustomOp2, CustomOp3, DType, Layout, Result, Shape
 use rayon::prelude::*;
 
 use super::bias::column_sums;
-use super::matmul::{all_threads, gemm_into, Mat};
+use super::matmul::{all_threads, gemm_into, Mat, MatMul};
 use super::par_output;
 use super::simd::vectorized;
 use super::softmax::{contiguous_f32, rows_per_task};
@@ -50,15 +50,13 @@ pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>, relu: bool) -> Result<
         };
         return if relu { y.relu() } else { Ok(y) };
     }
-    let mut dims = x.dims().to_vec();
-    let x2 = x.contiguous()?.reshape(((), in_dim))?;
+    // The op reads `x` as `(rows, in)` whatever its rank, so no reshape enters the graph.
+    let x = x.contiguous()?;
     let op = Linear { relu };
-    let y = match b {
-        Some(b) => x2.apply_op3(w, b, op)?,
-        None => x2.apply_op2(w, op)?,
-    };
-    *dims.last_mut().expect("rank ≥ 1") = out_dim;
-    y.reshape(dims)
+    match b {
+        Some(b) => x.apply_op3(w, b, op),
+        None => x.apply_op2(w, op),
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -88,10 +86,13 @@ impl Linear {
         b: Option<(&CpuStorage, &Layout)>,
     ) -> Result<(CpuStorage, Shape)> {
         let xs = contiguous_f32(x.0, x.1, "linear")?;
-        let [rows, in_dim] = x.1.dims()[..] else {
-            candle_core::bail!("linear: the input must be 2-D here")
-        };
-        let out_dim = w.1.dims()[0];
+        let (out_dim, in_dim) = w.1.shape().dims2()?;
+        let rows = xs.len() / in_dim.max(1);
+        let mut dims = x.1.dims().to_vec();
+        match dims.last_mut() {
+            Some(last) if *last == in_dim => *last = out_dim,
+            _ => candle_core::bail!("linear: input {dims:?} does not end in {in_dim}"),
+        }
         let b = b.map(|(s, l)| contiguous_f32(s, l, "linear")).transpose()?;
         let mut y: Vec<f32> = Vec::with_capacity(rows * out_dim);
         let x_mat = Mat::rows(xs, in_dim);
@@ -128,7 +129,7 @@ impl Linear {
                 )
             });
         }
-        Ok((CpuStorage::F32(y), Shape::from((rows, out_dim))))
+        Ok((CpuStorage::F32(y), Shape::from(dims)))
     }
 
     /// `(∂x, ∂W, ∂b)` from the incoming gradient and, for ReLU, the output.
@@ -138,9 +139,10 @@ impl Linear {
             true => grad.contiguous()?.apply_op2_no_bwd(y, &ReluMask)?,
             false => grad.contiguous()?,
         };
-        let gx = super::matmul(&g, w)?.detach();
-        let gw = super::matmul(&g.t()?, x)?.detach();
-        let out_dim = w.dim(0)?;
+        let (out_dim, in_dim) = w.dims2()?;
+        let (g, x2) = (g.reshape(((), out_dim))?, x.reshape(((), in_dim))?);
+        let gx = g.apply_op2_no_bwd(w, &MatMul)?.reshape(x.dims())?;
+        let gw = g.t()?.apply_op2_no_bwd(&x2, &MatMul)?;
         let gb = {
             let (s, l) = g.storage_and_layout();
             let candle_core::Storage::Cpu(s) = &*s else {

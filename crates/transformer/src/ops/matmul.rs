@@ -44,7 +44,7 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     a.apply_op2(b, MatMul)
 }
 
-struct MatMul;
+pub(crate) struct MatMul;
 
 /// A batch of matrices in storage: where matrix `i` starts, and its row and column strides.
 struct Operand<'a> {
