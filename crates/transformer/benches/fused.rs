@@ -131,7 +131,7 @@ fn bench(c: &mut Criterion) {
     let heads = |x: &Tensor| x.transpose(1, 2).unwrap();
     let fused = |x: &Tensor| {
         let h = heads(x);
-        attention(&h, &h, &h, Some(&keep64), scale as f32, None)
+        attention(&h, &h, &h, 32, Some(&keep64), scale as f32, None)
             .unwrap()
             .0
     };

@@ -63,7 +63,6 @@ pub struct MultiHeadAttention {
     v_proj: Proj,
     out_proj: Proj,
     heads: usize,
-    kv_heads: usize,
     head_dim: usize,
     dropout: f32,
     encoding: Arc<dyn PositionalEncoding>,
@@ -145,7 +144,6 @@ impl MultiHeadAttention {
             v_proj: part(d_model + kv_dim, kv_dim)?,
             out_proj: Proj::load(d_model, d_model, bias, vb.pp("out_proj"))?,
             heads,
-            kv_heads,
             head_dim,
             dropout,
             encoding,
@@ -182,15 +180,12 @@ impl MultiHeadAttention {
         train: bool,
     ) -> Result<Attended> {
         self.check(x, "query")?;
-        let q = self
-            .encoding
-            .rotate(&self.project(&self.q_proj, self.heads, x)?, at)?;
-        let k = self
-            .encoding
-            .rotate(&self.project(&self.k_proj, self.kv_heads, x)?, at)?;
-        let v = self.project(&self.v_proj, self.kv_heads, x)?;
+        let q = self.rotate(&self.q_proj.forward(x)?, at)?;
+        let k = self.rotate(&self.k_proj.forward(x)?, at)?;
+        let v = self.v_proj.forward(x)?;
         let (k, v) = match cache {
             Some(cache) => {
+                let (k, v) = (self.split(&k)?, self.split(&v)?);
                 let kv = match cache.kv.take() {
                     Some((pk, pv)) => (Tensor::cat(&[&pk, &k], 2)?, Tensor::cat(&[&pv, &v], 2)?),
                     None => (k, v),
@@ -215,17 +210,15 @@ impl MultiHeadAttention {
     ) -> Result<Attended> {
         self.check(x, "query")?;
         self.check(memory, "memory")?;
-        let q = self.project(&self.q_proj, self.heads, x)?;
+        let q = self.q_proj.forward(x)?;
         let memory_kv = || -> Result<(Tensor, Tensor)> {
-            Ok((
-                self.project(&self.k_proj, self.kv_heads, memory)?,
-                self.project(&self.v_proj, self.kv_heads, memory)?,
-            ))
+            Ok((self.k_proj.forward(memory)?, self.v_proj.forward(memory)?))
         };
         let (k, v) = match cache {
             Some(KvCache { kv: Some(kv) }) => kv.clone(),
             Some(cache) => {
-                let kv = memory_kv()?;
+                let (k, v) = memory_kv()?;
+                let kv = (self.split(&k)?, self.split(&v)?);
                 cache.kv = Some(kv.clone());
                 kv
             }
@@ -246,9 +239,9 @@ impl MultiHeadAttention {
         for (t, name) in [(query, "query"), (key, "key"), (value, "value")] {
             self.check(t, name)?;
         }
-        let q = self.project(&self.q_proj, self.heads, query)?;
-        let k = self.project(&self.k_proj, self.kv_heads, key)?;
-        let v = self.project(&self.v_proj, self.kv_heads, value)?;
+        let q = self.q_proj.forward(query)?;
+        let k = self.k_proj.forward(key)?;
+        let v = self.v_proj.forward(value)?;
         self.attend(&q, &k, &v, None, mask, false)
     }
 
@@ -262,14 +255,31 @@ impl MultiHeadAttention {
         }
     }
 
-    /// `x W^T + b`, split into `heads` heads: `(batch, seq, d_model)` →
-    /// `(batch, heads, seq, d_k)`, a strided view (no copy).
-    fn project(&self, proj: &Proj, heads: usize, x: &Tensor) -> Result<Tensor> {
-        let (b, t, _) = x.dims3()?;
-        Ok(proj
-            .forward(x)?
-            .reshape((b, t, heads, self.head_dim))?
-            .transpose(1, 2)?)
+    /// A projection `(batch, seq, heads·d_k)` split into its heads,
+    /// `(batch, heads, seq, d_k)`: a strided view (no copy). Split heads pass through.
+    ///
+    /// Projections stay merged until something needs the heads apart (a rotation, the
+    /// cache, the composite path): the fused attention reads them either way, and every
+    /// reshape or transpose would be a graph node whose gradient candle zeroes and adds.
+    fn split(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(match *x.dims() {
+            [b, t, hd] => x
+                .reshape((b, t, hd / self.head_dim, self.head_dim))?
+                .transpose(1, 2)?,
+            _ => x.clone(),
+        })
+    }
+
+    /// The encoding's rotation of projected queries or keys `(batch, seq, heads·d_k)` at
+    /// positions `at`, on their heads; if the encoding leaves them as they are (returns
+    /// its input), they are handed on merged.
+    fn rotate(&self, x: &Tensor, at: Positions) -> Result<Tensor> {
+        let heads = self.split(x)?;
+        let rotated = self.encoding.rotate(&heads, at)?;
+        Ok(match rotated.id() == heads.id() {
+            true => x.clone(),
+            false => rotated,
+        })
     }
 
     fn attend(
@@ -281,9 +291,9 @@ impl MultiHeadAttention {
         mask: Option<&Mask>,
         train: bool,
     ) -> Result<Attended> {
-        let (b, h, tq, d_k) = q.dims4()?;
+        let (b, h, tq, d_k) = self.split(q)?.dims4()?;
         let scale = 1.0 / (self.head_dim as f64).sqrt();
-        let k_len = k.dim(2)?;
+        let k_len = self.split(k)?.dim(2)?;
         let dropout = train && self.dropout > 0.0;
         if bias.is_none() && q.dtype() == DType::F32 && q.device().is_cpu() {
             // One op for scores, mask, softmax, dropout and weighted sum, heads merged.
@@ -294,11 +304,12 @@ impl MultiHeadAttention {
             let keep = mask
                 .map(|m| m.broadcast_to_shape(&[b, h, tq, k_len]))
                 .transpose()?;
-            let (out, weights) = ops::attention(q, k, v, keep.as_ref(), scale as f32, sample)?;
+            let (out, weights) = ops::attention(q, k, v, d_k, keep.as_ref(), scale as f32, sample)?;
             return Ok((self.out_proj.forward(&out)?, weights));
         }
         // candle's matmul needs each head's rows contiguous.
-        let (q, k, v) = (&q.contiguous()?, &k.contiguous()?, &v.contiguous()?);
+        let heads = |x: &Tensor| -> Result<Tensor> { Ok(self.split(x)?.contiguous()?) };
+        let (q, k, v) = (&heads(q)?, &heads(k)?, &heads(v)?);
         // Grouped-query attention without copying keys: the `h / kv` query heads that share
         // a key head are stacked as rows of one product, `(b, kv, h/kv · tq, d_k) · Kᵀ`.
         let kv = k.dim(1)?;

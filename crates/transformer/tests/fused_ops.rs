@@ -533,40 +533,47 @@ fn attention_composite(
 #[test]
 fn attention_equals_the_composition_forward_and_backward() {
     let (b, h, kv, tq, tk, d) = (2, 4, 2, 5, 37, 8);
-    // Queries as the projection leaves them: heads by strides, not copied.
-    let q = randn(&[b, tq, h, d], 40).transpose(1, 2).unwrap();
-    let k = randn(&[b, kv, tk, d], 41);
-    let v = randn(&[b, tk, kv, d], 42).transpose(1, 2).unwrap();
+    // Q, K, V as projections leave them, heads merged; the op takes them so, or with
+    // the heads split by strides (not copied).
+    let q = randn(&[b, tq, h * d], 40);
+    let k = randn(&[b, tk, kv * d], 41);
+    let v = randn(&[b, tk, kv * d], 42);
+    let split = |x: &Tensor| {
+        let (b, t, hd) = x.dims3().unwrap();
+        x.reshape((b, t, hd / d, d))
+            .unwrap()
+            .transpose(1, 2)
+            .unwrap()
+    };
     let r = randn(&[b, tq, h * d], 43);
     let u = ((randn(&[b, h, tq, tk], 44) + 2.0).unwrap() / 4.0).unwrap();
     let scale = 0.35;
     let all = Tensor::ones((1, 1, tq, tk), DType::U8, &Device::Cpu).unwrap();
     let masked = mask(tk);
-    for (name, keep, drop) in [
-        ("masked", Some(&masked), None),
-        ("unmasked", None, None),
-        ("masked, dropout", Some(&masked), Some(0.3)),
+    for (name, keep, drop, merged) in [
+        ("masked", Some(&masked), None, false),
+        ("unmasked", None, None, false),
+        ("masked, dropout", Some(&masked), Some(0.3), false),
+        ("masked, q and v merged", Some(&masked), None, true),
+        ("dropout, q and v merged", None, Some(0.3), true),
     ] {
         let vars = [&q, &k, &v].map(|t| Var::from_tensor(t).unwrap());
         let sample = drop.map(|p| (p as f32, u.clone()));
-        let (out, w) = attention(
-            vars[0].as_tensor(),
-            vars[1].as_tensor(),
-            vars[2].as_tensor(),
-            keep,
-            scale as f32,
-            sample,
-        )
-        .unwrap();
+        let [qa, ka, va] = vars.each_ref().map(|v| split(v.as_tensor()));
+        let (qa, va) = match merged {
+            true => (vars[0].as_tensor().clone(), vars[2].as_tensor().clone()),
+            false => (qa, va),
+        };
+        let (out, w) = attention(&qa, &ka, &va, d, keep, scale as f32, sample).unwrap();
         let grads = (&out * &r).unwrap().sum_all().unwrap().backward().unwrap();
 
         let f64_var = |t: &Tensor| Var::from_tensor(&t.to_dtype(DType::F64).unwrap()).unwrap();
         let vars64 = [&q, &k, &v].map(f64_var);
         let u64 = u.to_dtype(DType::F64).unwrap();
         let (out64, w64) = attention_composite(
-            vars64[0].as_tensor(),
-            vars64[1].as_tensor(),
-            vars64[2].as_tensor(),
+            &split(vars64[0].as_tensor()).contiguous().unwrap(),
+            &split(vars64[1].as_tensor()).contiguous().unwrap(),
+            &split(vars64[2].as_tensor()).contiguous().unwrap(),
             keep.unwrap_or(&all),
             scale,
             drop.map(|p| (p, &u64)),
@@ -616,14 +623,16 @@ fn attention_backward_matches_finite_differences() {
         vars[0].as_tensor(),
         vars[1].as_tensor(),
         vars[2].as_tensor(),
+        d,
         Some(&keep),
         0.5,
         None,
     )
     .unwrap();
     let grads = (&out * &r).unwrap().sum_all().unwrap().backward().unwrap();
-    let run =
-        |q: &Tensor, k: &Tensor, v: &Tensor| attention(q, k, v, Some(&keep), 0.5, None).unwrap().0;
+    let run = |q: &Tensor, k: &Tensor, v: &Tensor| {
+        attention(q, k, v, d, Some(&keep), 0.5, None).unwrap().0
+    };
     check_finite_differences(
         |q| run(q, &k, &v),
         &q,
@@ -668,6 +677,7 @@ fn fused_ops_refuse_what_they_cannot_do() {
         &q,
         &randn(&[1, 2, 2, 4], 21),
         &randn(&[1, 2, 2, 4], 22),
+        4,
         None,
         1.0,
         None,
@@ -675,7 +685,11 @@ fn fused_ops_refuse_what_they_cannot_do() {
     .unwrap_err();
     assert!(e.to_string().contains("kv dividing h"), "{e}");
     let k = randn(&[1, 1, 2, 5], 23);
-    assert!(attention(&q, &k, &k, None, 1.0, None).is_err());
+    assert!(attention(&q, &k, &k, 4, None, 1.0, None).is_err());
+    // Merged heads whose width the head size does not divide, a head size that differs.
+    let e = attention(&randn(&[1, 2, 6], 29), &k, &k, 4, None, 1.0, None).unwrap_err();
+    assert!(e.to_string().contains("[1, 2, 6]"), "{e}");
+    assert!(attention(&q, &q, &q, 2, None, 1.0, None).is_err());
     // Linear: an input of the wrong width, a bias of the wrong length.
     let e = linear(&randn(&[2, 6], 24), &randn(&[3, 5], 25), None, false).unwrap_err();
     assert!(e.to_string().contains("[2, 6]"), "{e}");

@@ -13,9 +13,12 @@
 //! softmax, the merge of the heads), and candle's backward gives every node's gradient
 //! a freshly zeroed tensor to be added into. Here there is one node: the products read
 //! Q, K and V through their strides, one `(batch, head)` pair per task, and write the
-//! output with the heads already merged, `(batch, q_len, heads·d_k)`. The weights `P` are
-//! kept for the backward and returned to the caller. Grouped-query attention reads key
-//! and value head `i / (heads / kv_heads)` for query head `i`.
+//! output with the heads already merged, `(batch, q_len, heads·d_k)`. Q, K and V may
+//! come with their heads split, `(batch, heads, len, d_k)`, or still merged as a
+//! projection leaves them, `(batch, len, heads·d_k)`: then no reshape or transpose enters
+//! the graph either, and their gradients are written merged. The weights `P` are kept for
+//! the backward and returned to the caller. Grouped-query attention reads key and value
+//! head `i / (heads / kv_heads)` for query head `i`.
 
 use std::sync::{Arc, Mutex};
 
@@ -29,7 +32,8 @@ use super::simd::{self, vectorized};
 use super::softmax::{softmax_row, MaskIndex};
 
 /// `(O, P)`: the attention of queries `q (b, h, tq, d)` over keys and values
-/// `k, v (b, kv, tk, d)`, any strides, with `keep` (u8, broadcastable to
+/// `k, v (b, kv, tk, d)`, any strides, each of them also accepted with its heads merged,
+/// `(b, len, heads·d)`, where `d = head_dim`; with `keep` (u8, broadcastable to
 /// `(b, h, tq, tk)`) masking keys, scores scaled by `scale`, and, when `dropout` is
 /// `Some((p, u))`, weights dropped where the uniform sample `u (b, h, tq, tk)` is below
 /// `p`. `O` is `(b, tq, h·d)`, heads merged; `P (b, h, tq, tk)` are the weights before
@@ -42,13 +46,21 @@ pub fn attention(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
+    head_dim: usize,
     keep: Option<&Tensor>,
     scale: f32,
     dropout: Option<(f32, Tensor)>,
 ) -> Result<(Tensor, Tensor)> {
-    let (b, h, tq, d) = q.dims4()?;
-    let (kb, kv, tk, kd) = k.dims4()?;
-    if (kb, kd) != (b, d) || v.dims() != k.dims() || kv == 0 || h % kv != 0 {
+    let shapes = [q, k, v].map(|t| split_dims(t.dims(), head_dim));
+    let [Some([b, h, tq, d]), Some([kb, kv, tk, kd]), Some(vs)] = shapes else {
+        candle_core::bail!(
+            "attention: q {:?}, k {:?}, v {:?} must each be (b, heads, len, {head_dim}) or (b, len, heads·{head_dim})",
+            q.dims(),
+            k.dims(),
+            v.dims()
+        );
+    };
+    if (kb, kd) != (b, d) || vs != [b, kv, tk, d] || kv == 0 || h % kv != 0 {
         candle_core::bail!(
             "attention: q {:?}, k {:?}, v {:?} must be (b, h, tq, d), (b, kv, tk, d) twice, kv dividing h",
             q.dims(),
@@ -80,6 +92,7 @@ pub fn attention(
         .transpose()?;
     let weights = Arc::new(Mutex::new(None));
     let op = Attention {
+        head_dim,
         scale,
         keep,
         dropout,
@@ -99,6 +112,7 @@ pub fn attention(
 /// The op: what the forward needs besides Q, K, V, and the weights it computed (shared
 /// with the caller, and read again by the backward).
 struct Attention {
+    head_dim: usize,
     scale: f32,
     keep: Option<Tensor>,
     dropout: Option<(f32, Tensor)>,
@@ -121,7 +135,27 @@ fn cpu_f32<'a>(s: &'a Storage, what: &str) -> Result<&'a [f32]> {
     }
 }
 
-/// A 4-D tensor's matrices `(i, j)` over its last two dimensions.
+/// `(batch, heads, len, head_dim)` of a tensor with its heads split, `dims` of that form,
+/// or merged, `(batch, len, heads·head_dim)`; `None` for any other shape.
+fn split_dims(dims: &[usize], head_dim: usize) -> Option<[usize; 4]> {
+    match *dims {
+        [b, h, t, d] if d == head_dim => Some([b, h, t, d]),
+        [b, t, hd] if head_dim > 0 && hd % head_dim == 0 => Some([b, hd / head_dim, t, head_dim]),
+        _ => None,
+    }
+}
+
+/// Where the `(len, d)` matrix of pair `(bi, hi)` starts and its row stride, in a
+/// contiguous tensor of `(b, h, len, d)` with the heads split, or `(b, len, h·d)` merged.
+fn block(merged: bool, [_, h, len, d]: [usize; 4], bi: usize, hi: usize) -> (usize, usize) {
+    match merged {
+        true => (bi * len * h * d + hi * d, h * d),
+        false => ((bi * h + hi) * len * d, d),
+    }
+}
+
+/// A tensor's `(len, d)` matrices `(batch, head)`, through its strides, whether its
+/// heads are split or merged.
 struct Heads<'a> {
     data: &'a [f32],
     start: usize,
@@ -129,15 +163,20 @@ struct Heads<'a> {
 }
 
 impl<'a> Heads<'a> {
-    fn new(data: &'a [f32], l: &Layout) -> Result<Self> {
-        let st = l.stride();
-        if st.len() != 4 {
-            candle_core::bail!("attention: expected a 4-D layout, got {:?}", l.dims());
-        }
+    fn new(data: &'a [f32], l: &Layout, head_dim: usize) -> Result<Self> {
+        let strides = match *l.stride() {
+            [s0, s1, s2, s3] => [s0, s1, s2, s3],
+            // (b, len, h·d): head `i` starts `i·d` columns in.
+            [s0, s1, s2] => [s0, head_dim * s2, s1, s2],
+            _ => candle_core::bail!(
+                "attention: expected a 3-D or 4-D layout, got {:?}",
+                l.dims()
+            ),
+        };
         Ok(Self {
             data,
             start: l.start_offset(),
-            strides: [st[0], st[1], st[2], st[3]],
+            strides,
         })
     }
 
@@ -194,15 +233,17 @@ impl CustomOp3 for Attention {
         s3: &CpuStorage,
         l3: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
+        let hd = self.head_dim;
         let (q, k, v) = (
-            Heads::new(cpu_data(s1, "q")?, l1)?,
-            Heads::new(cpu_data(s2, "k")?, l2)?,
-            Heads::new(cpu_data(s3, "v")?, l3)?,
+            Heads::new(cpu_data(s1, "q")?, l1, hd)?,
+            Heads::new(cpu_data(s2, "k")?, l2, hd)?,
+            Heads::new(cpu_data(s3, "v")?, l3, hd)?,
         );
-        let [b, h, tq, d] = l1.dims()[..] else {
-            candle_core::bail!("attention: q must be 4-D")
+        let dims = |l: &Layout| {
+            split_dims(l.dims(), hd)
+                .ok_or_else(|| candle_core::Error::Msg(format!("attention: {:?}", l.dims())))
         };
-        let (kv, tk) = (l2.dims()[1], l2.dims()[2]);
+        let ([b, h, tq, d], [_, kv, tk, _]) = (dims(l1)?, dims(l2)?);
         let group = h / kv;
         let keep_guard = self.keep.as_ref().map(|m| m.storage_and_layout());
         let mask = match &keep_guard {
@@ -293,14 +334,20 @@ impl CustomOp3 for Attention {
             .ok_or_else(|| {
                 candle_core::Error::Msg("attention: no forward to go back through".into())
             })?;
-        let (b, h, tq, d) = q.dims4()?;
-        let (_, kv, tk, _) = k.dims4()?;
-        let group = h / kv;
-        let grad = grad.reshape((b, tq, h, d))?.transpose(1, 2)?;
-        let guards = [q, k, v, &grad, &p].map(|t| t.storage_and_layout());
-        let heads = |i: usize, what: &str| -> Result<Heads> {
-            Heads::new(cpu_f32(&guards[i].0, what)?, guards[i].1)
+        let hd = self.head_dim;
+        let dims = |t: &Tensor| {
+            split_dims(t.dims(), hd)
+                .ok_or_else(|| candle_core::Error::Msg(format!("attention: {:?}", t.dims())))
         };
+        let (qs, ks) = (dims(q)?, dims(k)?);
+        let ([b, h, tq, d], [_, kv, tk, _]) = (qs, ks);
+        let group = h / kv;
+        let guards = [q, k, v, grad, &p].map(|t| t.storage_and_layout());
+        let heads = |i: usize, what: &str| -> Result<Heads> {
+            Heads::new(cpu_f32(&guards[i].0, what)?, guards[i].1, hd)
+        };
+        // Each gradient is laid out as its input: heads merged (3-D) or split.
+        let (q_merged, k_merged, v_merged) = (q.rank() == 3, k.rank() == 3, v.rank() == 3);
         let (qh, kh, vh, gh) = (
             heads(0, "q")?,
             heads(1, "k")?,
@@ -323,7 +370,8 @@ impl CustomOp3 for Attention {
                 let (bi, ki) = (task / kv, task % kv);
                 let (mut ds, mut dropped) = (vec![0f32; tq * tk], Vec::new());
                 let (km, vm) = (kh.at(bi, ki), vh.at(bi, ki));
-                let kv_block = task * tk * d;
+                let (dk_at, dk_rs) = block(k_merged, ks, bi, ki);
+                let (dv_at, dv_rs) = block(v_merged, ks, bi, ki);
                 for hi in ki * group..(ki + 1) * group {
                     let pair = bi * h + hi;
                     let (qm, gm) = (qh.at(bi, hi), gh.at(bi, hi));
@@ -346,8 +394,8 @@ impl CustomOp3 for Attention {
                         // ∂V += D(P)ᵀ ∂O
                         gemm_into(
                             (tk, d, tq),
-                            dv_ptr.at(kv_block),
-                            d,
+                            dv_ptr.at(dv_at),
+                            dv_rs,
                             true,
                             weights.t(),
                             gm,
@@ -386,13 +434,14 @@ impl CustomOp3 for Attention {
                         },
                     );
                     let dsm = Mat::rows(&ds, tk);
+                    let (dq_at, dq_rs) = block(q_merged, qs, bi, hi);
                     // SAFETY: as above.
                     unsafe {
                         // ∂Q = s·∂S K
                         gemm_into(
                             (tq, d, tk),
-                            dq_ptr.at(pair * tq * d),
-                            d,
+                            dq_ptr.at(dq_at),
+                            dq_rs,
                             false,
                             dsm,
                             km,
@@ -402,8 +451,8 @@ impl CustomOp3 for Attention {
                         // ∂K += s·∂Sᵀ Q
                         gemm_into(
                             (tk, d, tq),
-                            dk_ptr.at(kv_block),
-                            d,
+                            dk_ptr.at(dk_at),
+                            dk_rs,
                             true,
                             dsm.t(),
                             qm,
@@ -418,9 +467,9 @@ impl CustomOp3 for Attention {
         drop(guards);
         let cpu = Device::Cpu;
         Ok((
-            Some(Tensor::from_vec(dq, (b, h, tq, d), &cpu)?),
-            Some(Tensor::from_vec(dk, (b, kv, tk, d), &cpu)?),
-            Some(Tensor::from_vec(dv, (b, kv, tk, d), &cpu)?),
+            Some(Tensor::from_vec(dq, q.shape(), &cpu)?),
+            Some(Tensor::from_vec(dk, k.shape(), &cpu)?),
+            Some(Tensor::from_vec(dv, v.shape(), &cpu)?),
         ))
     }
 }
