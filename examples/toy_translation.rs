@@ -5,7 +5,7 @@
 //! cargo run --release --example toy_translation
 //! ```
 //!
-//! About two minutes on two CPU cores. The model lands in `runs/toy_translation/`, replacing
+//! About a minute on two CPU cores. The model lands in `runs/toy_translation/`, replacing
 //! the previous run's.
 
 use std::path::Path;

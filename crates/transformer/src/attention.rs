@@ -11,9 +11,11 @@
 //! positions, which no encoding orders, so it calls no positional hook (as T5 and Marian).
 //!
 //! The weights follow PyTorch's `nn.MultiheadAttention`: `in_proj_weight (3d, d)` packs
-//! `W^Q, W^K, W^V`, with `in_proj_bias` and `out_proj`. In f32 the scale, bias, mask and
-//! softmax are one fused kernel with its own backward ([`ops::masked_softmax`]); other
-//! dtypes take the differentiable composition.
+//! `W^Q, W^K, W^V`, with `in_proj_bias` and `out_proj`. In f32 on the CPU, attention
+//! without a score bias is one op with its own backward ([`ops::attention`]), which reads
+//! the projections with their heads still merged; with a bias, the scale, bias, mask and
+//! softmax are one fused kernel ([`ops::masked_softmax`]); other dtypes take the
+//! differentiable composition.
 
 use std::sync::Arc;
 
