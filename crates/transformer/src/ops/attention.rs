@@ -145,6 +145,12 @@ fn split_dims(dims: &[usize], head_dim: usize) -> Option<[usize; 4]> {
     }
 }
 
+/// [`split_dims`] of a shape the wrapper already checked, as an error if it is not one.
+fn heads_shape(dims: &[usize], head_dim: usize) -> Result<[usize; 4]> {
+    split_dims(dims, head_dim)
+        .ok_or_else(|| candle_core::Error::Msg(format!("attention: unexpected shape {dims:?}")))
+}
+
 /// Where the `(len, d)` matrix of pair `(bi, hi)` starts and its row stride, in a
 /// contiguous tensor of `(b, h, len, d)` with the heads split, or `(b, len, h·d)` merged.
 fn block(merged: bool, [_, h, len, d]: [usize; 4], bi: usize, hi: usize) -> (usize, usize) {
@@ -239,11 +245,8 @@ impl CustomOp3 for Attention {
             Heads::new(cpu_data(s2, "k")?, l2, hd)?,
             Heads::new(cpu_data(s3, "v")?, l3, hd)?,
         );
-        let dims = |l: &Layout| {
-            split_dims(l.dims(), hd)
-                .ok_or_else(|| candle_core::Error::Msg(format!("attention: {:?}", l.dims())))
-        };
-        let ([b, h, tq, d], [_, kv, tk, _]) = (dims(l1)?, dims(l2)?);
+        let ([b, h, tq, d], [_, kv, tk, _]) =
+            (heads_shape(l1.dims(), hd)?, heads_shape(l2.dims(), hd)?);
         let group = h / kv;
         let keep_guard = self.keep.as_ref().map(|m| m.storage_and_layout());
         let mask = match &keep_guard {
@@ -335,11 +338,7 @@ impl CustomOp3 for Attention {
                 candle_core::Error::Msg("attention: no forward to go back through".into())
             })?;
         let hd = self.head_dim;
-        let dims = |t: &Tensor| {
-            split_dims(t.dims(), hd)
-                .ok_or_else(|| candle_core::Error::Msg(format!("attention: {:?}", t.dims())))
-        };
-        let (qs, ks) = (dims(q)?, dims(k)?);
+        let (qs, ks) = (heads_shape(q.dims(), hd)?, heads_shape(k.dims(), hd)?);
         let ([b, h, tq, d], [_, kv, tk, _]) = (qs, ks);
         let group = h / kv;
         let guards = [q, k, v, grad, &p].map(|t| t.storage_and_layout());

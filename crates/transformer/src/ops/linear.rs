@@ -140,7 +140,8 @@ impl Linear {
             false => grad.contiguous()?,
         };
         let (out_dim, in_dim) = w.dims2()?;
-        let (g, x2) = (g.reshape(((), out_dim))?, x.reshape(((), in_dim))?);
+        let rows: usize = x.dims().iter().rev().skip(1).product();
+        let (g, x2) = (g.reshape((rows, out_dim))?, x.reshape((rows, in_dim))?);
         let gx = g.apply_op2_no_bwd(w, &MatMul)?.reshape(x.dims())?;
         let gw = g.t()?.apply_op2_no_bwd(&x2, &MatMul)?;
         let gb = {
