@@ -3,17 +3,21 @@
 Loads the sentence-transformers model directory with transformers (`AutoTokenizer`,
 `BertModel`), embeds the sentences of the JSON file in batches (padding to each batch's
 longest, truncation at 256 word pieces, mean pooling over real tokens, L2 normalisation,
-as sentence-transformers does) under `torch.inference_mode`, and prints one JSON line:
-the median milliseconds per pass over all sentences, and the embeddings' checksum so the
-caller can see both sides computed the same thing.
+as sentence-transformers does) under `torch.inference_mode`.
 
-    python scripts/bench_embed_torch.py --model .cache/all-MiniLM-L6-v2 \
-        --sentences sentences.json --batch 32 --rounds 5 --threads 2
+It serves passes, so that `posenc bench embed` can alternate them with its own (machine
+noise then hits both sides alike): after one untimed pass it prints one JSON line (the
+embeddings' checksum, so the caller can see both sides computed the same thing, `torch`,
+`threads`), then for each line read from standard input it makes one pass over all
+sentences and prints its milliseconds (`ms`). It ends at the end of its input.
+
+    echo | python scripts/bench_embed_torch.py --model .cache/all-MiniLM-L6-v2 \
+        --sentences sentences.json --batch 32 --threads 2
 """
 
 import argparse
 import json
-import statistics
+import sys
 import time
 
 import torch
@@ -25,7 +29,6 @@ def main():
     p.add_argument("--model", required=True)
     p.add_argument("--sentences", required=True)
     p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)
     a = p.parse_args()
     torch.set_num_threads(a.threads)
@@ -50,18 +53,15 @@ def main():
         return torch.cat(out)
 
     first = run()
-    times = []
-    for _ in range(a.rounds):
-        t = time.perf_counter()
-        run()
-        times.append((time.perf_counter() - t) * 1e3)
     print(json.dumps({
-        "median_ms": statistics.median(times),
         "checksum": float(first.abs().sum()),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
-    }))
-
+    }), flush=True)
+    for _ in sys.stdin:
+        t = time.perf_counter()
+        run()
+        print(json.dumps({"ms": (time.perf_counter() - t) * 1e3}), flush=True)
 
 if __name__ == "__main__":
     main()

@@ -3,18 +3,22 @@
 Builds the benchmark's reference model with `torch.nn.Transformer` (post-norm, ReLU,
 final norms, no dropout), token embeddings scaled by sqrt(d_model) plus the sinusoidal
 encoding, a linear generator, `cross_entropy` with label smoothing 0.1 ignoring padding
-(id 0), and AdamW, as a PyTorch user writes them. Inputs are the deterministic ids of posenc's benchmark (`4 + (i*7919 + salt) %
-(vocab - 4)`), so both sides do identical work. Prints one JSON line of median
-milliseconds per phase.
+(id 0), and AdamW, as a PyTorch user writes them. Inputs are the deterministic ids of
+posenc's benchmark (`4 + (i*7919 + salt) % (vocab - 4)`), so both sides do identical work.
 
-    python scripts/bench_train_torch.py --d-model 256 --heads 8 --layers 3 --d-ff 1024 \
-        --vocab 1000 --batch 64 --len 24 --warmup 2 --steps 10 --threads 2
+It serves steps, so that `posenc bench train` can alternate them with its own (machine
+noise then hits both sides alike): once built it prints one JSON line (`torch`,
+`threads`), then for each line read from standard input it takes one training step and
+prints one JSON line of its milliseconds per phase. It ends at the end of its input.
+
+    echo | python scripts/bench_train_torch.py --d-model 256 --heads 8 --layers 3 \
+        --d-ff 1024 --vocab 1000 --batch 64 --len 24 --threads 2
 """
 
 import argparse
 import json
 import math
-import statistics
+import sys
 import time
 
 import torch
@@ -62,8 +66,7 @@ class Model(nn.Module):
 def main():
     p = argparse.ArgumentParser()
     for name, default in [("d-model", 256), ("heads", 8), ("layers", 3), ("d-ff", 1024),
-                          ("vocab", 1000), ("batch", 64), ("len", 24), ("warmup", 2),
-                          ("steps", 10), ("threads", 2)]:
+                          ("vocab", 1000), ("batch", 64), ("len", 24), ("threads", 2)]:
         p.add_argument("--" + name, type=int, default=default)
     a = p.parse_args()
     torch.set_num_threads(a.threads)
@@ -74,8 +77,9 @@ def main():
     src, tgt_in, tgt_out = (ids(a.batch, a.len, a.vocab, s) for s in (1, 2, 3))
     causal = torch.triu(torch.ones(a.len, a.len, dtype=torch.bool), diagonal=1)
     src_pad, tgt_pad = src == 0, tgt_in == 0
-    phases = {"forward_ms": [], "backward_ms": [], "optimizer_ms": [], "total_ms": []}
-    for step in range(a.warmup + a.steps):
+    print(json.dumps({"torch": torch.__version__, "threads": torch.get_num_threads()}),
+          flush=True)
+    for _ in sys.stdin:
         t0 = time.perf_counter()
         logits = model(src, tgt_in, causal, src_pad, tgt_pad)
         loss = nn.functional.cross_entropy(logits.reshape(-1, a.vocab), tgt_out.reshape(-1),
@@ -86,12 +90,9 @@ def main():
         t2 = time.perf_counter()
         opt.step()
         t3 = time.perf_counter()
-        if step >= a.warmup:
-            for k, (x, y) in zip(phases, [(t0, t1), (t1, t2), (t2, t3), (t0, t3)]):
-                phases[k].append((y - x) * 1e3)
-    out = {k: statistics.median(v) for k, v in phases.items()}
-    out.update(torch=torch.__version__, threads=torch.get_num_threads())
-    print(json.dumps(out))
+        ms = lambda x, y: (y - x) * 1e3
+        print(json.dumps({"forward_ms": ms(t0, t1), "backward_ms": ms(t1, t2),
+                          "optimizer_ms": ms(t2, t3), "total_ms": ms(t0, t3)}), flush=True)
 
 
 if __name__ == "__main__":

@@ -4,9 +4,10 @@ use std::io::Write;
 
 use anyhow::{bail, Context, Result};
 use clap::Subcommand;
-use posenc_train::bench::time_training_step;
+use posenc_train::bench::{median, time_training_step, StepBench, StepTiming};
 use posenc_train::trainer::TrainConfig;
 use posenc_transformer::Config;
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
 /// `posenc bench`
@@ -17,9 +18,10 @@ pub enum BenchCommand {
     /// then the toy translation model. When a Python with PyTorch is found
     /// ($POSENC_PYTHON, else .venv/bin/python, else python3), the same reference step in
     /// PyTorch (scripts/bench_train_torch.py) runs in the same invocation and the ratio is
-    /// printed.
+    /// printed. The two sides take their steps alternately, so that machine noise hits
+    /// both alike, and the ratio is the median of the per-step ratios.
     Train {
-        /// Timed steps (after 2 untimed).
+        /// Timed steps (after 2 untimed), of each side.
         #[arg(long, default_value_t = 10)]
         steps: usize,
         /// Do not run the PyTorch comparison.
@@ -29,7 +31,8 @@ pub enum BenchCommand {
     /// Sentence embeddings of 256 fixed sentences of about 100 word pieces in batches of
     /// 32 with all-MiniLM-L6-v2 (scripts/fetch_minilm.sh); with a Python that has PyTorch
     /// and transformers, the same embeddings by transformers' `BertModel`
-    /// (scripts/bench_embed_torch.py) in the same invocation, and the ratio.
+    /// (scripts/bench_embed_torch.py) in the same invocation, passes alternating, and the
+    /// median of the per-pass ratios.
     Embed {
         /// The sentence-transformers model directory [default: .cache/all-MiniLM-L6-v2].
         #[arg(long)]
@@ -57,75 +60,100 @@ impl BenchCommand {
                 rounds,
                 no_torch,
             } => bench_embed(model, rounds, no_torch, out),
-            BenchCommand::Train { steps, no_torch } => {
-                let toy = TrainConfig::default();
-                let mut toy_model = toy.model.clone();
-                (toy_model.src_vocab_size, toy_model.tgt_vocab_size) = (80, 81);
-                writeln!(
-                    out,
-                    "| configuration | forward ms | backward ms | optimizer ms | step ms |"
-                )?;
-                writeln!(out, "|---|---:|---:|---:|---:|")?;
-                let mut reference = None;
-                for (name, cfg, batch, len) in [
-                    (
-                        "reference (d256, 3+3, batch 64 × 24)",
-                        Config::benchmark_reference(),
-                        64,
-                        24,
-                    ),
-                    (
-                        "toy (d64, 2+2, batch 64 × 20)",
-                        toy_model,
-                        toy.batch_size,
-                        20,
-                    ),
-                ] {
-                    let t = time_training_step(&cfg, batch, len, 2, steps)?;
-                    writeln!(
-                        out,
-                        "| {name} | {:.1} | {:.1} | {:.1} | {:.1} |",
-                        t.forward_ms, t.backward_ms, t.optimizer_ms, t.total_ms
-                    )?;
-                    if reference.is_none() {
-                        reference = Some(t);
-                    }
-                }
-                if no_torch {
-                    return Ok(());
-                }
-                let ours = reference.context("the reference configuration was not timed")?;
-                match torch_reference_step(steps) {
-                    Ok(torch) => {
-                        writeln!(
-                            out,
-                            "| PyTorch {} ({} threads), reference | {:.1} | {:.1} | {:.1} | {:.1} |",
-                            torch.version, torch.threads, torch.forward_ms, torch.backward_ms,
-                            torch.optimizer_ms, torch.total_ms
-                        )?;
-                        writeln!(
-                            out,
-                            "\nspeed relative to PyTorch (its time / ours, > 1: faster): step {:.2}×, forward {:.2}×, backward {:.2}×",
-                            torch.total_ms / ours.total_ms,
-                            torch.forward_ms / ours.forward_ms,
-                            torch.backward_ms / ours.backward_ms
-                        )?;
-                    }
-                    Err(e) => skipped(out, &e)?,
-                }
-                Ok(())
-            }
+            BenchCommand::Train { steps, no_torch } => bench_train(steps, no_torch, out),
         }
     }
 }
 
-/// PyTorch's timing of the reference step, as `scripts/bench_train_torch.py` prints it.
+/// Untimed steps of each side before the timed ones.
+const WARMUP_STEPS: usize = 2;
+
+fn bench_train(steps: usize, no_torch: bool, out: &mut impl Write) -> Result<()> {
+    anyhow::ensure!(steps >= 1, "time at least one step, got --steps 0");
+    posenc::limits::check("steps", steps, 10_000)?;
+    let (batch, len) = (64, 24);
+    let cfg = Config::benchmark_reference();
+    let mut ours = StepBench::new(&cfg, batch, len)?;
+    let mut torch = match no_torch {
+        true => None,
+        false => Some(TorchWorker::start::<TorchVersion>(
+            "scripts/bench_train_torch.py",
+            &[
+                ("--d-model", cfg.d_model),
+                ("--heads", cfg.heads),
+                ("--layers", cfg.encoder_layers),
+                ("--d-ff", cfg.d_ff),
+                ("--vocab", cfg.src_vocab_size),
+                ("--batch", batch),
+                ("--len", len),
+                ("--threads", candle_core::utils::get_num_threads()),
+            ]
+            .map(|(flag, value)| (flag, value.to_string())),
+        )),
+    };
+    // Alternate: one step of ours, one of PyTorch's.
+    let (mut mine, mut theirs) = (Vec::new(), Vec::new());
+    for i in 0..WARMUP_STEPS + steps {
+        let t = ours.step()?;
+        if let Some(Ok((worker, _))) = &mut torch {
+            match worker.next::<StepTiming>() {
+                Ok(s) if i >= WARMUP_STEPS => theirs.push(s),
+                Ok(_) => {}
+                Err(e) => torch = Some(Err(e)),
+            }
+        }
+        if i >= WARMUP_STEPS {
+            mine.push(t);
+        }
+    }
+    drop(ours);
+    let toy = TrainConfig::default();
+    let mut toy_model = toy.model.clone();
+    (toy_model.src_vocab_size, toy_model.tgt_vocab_size) = (80, 81);
+    let toy_timing = time_training_step(&toy_model, toy.batch_size, 20, WARMUP_STEPS, steps)?;
+
+    writeln!(
+        out,
+        "| configuration | forward ms | backward ms | optimizer ms | step ms |"
+    )?;
+    writeln!(out, "|---|---:|---:|---:|---:|")?;
+    let row = |out: &mut dyn Write, name: &str, t: &StepTiming| {
+        writeln!(
+            out,
+            "| {name} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            t.forward_ms, t.backward_ms, t.optimizer_ms, t.total_ms
+        )
+    };
+    row(
+        out,
+        "reference (d256, 3+3, batch 64 × 24)",
+        &StepTiming::median(&mine)?,
+    )?;
+    row(out, "toy (d64, 2+2, batch 64 × 20)", &toy_timing)?;
+    match torch {
+        None => {}
+        Some(Err(e)) => skipped(out, &e)?,
+        Some(Ok((_, v))) => {
+            let name = format!("PyTorch {} ({} threads), reference", v.version, v.threads);
+            row(out, &name, &StepTiming::median(&theirs)?)?;
+            let ratio = |f: fn(&StepTiming) -> f64| {
+                median(mine.iter().zip(&theirs).map(|(a, b)| f(b) / f(a)).collect())
+            };
+            writeln!(
+                out,
+                "\nspeed relative to PyTorch (its time / ours, the median of {steps} alternating steps; > 1: faster): step {:.2}×, forward {:.2}×, backward {:.2}×",
+                ratio(|t| t.total_ms),
+                ratio(|t| t.forward_ms),
+                ratio(|t| t.backward_ms)
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// The first line a PyTorch script prints: which PyTorch, on how many threads.
 #[derive(Debug, Deserialize)]
-struct TorchTiming {
-    forward_ms: f64,
-    backward_ms: f64,
-    optimizer_ms: f64,
-    total_ms: f64,
+struct TorchVersion {
     #[serde(rename = "torch")]
     version: String,
     threads: usize,
@@ -155,114 +183,169 @@ fn bench_embed(
     let sentences = benchmark_sentences(EMBED_SENTENCES, EMBED_WORDS);
     let first = encoder.embed(&sentences, EMBED_BATCH)?;
     let checksum: f64 = first.iter().flatten().map(|x| f64::from(x.abs())).sum();
-    let mut times = Vec::with_capacity(rounds);
+    let threads = candle_core::utils::get_num_threads();
+    // The script reads the sentences once, before its header line.
+    let mut torch = match no_torch {
+        true => None,
+        false => Some(write_sentences(&sentences).and_then(|file| {
+            TorchWorker::start::<TorchEmbedHeader>(
+                "scripts/bench_embed_torch.py",
+                &[
+                    ("--model", dir.display().to_string()),
+                    ("--sentences", file.path().display().to_string()),
+                    ("--batch", EMBED_BATCH.to_string()),
+                    ("--threads", threads.to_string()),
+                ],
+            )
+        })),
+    };
+    // Alternate: one pass of ours, one of PyTorch's.
+    let (mut mine, mut theirs) = (Vec::with_capacity(rounds), Vec::with_capacity(rounds));
     for _ in 0..rounds {
         let t = std::time::Instant::now();
         encoder.embed(&sentences, EMBED_BATCH)?;
-        times.push(t.elapsed().as_secs_f64() * 1e3);
+        mine.push(t.elapsed().as_secs_f64() * 1e3);
+        if let Some(Ok((worker, _))) = &mut torch {
+            match worker.next::<TorchPass>() {
+                Ok(pass) => theirs.push(pass.ms),
+                Err(e) => torch = Some(Err(e)),
+            }
+        }
     }
-    times.sort_by(f64::total_cmp);
-    let ours = times[times.len() / 2];
-    let threads = candle_core::utils::get_num_threads();
     writeln!(
         out,
         "{EMBED_SENTENCES} sentences of {EMBED_WORDS} words, batches of {EMBED_BATCH}, median of {rounds} passes, {threads} threads"
     )?;
     writeln!(out, "| implementation | ms per pass |\n|---|---:|")?;
-    writeln!(out, "| posenc | {ours:.0} |")?;
-    if no_torch {
-        return Ok(());
-    }
-    let mut file = tempfile::NamedTempFile::new().context("creating a temporary file")?;
-    file.write_all(&serde_json::to_vec(&sentences)?)
-        .context("writing the sentences to a temporary file")?;
-    let torch = run_torch::<TorchEmbedTiming>(
-        "scripts/bench_embed_torch.py",
-        &[
-            ("--model", dir.display().to_string()),
-            ("--sentences", file.path().display().to_string()),
-            ("--batch", EMBED_BATCH.to_string()),
-            ("--rounds", rounds.to_string()),
-            ("--threads", threads.to_string()),
-        ],
-    );
+    writeln!(out, "| posenc | {:.0} |", median(mine.clone()))?;
     match torch {
-        Ok(t) => {
+        None => {}
+        Some(Err(e)) => skipped(out, &e)?,
+        Some(Ok((_, h))) => {
             writeln!(
                 out,
                 "| PyTorch {} ({} threads), transformers' BertModel | {:.0} |",
-                t.version, t.threads, t.median_ms
+                h.version,
+                h.threads,
+                median(theirs.clone())
             )?;
+            let ratios = mine.iter().zip(&theirs).map(|(a, b)| b / a).collect();
             writeln!(
                 out,
-                "\nspeed relative to PyTorch (its time / ours, > 1: faster): {:.2}×; embeddings' checksums {checksum:.4} and {:.4}",
-                t.median_ms / ours,
-                t.checksum
+                "\nspeed relative to PyTorch (its time / ours, the median of {rounds} alternating passes; > 1: faster): {:.2}×; embeddings' checksums {checksum:.4} and {:.4}",
+                median(ratios),
+                h.checksum
             )?;
         }
-        Err(e) => skipped(out, &e)?,
     }
     Ok(())
 }
 
-/// PyTorch's timing of the embeddings, as `scripts/bench_embed_torch.py` prints it.
+/// The benchmark's sentences in a temporary JSON file, for the PyTorch script.
+fn write_sentences(sentences: &[String]) -> Result<tempfile::NamedTempFile> {
+    let mut file = tempfile::NamedTempFile::new().context("creating a temporary file")?;
+    file.write_all(&serde_json::to_vec(sentences)?)
+        .context("writing the sentences to a temporary file")?;
+    Ok(file)
+}
+
+/// The first line `scripts/bench_embed_torch.py` prints, after its untimed pass.
 #[derive(Debug, Deserialize)]
-struct TorchEmbedTiming {
-    median_ms: f64,
+struct TorchEmbedHeader {
     checksum: f64,
     #[serde(rename = "torch")]
     version: String,
     threads: usize,
 }
 
-/// Runs a committed PyTorch script with a Python that has PyTorch ($POSENC_PYTHON, else
-/// .venv/bin/python, else python3) and reads the one JSON line it prints.
-fn run_torch<T: serde::de::DeserializeOwned>(script: &str, args: &[(&str, String)]) -> Result<T> {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let python = std::env::var_os("POSENC_PYTHON")
-        .map(std::path::PathBuf::from)
-        .or_else(|| Some(root.join(".venv/bin/python")).filter(|p| p.exists()))
-        .unwrap_or_else(|| "python3".into());
-    let mut cmd = std::process::Command::new(&python);
-    cmd.arg(root.join(script));
-    for (flag, value) in args {
-        cmd.arg(flag).arg(value);
-    }
-    let out = cmd
-        .stderr(std::process::Stdio::piped())
-        .output()
-        .with_context(|| format!("running {}", python.display()))?;
-    if !out.status.success() {
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let last = stderr.lines().last().unwrap_or("").to_string();
-        bail!(
-            "{} could not run the PyTorch script: {last}",
-            python.display()
-        );
-    }
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    serde_json::from_str(stdout.trim()).context("reading the PyTorch script's output")
+/// One timed pass of `scripts/bench_embed_torch.py`.
+#[derive(Debug, Deserialize)]
+struct TorchPass {
+    ms: f64,
 }
 
-/// Runs the PyTorch script on the reference configuration with as many threads as candle
-/// uses.
-fn torch_reference_step(steps: usize) -> Result<TorchTiming> {
-    let cfg = Config::benchmark_reference();
-    let threads = candle_core::utils::get_num_threads();
-    let mut args = Vec::new();
-    for (flag, value) in [
-        ("--d-model", cfg.d_model),
-        ("--heads", cfg.heads),
-        ("--layers", cfg.encoder_layers),
-        ("--d-ff", cfg.d_ff),
-        ("--vocab", cfg.src_vocab_size),
-        ("--batch", 64),
-        ("--len", 24),
-        ("--warmup", 2),
-        ("--steps", steps),
-        ("--threads", threads),
-    ] {
-        args.push((flag, value.to_string()));
+/// A committed PyTorch script serving timed units of work, run with a Python that has
+/// PyTorch ($POSENC_PYTHON, else .venv/bin/python, else python3): it prints one JSON
+/// header line when ready, then one JSON line per line it reads, and ends at the end of
+/// its input.
+struct TorchWorker {
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+    stderr: tempfile::NamedTempFile,
+    python: std::path::PathBuf,
+}
+
+impl TorchWorker {
+    /// Starts `script` with `args` and reads its header line.
+    fn start<H: DeserializeOwned>(script: &str, args: &[(&str, String)]) -> Result<(Self, H)> {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let python = std::env::var_os("POSENC_PYTHON")
+            .map(std::path::PathBuf::from)
+            .or_else(|| Some(root.join(".venv/bin/python")).filter(|p| p.exists()))
+            .unwrap_or_else(|| "python3".into());
+        // Its diagnostics go to a file, read only if it fails: a pipe nobody read could
+        // fill and stall it.
+        let stderr = tempfile::NamedTempFile::new().context("creating a temporary file")?;
+        let mut cmd = std::process::Command::new(&python);
+        cmd.arg(root.join(script));
+        for (flag, value) in args {
+            cmd.arg(flag).arg(value);
+        }
+        let mut child = cmd
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(stderr.reopen().context("opening a temporary file")?)
+            .spawn()
+            .with_context(|| format!("running {}", python.display()))?;
+        let (stdin, stdout) = (child.stdin.take(), child.stdout.take());
+        let stdout = std::io::BufReader::new(stdout.context("no pipe from the PyTorch script")?);
+        let mut worker = Self {
+            child,
+            stdin,
+            stdout,
+            stderr,
+            python,
+        };
+        let header = worker.line()?;
+        Ok((worker, header))
     }
-    run_torch("scripts/bench_train_torch.py", &args)
+
+    /// Asks for one more unit of work and reads its timing.
+    fn next<T: DeserializeOwned>(&mut self) -> Result<T> {
+        let stdin = self
+            .stdin
+            .as_mut()
+            .context("the PyTorch script's input is closed")?;
+        // A script that has ended cannot take the line: reading its output then says why.
+        let _ = stdin.write_all(b"\n").and_then(|()| stdin.flush());
+        self.line()
+    }
+
+    /// The next JSON line the script prints; if it ended instead, why.
+    fn line<T: DeserializeOwned>(&mut self) -> Result<T> {
+        use std::io::BufRead;
+        let mut line = String::new();
+        self.stdout
+            .read_line(&mut line)
+            .context("reading the PyTorch script's output")?;
+        if line.is_empty() {
+            let _ = self.child.wait();
+            let stderr = std::fs::read_to_string(self.stderr.path()).unwrap_or_default();
+            let last = stderr.lines().last().unwrap_or("it printed nothing");
+            bail!(
+                "{} could not run the PyTorch script: {last}",
+                self.python.display()
+            );
+        }
+        serde_json::from_str(line.trim()).context("reading the PyTorch script's output")
+    }
+}
+
+impl Drop for TorchWorker {
+    fn drop(&mut self) {
+        // The end of its input ends it.
+        drop(self.stdin.take());
+        let _ = self.child.wait();
+    }
 }
