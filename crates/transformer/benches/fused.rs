@@ -8,7 +8,7 @@
 use candle_core::{DType, Device, Tensor, Var, D};
 use criterion::{criterion_group, criterion_main, Criterion};
 use posenc_transformer::ops::{
-    add_bias, attention, gelu, layer_norm, linear, masked_softmax, matmul,
+    add_bias, attention, gelu, layer_norm, linear, linear_gelu, masked_softmax, matmul,
 };
 
 fn randn(shape: &[usize]) -> Tensor {
@@ -162,6 +162,19 @@ fn bench(c: &mut Criterion) {
         &h,
         &[("fused", &fused), ("composite", &composite)],
     );
+
+    // At inference (nothing tracked) GELU joins the linear op's bias pass: MiniLM's
+    // feed-forward input, 32 sentences of 100 word pieces.
+    let (x, w, b) = (randn(&[3200, 384]), randn(&[1536, 384]), randn(&[1536]));
+    let mut g = c.benchmark_group("linear + bias + GELU at inference (3200×384 → 1536)");
+    g.sample_size(20);
+    g.bench_function("fused", |bench| {
+        bench.iter(|| linear_gelu(&x, &w, Some(&b)).unwrap())
+    });
+    g.bench_function("linear, then gelu", |bench| {
+        bench.iter(|| gelu(&linear(&x, &w, Some(&b), false).unwrap()).unwrap())
+    });
+    g.finish();
 }
 
 criterion_group!(benches, bench);

@@ -9,7 +9,7 @@
 //! Weights named as PyTorch's `TransformerEncoderLayer`: `linear1`, `linear2`, and `gate`
 //! for the gated form; biases only where [`BlockOptions::bias`](crate::BlockOptions) says.
 
-use candle_core::{DType, Tensor};
+use candle_core::Tensor;
 use candle_nn::{Activation, Module, VarBuilder};
 
 use crate::embeddings::dropout;
@@ -57,8 +57,9 @@ impl FeedForward {
     /// Applies the network to every position of `x (batch, seq, d_model)`.
     pub fn forward(&self, x: &Tensor, train: bool) -> Result<Tensor> {
         let h = match &self.gate {
-            // ReLU in the same op as the product.
+            // ReLU, and GELU at inference, in the same op as the product.
             None if matches!(self.activation, Activation::Relu) => self.linear1.forward_relu(x)?,
+            None if matches!(self.activation, Activation::Gelu) => self.linear1.forward_gelu(x)?,
             None => self.activate(&self.linear1.forward(x)?)?,
             Some(gate) => (self.activate(&gate.forward(x)?)? * self.linear1.forward(x)?)?,
         };
@@ -67,15 +68,9 @@ impl FeedForward {
 
     fn activate(&self, h: &Tensor) -> Result<Tensor> {
         // GELU's erf form in one vectorised pass (`ops::gelu`) where it runs: f32 on the CPU.
-        Ok(
-            if matches!(self.activation, Activation::Gelu)
-                && h.dtype() == DType::F32
-                && h.device().is_cpu()
-            {
-                crate::ops::gelu(h)?
-            } else {
-                self.activation.forward(h)?
-            },
-        )
+        Ok(match self.activation {
+            Activation::Gelu => crate::ops::gelu_anywhere(h)?,
+            _ => self.activation.forward(h)?,
+        })
     }
 }

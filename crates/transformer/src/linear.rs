@@ -5,7 +5,8 @@
 //! `(batch, d, out)` and runs `batch` small products; the backward pass then forms a
 //! weight gradient per batch entry and sums them. In f32 on the CPU a dense projection is
 //! [`ops::linear`] instead: one GEMM over `(batch·seq, d)`, the bias (and a following
-//! ReLU) in the same op, one node in the backward graph.
+//! ReLU) in the same op, one node in the backward graph; at inference a following GELU
+//! joins it too ([`ops::linear_gelu`]).
 //!
 //! A [`Proj`] may instead hold a quantized weight (GGUF's Q4/Q8 blocks), multiplied by
 //! candle's [`QMatMul`] without being expanded to f32: how a pretrained model generates
@@ -118,6 +119,15 @@ impl Proj {
     /// `ReLU(x Wᵀ + b)`: for a dense f32 weight, one op with the product.
     pub fn forward_relu(&self, x: &Tensor) -> Result<Tensor> {
         self.forward_with(x, true)
+    }
+
+    /// `GELU(x Wᵀ + b)` (erf form): at inference with a dense f32 weight, one op with the
+    /// product ([`ops::linear_gelu`]).
+    pub fn forward_gelu(&self, x: &Tensor) -> Result<Tensor> {
+        match &self.weight {
+            Weight::Dense(linear) => ops::linear_gelu(x, linear.weight(), self.bias()),
+            Weight::Quantized(..) => ops::gelu_anywhere(&self.forward(x)?),
+        }
     }
 
     fn forward_with(&self, x: &Tensor, relu: bool) -> Result<Tensor> {

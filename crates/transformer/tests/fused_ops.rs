@@ -3,7 +3,9 @@
 //! f32 rounding), and central finite differences check the fused backward on its own.
 
 use candle_core::{DType, Device, Tensor, Var, D};
-use posenc_transformer::ops::{attention, gelu, layer_norm, linear, masked_softmax, matmul};
+use posenc_transformer::ops::{
+    attention, gelu, layer_norm, linear, linear_gelu, masked_softmax, matmul,
+};
 
 fn randn(shape: &[usize], seed: u64) -> Tensor {
     // A fixed pseudo-random fill, so failures reproduce.
@@ -488,6 +490,68 @@ fn linear_backward_matches_finite_differences() {
         &r,
         grads.get(wv.as_tensor()).unwrap(),
     );
+}
+
+/// `linear_gelu` at inference (one op, GELU applied in the bias pass) and when a gradient
+/// flows (`gelu(linear(…))`) equals `gelu_erf(x Wᵀ + b)` in f64, with and without a bias;
+/// through a tracked input, its gradient is the f64 composition's.
+#[test]
+fn linear_gelu_equals_the_composition_in_f64() {
+    let (x, w, b) = (
+        randn(&[3, 7, 12], 60),
+        randn(&[19, 12], 61),
+        randn(&[19], 62),
+    );
+    let f64_of = |t: &Tensor| t.to_dtype(DType::F64).unwrap();
+    for bias in [Some(&b), None] {
+        let pre = f64_of(&x)
+            .broadcast_matmul(&f64_of(&w).t().unwrap())
+            .unwrap();
+        let pre = match bias {
+            Some(b) => pre.broadcast_add(&f64_of(b)).unwrap(),
+            None => pre,
+        };
+        let reference = pre.gelu_erf().unwrap();
+        // Inference: nothing tracked, the fused op.
+        let y = linear_gelu(&x, &w, bias).unwrap();
+        assert!(!y.track_op(), "the fused op records no backward");
+        assert!(
+            max_diff(&y, &reference) < 1e-5,
+            "fused forward {}",
+            max_diff(&y, &reference)
+        );
+        // Training: a tracked weight takes the differentiable composition.
+        let wv = Var::from_tensor(&w).unwrap();
+        let y = linear_gelu(&x, wv.as_tensor(), bias).unwrap();
+        assert!(
+            max_diff(&y, &reference) < 1e-5,
+            "tracked forward {}",
+            max_diff(&y, &reference)
+        );
+        let r = randn(&[3, 7, 19], 63);
+        let g = (&y * &r).unwrap().sum_all().unwrap().backward().unwrap();
+        let wv64 = Var::from_tensor(&f64_of(&w)).unwrap();
+        let pre64 = f64_of(&x)
+            .broadcast_matmul(&wv64.as_tensor().t().unwrap())
+            .unwrap();
+        let pre64 = match bias {
+            Some(b) => pre64.broadcast_add(&f64_of(b)).unwrap(),
+            None => pre64,
+        };
+        let g64 = (pre64.gelu_erf().unwrap() * f64_of(&r))
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .backward()
+            .unwrap();
+        let (gw, gw64) = (
+            g.get(wv.as_tensor()).unwrap(),
+            g64.get(wv64.as_tensor()).unwrap(),
+        );
+        assert!(max_diff(gw, gw64) < 1e-4, "∂/∂W {}", max_diff(gw, gw64));
+    }
+    let e = linear_gelu(&x, &randn(&[19, 11], 64), None).unwrap_err();
+    assert!(e.to_string().contains("do not fit"), "{e}");
 }
 
 /// The composition the fused attention replaces, in whatever dtype `q` has: key and

@@ -33,6 +33,15 @@ pub fn gelu(x: &Tensor) -> Result<Tensor> {
     x.contiguous()?.apply_op1(Gelu)
 }
 
+/// `GELU(x)` (erf form) of a tensor of any dtype on any device: [`gelu`] for f32 on the
+/// CPU, candle's `gelu_erf` elsewhere. Differentiable.
+pub(crate) fn gelu_anywhere(x: &Tensor) -> Result<Tensor> {
+    match x.dtype() == DType::F32 && x.device().is_cpu() {
+        true => gelu(x),
+        false => x.gelu_erf(),
+    }
+}
+
 /// Elements per parallel task.
 const CHUNK: usize = 16_384;
 
@@ -55,6 +64,12 @@ fn erf(z: f32) -> f32 {
 }
 
 const FRAC_1_SQRT_2: f32 = std::f32::consts::FRAC_1_SQRT_2;
+
+/// `GELU(x) = ½ x (1 + erf(x/√2))`: also the epilogue of [`super::linear_gelu`].
+#[inline(always)]
+pub(super) fn gelu_scalar(x: f32) -> f32 {
+    0.5 * x * (1.0 + erf(x * FRAC_1_SQRT_2))
+}
 /// 1/√(2π).
 const FRAC_1_SQRT_2PI: f32 = 0.398_942_3;
 
@@ -83,11 +98,7 @@ impl CustomOp1 for Gelu {
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
         let x = contiguous_f32(s, l, self.name())?;
-        let y = map(
-            x,
-            #[inline(always)]
-            |x| 0.5 * x * (1.0 + erf(x * FRAC_1_SQRT_2)),
-        );
+        let y = map(x, gelu_scalar);
         Ok((CpuStorage::F32(y), l.shape().clone()))
     }
 

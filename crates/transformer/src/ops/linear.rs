@@ -12,11 +12,17 @@
 //! (candle's ReLU backward alone is four passes). Here it is one node; the bias and the
 //! ReLU are applied in one pass over the product, and the backward is two products and
 //! a column sum.
+//!
+//! At inference [`linear_gelu`] applies GELU in that same pass, while the row is in cache,
+//! instead of a second pass writing a second tensor as large as the hidden layer. It has
+//! no backward (GELU's needs the pre-activation, which the op does not keep): when a
+//! gradient is needed it is [`super::gelu`] of [`linear`].
 
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, DType, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
 use super::bias::column_sums;
+use super::gelu::gelu_scalar;
 use super::matmul::{all_threads, gemm_into, Mat, MatMul};
 use super::par_output;
 use super::simd::vectorized;
@@ -29,15 +35,7 @@ use super::softmax::{contiguous_f32, rows_per_task};
 /// # Errors
 /// If the shapes do not fit together.
 pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>, relu: bool) -> Result<Tensor> {
-    let (out_dim, in_dim) = w.dims2()?;
-    if x.dim(candle_core::D::Minus1)? != in_dim || b.is_some_and(|b| b.dims() != [out_dim]) {
-        candle_core::bail!(
-            "linear: input {:?}, weight {:?} and bias {:?} do not fit (…, in), (out, in), (out,)",
-            x.dims(),
-            w.dims(),
-            b.map(Tensor::dims)
-        );
-    }
+    check_shapes(x, w, b)?;
     let fused = [Some(x), Some(w), b]
         .iter()
         .flatten()
@@ -52,16 +50,65 @@ pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>, relu: bool) -> Result<
     }
     // The op reads `x` as `(rows, in)` whatever its rank, so no reshape enters the graph.
     let x = x.contiguous()?;
-    let op = Linear { relu };
+    let op = Linear {
+        act: if relu { Act::Relu } else { Act::Identity },
+    };
     match b {
         Some(b) => x.apply_op3(w, b, op),
         None => x.apply_op2(w, op),
     }
 }
 
+/// `GELU(x Wᵀ + b)` (erf form) over the last dimension of `x (…, in)`, with `w (out, in)`
+/// and `b (out,)`: in one op when no gradient can flow (f32 on the CPU, no input
+/// tracked), else `gelu(linear(x, w, b))`. Differentiable either way.
+///
+/// # Errors
+/// If the shapes do not fit together.
+pub fn linear_gelu(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
+    let inputs = [Some(x), Some(w), b];
+    let fused = inputs
+        .iter()
+        .flatten()
+        .all(|t| t.dtype() == DType::F32 && t.device().is_cpu() && !t.track_op());
+    if !fused {
+        return super::gelu_anywhere(&linear(x, w, b, false)?);
+    }
+    check_shapes(x, w, b)?;
+    let x = x.contiguous()?;
+    let op = Linear { act: Act::Gelu };
+    match b {
+        Some(b) => x.apply_op3_no_bwd(w, b, &op),
+        None => x.apply_op2_no_bwd(w, &op),
+    }
+}
+
+/// That `x (…, in)`, `w (out, in)` and `b (out,)` fit together.
+fn check_shapes(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<()> {
+    let (out_dim, in_dim) = w.dims2()?;
+    if x.dim(candle_core::D::Minus1)? != in_dim || b.is_some_and(|b| b.dims() != [out_dim]) {
+        candle_core::bail!(
+            "linear: input {:?}, weight {:?} and bias {:?} do not fit (…, in), (out, in), (out,)",
+            x.dims(),
+            w.dims(),
+            b.map(Tensor::dims)
+        );
+    }
+    Ok(())
+}
+
+/// What the op applies to `x Wᵀ + b`, in the same pass as the bias.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Act {
+    Identity,
+    Relu,
+    /// Inference only: the op has no backward through it.
+    Gelu,
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Linear {
-    relu: bool,
+    act: Act,
 }
 
 /// The weight `(out, in)` as the matrix `Wᵀ (in, out)`, read through its strides.
@@ -111,7 +158,7 @@ impl Linear {
             );
             y.set_len(rows * out_dim);
         }
-        if b.is_some() || self.relu {
+        if b.is_some() || self.act != Act::Identity {
             let d = out_dim.max(1);
             y.par_chunks_mut(d * rows_per_task(d)).for_each(|y| {
                 vectorized(
@@ -121,8 +168,10 @@ impl Linear {
                             if let Some(b) = b {
                                 row.iter_mut().zip(b).for_each(|(y, b)| *y += b);
                             }
-                            if self.relu {
-                                row.iter_mut().for_each(|y| *y = y.max(0.0));
+                            match self.act {
+                                Act::Identity => {}
+                                Act::Relu => row.iter_mut().for_each(|y| *y = y.max(0.0)),
+                                Act::Gelu => row.iter_mut().for_each(|y| *y = gelu_scalar(*y)),
                             }
                         }
                     },
@@ -134,10 +183,11 @@ impl Linear {
 
     /// `(∂x, ∂W, ∂b)` from the incoming gradient and, for ReLU, the output.
     fn backward(&self, x: &Tensor, w: &Tensor, y: &Tensor, grad: &Tensor) -> Result<[Tensor; 3]> {
-        let g = match self.relu {
+        let g = match self.act {
             // g where the unit was active: y > 0.
-            true => grad.contiguous()?.apply_op2_no_bwd(y, &ReluMask)?,
-            false => grad.contiguous()?,
+            Act::Relu => grad.contiguous()?.apply_op2_no_bwd(y, &ReluMask)?,
+            Act::Identity => grad.contiguous()?,
+            Act::Gelu => candle_core::bail!("linear: GELU's backward needs the pre-activation"),
         };
         let (out_dim, in_dim) = w.dims2()?;
         let rows: usize = x.dims().iter().rev().skip(1).product();

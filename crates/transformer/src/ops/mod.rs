@@ -15,8 +15,9 @@ mod softmax;
 pub use attention::attention;
 pub use bias::add_bias;
 pub use gelu::gelu;
+pub(crate) use gelu::gelu_anywhere;
 pub use layer_norm::layer_norm;
-pub use linear::linear;
+pub use linear::{linear, linear_gelu};
 pub use matmul::matmul;
 pub use softmax::masked_softmax;
 
