@@ -14,9 +14,9 @@ use crate::{Config, NormKind, Result};
 
 /// LayerNorm or RMSNorm ([`NormKind`]).
 ///
-/// LayerNorm: candle's fused kernel when no gradient is needed; when one is, this crate's
-/// fused kernel with its own backward ([`crate::ops::layer_norm`]) in f32 and the
-/// differentiable composition in other dtypes. RMSNorm: candle's fused kernel for
+/// LayerNorm: in f32 on the CPU this crate's fused kernel with its own backward
+/// ([`crate::ops::layer_norm`]); elsewhere candle's fused kernel when no gradient is
+/// needed and the differentiable composition when one is. RMSNorm: candle's fused kernel for
 /// inference, its differentiable composition for training.
 #[derive(Debug, Clone)]
 pub struct Norm {
@@ -55,13 +55,15 @@ impl Module for Norm {
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         let (w, b) = (self.ln.weight(), self.ln.bias());
         let tracked = x.track_op() || w.track_op() || b.is_some_and(Tensor::track_op);
+        let fused = x.dtype() == candle_core::DType::F32 && x.device().is_cpu();
         match (self.kind, b) {
+            // Parallel over rows and vectorised: twice as fast as candle's kernel at
+            // MiniLM's sizes, so it serves inference too.
+            (NormKind::LayerNorm, Some(b)) if fused => {
+                crate::ops::layer_norm(x, w, b, self.eps as f32)
+            }
             (NormKind::LayerNorm, Some(b)) if tracked => {
-                if x.dtype() == candle_core::DType::F32 && x.device().is_cpu() {
-                    crate::ops::layer_norm(x, w, b, self.eps as f32)
-                } else {
-                    candle_nn::ops::layer_norm_slow(x, w, b, self.eps as f32)
-                }
+                candle_nn::ops::layer_norm_slow(x, w, b, self.eps as f32)
             }
             (NormKind::RmsNorm, _) if tracked => {
                 candle_nn::ops::rms_norm_slow(x, w, self.eps as f32)
