@@ -573,8 +573,27 @@ fn bad_input_to_every_subcommand_is_named_and_writes_nothing() {
             "at least one step",
             1,
         ),
+        case(
+            &[&"bench", &"train", &"--device", &"gpu"],
+            "unknown device \"gpu\"",
+            2,
+        ),
+        case(
+            &[&"embed", &"--model", &"x", &"--device", &"cuda:one", &"hi"],
+            "not a number",
+            2,
+        ),
     ];
     check(&cases, root);
+    // A backend this binary was built without is named, with the build that has it.
+    if !cfg!(feature = "cuda") {
+        let cuda = [case(
+            &[&"generate", &"--device", &"cuda", &"hi"],
+            "--features cuda",
+            2,
+        )];
+        check(&cuda, root);
+    }
 }
 
 #[test]

@@ -27,6 +27,10 @@ pub enum BenchCommand {
         /// Do not run the PyTorch comparison.
         #[arg(long)]
         no_torch: bool,
+        /// Where to compute: cpu, cuda[:N] (built with --features cuda) or metal[:N]
+        /// (--features metal). The PyTorch comparison runs on the CPU.
+        #[arg(long, default_value = "cpu")]
+        device: super::DeviceArg,
     },
     /// Sentence embeddings of 256 fixed sentences of about 100 word pieces in batches of
     /// 32 with all-MiniLM-L6-v2 (scripts/fetch_minilm.sh); with a Python that has PyTorch
@@ -43,6 +47,10 @@ pub enum BenchCommand {
         /// Do not run the PyTorch comparison.
         #[arg(long)]
         no_torch: bool,
+        /// Where to compute: cpu, cuda[:N] (built with --features cuda) or metal[:N]
+        /// (--features metal). The PyTorch comparison runs on the CPU.
+        #[arg(long, default_value = "cpu")]
+        device: super::DeviceArg,
     },
 }
 
@@ -59,8 +67,13 @@ impl BenchCommand {
                 model,
                 rounds,
                 no_torch,
-            } => bench_embed(model, rounds, no_torch, out),
-            BenchCommand::Train { steps, no_torch } => bench_train(steps, no_torch, out),
+                device,
+            } => bench_embed(model, rounds, no_torch, &device.0, out),
+            BenchCommand::Train {
+                steps,
+                no_torch,
+                device,
+            } => bench_train(steps, no_torch, &device.0, out),
         }
     }
 }
@@ -68,12 +81,17 @@ impl BenchCommand {
 /// Untimed steps of each side before the timed ones.
 const WARMUP_STEPS: usize = 2;
 
-fn bench_train(steps: usize, no_torch: bool, out: &mut impl Write) -> Result<()> {
+fn bench_train(
+    steps: usize,
+    no_torch: bool,
+    device: &candle_core::Device,
+    out: &mut impl Write,
+) -> Result<()> {
     anyhow::ensure!(steps >= 1, "time at least one step, got --steps 0");
     posenc::limits::check("steps", steps, 10_000)?;
     let (batch, len) = (64, 24);
     let cfg = Config::benchmark_reference();
-    let mut ours = StepBench::new(&cfg, batch, len)?;
+    let mut ours = StepBench::new(&cfg, batch, len, device)?;
     let mut torch = match no_torch {
         true => None,
         false => Some(TorchWorker::start::<TorchVersion>(
@@ -171,6 +189,7 @@ fn bench_embed(
     model: Option<std::path::PathBuf>,
     rounds: usize,
     no_torch: bool,
+    device: &candle_core::Device,
     out: &mut impl Write,
 ) -> Result<()> {
     use posenc_embed::sentence::{benchmark_sentences, SentenceEncoder};
@@ -179,7 +198,7 @@ fn bench_embed(
         Some(dir) => dir,
         None => posenc_embed::resolve::fetched_minilm()?,
     };
-    let encoder = SentenceEncoder::load(&dir)?;
+    let encoder = SentenceEncoder::load_on(&dir, device)?;
     let sentences = benchmark_sentences(EMBED_SENTENCES, EMBED_WORDS);
     let first = encoder.embed(&sentences, EMBED_BATCH)?;
     let checksum: f64 = first.iter().flatten().map(|x| f64::from(x.abs())).sum();

@@ -17,6 +17,10 @@ pub struct EmbedArgs {
     /// Sentences per forward pass.
     #[arg(long, default_value_t = 32)]
     batch_size: usize,
+    /// Where to compute: cpu, cuda[:N] (built with --features cuda) or metal[:N]
+    /// (--features metal).
+    #[arg(long, default_value = "cpu")]
+    device: super::DeviceArg,
     /// Sentences; with none, one per line from standard input (an empty line is the empty sentence).
     sentences: Vec<String>,
 }
@@ -25,8 +29,8 @@ impl EmbedArgs {
     /// Prints one JSON array of floats per sentence, in order.
     pub fn run(self, out: &mut impl Write) -> Result<()> {
         let dir = resolve(&self.model)?;
-        let encoder =
-            SentenceEncoder::load(&dir).with_context(|| format!("loading {}", dir.display()))?;
+        let encoder = SentenceEncoder::load_on(&dir, &self.device.0)
+            .with_context(|| format!("loading {}", dir.display()))?;
         let sentences = super::sentences_or_stdin(self.sentences)?;
         for v in encoder.embed(&sentences, self.batch_size)? {
             writeln!(out, "{}", serde_json::to_string(&v)?)?;

@@ -5,7 +5,6 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use candle_core::Device;
 use clap::Args;
 use posenc_llama::chat::Message;
 use posenc_llama::{Llama, Precision};
@@ -28,6 +27,10 @@ pub struct GenerateArgs {
     /// quantized.
     #[arg(long)]
     f32: bool,
+    /// Where to compute: cpu, cuda[:N] (built with --features cuda) or metal[:N]
+    /// (--features metal).
+    #[arg(long, default_value = "cpu")]
+    device: super::DeviceArg,
     /// The most tokens to generate (it stops earlier at the end-of-sequence token).
     #[arg(long, default_value_t = 128)]
     max_tokens: usize,
@@ -50,7 +53,7 @@ impl GenerateArgs {
         } else {
             Precision::Quantized
         };
-        let llama = Llama::load(&self.model, precision, &Device::Cpu)?;
+        let llama = Llama::load(&self.model, precision, &self.device.0)?;
         // A plain prompt is printed before its continuation, once generation has started
         // (a prompt refused by the generator prints nothing).
         let (text, mut echo) = if self.chat {

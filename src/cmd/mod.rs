@@ -79,6 +79,44 @@ pub fn sentences_or_stdin(args: Vec<String>) -> Result<Vec<String>> {
         .collect()
 }
 
+/// Where a command computes: `cpu` (the default), `cuda` / `cuda:N` (a build with
+/// `--features cuda`) or `metal` / `metal:N` (`--features metal`). The fused kernels are
+/// the CPU's; on a GPU every op is candle's.
+#[derive(Debug, Clone)]
+pub struct DeviceArg(pub candle_core::Device);
+
+impl std::str::FromStr for DeviceArg {
+    type Err = anyhow::Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        let (kind, ordinal) = match s.split_once(':') {
+            Some((kind, n)) => (
+                kind,
+                n.parse::<usize>()
+                    .with_context(|| format!("the device number in {s:?} is not a number"))?,
+            ),
+            None => (s, 0),
+        };
+        let (built, feature) = match kind {
+            "cpu" if ordinal == 0 => return Ok(Self(candle_core::Device::Cpu)),
+            "cuda" => (candle_core::utils::cuda_is_available(), "cuda"),
+            "metal" => (candle_core::utils::metal_is_available(), "metal"),
+            _ => anyhow::bail!("unknown device {s:?}: cpu, cuda, cuda:N, metal or metal:N"),
+        };
+        anyhow::ensure!(
+            built,
+            "this posenc was built without {kind} support: build it with `cargo build --release --features {feature}`"
+        );
+        let device = match kind {
+            "cuda" => candle_core::Device::new_cuda(ordinal),
+            _ => candle_core::Device::new_metal(ordinal),
+        };
+        Ok(Self(
+            device.with_context(|| format!("opening the device {s}"))?,
+        ))
+    }
+}
+
 /// How `generate` commands pick each next token.
 #[derive(clap::Args, Debug, Clone, Copy)]
 pub struct SamplingArgs {

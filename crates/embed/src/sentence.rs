@@ -41,9 +41,13 @@ fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T> {
 
 impl SentenceEncoder {
     /// Loads `config.json`, `model.safetensors`, `tokenizer.json`,
-    /// `sentence_bert_config.json` and `1_Pooling/config.json` from `dir`.
+    /// `sentence_bert_config.json` and `1_Pooling/config.json` from `dir`, onto the CPU.
     pub fn load(dir: &Path) -> Result<Self> {
-        let device = Device::Cpu;
+        Self::load_on(dir, &Device::Cpu)
+    }
+
+    /// [`SentenceEncoder::load`] onto `device`.
+    pub fn load_on(dir: &Path, device: &Device) -> Result<Self> {
         let st: SentenceBertConfig = read_json(&dir.join("sentence_bert_config.json"))?;
         let pooling: PoolingConfig = read_json(&dir.join("1_Pooling/config.json"))?;
         ensure!(
@@ -70,9 +74,9 @@ impl SentenceEncoder {
         };
         tokenizer.with_padding(Some(pad));
         Ok(Self {
-            bert: Bert::load(dir, &device)?,
+            bert: Bert::load(dir, device)?,
             tokenizer,
-            device,
+            device: device.clone(),
         })
     }
 

@@ -61,21 +61,20 @@ impl StepBench {
     /// A freshly initialised `cfg` (seed 0) with a batch of `batch` sentences of source
     /// and target length `len`, token `i` being `4 + (i·7919 + salt) mod (vocab − 4)`
     /// (salts 1, 2, 3 for source, target input and target output), as PyTorch's side of
-    /// `posenc bench train` builds it.
+    /// `posenc bench train` builds it, on `device`.
     ///
     /// # Errors
     /// If the model cannot be built (an invalid configuration).
-    pub fn new(cfg: &Config, batch: usize, len: usize) -> Result<Self> {
-        let device = Device::Cpu;
+    pub fn new(cfg: &Config, batch: usize, len: usize, device: &Device) -> Result<Self> {
         let varmap = VarMap::new();
-        let model = Transformer::new(cfg, VarBuilder::from_varmap(&varmap, DType::F32, &device))?;
+        let model = Transformer::new(cfg, VarBuilder::from_varmap(&varmap, DType::F32, device))?;
         initialize(&varmap, 0)?;
         let opt = AdamW::new(&varmap, AdamWConfig::default())?;
         let ids = |vocab: usize, salt: usize| -> Result<Tensor> {
             let v: Vec<u32> = (0..batch * len)
                 .map(|i| (4 + (i * 7919 + salt) % (vocab - 4)) as u32)
                 .collect();
-            Ok(Tensor::from_vec(v, (batch, len), &device)?)
+            Ok(Tensor::from_vec(v, (batch, len), device)?)
         };
         let (src, tgt_in, tgt_out) = (
             ids(cfg.src_vocab_size, 1)?,
@@ -115,7 +114,7 @@ impl StepBench {
     }
 }
 
-/// Times `steps` training steps (after `warmup` untimed ones) of `cfg` on a
+/// Times `steps` training steps (after `warmup` untimed ones) of `cfg` on the CPU, on a
 /// [`StepBench`] batch of `batch` sentences, source and target length `len`: the
 /// phase-wise medians.
 ///
@@ -130,7 +129,7 @@ pub fn time_training_step(
 ) -> Result<StepTiming> {
     anyhow::ensure!(steps >= 1, "time at least one step, got --steps 0");
     posenc::limits::check("steps", steps, 10_000)?;
-    let mut bench = StepBench::new(cfg, batch, len)?;
+    let mut bench = StepBench::new(cfg, batch, len, &Device::Cpu)?;
     for _ in 0..warmup {
         bench.step()?;
     }
