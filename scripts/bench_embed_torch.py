@@ -1,7 +1,8 @@
 """PyTorch's side of `posenc bench embed`: the same sentence embeddings, timed the same way.
 
 Loads the sentence-transformers model directory with transformers (`AutoTokenizer`,
-`BertModel`), embeds the sentences of the JSON file in batches (padding to each batch's
+`BertModel`), embeds the sentences of the JSON file in batches (tokenized within the timed
+pass, as posenc's are; padding to each batch's
 longest, truncation at 256 word pieces, mean pooling over real tokens, L2 normalisation,
 as sentence-transformers does) under `torch.inference_mode`.
 
@@ -36,16 +37,14 @@ def main():
         sentences = json.load(f)
     tok = AutoTokenizer.from_pretrained(a.model)
     model = BertModel.from_pretrained(a.model).eval()
-    batches = [
-        tok(sentences[i : i + a.batch], padding=True, truncation=True, max_length=256,
-            return_tensors="pt")
-        for i in range(0, len(sentences), a.batch)
-    ]
 
     def run():
+        # Tokenizing is part of each pass, as it is of `posenc bench embed`'s.
         out = []
         with torch.inference_mode():
-            for b in batches:
+            for i in range(0, len(sentences), a.batch):
+                b = tok(sentences[i : i + a.batch], padding=True, truncation=True,
+                        max_length=256, return_tensors="pt")
                 h = model(**b).last_hidden_state
                 m = b["attention_mask"].unsqueeze(-1).float()
                 mean = (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
