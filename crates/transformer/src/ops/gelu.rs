@@ -65,13 +65,14 @@ fn erf(z: f32) -> f32 {
 
 const FRAC_1_SQRT_2: f32 = std::f32::consts::FRAC_1_SQRT_2;
 
+/// 1/√(2π).
+const FRAC_1_SQRT_2PI: f32 = 0.398_942_3;
+
 /// `GELU(x) = ½ x (1 + erf(x/√2))`: also the epilogue of [`super::linear_gelu`].
 #[inline(always)]
 pub(super) fn gelu_scalar(x: f32) -> f32 {
     0.5 * x * (1.0 + erf(x * FRAC_1_SQRT_2))
 }
-/// 1/√(2π).
-const FRAC_1_SQRT_2PI: f32 = 0.398_942_3;
 
 /// `f` elementwise, vectorised: `f` must be `#[inline(always)]`, or LLVM may leave it a
 /// scalar call per element inside the vectorised loop.

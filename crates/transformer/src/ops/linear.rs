@@ -36,11 +36,7 @@ use super::softmax::{contiguous_f32, rows_per_task};
 /// If the shapes do not fit together.
 pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>, relu: bool) -> Result<Tensor> {
     check_shapes(x, w, b)?;
-    let fused = [Some(x), Some(w), b]
-        .iter()
-        .flatten()
-        .all(|t| t.dtype() == DType::F32 && t.device().is_cpu());
-    if !fused {
+    if !all_cpu_f32(x, w, b) {
         let y = x.broadcast_matmul(&w.t()?)?;
         let y = match b {
             Some(b) => y.broadcast_add(b)?,
@@ -66,12 +62,8 @@ pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>, relu: bool) -> Result<
 /// # Errors
 /// If the shapes do not fit together.
 pub fn linear_gelu(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
-    let inputs = [Some(x), Some(w), b];
-    let fused = inputs
-        .iter()
-        .flatten()
-        .all(|t| t.dtype() == DType::F32 && t.device().is_cpu() && !t.track_op());
-    if !fused {
+    let tracked = [Some(x), Some(w), b].iter().flatten().any(|t| t.track_op());
+    if tracked || !all_cpu_f32(x, w, b) {
         return super::gelu_anywhere(&linear(x, w, b, false)?);
     }
     check_shapes(x, w, b)?;
@@ -81,6 +73,14 @@ pub fn linear_gelu(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tensor>
         Some(b) => x.apply_op3_no_bwd(w, b, &op),
         None => x.apply_op2_no_bwd(w, &op),
     }
+}
+
+/// Whether the op's inputs are all f32 on the CPU, where it runs.
+fn all_cpu_f32(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> bool {
+    [Some(x), Some(w), b]
+        .iter()
+        .flatten()
+        .all(|t| t.dtype() == DType::F32 && t.device().is_cpu())
 }
 
 /// That `x (…, in)`, `w (out, in)` and `b (out,)` fit together.
