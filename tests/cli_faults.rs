@@ -1002,3 +1002,53 @@ fn force_replaces_a_run_and_keeps_foreign_files_out_of_reach() {
         "rope"
     );
 }
+
+/// A stand-in for the PyTorch script of `posenc bench train`: its header, then `serve`
+/// steps of fixed timings, then (if `serve` runs out) an error on standard error and exit 1.
+fn fake_torch(dir: &Path, serve: usize) -> PathBuf {
+    let path = dir.join("python");
+    let step = r#"{"forward_ms": 1.0, "backward_ms": 2.0, "optimizer_ms": 0.5, "total_ms": 3.5}"#;
+    let script = format!(
+        "#!/bin/sh\necho '{{\"torch\": \"fake\", \"threads\": 2}}'\ni=0\nwhile read line; do\n  \
+         if [ $i -ge {serve} ]; then echo 'RuntimeError: out of steps' >&2; exit 1; fi\n  \
+         echo '{step}'\n  i=$((i + 1))\ndone\n"
+    );
+    std::fs::write(&path, script).unwrap();
+    let mut perms = std::fs::metadata(&path).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&path, perms).unwrap();
+    path
+}
+
+/// `posenc bench train` alternates its steps with the PyTorch script's, one per line it
+/// sends; a script that dies mid-run costs the comparison, named with the script's own
+/// last words, and nothing else.
+#[test]
+fn bench_train_alternates_with_the_torch_script_and_survives_its_death() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |serve: usize| {
+        let out = posenc()
+            .args(["bench", "train", "--steps", "2"])
+            .env("POSENC_PYTHON", fake_torch(dir.path(), serve))
+            .output()
+            .unwrap();
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "{stderr}");
+        assert!(stdout.contains("| reference (d256"), "{stdout}");
+        stdout
+    };
+    // 2 warm-up steps and 2 timed ones: all served.
+    let served = run(4);
+    assert!(
+        served.contains("| PyTorch fake (2 threads), reference | 1.0 | 2.0 | 0.5 | 3.5 |"),
+        "{served}"
+    );
+    assert!(served.contains("median of 2 alternating steps"), "{served}");
+    // It dies on the third request.
+    let died = run(2);
+    assert!(
+        died.contains("PyTorch comparison skipped") && died.contains("out of steps"),
+        "{died}"
+    );
+    assert!(!died.contains("speed relative to PyTorch"), "{died}");
+}
