@@ -4,7 +4,7 @@ use std::io::Write;
 
 use anyhow::{bail, Context, Result};
 use clap::Subcommand;
-use posenc_train::bench::{median, time_training_step, StepBench, StepTiming};
+use posenc_train::bench::{check_steps, median, time_training_step, StepBench, StepTiming};
 use posenc_train::trainer::TrainConfig;
 use posenc_transformer::Config;
 use serde::de::DeserializeOwned;
@@ -87,8 +87,7 @@ fn bench_train(
     device: &candle_core::Device,
     out: &mut impl Write,
 ) -> Result<()> {
-    anyhow::ensure!(steps >= 1, "time at least one step, got --steps 0");
-    posenc::limits::check("steps", steps, 10_000)?;
+    check_steps(steps)?;
     let (batch, len) = (64, 24);
     let cfg = Config::benchmark_reference();
     let mut ours = StepBench::new(&cfg, batch, len, device)?;
@@ -113,15 +112,10 @@ fn bench_train(
     let (mut mine, mut theirs) = (Vec::new(), Vec::new());
     for i in 0..WARMUP_STEPS + steps {
         let t = ours.step()?;
-        if let Some(Ok((worker, _))) = &mut torch {
-            match worker.next::<StepTiming>() {
-                Ok(s) if i >= WARMUP_STEPS => theirs.push(s),
-                Ok(_) => {}
-                Err(e) => torch = Some(Err(e)),
-            }
-        }
+        let s = TorchWorker::next_of::<_, StepTiming>(&mut torch);
         if i >= WARMUP_STEPS {
             mine.push(t);
+            theirs.extend(s);
         }
     }
     drop(ours);
@@ -224,12 +218,7 @@ fn bench_embed(
         let t = std::time::Instant::now();
         encoder.embed(&sentences, EMBED_BATCH)?;
         mine.push(t.elapsed().as_secs_f64() * 1e3);
-        if let Some(Ok((worker, _))) = &mut torch {
-            match worker.next::<TorchPass>() {
-                Ok(pass) => theirs.push(pass.ms),
-                Err(e) => torch = Some(Err(e)),
-            }
-        }
+        theirs.extend(TorchWorker::next_of::<_, TorchPass>(&mut torch).map(|p| p.ms));
     }
     writeln!(
         out,
@@ -328,6 +317,21 @@ impl TorchWorker {
         };
         let header = worker.line()?;
         Ok((worker, header))
+    }
+
+    /// The next unit's timing from a worker that is still running (`Some(Ok(..))`); one
+    /// that fails now is replaced by its error, so the comparison is reported skipped.
+    fn next_of<H, T: DeserializeOwned>(torch: &mut Option<Result<(Self, H)>>) -> Option<T> {
+        let Some(Ok((worker, _))) = torch else {
+            return None;
+        };
+        match worker.next() {
+            Ok(t) => Some(t),
+            Err(e) => {
+                *torch = Some(Err(e));
+                None
+            }
+        }
     }
 
     /// Asks for one more unit of work and reads its timing.

@@ -114,6 +114,16 @@ impl StepBench {
     }
 }
 
+/// That `steps` is a count of steps to time: at least 1, at most 10 000.
+///
+/// # Errors
+/// Naming the bad count.
+pub fn check_steps(steps: usize) -> Result<()> {
+    anyhow::ensure!(steps >= 1, "time at least one step, got --steps 0");
+    posenc::limits::check("steps", steps, 10_000)?;
+    Ok(())
+}
+
 /// Times `steps` training steps (after `warmup` untimed ones) of `cfg` on the CPU, on a
 /// [`StepBench`] batch of `batch` sentences, source and target length `len`: the
 /// phase-wise medians.
@@ -127,8 +137,7 @@ pub fn time_training_step(
     warmup: usize,
     steps: usize,
 ) -> Result<StepTiming> {
-    anyhow::ensure!(steps >= 1, "time at least one step, got --steps 0");
-    posenc::limits::check("steps", steps, 10_000)?;
+    check_steps(steps)?;
     let mut bench = StepBench::new(cfg, batch, len, &Device::Cpu)?;
     for _ in 0..warmup {
         bench.step()?;
