@@ -51,6 +51,20 @@ impl Norm {
     }
 }
 
+impl Norm {
+    /// `norm(x + y)`, the post-norm residual: one fused pass where [`crate::ops::add_layer_norm`]
+    /// runs (a LayerNorm in f32 on the CPU), else the sum and then [`Norm::forward`].
+    pub fn forward_sum(&self, x: &Tensor, y: &Tensor) -> candle_core::Result<Tensor> {
+        let f32_cpu = x.dtype() == candle_core::DType::F32 && x.device().is_cpu();
+        match (self.kind, self.ln.bias()) {
+            (NormKind::LayerNorm, Some(b)) if f32_cpu => {
+                crate::ops::add_layer_norm(x, y, self.ln.weight(), b, self.eps as f32)
+            }
+            _ => self.forward(&(x + y)?),
+        }
+    }
+}
+
 impl Module for Norm {
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         let (w, b) = (self.ln.weight(), self.ln.bias());
@@ -109,7 +123,7 @@ impl Residual {
             let y = f(x)?;
             Ok(self
                 .norm
-                .forward(&(x + dropout(&y, self.dropout, train)?)?)?)
+                .forward_sum(x, &dropout(&y, self.dropout, train)?)?)
         }
     }
 }

@@ -4,7 +4,7 @@
 
 use candle_core::{DType, Device, Tensor, Var, D};
 use posenc_transformer::ops::{
-    attention, gelu, layer_norm, linear, linear_gelu, masked_softmax, matmul,
+    add_layer_norm, attention, gelu, layer_norm, linear, linear_gelu, masked_softmax, matmul,
 };
 
 fn randn(shape: &[usize], seed: u64) -> Tensor {
@@ -240,6 +240,67 @@ fn layer_norm_equals_the_composition_forward_and_backward() {
         let y3 = layer_norm(&x3, &w, &b, eps).unwrap();
         assert_eq!(max_diff(&y3.reshape((rows, d)).unwrap(), &y), 0.0);
     }
+}
+
+/// The residual's sum and norm in one pass at inference (nothing tracked) equals
+/// candle-nn's LayerNorm composition of `x + y` in f64, on rows shorter and longer than
+/// one vector; with a tracked input it is the differentiable `layer_norm(x + y)`, whose
+/// gradients reach both summands. Shapes that do not fit are errors.
+#[test]
+fn add_layer_norm_equals_the_composition_of_the_sum() {
+    for (rows, d) in [(7, 12), (9, 45)] {
+        let (x, y) = (
+            randn(&[1, rows, d], 30).affine(3.0, 1.5).unwrap(),
+            randn(&[1, rows, d], 31),
+        );
+        let (w, b) = (randn(&[d], 32), randn(&[d], 33));
+        let f64_of = |t: &Tensor| t.to_dtype(DType::F64).unwrap();
+        let eps = 1e-5;
+        let reference = candle_nn::ops::layer_norm_slow(
+            &(f64_of(&x) + f64_of(&y)).unwrap(),
+            &f64_of(&w),
+            &f64_of(&b),
+            eps,
+        )
+        .unwrap();
+        let fused = add_layer_norm(&x, &y, &w, &b, eps).unwrap();
+        assert!(!fused.track_op(), "the inference op records no backward");
+        assert!(
+            max_diff(&fused, &reference) < 1e-5,
+            "fused {}",
+            max_diff(&fused, &reference)
+        );
+
+        let (xv, yv) = (Var::from_tensor(&x).unwrap(), Var::from_tensor(&y).unwrap());
+        let out = add_layer_norm(xv.as_tensor(), yv.as_tensor(), &w, &b, eps).unwrap();
+        assert!(
+            max_diff(&out, &reference) < 1e-5,
+            "tracked {}",
+            max_diff(&out, &reference)
+        );
+        let r = randn(&[1, rows, d], 34);
+        let grads = (&out * &r).unwrap().sum_all().unwrap().backward().unwrap();
+        let s64 = Var::from_tensor(&(f64_of(&x) + f64_of(&y)).unwrap()).unwrap();
+        let grads64 =
+            (candle_nn::ops::layer_norm_slow(s64.as_tensor(), &f64_of(&w), &f64_of(&b), eps)
+                .unwrap()
+                * f64_of(&r))
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .backward()
+            .unwrap();
+        let g64 = grads64.get(s64.as_tensor()).unwrap();
+        for (name, v) in [("x", &xv), ("y", &yv)] {
+            let g = grads.get(v.as_tensor()).unwrap();
+            assert!(max_diff(g, g64) < 1e-4, "∂/∂{name}: {}", max_diff(g, g64));
+        }
+    }
+    let (x, w) = (randn(&[2, 8], 35), randn(&[8], 36));
+    let e = add_layer_norm(&x, &randn(&[2, 7], 37), &w, &w, 1e-5).unwrap_err();
+    assert!(e.to_string().contains("shape"), "{e}");
+    let e = add_layer_norm(&x, &x, &randn(&[7], 38), &w, 1e-5).unwrap_err();
+    assert!(e.to_string().contains("must be (8,)"), "{e}");
 }
 
 #[test]

@@ -20,6 +20,7 @@
 //! the backward and returned to the caller. Grouped-query attention reads key and value
 //! head `i / (heads / kv_heads)` for query head `i`.
 
+use std::mem::MaybeUninit;
 use std::sync::{Arc, Mutex};
 
 use candle_core::{CpuStorage, CustomOp3, DType, Device, Layout, Result, Shape, Storage, Tensor};
@@ -27,9 +28,9 @@ use gemm::Parallelism;
 use rayon::prelude::*;
 
 use super::matmul::{gemm_into, Mat, OutPtr};
-use super::par_output;
 use super::simd::{self, vectorized};
 use super::softmax::{softmax_row, MaskIndex};
+use super::{assume_init, par_output_uninit};
 
 /// `(O, P)`: the attention of queries `q (b, h, tq, d)` over keys and values
 /// `k, v (b, kv, tk, d)`, any strides, each of them also accepted with its heads merged,
@@ -259,7 +260,7 @@ impl CustomOp3 for Attention {
         let mut out: Vec<f32> = Vec::with_capacity(b * tq * h * d);
         let dst = OutPtr(out.as_mut_ptr());
         let p = self.with_dropout(|drop| {
-            Ok(par_output(b * h * tq * tk, tq * tk, |pair, p| {
+            let pair = |pair: usize, p: &mut [MaybeUninit<f32>]| {
                 let (bi, hi) = (pair / h, pair % h);
                 let (qm, km, vm) = (q.at(bi, hi), k.at(bi, hi / group), v.at(bi, hi / group));
                 // SAFETY: `p` is this pair's (tq, tk) block; Q, K, V are read through
@@ -267,7 +268,7 @@ impl CustomOp3 for Attention {
                 unsafe {
                     gemm_into(
                         (tq, tk, d),
-                        p.as_mut_ptr(),
+                        p.as_mut_ptr().cast(),
                         tk,
                         false,
                         qm,
@@ -276,6 +277,8 @@ impl CustomOp3 for Attention {
                         Parallelism::None,
                     )
                 };
+                // SAFETY: gemm wrote all of `p`.
+                let p = unsafe { assume_init(p) };
                 let mut buf = Vec::new();
                 vectorized(
                     #[inline(always)]
@@ -308,7 +311,10 @@ impl CustomOp3 for Attention {
                         Parallelism::None,
                     )
                 };
-            }))
+            };
+            // SAFETY: each pair's (tq, tk) block of weights is written whole by gemm
+            // (`accumulate` false) before anything reads it.
+            Ok(unsafe { par_output_uninit(b * h * tq * tk, tq * tk, pair) })
         })?;
         // SAFETY: every (batch, head) pair wrote its `tq · d` elements of `out`.
         unsafe { out.set_len(b * tq * h * d) };

@@ -41,9 +41,98 @@ pub fn layer_norm(x: &Tensor, w: &Tensor, b: &Tensor, eps: f32) -> Result<Tensor
         .apply_op3(&w.contiguous()?, &b.contiguous()?, LayerNorm { eps })
 }
 
+/// `LayerNorm(x + y)`, the residual connection's sum and norm in one pass, at inference:
+/// when no gradient can flow (f32 on the CPU, no input tracked) the sum is formed row by
+/// row in the output and normalised there while it is in cache, instead of a pass writing
+/// `x + y` and another reading it back; otherwise it is `layer_norm(x + y, w, b)`.
+/// Differentiable either way.
+///
+/// # Shapes
+/// `x`, `y`: `(…, d)`, the same; `w`, `b`: `(d,)`.
+///
+/// # Errors
+/// As [`layer_norm`], and if `x` and `y` differ in shape.
+pub fn add_layer_norm(x: &Tensor, y: &Tensor, w: &Tensor, b: &Tensor, eps: f32) -> Result<Tensor> {
+    let tracked = [x, y, w, b].iter().any(|t| t.track_op());
+    let cpu = [x, y, w, b].iter().all(|t| t.device().is_cpu());
+    if tracked || !cpu || x.dtype() != DType::F32 || x.dims() != y.dims() {
+        return layer_norm(&(x + y)?, w, b, eps);
+    }
+    let (d, dims) = (x.dim(candle_core::D::Minus1)?, x.dims());
+    if w.dims() != [d] || b.dims() != [d] {
+        candle_core::bail!(
+            "add_layer_norm: weight {:?} and bias {:?} must be ({d},) for input {dims:?}",
+            w.dims(),
+            b.dims()
+        );
+    }
+    let wb = Tensor::stack(&[w, b], 0)?;
+    x.contiguous()?
+        .apply_op3_no_bwd(&y.contiguous()?, &wb.contiguous()?, &AddLayerNorm { eps })
+}
+
 #[derive(Debug, Clone, Copy)]
 struct LayerNorm {
     eps: f32,
+}
+
+/// `LayerNorm(x (+ residual))` of every row of `x` (`(rows · d)`, `d = w.len()`), in
+/// parallel over blocks of rows: each row is written to the output (plus its residual),
+/// then normalised in place.
+fn normalize_rows(x: &[f32], residual: Option<&[f32]>, w: &[f32], b: &[f32], eps: f32) -> Vec<f32> {
+    let d = w.len().max(1);
+    let chunk = d * rows_per_task(d);
+    par_output(x.len(), chunk, |task, y| {
+        let x = &x[task * chunk..][..y.len()];
+        let r = residual.map(|r| &r[task * chunk..][..y.len()]);
+        vectorized(
+            #[inline(always)]
+            || {
+                match r {
+                    Some(r) => y
+                        .iter_mut()
+                        .zip(x)
+                        .zip(r)
+                        .for_each(|((y, x), r)| *y = x + r),
+                    None => y.copy_from_slice(x),
+                }
+                for y in y.chunks_mut(d) {
+                    let (mean, r) = stats(y, eps);
+                    for ((y, w), b) in y.iter_mut().zip(w).zip(b) {
+                        *y = (*y - mean) * r * w + b;
+                    }
+                }
+            },
+        )
+    })
+}
+
+/// The inference op of [`add_layer_norm`]: inputs `x`, `y` and the weight and bias stacked
+/// as `(2, d)`.
+struct AddLayerNorm {
+    eps: f32,
+}
+
+impl CustomOp3 for AddLayerNorm {
+    fn name(&self) -> &'static str {
+        "add-layer-norm"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let x = contiguous_f32(s1, l1, self.name())?;
+        let y = contiguous_f32(s2, l2, self.name())?;
+        let (w, b) = contiguous_f32(s3, l3, self.name())?.split_at(l3.dims()[1]);
+        let out = normalize_rows(x, Some(y), w, b, self.eps);
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
 }
 
 /// Mean and reciprocal standard deviation of one row.
@@ -72,22 +161,7 @@ impl CustomOp3 for LayerNorm {
         let x = contiguous_f32(s1, l1, self.name())?;
         let w = contiguous_f32(s2, l2, self.name())?;
         let b = contiguous_f32(s3, l3, self.name())?;
-        let d = w.len().max(1);
-        let chunk = d * rows_per_task(d);
-        let y = par_output(x.len(), chunk, |task, y| {
-            let x = &x[task * chunk..][..y.len()];
-            vectorized(
-                #[inline(always)]
-                || {
-                    for (y, x) in y.chunks_mut(d).zip(x.chunks(d)) {
-                        let (mean, r) = stats(x, self.eps);
-                        for (((y, x), w), b) in y.iter_mut().zip(x).zip(w).zip(b) {
-                            *y = (x - mean) * r * w + b;
-                        }
-                    }
-                },
-            )
-        });
+        let y = normalize_rows(x, None, w, b, self.eps);
         Ok((CpuStorage::F32(y), l1.shape().clone()))
     }
 

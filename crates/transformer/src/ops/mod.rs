@@ -16,10 +16,12 @@ pub use attention::attention;
 pub use bias::add_bias;
 pub use gelu::gelu;
 pub(crate) use gelu::gelu_anywhere;
-pub use layer_norm::layer_norm;
+pub use layer_norm::{add_layer_norm, layer_norm};
 pub use linear::{linear, linear_gelu};
 pub use matmul::matmul;
 pub use softmax::masked_softmax;
+
+use std::mem::MaybeUninit;
 
 /// A new `len`-element output, written in parallel by `fill(task, chunk)` for consecutive
 /// chunks of `chunk` elements (the last may be shorter); `task · chunk` is where a chunk
@@ -34,20 +36,44 @@ pub(crate) fn par_output(
     chunk: usize,
     fill: impl Fn(usize, &mut [f32]) + Sync + Send,
 ) -> Vec<f32> {
+    let zeroed = |task, slots: &mut [MaybeUninit<f32>]| {
+        slots.iter_mut().for_each(|s| {
+            s.write(0.0);
+        });
+        // SAFETY: zeroed on the line above.
+        fill(task, unsafe { assume_init(slots) });
+    };
+    // SAFETY: each chunk is zeroed, so initialised, before `fill` sees it.
+    unsafe { par_output_uninit(len, chunk, zeroed) }
+}
+
+/// [`par_output`] without the zeroing, for kernels that overwrite their whole chunk anyway
+/// (a product written by gemm).
+///
+/// # Safety
+/// `fill` must initialise every element of its chunk.
+pub(crate) unsafe fn par_output_uninit(
+    len: usize,
+    chunk: usize,
+    fill: impl Fn(usize, &mut [MaybeUninit<f32>]) + Sync + Send,
+) -> Vec<f32> {
     use rayon::prelude::*;
     let mut out: Vec<f32> = Vec::with_capacity(len);
     out.spare_capacity_mut()
         .par_chunks_mut(chunk.max(1))
         .enumerate()
-        .for_each(|(task, slots)| {
-            slots.iter_mut().for_each(|s| {
-                s.write(0.0);
-            });
-            // SAFETY: every element of `slots` was initialised on the line above.
-            let chunk = unsafe { &mut *(slots as *mut [std::mem::MaybeUninit<f32>] as *mut [f32]) };
-            fill(task, chunk);
-        });
-    // SAFETY: the chunks cover all `len` elements, each initialised by its task.
+        .for_each(|(task, slots)| fill(task, slots));
+    // SAFETY: the chunks cover all `len` elements, each initialised by its task (the
+    // caller's promise).
     unsafe { out.set_len(len) };
     out
+}
+
+/// `slots` as the f32s they hold.
+///
+/// # Safety
+/// Every element of `slots` must be initialised.
+pub(crate) unsafe fn assume_init(slots: &mut [MaybeUninit<f32>]) -> &mut [f32] {
+    // SAFETY: `MaybeUninit<f32>` has f32's layout, and the caller promises initialisation.
+    unsafe { &mut *(slots as *mut [MaybeUninit<f32>] as *mut [f32]) }
 }
