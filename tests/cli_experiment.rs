@@ -79,6 +79,26 @@ fn quick_experiment_shows_that_order_needs_position() {
     assert!(w >= 800 && h >= 400);
     png_size(&out.join("by_length.png"));
     png_size(&out.join("sinusoidal/attention.png"));
+
+    // The same command again reuses the trained runs, plots and all, and reports the same.
+    let again = posenc(&[
+        "experiment",
+        "--quick",
+        "--quiet",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(again.status.success(), "{}", stderr(&again));
+    let json2: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    for (a, b) in json["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(json2["results"].as_array().unwrap())
+    {
+        assert_eq!(a["metrics"], b["metrics"], "{}", a["kind"]);
+    }
 }
 
 #[test]

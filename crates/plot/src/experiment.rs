@@ -14,7 +14,7 @@ pub const CURVES: &str = "curves.png";
 /// `by_length.png`.
 pub const BY_LENGTH: &str = "by_length.png";
 /// `<kind>/attention.png`: each trained model's attention maps for [`ATTENTION_SENTENCE`].
-pub const ATTENTION: &str = "attention.png";
+pub const ATTENTION: &str = posenc_train::rundir::ATTENTION_PLOT;
 /// A sentence whose place phrase Kotoba moves to the front.
 pub const ATTENTION_SENTENCE: &str = "the small cat sees the dog in the park";
 

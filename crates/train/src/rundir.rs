@@ -40,6 +40,9 @@ use sha2::{Digest, Sha256};
 
 /// `manifest.json`.
 pub const MANIFEST: &str = "manifest.json";
+/// `attention.png`: the attention maps `posenc experiment` draws into each run it trained,
+/// beside the run's own files (a run directory holding it is still a run).
+pub const ATTENTION_PLOT: &str = "attention.png";
 /// `.lock`: held by the process writing the directory.
 pub const LOCK: &str = ".lock";
 /// `source.tokenizer.json`.
@@ -130,7 +133,10 @@ pub fn inspect(dir: &Path) -> Result<Contents> {
     let mut foreign = Vec::new();
     for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
         let name = entry?.file_name().to_string_lossy().into_owned();
-        if name == LOCK || (name.starts_with('.') && name.contains(TEMP_MARKER)) {
+        if name == LOCK
+            || name == ATTENTION_PLOT
+            || (name.starts_with('.') && name.contains(TEMP_MARKER))
+        {
             continue;
         }
         if RUN_FILES.contains(&name.as_str()) {
