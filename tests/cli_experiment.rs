@@ -35,13 +35,16 @@ fn png_size(path: &Path) -> (u32, u32) {
 fn quick_experiment_shows_that_order_needs_position() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("exp");
-    let run = posenc(&[
-        "experiment",
-        "--quick",
-        "--quiet",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let quick = || {
+        posenc(&[
+            "experiment",
+            "--quick",
+            "--quiet",
+            "--out",
+            out.to_str().unwrap(),
+        ])
+    };
+    let run = quick();
     assert!(run.status.success(), "{}", stderr(&run));
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
@@ -81,13 +84,7 @@ fn quick_experiment_shows_that_order_needs_position() {
     png_size(&out.join("sinusoidal/attention.png"));
 
     // The same command again reuses the trained runs, plots and all, and reports the same.
-    let again = posenc(&[
-        "experiment",
-        "--quick",
-        "--quiet",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let again = quick();
     assert!(again.status.success(), "{}", stderr(&again));
     let json2: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();

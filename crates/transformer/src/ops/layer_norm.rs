@@ -37,8 +37,14 @@ pub fn layer_norm(x: &Tensor, w: &Tensor, b: &Tensor, eps: f32) -> Result<Tensor
             b.dims()
         );
     }
-    x.contiguous()?
-        .apply_op3(&w.contiguous()?, &b.contiguous()?, LayerNorm { eps })
+    x.contiguous()?.apply_op3(
+        &w.contiguous()?,
+        &b.contiguous()?,
+        LayerNorm {
+            eps,
+            residual: false,
+        },
+    )
 }
 
 /// `LayerNorm(x + y)`, the residual connection's sum and norm in one pass, at inference:
@@ -67,13 +73,22 @@ pub fn add_layer_norm(x: &Tensor, y: &Tensor, w: &Tensor, b: &Tensor, eps: f32) 
         );
     }
     let wb = Tensor::stack(&[w, b], 0)?;
-    x.contiguous()?
-        .apply_op3_no_bwd(&y.contiguous()?, &wb.contiguous()?, &AddLayerNorm { eps })
+    x.contiguous()?.apply_op3_no_bwd(
+        &y.contiguous()?,
+        &wb.contiguous()?,
+        &LayerNorm {
+            eps,
+            residual: true,
+        },
+    )
 }
 
+/// The op, on `(x, w, b)`; with `residual`, on `(x, y, [w; b])` (`[w; b]` stacked as
+/// `(2, d)`) for `LayerNorm(x + y)`, at inference only.
 #[derive(Debug, Clone, Copy)]
 struct LayerNorm {
     eps: f32,
+    residual: bool,
 }
 
 /// `LayerNorm(x (+ residual))` of every row of `x` (`(rows · d)`, `d = w.len()`), in
@@ -107,34 +122,6 @@ fn normalize_rows(x: &[f32], residual: Option<&[f32]>, w: &[f32], b: &[f32], eps
     })
 }
 
-/// The inference op of [`add_layer_norm`]: inputs `x`, `y` and the weight and bias stacked
-/// as `(2, d)`.
-struct AddLayerNorm {
-    eps: f32,
-}
-
-impl CustomOp3 for AddLayerNorm {
-    fn name(&self) -> &'static str {
-        "add-layer-norm"
-    }
-
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-        s3: &CpuStorage,
-        l3: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let x = contiguous_f32(s1, l1, self.name())?;
-        let y = contiguous_f32(s2, l2, self.name())?;
-        let (w, b) = contiguous_f32(s3, l3, self.name())?.split_at(l3.dims()[1]);
-        let out = normalize_rows(x, Some(y), w, b, self.eps);
-        Ok((CpuStorage::F32(out), l1.shape().clone()))
-    }
-}
-
 /// Mean and reciprocal standard deviation of one row.
 #[inline(always)]
 fn stats(x: &[f32], eps: f32) -> (f32, f32) {
@@ -159,9 +146,15 @@ impl CustomOp3 for LayerNorm {
         l3: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
         let x = contiguous_f32(s1, l1, self.name())?;
-        let w = contiguous_f32(s2, l2, self.name())?;
-        let b = contiguous_f32(s3, l3, self.name())?;
-        let y = normalize_rows(x, None, w, b, self.eps);
+        let second = contiguous_f32(s2, l2, self.name())?;
+        let third = contiguous_f32(s3, l3, self.name())?;
+        let y = match self.residual {
+            true => {
+                let (w, b) = third.split_at(third.len() / 2);
+                normalize_rows(x, Some(second), w, b, self.eps)
+            }
+            false => normalize_rows(x, None, second, third, self.eps),
+        };
         Ok((CpuStorage::F32(y), l1.shape().clone()))
     }
 
@@ -173,6 +166,9 @@ impl CustomOp3 for LayerNorm {
         _y: &Tensor,
         grad: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        if self.residual {
+            candle_core::bail!("add_layer_norm's fused op has no backward: it is for inference");
+        }
         let d = w.dim(0)?;
         let rows = x.elem_count() / d.max(1);
         // One pass: rows 0..n hold ∂L/∂x, row n ∂L/∂w and row n + 1 ∂L/∂b.
