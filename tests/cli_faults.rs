@@ -1003,14 +1003,18 @@ fn force_replaces_a_run_and_keeps_foreign_files_out_of_reach() {
     );
 }
 
+/// What the stand-in PyTorch script does when its steps run out.
+const DIE: &str = "echo 'RuntimeError: out of steps' >&2; exit 1";
+const HANG: &str = "exec sleep 600";
+
 /// A stand-in for the PyTorch script of `posenc bench train`: its header, then `serve`
-/// steps of fixed timings, then (if `serve` runs out) an error on standard error and exit 1.
-fn fake_torch(dir: &Path, serve: usize) -> PathBuf {
+/// steps of fixed timings, then (if `serve` runs out) `then` ([`DIE`], [`HANG`]).
+fn fake_torch(dir: &Path, serve: usize, then: &str) -> PathBuf {
     let path = dir.join("python");
     let step = r#"{"forward_ms": 1.0, "backward_ms": 2.0, "optimizer_ms": 0.5, "total_ms": 3.5}"#;
     let script = format!(
         "#!/bin/sh\necho '{{\"torch\": \"fake\", \"threads\": 2}}'\ni=0\nwhile read line; do\n  \
-         if [ $i -ge {serve} ]; then echo 'RuntimeError: out of steps' >&2; exit 1; fi\n  \
+         if [ $i -ge {serve} ]; then {then}; fi\n  \
          echo '{step}'\n  i=$((i + 1))\ndone\n"
     );
     std::fs::write(&path, script).unwrap();
@@ -1022,14 +1026,16 @@ fn fake_torch(dir: &Path, serve: usize) -> PathBuf {
 
 /// `posenc bench train` alternates its steps with the PyTorch script's, one per line it
 /// sends; a script that dies mid-run costs the comparison, named with the script's own
-/// last words, and nothing else.
+/// last words, and nothing else; so does one that stops answering, once the time limit
+/// has passed.
 #[test]
 fn bench_train_alternates_with_the_torch_script_and_survives_its_death() {
     let dir = tempfile::tempdir().unwrap();
-    let run = |serve: usize| {
+    let run = |serve: usize, then: &str| {
         let out = posenc()
             .args(["bench", "train", "--steps", "2"])
-            .env("POSENC_PYTHON", fake_torch(dir.path(), serve))
+            .env("POSENC_PYTHON", fake_torch(dir.path(), serve, then))
+            .env("POSENC_TORCH_TIMEOUT", "2")
             .output()
             .unwrap();
         let (stdout, stderr) = text(&out);
@@ -1038,17 +1044,29 @@ fn bench_train_alternates_with_the_torch_script_and_survives_its_death() {
         stdout
     };
     // 2 warm-up steps and 2 timed ones: all served.
-    let served = run(4);
+    let served = run(4, DIE);
     assert!(
         served.contains("| PyTorch fake (2 threads), reference | 1.0 | 2.0 | 0.5 | 3.5 |"),
         "{served}"
     );
     assert!(served.contains("median of 2 alternating steps"), "{served}");
     // It dies on the third request.
-    let died = run(2);
+    let died = run(2, DIE);
     assert!(
         died.contains("PyTorch comparison skipped") && died.contains("out of steps"),
         "{died}"
     );
     assert!(!died.contains("speed relative to PyTorch"), "{died}");
+    // It hangs on the third request: stopped after 2 s, not waited for.
+    let started = std::time::Instant::now();
+    let hung = run(2, HANG);
+    assert!(
+        started.elapsed().as_secs() < 300,
+        "the bench waited out the hang"
+    );
+    assert!(
+        hung.contains("PyTorch comparison skipped") && hung.contains("no answer in 2 s"),
+        "{hung}"
+    );
+    assert!(!hung.contains("speed relative to PyTorch"), "{hung}");
 }

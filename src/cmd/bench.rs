@@ -275,11 +275,14 @@ struct TorchPass {
 /// A committed PyTorch script serving timed units of work, run with a Python that has
 /// PyTorch ($POSENC_PYTHON, else .venv/bin/python, else python3): it prints one JSON
 /// header line when ready, then one JSON line per line it reads, and ends at the end of
-/// its input.
+/// its input. A script that gives no answer for [`TorchWorker::timeout`] is stopped.
 struct TorchWorker {
     child: std::process::Child,
     stdin: Option<std::process::ChildStdin>,
-    stdout: std::io::BufReader<std::process::ChildStdout>,
+    /// The script's output lines, read by a thread of their own so that waiting for one
+    /// can time out.
+    lines: std::sync::mpsc::Receiver<std::io::Result<String>>,
+    timeout: std::time::Duration,
     stderr: tempfile::NamedTempFile,
     python: std::path::PathBuf,
 }
@@ -287,6 +290,7 @@ struct TorchWorker {
 impl TorchWorker {
     /// Starts `script` with `args` and reads its header line.
     fn start<H: DeserializeOwned>(script: &str, args: &[(&str, String)]) -> Result<(Self, H)> {
+        let timeout = Self::timeout()?;
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
         let python = std::env::var_os("POSENC_PYTHON")
             .map(std::path::PathBuf::from)
@@ -307,11 +311,21 @@ impl TorchWorker {
             .spawn()
             .with_context(|| format!("running {}", python.display()))?;
         let (stdin, stdout) = (child.stdin.take(), child.stdout.take());
-        let stdout = std::io::BufReader::new(stdout.context("no pipe from the PyTorch script")?);
+        let stdout = stdout.context("no pipe from the PyTorch script")?;
+        let (send, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout).lines() {
+                if send.send(line).is_err() {
+                    break;
+                }
+            }
+        });
         let mut worker = Self {
             child,
             stdin,
-            stdout,
+            lines,
+            timeout,
             stderr,
             python,
         };
@@ -345,22 +359,46 @@ impl TorchWorker {
         self.line()
     }
 
-    /// The next JSON line the script prints; if it ended instead, why.
+    /// How long to wait for one answer of the script: `$POSENC_TORCH_TIMEOUT` seconds,
+    /// else 600 (its first answer comes after loading PyTorch and one untimed pass).
+    fn timeout() -> Result<std::time::Duration> {
+        let Some(value) = std::env::var_os("POSENC_TORCH_TIMEOUT") else {
+            return Ok(std::time::Duration::from_secs(600));
+        };
+        value
+            .to_str()
+            .and_then(|v| v.parse::<f64>().ok())
+            .and_then(|s| std::time::Duration::try_from_secs_f64(s).ok())
+            .filter(|d| !d.is_zero())
+            .with_context(|| {
+                format!("POSENC_TORCH_TIMEOUT must be a positive number of seconds, not {value:?}")
+            })
+    }
+
+    /// The next JSON line the script prints; if it ended instead, or gave no answer in
+    /// time (it is then stopped), why.
     fn line<T: DeserializeOwned>(&mut self) -> Result<T> {
-        use std::io::BufRead;
-        let mut line = String::new();
-        self.stdout
-            .read_line(&mut line)
-            .context("reading the PyTorch script's output")?;
-        if line.is_empty() {
-            let _ = self.child.wait();
-            let stderr = std::fs::read_to_string(self.stderr.path()).unwrap_or_default();
-            let last = stderr.lines().last().unwrap_or("it printed nothing");
-            bail!(
-                "{} could not run the PyTorch script: {last}",
-                self.python.display()
-            );
-        }
+        use std::sync::mpsc::RecvTimeoutError;
+        let line = match self.lines.recv_timeout(self.timeout) {
+            Ok(line) => line.context("reading the PyTorch script's output")?,
+            Err(RecvTimeoutError::Disconnected) => {
+                // Its output ended: so did it.
+                let _ = self.child.wait();
+                let stderr = std::fs::read_to_string(self.stderr.path()).unwrap_or_default();
+                let last = stderr.lines().last().unwrap_or("it printed nothing");
+                bail!(
+                    "{} could not run the PyTorch script: {last}",
+                    self.python.display()
+                );
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                let _ = self.child.kill();
+                bail!(
+                    "the PyTorch script gave no answer in {} s and was stopped (POSENC_TORCH_TIMEOUT sets the limit)",
+                    self.timeout.as_secs_f64()
+                );
+            }
+        };
         serde_json::from_str(line.trim()).context("reading the PyTorch script's output")
     }
 }
