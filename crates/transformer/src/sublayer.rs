@@ -49,9 +49,7 @@ impl Norm {
     pub fn from_config(cfg: &Config, vb: VarBuilder) -> Result<Self> {
         Self::with_kind(cfg.blocks.norm, cfg.d_model, cfg.layer_norm_eps, vb)
     }
-}
 
-impl Norm {
     /// `norm(x + y)`, the post-norm residual: one fused pass where [`crate::ops::add_layer_norm`]
     /// runs (a LayerNorm in f32 on the CPU), else the sum and then [`Norm::forward`].
     pub fn forward_sum(&self, x: &Tensor, y: &Tensor) -> candle_core::Result<Tensor> {
