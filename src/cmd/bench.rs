@@ -171,11 +171,12 @@ struct TorchVersion {
     threads: usize,
 }
 
+/// How to get the Python environment the comparison runs in.
+const INSTALL: &str =
+    "install it with: python3 -m venv .venv && .venv/bin/pip install -r scripts/requirements.txt";
+
 fn skipped(out: &mut impl Write, e: &anyhow::Error) -> Result<()> {
-    writeln!(
-        out,
-        "\nPyTorch comparison skipped: {e:#}\n(install it with: python3 -m venv .venv && .venv/bin/pip install -r scripts/requirements.txt)"
-    )?;
+    writeln!(out, "\nPyTorch comparison skipped: {e:#}")?;
     Ok(())
 }
 
@@ -309,7 +310,7 @@ impl TorchWorker {
             .stdout(std::process::Stdio::piped())
             .stderr(stderr.reopen().context("opening a temporary file")?)
             .spawn()
-            .with_context(|| format!("running {}", python.display()))?;
+            .with_context(|| format!("running {} ({INSTALL})", python.display()))?;
         let (stdin, stdout) = (child.stdin.take(), child.stdout.take());
         let stdout = stdout.context("no pipe from the PyTorch script")?;
         let (send, lines) = std::sync::mpsc::channel();
@@ -387,7 +388,7 @@ impl TorchWorker {
                 let stderr = std::fs::read_to_string(self.stderr.path()).unwrap_or_default();
                 let last = stderr.lines().last().unwrap_or("it printed nothing");
                 bail!(
-                    "{} could not run the PyTorch script: {last}",
+                    "{} could not run the PyTorch script: {last}\n({INSTALL})",
                     self.python.display()
                 );
             }
