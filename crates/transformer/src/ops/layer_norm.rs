@@ -75,7 +75,7 @@ pub fn add_layer_norm(x: &Tensor, y: &Tensor, w: &Tensor, b: &Tensor, eps: f32) 
     let wb = Tensor::stack(&[w, b], 0)?;
     x.contiguous()?.apply_op3_no_bwd(
         &y.contiguous()?,
-        &wb.contiguous()?,
+        &wb,
         &LayerNorm {
             eps,
             residual: true,
@@ -92,29 +92,34 @@ struct LayerNorm {
 }
 
 /// `LayerNorm(x (+ residual))` of every row of `x` (`(rows · d)`, `d = w.len()`), in
-/// parallel over blocks of rows: each row is written to the output (plus its residual),
-/// then normalised in place.
+/// parallel over blocks of rows. A row with a residual is summed into a one-row buffer
+/// (in L1) and normalised from there; one without is read where it is.
 fn normalize_rows(x: &[f32], residual: Option<&[f32]>, w: &[f32], b: &[f32], eps: f32) -> Vec<f32> {
     let d = w.len().max(1);
     let chunk = d * rows_per_task(d);
     par_output(x.len(), chunk, |task, y| {
         let x = &x[task * chunk..][..y.len()];
         let r = residual.map(|r| &r[task * chunk..][..y.len()]);
+        let mut sum = vec![0f32; if r.is_some() { d } else { 0 }];
         vectorized(
             #[inline(always)]
             || {
-                match r {
-                    Some(r) => y
-                        .iter_mut()
-                        .zip(x)
-                        .zip(r)
-                        .for_each(|((y, x), r)| *y = x + r),
-                    None => y.copy_from_slice(x),
-                }
-                for y in y.chunks_mut(d) {
-                    let (mean, r) = stats(y, eps);
-                    for ((y, w), b) in y.iter_mut().zip(w).zip(b) {
-                        *y = (*y - mean) * r * w + b;
+                for (i, y) in y.chunks_mut(d).enumerate() {
+                    let x = &x[i * d..][..y.len()];
+                    let x = match r {
+                        Some(r) => {
+                            let r = &r[i * d..][..y.len()];
+                            sum.iter_mut()
+                                .zip(x)
+                                .zip(r)
+                                .for_each(|((s, x), r)| *s = x + r);
+                            &sum[..y.len()]
+                        }
+                        None => x,
+                    };
+                    let (mean, r) = stats(x, eps);
+                    for (((y, x), w), b) in y.iter_mut().zip(x).zip(w).zip(b) {
+                        *y = (x - mean) * r * w + b;
                     }
                 }
             },
