@@ -200,6 +200,58 @@ impl MultiHeadAttention {
         self.attend(&q, &k, &v, bias, mask, train)
     }
 
+    /// Self-attention within sequences packed end to end along the rows of
+    /// `x (1, n, d_model)`, `lens` tokens each, with no padding: each sequence attends to
+    /// its own tokens only, at positions `0, 1, …`. `bias` is the encoding's position bias
+    /// `(heads, t, t)` for the longest sequence, if it has one. On every real token this is
+    /// [`MultiHeadAttention::self_attention`] of the padded batch with a padding mask, without
+    /// the products spent on padding. Returns the output `(1, n, d_model)`; no weights are
+    /// kept, and there is no dropout.
+    ///
+    /// In f32 on the CPU with no gradient to track, one op ([`ops::packed_attention`]);
+    /// otherwise each sequence goes through the ordinary path in turn (differentiable).
+    ///
+    /// # Errors
+    /// `x` not `(1, n, d_model)`, lengths that do not add up to `n`, a bias too small.
+    pub fn packed_self_attention(
+        &self,
+        x: &Tensor,
+        lens: &[usize],
+        bias: Option<&Tensor>,
+    ) -> Result<Tensor> {
+        self.check(x, "query")?;
+        check_packed(x, lens)?;
+        let fused = x.dtype() == DType::F32 && x.device().is_cpu();
+        let (q, k, v) = (
+            self.q_proj.forward(x)?,
+            self.k_proj.forward(x)?,
+            self.v_proj.forward(x)?,
+        );
+        if fused && ![&q, &k, &v].iter().any(|t| t.track_op()) {
+            let (q, k) = (self.rotate_packed(&q, lens)?, self.rotate_packed(&k, lens)?);
+            let scale = 1.0 / (self.head_dim as f32).sqrt();
+            let out = ops::packed_attention(&q, &k, &v, self.head_dim, lens, bias, scale)?;
+            return Ok(self.out_proj.forward(&out)?);
+        }
+        let mut outs = Vec::with_capacity(lens.len());
+        for (start, len) in segments(lens) {
+            let part = |t: &Tensor| t.narrow(1, start, len);
+            let q = self.rotate(&part(&q)?, 0.into())?;
+            let k = self.rotate(&part(&k)?, 0.into())?;
+            let bias = bias
+                .map(|b| b.narrow(1, 0, len)?.narrow(2, 0, len))
+                .transpose()?;
+            outs.push(
+                self.attend(&q, &k, &part(&v)?, bias.as_ref(), None, false)?
+                    .0,
+            );
+        }
+        match outs.is_empty() {
+            true => Ok(x.zeros_like()?),
+            false => Ok(Tensor::cat(&outs, 1)?),
+        }
+    }
+
     /// Cross-attention of `x (batch, q_len, d_model)` over `memory (batch, k_len, d_model)`.
     /// With a cache, the memory's keys and values are projected once and reused.
     pub fn cross_attention(
@@ -284,6 +336,25 @@ impl MultiHeadAttention {
         })
     }
 
+    /// Packed queries or keys `(1, n, heads·d_k)`, each sequence rotated at positions
+    /// `0, 1, …` by the encoding, with its heads merged again; handed on as they are if the
+    /// encoding leaves them alone (it then does so for every sequence).
+    fn rotate_packed(&self, x: &Tensor, lens: &[usize]) -> Result<Tensor> {
+        let mut parts = Vec::with_capacity(lens.len());
+        for (start, len) in segments(lens) {
+            let part = x.narrow(1, start, len)?;
+            let rotated = self.rotate(&part, 0.into())?;
+            if rotated.id() == part.id() {
+                return Ok(x.clone());
+            }
+            parts.push(rotated.transpose(1, 2)?.reshape(part.shape())?);
+        }
+        match parts.is_empty() {
+            true => Ok(x.clone()),
+            false => Ok(Tensor::cat(&parts, 1)?),
+        }
+    }
+
     fn attend(
         &self,
         q: &Tensor,
@@ -357,5 +428,26 @@ impl MultiHeadAttention {
             .transpose(1, 2)?
             .reshape((b, tq, h * d_k))?;
         Ok((self.out_proj.forward(&out)?, weights))
+    }
+}
+
+/// `(start, len)` of each non-empty sequence of lengths `lens` packed end to end.
+fn segments(lens: &[usize]) -> impl Iterator<Item = (usize, usize)> + '_ {
+    let starts = lens.iter().scan(0, |at, &len| {
+        *at += len;
+        Some(*at - len)
+    });
+    starts.zip(lens.iter().copied()).filter(|&(_, len)| len > 0)
+}
+
+/// Checks that `x (1, n, …)` holds sequences of lengths `lens` packed end to end, and
+/// returns the longest.
+pub(crate) fn check_packed(x: &Tensor, lens: &[usize]) -> Result<usize> {
+    let total: usize = lens.iter().sum();
+    match x.dims() {
+        [1, n, _] if *n == total => Ok(lens.iter().copied().max().unwrap_or(0)),
+        dims => Err(Error::Input(format!(
+            "packed sequences of lengths adding up to {total} must be (1, {total}, d_model), got {dims:?}"
+        ))),
     }
 }

@@ -91,17 +91,26 @@ impl EncoderLayer {
         train: bool,
     ) -> Result<(Tensor, Tensor)> {
         let mut weights = None;
-        let x = self.sublayer1.forward(x, train, |x| {
-            let (out, w) = self
-                .self_attn
-                .self_attention(x, at, mask, bias, cache, train)?;
+        let x = self.through(x, train, |attention, x| {
+            let (out, w) = attention.self_attention(x, at, mask, bias, cache, train)?;
             weights = Some(w);
             Ok(out)
         })?;
-        let x = self
-            .sublayer2
-            .forward(&x, train, |x| self.feed_forward.forward(x, train))?;
         Ok((x, weights.expect("the attention sublayer always runs")))
+    }
+
+    /// The layer with its self-attention sublayer computed by `attend`.
+    fn through(
+        &self,
+        x: &Tensor,
+        train: bool,
+        attend: impl FnOnce(&MultiHeadAttention, &Tensor) -> Result<Tensor>,
+    ) -> Result<Tensor> {
+        let x = self
+            .sublayer1
+            .forward(x, train, |x| attend(&self.self_attn, x))?;
+        self.sublayer2
+            .forward(&x, train, |x| self.feed_forward.forward(x, train))
     }
 }
 
@@ -180,6 +189,32 @@ impl Encoder {
         train: bool,
     ) -> Result<Tensor> {
         Ok(self.run(x, at, mask, None, train)?.0)
+    }
+
+    /// Encodes sequences packed end to end along the rows of embedded `x (1, n, d_model)`,
+    /// `lens` tokens each, at inference: no product is spent on padding. Each sequence sits
+    /// at positions `0, 1, …` and attends to its own tokens only, so on every real token the
+    /// output `(1, n, d_model)` equals [`Encoder::forward`] of the padded batch with its
+    /// padding mask ([`MultiHeadAttention::packed_self_attention`]).
+    ///
+    /// # Errors
+    /// `x` not `(1, n, d_model)` with `n` the sum of `lens`.
+    pub fn forward_packed(&self, x: &Tensor, lens: &[usize]) -> Result<Tensor> {
+        let longest = crate::attention::check_packed(x, lens)?;
+        let from0 = Positions::From(0);
+        let bias = self
+            .encoding
+            .attention_bias(longest, longest, from0, from0)?;
+        let mut x = x.clone();
+        for layer in &self.layers {
+            x = layer.through(&x, false, |attention, x| {
+                attention.packed_self_attention(x, lens, bias.as_ref())
+            })?;
+        }
+        match &self.norm {
+            Some(norm) => Ok(norm.forward(&x)?),
+            None => Ok(x),
+        }
     }
 
     /// Runs embedded `x (batch, seq, d_model)` after the positions in `cache`, and adds

@@ -121,7 +121,7 @@ struct Attention {
 }
 
 /// The data of an f32 CPU storage, or an error naming what it is.
-fn cpu_data<'a>(s: &'a CpuStorage, what: &str) -> Result<&'a [f32]> {
+pub(super) fn cpu_data<'a>(s: &'a CpuStorage, what: &str) -> Result<&'a [f32]> {
     match s {
         CpuStorage::F32(v) => Ok(v),
         _ => candle_core::bail!("attention: {what} must be f32"),
@@ -129,7 +129,7 @@ fn cpu_data<'a>(s: &'a CpuStorage, what: &str) -> Result<&'a [f32]> {
 }
 
 /// [`cpu_data`] of a tensor's storage, which must be on the CPU.
-fn cpu_f32<'a>(s: &'a Storage, what: &str) -> Result<&'a [f32]> {
+pub(super) fn cpu_f32<'a>(s: &'a Storage, what: &str) -> Result<&'a [f32]> {
     match s {
         Storage::Cpu(s) => cpu_data(s, what),
         _ => candle_core::bail!("attention: {what} must be on the CPU"),
@@ -147,7 +147,7 @@ fn split_dims(dims: &[usize], head_dim: usize) -> Option<[usize; 4]> {
 }
 
 /// [`split_dims`] of a shape the wrapper already checked, as an error if it is not one.
-fn heads_shape(dims: &[usize], head_dim: usize) -> Result<[usize; 4]> {
+pub(super) fn heads_shape(dims: &[usize], head_dim: usize) -> Result<[usize; 4]> {
     split_dims(dims, head_dim)
         .ok_or_else(|| candle_core::Error::Msg(format!("attention: unexpected shape {dims:?}")))
 }
@@ -163,14 +163,14 @@ fn block(merged: bool, [_, h, len, d]: [usize; 4], bi: usize, hi: usize) -> (usi
 
 /// A tensor's `(len, d)` matrices `(batch, head)`, through its strides, whether its
 /// heads are split or merged.
-struct Heads<'a> {
+pub(super) struct Heads<'a> {
     data: &'a [f32],
     start: usize,
     strides: [usize; 4],
 }
 
 impl<'a> Heads<'a> {
-    fn new(data: &'a [f32], l: &Layout, head_dim: usize) -> Result<Self> {
+    pub(super) fn new(data: &'a [f32], l: &Layout, head_dim: usize) -> Result<Self> {
         let strides = match *l.stride() {
             [s0, s1, s2, s3] => [s0, s1, s2, s3],
             // (b, len, h·d): head `i` starts `i·d` columns in.
@@ -188,7 +188,7 @@ impl<'a> Heads<'a> {
     }
 
     /// Matrix `(i, j)`: rows over dimension 2, columns over dimension 3.
-    fn at(&self, i: usize, j: usize) -> Mat {
+    pub(super) fn at(&self, i: usize, j: usize) -> Mat {
         let [s0, s1, s2, s3] = self.strides;
         Mat {
             ptr: self.data[self.start + i * s0 + j * s1..].as_ptr(),

@@ -114,6 +114,14 @@ impl Mat {
         }
     }
 
+    /// The same matrix without its first `r` rows (the pointer moves; nothing is read).
+    pub(crate) fn skip_rows(self, r: usize) -> Self {
+        Self {
+            ptr: self.ptr.wrapping_offset(r as isize * self.rs),
+            ..self
+        }
+    }
+
     /// The transposed view of the same elements.
     pub(crate) fn t(self) -> Self {
         Self {

@@ -9,6 +9,7 @@ mod gelu;
 mod layer_norm;
 mod linear;
 mod matmul;
+mod packed_attention;
 mod simd;
 mod softmax;
 
@@ -19,6 +20,7 @@ pub(crate) use gelu::gelu_anywhere;
 pub use layer_norm::{add_layer_norm, layer_norm};
 pub use linear::{linear, linear_gelu};
 pub use matmul::matmul;
+pub use packed_attention::packed_attention;
 pub use softmax::masked_softmax;
 
 use std::mem::MaybeUninit;
