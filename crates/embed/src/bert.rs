@@ -155,14 +155,49 @@ impl Bert {
     /// The last hidden state `(batch, seq, d)` of token ids `(batch, seq)` with the attention
     /// mask `(batch, seq)` (1 = token, 0 = padding). Token types are all 0.
     pub fn forward(&self, ids: &Tensor, attention_mask: &Tensor) -> Result<Tensor> {
+        let mask = Mask::from_keep(&attention_mask.to_dtype(DType::U8)?)?;
+        Ok(self
+            .encoder
+            .forward(&self.embed(ids)?, Some(&mask), false)?)
+    }
+
+    /// The last hidden state of the real tokens only, `(n, d)`: those the attention mask
+    /// `(batch, seq)` keeps, row after row, and how many each row has. The padding is
+    /// dropped after the embeddings, so no layer computes it
+    /// ([`Encoder::forward_packed`]); every real token's state is [`Bert::forward`]'s.
+    pub fn forward_packed(
+        &self,
+        ids: &Tensor,
+        attention_mask: &Tensor,
+    ) -> Result<(Tensor, Vec<usize>)> {
+        let keep = attention_mask.to_dtype(DType::U32)?.to_vec2::<u32>()?;
+        let seq = keep.first().map_or(0, Vec::len);
+        let lens: Vec<usize> = keep
+            .iter()
+            .map(|r| r.iter().filter(|&&k| k != 0).count())
+            .collect();
+        let real: Vec<u32> = keep
+            .iter()
+            .enumerate()
+            .flat_map(|(b, row)| {
+                let kept = row.iter().enumerate().filter(|(_, &k)| k != 0);
+                kept.map(move |(t, _)| (b * seq + t) as u32)
+            })
+            .collect();
+        let x = self.embed(ids)?;
+        let x = x.reshape(((), x.dim(2)?))?;
+        let x = x.index_select(&Tensor::new(real.as_slice(), x.device())?, 0)?;
+        let h = self.encoder.forward_packed(&x.unsqueeze(0)?, &lens)?;
+        Ok((h.squeeze(0)?, lens))
+    }
+
+    /// The embeddings `(batch, seq, d)` of token ids `(batch, seq)`, token types all 0.
+    fn embed(&self, ids: &Tensor) -> Result<Tensor> {
         let e = &self.embeddings;
         let types = ids.zeros_like()?;
         let x = (e.word.forward(ids)? + e.token_type.forward(&types)?)?;
-        let x = e
-            .norm
-            .forward(&e.position.add_to_embeddings(&x, 0.into())?)?;
-        let mask = Mask::from_keep(&attention_mask.to_dtype(DType::U8)?)?;
-        Ok(self.encoder.forward(&x, Some(&mask), false)?)
+        Ok(e.norm
+            .forward(&e.position.add_to_embeddings(&x, 0.into())?)?)
     }
 }
 

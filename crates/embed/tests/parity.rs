@@ -4,7 +4,7 @@
 
 use candle_core::{Device, IndexOp, Tensor};
 use posenc_embed::resolve::fetched_minilm;
-use posenc_embed::sentence::SentenceEncoder;
+use posenc_embed::sentence::{mean_pool_normalized, mean_pool_packed_normalized, SentenceEncoder};
 
 fn fixtures() -> (
     Vec<String>,
@@ -108,6 +108,40 @@ fn batch_size_does_not_change_embeddings() {
             .fold(0.0, f32::max);
         assert!(diff < 1e-5, "{diff}");
     }
+}
+
+#[test]
+fn packed_hidden_states_and_pooling_equal_the_padded_batch() {
+    let dir = fetched_minilm().unwrap();
+    let encoder = SentenceEncoder::load(&dir).unwrap();
+    let bert = posenc_embed::bert::Bert::load(&dir, &Device::Cpu).unwrap();
+    let (sentences, _, _) = fixtures();
+    let (ids, mask) = encoder.tokenize(&sentences[..5]).unwrap();
+    // Hide one token inside the first sentence too: the mask need not be a prefix.
+    let mut keep: Vec<Vec<u32>> = mask.to_vec2().unwrap();
+    keep[0][2] = 0;
+    let mask = Tensor::new(keep.clone(), &Device::Cpu).unwrap();
+    let padded = bert.forward(&ids, &mask).unwrap();
+    let (packed, lens) = bert.forward_packed(&ids, &mask).unwrap();
+    let counts: Vec<usize> = keep
+        .iter()
+        .map(|r| r.iter().sum::<u32>() as usize)
+        .collect();
+    assert_eq!(lens, counts);
+    let mut row = 0;
+    for (b, r) in keep.iter().enumerate() {
+        for (t, _) in r.iter().enumerate().filter(|(_, &k)| k == 1) {
+            let diff =
+                posenc_testkit::max_abs_diff(&packed.i(row).unwrap(), &padded.i((b, t)).unwrap());
+            assert!(diff < 1e-5, "sentence {b}, token {t}: max |Δ| {diff:e}");
+            row += 1;
+        }
+    }
+    assert_eq!(row, packed.dim(0).unwrap());
+    let pooled = mean_pool_packed_normalized(&packed, &lens).unwrap();
+    let want = mean_pool_normalized(&padded, &mask).unwrap();
+    let diff = posenc_testkit::max_abs_diff(&pooled, &want);
+    assert!(diff < 1e-6, "pooled: max |Δ| {diff:e}");
 }
 
 #[test]
