@@ -23,6 +23,7 @@ use posenc_train::text_tokenizer::{decode, encode, TextTokenizer};
 
 fn main() -> anyhow::Result<()> {
     posenc_train::keep_freed_memory();
+    posenc_train::tune_for_training();
     let mut args = std::env::args().skip(1);
     let encoding: EncodingConfig = args.next().unwrap_or("sinusoidal".into()).parse()?;
     let steps: usize = args.next().map_or(Ok(2000), |s| s.parse())?;

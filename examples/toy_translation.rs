@@ -18,6 +18,7 @@ use posenc_train::trainer::{train, RunOptions, TrainConfig, Translator};
 
 fn main() -> anyhow::Result<()> {
     posenc_train::keep_freed_memory();
+    posenc_train::tune_for_training();
     let started = Instant::now();
     let out = Path::new("runs/toy_translation");
     let cfg = TrainConfig {

@@ -47,6 +47,21 @@ enum Command {
     Bench(cmd::bench::BenchCommand),
 }
 
+impl Cli {
+    /// Whether the command trains a model: `main` then sets the process up for training
+    /// ([`posenc_train::tune_for_training`]).
+    pub fn trains(&self) -> bool {
+        use cmd::{bench::BenchCommand, lm::LmCommand};
+        matches!(
+            self.command,
+            Command::Train(_)
+                | Command::Experiment(_)
+                | Command::Lm(LmCommand::Train(_) | LmCommand::Experiment(_))
+                | Command::Bench(BenchCommand::Train { .. })
+        )
+    }
+}
+
 /// Carries out the command `cli`, writing what it prints to `out`.
 ///
 /// # Errors
@@ -64,5 +79,36 @@ pub fn run(cli: Cli, out: &mut impl Write) -> anyhow::Result<()> {
         Command::Embed(c) => c.run(out),
         Command::Generate(c) => c.run(out),
         Command::Convert(c) => c.run(out),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_training_commands_are_the_ones_that_train() {
+        let trains = |args: &str| {
+            let cli = Cli::try_parse_from(format!("posenc {args}").split_whitespace());
+            cli.unwrap_or_else(|e| panic!("{args}: {e}")).trains()
+        };
+        for args in [
+            "train",
+            "experiment --quick",
+            "lm train --out x",
+            "lm experiment",
+            "bench train",
+        ] {
+            assert!(trains(args), "{args}");
+        }
+        for args in [
+            "embed a",
+            "generate a",
+            "translate a",
+            "bench embed",
+            "lm generate a",
+        ] {
+            assert!(!trains(args), "{args}");
+        }
     }
 }

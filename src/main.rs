@@ -8,6 +8,9 @@ use posenc_cli::{cmd, run, Cli};
 fn main() -> ExitCode {
     posenc_train::keep_freed_memory();
     let cli = Cli::parse();
+    if cli.trains() {
+        posenc_train::tune_for_training();
+    }
     let mut out = cmd::Stdout::new();
     match run(cli, &mut out).and_then(|()| out.finish()) {
         Ok(()) => ExitCode::SUCCESS,
