@@ -102,7 +102,7 @@ mod tests {
             assert!(trains(args), "{args}");
         }
         for args in [
-            "embed a",
+            "embed --model m a",
             "generate a",
             "translate a",
             "bench embed",
