@@ -109,19 +109,24 @@ impl SentenceEncoder {
         let mut out = Vec::with_capacity(sentences.len());
         for chunk in sentences.chunks(batch_size) {
             let (ids, mask) = self.tokenize(chunk)?;
-            // On the CPU the padding is dropped before the layers (a tenth of MiniLM's
-            // benchmark batches); elsewhere the padded batch keeps the work in a few
-            // large products rather than one attention per sentence.
-            let pooled = match self.device.is_cpu() {
-                true => {
-                    let (hidden, lens) = self.bert.forward_packed(&ids, &mask)?;
-                    mean_pool_packed_normalized(&hidden, &lens)?
-                }
-                false => mean_pool_normalized(&self.hidden(&ids, &mask)?, &mask)?,
-            };
-            out.extend(pooled.to_vec2::<f32>()?);
+            out.extend(self.embed_tokens(&ids, &mask)?.to_vec2::<f32>()?);
         }
         Ok(out)
+    }
+
+    /// L2-normalised mean-pooled embeddings `(batch, d)` of one tokenized batch
+    /// ([`SentenceEncoder::tokenize`]).
+    pub fn embed_tokens(&self, ids: &Tensor, mask: &Tensor) -> Result<Tensor> {
+        // On the CPU the padding is dropped before the layers (a tenth of MiniLM's
+        // benchmark batches); elsewhere the padded batch keeps the work in a few large
+        // products rather than one attention per sentence.
+        match self.device.is_cpu() {
+            true => {
+                let (hidden, lens) = self.bert.forward_packed(ids, mask)?;
+                mean_pool_packed_normalized(&hidden, &lens)
+            }
+            false => mean_pool_normalized(&self.hidden(ids, mask)?, mask),
+        }
     }
 }
 
