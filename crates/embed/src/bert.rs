@@ -165,11 +165,20 @@ impl Bert {
     /// `(batch, seq)` keeps, row after row, and how many each row has. The padding is
     /// dropped after the embeddings, so no layer computes it
     /// ([`Encoder::forward_packed`]); every real token's state is [`Bert::forward`]'s.
+    ///
+    /// # Errors
+    /// A mask not of the ids' shape `(batch, seq)`; ids outside the vocabulary.
     pub fn forward_packed(
         &self,
         ids: &Tensor,
         attention_mask: &Tensor,
     ) -> Result<(Tensor, Vec<usize>)> {
+        anyhow::ensure!(
+            attention_mask.dims() == ids.dims() && ids.rank() == 2,
+            "the attention mask {:?} must have the token ids' shape {:?}, (batch, seq)",
+            attention_mask.dims(),
+            ids.dims()
+        );
         let keep = attention_mask.to_dtype(DType::U32)?.to_vec2::<u32>()?;
         let seq = keep.first().map_or(0, Vec::len);
         let lens: Vec<usize> = keep

@@ -132,7 +132,16 @@ impl SentenceEncoder {
 
 /// [`mean_pool_normalized`] of the real tokens' states `hidden (n, d)` of sequences
 /// packed end to end, `lens` tokens each ([`Bert::forward_packed`]), giving `(lens.len(), d)`.
+///
+/// # Errors
+/// `hidden` not `(n, d)` with `n` the sum of `lens`.
 pub fn mean_pool_packed_normalized(hidden: &Tensor, lens: &[usize]) -> Result<Tensor> {
+    let n: usize = lens.iter().sum();
+    ensure!(
+        hidden.rank() == 2 && hidden.dim(0)? == n,
+        "packed hidden states {:?} must be (n, d) with n = {n}, the sum of the lengths",
+        hidden.dims()
+    );
     let owner: Vec<u32> = (0..lens.len() as u32)
         .flat_map(|s| std::iter::repeat_n(s, lens[s as usize]))
         .collect();

@@ -138,6 +138,13 @@ fn packed_hidden_states_and_pooling_equal_the_padded_batch() {
         }
     }
     assert_eq!(row, packed.dim(0).unwrap());
+    let short = mask.narrow(1, 0, 3).unwrap();
+    let e = bert.forward_packed(&ids, &short).unwrap_err().to_string();
+    assert!(e.contains("attention mask [5, 3]"), "{e}");
+    let e = mean_pool_packed_normalized(&packed, &lens[1..])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("sum of the lengths"), "{e}");
     let pooled = mean_pool_packed_normalized(&packed, &lens).unwrap();
     let want = mean_pool_normalized(&padded, &mask).unwrap();
     let diff = posenc_testkit::max_abs_diff(&pooled, &want);

@@ -196,6 +196,19 @@ fn the_packed_encoder_equals_the_padded_batch_on_real_tokens() {
 }
 
 #[test]
+fn sequences_with_no_tokens_give_no_rows() {
+    for enc in all_encodings() {
+        let (cfg, varmap, _) = tiny(enc.clone());
+        let model = frozen(&cfg, &varmap);
+        let x = Tensor::zeros((1, 0, cfg.d_model), DType::F32, &Device::Cpu).unwrap();
+        for lens in [&[][..], &[0, 0]] {
+            let y = model.encoder().forward_packed(&x, lens).unwrap();
+            assert_eq!(y.dims(), &[1, 0, cfg.d_model], "{}", enc.kind());
+        }
+    }
+}
+
+#[test]
 fn the_packed_encoder_names_lengths_that_do_not_fit() {
     let (cfg, varmap, _) = tiny(all_encodings().remove(0));
     let model = frozen(&cfg, &varmap);
