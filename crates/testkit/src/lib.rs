@@ -34,3 +34,27 @@ pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
         })
         .expect("two tensors of one shape can be compared")
 }
+
+/// A tensor of `shape` (f32, CPU) filled with numbers in `[lo, hi)` from a fixed
+/// linear congruential sequence started at `seed`: the same values on every run and every
+/// machine, independent of candle's generator, so a failure reproduces.
+///
+/// ```
+/// let t = posenc_testkit::uniform(&[2, 3], 7, -2.0, 2.0);
+/// let v = t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+/// assert!(v.iter().all(|x| (-2.0..2.0).contains(x)));
+/// assert_eq!(v, posenc_testkit::uniform(&[6], 7, -2.0, 2.0).to_vec1::<f32>().unwrap());
+/// ```
+pub fn uniform(shape: &[usize], seed: u64, lo: f32, hi: f32) -> Tensor {
+    const A: u64 = 6364136223846793005;
+    const C: u64 = 1442695040888963407;
+    let n: usize = shape.iter().product();
+    let mut state = seed.wrapping_mul(A).wrapping_add(C);
+    let data: Vec<f32> = (0..n)
+        .map(|_| {
+            state = state.wrapping_mul(A).wrapping_add(C);
+            lo + (hi - lo) * ((state >> 33) as f32 / (1u64 << 31) as f32)
+        })
+        .collect();
+    Tensor::from_vec(data, shape, &candle_core::Device::Cpu).expect("the data fills the shape")
+}

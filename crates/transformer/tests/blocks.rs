@@ -32,20 +32,7 @@ fn llama_options(kv_heads: usize) -> BlockOptions {
 }
 
 fn randn(shape: &[usize], seed: u64) -> Tensor {
-    // A fixed pseudo-random fill, independent of candle's generator.
-    let n: usize = shape.iter().product();
-    let mut state = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    let data: Vec<f32> = (0..n)
-        .map(|_| {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((state >> 33) as f32 / (1u64 << 31) as f32) - 0.5
-        })
-        .collect();
-    Tensor::from_vec(data, shape, &Device::Cpu).unwrap()
+    posenc_testkit::uniform(shape, seed, -0.5, 0.5)
 }
 
 fn blocks_config(blocks: BlockOptions) -> Config {

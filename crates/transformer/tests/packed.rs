@@ -11,17 +11,7 @@ use posenc_transformer::ops::packed_attention;
 use posenc_transformer::Mask;
 
 fn filled(shape: &[usize], seed: u64) -> Tensor {
-    let n: usize = shape.iter().product();
-    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
-    let v: Vec<f32> = (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 33) as f32 / (1u64 << 31) as f32) * 4.0 - 2.0
-        })
-        .collect();
-    Tensor::from_vec(v, shape, &Device::Cpu).unwrap()
+    posenc_testkit::uniform(shape, seed, -2.0, 2.0)
 }
 
 /// `softmax(scale · q kᵀ + bias) v` per sequence and head, in f64 loops, straight from the

@@ -121,7 +121,7 @@ struct Attention {
 }
 
 /// The data of an f32 CPU storage, or an error naming what it is.
-pub(super) fn cpu_data<'a>(s: &'a CpuStorage, what: &str) -> Result<&'a [f32]> {
+fn cpu_data<'a>(s: &'a CpuStorage, what: &str) -> Result<&'a [f32]> {
     match s {
         CpuStorage::F32(v) => Ok(v),
         _ => candle_core::bail!("attention: {what} must be f32"),
@@ -147,7 +147,7 @@ fn split_dims(dims: &[usize], head_dim: usize) -> Option<[usize; 4]> {
 }
 
 /// [`split_dims`] of a shape the wrapper already checked, as an error if it is not one.
-pub(super) fn heads_shape(dims: &[usize], head_dim: usize) -> Result<[usize; 4]> {
+fn heads_shape(dims: &[usize], head_dim: usize) -> Result<[usize; 4]> {
     split_dims(dims, head_dim)
         .ok_or_else(|| candle_core::Error::Msg(format!("attention: unexpected shape {dims:?}")))
 }
@@ -170,7 +170,7 @@ pub(super) struct Heads<'a> {
 }
 
 impl<'a> Heads<'a> {
-    pub(super) fn new(data: &'a [f32], l: &Layout, head_dim: usize) -> Result<Self> {
+    fn new(data: &'a [f32], l: &Layout, head_dim: usize) -> Result<Self> {
         let strides = match *l.stride() {
             [s0, s1, s2, s3] => [s0, s1, s2, s3],
             // (b, len, h·d): head `i` starts `i·d` columns in.
@@ -195,6 +195,36 @@ impl<'a> Heads<'a> {
             rs: s2 as isize,
             cs: s3 as isize,
         }
+    }
+}
+
+/// What an attention op's forward is handed: Q, K and V read through their layouts,
+/// their shapes `[b, h, tq, d]` and `[b, kv, tk, d]`, and the query heads per key/value
+/// head.
+pub(super) struct Qkv<'a> {
+    pub(super) q: Heads<'a>,
+    pub(super) k: Heads<'a>,
+    pub(super) v: Heads<'a>,
+    pub(super) shapes: ([usize; 4], [usize; 4]),
+    pub(super) group: usize,
+}
+
+impl<'a> Qkv<'a> {
+    /// Q, K, V from the op's three storages and layouts (heads split or merged).
+    pub(super) fn new(head_dim: usize, [q, k, v]: [(&'a CpuStorage, &Layout); 3]) -> Result<Self> {
+        let heads =
+            |(s, l): (&'a CpuStorage, &Layout), what| Heads::new(cpu_data(s, what)?, l, head_dim);
+        let shapes = (
+            heads_shape(q.1.dims(), head_dim)?,
+            heads_shape(k.1.dims(), head_dim)?,
+        );
+        Ok(Self {
+            q: heads(q, "q")?,
+            k: heads(k, "k")?,
+            v: heads(v, "v")?,
+            group: shapes.0[1] / shapes.1[1].max(1),
+            shapes,
+        })
     }
 }
 
@@ -240,15 +270,13 @@ impl CustomOp3 for Attention {
         s3: &CpuStorage,
         l3: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        let hd = self.head_dim;
-        let (q, k, v) = (
-            Heads::new(cpu_data(s1, "q")?, l1, hd)?,
-            Heads::new(cpu_data(s2, "k")?, l2, hd)?,
-            Heads::new(cpu_data(s3, "v")?, l3, hd)?,
-        );
-        let ([b, h, tq, d], [_, kv, tk, _]) =
-            (heads_shape(l1.dims(), hd)?, heads_shape(l2.dims(), hd)?);
-        let group = h / kv;
+        let Qkv {
+            q,
+            k,
+            v,
+            shapes: ([b, h, tq, d], [_, _, tk, _]),
+            group,
+        } = Qkv::new(self.head_dim, [(s1, l1), (s2, l2), (s3, l3)])?;
         let keep_guard = self.keep.as_ref().map(|m| m.storage_and_layout());
         let mask = match &keep_guard {
             Some((s, l)) => match &**s {

@@ -14,7 +14,7 @@ use candle_core::{CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor};
 use gemm::Parallelism;
 use rayon::prelude::*;
 
-use super::attention::{cpu_data, cpu_f32, heads_shape, Heads};
+use super::attention::{cpu_f32, Qkv};
 use super::matmul::{gemm_into, Mat, OutPtr};
 use super::simd::vectorized;
 use super::softmax::softmax_row;
@@ -119,15 +119,13 @@ impl CustomOp3 for PackedAttention {
         s3: &CpuStorage,
         l3: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        let hd = self.head_dim;
-        let (q, k, v) = (
-            Heads::new(cpu_data(s1, "q")?, l1, hd)?,
-            Heads::new(cpu_data(s2, "k")?, l2, hd)?,
-            Heads::new(cpu_data(s3, "v")?, l3, hd)?,
-        );
-        let ([_, h, n, d], [_, kv, _, _]) =
-            (heads_shape(l1.dims(), hd)?, heads_shape(l2.dims(), hd)?);
-        let group = h / kv;
+        let Qkv {
+            q,
+            k,
+            v,
+            shapes: ([_, h, n, d], _),
+            group,
+        } = Qkv::new(self.head_dim, [(s1, l1), (s2, l2), (s3, l3)])?;
         let bias_guard = self
             .bias
             .as_ref()
