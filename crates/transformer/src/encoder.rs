@@ -195,7 +195,9 @@ impl Encoder {
     /// `lens` tokens each, at inference: no product is spent on padding. Each sequence sits
     /// at positions `0, 1, …` and attends to its own tokens only, so on every real token the
     /// output `(1, n, d_model)` equals [`Encoder::forward`] of the padded batch with its
-    /// padding mask ([`MultiHeadAttention::packed_self_attention`]).
+    /// padding mask ([`MultiHeadAttention::packed_self_attention`]). Bidirectional, as an
+    /// encoder attends: there is no causal mask, so this is not a causal language model's
+    /// forward.
     ///
     /// # Errors
     /// `x` not `(1, n, d_model)` with `n` the sum of `lens`.
