@@ -24,6 +24,11 @@ use posenc_train::text_tokenizer::{decode, encode, TextTokenizer};
 fn main() -> anyhow::Result<()> {
     posenc_train::keep_freed_memory();
     posenc_train::tune_for_training();
+    posenc_train::on_worker_thread(run)
+}
+
+/// The example's work, on one of rayon's threads (`on_worker_thread`).
+fn run() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
     let encoding: EncodingConfig = args.next().unwrap_or("sinusoidal".into()).parse()?;
     let steps: usize = args.next().map_or(Ok(2000), |s| s.parse())?;

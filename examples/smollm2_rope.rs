@@ -53,6 +53,11 @@ fn rope(base: f64, position_scale: f64) -> EncodingConfig {
 
 fn main() -> Result<()> {
     posenc_train::keep_freed_memory();
+    posenc_train::on_worker_thread(run)
+}
+
+/// The example's work, on one of rayon's threads (`on_worker_thread`).
+fn run() -> Result<()> {
     let mut args = std::env::args().skip(1);
     let out = PathBuf::from(args.next().unwrap_or("docs/smollm2-rope".into()));
     let budget: usize = args.next().map_or(Ok(4096), |s| s.parse())?;

@@ -19,6 +19,11 @@ use posenc_train::trainer::{train, RunOptions, TrainConfig, Translator};
 fn main() -> anyhow::Result<()> {
     posenc_train::keep_freed_memory();
     posenc_train::tune_for_training();
+    posenc_train::on_worker_thread(run)
+}
+
+/// The example's work, on one of rayon's threads (`on_worker_thread`).
+fn run() -> anyhow::Result<()> {
     let started = Instant::now();
     let out = Path::new("runs/toy_translation");
     let cfg = TrainConfig {

@@ -11,8 +11,13 @@ fn main() -> ExitCode {
     if cli.trains() {
         posenc_train::tune_for_training();
     }
-    let mut out = cmd::Stdout::new();
-    match run(cli, &mut out).and_then(|()| out.finish()) {
+    // The command runs on one of rayon's threads: the kernels' parallel parts then cost no
+    // sleep and wake of the main thread (`on_worker_thread`).
+    let result = posenc_train::on_worker_thread(|| {
+        let mut out = cmd::Stdout::new();
+        run(cli, &mut out).and_then(|()| out.finish())
+    });
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         // The reader went away (`posenc … | head`): nothing is left to say to anyone.
         Err(e) if cmd::is_broken_pipe(&e) => ExitCode::SUCCESS,

@@ -62,4 +62,4 @@ pub fn log(line: &str) {
     let _ = writeln!(std::io::stderr(), "{line}");
 }
 
-pub use posenc_transformer::{keep_freed_memory, tune_for_training};
+pub use posenc_transformer::{keep_freed_memory, on_worker_thread, tune_for_training};
