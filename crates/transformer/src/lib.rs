@@ -68,8 +68,9 @@ pub fn keep_freed_memory() {
 /// candle 0.11 runs large element-wise ops on a pool of its own, whose worker spins for
 /// a while after each op, waiting for the next; this crate's kernels and gemm run on
 /// rayon's pool. On two cores that spinning worker takes a core from them: 12% of a
-/// profiled reference training step was its spin loop, and the step went from 0.96–1.07×
-/// PyTorch's speed to 1.08–1.11× (`posenc bench train`, four runs each, interleaved).
+/// profiled reference training step was its spin loop, and the step's speed against
+/// PyTorch's went from a median of 1.025× to 1.09× (`posenc bench train`, twelve and ten
+/// runs, interleaved).
 /// Not for quantized inference: candle's quantized products use the same pool, and
 /// SmolLM2's generation took 8.9–10.6 s instead of 5.0–7.0 s with this setting.
 pub fn tune_for_training() {
@@ -92,6 +93,11 @@ pub fn tune_for_training() {
 /// If rayon's global pool has not started yet, it starts here with 64 MiB stacks: the
 /// work now runs where a program's main thread (8 MiB) ran, and candle's backward walks the
 /// graph recursively. (A pool started earlier keeps its stacks, 2 MiB by default.)
+///
+/// ```
+/// let worker = posenc_transformer::on_worker_thread(rayon::current_thread_index);
+/// assert!(worker.is_some(), "the work runs on one of rayon's threads");
+/// ```
 pub fn on_worker_thread<R: Send>(work: impl FnOnce() -> R + Send) -> R {
     // An error means the pool is already running, which is fine.
     let _ = rayon::ThreadPoolBuilder::new()
