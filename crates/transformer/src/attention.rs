@@ -222,13 +222,10 @@ impl MultiHeadAttention {
         self.check(x, "query")?;
         check_packed(x, lens)?;
         let fused = x.dtype() == DType::F32 && x.device().is_cpu();
-        let (q, k, v) = (
-            self.q_proj.forward(x)?,
-            self.k_proj.forward(x)?,
-            self.v_proj.forward(x)?,
-        );
+        let q = self.rotate_packed(&self.q_proj.forward(x)?, lens)?;
+        let k = self.rotate_packed(&self.k_proj.forward(x)?, lens)?;
+        let v = self.v_proj.forward(x)?;
         if fused && ![&q, &k, &v].iter().any(|t| t.track_op()) {
-            let (q, k) = (self.rotate_packed(&q, lens)?, self.rotate_packed(&k, lens)?);
             let scale = 1.0 / (self.head_dim as f32).sqrt();
             let out = ops::packed_attention(&q, &k, &v, self.head_dim, lens, bias, scale)?;
             return Ok(self.out_proj.forward(&out)?);
@@ -236,15 +233,11 @@ impl MultiHeadAttention {
         let mut outs = Vec::with_capacity(lens.len());
         for (start, len) in segments(lens) {
             let part = |t: &Tensor| t.narrow(1, start, len);
-            let q = self.rotate(&part(&q)?, 0.into())?;
-            let k = self.rotate(&part(&k)?, 0.into())?;
             let bias = bias
                 .map(|b| b.narrow(1, 0, len)?.narrow(2, 0, len))
                 .transpose()?;
-            outs.push(
-                self.attend(&q, &k, &part(&v)?, bias.as_ref(), None, false)?
-                    .0,
-            );
+            let (q, k, v) = (part(&q)?, part(&k)?, part(&v)?);
+            outs.push(self.attend(&q, &k, &v, bias.as_ref(), None, false)?.0);
         }
         match outs.is_empty() {
             true => Ok(x.zeros_like()?),

@@ -67,10 +67,10 @@ pub fn packed_attention(
             candle_core::bail!("packed attention is for inference: its inputs carry a gradient");
         }
     }
-    if lens.iter().sum::<usize>() != n {
+    let total: usize = lens.iter().sum();
+    if total != n {
         candle_core::bail!(
-            "packed attention: the sequences' lengths add up to {}, but there are {n} tokens",
-            lens.iter().sum::<usize>()
+            "packed attention: the sequences' lengths add up to {total}, but there are {n} tokens"
         );
     }
     let longest = lens.iter().copied().max().unwrap_or(0);
