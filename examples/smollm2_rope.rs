@@ -48,6 +48,7 @@ fn rope(base: f64, position_scale: f64) -> EncodingConfig {
         layout: PairLayout::Interleaved,
         rotary_fraction: 1.0,
         position_scale,
+        scaling: None,
     })
 }
 

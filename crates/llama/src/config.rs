@@ -74,6 +74,7 @@ impl LlamaConfig {
                 layout,
                 rotary_fraction: 1.0,
                 position_scale: 1.0,
+                scaling: None,
             }),
             context: self.max_position_embeddings,
             tie_embeddings: self.tie_word_embeddings,

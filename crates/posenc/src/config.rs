@@ -40,6 +40,9 @@ pub struct Target {
     pub heads: usize,
     /// Which keys a query sees.
     pub direction: Direction,
+    /// The context the model is trained for, when it is known: what a rotary scaling
+    /// stretches from when it names no `original_max_position_embeddings`.
+    pub context: Option<usize>,
 }
 
 impl Target {
@@ -52,7 +55,16 @@ impl Target {
             d_model,
             heads,
             direction,
+            context: None,
         })
+    }
+
+    /// The same target, for a model trained on `context` positions.
+    pub fn with_context(self, context: usize) -> Self {
+        Self {
+            context: Some(context),
+            ..self
+        }
     }
 
     /// The width of one head, `d_model / heads`, or an error if `heads` does not divide

@@ -35,6 +35,7 @@ pub mod limits;
 pub mod naive;
 pub mod none;
 pub mod rope;
+pub mod rope_scaling;
 pub mod sinusoidal;
 pub mod t5;
 

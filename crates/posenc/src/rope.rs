@@ -16,7 +16,15 @@
 //!
 //! With `position_scale = s ≠ 1` every position is divided by `s` before it is rotated:
 //! position interpolation (Chen et al. 2023), which squeezes a longer context into the
-//! angles a model was trained on. (NTK-aware scaling instead raises `base`.)
+//! angles a model was trained on. `scaling` stretches the frequencies the ways transformers
+//! does, with its `rope_parameters` keys ([`crate::rope_scaling`]: linear, dynamic NTK,
+//! YaRN, Llama 3, LongRoPE), attention factor included.
+//!
+//! Dynamic NTK and LongRoPE depend on the length `n` of the sequence: the tables of a
+//! forward over positions `0 … n − 1` are those of length `n`, as transformers computes
+//! them for a whole sequence. With a key/value cache, new positions are rotated with the
+//! frequencies of the length they reach, and cached keys keep theirs (transformers' cache
+//! does the same).
 //!
 //! With no gradient to carry, candle's fused `rope`/`rope_i` kernels run; when the input
 //! tracks a gradient, the differentiable `rope_slow`/`rope_i_slow` do the same sum.
@@ -29,9 +37,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::cache::GrowingTables;
 use crate::encoding::{
-    check_base, check_even, inverse_frequencies, require, tensor_from_fn, Form, PositionalEncoding,
-    Table,
+    check_base, check_even, require, tensor_from_fn, Form, PositionalEncoding, Table,
 };
+use crate::rope_scaling::{self, Frequencies, RopeScaling, RopeType};
 use crate::sinusoidal::PairLayout;
 use crate::{EncodingSpec, Error, Positions, Result, Target};
 
@@ -55,6 +63,9 @@ pub struct RopeConfig {
         skip_serializing_if = "RopeConfig::is_one"
     )]
     pub position_scale: f64,
+    /// Context extension, as transformers' `rope_parameters` ([`RopeScaling`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scaling: Option<RopeScaling>,
 }
 
 impl RopeConfig {
@@ -80,7 +91,11 @@ impl EncodingSpec for RopeConfig {
             self.rotary_fraction,
             vb.device(),
         )?;
-        Ok(Arc::new(rope.with_position_scale(self.position_scale)?))
+        let rope = rope.with_position_scale(self.position_scale)?;
+        Ok(Arc::new(match &self.scaling {
+            Some(scaling) => rope.with_scaling(scaling.clone(), target.context)?,
+            None => rope,
+        }))
     }
 }
 
@@ -90,10 +105,16 @@ pub struct Rope {
     head_dim: usize,
     rotary_dim: usize,
     layout: PairLayout,
-    inv_freq: Vec<f64>,
+    base: f64,
+    /// The frequencies within the trained context (all of them, but for dynamic NTK and
+    /// LongRoPE).
+    frequencies: Frequencies,
+    /// The scaling with its trained context `L`, and LongRoPE's frequencies past `L`.
+    scaling: Option<(RopeScaling, usize, Option<Frequencies>)>,
     position_scale: f64,
     device: Device,
     cache: GrowingTables,
+    long_cache: GrowingTables,
 }
 
 impl Rope {
@@ -124,11 +145,29 @@ impl Rope {
             head_dim,
             rotary_dim,
             layout,
-            inv_freq: inverse_frequencies(rotary_dim, base),
+            base,
+            frequencies: rope_scaling::plain(rotary_dim, base),
+            scaling: None,
             position_scale: 1.0,
             device: device.clone(),
             cache: GrowingTables::default(),
+            long_cache: GrowingTables::default(),
         })
+    }
+
+    /// The same rotation with its frequencies stretched by `scaling`; `context` is the
+    /// model's trained context, `L` where the scaling does not name it.
+    ///
+    /// # Errors
+    /// A setting out of its domain, or one the type needs and does not have, named.
+    pub fn with_scaling(mut self, scaling: RopeScaling, context: Option<usize>) -> Result<Self> {
+        let original = scaling.validate(self.rotary_dim, context)?;
+        let (dim, base) = (self.rotary_dim, self.base);
+        self.frequencies = scaling.frequencies(dim, base, original, original);
+        let long = (scaling.rope_type == RopeType::Longrope)
+            .then(|| scaling.frequencies(dim, base, original, original + 1));
+        self.scaling = Some((scaling, original, long));
+        Ok(self)
     }
 
     /// The same rotation with every position divided by `scale` (position interpolation).
@@ -150,18 +189,55 @@ impl Rope {
         self.rotary_dim
     }
 
-    /// `(cos, sin)` of `pos · θ_i` for the `len` positions `at`, each `(len, rotary_dim/2)` f32.
+    /// `(cos, sin)` of `pos · θ_i` for the `len` positions `at`, each `(len, rotary_dim/2)`
+    /// f32, times the scaling's attention factor.
     pub fn cos_sin(&self, at: Positions, len: usize) -> Result<(Tensor, Tensor)> {
         at.check(RopeConfig::KIND, len)?;
-        let half = self.rotary_dim / 2;
-        let tables = self.cache.rows(at, len, |n| {
-            let angle = |pos: usize, i: usize| pos as f64 / self.position_scale * self.inv_freq[i];
-            Ok(vec![
-                tensor_from_fn(n, half, &self.device, |p, i| angle(p, i).cos())?,
-                tensor_from_fn(n, half, &self.device, |p, i| angle(p, i).sin())?,
-            ])
-        })?;
+        let end = at.end(len);
+        let tables = match &self.scaling {
+            Some((scaling, original, long)) if scaling.depends_on_length() && end > *original => {
+                match long {
+                    Some(long) => self.cache_rows(long, &self.long_cache, at, len)?,
+                    // Dynamic NTK past L: this length's frequencies, for these rows only.
+                    None => {
+                        let f = scaling.frequencies(self.rotary_dim, self.base, *original, end);
+                        self.angles(&f, len, |i| at.get(i))?
+                    }
+                }
+            }
+            _ => self.cache_rows(&self.frequencies, &self.cache, at, len)?,
+        };
         Ok((tables[0].clone(), tables[1].clone()))
+    }
+
+    /// The rows `at` of the tables of `f`, grown in `cache` as longer sequences ask.
+    fn cache_rows(
+        &self,
+        f: &Frequencies,
+        cache: &GrowingTables,
+        at: Positions,
+        len: usize,
+    ) -> Result<Vec<Tensor>> {
+        cache.rows(at, len, |n| self.angles(f, n, |p| p))
+    }
+
+    /// `[attention · cos, attention · sin]` of `position(p) · θ_i` for rows `p < n`.
+    fn angles(
+        &self,
+        f: &Frequencies,
+        n: usize,
+        position: impl Fn(usize) -> usize,
+    ) -> Result<Vec<Tensor>> {
+        let half = self.rotary_dim / 2;
+        let angle = |p: usize, i: usize| position(p) as f64 / self.position_scale * f.inv_freq[i];
+        Ok(vec![
+            tensor_from_fn(n, half, &self.device, |p, i| {
+                f.attention * angle(p, i).cos()
+            })?,
+            tensor_from_fn(n, half, &self.device, |p, i| {
+                f.attention * angle(p, i).sin()
+            })?,
+        ])
     }
 }
 

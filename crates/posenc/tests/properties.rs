@@ -92,6 +92,7 @@ proptest! {
             layout: if interleaved { posenc::sinusoidal::PairLayout::Interleaved } else { Default::default() },
             rotary_fraction: if partial { 0.5 } else { 1.0 },
             position_scale: 1.0,
+            scaling: None,
         });
         let enc = cfg.build_untrained(d, heads, &Device::Cpu).unwrap();
         let p = analyze(&*enc, Setting { d_model: d, heads, len, shift: 1 }).unwrap();

@@ -1,0 +1,164 @@
+//! RoPE scaling against Hugging Face transformers: the cos and sin tables (attention factor
+//! included) of every `rope_type`, from `scripts/make_rope_scaling_fixtures.py`, which runs
+//! transformers' own `ROPE_INIT_FUNCTIONS` and `LlamaRotaryEmbedding`. And the settings a
+//! type needs, refused by name when missing or out of their domain.
+
+use candle_core::{DType, Device, Tensor};
+use candle_nn::{VarBuilder, VarMap};
+use posenc::{Direction, EncodingConfig, Form, Positions, Target};
+use serde_json::Value;
+
+fn fixture() -> Vec<Value> {
+    let text = include_str!("fixtures/rope_scaling.json");
+    let json: Value = serde_json::from_str(text).unwrap();
+    json["cases"].as_array().unwrap().clone()
+}
+
+fn matrix(v: &Value) -> Vec<Vec<f64>> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            r.as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap())
+                .collect()
+        })
+        .collect()
+}
+
+/// The encoding of `cfg` for one head of `head_dim`, in a model trained on `context`.
+fn build(
+    cfg: &EncodingConfig,
+    head_dim: usize,
+    context: Option<usize>,
+) -> posenc::Result<std::sync::Arc<dyn posenc::PositionalEncoding>> {
+    let target = Target::new(head_dim, 1, Direction::Causal)?;
+    let target = match context {
+        Some(c) => target.with_context(c),
+        None => target,
+    };
+    let varmap = VarMap::new();
+    cfg.build(
+        &target,
+        VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu),
+    )
+}
+
+#[test]
+fn every_rope_type_gives_transformers_tables() {
+    let cases = fixture();
+    assert!(cases.len() >= 11);
+    for case in &cases {
+        let name = case["name"].as_str().unwrap();
+        let cfg: EncodingConfig = case["encoding"].to_string().parse().unwrap();
+        let head_dim = case["head_dim"].as_u64().unwrap() as usize;
+        let len = case["len"].as_u64().unwrap() as usize;
+        let enc = build(&cfg, head_dim, None).unwrap();
+        let Form::Rotary { cos, sin } = enc.table(len).unwrap().form else {
+            panic!("{name}: rope shows a rotary table")
+        };
+        let ours = [cos.to_vec2::<f32>().unwrap(), sin.to_vec2::<f32>().unwrap()];
+        let theirs = [matrix(&case["cos"]), matrix(&case["sin"])];
+        let mut worst = 0f64;
+        for (o, t) in ours.iter().zip(&theirs) {
+            assert_eq!((o.len(), o[0].len()), (t.len(), t[0].len()), "{name}");
+            for (a, b) in o.iter().flatten().zip(t.iter().flatten()) {
+                worst = worst.max((*a as f64 - b).abs());
+            }
+        }
+        assert!(
+            worst < 1e-5,
+            "{name}: tables differ from transformers by {worst}"
+        );
+        // Position 0: cos is the attention factor itself.
+        let factor = case["attention_factor"].as_f64().unwrap();
+        let at0 = ours[0][0][0] as f64;
+        assert!(
+            (at0 - factor).abs() < 1e-6,
+            "{name}: attention factor {at0} against {factor}"
+        );
+    }
+}
+
+/// Dynamic NTK takes its frequencies from the length a sequence reaches: a chunk of
+/// positions read after a cache (48 .. 64) is rotated as the last rows of the whole
+/// sequence's table, not as a sequence of its own length.
+#[test]
+fn dynamic_scaling_rotates_a_chunk_as_the_rows_of_its_whole_sequence() {
+    let case = fixture()
+        .into_iter()
+        .find(|c| c["name"] == "dynamic-past")
+        .unwrap();
+    let cfg: EncodingConfig = case["encoding"].to_string().parse().unwrap();
+    let enc = build(&cfg, 32, None).unwrap();
+    // Pairs (i, i + 16) set to (1, 0): rotated, they read (cos, sin).
+    let ones = Tensor::ones((1, 1, 16, 16), DType::F32, &Device::Cpu).unwrap();
+    let x = Tensor::cat(&[&ones, &ones.zeros_like().unwrap()], 3).unwrap();
+    let rotated = enc
+        .rotate(&x, Positions::From(48))
+        .unwrap()
+        .squeeze(0)
+        .unwrap()
+        .squeeze(0)
+        .unwrap();
+    let rows: Vec<Vec<f32>> = rotated.to_vec2().unwrap();
+    let (cos, sin) = (matrix(&case["cos"]), matrix(&case["sin"]));
+    let mut worst = 0f64;
+    for (r, row) in rows.iter().enumerate() {
+        for i in 0..16 {
+            worst = worst.max((row[i] as f64 - cos[48 + r][i]).abs());
+            worst = worst.max((row[16 + i] as f64 - sin[48 + r][i]).abs());
+        }
+    }
+    assert!(
+        worst < 1e-5,
+        "the chunk differs from the whole sequence's rows by {worst}"
+    );
+}
+
+#[test]
+fn missing_and_absurd_settings_are_named() {
+    for (json, named) in [
+        (r#"{"rope_type": "linear"}"#, "needs a factor"),
+        (r#"{"rope_type": "linear", "factor": -2}"#, "factor > 0"),
+        (
+            r#"{"rope_type": "yarn", "factor": 4, "beta_fast": 0}"#,
+            "beta_fast > 0",
+        ),
+        (r#"{"rope_type": "llama3", "factor": 8}"#, "low_freq_factor"),
+        (
+            r#"{"rope_type": "llama3", "factor": 8, "low_freq_factor": 4, "high_freq_factor": 1}"#,
+            "high_freq_factor > low_freq_factor",
+        ),
+        (r#"{"rope_type": "longrope", "factor": 4}"#, "short_factor"),
+        (
+            r#"{"rope_type": "longrope", "factor": 4, "short_factor": [1], "long_factor": [1]}"#,
+            "one per rotated pair",
+        ),
+    ] {
+        let cfg: EncodingConfig = format!(r#"{{"kind": "rope", "scaling": {json}}}"#)
+            .parse()
+            .unwrap();
+        let e = build(&cfg, 8, Some(16)).unwrap_err().to_string();
+        assert!(e.contains(named), "{json}: {e}");
+    }
+    // Without the model's context, a scaling must name its own.
+    let cfg: EncodingConfig = r#"{"kind": "rope", "scaling": {"rope_type": "yarn", "factor": 2}}"#
+        .parse()
+        .unwrap();
+    let e = build(&cfg, 8, None).unwrap_err().to_string();
+    assert!(e.contains("original_max_position_embeddings"), "{e}");
+    // Keys are spelt as transformers spells them; another is an error.
+    let e = r#"{"kind": "rope", "scaling": {"rope_type": "yarn", "scale": 2}}"#
+        .parse::<EncodingConfig>()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("scale"), "{e}");
+    let e = r#"{"kind": "rope", "scaling": {"rope_type": "ntk"}}"#
+        .parse::<EncodingConfig>()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("ntk"), "{e}");
+}
