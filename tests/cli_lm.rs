@@ -130,6 +130,10 @@ fn train_generate_and_evaluate_a_tiny_language_model() {
             &["lm", "generate", "--temperature", "nan", "A"][..],
             "temperature",
         ),
+        (
+            &["lm", "generate", "--temperature", "-1", "A"][..],
+            "temperature",
+        ),
         (&["lm", "generate", "--top-p", "2", "A"][..], "top-p"),
         (&["lm", "generate", "--top-p", "0", "A"][..], "top-p"),
         (&["lm", "generate", ""][..], "prompt is empty"),
@@ -140,7 +144,10 @@ fn train_generate_and_evaluate_a_tiny_language_model() {
         ),
         (&["lm", "eval", "--windows", "0"][..], "window"),
         (&["lm", "eval", "--lengths", "0"][..], "window"),
-        (&["lm", "eval", "--lengths", "1000000"][..], "too long"),
+        (
+            &["lm", "eval", "--lengths", "1000000"][..],
+            "no window of 1000000",
+        ),
     ] {
         let o = posenc()
             .args(args)

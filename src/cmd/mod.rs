@@ -121,13 +121,14 @@ impl std::str::FromStr for DeviceArg {
 #[derive(clap::Args, Debug, Clone, Copy)]
 pub struct SamplingArgs {
     /// Sampling temperature (0: greedy).
-    #[arg(long, default_value_t = 0.8)]
+    // Negative numbers are taken as values, so the range check names them.
+    #[arg(long, default_value_t = 0.8, allow_negative_numbers = true)]
     temperature: f64,
     /// Sample among the k most likely tokens.
     #[arg(long)]
     top_k: Option<usize>,
     /// Sample among the most likely tokens holding this much probability.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     top_p: Option<f64>,
     /// Seed of the draws.
     #[arg(long, default_value_t = 0)]

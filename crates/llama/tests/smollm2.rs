@@ -196,7 +196,8 @@ fn quantized_weights_stay_close_to_transformers() {
     for p in &prompts {
         let start = prefill(&llama, &p.ids);
         let logits = start.0.clone();
-        let tokens = decode(&llama, start.clone(), p.greedy.len(), None);
+        let again = (start.0.clone(), start.1.try_clone().unwrap());
+        let tokens = decode(&llama, again, p.greedy.len(), None);
         let reference = &reference[&p.name];
         let diff = max_abs_diff(&logits, reference);
         let prefix = tokens

@@ -21,6 +21,8 @@ use anyhow::{ensure, Result};
 use candle_core::{DType, Device, Tensor, D};
 use candle_nn::{VarBuilder, VarMap};
 use posenc::Positions;
+use posenc_transformer::encoder::EncoderCache;
+use posenc_transformer::lm::PREFILL_CHUNK;
 use posenc_transformer::{LanguageModel, LmConfig};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -247,7 +249,11 @@ pub fn evaluate(
         len > 0,
         "a window must hold at least one token, got length 0"
     );
-    fits_in_memory(EVAL_BATCH, model.config().heads, len, "the window length")?;
+    let long = len > PREFILL_CHUNK;
+    match long {
+        true => model.check_cache(EVAL_BATCH, len)?,
+        false => fits_in_memory(EVAL_BATCH, model.config().heads, len, "the window length")?,
+    }
     let slots = stream.len().saturating_sub(1) / len;
     ensure!(
         slots > 0,
@@ -259,15 +265,22 @@ pub fn evaluate(
     let mut sums = vec![0.0f64; len];
     for chunk in starts.chunks(EVAL_BATCH) {
         let (x, y) = windows(stream, len, chunk)?;
-        let logits = model.logits(&x, false)?;
-        let logp = candle_nn::ops::log_softmax(&logits, D::Minus1)?;
-        let nll = logp
-            .gather(&y.reshape((chunk.len(), len, 1))?, D::Minus1)?
-            .squeeze(D::Minus1)?
-            .neg()?
-            .sum(0)?
-            .to_dtype(DType::F64)?
-            .to_vec1::<f64>()?;
+        let y = y.reshape((chunk.len(), len))?;
+        let nll = match long {
+            // Long windows chunk by chunk through the key/value cache: memory linear in
+            // the length, as a generation reads its prompt.
+            true => {
+                let mut cache = EncoderCache::with_capacity(len);
+                let mut nll = Vec::with_capacity(len);
+                for start in (0..len).step_by(PREFILL_CHUNK) {
+                    let n = PREFILL_CHUNK.min(len - start);
+                    let logits = model.logits_cached(&x.narrow(1, start, n)?, &mut cache)?;
+                    nll.extend(summed_nll(&logits, &y.narrow(1, start, n)?)?);
+                }
+                nll
+            }
+            false => summed_nll(&model.logits(&x, false)?, &y)?,
+        };
         for (s, v) in sums.iter_mut().zip(nll) {
             *s += v;
         }
@@ -281,6 +294,19 @@ pub fn evaluate(
         tail_loss: (len > trained).then(|| mean(&by_position[trained..])),
         by_position,
     })
+}
+
+/// The negative log-likelihood of `targets (batch, n)` under `logits (batch, n, vocab)`,
+/// summed over the batch: one value per position.
+fn summed_nll(logits: &Tensor, targets: &Tensor) -> Result<Vec<f64>> {
+    let logp = candle_nn::ops::log_softmax(logits, D::Minus1)?;
+    Ok(logp
+        .gather(&targets.unsqueeze(D::Minus1)?.contiguous()?, D::Minus1)?
+        .squeeze(D::Minus1)?
+        .neg()?
+        .sum(0)?
+        .to_dtype(DType::F64)?
+        .to_vec1::<f64>()?)
 }
 
 /// One validation record.

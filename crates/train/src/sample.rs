@@ -149,7 +149,8 @@ pub fn generate(
 /// end-of-sequence token, say).
 ///
 /// # Errors
-/// As [`generate`]; a prompt whose attention scores would not fit in memory; and any
+/// As [`generate`]; a prompt and generation whose key/value cache would pass
+/// [`posenc_transformer::lm::MAX_CACHE_BYTES`], refused before anything runs; and any
 /// error of `on_token`, which stops generation.
 pub fn generate_with(
     model: &LanguageModel,
@@ -163,11 +164,12 @@ pub fn generate_with(
         "the prompt is empty: give at least one token"
     );
     posenc::limits::check("tokens", max_new, posenc::limits::MAX_POSITIONS)?;
-    let heads = model.config().heads;
-    crate::lm_train::fits_in_memory(1, heads, prompt.len(), "the prompt's length")?;
+    // The cache holds the prompt and every token fed back (the last one drawn is not).
+    let positions = prompt.len() + max_new.saturating_sub(1);
+    model.check_cache(1, positions)?;
     let mut sampler = Sampler::new(sampling)?;
     let device = model.device();
-    let mut cache = EncoderCache::default();
+    let mut cache = EncoderCache::with_capacity(positions);
     let mut next = Tensor::new(prompt, &device)?.unsqueeze(0)?;
     for _ in 0..max_new {
         let logits = model.step(&next, &mut cache)?;

@@ -17,6 +17,7 @@
 //! softmax are one fused kernel ([`ops::masked_softmax`]); other dtypes take the
 //! differentiable composition.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use candle_core::{DType, Tensor, D};
@@ -29,29 +30,118 @@ use crate::ops;
 use crate::{Config, Error, Result};
 
 /// Keys and values computed so far, for incremental decoding.
-#[derive(Debug, Clone, Default)]
+///
+/// They live in one buffer per tensor, `(batch, kv_heads, capacity, head_dim)`, written in
+/// place as positions arrive: a generation of `n` tokens copies each key once, where
+/// concatenating the cache with every new token would copy `O(n²)`. The capacity is what
+/// [`KvCache::reserve`] asked for, or else doubles when it runs out. Not `Clone`: a shallow
+/// clone would share the buffers that the next write changes; [`KvCache::try_clone`] copies.
+#[derive(Debug, Default)]
 pub struct KvCache {
-    kv: Option<(Tensor, Tensor)>,
+    /// The buffers, `(batch, kv_heads, capacity, head_dim)`, contiguous.
+    buffers: Option<(Tensor, Tensor)>,
+    /// Positions written.
+    len: usize,
+    /// The capacity to allocate on the first write.
+    reserved: usize,
 }
 
 impl KvCache {
     /// Number of positions cached.
     pub fn len(&self) -> usize {
-        self.kv.as_ref().map_or(0, |(k, _)| k.dim(2).unwrap_or(0))
+        self.len
     }
 
     /// Whether nothing is cached yet.
     pub fn is_empty(&self) -> bool {
-        self.kv.is_none()
+        self.len == 0
+    }
+
+    /// A copy with buffers of its own, to continue two ways from one prefix.
+    ///
+    /// # Errors
+    /// The copy's own failure.
+    pub fn try_clone(&self) -> Result<Self> {
+        let buffers = match &self.buffers {
+            Some((k, v)) => Some((k.copy()?, v.copy()?)),
+            None => None,
+        };
+        Ok(Self { buffers, ..*self })
+    }
+
+    /// Positions the buffers hold room for (0 before the first write).
+    pub fn capacity(&self) -> usize {
+        self.buffers
+            .as_ref()
+            .map_or(0, |(k, _)| k.dim(2).unwrap_or(0))
+    }
+
+    /// Makes room for `positions` in all at the first write (or the next growth), so that
+    /// a generation of known length allocates its cache once.
+    pub fn reserve(&mut self, positions: usize) {
+        self.reserved = self.reserved.max(positions);
+    }
+
+    /// The cached keys and values, `(batch, kv_heads, len, head_dim)` each: views of the
+    /// buffers, no copy.
+    pub fn get(&self) -> Result<Option<(Tensor, Tensor)>> {
+        match &self.buffers {
+            Some((k, v)) if self.len > 0 => {
+                Ok(Some((k.narrow(2, 0, self.len)?, v.narrow(2, 0, self.len)?)))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Writes `k, v (batch, kv_heads, new, head_dim)` after the cached positions and returns
+    /// all of them ([`KvCache::get`]).
+    ///
+    /// # Errors
+    /// Keys or values whose batch, heads, width or dtype differ from those cached.
+    pub fn append(&mut self, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
+        let (b, heads, new, d) = k.dims4()?;
+        if v.dims() != k.dims() {
+            return Err(Error::Input(format!(
+                "cached keys {:?} and values {:?} must have one shape",
+                k.dims(),
+                v.dims()
+            )));
+        }
+        if let Some((ck, _)) = &self.buffers {
+            let (cb, ch, _, cd) = ck.dims4()?;
+            if (cb, ch, cd) != (b, heads, d) || ck.dtype() != k.dtype() {
+                return Err(Error::Input(format!(
+                    "new keys {:?} ({:?}) do not fit a cache of (batch {cb}, heads {ch}, width {cd}) ({:?})",
+                    k.dims(),
+                    k.dtype(),
+                    ck.dtype()
+                )));
+            }
+        }
+        let end = self.len + new;
+        if end > self.capacity() {
+            let capacity = end.max(self.reserved).max(2 * self.capacity());
+            let fresh = || Tensor::zeros((b, heads, capacity, d), k.dtype(), k.device());
+            let (nk, nv) = (fresh()?, fresh()?);
+            if let Some((ok, ov)) = self.get()? {
+                nk.slice_set(&ok.contiguous()?, 2, 0)?;
+                nv.slice_set(&ov.contiguous()?, 2, 0)?;
+            }
+            self.buffers = Some((nk, nv));
+        }
+        if let Some((bk, bv)) = &self.buffers {
+            bk.slice_set(&k.contiguous()?, 2, self.len)?;
+            bv.slice_set(&v.contiguous()?, 2, self.len)?;
+        }
+        self.len = end;
+        self.get()?
+            .ok_or_else(|| Error::Input("an empty write to the key/value cache".into()))
     }
 
     /// Keeps batch entries `indices` (u32), in that order: beam search reorders hypotheses.
     pub fn select(&mut self, indices: &Tensor) -> Result<()> {
-        if let Some((k, v)) = &self.kv {
-            // Cached heads may be strided views of a projection; candle's index_select
-            // reads contiguous tensors only.
-            let pick = |t: &Tensor| t.contiguous()?.index_select(indices, 0);
-            self.kv = Some((pick(k)?, pick(v)?));
+        if let Some((k, v)) = &self.buffers {
+            self.buffers = Some((k.index_select(indices, 0)?, v.index_select(indices, 0)?));
         }
         Ok(())
     }
@@ -186,18 +276,58 @@ impl MultiHeadAttention {
         let k = self.rotate(&self.k_proj.forward(x)?, at)?;
         let v = self.v_proj.forward(x)?;
         let (k, v) = match cache {
-            Some(cache) => {
-                let (k, v) = (self.split(&k)?, self.split(&v)?);
-                let kv = match cache.kv.take() {
-                    Some((pk, pv)) => (Tensor::cat(&[&pk, &k], 2)?, Tensor::cat(&[&pv, &v], 2)?),
-                    None => (k, v),
-                };
-                cache.kv = Some(kv.clone());
-                kv
-            }
+            Some(cache) => cache.append(&self.split(&k)?, &self.split(&v)?)?,
             None => (k, v),
         };
         self.attend(&q, &k, &v, bias, mask, train)
+    }
+
+    /// Causal self-attention of the new positions `x (batch, new, d_model)` after those in
+    /// `cache`, at inference: they are written to the cache, and each attends to the cached
+    /// positions and to the new ones up to itself. Returns the output `(batch, new,
+    /// d_model)`; no weights exist.
+    ///
+    /// In f32 on the CPU this is [`ops::flash_attention`]: memory grows with the cache, not
+    /// with its square, and the encoding's position bias is asked for tile by tile
+    /// ([`posenc::PositionalEncoding::attention_bias`] at the tile's positions), so no
+    /// `(heads, new, len)` bias exists either. Elsewhere the composite path runs with a
+    /// causal mask.
+    ///
+    /// # Shapes
+    /// - `x`: `(batch, new, d_model)`
+    /// - output: `(batch, new, d_model)`
+    ///
+    /// # Errors
+    /// `x` of the wrong width, or a batch that differs from the cache's.
+    pub fn cached_self_attention(&self, x: &Tensor, cache: &mut KvCache) -> Result<Tensor> {
+        self.check(x, "query")?;
+        let (offset, new) = (cache.len(), x.dim(1)?);
+        let at = Positions::From(offset);
+        let q = self.rotate(&self.q_proj.forward(x)?, at)?;
+        let k = self.split(&self.rotate(&self.k_proj.forward(x)?, at)?)?;
+        let v = self.split(&self.v_proj.forward(x)?)?;
+        let (k, v) = cache.append(&k, &v)?;
+        let scale = 1.0 / (self.head_dim as f64).sqrt();
+        let fused = q.dtype() == DType::F32 && q.device().is_cpu();
+        if fused && ![&q, &k, &v].iter().any(|t| t.track_op()) {
+            let encoding = &self.encoding;
+            let bias = |rows: Range<usize>, keys: Range<usize>| {
+                let (q_at, k_at) = (Positions::From(offset + rows.start), keys.start.into());
+                encoding
+                    .attention_bias(rows.len(), keys.len(), q_at, k_at)
+                    .map_err(candle_core::Error::wrap)
+            };
+            let causal = Some(offset);
+            let out =
+                ops::flash_attention(&q, &k, &v, self.head_dim, scale as f32, causal, Some(&bias))?;
+            return Ok(self.out_proj.forward(&out)?);
+        }
+        let len = offset + new;
+        let mask = Mask::causal(new, len, offset, x.device())?;
+        let bias = self.encoding.attention_bias(new, len, at, 0.into())?;
+        Ok(self
+            .attend(&q, &k, &v, bias.as_ref(), Some(&mask), false)?
+            .0)
     }
 
     /// Self-attention within sequences packed end to end along the rows of
@@ -262,13 +392,13 @@ impl MultiHeadAttention {
             Ok((self.k_proj.forward(memory)?, self.v_proj.forward(memory)?))
         };
         let (k, v) = match cache {
-            Some(KvCache { kv: Some(kv) }) => kv.clone(),
-            Some(cache) => {
-                let (k, v) = memory_kv()?;
-                let kv = (self.split(&k)?, self.split(&v)?);
-                cache.kv = Some(kv.clone());
-                kv
-            }
+            Some(cache) => match cache.get()? {
+                Some(kv) => kv,
+                None => {
+                    let (k, v) = memory_kv()?;
+                    cache.append(&self.split(&k)?, &self.split(&v)?)?
+                }
+            },
             None => memory_kv()?,
         };
         self.attend(&q, &k, &v, None, mask, train)

@@ -25,7 +25,7 @@ use crate::sublayer::{stack, Norm, Residual};
 use crate::{Config, Result};
 
 /// Keys and values of every decoder layer, for incremental decoding.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct DecoderCache {
     layers: Vec<(KvCache, KvCache)>,
 }

@@ -26,9 +26,10 @@ use crate::sublayer::{stack, Norm, Residual};
 use crate::{Config, Result};
 
 /// Keys and values of every layer, for a causal stack run one step at a time.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct EncoderCache {
     layers: Vec<KvCache>,
+    reserved: usize,
 }
 
 impl EncoderCache {
@@ -40,6 +41,31 @@ impl EncoderCache {
     /// Whether nothing has run yet.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// A copy with buffers of its own ([`KvCache::try_clone`]), to continue two ways from
+    /// one prompt.
+    ///
+    /// # Errors
+    /// The copy's own failure.
+    pub fn try_clone(&self) -> Result<Self> {
+        Ok(Self {
+            layers: self
+                .layers
+                .iter()
+                .map(KvCache::try_clone)
+                .collect::<Result<_>>()?,
+            reserved: self.reserved,
+        })
+    }
+
+    /// A cache whose layers allocate room for `positions` at their first write
+    /// ([`KvCache::reserve`]): a generation of known length allocates once.
+    pub fn with_capacity(positions: usize) -> Self {
+        Self {
+            layers: Vec::new(),
+            reserved: positions,
+        }
     }
 }
 
@@ -176,7 +202,7 @@ impl Encoder {
         mask: Option<&Mask>,
         train: bool,
     ) -> Result<(Tensor, Vec<Tensor>)> {
-        self.run(x, Positions::From(0), mask, None, train)
+        self.run(x, Positions::From(0), mask, train)
     }
 
     /// Like [`Encoder::forward`] with the tokens at positions `at` (randomized positions
@@ -188,7 +214,7 @@ impl Encoder {
         mask: Option<&Mask>,
         train: bool,
     ) -> Result<Tensor> {
-        Ok(self.run(x, at, mask, None, train)?.0)
+        Ok(self.run(x, at, mask, train)?.0)
     }
 
     /// Encodes sequences packed end to end along the rows of embedded `x (1, n, d_model)`,
@@ -213,55 +239,62 @@ impl Encoder {
                 attention.packed_self_attention(x, lens, bias.as_ref())
             })?;
         }
-        match &self.norm {
-            Some(norm) => Ok(norm.forward(&x)?),
-            None => Ok(x),
+        self.final_norm(x)
+    }
+
+    /// Runs embedded `x (batch, new, d_model)` causally after the positions in `cache`, and
+    /// adds them to it, at inference: this is how a decoder-only model reads a prompt and
+    /// generates ([`MultiHeadAttention::cached_self_attention`]: no attention weights, and
+    /// memory linear in the cached length).
+    ///
+    /// # Shapes
+    /// - `x`: `(batch, new, d_model)`
+    /// - output: `(batch, new, d_model)`
+    ///
+    /// # Errors
+    /// `x` of the wrong width, or a batch that differs from the cache's.
+    pub fn forward_cached(&self, x: &Tensor, cache: &mut EncoderCache) -> Result<Tensor> {
+        let reserved = cache.reserved;
+        cache.layers.resize_with(self.layers.len(), || {
+            let mut kv = KvCache::default();
+            kv.reserve(reserved);
+            kv
+        });
+        let mut x = x.clone();
+        for (layer, kv) in self.layers.iter().zip(&mut cache.layers) {
+            x = layer.through(&x, false, |attention, x| {
+                attention.cached_self_attention(x, kv)
+            })?;
         }
+        self.final_norm(x)
     }
 
-    /// Runs embedded `x (batch, seq, d_model)` after the positions in `cache`, and adds
-    /// them to it. `mask` must be causal (`Mask::causal(seq, cached + seq, cached)`, or
-    /// none for a single new position): this is how a decoder-only model generates.
-    pub fn forward_cached(
-        &self,
-        x: &Tensor,
-        mask: Option<&Mask>,
-        cache: &mut EncoderCache,
-        train: bool,
-    ) -> Result<Tensor> {
-        let at = Positions::From(cache.len());
-        Ok(self.run(x, at, mask, Some(cache), train)?.0)
-    }
-
-    /// Runs `x` at positions `at`: after the cached ones (`at` is then their count), or,
-    /// without a cache, at any positions, attending to each other only.
+    /// Runs `x` at positions `at`, attending to each other only.
     fn run(
         &self,
         x: &Tensor,
         at: Positions,
         mask: Option<&Mask>,
-        mut cache: Option<&mut EncoderCache>,
         train: bool,
     ) -> Result<(Tensor, Vec<Tensor>)> {
-        if let Some(cache) = cache.as_deref_mut() {
-            cache
-                .layers
-                .resize_with(self.layers.len(), Default::default);
-        }
         let seq = x.dim(1)?;
         let (keys, k_len) = at.keys(seq);
         let bias = self.encoding.attention_bias(seq, k_len, at, keys)?;
         let mut x = x.clone();
         let mut weights = Vec::with_capacity(self.layers.len());
-        for (i, layer) in self.layers.iter().enumerate() {
-            let layer_cache = cache.as_deref_mut().map(|c| &mut c.layers[i]);
-            let (y, w) = layer.forward(&x, at, mask, bias.as_ref(), layer_cache, train)?;
+        for layer in &self.layers {
+            let (y, w) = layer.forward(&x, at, mask, bias.as_ref(), None, train)?;
             x = y;
             weights.push(w);
         }
-        if let Some(norm) = &self.norm {
-            x = norm.forward(&x)?;
+        Ok((self.final_norm(x)?, weights))
+    }
+
+    /// The stack's final norm of `x`, if it has one.
+    fn final_norm(&self, x: Tensor) -> Result<Tensor> {
+        match &self.norm {
+            Some(norm) => Ok(norm.forward(&x)?),
+            None => Ok(x),
         }
-        Ok((x, weights))
     }
 }

@@ -125,6 +125,14 @@ impl LmConfig {
     }
 }
 
+/// How many prompt tokens [`LanguageModel::step`] runs through the stack at once: the
+/// activations of a prompt of any length are those of this many tokens.
+pub const PREFILL_CHUNK: usize = 512;
+
+/// The largest key/value cache [`LanguageModel::check_cache`] lets a generation or an
+/// evaluation allocate: 12 GiB, half of a 24 GiB machine.
+pub const MAX_CACHE_BYTES: u128 = 12 << 30;
+
 /// The decoder-only model: embeddings, a causal stack, a tied head.
 #[derive(Debug, Clone)]
 pub struct LanguageModel {
@@ -140,7 +148,8 @@ impl LanguageModel {
     pub fn new(cfg: &LmConfig, vb: VarBuilder) -> Result<Self> {
         cfg.validate()?;
         let blocks = cfg.blocks();
-        let target = Target::new(cfg.d_model, cfg.heads, Direction::Causal)?;
+        let target =
+            Target::new(cfg.d_model, cfg.heads, Direction::Causal)?.with_context(cfg.context);
         let encoding = cfg.encoding.build(&target, vb.pp("encoding"))?;
         let lut = candle_nn::embedding(cfg.vocab_size, cfg.d_model, vb.pp("embed"))?;
         let head = if cfg.tie_embeddings {
@@ -171,7 +180,8 @@ impl LanguageModel {
     /// # Errors
     /// An encoding that does not fit the model's heads.
     pub fn with_encoding(mut self, encoding: &EncodingConfig) -> Result<Self> {
-        let target = Target::new(self.cfg.d_model, self.cfg.heads, Direction::Causal)?;
+        let target = Target::new(self.cfg.d_model, self.cfg.heads, Direction::Causal)?
+            .with_context(self.cfg.context);
         let varmap = VarMap::new();
         let vb = VarBuilder::from_varmap(&varmap, candle_core::DType::F32, &self.device());
         let built = encoding.build(&target, vb)?;
@@ -235,14 +245,77 @@ impl LanguageModel {
 
     /// Runs `ids (batch, new)` after the positions in `cache` and returns the next-token
     /// scores `(batch, vocab)` after the last of them; the cache grows by `new`. Only that
-    /// position goes through the head, so a long prompt costs no `new × vocab` product.
+    /// position goes through the head, so a long prompt costs no `new × vocab` product, and
+    /// the prompt is read [`PREFILL_CHUNK`] tokens at a time, so the activations stay
+    /// `O(chunk × d_model)` whatever its length (chunked prefill).
+    ///
+    /// # Errors
+    /// A bad shape or token id; positions past a learned encoding's table; a batch that
+    /// differs from the cache's.
     pub fn step(&self, ids: &Tensor, cache: &mut EncoderCache) -> Result<Tensor> {
-        let offset = cache.len();
-        let new = self.check(ids, Positions::From(offset))?;
-        let mask = Mask::causal(new, offset + new, offset, ids.device())?;
-        let x = self.embed.forward(ids, Positions::From(offset), false)?;
-        let h = self.stack.forward_cached(&x, Some(&mask), cache, false)?;
-        Ok(self.head.forward(&h.narrow(1, new - 1, 1)?.squeeze(1)?)?)
+        let new = self.check(ids, Positions::From(cache.len()))?;
+        let mut last = None;
+        for start in (0..new).step_by(PREFILL_CHUNK) {
+            let chunk = ids.narrow(1, start, PREFILL_CHUNK.min(new - start))?;
+            last = Some(self.hidden_cached(&chunk, cache)?);
+        }
+        let h = last.ok_or_else(|| Error::Input("no tokens to run".into()))?;
+        let n = h.dim(1)?;
+        Ok(self.head.forward(&h.narrow(1, n - 1, 1)?.squeeze(1)?)?)
+    }
+
+    /// Runs `ids (batch, new)` after the positions in `cache`, as [`LanguageModel::step`]
+    /// does, and returns the next-token scores at every one of them, `(batch, new, vocab)`:
+    /// to score a long text chunk by chunk in memory that grows linearly with its length.
+    ///
+    /// # Errors
+    /// As [`LanguageModel::step`].
+    pub fn logits_cached(&self, ids: &Tensor, cache: &mut EncoderCache) -> Result<Tensor> {
+        self.check(ids, Positions::From(cache.len()))?;
+        Ok(self.head.forward(&self.hidden_cached(ids, cache)?)?)
+    }
+
+    /// The stack's output for `ids` after the cached positions.
+    fn hidden_cached(&self, ids: &Tensor, cache: &mut EncoderCache) -> Result<Tensor> {
+        let x = self
+            .embed
+            .forward(ids, Positions::From(cache.len()), false)?;
+        self.stack.forward_cached(&x, cache)
+    }
+
+    /// The bytes of the key/value cache for `batch` sequences of `positions` tokens (f32):
+    /// what a generation or a long evaluation holds besides the weights and one chunk's
+    /// activations.
+    pub fn cache_bytes(&self, batch: usize, positions: usize) -> u128 {
+        let kv_heads = self.cfg.blocks.kv_heads.unwrap_or(self.cfg.heads) as u128;
+        let head_dim = (self.cfg.d_model / self.cfg.heads.max(1)) as u128;
+        let per_position = 2 * self.cfg.layers as u128 * kv_heads * head_dim * 4;
+        per_position * batch as u128 * positions as u128
+    }
+
+    /// Checks, before anything is allocated, that a cache of `batch` sequences of
+    /// `positions` tokens fits within [`MAX_CACHE_BYTES`] and the encoding's table.
+    ///
+    /// # Errors
+    /// A cache too large, naming its size; positions past a learned encoding's table.
+    pub fn check_cache(&self, batch: usize, positions: usize) -> Result<()> {
+        let bytes = self.cache_bytes(batch, positions);
+        if bytes > MAX_CACHE_BYTES {
+            return Err(Error::Input(format!(
+                "{positions} positions are too long: their key/value cache for {batch} sequence(s) would take {:.1} GiB, past the limit of {} GiB",
+                bytes as f64 / (1u64 << 30) as f64,
+                MAX_CACHE_BYTES >> 30
+            )));
+        }
+        if let Some(max) = self.max_positions() {
+            if positions > max {
+                return Err(Error::Input(format!(
+                    "{positions} positions are past the `{}` encoding's table of max_positions = {max}",
+                    self.cfg.encoding.kind()
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Checks `ids` is `(batch, seq)` with `seq ≥ 1` and that its positions `at` fit the

@@ -138,7 +138,7 @@ pub(super) fn cpu_f32<'a>(s: &'a Storage, what: &str) -> Result<&'a [f32]> {
 
 /// `(batch, heads, len, head_dim)` of a tensor with its heads split, `dims` of that form,
 /// or merged, `(batch, len, heads·head_dim)`; `None` for any other shape.
-fn split_dims(dims: &[usize], head_dim: usize) -> Option<[usize; 4]> {
+pub(super) fn split_dims(dims: &[usize], head_dim: usize) -> Option<[usize; 4]> {
     match *dims {
         [b, h, t, d] if d == head_dim => Some([b, h, t, d]),
         [b, t, hd] if head_dim > 0 && hd % head_dim == 0 => Some([b, hd / head_dim, t, head_dim]),
@@ -170,7 +170,7 @@ pub(super) struct Heads<'a> {
 }
 
 impl<'a> Heads<'a> {
-    fn new(data: &'a [f32], l: &Layout, head_dim: usize) -> Result<Self> {
+    pub(super) fn new(data: &'a [f32], l: &Layout, head_dim: usize) -> Result<Self> {
         let strides = match *l.stride() {
             [s0, s1, s2, s3] => [s0, s1, s2, s3],
             // (b, len, h·d): head `i` starts `i·d` columns in.

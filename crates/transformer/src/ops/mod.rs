@@ -5,6 +5,7 @@
 
 mod attention;
 mod bias;
+mod flash_attention;
 mod gelu;
 mod layer_norm;
 mod linear;
@@ -15,6 +16,7 @@ mod softmax;
 
 pub use attention::attention;
 pub use bias::add_bias;
+pub use flash_attention::{flash_attention, TileBias};
 pub use gelu::gelu;
 pub(crate) use gelu::gelu_anywhere;
 pub use layer_norm::{add_layer_norm, layer_norm};

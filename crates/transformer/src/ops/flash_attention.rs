@@ -1,0 +1,286 @@
+//! Attention whose memory grows linearly with length, at inference: the queries and keys
+//! are taken in tiles, and the softmax is computed online, as FlashAttention-2 does (Dao
+//! 2023, Algorithm 1).
+//!
+//! ```text
+//! for each query tile Q_i (rows r) and each key tile K_j, V_j at or below the diagonal:
+//!     S     = scale · Q_i K_jᵀ + B_ij            B_ij: the encoding's bias for this tile only
+//!     m'_r  = max(m_r, max_c S_rc)                the running maximum of row r
+//!     P_rc  = exp(S_rc − m'_r)                    0 for keys the row may not see
+//!     ℓ_r   ← ℓ_r · exp(m_r − m'_r) + Σ_c P_rc    the running sum
+//!     O_r   ← O_r · exp(m_r − m'_r) + (P V_j)_r
+//!     m_r   ← m'_r
+//! O_r ← O_r / ℓ_r   (a row that saw no key is 0)
+//! ```
+//!
+//! No `(heads, q_len, k_len)` tensor exists, not for the scores, the weights or the bias:
+//! what lives at once is one `(rows, key tile)` block per task. Key tiles past the causal
+//! diagonal are never computed. The query heads that share a key/value head (grouped-query
+//! attention) are stacked as the rows of one task and read that head in place, so each key
+//! tile is loaded once for the group.
+
+use std::ops::Range;
+
+use candle_core::{DType, Result, Tensor};
+use gemm::Parallelism;
+use rayon::prelude::*;
+
+use super::attention::{cpu_f32, split_dims, Heads};
+use super::matmul::{gemm_into, Mat, OutPtr};
+use super::simd::{self, exp, vectorized};
+
+/// Query rows per tile (per query head).
+const QUERY_TILE: usize = 64;
+/// Keys per tile.
+const KEY_TILE: usize = 256;
+
+/// The position bias of one tile, `(heads, rows.len(), keys.len())` f32, for the query
+/// rows `rows` (indices into the queries) and the keys `keys` (indices into the keys), or
+/// `None` when there is none. It is asked for every tile a task computes, so it must not
+/// hold a bias for the whole attention.
+pub type TileBias<'a> =
+    dyn Fn(Range<usize>, Range<usize>) -> candle_core::Result<Option<Tensor>> + Sync + 'a;
+
+/// `O (b, tq, h·d)`: the attention of queries `q (b, h, tq, d)` over keys and values
+/// `k, v (b, kv, tk, d)` (each also accepted with its heads merged, `(b, len, heads·d)`,
+/// any strides; `d = head_dim`), with scores scaled by `scale`, plus `bias` per tile.
+///
+/// With `causal = Some(offset)`, query `i` sits at key index `offset + i` and sees keys
+/// `0 ..= offset + i` (a chunk of new tokens after `offset` cached ones: `tk` must be at
+/// least `offset + tq`); with `None` every query sees every key. Query head `i` reads
+/// key/value head `i / (h / kv)`. f32 on the CPU, at inference: there is no backward.
+///
+/// # Shapes
+/// - `q`: `(b, h, tq, d)` or `(b, tq, h·d)`
+/// - `k`, `v`: `(b, kv, tk, d)` or `(b, tk, kv·d)`
+/// - output: `(b, tq, h·d)`
+///
+/// # Errors
+/// Other dtypes or devices; inputs that carry a gradient; shapes that do not fit together;
+/// a causal offset that leaves queries past the last key; a bias of the wrong shape, or
+/// the bias callback's own error.
+pub fn flash_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    head_dim: usize,
+    scale: f32,
+    causal: Option<usize>,
+    bias: Option<&TileBias>,
+) -> Result<Tensor> {
+    let shape = |t: &Tensor| split_dims(t.dims(), head_dim);
+    let (Some([b, h, tq, d]), Some([kb, kv, tk, kd]), Some(vs)) = (shape(q), shape(k), shape(v))
+    else {
+        candle_core::bail!(
+            "flash attention: q {:?}, k {:?}, v {:?} must each be (b, heads, len, {head_dim}) or (b, len, heads·{head_dim})",
+            q.dims(),
+            k.dims(),
+            v.dims()
+        );
+    };
+    if (kb, kd) != (b, d) || vs != [b, kv, tk, d] || kv == 0 || h % kv != 0 {
+        candle_core::bail!(
+            "flash attention: q {:?}, k {:?}, v {:?} must be (b, h, tq, d), (b, kv, tk, d) twice, kv dividing h",
+            q.dims(),
+            k.dims(),
+            v.dims()
+        );
+    }
+    for t in [q, k, v] {
+        if t.dtype() != DType::F32 || !t.device().is_cpu() {
+            candle_core::bail!("flash attention takes f32 tensors on the CPU");
+        }
+        if t.track_op() {
+            candle_core::bail!("flash attention is for inference: its inputs carry a gradient");
+        }
+    }
+    if let Some(offset) = causal {
+        if offset + tq > tk {
+            candle_core::bail!(
+                "flash attention: {tq} causal queries after {offset} cached positions need at least {} keys, got {tk}",
+                offset + tq
+            );
+        }
+    }
+    let mut out: Vec<f32> = vec![0.0; b * tq * h * d];
+    if out.is_empty() || tk == 0 {
+        return Tensor::from_vec(out, (b, tq, h * d), q.device());
+    }
+    let guards = [q, k, v].map(|t| t.storage_and_layout());
+    let heads = |i: usize, what: &str| -> Result<Heads> {
+        Heads::new(cpu_f32(&guards[i].0, what)?, guards[i].1, head_dim)
+    };
+    let (qh, kh, vh) = (heads(0, "q")?, heads(1, "k")?, heads(2, "v")?);
+    let tiles = Tiles {
+        h,
+        group: h / kv,
+        tq,
+        tk,
+        d,
+        scale,
+        causal,
+    };
+    let dst = OutPtr(out.as_mut_ptr());
+    let q_tiles = tq.div_ceil(QUERY_TILE);
+    // One task per (batch entry, key/value head, query tile).
+    (0..b * kv * q_tiles).into_par_iter().try_for_each(|task| {
+        let (bi, rest) = (task / (kv * q_tiles), task % (kv * q_tiles));
+        let (g, qt) = (rest / q_tiles, rest % q_tiles);
+        tiles.task(bi, g, qt * QUERY_TILE, (&qh, &kh, &vh), bias, dst)
+    })?;
+    drop(guards);
+    Tensor::from_vec(out, (b, tq, h * d), q.device())
+}
+
+/// The sizes every task shares.
+struct Tiles {
+    h: usize,
+    group: usize,
+    tq: usize,
+    tk: usize,
+    d: usize,
+    scale: f32,
+    causal: Option<usize>,
+}
+
+impl Tiles {
+    /// The query tile from row `q0` of the `group` query heads of key/value head `g` in batch
+    /// entry `bi`: every key tile it may see, then its rows of the output.
+    fn task(
+        &self,
+        bi: usize,
+        g: usize,
+        q0: usize,
+        (qh, kh, vh): (&Heads, &Heads, &Heads),
+        bias: Option<&TileBias>,
+        dst: OutPtr,
+    ) -> Result<()> {
+        let Self { group, d, .. } = *self;
+        let rows = QUERY_TILE.min(self.tq - q0);
+        let n = group * rows;
+        // The group's query rows stacked: head `g·group + hh`, row `r` is row `hh·rows + r`.
+        let mut qs = vec![0f32; n * d];
+        for hh in 0..group {
+            let m = qh.at(bi, g * group + hh).skip_rows(q0);
+            for r in 0..rows {
+                for (c, x) in qs[(hh * rows + r) * d..][..d].iter_mut().enumerate() {
+                    // SAFETY: row `q0 + r < tq`, column `c < d` of a matrix the layout holds.
+                    *x = unsafe { *m.ptr.offset(r as isize * m.rs + c as isize * m.cs) };
+                }
+            }
+        }
+        let (mut acc, mut max, mut sum) =
+            (vec![0f32; n * d], vec![f32::NEG_INFINITY; n], vec![0f32; n]);
+        let mut s = vec![0f32; n * KEY_TILE];
+        let end = self
+            .causal
+            .map_or(self.tk, |o| (o + q0 + rows).min(self.tk));
+        for k0 in (0..end).step_by(KEY_TILE) {
+            let cols = KEY_TILE.min(end - k0);
+            let (km, vm) = (kh.at(bi, g).skip_rows(k0), vh.at(bi, g).skip_rows(k0));
+            // SAFETY: `s` holds `n` rows of `cols ≤ KEY_TILE`; K's rows `k0 .. k0 + cols`
+            // exist (`end ≤ tk`).
+            unsafe {
+                gemm_into(
+                    (n, cols, d),
+                    s.as_mut_ptr(),
+                    cols,
+                    false,
+                    Mat::rows(&qs, d),
+                    km.t(),
+                    self.scale,
+                    Parallelism::None,
+                )
+            };
+            let tile_bias = bias
+                .map(|f| f(q0..q0 + rows, k0..k0 + cols))
+                .transpose()?
+                .flatten()
+                .map(|t| self.check_bias(t, rows, cols))
+                .transpose()?;
+            let tile_bias = tile_bias.as_ref().map(|t| t.storage_and_layout());
+            let tile_bias = match &tile_bias {
+                Some((st, l)) => Some(&cpu_f32(st, "the bias")?[l.start_offset()..]),
+                None => None,
+            };
+            vectorized(
+                #[inline(always)]
+                || {
+                    for (row, scores) in s[..n * cols].chunks_mut(cols).enumerate() {
+                        let (hh, r) = (row / rows, row % rows);
+                        if let Some(b) = tile_bias {
+                            let at = ((g * group + hh) * rows + r) * cols;
+                            scores
+                                .iter_mut()
+                                .zip(&b[at..at + cols])
+                                .for_each(|(s, b)| *s += b);
+                        }
+                        // Keys this row may see in the tile: `k0 ..= offset + q0 + r`.
+                        let seen = self
+                            .causal
+                            .map_or(cols, |o| (o + q0 + r + 1).saturating_sub(k0).min(cols));
+                        let tile_max = simd::max(&scores[..seen]);
+                        if tile_max == f32::NEG_INFINITY {
+                            scores.fill(0.0);
+                            continue;
+                        }
+                        let new_max = max[row].max(tile_max);
+                        let rescale = exp(max[row] - new_max);
+                        scores[..seen]
+                            .iter_mut()
+                            .for_each(|s| *s = exp(*s - new_max));
+                        scores[seen..].fill(0.0);
+                        sum[row] = sum[row] * rescale + simd::sum(&scores[..seen]);
+                        max[row] = new_max;
+                        if rescale != 1.0 {
+                            acc[row * d..][..d].iter_mut().for_each(|a| *a *= rescale);
+                        }
+                    }
+                },
+            );
+            // SAFETY: `acc` is `n × d`; `s` holds the tile's `n × cols` weights; V's rows
+            // `k0 .. k0 + cols` exist.
+            unsafe {
+                gemm_into(
+                    (n, d, cols),
+                    acc.as_mut_ptr(),
+                    d,
+                    true,
+                    Mat::rows(&s, cols),
+                    vm,
+                    1.0,
+                    Parallelism::None,
+                )
+            };
+        }
+        let width = self.h * d;
+        for hh in 0..group {
+            for r in 0..rows {
+                let row = hh * rows + r;
+                let inv = if sum[row] > 0.0 { 1.0 / sum[row] } else { 0.0 };
+                let at = (bi * self.tq + q0 + r) * width + (g * group + hh) * d;
+                // SAFETY: this task alone writes row `q0 + r` of its batch entry, columns of
+                // head `g·group + hh`, inside the `(b, tq, h·d)` output.
+                let out = unsafe { std::slice::from_raw_parts_mut(dst.at(at), d) };
+                out.iter_mut()
+                    .zip(&acc[row * d..][..d])
+                    .for_each(|(o, a)| *o = a * inv);
+            }
+        }
+        Ok(())
+    }
+
+    /// The tile's bias as a contiguous f32 `(heads, rows, cols)` on the CPU, or an error
+    /// naming what came instead.
+    fn check_bias(&self, t: Tensor, rows: usize, cols: usize) -> Result<Tensor> {
+        if t.dims() != [self.h, rows, cols] || t.dtype() != DType::F32 || !t.device().is_cpu() {
+            candle_core::bail!(
+                "flash attention: the bias of a ({rows}, {cols}) tile must be f32 ({}, {rows}, {cols}) on the CPU, got {:?} {:?}",
+                self.h,
+                t.dtype(),
+                t.dims()
+            );
+        }
+        t.contiguous()
+    }
+}

@@ -1,0 +1,324 @@
+//! Attention in memory linear in the length: the tiled kernel against the formula in f64
+//! loops (grouped-query heads, a bias asked for tile by tile, a causal offset, tiles with
+//! ragged edges), the cache written in place, and the chunked prefill of a language model
+//! against its one-shot forward for every encoding.
+
+mod common;
+
+use std::ops::Range;
+use std::sync::Mutex;
+
+use candle_core::{DType, Device, IndexOp, Tensor, Var};
+use candle_nn::{VarBuilder, VarMap};
+use common::*;
+use posenc::EncodingConfig;
+use posenc_transformer::attention::KvCache;
+use posenc_transformer::encoder::EncoderCache;
+use posenc_transformer::lm::PREFILL_CHUNK;
+use posenc_transformer::ops::flash_attention;
+use posenc_transformer::{LanguageModel, LmConfig};
+
+fn filled(shape: &[usize], seed: u64) -> Tensor {
+    posenc_testkit::uniform(shape, seed, -2.0, 2.0)
+}
+
+/// A bias of head `h`, query position `i` and key position `j`, known in closed form.
+fn bias_at(h: usize, i: usize, j: usize) -> f64 {
+    ((i as f64 - j as f64) * 0.013 * (h + 1) as f64).sin() - 0.002 * (i.abs_diff(j) as f64)
+}
+
+/// `softmax(scale · q kᵀ + B) v` per batch entry and head, in f64 loops: query `i` at
+/// position `offset + i` sees keys `0 ..= offset + i` when causal, every key otherwise.
+/// `q (b, tq, h·d)`, `k, v (b, kv, tk, d)` as nested vectors.
+#[allow(clippy::too_many_arguments)]
+fn reference(
+    q: &[Vec<Vec<f32>>],
+    k: &[Vec<Vec<Vec<f32>>>],
+    v: &[Vec<Vec<Vec<f32>>>],
+    (h, kv, d): (usize, usize, usize),
+    causal: Option<usize>,
+    bias: bool,
+    scale: f64,
+) -> Vec<Vec<Vec<f64>>> {
+    let (tq, tk) = (q[0].len(), k[0][0].len());
+    let mut out = vec![vec![vec![0f64; h * d]; tq]; q.len()];
+    for (bi, out) in out.iter_mut().enumerate() {
+        for hi in 0..h {
+            let g = hi / (h / kv);
+            for (i, row) in out.iter_mut().enumerate() {
+                let seen = causal.map_or(tk, |o| o + i + 1);
+                let scores: Vec<f64> = (0..seen)
+                    .map(|j| {
+                        let dot: f64 = (0..d)
+                            .map(|c| q[bi][i][hi * d + c] as f64 * k[bi][g][j][c] as f64)
+                            .sum();
+                        let pos = causal.unwrap_or(0) + i;
+                        scale * dot + if bias { bias_at(hi, pos, j) } else { 0.0 }
+                    })
+                    .collect();
+                let max = scores.iter().cloned().fold(f64::MIN, f64::max);
+                let e: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+                let sum: f64 = e.iter().sum();
+                for (j, e) in e.iter().enumerate() {
+                    for c in 0..d {
+                        row[hi * d + c] += e / sum * v[bi][g][j][c] as f64;
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_tiled_kernel_follows_the_formula() {
+    // 70 queries (a full tile of 64 and a ragged one), after 300 cached keys: 370 keys, a
+    // full key tile of 256 and a ragged one; 6 query heads over 2 key/value heads.
+    let (b, h, kv, d, tq, offset) = (2, 6, 2, 5, 70, 300);
+    let tk = offset + tq;
+    // Q as a view into a packed projection; K and V as views into buffers longer than
+    // their keys, as the cache hands them on.
+    let qkv = filled(&[b, tq, (h + 2 * kv) * d], 1);
+    let q = qkv.narrow(2, 0, h * d).unwrap();
+    let buffer = |seed| filled(&[b, kv, tk + 30, d], seed).narrow(2, 0, tk).unwrap();
+    let (k, v) = (buffer(2), buffer(3));
+    let qv = q.to_vec3::<f32>().unwrap();
+    let four = |t: &Tensor| -> Vec<Vec<Vec<Vec<f32>>>> {
+        (0..b)
+            .map(|i| t.i(i).unwrap().to_vec3::<f32>().unwrap())
+            .collect()
+    };
+    let (kk, vv) = (four(&k), four(&v));
+    let asked = Mutex::new(Vec::new());
+    let tile_bias = |rows: Range<usize>, keys: Range<usize>| {
+        asked.lock().unwrap().push((rows.clone(), keys.clone()));
+        let (n, m) = (rows.len(), keys.len());
+        let values: Vec<f32> = (0..h * n * m)
+            .map(|x| {
+                let (hi, i, j) = (x / (n * m), x / m % n, x % m);
+                bias_at(hi, offset + rows.start + i, keys.start + j) as f32
+            })
+            .collect();
+        Tensor::from_vec(values, (h, n, m), &Device::Cpu).map(Some)
+    };
+    let scale = 0.41;
+    for (causal, bias) in [(Some(offset), false), (Some(offset), true), (None, false)] {
+        let keys = match causal {
+            Some(_) => tk,
+            None => tk - 7,
+        };
+        let (k, v) = (k.narrow(2, 0, keys).unwrap(), v.narrow(2, 0, keys).unwrap());
+        let cut = |x: &Vec<Vec<Vec<Vec<f32>>>>| -> Vec<Vec<Vec<Vec<f32>>>> {
+            x.iter()
+                .map(|b| b.iter().map(|g| g[..keys].to_vec()).collect())
+                .collect()
+        };
+        let got = flash_attention(
+            &q,
+            &k,
+            &v,
+            d,
+            scale as f32,
+            causal,
+            bias.then_some(&tile_bias as _),
+        )
+        .unwrap();
+        assert_eq!(got.dims(), &[b, tq, h * d]);
+        let want = reference(&qv, &cut(&kk), &cut(&vv), (h, kv, d), causal, bias, scale);
+        let got = got.to_vec3::<f32>().unwrap();
+        let diff = got
+            .iter()
+            .flatten()
+            .flatten()
+            .zip(want.iter().flatten().flatten())
+            .map(|(a, b)| (*a as f64 - b).abs())
+            .fold(0.0, f64::max);
+        assert!(
+            diff < 2e-5,
+            "causal {causal:?}, bias {bias}: max |Δ| {diff}"
+        );
+    }
+    // The bias was asked for tiles only, never for more than one tile of keys, and never
+    // above the causal diagonal.
+    let asked = asked.into_inner().unwrap();
+    assert!(!asked.is_empty());
+    for (rows, keys) in &asked {
+        assert!(rows.len() <= 64 && keys.len() <= 256, "{rows:?} × {keys:?}");
+        assert!(keys.start <= offset + rows.end - 1, "{rows:?} × {keys:?}");
+    }
+}
+
+#[test]
+fn the_tiled_kernel_refuses_what_it_cannot_do() {
+    let q = filled(&[1, 6, 8], 3);
+    let err = |r: candle_core::Result<Tensor>| r.unwrap_err().to_string();
+    let tracked = Var::from_tensor(&q).unwrap();
+    let e = err(flash_attention(
+        tracked.as_tensor(),
+        &q,
+        &q,
+        4,
+        1.0,
+        None,
+        None,
+    ));
+    assert!(e.contains("inference"), "{e}");
+    let e = err(flash_attention(
+        &q.to_dtype(DType::F64).unwrap(),
+        &q,
+        &q,
+        4,
+        1.0,
+        None,
+        None,
+    ));
+    assert!(e.contains("f32"), "{e}");
+    let e = err(flash_attention(&q, &q, &q, 3, 1.0, None, None));
+    assert!(e.contains("heads"), "{e}");
+    let e = err(flash_attention(&q, &q, &q, 4, 1.0, Some(1), None));
+    assert!(e.contains("at least 7 keys"), "{e}");
+    let wrong = |_: Range<usize>, _: Range<usize>| {
+        Tensor::zeros((2, 1, 1), DType::F32, &Device::Cpu).map(Some)
+    };
+    let e = err(flash_attention(&q, &q, &q, 4, 1.0, None, Some(&wrong)));
+    assert!(e.contains("bias"), "{e}");
+    let failing = |_: Range<usize>, _: Range<usize>| -> candle_core::Result<Option<Tensor>> {
+        candle_core::bail!("the encoding failed")
+    };
+    let e = err(flash_attention(&q, &q, &q, 4, 1.0, None, Some(&failing)));
+    assert!(e.contains("the encoding failed"), "{e}");
+    // No keys at all: zeros, never NaN.
+    let none = Tensor::zeros((1, 0, 8), DType::F32, &Device::Cpu).unwrap();
+    let out = flash_attention(&q, &none, &none, 4, 1.0, None, None).unwrap();
+    let values: Vec<f32> = out.flatten_all().unwrap().to_vec1().unwrap();
+    assert!(values.iter().all(|&x| x == 0.0));
+}
+
+#[test]
+fn the_cache_is_written_in_place_and_grows_geometrically() {
+    let mut cache = KvCache::default();
+    let kv = |n: usize, seed| filled(&[2, 3, n, 4], seed);
+    let (k1, v1) = (kv(5, 1), kv(5, 2));
+    cache.append(&k1, &v1).unwrap();
+    assert_eq!((cache.len(), cache.capacity()), (5, 5));
+    let (k2, v2) = (kv(1, 3), kv(1, 4));
+    let (k, v) = cache.append(&k2, &v2).unwrap();
+    assert_eq!((cache.len(), cache.capacity()), (6, 10));
+    let want_k = Tensor::cat(&[&k1, &k2], 2).unwrap();
+    let want_v = Tensor::cat(&[&v1, &v2], 2).unwrap();
+    assert_eq!(max_abs_diff(&k, &want_k), 0.0);
+    assert_eq!(max_abs_diff(&v, &want_v), 0.0);
+    // A copy goes its own way.
+    let mut copy = cache.try_clone().unwrap();
+    copy.append(&kv(1, 5), &kv(1, 6)).unwrap();
+    cache.append(&kv(1, 7), &kv(1, 8)).unwrap();
+    let (a, _) = copy.get().unwrap().unwrap();
+    let (b, _) = cache.get().unwrap().unwrap();
+    assert_eq!(max_abs_diff(&a.narrow(2, 0, 6).unwrap(), &want_k), 0.0);
+    assert!(max_abs_diff(&a, &b) > 0.0);
+    // Reserved room is allocated once.
+    let mut reserved = KvCache::default();
+    reserved.reserve(100);
+    reserved.append(&kv(3, 9), &kv(3, 10)).unwrap();
+    assert_eq!(reserved.capacity(), 100);
+    // A batch that does not fit is named.
+    let e = cache
+        .append(&filled(&[1, 3, 1, 4], 11), &filled(&[1, 3, 1, 4], 12))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("do not fit"), "{e}");
+}
+
+/// A language model whose table (for `learned`) covers `context` positions.
+fn lm(encoding: EncodingConfig, context: usize) -> LanguageModel {
+    let cfg = LmConfig {
+        vocab_size: 30,
+        d_model: 16,
+        heads: 4,
+        d_ff: 32,
+        layers: 2,
+        encoding,
+        context,
+        ..LmConfig::default()
+    };
+    let varmap = VarMap::new();
+    LanguageModel::new(
+        &cfg,
+        VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu),
+    )
+    .unwrap();
+    LanguageModel::frozen(&cfg, &varmap, &Device::Cpu).unwrap()
+}
+
+fn long_ids(batch: usize, len: usize) -> Tensor {
+    let ids: Vec<u32> = (0..batch * len)
+        .map(|i| ((i * 7 + i / 13) % 30) as u32)
+        .collect();
+    Tensor::from_vec(ids, (batch, len), &Device::Cpu).unwrap()
+}
+
+/// For every encoding, over 1 100 tokens (three prefill chunks, the last ragged): scores
+/// read chunk by chunk through the cache equal the one-shot forward at every position,
+/// and the chunked prefill's last scores equal its last row.
+#[test]
+fn chunked_reading_equals_the_one_shot_forward_for_every_encoding() {
+    let len = 2 * PREFILL_CHUNK + 76;
+    for enc in all_encodings() {
+        // `fraction` divides by the length of what it sees: no cache can reproduce it.
+        if enc.kind() == "fraction" {
+            continue;
+        }
+        // A learned table long enough for the text.
+        let enc = match enc.kind() {
+            "learned" => format!(r#"{{"kind": "learned", "max_positions": {len}}}"#)
+                .parse()
+                .unwrap(),
+            _ => enc,
+        };
+        let model = lm(enc.clone(), len);
+        let ids = long_ids(2, len);
+        let full = model.logits(&ids, false).unwrap();
+        let mut cache = EncoderCache::default();
+        let mut parts = Vec::new();
+        for (start, n) in [(0, 300), (300, 1), (301, len - 301)] {
+            let chunk = ids.narrow(1, start, n).unwrap();
+            parts.push(model.logits_cached(&chunk, &mut cache).unwrap());
+        }
+        let read = Tensor::cat(&parts, 1).unwrap();
+        // `index` adds the raw position (up to 1 100) to embeddings of size ~1: f32 keeps
+        // ~1e-4 of them through the layers, whichever order the sums run in.
+        let tolerance = match enc.kind() {
+            "index" => 1e-3,
+            _ => 1e-4,
+        };
+        let diff = max_abs_diff(&read, &full);
+        assert!(
+            diff < tolerance,
+            "{}: chunked reading differs by {diff}",
+            enc.kind()
+        );
+        let last = model.step(&ids, &mut EncoderCache::default()).unwrap();
+        let diff = max_abs_diff(&last, &full.i((.., len - 1)).unwrap());
+        assert!(
+            diff < tolerance,
+            "{}: chunked prefill differs by {diff}",
+            enc.kind()
+        );
+    }
+}
+
+#[test]
+fn a_cache_past_the_limit_is_refused_by_its_size() {
+    let model = lm(EncodingConfig::from_kind("rope").unwrap(), 8);
+    let e = model
+        .check_cache(1, usize::MAX / 2)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("GiB") && e.contains("too long"), "{e}");
+    model.check_cache(1, 1 << 20).unwrap();
+    let table: EncodingConfig = r#"{"kind": "learned", "max_positions": 8}"#.parse().unwrap();
+    let learned = lm(table, 8);
+    learned.check_cache(1, 8).unwrap();
+    let e = learned.check_cache(1, 9).unwrap_err().to_string();
+    assert!(e.contains("max_positions = 8"), "{e}");
+}
