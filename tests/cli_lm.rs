@@ -143,6 +143,20 @@ fn train_generate_and_evaluate_a_tiny_language_model() {
             "windows",
         ),
         (&["lm", "eval", "--windows", "0"][..], "window"),
+        // The run is ALiBi's: it has no rotation to stretch.
+        (
+            &[
+                "lm",
+                "eval",
+                "--rope-scaling",
+                r#"{"rope_type": "yarn", "factor": 2}"#,
+            ][..],
+            "`alibi` encoding takes no `scaling`",
+        ),
+        (
+            &["lm", "generate", "--rope-scaling", "yarn", "A"][..],
+            "--rope-scaling takes a JSON object",
+        ),
         (&["lm", "eval", "--lengths", "0"][..], "window"),
         (
             &["lm", "eval", "--lengths", "1000000"][..],

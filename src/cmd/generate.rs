@@ -10,7 +10,7 @@ use posenc_llama::chat::Message;
 use posenc_llama::{Llama, Precision};
 use posenc_train::sample::generate_with;
 
-use super::{read_prompt, SamplingArgs};
+use super::{read_prompt, RopeScalingArg, SamplingArgs};
 
 /// `posenc generate`
 #[derive(Args, Debug)]
@@ -36,6 +36,8 @@ pub struct GenerateArgs {
     max_tokens: usize,
     #[command(flatten)]
     sampling: SamplingArgs,
+    #[command(flatten)]
+    rope_scaling: RopeScalingArg,
     /// The text to continue [default: standard input].
     prompt: Option<String>,
 }
@@ -53,7 +55,8 @@ impl GenerateArgs {
         } else {
             Precision::Quantized
         };
-        let llama = Llama::load(&self.model, precision, &self.device.0)?;
+        let mut llama = Llama::load(&self.model, precision, &self.device.0)?;
+        llama.model = self.rope_scaling.apply(llama.model)?;
         // A plain prompt is printed before its continuation, once generation has started
         // (a prompt refused by the generator prints nothing).
         let (text, mut echo) = if self.chat {

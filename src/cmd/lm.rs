@@ -15,7 +15,7 @@ use posenc_train::text_tokenizer::{decode, encode, encode_strict, TextTokenizer}
 use posenc_train::trainer::RunOptions;
 use serde::Serialize;
 
-use super::{read_prompt, SamplingArgs};
+use super::{read_prompt, RopeScalingArg, SamplingArgs};
 
 /// Which tokenization.
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -98,6 +98,8 @@ pub struct GenerateArgs {
     max_tokens: usize,
     #[command(flatten)]
     sampling: SamplingArgs,
+    #[command(flatten)]
+    rope_scaling: RopeScalingArg,
 }
 
 /// `posenc lm eval`
@@ -124,6 +126,8 @@ pub struct EvalArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
+    #[command(flatten)]
+    rope_scaling: RopeScalingArg,
 }
 
 /// `posenc lm experiment`
@@ -260,7 +264,8 @@ fn report(state: &LmState, dir: &Path, out: &mut impl Write) -> Result<()> {
 }
 
 fn generate_text(a: GenerateArgs, out: &mut impl Write) -> Result<()> {
-    let saved = lm_run::load(&a.model.unwrap_or_else(lm_run::shipped_model))?;
+    let mut saved = lm_run::load(&a.model.unwrap_or_else(lm_run::shipped_model))?;
+    saved.model = a.rope_scaling.apply(saved.model)?;
     let prompt = read_prompt(a.prompt)?;
     let ids = encode_strict(&saved.tokenizer, &prompt)?;
     let tokens = generate(&saved.model, &ids, a.max_tokens, a.sampling.into())?;
@@ -279,7 +284,8 @@ struct EvalRow {
 }
 
 fn eval(a: EvalArgs, out: &mut impl Write) -> Result<()> {
-    let saved = lm_run::load(&a.model.unwrap_or_else(lm_run::shipped_model))?;
+    let mut saved = lm_run::load(&a.model.unwrap_or_else(lm_run::shipped_model))?;
+    saved.model = a.rope_scaling.apply(saved.model)?;
     let text = match &a.text {
         Some(path) => {
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?

@@ -117,6 +117,40 @@ impl std::str::FromStr for DeviceArg {
     }
 }
 
+/// `--rope-scaling`: transformers' `rope_parameters` as JSON, applied to a causal language
+/// model's encoding (which must be `rope`), replacing any scaling it was loaded with.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct RopeScalingArg {
+    /// Stretch the rotary encoding's context, with transformers' `rope_parameters` keys:
+    /// '{"rope_type": "yarn", "factor": 2}' (rope_type linear, dynamic, yarn, llama3 or
+    /// longrope; original_max_position_embeddings defaults to the model's context).
+    #[arg(long, value_name = "JSON")]
+    rope_scaling: Option<String>,
+}
+
+impl RopeScalingArg {
+    /// `model` with the scaling applied, or as it is without the flag.
+    ///
+    /// # Errors
+    /// JSON that is not an object of the settings, or a model whose encoding is not `rope`.
+    pub fn apply(
+        &self,
+        model: posenc_transformer::LanguageModel,
+    ) -> Result<posenc_transformer::LanguageModel> {
+        let Some(json) = &self.rope_scaling else {
+            return Ok(model);
+        };
+        let value: serde_json::Value = serde_json::from_str(json)
+            .with_context(|| format!("--rope-scaling takes a JSON object, got {json:?}"))?;
+        let encoding = model
+            .config()
+            .encoding
+            .with_setting("scaling", value)
+            .context("--rope-scaling")?;
+        Ok(model.with_encoding(&encoding)?)
+    }
+}
+
 /// How `generate` commands pick each next token.
 #[derive(clap::Args, Debug, Clone, Copy)]
 pub struct SamplingArgs {

@@ -4,6 +4,7 @@
 use anyhow::{ensure, Result};
 use candle_nn::Activation;
 use posenc::rope::RopeConfig;
+use posenc::rope_scaling::RopeScaling;
 use posenc::sinusoidal::PairLayout;
 use posenc::EncodingConfig;
 use posenc_transformer::{BlockOptions, LmConfig, NormKind};
@@ -40,6 +41,31 @@ pub struct LlamaConfig {
     /// End-of-sequence token: generation stops there.
     #[serde(default)]
     pub eos_token_id: Option<u32>,
+    /// Context extension of the rotary encoding, as transformers' `rope_scaling` (or
+    /// `rope_parameters`, whose `rope_theta` is read as the base above).
+    #[serde(
+        default,
+        alias = "rope_parameters",
+        deserialize_with = "rope_parameters",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub rope_scaling: Option<RopeScaling>,
+}
+
+/// Transformers' `rope_scaling` or `rope_parameters`: `null`, or the settings, with the
+/// `rope_theta` that newer configs keep there left out (the config's own `rope_theta` is
+/// the base), and `"default"` meaning no scaling.
+fn rope_parameters<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<RopeScaling>, D::Error> {
+    let mut value = serde_json::Value::deserialize(d)?;
+    if let Some(fields) = value.as_object_mut() {
+        fields.remove("rope_theta");
+        if fields.get("rope_type").or(fields.get("type")) == Some(&"default".into()) {
+            return Ok(None);
+        }
+    }
+    Option::<RopeScaling>::deserialize(value).map_err(serde::de::Error::custom)
 }
 
 impl LlamaConfig {
@@ -74,7 +100,7 @@ impl LlamaConfig {
                 layout,
                 rotary_fraction: 1.0,
                 position_scale: 1.0,
-                scaling: None,
+                scaling: self.rope_scaling.clone(),
             }),
             context: self.max_position_embeddings,
             tie_embeddings: self.tie_word_embeddings,

@@ -12,6 +12,7 @@ use candle_core::Device;
 use gguf_file::Value;
 
 use crate::config::LlamaConfig;
+use posenc::rope_scaling::RopeScaling;
 
 /// An open GGUF file.
 #[derive(Debug)]
@@ -171,6 +172,7 @@ impl GgufFile {
                 .usize("tokenizer.ggml.eos_token_id")
                 .ok()
                 .map(|v| v as u32),
+            rope_scaling: self.rope_scaling()?,
         };
         if self.has_key("llama.rope.dimension_count") {
             let rot = self.usize("llama.rope.dimension_count")?;
@@ -183,6 +185,37 @@ impl GgufFile {
             }
         }
         Ok(cfg)
+    }
+
+    /// llama.cpp's `llama.rope.scaling.*` metadata as transformers' settings: `type` (`none`,
+    /// `linear` or `yarn`), `factor` and `original_context_length`.
+    ///
+    /// # Errors
+    /// Another scaling type, or a mistyped entry, naming it.
+    fn rope_scaling(&self) -> Result<Option<RopeScaling>> {
+        if !self.has_key("llama.rope.scaling.type") {
+            return Ok(None);
+        }
+        let kind = self.string("llama.rope.scaling.type")?;
+        let rope_type = match kind {
+            "none" => return Ok(None),
+            "linear" => "linear",
+            "yarn" => "yarn",
+            other => bail!(
+                "{}: rope scaling `{other}` is not supported (none, linear, yarn)",
+                self.path.display()
+            ),
+        };
+        let mut json = serde_json::json!({ "rope_type": rope_type });
+        if self.has_key("llama.rope.scaling.factor") {
+            json["factor"] = self.float("llama.rope.scaling.factor")?.into();
+        }
+        if self.has_key("llama.rope.scaling.original_context_length") {
+            json["original_max_position_embeddings"] = self
+                .usize("llama.rope.scaling.original_context_length")?
+                .into();
+        }
+        Ok(Some(serde_json::from_value(json)?))
     }
 
     /// The tensor `name`, quantized as stored, after checking it has `shape` (rows first).

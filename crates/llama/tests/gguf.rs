@@ -32,6 +32,7 @@ fn config() -> LlamaConfig {
         hidden_act: "silu".into(),
         bos_token_id: None,
         eos_token_id: Some(0),
+        rope_scaling: None,
     }
 }
 
@@ -255,4 +256,74 @@ fn a_truncated_or_foreign_file_is_refused() {
     }
     let e = Llama::load("no/such/model.gguf", Precision::F32, cpu).unwrap_err();
     assert!(e.to_string().contains("no/such/model.gguf"), "{e}");
+}
+
+/// llama.cpp's `llama.rope.scaling.*` metadata is read as transformers' settings, `posenc
+/// convert` writes it into `config.json`, and the converted directory loads with it: both
+/// score as the same model with the scaling applied by hand. An unknown type is named.
+#[test]
+fn rope_scaling_is_read_from_gguf_and_written_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), GgmlDType::F32, |m, _| {
+        m.push((
+            "llama.rope.scaling.type".into(),
+            Value::String("yarn".into()),
+        ));
+        m.push(("llama.rope.scaling.factor".into(), Value::F32(4.0)));
+        m.push((
+            "llama.rope.scaling.original_context_length".into(),
+            Value::U32(16),
+        ));
+    });
+    let cpu = &Device::Cpu;
+    let scaled = Llama::from_gguf(&path, Precision::F32, PairLayout::Interleaved, cpu).unwrap();
+    let want: posenc::rope_scaling::RopeScaling = serde_json::from_value(serde_json::json!(
+        {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}
+    ))
+    .unwrap();
+    assert_eq!(scaled.config.rope_scaling.as_ref(), Some(&want));
+    // The scaling changes the scores: a plain model with the same scaling set by hand
+    // scores as the scaled one, and differs from the plain one.
+    let plain_path = dir.path().join("plain");
+    std::fs::create_dir(&plain_path).unwrap();
+    let plain_file = write(&plain_path, GgmlDType::F32, |_, _| {});
+    let plain =
+        Llama::from_gguf(&plain_file, Precision::F32, PairLayout::Interleaved, cpu).unwrap();
+    let ids: Vec<u32> = (0..40).map(|i| (i * 3 % 7) as u32 + 1).collect();
+    let by_hand = plain
+        .model
+        .clone()
+        .with_encoding(
+            &plain
+                .model
+                .config()
+                .encoding
+                .with_setting("scaling", serde_json::to_value(&want).unwrap())
+                .unwrap(),
+        )
+        .unwrap();
+    let by_hand = Llama {
+        model: by_hand,
+        ..plain
+    };
+    assert!(max_abs_diff(&scores(&scaled, &ids), &scores(&by_hand, &ids)) < 1e-5);
+    let unscaled =
+        Llama::from_gguf(&plain_file, Precision::F32, PairLayout::Interleaved, cpu).unwrap();
+    assert!(max_abs_diff(&scores(&scaled, &ids), &scores(&unscaled, &ids)) > 1e-3);
+    // Written back by convert, read again from the directory.
+    let out = dir.path().join("hf");
+    posenc_llama::convert::convert(&path, &out).unwrap();
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).unwrap()).unwrap();
+    assert_eq!(json["rope_scaling"]["rope_type"], "yarn");
+    let converted = Llama::from_dir(&out, cpu).unwrap();
+    assert_eq!(converted.config.rope_scaling.as_ref(), Some(&want));
+    // An unknown type is refused by name.
+    let e = refused(|m, _| {
+        m.push((
+            "llama.rope.scaling.type".into(),
+            Value::String("xpos".into()),
+        ));
+    });
+    assert!(e.contains("xpos"), "{e}");
 }

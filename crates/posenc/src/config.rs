@@ -202,6 +202,34 @@ impl EncodingConfig {
         registry().iter().map(|r| r.kind).collect()
     }
 
+    /// The same config with setting `key` set to `value`, read again by the kind's own
+    /// settings: `rope`'s `"scaling"`, say. A kind without such a setting refuses it by name,
+    /// so nothing outside the encoding's file asks which kind it is.
+    ///
+    /// ```
+    /// use posenc::EncodingConfig;
+    /// let yarn = serde_json::json!({"rope_type": "yarn", "factor": 2.0});
+    /// let rope = EncodingConfig::from_kind("rope").unwrap().with_setting("scaling", yarn.clone());
+    /// assert!(rope.is_ok());
+    /// let alibi = EncodingConfig::from_kind("alibi").unwrap().with_setting("scaling", yarn);
+    /// assert!(alibi.unwrap_err().to_string().contains("scaling"));
+    /// ```
+    ///
+    /// # Errors
+    /// A kind with no setting `key`, or a value it refuses.
+    pub fn with_setting(&self, key: &str, value: serde_json::Value) -> Result<Self> {
+        let mut json = serde_json::to_value(self).map_err(|e| Error::Config(e.to_string()))?;
+        if let serde_json::Value::Object(fields) = &mut json {
+            fields.insert(key.to_string(), value);
+        }
+        Self::from_json(json).map_err(|e| {
+            Error::Config(format!(
+                "the `{}` encoding takes no `{key}` like this: {e}",
+                self.kind()
+            ))
+        })
+    }
+
     /// The default config of a kind, e.g. `EncodingConfig::from_kind("alibi")`.
     pub fn from_kind(kind: &str) -> Result<Self> {
         Self::from_json(serde_json::json!({ "kind": kind }))

@@ -45,6 +45,20 @@ pub enum RopeType {
     Longrope,
 }
 
+impl RopeType {
+    /// The name as transformers spells it (`yarn`, `llama3`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Default => "default",
+            Self::Linear => "linear",
+            Self::Dynamic => "dynamic",
+            Self::Yarn => "yarn",
+            Self::Llama3 => "llama3",
+            Self::Longrope => "longrope",
+        }
+    }
+}
+
 /// Transformers' `rope_parameters` (or `rope_scaling`), each key as transformers spells it;
 /// which keys a type reads is in [the module's](self) formulas.
 ///
@@ -123,8 +137,8 @@ impl RopeScaling {
             .or(context)
             .ok_or_else(|| {
                 Error::Config(format!(
-                    "`{KIND}` scaling `{:?}` needs original_max_position_embeddings: the model's context is not known here",
-                    self.rope_type
+                    "`{KIND}` scaling `{}` needs original_max_position_embeddings: the model's context is not known here",
+                    self.rope_type.name()
                 ))
             })
     }
@@ -132,8 +146,8 @@ impl RopeScaling {
     fn factor(&self) -> Result<f64> {
         let f = self.factor.ok_or_else(|| {
             Error::Config(format!(
-                "`{KIND}` scaling `{:?}` needs a factor",
-                self.rope_type
+                "`{KIND}` scaling `{}` needs a factor",
+                self.rope_type.name()
             ))
         })?;
         require(

@@ -3,8 +3,8 @@
 
 mod common;
 
-use candle_core::{DType, Device, IndexOp, Tensor};
-use candle_nn::{VarBuilder, VarMap};
+use candle_core::{Device, IndexOp, Tensor};
+use candle_nn::VarMap;
 use common::*;
 use posenc::EncodingConfig;
 use posenc_transformer::encoder::EncoderCache;
@@ -14,27 +14,8 @@ fn lm(encoding: EncodingConfig) -> LanguageModel {
     lm_and_weights(encoding).0
 }
 
-/// The model with frozen weights (inference takes the fused kernels, as generation does),
-/// and the variables it was created with.
 fn lm_and_weights(encoding: EncodingConfig) -> (LanguageModel, VarMap) {
-    let cfg = LmConfig {
-        vocab_size: 30,
-        d_model: 16,
-        heads: 4,
-        d_ff: 32,
-        layers: 2,
-        encoding,
-        context: 8,
-        ..LmConfig::default()
-    };
-    let varmap = VarMap::new();
-    LanguageModel::new(
-        &cfg,
-        VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu),
-    )
-    .unwrap();
-    let frozen = LanguageModel::frozen(&cfg, &varmap, &Device::Cpu).unwrap();
-    (frozen, varmap)
+    tiny_lm(encoding, 8)
 }
 
 fn tokens() -> Tensor {

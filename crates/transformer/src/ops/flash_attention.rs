@@ -27,6 +27,7 @@ use rayon::prelude::*;
 
 use super::attention::{cpu_f32, split_dims, Heads};
 use super::matmul::{gemm_into, Mat, OutPtr};
+use super::packed_attention::check_inference;
 use super::simd::{self, exp, vectorized};
 
 /// Query rows per tile (per query head).
@@ -86,14 +87,7 @@ pub fn flash_attention(
             v.dims()
         );
     }
-    for t in [q, k, v] {
-        if t.dtype() != DType::F32 || !t.device().is_cpu() {
-            candle_core::bail!("flash attention takes f32 tensors on the CPU");
-        }
-        if t.track_op() {
-            candle_core::bail!("flash attention is for inference: its inputs carry a gradient");
-        }
-    }
+    check_inference("flash attention", [q, k, v])?;
     if let Some(offset) = causal {
         if offset + tq > tk {
             candle_core::bail!(

@@ -59,14 +59,7 @@ pub fn packed_attention(
             v.dims()
         );
     }
-    for t in [q, k, v] {
-        if t.dtype() != DType::F32 || !t.device().is_cpu() {
-            candle_core::bail!("packed attention takes f32 tensors on the CPU");
-        }
-        if t.track_op() {
-            candle_core::bail!("packed attention is for inference: its inputs carry a gradient");
-        }
-    }
+    check_inference("packed attention", [q, k, v])?;
     let total: usize = lens.iter().sum();
     if total != n {
         candle_core::bail!(
@@ -95,6 +88,20 @@ pub fn packed_attention(
         bias,
     };
     q.apply_op3_no_bwd(k, v, &op)
+}
+
+/// Checks that the inputs of an inference-only op `name` are f32 on the CPU and carry no
+/// gradient (the op has no backward).
+pub(super) fn check_inference(name: &str, inputs: [&Tensor; 3]) -> Result<()> {
+    for t in inputs {
+        if t.dtype() != DType::F32 || !t.device().is_cpu() {
+            candle_core::bail!("{name} takes f32 tensors on the CPU");
+        }
+        if t.track_op() {
+            candle_core::bail!("{name} is for inference: its inputs carry a gradient");
+        }
+    }
+    Ok(())
 }
 
 /// The op: the lengths, the scale, and the bias with its side.

@@ -6,7 +6,7 @@ use candle_nn::{VarBuilder, VarMap};
 use posenc::EncodingConfig;
 #[allow(unused_imports)]
 pub use posenc_testkit::max_abs_diff;
-use posenc_transformer::{Config, Transformer};
+use posenc_transformer::{Config, LanguageModel, LmConfig, Transformer};
 
 pub const PAD: u32 = 0;
 
@@ -50,4 +50,28 @@ pub fn all_encodings() -> Vec<EncodingConfig> {
         .iter()
         .map(|k| EncodingConfig::from_kind(k).unwrap())
         .collect()
+}
+
+/// A tiny decoder-only model (vocabulary 30, width 16, 4 heads, 2 layers) trained for
+/// `context` positions, with frozen weights (inference takes the fused kernels, as
+/// generation does), and the variables it was created with.
+pub fn tiny_lm(encoding: EncodingConfig, context: usize) -> (LanguageModel, VarMap) {
+    let cfg = LmConfig {
+        vocab_size: 30,
+        d_model: 16,
+        heads: 4,
+        d_ff: 32,
+        layers: 2,
+        encoding,
+        context,
+        ..LmConfig::default()
+    };
+    let varmap = VarMap::new();
+    LanguageModel::new(
+        &cfg,
+        VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu),
+    )
+    .unwrap();
+    let frozen = LanguageModel::frozen(&cfg, &varmap, &Device::Cpu).unwrap();
+    (frozen, varmap)
 }
