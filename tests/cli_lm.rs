@@ -157,6 +157,10 @@ fn train_generate_and_evaluate_a_tiny_language_model() {
             &["lm", "generate", "--rope-scaling", "yarn", "A"][..],
             "--rope-scaling takes a JSON object",
         ),
+        (
+            &["lm", "generate", "--rope-scaling", "null", "A"][..],
+            "--rope-scaling takes a JSON object",
+        ),
         (&["lm", "eval", "--lengths", "0"][..], "window"),
         (
             &["lm", "eval", "--lengths", "1000000"][..],

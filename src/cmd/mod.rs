@@ -141,6 +141,8 @@ impl RopeScalingArg {
             return Ok(model);
         };
         let value: serde_json::Value = serde_json::from_str(json)
+            .ok()
+            .filter(serde_json::Value::is_object)
             .with_context(|| format!("--rope-scaling takes a JSON object, got {json:?}"))?;
         let encoding = model
             .config()

@@ -152,8 +152,12 @@ impl RopeScaling {
         })?;
         require(
             KIND,
-            f.is_finite() && f > 0.0,
-            format!("a scaling factor > 0, got {f}"),
+            // A factor past the longest sequence anything here runs stretches to no length.
+            f.is_finite() && f > 0.0 && f <= crate::limits::MAX_POSITIONS as f64,
+            format!(
+                "a scaling factor in (0, {}], got {f}",
+                crate::limits::MAX_POSITIONS
+            ),
         )?;
         Ok(f)
     }

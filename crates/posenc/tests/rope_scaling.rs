@@ -122,7 +122,11 @@ fn dynamic_scaling_rotates_a_chunk_as_the_rows_of_its_whole_sequence() {
 fn missing_and_absurd_settings_are_named() {
     for (json, named) in [
         (r#"{"rope_type": "linear"}"#, "needs a factor"),
-        (r#"{"rope_type": "linear", "factor": -2}"#, "factor > 0"),
+        (r#"{"rope_type": "linear", "factor": -2}"#, "factor in (0, "),
+        (
+            r#"{"rope_type": "yarn", "factor": 1e308}"#,
+            "in (0, 1048576]",
+        ),
         (
             r#"{"rope_type": "yarn", "factor": 4, "beta_fast": 0}"#,
             "beta_fast > 0",
