@@ -38,7 +38,7 @@ enum Command {
     Plot(cmd::plot::PlotCommand),
     /// Sentence embeddings from a pretrained sentence-transformers model.
     Embed(cmd::embed::EmbedArgs),
-    /// Text from a pretrained Llama-architecture model (SmolLM2) on this project's blocks.
+    /// Continue a prompt: `posenc lm generate` with SmolLM2 as the default model.
     Generate(cmd::generate::GenerateArgs),
     /// Write a GGUF model as a Hugging Face directory (f32 safetensors, config, tokenizer).
     Convert(cmd::generate::ConvertArgs),
@@ -77,7 +77,7 @@ pub fn run(cli: Cli, out: &mut impl Write) -> anyhow::Result<()> {
         Command::Plot(c) => c.run(out),
         Command::Lm(c) => c.run(out),
         Command::Embed(c) => c.run(out),
-        Command::Generate(c) => c.run(out),
+        Command::Generate(c) => c.run("smollm2", out),
         Command::Convert(c) => c.run(out),
     }
 }

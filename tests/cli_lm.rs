@@ -411,3 +411,169 @@ fn the_shipped_model_generates_and_keeps_its_loss_past_its_context() {
     assert!(at_l < 2.2, "{rows}");
     assert!(at_8l < at_l + 0.05, "{rows}");
 }
+
+/// `lm passkey` on the shipped character model: one record per trial with the key asked
+/// for, a table by length and depth, and bad settings refused before anything runs.
+#[test]
+fn passkey_tabulates_every_cell_and_refuses_bad_settings() {
+    let o = posenc()
+        .args([
+            "lm",
+            "passkey",
+            "--lengths",
+            "400,600",
+            "--depths",
+            "0.1,0.9",
+            "--trials",
+            "2",
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&o);
+    assert!(o.status.success(), "{stderr}");
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(rows.len(), 8);
+    for r in &rows {
+        let key = r["key"].as_str().unwrap();
+        assert!(
+            key.len() == 5 && key.bytes().all(|b| b.is_ascii_digit()),
+            "{r}"
+        );
+        let first: String = r["answer"]
+            .as_str()
+            .unwrap()
+            .chars()
+            .skip_while(|c| !c.is_ascii_digit())
+            .take_while(char::is_ascii_digit)
+            .collect();
+        assert_eq!(r["correct"], first == key, "{r}");
+    }
+    let table = posenc()
+        .args(["lm", "passkey", "--lengths", "400", "--depths", "0.5"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&table);
+    assert!(table.status.success(), "{stderr}");
+    assert!(
+        stdout.contains("| length | depth 0.5 |") && stdout.contains("| 400 |"),
+        "{stdout}"
+    );
+
+    for (args, expected) in [
+        (&["--depths", "1.5"][..], "depth"),
+        (&["--lengths", "20"][..], "too short"),
+        (&["--trials", "0"][..], "trial"),
+        (&["--plot", "/no/such/dir/p.png"][..], "/no/such/dir"),
+        (
+            &["--rope-scaling", r#"{"rope_type": "yarn", "factor": 2}"#][..],
+            "scaling",
+        ),
+    ] {
+        let o = posenc()
+            .args(["lm", "passkey", "--lengths", "400"])
+            .args(args)
+            .output()
+            .unwrap();
+        let (stdout, stderr) = text(&o);
+        assert!(!o.status.success(), "{args:?}");
+        assert!(
+            stdout.is_empty() && stderr.contains(expected),
+            "{args:?}: {stderr}"
+        );
+    }
+}
+
+/// The settings people change most are flags; `--from` starts a new run at a trained one's
+/// weights, here at a longer context with a scaled rotary encoding, and says so in its
+/// settings. A source whose parameters do not fit the new encoding is refused by name.
+#[test]
+fn flags_set_the_model_and_from_fine_tunes_a_trained_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let (base, tuned, bad) = (
+        dir.path().join("base"),
+        dir.path().join("tuned"),
+        dir.path().join("bad"),
+    );
+    let train = |args: &[&str], out: &std::path::Path| {
+        let o = posenc()
+            .args(["lm", "train", "--quiet", "--out"])
+            .arg(out)
+            .args(args)
+            .output()
+            .unwrap();
+        (o.status.success(), text(&o).1)
+    };
+    let (ok, stderr) = train(
+        &[
+            "--encoding",
+            "rope",
+            "--context",
+            "16",
+            "--steps",
+            "5",
+            "--d-model",
+            "24",
+            "--layers",
+            "1",
+            "--heads",
+            "3",
+            "--seed",
+            "11",
+            "--lr",
+            "0.002",
+            "--batch-size",
+            "4",
+        ],
+        &base,
+    );
+    assert!(ok, "{stderr}");
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(base.join("config.json")).unwrap()).unwrap();
+    assert_eq!(
+        (
+            &config["d_model"],
+            &config["d_ff"],
+            &config["layers"],
+            &config["heads"]
+        ),
+        (&24.into(), &96.into(), &1.into(), &3.into())
+    );
+    let trainer = std::fs::read_to_string(base.join("trainer.json")).unwrap();
+    for setting in ["\"seed\": 11", "\"lr\": 0.002", "\"batch_size\": 4"] {
+        assert!(trainer.contains(setting), "{setting}: {trainer}");
+    }
+
+    let yarn = r#"{"rope_type": "yarn", "factor": 2, "original_max_position_embeddings": 16}"#;
+    let (ok, stderr) = train(
+        &[
+            "--from",
+            base.to_str().unwrap(),
+            "--context",
+            "32",
+            "--steps",
+            "3",
+            "--rope-scaling",
+            yarn,
+        ],
+        &tuned,
+    );
+    assert!(ok, "{stderr}");
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(tuned.join("config.json")).unwrap()).unwrap();
+    assert_eq!(config["context"], 32);
+    assert_eq!(config["d_model"], 24);
+    assert_eq!(config["encoding"]["scaling"]["rope_type"], "yarn");
+    let trainer = std::fs::read_to_string(tuned.join("trainer.json")).unwrap();
+    assert!(trainer.contains("init_from"), "{trainer}");
+
+    // A learned table has parameters rope has not: the weights do not fit, and nothing is
+    // left behind but the error.
+    let (ok, stderr) = train(
+        &["--from", base.to_str().unwrap(), "--encoding", "learned"],
+        &bad,
+    );
+    assert!(!ok);
+    assert!(stderr.contains("fit the new model"), "{stderr}");
+}

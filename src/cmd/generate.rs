@@ -1,5 +1,5 @@
-//! `posenc generate` and `posenc convert`: a pretrained Llama-architecture model
-//! (SmolLM2-135M) on this project's blocks.
+//! `posenc generate` (also spelled `posenc lm generate`): continue a prompt with any causal
+//! language model; and `posenc convert`: a GGUF model as a Hugging Face directory.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -7,78 +7,63 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::Args;
 use posenc_llama::chat::Message;
-use posenc_llama::{Llama, Precision};
 use posenc_train::sample::generate_with;
 
-use super::{read_prompt, RopeScalingArg, SamplingArgs};
+use super::model::{CausalLm, ModelArgs};
+use super::{read_prompt, SamplingArgs};
 
-/// `posenc generate`
+/// `posenc generate` and `posenc lm generate`: one command, two spellings, differing only
+/// in the default model.
 #[derive(Args, Debug)]
 pub struct GenerateArgs {
-    /// `smollm2` (fetched by scripts/fetch_smollm2.sh), a directory written by
-    /// `posenc convert`, or a .gguf file.
-    #[arg(long, default_value = "smollm2")]
-    model: String,
+    #[command(flatten)]
+    model: ModelArgs,
     /// Lay the prompt out as a user's message with the model's chat template, and print
     /// the answer only.
     #[arg(long)]
     chat: bool,
-    /// Dequantize a GGUF's weights to f32 (exact, slower) instead of multiplying them
-    /// quantized.
-    #[arg(long)]
-    f32: bool,
-    /// Where to compute: cpu, cuda[:N] (built with --features cuda) or metal[:N]
-    /// (--features metal).
-    #[arg(long, default_value = "cpu")]
-    device: super::DeviceArg,
-    /// The most tokens to generate (it stops earlier at the end-of-sequence token).
-    #[arg(long, default_value_t = 128)]
+    /// The most tokens to generate (it stops earlier at an end-of-sequence token).
+    #[arg(long, default_value_t = 200)]
     max_tokens: usize,
     #[command(flatten)]
     sampling: SamplingArgs,
-    #[command(flatten)]
-    rope_scaling: RopeScalingArg,
     /// The text to continue [default: standard input].
     prompt: Option<String>,
 }
 
 impl GenerateArgs {
-    /// Loads the model and streams the generated text to `out` as it is produced.
-    pub fn run(self, out: &mut impl Write) -> Result<()> {
+    /// Loads the model (`--model`, or `default`) and streams the generated text to `out`
+    /// as it is produced.
+    pub fn run(self, default: &str, out: &mut impl Write) -> Result<()> {
         // Settings first: nothing is loaded or printed for a bad flag.
         let sampling: posenc_train::sample::Sampling = self.sampling.into();
         sampling.validate()?;
         posenc::limits::check("tokens", self.max_tokens, posenc::limits::MAX_POSITIONS)?;
         let prompt = read_prompt(self.prompt)?;
-        let precision = if self.f32 {
-            Precision::F32
-        } else {
-            Precision::Quantized
-        };
-        let mut llama = Llama::load(&self.model, precision, &self.device.0)?;
-        llama.model = self.rope_scaling.apply(llama.model)?;
+        let lm = self.model.load(default)?;
         // A plain prompt is printed before its continuation, once generation has started
         // (a prompt refused by the generator prints nothing).
         let (text, mut echo) = if self.chat {
-            let template = llama
-                .chat
-                .as_ref()
-                .with_context(|| format!("the model `{}` has no chat template", self.model))?;
+            let template = lm.chat.as_ref().with_context(|| {
+                format!(
+                    "the model `{}` has no chat template",
+                    self.model.spec(default)
+                )
+            })?;
             (template.render(&[Message::user(&prompt)], true)?, None)
         } else {
             (prompt.clone(), Some(prompt))
         };
-        let ids = llama.encode(&text)?;
-        let eos = llama.config.eos_token_id;
+        let ids = lm.encode_prompt(&text)?;
         let mut stream = TextStream::default();
-        generate_with(&llama.model, &ids, self.max_tokens, sampling, |token| {
+        generate_with(&lm.model, &ids, self.max_tokens, sampling, |token| {
             if let Some(prompt) = echo.take() {
                 out.write_all(prompt.as_bytes())?;
             }
-            if Some(token) == eos {
+            if Some(token) == lm.eos {
                 return Ok(false);
             }
-            let piece = stream.push(&llama, token)?;
+            let piece = stream.push(&lm, token)?;
             out.write_all(piece.as_bytes())?;
             out.flush()?;
             Ok(true)
@@ -101,9 +86,9 @@ struct TextStream {
 
 impl TextStream {
     /// The text `token` completes.
-    fn push(&mut self, llama: &Llama, token: u32) -> Result<String> {
+    fn push(&mut self, lm: &CausalLm, token: u32) -> Result<String> {
         self.ids.push(token);
-        let text = llama.decode(&self.ids)?;
+        let text = lm.decode(&self.ids)?;
         if text.ends_with('\u{FFFD}') || text.len() < self.shown {
             return Ok(String::new());
         }

@@ -1,4 +1,5 @@
-//! `posenc lm train|generate|eval|experiment`: a causal language model on Shakespeare.
+//! `posenc lm train|generate|eval|passkey|experiment`: causal language models, ours trained
+//! on Shakespeare and pretrained ones alike.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -9,13 +10,13 @@ use posenc::EncodingConfig;
 use posenc_train::corpus::{self, Corpus};
 use posenc_train::lm_experiment::{self, LmExperimentConfig};
 use posenc_train::lm_run;
-use posenc_train::lm_train::{evaluate, LmData, LmState, LmTrainConfig};
-use posenc_train::sample::generate;
-use posenc_train::text_tokenizer::{decode, encode, encode_strict, TextTokenizer};
+use posenc_train::lm_train::{evaluate_observed, LmData, LmState, LmTrainConfig};
+use posenc_train::passkey::{self, PasskeyConfig, PasskeyRecord, Subject};
+use posenc_train::text_tokenizer::TextTokenizer;
 use posenc_train::trainer::RunOptions;
 use serde::Serialize;
 
-use super::{read_prompt, RopeScalingArg, SamplingArgs};
+use super::model::{self, ModelArgs};
 
 /// Which tokenization.
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -51,8 +52,13 @@ pub struct TrainArgs {
     #[arg(long)]
     out: PathBuf,
     /// A JSON training config (model, tokenizer, steps, schedule); flags override it.
+    /// With --from, only its training settings are used.
     #[arg(long, conflicts_with = "resume")]
     config: Option<PathBuf>,
+    /// Start from this trained run's weights, model and tokenizer (to fine-tune it at a
+    /// longer --context, or with another --encoding of the same parameters) into a new run.
+    #[arg(long, conflicts_with_all = ["resume", "tokenizer"])]
+    from: Option<PathBuf>,
     /// The positional encoding: a kind or a JSON config.
     #[arg(long, conflicts_with = "resume")]
     encoding: Option<EncodingConfig>,
@@ -71,6 +77,26 @@ pub struct TrainArgs {
     /// Randomized positions: train at sorted random positions below this (Ruoss et al. 2023).
     #[arg(long, conflicts_with = "resume")]
     randomized_positions: Option<usize>,
+    /// Seed of the weights and of the windows drawn.
+    #[arg(long, conflicts_with = "resume")]
+    seed: Option<u64>,
+    /// Peak learning rate.
+    #[arg(long, conflicts_with = "resume")]
+    lr: Option<f64>,
+    /// Windows per step.
+    #[arg(long, conflicts_with = "resume")]
+    batch_size: Option<usize>,
+    /// Model width (the feed-forward width follows at 4 × it).
+    #[arg(long, conflicts_with_all = ["resume", "from"])]
+    d_model: Option<usize>,
+    /// Layers.
+    #[arg(long, conflicts_with_all = ["resume", "from"])]
+    layers: Option<usize>,
+    /// Attention heads.
+    #[arg(long, conflicts_with_all = ["resume", "from"])]
+    heads: Option<usize>,
+    #[command(flatten)]
+    rope_scaling: super::RopeScalingArg,
     /// Continue the run in --out from its last checkpoint, bit-identically.
     #[arg(long)]
     resume: bool,
@@ -85,29 +111,11 @@ pub struct TrainArgs {
     quiet: bool,
 }
 
-/// `posenc lm generate`
-#[derive(Args, Debug)]
-pub struct GenerateArgs {
-    /// The run directory [default: the shipped models/shakespeare-alibi].
-    #[arg(long)]
-    model: Option<PathBuf>,
-    /// The text to continue [default: standard input].
-    prompt: Option<String>,
-    /// How many tokens to generate.
-    #[arg(long, default_value_t = 200)]
-    max_tokens: usize,
-    #[command(flatten)]
-    sampling: SamplingArgs,
-    #[command(flatten)]
-    rope_scaling: RopeScalingArg,
-}
-
 /// `posenc lm eval`
 #[derive(Args, Debug)]
 pub struct EvalArgs {
-    /// The run directory [default: the shipped models/shakespeare-alibi].
-    #[arg(long)]
-    model: Option<PathBuf>,
+    #[command(flatten)]
+    model: ModelArgs,
     /// Window lengths [default: 1, 2, 4 and 8 times the trained context].
     #[arg(long, value_delimiter = ',')]
     lengths: Option<Vec<usize>>,
@@ -126,8 +134,37 @@ pub struct EvalArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+/// `posenc lm passkey`
+#[derive(Args, Debug)]
+pub struct PasskeyArgs {
     #[command(flatten)]
-    rope_scaling: RopeScalingArg,
+    model: ModelArgs,
+    /// Prompt lengths in tokens [default: 0.5, 1, 2 and 4 times the trained context].
+    #[arg(long, value_delimiter = ',')]
+    lengths: Option<Vec<usize>>,
+    /// Where the key sits in the filler, from 0 (start) to 1 (end).
+    #[arg(long, value_delimiter = ',', default_value = "0.1,0.5,0.9")]
+    depths: Vec<f64>,
+    /// Trials (keys) per length and depth.
+    #[arg(long, default_value_t = 1)]
+    trials: usize,
+    /// Seed of the keys.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Output format: a table of accuracy, or JSON records, one per trial.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+    /// Also draw accuracy by length and depth as a heatmap PNG here.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
 }
 
 /// `posenc lm experiment`
@@ -169,11 +206,15 @@ pub struct ExperimentArgs {
 pub enum LmCommand {
     /// Train a causal language model on the Shakespeare corpus into a run directory.
     Train(TrainArgs),
-    /// Continue a prompt with a trained model.
-    Generate(GenerateArgs),
+    /// Continue a prompt with any causal language model (`posenc generate` is the same
+    /// command with SmolLM2 as the default model).
+    Generate(super::generate::GenerateArgs),
     /// Per-token loss and perplexity on windows of several lengths: how the encoding
     /// extrapolates.
     Eval(EvalArgs),
+    /// Passkey retrieval: a number hidden at several depths of long filler, then asked for
+    /// (Mohtashami & Jaggi 2023).
+    Passkey(PasskeyArgs),
     /// One model per encoding, evaluated at 1, 2, 4 and 8 times the trained context.
     Experiment(ExperimentArgs),
 }
@@ -183,8 +224,9 @@ impl LmCommand {
     pub fn run(self, out: &mut impl Write) -> Result<()> {
         match self {
             Self::Train(a) => train(a, out),
-            Self::Generate(a) => generate_text(a, out),
+            Self::Generate(a) => a.run(&model::shipped(), out),
             Self::Eval(a) => eval(a, out),
+            Self::Passkey(a) => passkey(a, out),
             Self::Experiment(a) => experiment(a, out),
         }
     }
@@ -218,6 +260,11 @@ fn train(a: TrainArgs, out: &mut impl Write) -> Result<()> {
             }
             None => LmTrainConfig::default(),
         };
+        let mut source = None;
+        if let Some(from) = &a.from {
+            let (from_cfg, tokenizer) = lm_run::from_run(from, cfg)?;
+            (cfg, source) = (from_cfg, Some(tokenizer));
+        }
         if let Some(e) = a.encoding {
             cfg.model.encoding = e;
         }
@@ -230,6 +277,15 @@ fn train(a: TrainArgs, out: &mut impl Write) -> Result<()> {
         if a.randomized_positions.is_some() {
             cfg.randomized_positions = a.randomized_positions;
         }
+        cfg.seed = a.seed.unwrap_or(cfg.seed);
+        cfg.lr = a.lr.unwrap_or(cfg.lr);
+        cfg.batch_size = a.batch_size.unwrap_or(cfg.batch_size);
+        if let Some(d) = a.d_model {
+            (cfg.model.d_model, cfg.model.d_ff) = (d, 4 * d);
+        }
+        cfg.model.layers = a.layers.unwrap_or(cfg.model.layers);
+        cfg.model.heads = a.heads.unwrap_or(cfg.model.heads);
+        cfg.model.encoding = a.rope_scaling.apply_to(&cfg.model.encoding)?;
         match a.tokenizer {
             Some(TokenizerArg::Char) => cfg.tokenizer = TextTokenizer::Char,
             Some(TokenizerArg::Bpe) => cfg.tokenizer = TextTokenizer::Bpe { merges: a.merges },
@@ -238,7 +294,10 @@ fn train(a: TrainArgs, out: &mut impl Write) -> Result<()> {
         // Everything is checked before anything is written.
         cfg.validate()?;
         let corpus = load_corpus(a.corpus)?;
-        let tokenizer = cfg.tokenizer.train(&Corpus::stream(&corpus.train))?;
+        let tokenizer = match source {
+            Some(tokenizer) => tokenizer,
+            None => cfg.tokenizer.train(&Corpus::stream(&corpus.train))?,
+        };
         cfg.model.vocab_size = tokenizer.get_vocab_size(true);
         let data = LmData::from_corpus(&corpus, &tokenizer)?;
         lm_run::start(&cfg, &tokenizer, &data, &a.out, opts)?
@@ -263,20 +322,14 @@ fn report(state: &LmState, dir: &Path, out: &mut impl Write) -> Result<()> {
     Ok(())
 }
 
-fn generate_text(a: GenerateArgs, out: &mut impl Write) -> Result<()> {
-    let mut saved = lm_run::load(&a.model.unwrap_or_else(lm_run::shipped_model))?;
-    saved.model = a.rope_scaling.apply(saved.model)?;
-    let prompt = read_prompt(a.prompt)?;
-    let ids = encode_strict(&saved.tokenizer, &prompt)?;
-    let tokens = generate(&saved.model, &ids, a.max_tokens, a.sampling.into())?;
-    writeln!(out, "{prompt}{}", decode(&saved.tokenizer, &tokens)?)?;
-    Ok(())
-}
-
-/// One row of `lm eval`.
+/// One row of `lm eval`: a tidy record (the evaluation's own fields, `len` among them, or
+/// `len` and why there is none).
 #[derive(Serialize)]
 struct EvalRow {
-    len: usize,
+    model: String,
+    rope_scaling: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    len: Option<usize>,
     #[serde(flatten)]
     eval: Option<posenc_train::lm_train::LengthEval>,
     perplexity: Option<f64>,
@@ -284,8 +337,8 @@ struct EvalRow {
 }
 
 fn eval(a: EvalArgs, out: &mut impl Write) -> Result<()> {
-    let mut saved = lm_run::load(&a.model.unwrap_or_else(lm_run::shipped_model))?;
-    saved.model = a.rope_scaling.apply(saved.model)?;
+    let default = model::shipped();
+    let lm = a.model.load(&default)?;
     let text = match &a.text {
         Some(path) => {
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?
@@ -298,53 +351,61 @@ fn eval(a: EvalArgs, out: &mut impl Write) -> Result<()> {
             })
         }
     };
-    let ids = encode(&saved.tokenizer, &text)?;
-    let context = saved.model.config().context;
+    let ids = lm.encode_text(&text)?;
+    let context = lm.model.config().context;
     let lengths = a
         .lengths
         .unwrap_or_else(|| [1, 2, 4, 8].map(|f| f * context).to_vec());
+    let slots = |len: usize| (ids.len().saturating_sub(1) / len.max(1)).min(a.windows);
+    let bar = posenc_train::token_bar(a.quiet, lengths.iter().map(|&l| l * slots(l)).sum());
     // Every row is computed before any is printed: a bad length prints nothing but the error.
     let mut rows = Vec::new();
     for len in lengths {
-        rows.push(match saved.model.max_positions() {
+        let (eval, unavailable) = match lm.model.max_positions() {
             // Past a learned table there is no answer, and the row says why.
-            Some(max) if len > max => EvalRow {
-                len,
-                eval: None,
-                perplexity: None,
-                unavailable: Some(format!(
+            Some(max) if len > max => (
+                None,
+                Some(format!(
                     "the encoding has max_positions = {max}: no position past it"
                 )),
-            },
+            ),
             _ => {
-                let e = evaluate(&saved.model, &ids, len, a.windows, context)?;
-                EvalRow {
-                    len,
-                    perplexity: Some(e.perplexity()),
-                    eval: Some(e),
-                    unavailable: None,
-                }
+                bar.set_message(format!("length {len}"));
+                let e = evaluate_observed(&lm.model, &ids, len, a.windows, context, |n| {
+                    bar.inc(n as u64)
+                })?;
+                (Some(e), None)
             }
+        };
+        rows.push(EvalRow {
+            model: a.model.spec(&default).to_string(),
+            rope_scaling: a.model.rope_scaling().map(str::to_string),
+            len: eval.is_none().then_some(len),
+            perplexity: eval.as_ref().map(|e| e.perplexity()),
+            eval,
+            unavailable,
         });
     }
+    bar.finish_and_clear();
     if let Format::Json = a.format {
         writeln!(out, "{}", serde_json::to_string_pretty(&rows)?)?;
         return Ok(());
     }
-    let kind = saved.model.config().encoding.kind();
     writeln!(
         out,
-        "{kind}, trained on L = {context}
+        "{}{}
 
 | window | windows | loss | perplexity | loss past L |
-|---:|---:|---:|---:|---:|"
+|---:|---:|---:|---:|---:|",
+        lm.describe(),
+        scaling_note(&a.model)
     )?;
     for r in rows {
         match (&r.eval, &r.unavailable) {
             (Some(e), _) => writeln!(
                 out,
                 "| {} | {} | {:.4} | {:.3} | {} |",
-                r.len,
+                e.len,
                 e.windows,
                 e.loss,
                 e.perplexity(),
@@ -353,9 +414,110 @@ fn eval(a: EvalArgs, out: &mut impl Write) -> Result<()> {
             (None, why) => writeln!(
                 out,
                 "| {} | – | n/a | n/a | n/a ({}) |",
-                r.len,
+                r.len.unwrap_or_default(),
                 why.as_deref().unwrap_or("")
             )?,
+        }
+    }
+    Ok(())
+}
+
+/// `, rope_scaling {…}` when `--rope-scaling` was given.
+fn scaling_note(m: &ModelArgs) -> String {
+    m.rope_scaling()
+        .map_or(String::new(), |j| format!(", rope_scaling {j}"))
+}
+
+/// One row of `lm passkey --format json`: a trial, with the model it ran on.
+#[derive(Serialize)]
+struct PasskeyRow<'a> {
+    model: &'a str,
+    rope_scaling: Option<&'a str>,
+    #[serde(flatten)]
+    record: &'a PasskeyRecord,
+}
+
+fn passkey(a: PasskeyArgs, out: &mut impl Write) -> Result<()> {
+    let default = model::shipped();
+    let lm = a.model.load(&default)?;
+    let context = lm.model.config().context;
+    let cfg = PasskeyConfig {
+        lengths: a
+            .lengths
+            .unwrap_or_else(|| vec![context / 2, context, 2 * context, 4 * context]),
+        depths: a.depths,
+        trials: a.trials,
+        seed: a.seed,
+    };
+    cfg.validate()?;
+    // The plot's directory is checked before hours of work, not after.
+    if let Some(dir) = a.plot.as_ref().and_then(|p| p.parent()) {
+        anyhow::ensure!(
+            dir.as_os_str().is_empty() || dir.is_dir(),
+            "--plot: the directory {} does not exist",
+            dir.display()
+        );
+    }
+    let encode = |text: &str| lm.encode_prompt(text);
+    let decode = |ids: &[u32]| lm.decode(ids);
+    let subject = Subject {
+        model: &lm.model,
+        encode: &encode,
+        decode: &decode,
+        eos: lm.eos,
+    };
+    let total = cfg.lengths.iter().sum::<usize>() * cfg.depths.len() * cfg.trials;
+    let bar = posenc_train::token_bar(a.quiet, total);
+    let records = passkey::run(
+        &subject,
+        &cfg,
+        |n| bar.inc(n as u64),
+        |r| {
+            bar.set_message(format!(
+                "length {} depth {}: {}",
+                r.length,
+                r.depth,
+                if r.correct { "found" } else { "missed" }
+            ));
+            Ok(())
+        },
+    )?;
+    bar.finish_and_clear();
+    let accuracy = passkey::accuracy(&cfg, &records);
+    if let Some(path) = &a.plot {
+        let name = Path::new(a.model.spec(&default))
+            .file_name()
+            .map_or_else(|| a.model.spec(&default).into(), |n| n.to_string_lossy());
+        let title = format!("Passkey retrieval: {name}{}", scaling_note(&a.model));
+        posenc_plot::passkey(&cfg, &accuracy, &title, path)?;
+    }
+    match a.format {
+        Format::Json => {
+            let rows: Vec<_> = records
+                .iter()
+                .map(|record| PasskeyRow {
+                    model: a.model.spec(&default),
+                    rope_scaling: a.model.rope_scaling(),
+                    record,
+                })
+                .collect();
+            writeln!(out, "{}", serde_json::to_string_pretty(&rows)?)?;
+        }
+        Format::Table => {
+            writeln!(
+                out,
+                "{}{}: passkey accuracy over {} trial(s) per cell\n",
+                lm.describe(),
+                scaling_note(&a.model),
+                cfg.trials
+            )?;
+            let depths: Vec<String> = cfg.depths.iter().map(|d| format!("depth {d}")).collect();
+            writeln!(out, "| length | {} |", depths.join(" | "))?;
+            writeln!(out, "|---:|{}", "---:|".repeat(depths.len()))?;
+            for (len, row) in cfg.lengths.iter().zip(&accuracy) {
+                let cells: Vec<String> = row.iter().map(|v| format!("{v:.2}")).collect();
+                writeln!(out, "| {len} | {} |", cells.join(" | "))?;
+            }
         }
     }
     Ok(())

@@ -6,6 +6,7 @@ pub mod encoding;
 pub mod experiment;
 pub mod generate;
 pub mod lm;
+pub mod model;
 pub mod plot;
 pub mod translate;
 
@@ -118,7 +119,8 @@ impl std::str::FromStr for DeviceArg {
 }
 
 /// `--rope-scaling`: transformers' `rope_parameters` as JSON, applied to a causal language
-/// model's encoding (which must be `rope`), replacing any scaling it was loaded with.
+/// model's encoding (which must be `rope`), replacing any scaling it was loaded with (or,
+/// on `lm train`, the encoding it trains with).
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct RopeScalingArg {
     /// Stretch the rotary encoding's context, with transformers' `rope_parameters` keys:
@@ -129,6 +131,11 @@ pub struct RopeScalingArg {
 }
 
 impl RopeScalingArg {
+    /// The JSON as given.
+    pub fn json(&self) -> Option<&str> {
+        self.rope_scaling.as_deref()
+    }
+
     /// `model` with the scaling applied, or as it is without the flag.
     ///
     /// # Errors
@@ -137,19 +144,28 @@ impl RopeScalingArg {
         &self,
         model: posenc_transformer::LanguageModel,
     ) -> Result<posenc_transformer::LanguageModel> {
-        let Some(json) = &self.rope_scaling else {
+        if self.rope_scaling.is_none() {
             return Ok(model);
+        }
+        let encoding = self.apply_to(&model.config().encoding)?;
+        Ok(model.with_encoding(&encoding)?)
+    }
+
+    /// `encoding` with the scaling set, or as it is without the flag.
+    ///
+    /// # Errors
+    /// As [`RopeScalingArg::apply`].
+    pub fn apply_to(&self, encoding: &posenc::EncodingConfig) -> Result<posenc::EncodingConfig> {
+        let Some(json) = &self.rope_scaling else {
+            return Ok(encoding.clone());
         };
         let value: serde_json::Value = serde_json::from_str(json)
             .ok()
             .filter(serde_json::Value::is_object)
             .with_context(|| format!("--rope-scaling takes a JSON object, got {json:?}"))?;
-        let encoding = model
-            .config()
-            .encoding
+        encoding
             .with_setting("scaling", value)
-            .context("--rope-scaling")?;
-        Ok(model.with_encoding(&encoding)?)
+            .context("--rope-scaling")
     }
 }
 

@@ -48,6 +48,7 @@ pub fn attention(maps: &AttentionMaps, title: &str, path: &Path) -> Result<()> {
                             x_ticks: Some(&maps.source),
                             y_ticks: Some(queries),
                             diverging: false,
+                            range: None,
                         },
                     )?;
                 }

@@ -99,6 +99,8 @@ pub struct Heatmap<'a> {
     pub y_ticks: Option<&'a [String]>,
     /// Diverging colours around 0 (signed values) instead of viridis from min to max.
     pub diverging: bool,
+    /// The values viridis spans, instead of the data's min and max (an accuracy's 0 to 1).
+    pub range: Option<(f32, f32)>,
 }
 
 /// A round step (1, 2, 5, 10, 20, 50, …) giving at most about 8 labels over `n` values.
@@ -122,10 +124,17 @@ pub fn heatmap(area: &Area, h: &Heatmap) -> Result<()> {
     let (lo, hi) = all.fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), v| {
         (a.min(v), b.max(v))
     });
-    let (lo, hi) = if lo <= hi { (lo, hi) } else { (0.0, 0.0) };
+    let (lo, hi) = match h.range {
+        Some(range) => range,
+        None if lo <= hi => (lo, hi),
+        None => (0.0, 0.0),
+    };
     let limit = lo.abs().max(hi.abs());
     let colour = |v: f32| -> RGBColor {
-        if h.diverging {
+        if !v.is_finite() {
+            // No value (a cell not measured): light grey.
+            RGBColor(225, 225, 225)
+        } else if h.diverging {
             diverging(v, limit)
         } else if hi > lo {
             ViridisRGB.get_color_normalized(v, lo, hi)

@@ -130,6 +130,7 @@ fn additive(f: &Features, kind: &str, title: &str, d: usize, path: &Path) -> Res
                     x_ticks: None,
                     y_ticks: None,
                     diverging: true,
+                    range: None,
                 },
             )?;
             let gram: Vec<Vec<f32>> = f
@@ -147,6 +148,7 @@ fn additive(f: &Features, kind: &str, title: &str, d: usize, path: &Path) -> Res
                     x_ticks: None,
                     y_ticks: None,
                     diverging: false,
+                    range: None,
                 },
             )?;
             let decay: Vec<Series> = [0, len / 2]
@@ -296,6 +298,7 @@ fn bias(table: Table, kind: &str, path: &Path) -> Result<()> {
                     x_ticks: None,
                     y_ticks: None,
                     diverging: false,
+                    range: None,
                 },
             )?;
             heatmap(
@@ -308,6 +311,7 @@ fn bias(table: Table, kind: &str, path: &Path) -> Result<()> {
                     x_ticks: None,
                     y_ticks: None,
                     diverging: true,
+                    range: None,
                 },
             )?;
             let q = len / 2;

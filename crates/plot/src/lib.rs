@@ -6,7 +6,8 @@
 //! - [`encoding()`]: an encoding as a heatmap (position × dimension), its dot products
 //!   and their decay, its sin/cos pairs as circles, and `PE(p+k) = M_k·PE(p)`;
 //! - [`attention()`]: a trained model's attention maps for one sentence;
-//! - [`experiment()`]: validation curves of every encoding and exact match by length.
+//! - [`experiment()`]: validation curves of every encoding and exact match by length;
+//! - [`passkey()`]: passkey-retrieval accuracy by prompt length and depth.
 //!
 //! ```no_run
 //! # fn main() -> anyhow::Result<()> {
@@ -23,8 +24,10 @@ pub mod chart;
 pub mod encoding;
 pub mod experiment;
 pub mod lm_experiment;
+pub mod passkey;
 
 pub use attention::attention;
 pub use encoding::encoding;
 pub use experiment::experiment;
 pub use lm_experiment::lm_experiment;
+pub use passkey::passkey;

@@ -22,6 +22,7 @@ pub mod lm_train;
 pub mod loss;
 pub mod metrics;
 pub mod optim;
+pub mod passkey;
 pub mod randomized;
 pub mod rundir;
 pub mod sample;
@@ -43,6 +44,22 @@ pub(crate) fn progress_bar(quiet: bool, step: usize, steps: usize) -> indicatif:
         bar.set_style(style);
     }
     bar.set_position(step as u64);
+    bar
+}
+
+/// A progress bar on standard error over `total` tokens (hidden when `quiet`, and by
+/// `indicatif` when standard error is not a terminal).
+pub fn token_bar(quiet: bool, total: usize) -> indicatif::ProgressBar {
+    let bar = if quiet {
+        indicatif::ProgressBar::hidden()
+    } else {
+        indicatif::ProgressBar::new(total as u64)
+    };
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "{bar:30} {human_pos}/{human_len} tokens [{elapsed_precise}<{eta_precise}] {msg}",
+    ) {
+        bar.set_style(style);
+    }
     bar
 }
 

@@ -22,7 +22,7 @@ use posenc_transformer::checkpoint::{self, CONFIG_FILE, WEIGHTS_FILE};
 use posenc_transformer::{LanguageModel, LmConfig};
 use tokenizers::Tokenizer;
 
-use crate::lm_train::{LmData, LmState, LmTrainConfig, Session};
+use crate::lm_train::{InitFrom, LmData, LmState, LmTrainConfig, Session};
 use crate::rundir::{self, FixedFiles, RunDir, TOKENIZER, TRAINER_FILE};
 use crate::trainer::RunOptions;
 
@@ -77,7 +77,7 @@ pub fn start(
         cfg.model.vocab_size
     );
     let session = Session::new(cfg, data)?;
-    crate::init::initialize(&session.varmap, cfg.seed)?;
+    initialize(&session.varmap, cfg)?;
     let mut state = LmState::new(rundir::new_run_id(), cfg.clone());
     let tokenizer_json = tokenizer
         .to_string(true)
@@ -98,6 +98,56 @@ pub fn start(
         progress_printer(opts.quiet),
     )?;
     Ok(state)
+}
+
+/// The step-0 weights of `cfg`: random from its seed, or the weights of the run it starts
+/// from, which must still be that run and fit the model exactly.
+fn initialize(varmap: &VarMap, cfg: &LmTrainConfig) -> Result<()> {
+    let Some(from) = &cfg.init_from else {
+        return crate::init::initialize(varmap, cfg.seed);
+    };
+    let manifest = rundir::verify(&from.path)?;
+    ensure!(
+        manifest.run == from.run,
+        "this run starts from run {} in {}, which now holds run {}",
+        from.run,
+        from.path.display(),
+        manifest.run
+    );
+    let weights = from.path.join(WEIGHTS_FILE);
+    rundir::check_weights(&weights, &manifest.run)?;
+    checkpoint::load_into(varmap, &weights).with_context(|| {
+        format!(
+            "starting from {}: its weights must fit the new model exactly (an encoding with \
+             other parameters, or another size, does not)",
+            from.path.display()
+        )
+    })?;
+    Ok(())
+}
+
+/// Settings for a new run that starts from the trained run in `dir` (`lm train --from`):
+/// `base` with the source's model, tokenizer settings and [`InitFrom`], and its tokenizer.
+///
+/// # Errors
+/// A directory that is not a complete language model run.
+pub fn from_run(dir: &Path, base: LmTrainConfig) -> Result<(LmTrainConfig, Tokenizer)> {
+    let manifest = rundir::verify(dir)?;
+    let source: LmState = rundir::last_state(dir, &manifest)?;
+    let (model, tokenizer) = read_fixed(dir)?;
+    let path = dir
+        .canonicalize()
+        .with_context(|| format!("resolving {}", dir.display()))?;
+    let cfg = LmTrainConfig {
+        model,
+        tokenizer: source.config.tokenizer,
+        init_from: Some(InitFrom {
+            path,
+            run: manifest.run,
+        }),
+        ..base
+    };
+    Ok((cfg, tokenizer))
 }
 
 /// Why `start` will not overwrite the run in `dir`.
@@ -151,7 +201,7 @@ pub fn resume(
     if state.step > 0 {
         rundir::restore(out, &session.varmap, &mut session.opt, state.step)?;
     } else {
-        crate::init::initialize(&session.varmap, state.config.seed)?;
+        initialize(&session.varmap, &state.config)?;
     }
     session.run(
         &mut state,

@@ -66,6 +66,19 @@ pub struct LmTrainConfig {
     /// random subset of `0..range` instead of `0..context`. `None`: consecutive positions.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub randomized_positions: Option<usize>,
+    /// Start from a trained run's weights instead of random ones (`lm train --from`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub init_from: Option<InitFrom>,
+}
+
+/// The trained run a new one starts from: where it is, and which run it must be.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InitFrom {
+    /// Its directory.
+    pub path: std::path::PathBuf,
+    /// Its run id: a different run found there later is refused, not used.
+    pub run: String,
 }
 
 impl Default for LmTrainConfig {
@@ -89,6 +102,7 @@ impl Default for LmTrainConfig {
             save_every: 500,
             eval_windows: 100,
             randomized_positions: None,
+            init_from: None,
         }
     }
 }
@@ -206,6 +220,10 @@ pub fn loss(
 /// Windows evaluated in one forward.
 const EVAL_BATCH: usize = 8;
 
+/// The most bytes of key/value cache a batch of long evaluation windows may take (a 32k
+/// window of SmolLM2-135M takes 1.5 GB alone, and goes one at a time).
+const LONG_EVAL_BYTES: u128 = 2 << 30;
+
 /// The next-token loss over windows of one length.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LengthEval {
@@ -243,6 +261,22 @@ pub fn evaluate(
     max_windows: usize,
     trained: usize,
 ) -> Result<LengthEval> {
+    evaluate_observed(model, stream, len, max_windows, trained, |_| {})
+}
+
+/// As [`evaluate`], also calling `on_tokens(n)` each time `n` more tokens have been
+/// scored: a progress bar for long windows.
+///
+/// # Errors
+/// As [`evaluate`].
+pub fn evaluate_observed(
+    model: &LanguageModel,
+    stream: &[u32],
+    len: usize,
+    max_windows: usize,
+    trained: usize,
+    mut on_tokens: impl FnMut(usize),
+) -> Result<LengthEval> {
     ensure!(max_windows > 0, "evaluate at least one window");
     posenc::limits::check("windows", max_windows, EVAL_WINDOWS_LIMIT)?;
     ensure!(
@@ -250,10 +284,18 @@ pub fn evaluate(
         "a window must hold at least one token, got length 0"
     );
     let long = len > PREFILL_CHUNK;
-    match long {
-        true => model.check_cache(EVAL_BATCH, len)?,
-        false => fits_in_memory(EVAL_BATCH, model.config().heads, len, "the window length")?,
-    }
+    // Long windows go as many at a time as keep their caches within LONG_EVAL_BYTES.
+    let batch = match long {
+        true => {
+            model.check_cache(1, len)?;
+            (LONG_EVAL_BYTES / model.cache_bytes(1, len).max(1)).clamp(1, EVAL_BATCH as u128)
+                as usize
+        }
+        false => {
+            fits_in_memory(EVAL_BATCH, model.config().heads, len, "the window length")?;
+            EVAL_BATCH
+        }
+    };
     let slots = stream.len().saturating_sub(1) / len;
     ensure!(
         slots > 0,
@@ -263,7 +305,7 @@ pub fn evaluate(
     let count = max_windows.min(slots);
     let starts: Vec<usize> = (0..count).map(|i| i * slots / count * len).collect();
     let mut sums = vec![0.0f64; len];
-    for chunk in starts.chunks(EVAL_BATCH) {
+    for chunk in starts.chunks(batch) {
         let (x, y) = windows(stream, len, chunk)?;
         let y = y.reshape((chunk.len(), len))?;
         let nll = match long {
@@ -276,10 +318,15 @@ pub fn evaluate(
                     let n = PREFILL_CHUNK.min(len - start);
                     let logits = model.logits_cached(&x.narrow(1, start, n)?, &mut cache)?;
                     nll.extend(summed_nll(&logits, &y.narrow(1, start, n)?)?);
+                    on_tokens(n * chunk.len());
                 }
                 nll
             }
-            false => summed_nll(&model.logits(&x, false)?, &y)?,
+            false => {
+                let nll = summed_nll(&model.logits(&x, false)?, &y)?;
+                on_tokens(len * chunk.len());
+                nll
+            }
         };
         for (s, v) in sums.iter_mut().zip(nll) {
             *s += v;

@@ -12,6 +12,7 @@
 use anyhow::{ensure, Result};
 use candle_core::Tensor;
 use posenc_transformer::encoder::EncoderCache;
+use posenc_transformer::lm::PREFILL_CHUNK;
 use posenc_transformer::LanguageModel;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -157,6 +158,22 @@ pub fn generate_with(
     prompt: &[u32],
     max_new: usize,
     sampling: Sampling,
+    on_token: impl FnMut(u32) -> Result<bool>,
+) -> Result<()> {
+    generate_observed(model, prompt, max_new, sampling, |_| {}, on_token)
+}
+
+/// As [`generate_with`], also calling `on_prompt(n)` each time `n` more tokens of the
+/// prompt have been read ([`PREFILL_CHUNK`] at a time): a progress bar for long prompts.
+///
+/// # Errors
+/// As [`generate_with`].
+pub fn generate_observed(
+    model: &LanguageModel,
+    prompt: &[u32],
+    max_new: usize,
+    sampling: Sampling,
+    mut on_prompt: impl FnMut(usize),
     mut on_token: impl FnMut(u32) -> Result<bool>,
 ) -> Result<()> {
     ensure!(
@@ -169,15 +186,26 @@ pub fn generate_with(
     model.check_cache(1, positions)?;
     let mut sampler = Sampler::new(sampling)?;
     let device = model.device();
+    if max_new == 0 {
+        return Ok(());
+    }
     let mut cache = EncoderCache::with_capacity(positions);
-    let mut next = Tensor::new(prompt, &device)?.unsqueeze(0)?;
-    for _ in 0..max_new {
-        let logits = model.step(&next, &mut cache)?;
+    // The prompt in chunks (the progress hook sees each), then one token at a time.
+    let (mut read, mut logits) = (0, None);
+    while read < prompt.len() {
+        let end = (read + PREFILL_CHUNK).min(prompt.len());
+        let chunk = Tensor::new(&prompt[read..end], &device)?.unsqueeze(0)?;
+        logits = Some(model.step(&chunk, &mut cache)?);
+        on_prompt(end - read);
+        read = end;
+    }
+    let mut logits = logits.ok_or_else(|| anyhow::anyhow!("the prompt is empty"))?;
+    for i in 0..max_new {
         let token = sampler.pick(&logits.get(0)?.to_vec1::<f32>()?);
-        if !on_token(token)? {
+        if !on_token(token)? || i + 1 == max_new {
             break;
         }
-        next = Tensor::new(&[token], &device)?.unsqueeze(0)?;
+        logits = model.step(&Tensor::new(&[token], &device)?.unsqueeze(0)?, &mut cache)?;
     }
     Ok(())
 }

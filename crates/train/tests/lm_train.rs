@@ -272,3 +272,95 @@ fn randomized_positions_train_every_row_of_a_learned_table() {
         assert!(e.contains(named), "{range}: {e}");
     }
 }
+
+#[test]
+fn a_run_started_from_another_begins_at_its_weights_and_resumes_from_them() {
+    let quiet = RunOptions {
+        quiet: true,
+        force: false,
+        stop_after: None,
+    };
+    let text: String = "to be or not to be that is the question ".repeat(40);
+    let tokenizer = TextTokenizer::Char.train(&text).unwrap();
+    let ids = posenc_train::text_tokenizer::encode(&tokenizer, &text).unwrap();
+    let data = LmData {
+        train: ids.clone(),
+        valid: ids[..400].to_vec(),
+    };
+    let mut cfg = tiny("rope", 20);
+    cfg.model.vocab_size = tokenizer.get_vocab_size(true);
+    let (source, tuned, stopped) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    lm_run::start(&cfg, &tokenizer, &data, source.path(), quiet).unwrap();
+    let weights = |dir: &std::path::Path| {
+        candle_core::safetensors::load(dir.join("model.safetensors"), &candle_core::Device::Cpu)
+            .unwrap()
+    };
+    // The largest difference between two runs' weights.
+    let distance = |a: &std::path::Path, b: &std::path::Path| {
+        let (a, b) = (weights(a), weights(b));
+        a.iter()
+            .map(|(name, t)| {
+                (t - &b[name])
+                    .unwrap()
+                    .abs()
+                    .unwrap()
+                    .flatten_all()
+                    .unwrap()
+                    .max(0)
+                    .unwrap()
+                    .to_scalar::<f32>()
+                    .unwrap()
+            })
+            .fold(0.0f32, f32::max)
+    };
+    // One step at a vanishing learning rate and no decay moves nothing measurable: the new
+    // run starts at the source's trained weights, not at a seed's random ones.
+    let base = LmTrainConfig {
+        steps: 1,
+        lr: 1e-12,
+        min_lr: 0.0,
+        warmup: 1,
+        seed: 99,
+        ..LmTrainConfig::default()
+    };
+    let mut from = lm_run::from_run(source.path(), base.clone()).unwrap().0;
+    from.adam.weight_decay = 0.0;
+    assert_eq!(from.model, cfg.model);
+    lm_run::start(&from, &tokenizer, &data, tuned.path(), quiet).unwrap();
+    assert!(distance(source.path(), tuned.path()) < 1e-6);
+    // Without --from, the same settings start elsewhere.
+    let fresh = tempfile::tempdir().unwrap();
+    let mut scratch = LmTrainConfig {
+        model: cfg.model.clone(),
+        ..base
+    };
+    scratch.adam.weight_decay = 0.0;
+    lm_run::start(&scratch, &tokenizer, &data, fresh.path(), quiet).unwrap();
+    assert!(distance(source.path(), fresh.path()) > 1e-2);
+
+    // A run stopped before its first step resumes from the source's weights too, and is
+    // refused once the source directory holds another run.
+    let before_any_step = RunOptions {
+        stop_after: Some(0),
+        ..quiet
+    };
+    lm_run::start(&from, &tokenizer, &data, stopped.path(), before_any_step).unwrap();
+    lm_run::resume(stopped.path(), None, |_, _| Ok(data.clone()), quiet).unwrap();
+    assert!(distance(source.path(), stopped.path()) < 1e-6);
+    let again = tempfile::tempdir().unwrap();
+    lm_run::start(&from, &tokenizer, &data, again.path(), before_any_step).unwrap();
+    let replaced = RunOptions {
+        force: true,
+        ..quiet
+    };
+    lm_run::start(&cfg, &tokenizer, &data, source.path(), replaced).unwrap();
+    let e = format!(
+        "{:#}",
+        lm_run::resume(again.path(), None, |_, _| Ok(data.clone()), quiet).unwrap_err()
+    );
+    assert!(e.contains("now holds run"), "{e}");
+}

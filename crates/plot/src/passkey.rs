@@ -1,0 +1,47 @@
+//! Passkey retrieval as a heatmap: accuracy by prompt length (rows, shortest at the top)
+//! and by the depth of the key (columns), on a fixed 0–1 scale so figures compare.
+
+use std::path::Path;
+
+use anyhow::{ensure, Result};
+use posenc_train::passkey::PasskeyConfig;
+
+use crate::chart::{heatmap, save_png, Heatmap};
+
+/// Draws `accuracy[length][depth]` of `cfg` into the PNG `path`.
+///
+/// # Errors
+/// A table whose shape is not `cfg`'s; a figure that cannot be written.
+pub fn passkey(cfg: &PasskeyConfig, accuracy: &[Vec<f64>], title: &str, path: &Path) -> Result<()> {
+    ensure!(
+        accuracy.len() == cfg.lengths.len()
+            && accuracy.iter().all(|row| row.len() == cfg.depths.len()),
+        "the accuracy table is not {} lengths by {} depths",
+        cfg.lengths.len(),
+        cfg.depths.len()
+    );
+    let values: Vec<Vec<f32>> = accuracy
+        .iter()
+        .map(|row| row.iter().map(|&v| v as f32).collect())
+        .collect();
+    let x_ticks: Vec<String> = cfg.depths.iter().map(|d| format!("{d}")).collect();
+    let y_ticks: Vec<String> = cfg.lengths.iter().map(|l| l.to_string()).collect();
+    let width = 200 + 90 * cfg.depths.len() as u32;
+    let height = 160 + 50 * cfg.lengths.len() as u32;
+    let width = width.max(480).max(11 * title.chars().count() as u32 + 40);
+    save_png(path, (width, height), title, |root| {
+        heatmap(
+            root,
+            &Heatmap {
+                values: &values,
+                title: "accuracy".to_string(),
+                x_desc: "depth of the key",
+                y_desc: "prompt tokens",
+                x_ticks: Some(&x_ticks),
+                y_ticks: Some(&y_ticks),
+                diverging: false,
+                range: Some((0.0, 1.0)),
+            },
+        )
+    })
+}

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The long-context experiment of docs/long-context: SmolLM2-135M-Instruct (trained on 8 192
+# tokens) on passkey retrieval and on perplexity over the corpus's test plays, at 4k to 32k
+# tokens, without scaling and with each RoPE scaling at the factor that reaches the length.
+#
+#   scripts/long_context.sh [OUT]     (default runs/long-context/smollm2; hours on two cores)
+#
+# Every run is its own process under /usr/bin/time, writing one JSON file and one .time file
+# (wall seconds, peak resident KB); a run whose files exist is skipped, so the script can be
+# stopped and started again. `cargo run --release --example long_context_report` then
+# writes docs/long-context/results.json, results.md and the figures. Runs go cheapest first, so a partial run is still a table.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-runs/long-context/smollm2}
+mkdir -p "$out"
+scripts/fetch_smollm2.sh
+scripts/fetch_shakespeare.sh
+posenc=target/release/posenc
+cargo build --release --quiet --bin posenc
+
+# The scaling that stretches 8 192 tokens to `len` (factor len / 8192).
+scaling() { # kind len
+  local factor=$(($2 / 8192))
+  case $1 in
+    none) echo "" ;;
+    llama3) echo "{\"rope_type\":\"llama3\",\"factor\":$factor,\"low_freq_factor\":1,\"high_freq_factor\":4}" ;;
+    *) echo "{\"rope_type\":\"$1\",\"factor\":$factor}" ;;
+  esac
+}
+
+run() { # name, then the posenc arguments
+  local name=$1
+  shift
+  if [ -s "$out/$name.json" ] && [ -s "$out/$name.time" ]; then
+    return
+  fi
+  echo "$name" >&2
+  /usr/bin/time -f '{"wall_s": %e, "peak_rss_kb": %M}' -o "$out/$name.time.tmp" \
+    "$posenc" "$@" --quiet --format json > "$out/$name.json.tmp"
+  mv "$out/$name.json.tmp" "$out/$name.json"
+  mv "$out/$name.time.tmp" "$out/$name.time"
+}
+
+one() { # task kind len depths
+  local json
+  json=$(scaling "$2" "$3")
+  local flags=(--model smollm2)
+  if [ -n "$json" ]; then
+    flags+=(--rope-scaling "$json")
+  fi
+  case $1 in
+    passkey) run "passkey-$2-$3" lm passkey "${flags[@]}" --lengths "$3" --depths "$4" ;;
+    ppl) run "ppl-$2-$3" lm eval "${flags[@]}" --lengths "$3" --windows 1 ;;
+  esac
+}
+
+# Inside the trained window no scaling is the only row (each factor would be ≤ 1). Depths
+# 0.1, 0.5 and 0.9 where a run is cheap, the middle one only where it is not.
+for len in 4096 8192; do
+  one passkey none $len 0.1,0.5,0.9
+  one ppl none $len
+done
+# Past it: every scaling at 16k (factor 2), then 32k (factor 4), the 32k runs last.
+one passkey none 16384 0.1,0.5,0.9
+for len in 16384 32768; do
+  for kind in none yarn linear dynamic llama3; do
+    one passkey $kind $len 0.5
+    one ppl $kind $len
+  done
+done
