@@ -3,8 +3,8 @@
 
 Needs the GGUF in .cache/smollm2 (scripts/fetch_smollm2.sh) and the packages of
 scripts/requirements.txt (transformers dequantizes the GGUF to f32 and undoes llama.cpp's
-Q/K row permutation). Writes crates/llama/tests/fixtures/smollm2.json (prompts, token
-ids, 32 greedy tokens each) and smollm2.safetensors (last-position logits of each prompt).
+Q/K row permutation). Writes crates/llama/tests/fixtures/smollm2.json (prompts, one of
+over 4 000 tokens, token ids, 32 greedy tokens each) and smollm2.safetensors (last-position logits of each prompt).
 
 Tokenizer ids are recorded twice. transformers' GGUF converter builds a plain byte-level
 BPE for every `gpt2`-model GGUF; the file says `tokenizer.ggml.pre = smollm`, which in
@@ -49,6 +49,24 @@ PROMPTS = {
         " ".join(textwrap.TextWrapper.__doc__.split()) * 2, width=88
     ) + "\n" + textwrap.dedent.__doc__ * 2,
 }
+
+# Over 4 000 tokens: the prompt `posenc lm passkey` builds (crates/train/src/passkey.rs),
+# a five-digit key half-way through repeated filler. Past the 512-token chunks the prompt
+# is read in, and long enough that attention must be tiled to fit in memory.
+PASSKEY_INTRO = (
+    "There is an important info hidden inside a lot of irrelevant text. "
+    "Find it and memorize it. I will quiz you about the important information there."
+)
+PASSKEY_FILLER = (
+    " The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
+)
+PROMPTS["passkey"] = (
+    PASSKEY_INTRO
+    + PASSKEY_FILLER * 92
+    + " The pass key is 68123. Remember it. 68123 is the pass key."
+    + PASSKEY_FILLER * 92
+    + " What is the pass key? The pass key is"
+)
 
 GREEDY = 32
 

@@ -1,7 +1,8 @@
 //! SmolLM2-135M-Instruct on this project's blocks against Hugging Face transformers.
 //!
-//! The reference (token ids, last-position logits, 32 greedy tokens for five prompts, one
-//! over 1 000 tokens) comes from `scripts/make_smollm2_fixtures.py`, which loads the same
+//! The reference (token ids, last-position logits, 32 greedy tokens for six prompts, one
+//! over 1 000 tokens and a passkey prompt of 4 480, read in chunks through the tiled
+//! attention kernel) comes from `scripts/make_smollm2_fixtures.py`, which loads the same
 //! GGUF with transformers. Needs the model: `scripts/fetch_smollm2.sh` (the README's test
 //! command runs it); without it these tests fail, naming the script.
 
@@ -141,7 +142,7 @@ fn check_f32(llama: &Llama, which: impl Fn(&Prompt) -> bool) {
     assert!(worst < 1e-3, "worst logit difference {worst}");
 }
 
-/// The file's rows as they are, with interleaved pairs: every prompt, the long one too.
+/// The file's rows as they are, with interleaved pairs: every prompt, the long ones too.
 /// Then the cache past position 1 000: the scores of the greedy run's last step, which ran
 /// alone after 1 000+ cached positions, against one forward over the whole sequence.
 #[test]
@@ -149,6 +150,11 @@ fn f32_with_interleaved_pairs_matches_transformers() {
     let llama = load(Precision::F32, PairLayout::Interleaved);
     check_f32(&llama, |_| true);
     let (prompts, _) = fixture();
+    // The reference found the key hidden 2 200 tokens back, and so, token for token, do we.
+    let passkey = prompts.iter().find(|p| p.name == "passkey").unwrap();
+    assert!(passkey.ids.len() > 4000);
+    let answer = llama.decode(&passkey.greedy[..6]).unwrap();
+    assert_eq!(answer, " 68123", "{answer}");
     let long = prompts.iter().find(|p| p.ids.len() > 1000).unwrap();
     let n = 8;
     let mut cache = EncoderCache::default();
