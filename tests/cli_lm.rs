@@ -577,3 +577,123 @@ fn flags_set_the_model_and_from_fine_tunes_a_trained_run() {
     assert!(!ok);
     assert!(stderr.contains("fit the new model"), "{stderr}");
 }
+
+/// Your own text: `lm train --text` trains on it (no Shakespeare needed), and the run
+/// generates, evaluates and resumes like any other; a text changed under a run is refused.
+#[test]
+fn train_generate_evaluate_and_resume_on_your_own_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let mine = dir.path().join("mine.txt");
+    let body: String = (0..300).map(|i| format!("ab{} cd ef\n", i % 7)).collect();
+    std::fs::write(&mine, &body).unwrap();
+    let run = dir.path().join("run");
+    let go = |args: &[&str]| {
+        let o = posenc().args(args).output().unwrap();
+        (o.status.success(), text(&o))
+    };
+    let (ok, (stdout, stderr)) = go(&[
+        "lm",
+        "train",
+        "--quiet",
+        "--text",
+        mine.to_str().unwrap(),
+        "--valid-fraction",
+        "0.2",
+        "--context",
+        "16",
+        "--steps",
+        "10",
+        "--d-model",
+        "16",
+        "--layers",
+        "1",
+        "--heads",
+        "2",
+        "--corpus",
+        "/no/shakespeare/here",
+        "--out",
+        run.to_str().unwrap(),
+    ]);
+    assert!(
+        !ok && stderr.contains("--corpus"),
+        "--text and --corpus together: {stderr}"
+    );
+    let (ok, (stdout2, stderr)) = go(&[
+        "lm",
+        "train",
+        "--quiet",
+        "--text",
+        mine.to_str().unwrap(),
+        "--valid-fraction",
+        "0.2",
+        "--context",
+        "16",
+        "--steps",
+        "10",
+        "--d-model",
+        "16",
+        "--layers",
+        "1",
+        "--heads",
+        "2",
+        "--out",
+        run.to_str().unwrap(),
+    ]);
+    assert!(ok, "{stderr}");
+    assert!(stdout2.contains("after 10 steps"), "{stdout}{stdout2}");
+    let trainer = std::fs::read_to_string(run.join("trainer.json")).unwrap();
+    assert!(
+        trainer.contains("mine.txt") && trainer.contains("sha256"),
+        "{trainer}"
+    );
+    // The tokenizer is the text's: a character it never saw is refused in a prompt.
+    let (ok, (stdout, stderr)) = go(&[
+        "lm",
+        "generate",
+        "--model",
+        run.to_str().unwrap(),
+        "--max-tokens",
+        "5",
+        "ab",
+    ]);
+    assert!(ok && stdout.starts_with("ab"), "{stderr}");
+    let (ok, (_, stderr)) = go(&["lm", "generate", "--model", run.to_str().unwrap(), "xyz"]);
+    assert!(!ok && stderr.contains("no token for \"x\""), "{stderr}");
+    let (ok, (stdout, stderr)) = go(&[
+        "lm",
+        "eval",
+        "--model",
+        run.to_str().unwrap(),
+        "--text",
+        mine.to_str().unwrap(),
+        "--lengths",
+        "16,32",
+    ]);
+    assert!(ok && stdout.contains("| 32 |"), "{stderr}");
+    let (ok, (stdout, stderr)) = go(&[
+        "lm",
+        "train",
+        "--quiet",
+        "--resume",
+        "--steps",
+        "14",
+        "--out",
+        run.to_str().unwrap(),
+    ]);
+    assert!(ok && stdout.contains("after 14 steps"), "{stderr}");
+    std::fs::write(&mine, format!("{body}changed\n")).unwrap();
+    let (ok, (_, stderr)) = go(&[
+        "lm",
+        "train",
+        "--quiet",
+        "--resume",
+        "--steps",
+        "18",
+        "--out",
+        run.to_str().unwrap(),
+    ]);
+    assert!(
+        !ok && stderr.contains("changed since the run started"),
+        "{stderr}"
+    );
+}

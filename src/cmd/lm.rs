@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use posenc::EncodingConfig;
-use posenc_train::corpus::{self, Corpus};
+use posenc_train::corpus::{self, Corpus, TextSource};
 use posenc_train::lm_experiment::{self, LmExperimentConfig};
 use posenc_train::lm_run;
 use posenc_train::lm_train::{evaluate_observed, LmData, LmState, LmTrainConfig};
@@ -104,8 +104,15 @@ pub struct TrainArgs {
     #[arg(long, conflicts_with = "resume")]
     force: bool,
     /// The corpus directory [default: .cache/shakespeare, from scripts/fetch_shakespeare.sh].
-    #[arg(long)]
+    #[arg(long, conflicts_with = "text")]
     corpus: Option<PathBuf>,
+    /// Train on your own text instead: a UTF-8 file (split at a line) or a directory of .txt
+    /// files (split by file).
+    #[arg(long, conflicts_with = "resume")]
+    text: Option<PathBuf>,
+    /// The share of --text held out for validation.
+    #[arg(long, default_value_t = 0.1, requires = "text")]
+    valid_fraction: f64,
     /// No progress lines.
     #[arg(long)]
     quiet: bool,
@@ -204,7 +211,8 @@ pub struct ExperimentArgs {
 /// `posenc lm …`
 #[derive(Subcommand, Debug)]
 pub enum LmCommand {
-    /// Train a causal language model on the Shakespeare corpus into a run directory.
+    /// Train a causal language model on the Shakespeare corpus, or your own text, into a
+    /// run directory.
     Train(TrainArgs),
     /// Continue a prompt with any causal language model (`posenc generate` is the same
     /// command with SmolLM2 as the default model).
@@ -243,11 +251,16 @@ fn train(a: TrainArgs, out: &mut impl Write) -> Result<()> {
         stop_after: None,
     };
     let state = if a.resume {
-        let corpus = load_corpus(a.corpus)?;
         lm_run::resume(
             &a.out,
             a.steps,
-            |_, t| LmData::from_corpus(&corpus, t),
+            |cfg, t| {
+                let corpus = match &cfg.text {
+                    Some(source) => source.reread()?,
+                    None => load_corpus(a.corpus)?,
+                };
+                LmData::from_corpus(&corpus, t)
+            },
             opts,
         )?
     } else {
@@ -291,9 +304,20 @@ fn train(a: TrainArgs, out: &mut impl Write) -> Result<()> {
             Some(TokenizerArg::Bpe) => cfg.tokenizer = TextTokenizer::Bpe { merges: a.merges },
             None => {}
         }
+        let corpus = match &a.text {
+            Some(path) => {
+                let (source, corpus) = TextSource::read(path, a.valid_fraction)?;
+                cfg.text = Some(source);
+                corpus
+            }
+            None => match &cfg.text {
+                // Fine-tuning a run of your own text goes on with that text.
+                Some(source) => source.reread()?,
+                None => load_corpus(a.corpus)?,
+            },
+        };
         // Everything is checked before anything is written.
         cfg.validate()?;
-        let corpus = load_corpus(a.corpus)?;
         let tokenizer = match source {
             Some(tokenizer) => tokenizer,
             None => cfg.tokenizer.train(&Corpus::stream(&corpus.train))?,

@@ -127,7 +127,8 @@ fn initialize(varmap: &VarMap, cfg: &LmTrainConfig) -> Result<()> {
 }
 
 /// Settings for a new run that starts from the trained run in `dir` (`lm train --from`):
-/// `base` with the source's model, tokenizer settings and [`InitFrom`], and its tokenizer.
+/// `base` with the source's model, tokenizer settings, text (unless `base` names one) and
+/// [`InitFrom`], and its tokenizer.
 ///
 /// # Errors
 /// A directory that is not a complete language model run.
@@ -141,6 +142,7 @@ pub fn from_run(dir: &Path, base: LmTrainConfig) -> Result<(LmTrainConfig, Token
     let cfg = LmTrainConfig {
         model,
         tokenizer: source.config.tokenizer,
+        text: base.text.clone().or(source.config.text),
         init_from: Some(InitFrom {
             path,
             run: manifest.run,

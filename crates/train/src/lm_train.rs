@@ -69,6 +69,9 @@ pub struct LmTrainConfig {
     /// Start from a trained run's weights instead of random ones (`lm train --from`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub init_from: Option<InitFrom>,
+    /// Train on this text instead of the Shakespeare corpus (`lm train --text`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text: Option<crate::corpus::TextSource>,
 }
 
 /// The trained run a new one starts from: where it is, and which run it must be.
@@ -103,6 +106,7 @@ impl Default for LmTrainConfig {
             eval_windows: 100,
             randomized_positions: None,
             init_from: None,
+            text: None,
         }
     }
 }

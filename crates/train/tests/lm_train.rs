@@ -364,3 +364,68 @@ fn a_run_started_from_another_begins_at_its_weights_and_resumes_from_them() {
     );
     assert!(e.contains("now holds run"), "{e}");
 }
+
+#[test]
+fn own_text_is_split_at_a_line_or_by_file_and_a_changed_text_is_refused() {
+    use posenc_train::corpus::TextSource;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("one.txt");
+    let lines: String = (0..100).map(|i| format!("line {i}\n")).collect();
+    std::fs::write(&file, &lines).unwrap();
+    let (source, corpus) = TextSource::read(&file, 0.2).unwrap();
+    let (train, valid) = (&corpus.train[0].text, &corpus.valid[0].text);
+    // Nothing lost or repeated, cut at a line, about a fifth held out.
+    assert_eq!(format!("{train}{valid}"), lines);
+    assert!(train.ends_with('\n') && valid.starts_with("line "));
+    let share = valid.len() as f64 / lines.len() as f64;
+    assert!((share - 0.2).abs() < 0.02, "{share}");
+    assert_eq!(corpus.test, corpus.valid);
+    // Two lines are enough; one is not.
+    std::fs::write(&file, "hello\nworld\n").unwrap();
+    let (_, two) = TextSource::read(&file, 0.1).unwrap();
+    assert_eq!(
+        (two.train[0].text.as_str(), two.valid[0].text.as_str()),
+        ("hello\n", "world\n")
+    );
+    std::fs::write(&file, "hello world\n").unwrap();
+    let e = TextSource::read(&file, 0.1).unwrap_err().to_string();
+    assert!(e.contains("too short to split"), "{e}");
+    // A changed text is refused on resumption.
+    std::fs::write(&file, &lines).unwrap();
+    let (source2, _) = TextSource::read(&file, 0.2).unwrap();
+    assert_eq!(source, source2);
+    std::fs::write(&file, format!("{lines}more\n")).unwrap();
+    let e = source.reread().unwrap_err().to_string();
+    assert!(e.contains("changed since the run started"), "{e}");
+
+    // A directory is split by file, the last by name held out.
+    let texts = dir.path().join("texts");
+    std::fs::create_dir(&texts).unwrap();
+    for name in ["a", "b", "c", "d", "e"] {
+        std::fs::write(texts.join(format!("{name}.txt")), format!("{name}\n")).unwrap();
+    }
+    std::fs::write(texts.join("notes.md"), "not a .txt file").unwrap();
+    let (_, corpus) = TextSource::read(&texts, 0.4).unwrap();
+    let names = |w: &[posenc_train::corpus::Work]| -> Vec<String> {
+        w.iter().map(|w| w.name.clone()).collect()
+    };
+    assert_eq!(names(&corpus.train), ["a", "b", "c"]);
+    assert_eq!(names(&corpus.valid), ["d", "e"]);
+    // Bad input is named.
+    std::fs::write(texts.join("f.txt"), b"ok\n\xff").unwrap();
+    let e = TextSource::read(&texts, 0.4).unwrap_err().to_string();
+    assert!(e.contains("f.txt") && e.contains("not UTF-8"), "{e}");
+    for (path, fraction, expected) in [
+        (dir.path().join("none"), 0.1, "no text at"),
+        (file.clone(), 0.0, "between 0 and 1"),
+        (file.clone(), f64::NAN, "between 0 and 1"),
+    ] {
+        let e = TextSource::read(&path, fraction).unwrap_err().to_string();
+        assert!(e.contains(expected), "{e}");
+    }
+    let single = dir.path().join("single");
+    std::fs::create_dir(&single).unwrap();
+    std::fs::write(single.join("only.txt"), "x\ny\n").unwrap();
+    let e = TextSource::read(&single, 0.5).unwrap_err().to_string();
+    assert!(e.contains("at least two"), "{e}");
+}
