@@ -266,6 +266,23 @@ fn a_learned_table_is_na_past_its_end() {
         table.contains("| 32 | – | n/a") && table.contains("max_positions = 16"),
         "{table}"
     );
+    // Generation crops to the table by default (nanoGPT's block size), so it runs past it;
+    // a window past the table is refused by name.
+    let generate = |extra: &[&str]| {
+        posenc()
+            .args(["lm", "generate", "--max-tokens", "40", "--model"])
+            .arg(&run)
+            .args(extra)
+            .arg("To be, or not to be")
+            .output()
+            .unwrap()
+    };
+    let long = generate(&[]);
+    assert!(long.status.success(), "{}", text(&long).1);
+    assert!(text(&long).0.chars().count() > 40, "{}", text(&long).0);
+    let past = generate(&["--window", "17"]);
+    assert!(!past.status.success());
+    assert!(text(&past).1.contains("16"), "{}", text(&past).1);
 
     // A table shorter than the context is refused before anything is written.
     let short = dir.path().join("short");
@@ -670,6 +687,38 @@ fn train_generate_evaluate_and_resume_on_your_own_text() {
         "16,32",
     ]);
     assert!(ok && stdout.contains("| 32 |"), "{stderr}");
+    // Sliding windows score every character after the first once.
+    let (ok, (stdout, stderr)) = go(&[
+        "lm",
+        "eval",
+        "--model",
+        run.to_str().unwrap(),
+        "--text",
+        mine.to_str().unwrap(),
+        "--lengths",
+        "16",
+        "--stride",
+        "5",
+        "--format",
+        "json",
+    ]);
+    assert!(ok, "{stderr}");
+    let rows: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(rows[0]["tokens"], body.chars().count() - 1, "{stdout}");
+    assert_eq!(rows[0]["stride"], 5);
+    let (ok, (_, stderr)) = go(&[
+        "lm",
+        "eval",
+        "--model",
+        run.to_str().unwrap(),
+        "--text",
+        mine.to_str().unwrap(),
+        "--lengths",
+        "16",
+        "--stride",
+        "17",
+    ]);
+    assert!(!ok && stderr.contains("stride"), "{stderr}");
     let (ok, (stdout, stderr)) = go(&[
         "lm",
         "train",

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::Args;
 use posenc_llama::chat::Message;
-use posenc_train::sample::generate_with;
+use posenc_train::sample::generate_observed;
 
 use super::model::{CausalLm, ModelArgs};
 use super::{read_prompt, SamplingArgs};
@@ -25,6 +25,12 @@ pub struct GenerateArgs {
     /// The most tokens to generate (it stops earlier at an end-of-sequence token).
     #[arg(long, default_value_t = 200)]
     max_tokens: usize,
+    /// Draw each token from the last N tokens only, as nanoGPT crops at its block size
+    /// [default: a learned table's length, past which there are no positions; no cropping
+    /// for encodings that take any position: they run past their trained context, for
+    /// better or worse, which `lm eval` measures].
+    #[arg(long)]
+    window: Option<usize>,
     #[command(flatten)]
     sampling: SamplingArgs,
     /// The text to continue [default: standard input].
@@ -56,18 +62,27 @@ impl GenerateArgs {
         };
         let ids = lm.encode_prompt(&text)?;
         let mut stream = TextStream::default();
-        generate_with(&lm.model, &ids, self.max_tokens, sampling, |token| {
-            if let Some(prompt) = echo.take() {
-                out.write_all(prompt.as_bytes())?;
-            }
-            if Some(token) == lm.eos {
-                return Ok(false);
-            }
-            let piece = stream.push(&lm, token)?;
-            out.write_all(piece.as_bytes())?;
-            out.flush()?;
-            Ok(true)
-        })?;
+        let window = self.window.or(lm.model.max_positions());
+        generate_observed(
+            &lm.model,
+            &ids,
+            self.max_tokens,
+            sampling,
+            window,
+            |_| {},
+            |token| {
+                if let Some(prompt) = echo.take() {
+                    out.write_all(prompt.as_bytes())?;
+                }
+                if Some(token) == lm.eos {
+                    return Ok(false);
+                }
+                let piece = stream.push(&lm, token)?;
+                out.write_all(piece.as_bytes())?;
+                out.flush()?;
+                Ok(true)
+            },
+        )?;
         if let Some(prompt) = echo {
             out.write_all(prompt.as_bytes())?;
         }

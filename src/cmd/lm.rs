@@ -10,7 +10,9 @@ use posenc::EncodingConfig;
 use posenc_train::corpus::{self, Corpus, TextSource};
 use posenc_train::lm_experiment::{self, LmExperimentConfig};
 use posenc_train::lm_run;
-use posenc_train::lm_train::{evaluate_observed, LmData, LmState, LmTrainConfig};
+use posenc_train::lm_train::{
+    evaluate_observed, evaluate_strided, LmData, LmState, LmTrainConfig, StridedEval,
+};
 use posenc_train::passkey::{self, PasskeyConfig, PasskeyRecord, Subject};
 use posenc_train::text_tokenizer::TextTokenizer;
 use posenc_train::trainer::RunOptions;
@@ -127,8 +129,13 @@ pub struct EvalArgs {
     #[arg(long, value_delimiter = ',')]
     lengths: Option<Vec<usize>>,
     /// Non-overlapping windows per length, at most.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, conflicts_with = "stride")]
     windows: usize,
+    /// Slide each window by this many tokens over the whole text, scoring only the tokens
+    /// no earlier window scored (transformers' perplexity guide): every token once, with
+    /// context before it.
+    #[arg(long)]
+    stride: Option<usize>,
     /// The split of the corpus.
     #[arg(long, value_enum, default_value_t = Split::Test, conflicts_with = "text")]
     split: Split,
@@ -368,7 +375,7 @@ fn eval(a: EvalArgs, out: &mut impl Write) -> Result<()> {
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?
         }
         None => {
-            let corpus = load_corpus(a.corpus)?;
+            let corpus = load_corpus(a.corpus.clone())?;
             Corpus::stream(match a.split {
                 Split::Valid => &corpus.valid,
                 Split::Test => &corpus.test,
@@ -379,7 +386,11 @@ fn eval(a: EvalArgs, out: &mut impl Write) -> Result<()> {
     let context = lm.model.config().context;
     let lengths = a
         .lengths
+        .clone()
         .unwrap_or_else(|| [1, 2, 4, 8].map(|f| f * context).to_vec());
+    if let Some(stride) = a.stride {
+        return eval_strided(&a, &lm, &ids, &lengths, stride, out);
+    }
     let slots = |len: usize| (ids.len().saturating_sub(1) / len.max(1)).min(a.windows);
     let bar = posenc_train::token_bar(a.quiet, lengths.iter().map(|&l| l * slots(l)).sum());
     // Every row is computed before any is printed: a bad length prints nothing but the error.
@@ -442,6 +453,75 @@ fn eval(a: EvalArgs, out: &mut impl Write) -> Result<()> {
                 why.as_deref().unwrap_or("")
             )?,
         }
+    }
+    Ok(())
+}
+
+/// One row of `lm eval --stride`: a tidy record.
+#[derive(Serialize)]
+struct StridedRow<'a> {
+    model: &'a str,
+    rope_scaling: Option<&'a str>,
+    #[serde(flatten)]
+    eval: &'a StridedEval,
+    perplexity: f64,
+}
+
+fn eval_strided(
+    a: &EvalArgs,
+    lm: &model::CausalLm,
+    ids: &[u32],
+    lengths: &[usize],
+    stride: usize,
+    out: &mut impl Write,
+) -> Result<()> {
+    let default = model::shipped();
+    let reads: usize = lengths
+        .iter()
+        .map(|&l| l * ids.len().div_ceil(stride.clamp(1, l.max(1))))
+        .sum();
+    let bar = posenc_train::token_bar(a.quiet, reads);
+    let mut evals = Vec::new();
+    for &len in lengths {
+        bar.set_message(format!("length {len}"));
+        evals.push(evaluate_strided(&lm.model, ids, len, stride, |n| {
+            bar.inc(n as u64)
+        })?);
+    }
+    bar.finish_and_clear();
+    if let Format::Json = a.format {
+        let rows: Vec<_> = evals
+            .iter()
+            .map(|eval| StridedRow {
+                model: a.model.spec(&default),
+                rope_scaling: a.model.rope_scaling(),
+                eval,
+                perplexity: eval.perplexity(),
+            })
+            .collect();
+        writeln!(out, "{}", serde_json::to_string_pretty(&rows)?)?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "{}{}; sliding windows, each token scored once
+
+| window | stride | windows | tokens | loss | perplexity |
+|---:|---:|---:|---:|---:|---:|",
+        lm.describe(),
+        scaling_note(&a.model)
+    )?;
+    for e in &evals {
+        writeln!(
+            out,
+            "| {} | {} | {} | {} | {:.4} | {:.3} |",
+            e.len,
+            e.stride,
+            e.windows,
+            e.tokens,
+            e.loss,
+            e.perplexity()
+        )?;
     }
     Ok(())
 }

@@ -311,28 +311,8 @@ pub fn evaluate_observed(
     let mut sums = vec![0.0f64; len];
     for chunk in starts.chunks(batch) {
         let (x, y) = windows(stream, len, chunk)?;
-        let y = y.reshape((chunk.len(), len))?;
-        let nll = match long {
-            // Long windows chunk by chunk through the key/value cache: memory linear in
-            // the length, as a generation reads its prompt.
-            true => {
-                let mut cache = EncoderCache::with_capacity(len);
-                let mut nll = Vec::with_capacity(len);
-                for start in (0..len).step_by(PREFILL_CHUNK) {
-                    let n = PREFILL_CHUNK.min(len - start);
-                    let logits = model.logits_cached(&x.narrow(1, start, n)?, &mut cache)?;
-                    nll.extend(summed_nll(&logits, &y.narrow(1, start, n)?)?);
-                    on_tokens(n * chunk.len());
-                }
-                nll
-            }
-            false => {
-                let nll = summed_nll(&model.logits(&x, false)?, &y)?;
-                on_tokens(len * chunk.len());
-                nll
-            }
-        };
-        for (s, v) in sums.iter_mut().zip(nll) {
+        let nll = window_losses(model, &x, &y.reshape((chunk.len(), len))?, &mut on_tokens)?;
+        for (s, v) in sums.iter_mut().zip(nll.sum(0)?.to_vec1::<f64>()?) {
             *s += v;
         }
     }
@@ -347,17 +327,133 @@ pub fn evaluate_observed(
     })
 }
 
-/// The negative log-likelihood of `targets (batch, n)` under `logits (batch, n, vocab)`,
-/// summed over the batch: one value per position.
-fn summed_nll(logits: &Tensor, targets: &Tensor) -> Result<Vec<f64>> {
+/// The next-token losses of windows `x (batch, n)` against their next tokens `y (batch, n)`:
+/// `(batch, n)` in f64. Windows past [`PREFILL_CHUNK`] go chunk by chunk through the
+/// key/value cache, memory linear in the length, as a generation reads its prompt;
+/// `on_tokens` sees each chunk's token count.
+fn window_losses(
+    model: &LanguageModel,
+    x: &Tensor,
+    y: &Tensor,
+    on_tokens: &mut impl FnMut(usize),
+) -> Result<Tensor> {
+    let (b, n) = x.dims2()?;
+    if n <= PREFILL_CHUNK {
+        let nll = nll(&model.logits(x, false)?, y)?;
+        on_tokens(b * n);
+        return Ok(nll);
+    }
+    let mut cache = EncoderCache::with_capacity(n);
+    let mut parts = Vec::new();
+    for start in (0..n).step_by(PREFILL_CHUNK) {
+        let k = PREFILL_CHUNK.min(n - start);
+        let logits = model.logits_cached(&x.narrow(1, start, k)?, &mut cache)?;
+        parts.push(nll(&logits, &y.narrow(1, start, k)?)?);
+        on_tokens(b * k);
+    }
+    Ok(Tensor::cat(&parts, 1)?)
+}
+
+/// The negative log-likelihood of `targets (batch, n)` under `logits (batch, n, vocab)`:
+/// `(batch, n)` in f64.
+fn nll(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
     let logp = candle_nn::ops::log_softmax(logits, D::Minus1)?;
     Ok(logp
         .gather(&targets.unsqueeze(D::Minus1)?.contiguous()?, D::Minus1)?
         .squeeze(D::Minus1)?
         .neg()?
-        .sum(0)?
-        .to_dtype(DType::F64)?
-        .to_vec1::<f64>()?)
+        .to_dtype(DType::F64)?)
+}
+
+/// Perplexity with a sliding window (`lm eval --stride`, as in transformers' perplexity
+/// guide): windows of `len` tokens start every `stride` tokens, and each scores only the
+/// tokens no earlier window scored, so every token of the stream is scored once, with up
+/// to `len − stride` tokens of context before it even at a window's start.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StridedEval {
+    /// The window length.
+    pub len: usize,
+    /// How far each window starts after the previous.
+    pub stride: usize,
+    /// Windows run.
+    pub windows: usize,
+    /// Tokens scored (every token of the stream after the first).
+    pub tokens: usize,
+    /// Mean loss over them, nats per token.
+    pub loss: f64,
+}
+
+impl StridedEval {
+    /// Perplexity: `exp(loss)`.
+    pub fn perplexity(&self) -> f64 {
+        self.loss.exp()
+    }
+}
+
+/// The sliding-window evaluation of `stream` ([`StridedEval`]); `on_tokens(n)` sees each
+/// `n` tokens read.
+///
+/// # Errors
+/// A stride of 0 or past `len`, a stream shorter than one window, a window too long to fit.
+pub fn evaluate_strided(
+    model: &LanguageModel,
+    stream: &[u32],
+    len: usize,
+    stride: usize,
+    mut on_tokens: impl FnMut(usize),
+) -> Result<StridedEval> {
+    ensure!(
+        stride > 0 && stride <= len,
+        "the stride must be between 1 and the window length {len}, got {stride}"
+    );
+    ensure!(
+        stream.len() > len,
+        "a stream of {} tokens has no window of {len} + 1",
+        stream.len()
+    );
+    let batch = match len > PREFILL_CHUNK {
+        true => {
+            model.check_cache(1, len)?;
+            1
+        }
+        false => {
+            fits_in_memory(EVAL_BATCH, model.config().heads, len, "the window length")?;
+            EVAL_BATCH
+        }
+    };
+    // Windows start every `stride` tokens until one reaches the stream's end (that last
+    // one may be shorter), as the guide's loop over `begin` does.
+    let mut starts = vec![0];
+    while starts[starts.len() - 1] + len + 1 < stream.len() {
+        starts.push(starts[starts.len() - 1] + stride);
+    }
+    posenc::limits::check("windows", starts.len(), EVAL_WINDOWS_LIMIT)?;
+    let (mut total, mut tokens, mut scored_to) = (0.0f64, 0usize, 0usize);
+    let (full, last) = starts.split_at(starts.len() - 1);
+    let short = stream.len() - 1 - last[0];
+    let groups = full
+        .chunks(batch)
+        .map(|c| (c, len))
+        .chain([(last, short.min(len))]);
+    for (chunk, n) in groups {
+        let (x, y) = windows(stream, n, chunk)?;
+        let y = y.reshape((chunk.len(), n))?;
+        let rows = window_losses(model, &x, &y, &mut on_tokens)?.to_vec2::<f64>()?;
+        for (&start, row) in chunk.iter().zip(rows) {
+            // Position i predicts token start + 1 + i: score the ones past what was scored.
+            let first = scored_to.saturating_sub(start);
+            total += row[first..].iter().sum::<f64>();
+            tokens += n - first;
+            scored_to = start + n;
+        }
+    }
+    Ok(StridedEval {
+        len,
+        stride,
+        windows: starts.len(),
+        tokens,
+        loss: total / tokens as f64,
+    })
 }
 
 /// One validation record.

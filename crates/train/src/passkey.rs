@@ -253,6 +253,7 @@ pub fn run(
             &p.ids,
             ANSWER_TOKENS,
             Sampling::greedy(),
+            None,
             &mut on_tokens,
             |token| {
                 if Some(token) == subject.eos {

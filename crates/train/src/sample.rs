@@ -160,19 +160,23 @@ pub fn generate_with(
     sampling: Sampling,
     on_token: impl FnMut(u32) -> Result<bool>,
 ) -> Result<()> {
-    generate_observed(model, prompt, max_new, sampling, |_| {}, on_token)
+    generate_observed(model, prompt, max_new, sampling, None, |_| {}, on_token)
 }
 
 /// As [`generate_with`], also calling `on_prompt(n)` each time `n` more tokens of the
 /// prompt have been read ([`PREFILL_CHUNK`] at a time): a progress bar for long prompts.
+/// With a `window`, every token is drawn from the last `window` tokens only (nanoGPT's crop
+/// at `block_size`): the prompt is cropped to it, and once the sequence fills it, the last
+/// `window` tokens are read again from position 0 for each new token.
 ///
 /// # Errors
-/// As [`generate_with`].
+/// As [`generate_with`]; a window of 0.
 pub fn generate_observed(
     model: &LanguageModel,
     prompt: &[u32],
     max_new: usize,
     sampling: Sampling,
+    window: Option<usize>,
     mut on_prompt: impl FnMut(usize),
     mut on_token: impl FnMut(u32) -> Result<bool>,
 ) -> Result<()> {
@@ -180,32 +184,51 @@ pub fn generate_observed(
         !prompt.is_empty(),
         "the prompt is empty: give at least one token"
     );
+    ensure!(window != Some(0), "the window must hold at least one token");
     posenc::limits::check("tokens", max_new, posenc::limits::MAX_POSITIONS)?;
+    let window = window.unwrap_or(usize::MAX);
     // The cache holds the prompt and every token fed back (the last one drawn is not).
-    let positions = prompt.len() + max_new.saturating_sub(1);
+    let positions = (prompt.len() + max_new.saturating_sub(1)).min(window);
     model.check_cache(1, positions)?;
     let mut sampler = Sampler::new(sampling)?;
-    let device = model.device();
     if max_new == 0 {
         return Ok(());
     }
+    let mut seen = prompt[prompt.len().saturating_sub(window)..].to_vec();
     let mut cache = EncoderCache::with_capacity(positions);
-    // The prompt in chunks (the progress hook sees each), then one token at a time.
-    let (mut read, mut logits) = (0, None);
-    while read < prompt.len() {
-        let end = (read + PREFILL_CHUNK).min(prompt.len());
-        let chunk = Tensor::new(&prompt[read..end], &device)?.unsqueeze(0)?;
-        logits = Some(model.step(&chunk, &mut cache)?);
-        on_prompt(end - read);
-        read = end;
-    }
-    let mut logits = logits.ok_or_else(|| anyhow::anyhow!("the prompt is empty"))?;
+    let mut logits = read(model, &seen, &mut cache, &mut on_prompt)?;
     for i in 0..max_new {
         let token = sampler.pick(&logits.get(0)?.to_vec1::<f32>()?);
         if !on_token(token)? || i + 1 == max_new {
             break;
         }
-        logits = model.step(&Tensor::new(&[token], &device)?.unsqueeze(0)?, &mut cache)?;
+        seen.push(token);
+        logits = if cache.len() < window {
+            let next = Tensor::new(&[token], &model.device())?.unsqueeze(0)?;
+            model.step(&next, &mut cache)?
+        } else {
+            // The window is full: the last `window` tokens again, from position 0.
+            seen.drain(..seen.len() - window);
+            cache = EncoderCache::with_capacity(window);
+            read(model, &seen, &mut cache, |_| {})?
+        };
     }
     Ok(())
+}
+
+/// Reads `ids` into `cache` a chunk at a time (`on_chunk` sees each chunk's length);
+/// returns the scores after the last.
+fn read(
+    model: &LanguageModel,
+    ids: &[u32],
+    cache: &mut EncoderCache,
+    mut on_chunk: impl FnMut(usize),
+) -> Result<Tensor> {
+    let mut logits = None;
+    for chunk in ids.chunks(PREFILL_CHUNK) {
+        let x = Tensor::new(chunk, &model.device())?.unsqueeze(0)?;
+        logits = Some(model.step(&x, cache)?);
+        on_chunk(chunk.len());
+    }
+    logits.ok_or_else(|| anyhow::anyhow!("nothing to read: the prompt is empty"))
 }

@@ -429,3 +429,65 @@ fn own_text_is_split_at_a_line_or_by_file_and_a_changed_text_is_refused() {
     let e = TextSource::read(&single, 0.5).unwrap_err().to_string();
     assert!(e.contains("at least two"), "{e}");
 }
+
+/// `lm eval --stride`: transformers' perplexity guide, written here as that guide writes it
+/// (begin, end, prev_end, targets before `-trg_len` ignored), against `evaluate_strided`.
+#[test]
+fn strided_evaluation_scores_every_token_once_as_transformers_guide_does() {
+    use posenc_train::lm_train::evaluate_strided;
+    let cfg = tiny("rope", 1);
+    let varmap = candle_nn::VarMap::new();
+    let vb = candle_nn::VarBuilder::from_varmap(
+        &varmap,
+        candle_core::DType::F32,
+        &candle_core::Device::Cpu,
+    );
+    let model = posenc_transformer::LanguageModel::new(&cfg.model, vb).unwrap();
+    posenc_train::init::initialize(&varmap, 5).unwrap();
+    let stream: Vec<u32> = (0..203u32).map(|i| (i * 7 + i / 5) % 12).collect();
+    let guide = |max_length: usize, stride: usize| -> (f64, usize) {
+        let (mut nll, mut n, mut prev_end, mut begin) = (0.0, 0, 0, 0);
+        let seq_len = stream.len();
+        while begin < seq_len {
+            let end = (begin + max_length).min(seq_len);
+            let trg_len = end - prev_end;
+            let ids = candle_core::Tensor::new(&stream[begin..end], &candle_core::Device::Cpu)
+                .unwrap()
+                .unsqueeze(0)
+                .unwrap();
+            let logp = candle_nn::ops::log_softmax(&model.logits(&ids, false).unwrap(), 2)
+                .unwrap()
+                .get(0)
+                .unwrap()
+                .to_vec2::<f32>()
+                .unwrap();
+            // Labels are the inputs, shifted inside the model: position j predicts j + 1.
+            for j in 0..end - begin - 1 {
+                if j + 1 >= end - begin - trg_len {
+                    nll -= f64::from(logp[j][stream[begin + j + 1] as usize]);
+                    n += 1;
+                }
+            }
+            prev_end = end;
+            if end == seq_len {
+                break;
+            }
+            begin += stride;
+        }
+        (nll / n as f64, n)
+    };
+    for (len, stride) in [(16, 16), (16, 4), (16, 7), (40, 13)] {
+        let ours = evaluate_strided(&model, &stream, len, stride, |_| {}).unwrap();
+        let (loss, n) = guide(len + 1, stride);
+        assert_eq!(ours.tokens, stream.len() - 1, "{len} {stride}");
+        assert_eq!(n, stream.len() - 1);
+        assert!(
+            (ours.loss - loss).abs() < 1e-5,
+            "{len} {stride}: {} vs {loss}",
+            ours.loss
+        );
+    }
+    for (len, stride) in [(16, 0), (16, 17), (300, 10)] {
+        assert!(evaluate_strided(&model, &stream, len, stride, |_| {}).is_err());
+    }
+}

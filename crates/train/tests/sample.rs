@@ -4,7 +4,7 @@
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{VarBuilder, VarMap};
 use posenc::EncodingConfig;
-use posenc_train::sample::{generate, Sampler, Sampling};
+use posenc_train::sample::{generate, generate_observed, Sampler, Sampling};
 use posenc_transformer::{LanguageModel, LmConfig};
 
 /// How often each of three tokens is drawn from `logits` in `n` draws.
@@ -112,7 +112,7 @@ fn model(kind: &str) -> LanguageModel {
         heads: 2,
         d_ff: 32,
         layers: 2,
-        encoding: EncodingConfig::from_kind(kind).unwrap(),
+        encoding: kind.parse::<EncodingConfig>().unwrap(),
         context: 8,
         ..LmConfig::default()
     };
@@ -125,34 +125,90 @@ fn model(kind: &str) -> LanguageModel {
     m
 }
 
+/// Greedy tokens without a cache: the whole sequence (or its last `window` tokens, from
+/// position 0) each time, the first maximum at the last position.
+fn greedy_by_rerunning(m: &LanguageModel, prompt: &[u32], n: usize, window: usize) -> Vec<u32> {
+    let mut seq = prompt.to_vec();
+    for _ in 0..n {
+        let seen = &seq[seq.len().saturating_sub(window)..];
+        let ids = Tensor::new(seen, &Device::Cpu)
+            .unwrap()
+            .unsqueeze(0)
+            .unwrap();
+        let logits = m.logits(&ids, false).unwrap();
+        let last: Vec<f32> = logits
+            .get(0)
+            .unwrap()
+            .get(seen.len() - 1)
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        let best = (0..last.len())
+            .max_by(|&a, &b| last[a].total_cmp(&last[b]).then(b.cmp(&a)))
+            .unwrap();
+        seq.push(best as u32);
+    }
+    seq[prompt.len()..].to_vec()
+}
+
 #[test]
 fn greedy_generation_equals_rerunning_the_whole_sequence() {
     for kind in ["sinusoidal", "rope", "alibi", "t5", "none"] {
         let m = model(kind);
         let prompt = [1u32, 7, 3];
         let generated = generate(&m, &prompt, 12, Sampling::greedy()).unwrap();
-        // Without a cache: the whole sequence each time, argmax at the last position.
-        let mut seq = prompt.to_vec();
-        for _ in 0..12 {
-            let ids = Tensor::new(seq.as_slice(), &Device::Cpu)
-                .unwrap()
-                .unsqueeze(0)
-                .unwrap();
-            let logits = m.logits(&ids, false).unwrap();
-            let last: Vec<f32> = logits
-                .get(0)
-                .unwrap()
-                .get(seq.len() - 1)
-                .unwrap()
-                .to_vec1()
-                .unwrap();
-            let best = (0..last.len())
-                .max_by(|&a, &b| last[a].total_cmp(&last[b]).then(b.cmp(&a)))
-                .unwrap();
-            seq.push(best as u32);
-        }
-        assert_eq!(generated, seq[prompt.len()..], "{kind}");
+        assert_eq!(
+            generated,
+            greedy_by_rerunning(&m, &prompt, 12, usize::MAX),
+            "{kind}"
+        );
     }
+}
+
+/// `--window`: each token drawn from the last `window` tokens only, as nanoGPT crops: a
+/// learned table of 8 rows then generates past its end.
+#[test]
+fn a_window_crops_the_context_as_rerunning_its_last_tokens_does() {
+    for kind in [
+        "rope",
+        "alibi",
+        r#"{"kind": "learned", "max_positions": 8}"#,
+    ] {
+        let m = model(kind);
+        let prompt = [1u32, 7, 3, 9, 4, 2, 11];
+        for window in [1, 5, 8] {
+            let mut got = Vec::new();
+            generate_observed(
+                &m,
+                &prompt,
+                14,
+                Sampling::greedy(),
+                Some(window),
+                |_| {},
+                |t| {
+                    got.push(t);
+                    Ok(true)
+                },
+            )
+            .unwrap();
+            assert_eq!(
+                got,
+                greedy_by_rerunning(&m, &prompt, 14, window),
+                "{kind} {window}"
+            );
+        }
+    }
+    let m = model("rope");
+    let e = generate_observed(
+        &m,
+        &[1],
+        3,
+        Sampling::greedy(),
+        Some(0),
+        |_| {},
+        |_| Ok(true),
+    );
+    assert!(e.unwrap_err().to_string().contains("window"));
 }
 
 #[test]
