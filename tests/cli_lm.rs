@@ -608,7 +608,7 @@ fn train_generate_evaluate_and_resume_on_your_own_text() {
         let o = posenc().args(args).output().unwrap();
         (o.status.success(), text(&o))
     };
-    let (ok, (stdout, stderr)) = go(&[
+    let train: Vec<&str> = vec![
         "lm",
         "train",
         "--quiet",
@@ -626,38 +626,17 @@ fn train_generate_evaluate_and_resume_on_your_own_text() {
         "1",
         "--heads",
         "2",
-        "--corpus",
-        "/no/shakespeare/here",
         "--out",
         run.to_str().unwrap(),
-    ]);
+    ];
+    let (ok, (_, stderr)) = go(&[&train[..], &["--corpus", "/no/shakespeare/here"]].concat());
     assert!(
         !ok && stderr.contains("--corpus"),
         "--text and --corpus together: {stderr}"
     );
-    let (ok, (stdout2, stderr)) = go(&[
-        "lm",
-        "train",
-        "--quiet",
-        "--text",
-        mine.to_str().unwrap(),
-        "--valid-fraction",
-        "0.2",
-        "--context",
-        "16",
-        "--steps",
-        "10",
-        "--d-model",
-        "16",
-        "--layers",
-        "1",
-        "--heads",
-        "2",
-        "--out",
-        run.to_str().unwrap(),
-    ]);
+    let (ok, (stdout, stderr)) = go(&train);
     assert!(ok, "{stderr}");
-    assert!(stdout2.contains("after 10 steps"), "{stdout}{stdout2}");
+    assert!(stdout.contains("after 10 steps"), "{stdout}");
     let trainer = std::fs::read_to_string(run.join("trainer.json")).unwrap();
     assert!(
         trainer.contains("mine.txt") && trainer.contains("sha256"),
@@ -676,48 +655,19 @@ fn train_generate_evaluate_and_resume_on_your_own_text() {
     assert!(ok && stdout.starts_with("ab"), "{stderr}");
     let (ok, (_, stderr)) = go(&["lm", "generate", "--model", run.to_str().unwrap(), "xyz"]);
     assert!(!ok && stderr.contains("no token for \"x\""), "{stderr}");
-    let (ok, (stdout, stderr)) = go(&[
-        "lm",
-        "eval",
-        "--model",
-        run.to_str().unwrap(),
-        "--text",
-        mine.to_str().unwrap(),
-        "--lengths",
-        "16,32",
-    ]);
+    let eval = |extra: &[&str]| {
+        let (run, mine) = (run.to_str().unwrap(), mine.to_str().unwrap());
+        go(&[&["lm", "eval", "--model", run, "--text", mine][..], extra].concat())
+    };
+    let (ok, (stdout, stderr)) = eval(&["--lengths", "16,32"]);
     assert!(ok && stdout.contains("| 32 |"), "{stderr}");
     // Sliding windows score every character after the first once.
-    let (ok, (stdout, stderr)) = go(&[
-        "lm",
-        "eval",
-        "--model",
-        run.to_str().unwrap(),
-        "--text",
-        mine.to_str().unwrap(),
-        "--lengths",
-        "16",
-        "--stride",
-        "5",
-        "--format",
-        "json",
-    ]);
+    let (ok, (stdout, stderr)) = eval(&["--lengths", "16", "--stride", "5", "--format", "json"]);
     assert!(ok, "{stderr}");
     let rows: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(rows[0]["tokens"], body.chars().count() - 1, "{stdout}");
     assert_eq!(rows[0]["stride"], 5);
-    let (ok, (_, stderr)) = go(&[
-        "lm",
-        "eval",
-        "--model",
-        run.to_str().unwrap(),
-        "--text",
-        mine.to_str().unwrap(),
-        "--lengths",
-        "16",
-        "--stride",
-        "17",
-    ]);
+    let (ok, (_, stderr)) = eval(&["--lengths", "16", "--stride", "17"]);
     assert!(!ok && stderr.contains("stride"), "{stderr}");
     let (ok, (stdout, stderr)) = go(&[
         "lm",

@@ -63,10 +63,7 @@ fn timed(
 
 fn main() -> Result<()> {
     posenc_transformer::keep_freed_memory();
-    let rounds: usize = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(3);
+    let rounds = posenc_bench::rounds(3);
     let dev = Device::Cpu;
     let path = fetched_smollm2()?;
     let ours = Llama::from_gguf(

@@ -65,10 +65,7 @@ fn peak_rss_mb() -> Option<f64> {
 
 fn main() -> Result<()> {
     posenc_transformer::keep_freed_memory();
-    let rounds: usize = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(3);
+    let rounds = posenc_bench::rounds(3);
     let threads = candle_core::utils::get_num_threads();
     let path = fetched_smollm2()?;
     let llama = Llama::from_gguf(

@@ -8,3 +8,11 @@
 //! bash scripts/fetch_minilm.sh
 //! cargo bench -p posenc-bench --bench embed
 //! ```
+
+/// The rounds a benchmark runs: the first number among its arguments, or `default`.
+pub fn rounds(default: usize) -> usize {
+    std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(default)
+}

@@ -33,16 +33,7 @@ pub mod vocab;
 
 /// A training progress bar on standard error at `step` of `steps` (hidden when `quiet`).
 pub(crate) fn progress_bar(quiet: bool, step: usize, steps: usize) -> indicatif::ProgressBar {
-    let bar = if quiet {
-        indicatif::ProgressBar::hidden()
-    } else {
-        indicatif::ProgressBar::new(steps as u64)
-    };
-    if let Ok(style) = indicatif::ProgressStyle::with_template(
-        "{bar:30} {pos}/{len} [{elapsed_precise}<{eta_precise}] {msg}",
-    ) {
-        bar.set_style(style);
-    }
+    let bar = bar(quiet, steps, "{pos}/{len}");
     bar.set_position(step as u64);
     bar
 }
@@ -50,14 +41,17 @@ pub(crate) fn progress_bar(quiet: bool, step: usize, steps: usize) -> indicatif:
 /// A progress bar on standard error over `total` tokens (hidden when `quiet`, and by
 /// `indicatif` when standard error is not a terminal).
 pub fn token_bar(quiet: bool, total: usize) -> indicatif::ProgressBar {
-    let bar = if quiet {
-        indicatif::ProgressBar::hidden()
-    } else {
-        indicatif::ProgressBar::new(total as u64)
+    bar(quiet, total, "{human_pos}/{human_len} tokens")
+}
+
+/// A bar of `total` steps counted as `count` says.
+fn bar(quiet: bool, total: usize, count: &str) -> indicatif::ProgressBar {
+    let bar = match quiet {
+        true => indicatif::ProgressBar::hidden(),
+        false => indicatif::ProgressBar::new(total as u64),
     };
-    if let Ok(style) = indicatif::ProgressStyle::with_template(
-        "{bar:30} {human_pos}/{human_len} tokens [{elapsed_precise}<{eta_precise}] {msg}",
-    ) {
+    let template = format!("{{bar:30}} {count} [{{elapsed_precise}}<{{eta_precise}}] {{msg}}");
+    if let Ok(style) = indicatif::ProgressStyle::with_template(&template) {
         bar.set_style(style);
     }
     bar

@@ -167,6 +167,29 @@ fn evaluation_counts_every_position_of_non_overlapping_windows() {
     }
 }
 
+/// Options of a run that prints nothing and runs to its end.
+const QUIET: RunOptions = RunOptions {
+    quiet: true,
+    force: false,
+    stop_after: None,
+};
+
+const LINE: &str = "to be or not to be that is the question ";
+
+/// A character tokenizer of [`LINE`].
+fn char_tokenizer() -> tokenizers::Tokenizer {
+    TextTokenizer::Char.train(&LINE.repeat(40)).unwrap()
+}
+
+/// [`LINE`] 40 times, validated on its first 400 characters.
+fn char_data() -> LmData {
+    let ids = posenc_train::text_tokenizer::encode(&char_tokenizer(), &LINE.repeat(40)).unwrap();
+    LmData {
+        train: ids.clone(),
+        valid: ids[..400].to_vec(),
+    }
+}
+
 fn same_files(a: &std::path::Path, b: &std::path::Path, name: &str) -> bool {
     let load = |d: &std::path::Path| {
         candle_core::safetensors::load(d.join(name), &candle_core::Device::Cpu).unwrap()
@@ -181,18 +204,7 @@ fn same_files(a: &std::path::Path, b: &std::path::Path, name: &str) -> bool {
 
 #[test]
 fn a_resumed_run_is_bit_identical_to_one_that_never_stopped() {
-    let quiet = RunOptions {
-        quiet: true,
-        force: false,
-        stop_after: None,
-    };
-    let text: String = "to be or not to be that is the question ".repeat(40);
-    let tokenizer = TextTokenizer::Char.train(&text).unwrap();
-    let ids = posenc_train::text_tokenizer::encode(&tokenizer, &text).unwrap();
-    let data = LmData {
-        train: ids.clone(),
-        valid: ids[..400].to_vec(),
-    };
+    let (quiet, tokenizer, data) = (QUIET, char_tokenizer(), char_data());
     let mut cfg = tiny("rope", 12);
     cfg.model.vocab_size = tokenizer.get_vocab_size(true);
     cfg.eval_every = 4;
@@ -275,18 +287,7 @@ fn randomized_positions_train_every_row_of_a_learned_table() {
 
 #[test]
 fn a_run_started_from_another_begins_at_its_weights_and_resumes_from_them() {
-    let quiet = RunOptions {
-        quiet: true,
-        force: false,
-        stop_after: None,
-    };
-    let text: String = "to be or not to be that is the question ".repeat(40);
-    let tokenizer = TextTokenizer::Char.train(&text).unwrap();
-    let ids = posenc_train::text_tokenizer::encode(&tokenizer, &text).unwrap();
-    let data = LmData {
-        train: ids.clone(),
-        valid: ids[..400].to_vec(),
-    };
+    let (quiet, tokenizer, data) = (QUIET, char_tokenizer(), char_data());
     let mut cfg = tiny("rope", 20);
     cfg.model.vocab_size = tokenizer.get_vocab_size(true);
     let (source, tuned, stopped) = (
@@ -303,18 +304,7 @@ fn a_run_started_from_another_begins_at_its_weights_and_resumes_from_them() {
     let distance = |a: &std::path::Path, b: &std::path::Path| {
         let (a, b) = (weights(a), weights(b));
         a.iter()
-            .map(|(name, t)| {
-                (t - &b[name])
-                    .unwrap()
-                    .abs()
-                    .unwrap()
-                    .flatten_all()
-                    .unwrap()
-                    .max(0)
-                    .unwrap()
-                    .to_scalar::<f32>()
-                    .unwrap()
-            })
+            .map(|(name, t)| posenc_testkit::max_abs_diff(t, &b[name]))
             .fold(0.0f32, f32::max)
     };
     // One step at a vanishing learning rate and no decay moves nothing measurable: the new

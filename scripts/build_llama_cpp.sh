@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Builds llama.cpp's `llama-bench` from the PyPI sdist of llama-cpp-python (which vendors
+# llama.cpp) into .cache/llama.cpp/llama-bench: the baseline of the prompt and generation
+# speed benchmarks. cmake comes from PyPI into a private virtual environment when it is
+# missing; a C++ compiler (g++ from Debian) must be there.
+#
+#   scripts/build_llama_cpp.sh     (minutes on two cores; does nothing once built)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+version=0.3.36
+dest=.cache/llama.cpp
+if [ -x "$dest/llama-bench" ]; then
+  exit 0
+fi
+command -v g++ > /dev/null || { echo "llama.cpp needs a C++ compiler: apt-get install g++" >&2; exit 1; }
+mkdir -p "$dest"
+if ! command -v cmake > /dev/null; then
+  python3 -m venv "$dest/venv"
+  "$dest/venv/bin/pip" install --quiet cmake
+  export PATH="$PWD/$dest/venv/bin:$PATH"
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# The sdist (only it from source: `--no-binary :all:` would also build its build
+# dependencies, cmake among them, from source just to read its metadata).
+python3 -m pip download --quiet --no-deps --no-binary llama-cpp-python \
+  "llama-cpp-python==$version" -d "$tmp"
+tar -xzf "$tmp/llama_cpp_python-$version.tar.gz" -C "$tmp"
+src="$tmp/llama_cpp_python-$version/vendor/llama.cpp"
+cmake -S "$src" -B "$tmp/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
+  -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TESTS=OFF -DGGML_OPENMP=OFF -DBUILD_SHARED_LIBS=OFF > /dev/null
+cmake --build "$tmp/build" --target llama-bench -j "$(nproc)" > /dev/null
+cp "$tmp/build/bin/llama-bench" "$dest/llama-bench.tmp"
+mv "$dest/llama-bench.tmp" "$dest/llama-bench"
+echo "llama.cpp (llama-cpp-python $version) in $dest/llama-bench"
