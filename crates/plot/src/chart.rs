@@ -147,6 +147,10 @@ pub fn heatmap(area: &Area, h: &Heatmap) -> Result<()> {
     } else {
         format!("{}  [{lo:.2}, {hi:.2}]", h.title)
     };
+    // Words stand on end so they do not overlap; numbers read across.
+    let numeric = h
+        .x_ticks
+        .is_some_and(|t| t.iter().all(|l| l.parse::<f64>().is_ok()));
     // Every cell is a label candidate; numbered axes show round positions from 0 on.
     let label = |ticks: Option<&[String]>, v: &SegmentValue<i32>, flip: bool| match v {
         SegmentValue::CenterOf(i) => {
@@ -163,7 +167,11 @@ pub fn heatmap(area: &Area, h: &Heatmap) -> Result<()> {
     let mut chart = ChartBuilder::on(area)
         .caption(title, (FONT, 15))
         .margin(6)
-        .x_label_area_size(if h.x_ticks.is_some() { 60 } else { 30 })
+        .x_label_area_size(if h.x_ticks.is_some() && !numeric {
+            60
+        } else {
+            30
+        })
         .y_label_area_size(if h.y_ticks.is_some() { 70 } else { 40 })
         // A segmented `0..n - 1` has one segment per value, `n` in all.
         .build_cartesian_2d(
@@ -171,7 +179,7 @@ pub fn heatmap(area: &Area, h: &Heatmap) -> Result<()> {
             (0..(rows - 1).max(0)).into_segmented(),
         )
         .map_err(err)?;
-    let x_style = if h.x_ticks.is_some() {
+    let x_style = if h.x_ticks.is_some() && !numeric {
         TextStyle::from((FONT, 12).into_font()).transform(FontTransform::Rotate90)
     } else {
         TextStyle::from((FONT, 12).into_font())
@@ -299,6 +307,8 @@ pub fn curves(area: &Area, axes: &Axes, series: &[Series]) -> Result<()> {
         let p = if b - a > 1e-9 { (b - a) * 0.05 } else { 1.0 };
         (a - p)..(b + p)
     };
+    let (xr, yr) = (pad(x0, x1), pad(y0, y1));
+    let (xr, yr) = ((xr.start, xr.end), (yr.start, yr.end));
     let mut chart = ChartBuilder::on(area)
         .caption(&axes.title, (FONT, 15))
         .margin(8)
@@ -369,16 +379,108 @@ pub fn curves(area: &Area, axes: &Axes, series: &[Series]) -> Result<()> {
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK.mix(0.3))
             .label_font((FONT, 12))
-            .position(SeriesLabelPosition::UpperRight)
+            .position(legend_corner(area, series, xr, yr))
             .draw()
             .map_err(err)?;
     }
     Ok(())
 }
 
+/// The corner of the plot whose legend box covers the fewest points of `series` (each line
+/// sampled along its segments too), upper right first among equals.
+fn legend_corner(
+    area: &Area,
+    series: &[Series],
+    (x0, x1): (f64, f64),
+    (y0, y1): (f64, f64),
+) -> SeriesLabelPosition {
+    let (w, h) = area.dim_in_pixel();
+    let named: Vec<&Series> = series.iter().filter(|s| !s.name.is_empty()).collect();
+    let chars = named
+        .iter()
+        .map(|s| s.name.chars().count())
+        .max()
+        .unwrap_or(0);
+    // The legend's size as a share of the plot (labels and margins as plotters draws them).
+    let lw = (36.0 + 7.0 * chars as f64) / (f64::from(w) - 80.0).max(1.0);
+    let lh = (12.0 + 18.0 * named.len() as f64) / (f64::from(h) - 80.0).max(1.0);
+    let (sx, sy) = ((x1 - x0).max(1e-12), (y1 - y0).max(1e-12));
+    let mut points = Vec::new();
+    for s in series {
+        let p: Vec<(f64, f64)> = s
+            .points
+            .iter()
+            .filter(|(x, y)| x.is_finite() && y.is_finite())
+            .map(|&(x, y)| ((x - x0) / sx, (y - y0) / sy))
+            .collect();
+        points.extend(&p);
+        if matches!(s.mark, Mark::Line | Mark::LineDots) {
+            for pair in p.windows(2) {
+                points.extend((1..20).map(|k| {
+                    let t = f64::from(k) / 20.0;
+                    (
+                        pair[0].0 + t * (pair[1].0 - pair[0].0),
+                        pair[0].1 + t * (pair[1].1 - pair[0].1),
+                    )
+                }));
+            }
+        }
+    }
+    let covered = |left: bool, top: bool| {
+        let (xa, xb) = if left { (0.0, lw) } else { (1.0 - lw, 1.0) };
+        let (ya, yb) = if top { (1.0 - lh, 1.0) } else { (0.0, lh) };
+        points
+            .iter()
+            .filter(|(x, y)| (xa..=xb).contains(x) && (ya..=yb).contains(y))
+            .count()
+    };
+    [
+        (SeriesLabelPosition::UpperRight, false, true),
+        (SeriesLabelPosition::UpperLeft, true, true),
+        (SeriesLabelPosition::LowerRight, false, false),
+        (SeriesLabelPosition::LowerLeft, true, false),
+    ]
+    .into_iter()
+    .min_by_key(|&(_, left, top)| covered(left, top))
+    .map_or(SeriesLabelPosition::UpperRight, |(corner, _, _)| corner)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::round_step;
+    use super::*;
+
+    /// The legend goes to the corner no point or line of the data passes through.
+    #[test]
+    fn the_legend_takes_a_corner_free_of_data() {
+        let mut rgb = vec![0u8; 900 * 560 * 3];
+        let root = BitMapBackend::with_buffer(&mut rgb, (900, 560)).into_drawing_area();
+        let line = |points: Vec<(f64, f64)>| Series {
+            name: "a long series name".into(),
+            points,
+            mark: Mark::Line,
+            colour: colour(0),
+        };
+        let corner = |s: &[Series]| {
+            let c = legend_corner(&root, s, (0.0, 1.0), (0.0, 1.0));
+            format!("{c:?}")
+        };
+        // Rising to the upper right: the upper left is free.
+        assert_eq!(
+            corner(&[line(vec![(0.0, 0.0), (1.0, 1.0)])]),
+            format!("{:?}", SeriesLabelPosition::UpperLeft)
+        );
+        // Along the top and down the left: the lower right is free.
+        let top = line(vec![(0.0, 0.0), (0.0, 1.0), (1.0, 1.0)]);
+        assert_eq!(
+            corner(&[top]),
+            format!("{:?}", SeriesLabelPosition::LowerRight)
+        );
+        // Nothing near the upper right: it stays there.
+        assert_eq!(
+            corner(&[line(vec![(0.0, 0.0), (1.0, 0.2)])]),
+            format!("{:?}", SeriesLabelPosition::UpperRight)
+        );
+    }
 
     #[test]
     fn label_steps_are_round() {
