@@ -588,13 +588,6 @@ fn passkey(a: PasskeyArgs, out: &mut impl Write) -> Result<()> {
     )?;
     bar.finish_and_clear();
     let accuracy = passkey::accuracy(&cfg, &records);
-    if let Some(path) = &a.plot {
-        let name = Path::new(a.model.spec(&default))
-            .file_name()
-            .map_or_else(|| a.model.spec(&default).into(), |n| n.to_string_lossy());
-        let title = format!("Passkey retrieval: {name}{}", scaling_note(&a.model));
-        posenc_plot::passkey(&cfg, &accuracy, &title, path)?;
-    }
     match a.format {
         Format::Json => {
             let rows: Vec<_> = records
@@ -623,6 +616,15 @@ fn passkey(a: PasskeyArgs, out: &mut impl Write) -> Result<()> {
                 writeln!(out, "| {len} | {} |", cells.join(" | "))?;
             }
         }
+    }
+    // The figure last: the records are out even if it cannot be written.
+    out.flush()?;
+    if let Some(path) = &a.plot {
+        let name = Path::new(a.model.spec(&default))
+            .file_name()
+            .map_or_else(|| a.model.spec(&default).into(), |n| n.to_string_lossy());
+        let title = format!("Passkey retrieval: {name}{}", scaling_note(&a.model));
+        posenc_plot::passkey(&cfg, &accuracy, &title, path)?;
     }
     Ok(())
 }
