@@ -30,6 +30,16 @@ pub enum Positions<'a> {
     /// These positions, strictly increasing, one per token (randomized positions: a sorted
     /// random subset of a range longer than the sequence, Ruoss et al. 2023).
     At(&'a [u32]),
+    /// `offset, offset + 1, …`, a piece of a sequence read in pieces that will reach
+    /// `total` positions (a long prompt read through the cache chunk by chunk): an encoding
+    /// whose tables depend on the sequence's length (dynamic NTK) takes `total`'s, as one
+    /// forward over the whole sequence would ([`Positions::reach`]).
+    Within {
+        /// The first position.
+        offset: usize,
+        /// The length the sequence reaches.
+        total: usize,
+    },
 }
 
 impl From<usize> for Positions<'_> {
@@ -42,7 +52,7 @@ impl Positions<'_> {
     /// The position of token `i`.
     pub fn get(&self, i: usize) -> usize {
         match self {
-            Self::From(offset) => offset + i,
+            Self::From(offset) | Self::Within { offset, .. } => offset + i,
             Self::At(list) => list[i] as usize,
         }
     }
@@ -50,8 +60,17 @@ impl Positions<'_> {
     /// One past the last position of a sequence of `len` tokens.
     pub fn end(&self, len: usize) -> usize {
         match self {
-            Self::From(offset) => offset + len,
+            Self::From(offset) | Self::Within { offset, .. } => offset + len,
             Self::At(list) => list.last().map_or(0, |&p| p as usize + 1),
+        }
+    }
+
+    /// The length of the whole sequence these `len` tokens belong to, as far as is known:
+    /// `total` for a piece read [`Positions::Within`] it, else [`Positions::end`].
+    pub fn reach(&self, len: usize) -> usize {
+        match self {
+            Self::Within { total, .. } => (*total).max(self.end(len)),
+            _ => self.end(len),
         }
     }
 
@@ -61,6 +80,13 @@ impl Positions<'_> {
     pub fn keys(&self, len: usize) -> (Self, usize) {
         match self {
             Self::From(offset) => (Self::From(0), offset + len),
+            Self::Within { offset, total } => (
+                Self::Within {
+                    offset: 0,
+                    total: *total,
+                },
+                offset + len,
+            ),
             Self::At(_) => (*self, len),
         }
     }
@@ -86,7 +112,7 @@ impl Positions<'_> {
     /// consecutive positions, a gather (differentiable) for a list.
     pub(crate) fn select(&self, table: &Tensor, len: usize) -> Result<Tensor> {
         Ok(match self {
-            Self::From(offset) => table.narrow(0, *offset, len)?,
+            Self::From(offset) | Self::Within { offset, .. } => table.narrow(0, *offset, len)?,
             Self::At(list) => {
                 let idx = Tensor::new(*list, table.device())?;
                 table.index_select(&idx, 0)?

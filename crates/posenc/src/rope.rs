@@ -193,7 +193,8 @@ impl Rope {
     /// f32, times the scaling's attention factor.
     pub fn cos_sin(&self, at: Positions, len: usize) -> Result<(Tensor, Tensor)> {
         at.check(RopeConfig::KIND, len)?;
-        let end = at.end(len);
+        // A piece of a longer sequence takes the frequencies of the length it will reach.
+        let end = at.reach(len);
         let tables = match &self.scaling {
             Some((scaling, original, long)) if scaling.depends_on_length() && end > *original => {
                 match long {

@@ -344,6 +344,7 @@ fn window_losses(
         return Ok(nll);
     }
     let mut cache = EncoderCache::with_capacity(n);
+    cache.read_until(n);
     let mut parts = Vec::new();
     for start in (0..n).step_by(PREFILL_CHUNK) {
         let k = PREFILL_CHUNK.min(n - start);

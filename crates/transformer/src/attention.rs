@@ -44,9 +44,30 @@ pub struct KvCache {
     len: usize,
     /// The capacity to allocate on the first write.
     reserved: usize,
+    /// The length the sequence being read will reach ([`KvCache::read_until`]).
+    reach: usize,
 }
 
 impl KvCache {
+    /// Says that what is read next belongs to a sequence that will reach `total`
+    /// positions: the encoding then sees each piece as [`Positions::Within`] it (dynamic
+    /// NTK takes `total`'s frequencies, as one forward over the whole would). Positions past
+    /// `total` are read as themselves.
+    pub fn read_until(&mut self, total: usize) {
+        self.reach = total;
+    }
+
+    /// Where `new` tokens after the cached ones sit.
+    fn positions(&self, new: usize) -> Positions<'static> {
+        match self.reach > self.len + new {
+            true => Positions::Within {
+                offset: self.len,
+                total: self.reach,
+            },
+            false => Positions::From(self.len),
+        }
+    }
+
     /// Number of positions cached.
     pub fn len(&self) -> usize {
         self.len
@@ -302,7 +323,7 @@ impl MultiHeadAttention {
     pub fn cached_self_attention(&self, x: &Tensor, cache: &mut KvCache) -> Result<Tensor> {
         self.check(x, "query")?;
         let (offset, new) = (cache.len(), x.dim(1)?);
-        let at = Positions::From(offset);
+        let at = cache.positions(new);
         let q = self.rotate(&self.q_proj.forward(x)?, at)?;
         let k = self.split(&self.rotate(&self.k_proj.forward(x)?, at)?)?;
         let v = self.split(&self.v_proj.forward(x)?)?;

@@ -30,6 +30,7 @@ use crate::{Config, Result};
 pub struct EncoderCache {
     layers: Vec<KvCache>,
     reserved: usize,
+    reach: usize,
 }
 
 impl EncoderCache {
@@ -56,6 +57,7 @@ impl EncoderCache {
                 .map(KvCache::try_clone)
                 .collect::<Result<_>>()?,
             reserved: self.reserved,
+            reach: self.reach,
         })
     }
 
@@ -65,7 +67,15 @@ impl EncoderCache {
         Self {
             layers: Vec::new(),
             reserved: positions,
+            reach: 0,
         }
+    }
+
+    /// Says that what is read next belongs to a sequence that will reach `total` positions
+    /// ([`KvCache::read_until`]): a long prompt read chunk by chunk then gets the
+    /// length-dependent tables (dynamic NTK) of the whole prompt, as one forward would.
+    pub fn read_until(&mut self, total: usize) {
+        self.reach = total;
     }
 }
 
@@ -262,6 +272,7 @@ impl Encoder {
         });
         let mut x = x.clone();
         for (layer, kv) in self.layers.iter().zip(&mut cache.layers) {
+            kv.read_until(cache.reach);
             x = layer.through(&x, false, |attention, x| {
                 attention.cached_self_attention(x, kv)
             })?;

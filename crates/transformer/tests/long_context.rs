@@ -304,3 +304,47 @@ fn a_cache_past_the_limit_is_refused_by_its_size() {
     let e = learned.check_cache(1, 9).unwrap_err().to_string();
     assert!(e.contains("max_positions = 8"), "{e}");
 }
+
+/// Dynamic NTK takes its frequencies from the sequence's length. Read in chunks, a prompt
+/// is still one sequence: every chunk takes the whole prompt's frequencies, so the chunked
+/// prefill and a long window read through the cache equal one forward over the whole (as
+/// transformers reads a prompt), where asking chunk by chunk would rotate the first
+/// chunks' keys with other frequencies than the later queries'.
+#[test]
+fn a_prompt_read_in_chunks_takes_dynamic_ntks_frequencies_at_its_whole_length() {
+    let len = 2 * PREFILL_CHUNK + 76;
+    let enc: EncodingConfig =
+        r#"{"kind": "rope", "scaling": {"rope_type": "dynamic", "factor": 2}}"#
+            .parse()
+            .unwrap();
+    let model = lm(enc, 64);
+    let ids = long_ids(1, len);
+    let full = model.logits(&ids, false).unwrap();
+    let last = model.step(&ids, &mut EncoderCache::default()).unwrap();
+    let diff = max_abs_diff(&last, &full.i((.., len - 1)).unwrap());
+    assert!(diff < 1e-4, "the chunked prefill differs by {diff}");
+    let read = |cache: &mut EncoderCache| {
+        let parts: Vec<Tensor> = [(0, 300), (300, len - 300)]
+            .iter()
+            .map(|&(start, n)| {
+                model
+                    .logits_cached(&ids.narrow(1, start, n).unwrap(), cache)
+                    .unwrap()
+            })
+            .collect();
+        Tensor::cat(&parts, 1).unwrap()
+    };
+    let mut whole = EncoderCache::default();
+    whole.read_until(len);
+    let diff = max_abs_diff(&read(&mut whole), &full);
+    assert!(
+        diff < 1e-4,
+        "reading within the whole length differs by {diff}"
+    );
+    // Chunk by chunk, each at its own length, the scores are another model's.
+    let diff = max_abs_diff(&read(&mut EncoderCache::default()), &full);
+    assert!(
+        diff > 1e-3,
+        "the frequencies did not depend on the length ({diff})"
+    );
+}
