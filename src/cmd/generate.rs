@@ -45,8 +45,10 @@ impl GenerateArgs {
         let sampling: posenc_train::sample::Sampling = self.sampling.into();
         sampling.validate()?;
         posenc::limits::check("tokens", self.max_tokens, posenc::limits::MAX_POSITIONS)?;
-        let prompt = read_prompt(self.prompt)?;
+        // The model before the prompt: a model that does not load is named without waiting
+        // on standard input.
         let lm = self.model.load(default)?;
+        let prompt = read_prompt(self.prompt)?;
         // A plain prompt is printed before its continuation, once generation has started
         // (a prompt refused by the generator prints nothing).
         let (text, mut echo) = if self.chat {
