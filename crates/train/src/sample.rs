@@ -224,6 +224,8 @@ fn read(
     cache: &mut EncoderCache,
     mut on_chunk: impl FnMut(usize),
 ) -> Result<Tensor> {
+    // One sequence, read in chunks for the progress hook's sake.
+    cache.read_until(cache.len() + ids.len());
     let mut logits = None;
     for chunk in ids.chunks(PREFILL_CHUNK) {
         let x = Tensor::new(chunk, &model.device())?.unsqueeze(0)?;

@@ -77,6 +77,11 @@ impl EncoderCache {
     pub fn read_until(&mut self, total: usize) {
         self.reach = total;
     }
+
+    /// The length the sequence being read will reach, as far as it has been said.
+    pub fn reach(&self) -> usize {
+        self.reach
+    }
 }
 
 /// One encoder layer.

@@ -254,8 +254,9 @@ impl LanguageModel {
     /// differs from the cache's.
     pub fn step(&self, ids: &Tensor, cache: &mut EncoderCache) -> Result<Tensor> {
         let new = self.check(ids, Positions::From(cache.len()))?;
-        // Every chunk of the prompt is a piece of one sequence of this length.
-        cache.read_until(cache.len() + new);
+        // Every chunk of the prompt is a piece of one sequence of this length (or of a
+        // longer one, when the caller reads it in pieces and has said how long).
+        cache.read_until(cache.reach().max(cache.len() + new));
         let mut last = None;
         for start in (0..new).step_by(PREFILL_CHUNK) {
             let chunk = ids.narrow(1, start, PREFILL_CHUNK.min(new - start))?;

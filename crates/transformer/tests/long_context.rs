@@ -341,6 +341,18 @@ fn a_prompt_read_in_chunks_takes_dynamic_ntks_frequencies_at_its_whole_length() 
         diff < 1e-4,
         "reading within the whole length differs by {diff}"
     );
+    // A caller reading the prompt in pieces through `step` says how long it is, and each
+    // step keeps that length rather than its own end.
+    let mut pieces = EncoderCache::default();
+    pieces.read_until(len);
+    model
+        .step(&ids.narrow(1, 0, 600).unwrap(), &mut pieces)
+        .unwrap();
+    let last = model
+        .step(&ids.narrow(1, 600, len - 600).unwrap(), &mut pieces)
+        .unwrap();
+    let diff = max_abs_diff(&last, &full.i((.., len - 1)).unwrap());
+    assert!(diff < 1e-4, "a prompt stepped in pieces differs by {diff}");
     // Chunk by chunk, each at its own length, the scores are another model's.
     let diff = max_abs_diff(&read(&mut EncoderCache::default()), &full);
     assert!(
