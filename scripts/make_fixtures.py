@@ -2,7 +2,8 @@
 """Reference values for the encoding crate, from independent implementations.
 
 Every tensor written here comes from published code (PyTorch, Hugging Face transformers
-and the Annotated Transformer's formula), never from posenc's own output. The Rust tests
+and the Annotated Transformer's formula) or, for the naive encodings no library ships, from
+their formulas in float64 numpy, never from posenc's own output. The Rust tests
 in crates/posenc/tests/reference.rs compare against them to 1e-6.
 
     python3 -m venv .venv && .venv/bin/pip install -r scripts/requirements.txt
@@ -89,6 +90,35 @@ f["t5.relative"] = rel
 f["t5.buckets.bidirectional.32.128"] = T5Attention._relative_position_bucket(rel, True, 32, 128)
 f["t5.buckets.unidirectional.32.128"] = T5Attention._relative_position_bucket(rel, False, 32, 128)
 f["t5.buckets.bidirectional.64.256"] = T5Attention._relative_position_bucket(rel, True, 64, 256)
+
+# 5. The naive encodings the documents reject, from their formulas in float64 (numpy): there
+#    is no library that ships them. fraction: pos / (len - 1); index: pos; binary: +1 where bit
+#    i of pos is set, else -1 (bit i in dimension i, least significant first); sine-single:
+#    sin(w * pos) in every dimension.
+D_NAIVE = 8
+for length in (1, 2, 10):
+    pos = np.arange(length, dtype=np.float64)[:, None]
+    frac = pos / (length - 1) if length > 1 else np.zeros_like(pos)
+    f[f"fraction.d8.len{length}"] = torch.from_numpy(np.repeat(frac, D_NAIVE, axis=1)).float()
+f["index.d8.len300"] = torch.from_numpy(np.repeat(np.arange(300, dtype=np.float64)[:, None], D_NAIVE, axis=1)).float()
+bits = (np.arange(300)[:, None] >> np.arange(D_NAIVE)[None, :]) & 1
+f["binary.d8.len300"] = torch.from_numpy(np.where(bits == 1, 1.0, -1.0)).float()
+for w in (1.0, 0.05):
+    sine = np.sin(w * np.arange(50, dtype=np.float64))[:, None]
+    f[f"sine-single.w{w}.d4.len50"] = torch.from_numpy(np.repeat(sine, 4, axis=1)).float()
+
+# 6. Rotary with positions divided by 2 (posenc's position_scale): transformers' own "linear"
+#    rope type (position interpolation), whose init function divides inv_freq by the factor,
+#    applied by Llama's apply_rotary_pos_emb at positions 5..25.
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+cfg_lin = llama.LlamaConfig(hidden_size=D * H, num_attention_heads=H, rope_theta=10000.0, max_position_embeddings=64,
+                            rope_scaling={"rope_type": "linear", "factor": 2.0})
+inv_lin, _ = ROPE_INIT_FUNCTIONS["linear"](cfg_lin, "cpu")
+freqs_lin = torch.outer(torch.arange(5, 5 + T, dtype=torch.float64), inv_lin.double())
+emb_lin = torch.cat((freqs_lin, freqs_lin), dim=-1)[None]
+sq, sk = llama.apply_rotary_pos_emb(q, k, emb_lin.cos(), emb_lin.sin())
+f["llama.linear2.q_rot.offset5"], f["llama.linear2.k_rot.offset5"] = sq.float(), sk.float()
 
 os.makedirs(os.path.dirname(OUT), exist_ok=True)
 save_file({k: v.contiguous() for k, v in f.items()}, OUT, metadata={

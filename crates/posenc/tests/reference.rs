@@ -151,6 +151,64 @@ fn partial_rope_matches_gpt_neox() {
 }
 
 #[test]
+fn position_scale_matches_transformers_linear_scaling() {
+    // Positions ÷ 2 is transformers' "linear" rope type (position interpolation), factor 2.
+    let f = fixtures();
+    let rope = Rope::new(16, 10_000.0, PairLayout::Halves, 1.0, &Device::Cpu)
+        .unwrap()
+        .with_position_scale(2.0)
+        .unwrap();
+    check_rotation(
+        "linear q",
+        &rope,
+        &f["rope.q"],
+        5,
+        &f["llama.linear2.q_rot.offset5"],
+    );
+    check_rotation(
+        "linear k",
+        &rope,
+        &f["rope.k"],
+        5,
+        &f["llama.linear2.k_rot.offset5"],
+    );
+}
+
+#[test]
+fn naive_encodings_match_their_formulas() {
+    // The formulas in f64 (scripts/make_fixtures.py): fraction at lengths 1, 2 and 10
+    // (one position has no fraction: 0), index and binary past 2^d_model, and one sine at
+    // two frequencies.
+    let f = fixtures();
+    let build = |json: &str, d_model: usize| {
+        serde_json::from_str::<EncodingConfig>(json)
+            .unwrap()
+            .build_untrained(d_model, 4, &Device::Cpu)
+            .unwrap()
+    };
+    for len in [1, 2, 10] {
+        let enc = build(r#"{"kind": "fraction"}"#, 8);
+        let name = format!("fraction.d8.len{len}");
+        assert_close(&name, &additive(&*enc, len), &f[&name], TOL);
+    }
+    for kind in ["index", "binary"] {
+        let enc = build(&format!(r#"{{"kind": "{kind}"}}"#), 8);
+        let name = format!("{kind}.d8.len300");
+        assert_close(&name, &additive(&*enc, 300), &f[&name], 0.0);
+    }
+    for (w, name) in [
+        (1.0, "sine-single.w1.0.d4.len50"),
+        (0.05, "sine-single.w0.05.d4.len50"),
+    ] {
+        let enc = build(
+            &format!(r#"{{"kind": "sine-single", "frequency": {w}}}"#),
+            4,
+        );
+        assert_close(name, &additive(&*enc, 50), &f[name], TOL);
+    }
+}
+
+#[test]
 fn alibi_matches_bloom() {
     let f = fixtures();
     for heads in [8usize, 6, 12] {
