@@ -88,6 +88,15 @@ fn train_generate_and_evaluate_a_tiny_language_model() {
         assert!(table.contains(len), "{table}");
     }
     assert!(!table.contains("n/a"), "{table}");
+    // Then the loss by octave of L = 16: one column each, one row per window length, a
+    // window that ends before an octave leaving it empty.
+    assert!(
+        table.contains("| window | 0–7 | 8–15 | 16–31 | 32–63 | 64–127 |"),
+        "{table}"
+    );
+    let octaves = table.split("Loss by position").nth(1).unwrap();
+    let row16 = octaves.lines().find(|l| l.starts_with("| 16 |")).unwrap();
+    assert_eq!(row16.matches('–').count(), 3, "{row16}");
     // As JSON: the loss at every position, the tail past L = 16 from 32 on.
     let e = posenc()
         .args([

@@ -435,7 +435,7 @@ fn eval(a: EvalArgs, out: &mut impl Write) -> Result<()> {
         lm.describe(),
         scaling_note(&a.model)
     )?;
-    for r in rows {
+    for r in &rows {
         match (&r.eval, &r.unavailable) {
             (Some(e), _) => writeln!(
                 out,
@@ -453,6 +453,47 @@ fn eval(a: EvalArgs, out: &mut impl Write) -> Result<()> {
                 why.as_deref().unwrap_or("")
             )?,
         }
+    }
+    let evals: Vec<_> = rows.iter().filter_map(|r| r.eval.as_ref()).collect();
+    write_octaves(out, &evals, context)
+}
+
+/// The loss by octave of the trained context ([`LengthEval::by_octave`]), one row per window
+/// length and one column per octave of the longest window. A row's last octave, when its
+/// window ends inside it, names where it was cut.
+///
+/// [`LengthEval::by_octave`]: posenc_train::lm_train::LengthEval::by_octave
+fn write_octaves(
+    out: &mut impl Write,
+    evals: &[&posenc_train::lm_train::LengthEval],
+    context: usize,
+) -> Result<()> {
+    let Some(longest) = evals.iter().max_by_key(|e| e.len) else {
+        return Ok(());
+    };
+    let columns = longest.by_octave(context);
+    writeln!(
+        out,
+        "\nLoss by position, in octaves of the trained context ({context}):\n\n| window | {} |\n|---:|{}",
+        columns
+            .iter()
+            .map(|b| format!("{}–{}", b.from, b.to - 1))
+            .collect::<Vec<_>>()
+            .join(" | "),
+        "---:|".repeat(columns.len())
+    )?;
+    for e in evals {
+        let cells: Vec<String> = columns
+            .iter()
+            .map(
+                |c| match e.by_octave(context).into_iter().find(|b| b.from == c.from) {
+                    Some(b) if b.to == c.to => format!("{:.4}", b.loss),
+                    Some(b) => format!("{:.4} (to {})", b.loss, b.to - 1),
+                    None => "–".to_string(),
+                },
+            )
+            .collect();
+        writeln!(out, "| {} | {} |", e.len, cells.join(" | "))?;
     }
     Ok(())
 }

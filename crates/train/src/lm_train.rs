@@ -248,6 +248,43 @@ impl LengthEval {
     pub fn perplexity(&self) -> f64 {
         self.loss.exp()
     }
+
+    /// The mean loss over the positions of each octave of the trained context `trained` = L:
+    /// `[0, L/2)`, `[L/2, L)`, `[L, 2L)`, `[2L, 4L)`, … as far as the window reaches (the
+    /// last one cut at its end). Positions past L in one octave face the same distances
+    /// whatever the window's length, so windows of several lengths over one text compare
+    /// octave by octave; a window's mean does not, as its early, high-loss positions weigh
+    /// less the longer it is.
+    pub fn by_octave(&self, trained: usize) -> Vec<PositionBucket> {
+        let mut edges = vec![0];
+        let mut edge = (trained / 2).max(1);
+        while edge < self.len {
+            if edge > *edges.last().unwrap_or(&0) {
+                edges.push(edge);
+            }
+            edge = if edge < trained { trained } else { edge * 2 };
+        }
+        edges.push(self.len);
+        edges
+            .windows(2)
+            .map(|w| PositionBucket {
+                from: w[0],
+                to: w[1],
+                loss: self.by_position[w[0]..w[1]].iter().sum::<f64>() / (w[1] - w[0]) as f64,
+            })
+            .collect()
+    }
+}
+
+/// The mean loss over the positions `from..to` of a window.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PositionBucket {
+    /// The first position.
+    pub from: usize,
+    /// One past the last position.
+    pub to: usize,
+    /// Mean loss (nats per token) over these positions.
+    pub loss: f64,
 }
 
 /// The next-token loss over up to `max_windows` non-overlapping windows of `len` tokens,

@@ -481,3 +481,41 @@ fn strided_evaluation_scores_every_token_once_as_transformers_guide_does() {
         assert!(evaluate_strided(&model, &stream, len, stride, |_| {}).is_err());
     }
 }
+
+#[test]
+fn octaves_split_a_window_at_half_the_context_then_at_its_doublings() {
+    use posenc_train::lm_train::LengthEval;
+    let by_position: Vec<f64> = (0..100).map(|p| p as f64).collect();
+    let eval = LengthEval {
+        len: 100,
+        windows: 1,
+        loss: 49.5,
+        tail_loss: None,
+        by_position,
+    };
+    let got: Vec<(usize, usize, f64)> = eval
+        .by_octave(16)
+        .iter()
+        .map(|b| (b.from, b.to, b.loss))
+        .collect();
+    // The mean of p over from..to is (from + to - 1) / 2.
+    let want: Vec<(usize, usize, f64)> = [(0, 8), (8, 16), (16, 32), (32, 64), (64, 100)]
+        .iter()
+        .map(|&(a, b)| (a, b, (a + b - 1) as f64 / 2.0))
+        .collect();
+    assert_eq!(got, want);
+    // A window shorter than the context is cut at its end; a context of one has no half.
+    let short = LengthEval {
+        len: 12,
+        by_position: eval.by_position[..12].to_vec(),
+        ..eval.clone()
+    };
+    let edges = |e: &LengthEval, l| {
+        e.by_octave(l)
+            .iter()
+            .map(|b| (b.from, b.to))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(edges(&short, 16), [(0, 8), (8, 12)]);
+    assert_eq!(edges(&short, 1), [(0, 1), (1, 2), (2, 4), (4, 8), (8, 12)]);
+}
