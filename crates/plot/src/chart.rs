@@ -278,6 +278,17 @@ pub struct Axes<'a> {
 
 /// Draws series of points into `area`, with a legend if any series is named.
 pub fn curves(area: &Area, axes: &Axes, series: &[Series]) -> Result<()> {
+    draw_curves(area, axes, series, true).map(|_| ())
+}
+
+/// [`curves`], drawing the legend only if `legend` (the layout is the same either way), and
+/// returning the plot's pixel ranges `(x, y)` in `area`.
+fn draw_curves(
+    area: &Area,
+    axes: &Axes,
+    series: &[Series],
+    legend: bool,
+) -> Result<(std::ops::Range<i32>, std::ops::Range<i32>)> {
     let points = series
         .iter()
         .flat_map(|s| &s.points)
@@ -309,12 +320,17 @@ pub fn curves(area: &Area, axes: &Axes, series: &[Series]) -> Result<()> {
     };
     let (xr, yr) = (pad(x0, x1), pad(y0, y1));
     let (xr, yr) = ((xr.start, xr.end), (yr.start, yr.end));
+    let named = series.iter().any(|s| !s.name.is_empty());
+    let (corner, yr) = match named {
+        true => place_legend(area, series, xr, yr),
+        false => (SeriesLabelPosition::UpperRight, yr),
+    };
     let mut chart = ChartBuilder::on(area)
         .caption(&axes.title, (FONT, 15))
         .margin(8)
         .x_label_area_size(35)
         .y_label_area_size(55)
-        .build_cartesian_2d(pad(x0, x1), pad(y0, y1))
+        .build_cartesian_2d(xr.0..xr.1, yr.0..yr.1)
         .map_err(err)?;
     // Steps, positions and offsets are whole numbers: label them so (10, not 10.0).
     let whole_x = series
@@ -328,16 +344,21 @@ pub fn curves(area: &Area, axes: &Axes, series: &[Series]) -> Result<()> {
             String::new()
         }
     };
+    let tidy = |v: &f64| tidy_label(*v, yr.1 - yr.0);
     let mut mesh = chart.configure_mesh();
     mesh.light_line_style(WHITE.mix(0.0))
         .x_desc(axes.x_desc)
         .y_desc(axes.y_desc)
         .label_style((FONT, 12))
-        .axis_desc_style((FONT, 13));
+        .axis_desc_style((FONT, 13))
+        .y_label_formatter(&tidy);
     if whole_x {
         mesh.x_label_formatter(&whole);
+    } else {
+        mesh.x_label_formatter(&tidy);
     }
     mesh.draw().map_err(err)?;
+    let inside = |&(x, y): &(f64, f64)| (xr.0..=xr.1).contains(&x) && (yr.0..=yr.1).contains(&y);
     for s in series {
         let c = s.colour;
         let finite: Vec<(f64, f64)> = s
@@ -346,54 +367,183 @@ pub fn curves(area: &Area, axes: &Axes, series: &[Series]) -> Result<()> {
             .copied()
             .filter(|(x, y)| x.is_finite() && y.is_finite())
             .collect();
-        let drawn = match s.mark {
+        let dots: Vec<(f64, f64)> = finite.iter().copied().filter(inside).collect();
+        match s.mark {
             Mark::Line | Mark::LineDots => {
                 if s.mark == Mark::LineDots {
                     chart
-                        .draw_series(finite.iter().map(|&p| Circle::new(p, 3, c.filled())))
+                        .draw_series(dots.iter().map(|&p| Circle::new(p, 3, c.filled())))
                         .map_err(err)?;
                 }
-                chart
-                    .draw_series(LineSeries::new(finite, c.stroke_width(2)))
-                    .map_err(err)?
+                // Each piece of the line inside the plot, so nothing is drawn outside it.
+                for piece in clip_polyline(&finite, xr, yr) {
+                    chart
+                        .draw_series(LineSeries::new(piece, c.stroke_width(2)))
+                        .map_err(err)?;
+                }
             }
-            Mark::Dots => chart
-                .draw_series(finite.iter().map(|&p| Circle::new(p, 3, c.filled())))
-                .map_err(err)?,
-            Mark::Rings => chart
-                .draw_series(finite.iter().map(|&p| Circle::new(p, 5, c.stroke_width(1))))
-                .map_err(err)?,
-            Mark::Crosses => chart
-                .draw_series(finite.iter().map(|&p| Cross::new(p, 4, c.stroke_width(1))))
-                .map_err(err)?,
-        };
+            Mark::Dots => {
+                chart
+                    .draw_series(dots.iter().map(|&p| Circle::new(p, 3, c.filled())))
+                    .map_err(err)?;
+            }
+            Mark::Rings => {
+                chart
+                    .draw_series(dots.iter().map(|&p| Circle::new(p, 5, c.stroke_width(1))))
+                    .map_err(err)?;
+            }
+            Mark::Crosses => {
+                chart
+                    .draw_series(dots.iter().map(|&p| Cross::new(p, 4, c.stroke_width(1))))
+                    .map_err(err)?;
+            }
+        }
         if !s.name.is_empty() {
-            drawn.label(s.name.as_str()).legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(3))
-            });
+            // The legend entry, from an empty series: the data above may be in pieces.
+            chart
+                .draw_series(std::iter::empty::<Circle<(f64, f64), i32>>())
+                .map_err(err)?
+                .label(s.name.as_str())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(3))
+                });
         }
     }
-    if series.iter().any(|s| !s.name.is_empty()) {
+    if named && legend {
         chart
             .configure_series_labels()
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK.mix(0.3))
             .label_font((FONT, 12))
-            .position(legend_corner(area, series, xr, yr))
+            .position(corner)
             .draw()
             .map_err(err)?;
     }
-    Ok(())
+    Ok(chart.plotting_area().get_pixel_range())
 }
 
-/// The corner of the plot whose legend box covers the fewest points of `series` (each line
-/// sampled along its segments too), upper right first among equals.
-fn legend_corner(
-    area: &Area,
-    series: &[Series],
+/// An axis label: as few decimals as the value needs (30, not 30.0; 0.25), and 0 for a
+/// value that is zero at the scale of the axis (never "-0.0").
+fn tidy_label(v: f64, span: f64) -> String {
+    if v.abs() <= span.abs() * 1e-9 {
+        return "0".to_string();
+    }
+    let text = format!("{v:.4}");
+    let text = text.trim_end_matches('0').trim_end_matches('.');
+    text.to_string()
+}
+
+/// The parts of the polyline through `points` inside `[x0, x1] × [y0, y1]`: each segment
+/// cut where it leaves the box (Liang–Barsky), consecutive repeated points dropped (a
+/// zero-length segment has no direction), and split where it turns back by more than 120°.
+fn clip_polyline(
+    points: &[(f64, f64)],
     (x0, x1): (f64, f64),
     (y0, y1): (f64, f64),
-) -> SeriesLabelPosition {
+) -> Vec<Vec<(f64, f64)>> {
+    let mut pieces: Vec<Vec<(f64, f64)>> = Vec::new();
+    let mut current: Vec<(f64, f64)> = Vec::new();
+    let same = |a: (f64, f64), b: (f64, f64)| {
+        (a.0 - b.0).abs() <= (x1 - x0) * 1e-9 && (a.1 - b.1).abs() <= (y1 - y0) * 1e-9
+    };
+    let mut flush = |current: &mut Vec<(f64, f64)>| {
+        if current.len() >= 2 {
+            pieces.push(std::mem::take(current));
+        }
+        current.clear();
+    };
+    for pair in points.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        let (dx, dy) = (b.0 - a.0, b.1 - a.1);
+        let (mut t0, mut t1) = (0.0f64, 1.0f64);
+        let mut visible = true;
+        for (p, q) in [
+            (-dx, a.0 - x0),
+            (dx, x1 - a.0),
+            (-dy, a.1 - y0),
+            (dy, y1 - a.1),
+        ] {
+            if p == 0.0 {
+                if q < 0.0 {
+                    visible = false;
+                }
+            } else {
+                let r = q / p;
+                if p < 0.0 {
+                    t0 = t0.max(r);
+                } else {
+                    t1 = t1.min(r);
+                }
+            }
+        }
+        if !visible || t0 > t1 {
+            flush(&mut current);
+            continue;
+        }
+        let start = (a.0 + t0 * dx, a.1 + t0 * dy);
+        let end = (a.0 + t1 * dx, a.1 + t1 * dy);
+        match current.last() {
+            Some(&last) if same(last, start) => {}
+            _ => {
+                flush(&mut current);
+                current.push(start);
+            }
+        }
+        if !same(*current.last().unwrap_or(&start), end) {
+            current.push(end);
+        }
+        if t1 < 1.0 {
+            flush(&mut current);
+        }
+    }
+    flush(&mut current);
+    // plotters joins a wide line's segments with miters, and a turn of nearly 180° (a line
+    // going back over itself) has a miter of nearly infinite length: split such pieces
+    // there, at the turn's point.
+    let unit = |a: (f64, f64), b: (f64, f64)| {
+        let (dx, dy) = ((b.0 - a.0) / (x1 - x0), (b.1 - a.1) / (y1 - y0));
+        let n = dx.hypot(dy).max(1e-300);
+        (dx / n, dy / n)
+    };
+    let mut split = Vec::new();
+    for piece in pieces {
+        let mut part = vec![piece[0], piece[1]];
+        for w in piece.windows(3) {
+            let (u, v) = (unit(w[0], w[1]), unit(w[1], w[2]));
+            if u.0 * v.0 + u.1 * v.1 < -0.5 {
+                split.push(std::mem::replace(&mut part, vec![w[1]]));
+            }
+            part.push(w[2]);
+        }
+        split.push(part);
+    }
+    split
+}
+
+/// Where the legend goes, and the y range that leaves room for it: the corner of the plot
+/// whose box covers no point of `series`, upper right first among equals; when every corner
+/// is covered, the y range grows upwards until the legend fits above the data.
+fn place_legend(
+    area: &Area,
+    series: &[Series],
+    xr: (f64, f64),
+    yr: (f64, f64),
+) -> (SeriesLabelPosition, (f64, f64)) {
+    let (corner, covered) = legend_corner(area, series, xr, yr);
+    if covered == 0 {
+        return (corner, yr);
+    }
+    let (_, lh) = legend_size(area, series);
+    // The data keeps the lower 1 − lh of the plot, with a little air under the legend.
+    let share = (1.0 - lh - 0.03).max(0.3);
+    let grown = (yr.0, yr.0 + (yr.1 - yr.0) / share);
+    let (corner, _) = legend_corner(area, series, xr, grown);
+    (corner, grown)
+}
+
+/// The legend's width and height as shares of the plot (labels and margins as plotters
+/// draws them, rounded up).
+fn legend_size(area: &Area, series: &[Series]) -> (f64, f64) {
     let (w, h) = area.dim_in_pixel();
     let named: Vec<&Series> = series.iter().filter(|s| !s.name.is_empty()).collect();
     let chars = named
@@ -401,38 +551,62 @@ fn legend_corner(
         .map(|s| s.name.chars().count())
         .max()
         .unwrap_or(0);
-    // The legend's size as a share of the plot (labels and margins as plotters draws them).
     let lw = (36.0 + 7.0 * chars as f64) / (f64::from(w) - 80.0).max(1.0);
     let lh = (12.0 + 18.0 * named.len() as f64) / (f64::from(h) - 80.0).max(1.0);
+    (lw, lh)
+}
+
+/// The corner of the plot whose legend box touches the fewest points and line segments of
+/// `series`, upper right first among equals, and how many it touches. The box is taken a
+/// few pixels larger than the legend, so a marker's radius or a line's width next to it
+/// counts too.
+fn legend_corner(
+    area: &Area,
+    series: &[Series],
+    (x0, x1): (f64, f64),
+    (y0, y1): (f64, f64),
+) -> (SeriesLabelPosition, usize) {
+    let (lw, lh) = legend_size(area, series);
+    let (w, h) = area.dim_in_pixel();
+    let (mx, my) = (
+        8.0 / (f64::from(w) - 80.0).max(1.0),
+        8.0 / (f64::from(h) - 80.0).max(1.0),
+    );
     let (sx, sy) = ((x1 - x0).max(1e-12), (y1 - y0).max(1e-12));
-    let mut points = Vec::new();
-    for s in series {
-        let p: Vec<(f64, f64)> = s
-            .points
-            .iter()
-            .filter(|(x, y)| x.is_finite() && y.is_finite())
-            .map(|&(x, y)| ((x - x0) / sx, (y - y0) / sy))
-            .collect();
-        points.extend(&p);
-        if matches!(s.mark, Mark::Line | Mark::LineDots) {
-            for pair in p.windows(2) {
-                points.extend((1..20).map(|k| {
-                    let t = f64::from(k) / 20.0;
-                    (
-                        pair[0].0 + t * (pair[1].0 - pair[0].0),
-                        pair[0].1 + t * (pair[1].1 - pair[0].1),
-                    )
-                }));
-            }
-        }
-    }
+    let unit: Vec<(Vec<(f64, f64)>, bool)> = series
+        .iter()
+        .map(|s| {
+            let p = s
+                .points
+                .iter()
+                .filter(|(x, y)| x.is_finite() && y.is_finite())
+                .map(|&(x, y)| ((x - x0) / sx, (y - y0) / sy))
+                .collect();
+            (p, matches!(s.mark, Mark::Line | Mark::LineDots))
+        })
+        .collect();
     let covered = |left: bool, top: bool| {
-        let (xa, xb) = if left { (0.0, lw) } else { (1.0 - lw, 1.0) };
-        let (ya, yb) = if top { (1.0 - lh, 1.0) } else { (0.0, lh) };
-        points
-            .iter()
-            .filter(|(x, y)| (xa..=xb).contains(x) && (ya..=yb).contains(y))
-            .count()
+        let bx = if left {
+            (0.0, lw + mx)
+        } else {
+            (1.0 - lw - mx, 1.0)
+        };
+        let by = if top {
+            (1.0 - lh - my, 1.0)
+        } else {
+            (0.0, lh + my)
+        };
+        let inside =
+            |&(x, y): &(f64, f64)| (bx.0..=bx.1).contains(&x) && (by.0..=by.1).contains(&y);
+        unit.iter()
+            .map(|(p, line)| match line {
+                true => p
+                    .windows(2)
+                    .filter(|pair| !clip_polyline(pair, bx, by).is_empty() || inside(&pair[0]))
+                    .count(),
+                false => p.iter().filter(|q| inside(q)).count(),
+            })
+            .sum::<usize>()
     };
     [
         (SeriesLabelPosition::UpperRight, false, true),
@@ -441,8 +615,9 @@ fn legend_corner(
         (SeriesLabelPosition::LowerLeft, true, false),
     ]
     .into_iter()
-    .min_by_key(|&(_, left, top)| covered(left, top))
-    .map_or(SeriesLabelPosition::UpperRight, |(corner, _, _)| corner)
+    .map(|(corner, left, top)| (corner, covered(left, top)))
+    .min_by_key(|&(_, n)| n)
+    .unwrap_or((SeriesLabelPosition::UpperRight, 0))
 }
 
 #[cfg(test)]
@@ -461,7 +636,7 @@ mod tests {
             colour: colour(0),
         };
         let corner = |s: &[Series]| {
-            let c = legend_corner(&root, s, (0.0, 1.0), (0.0, 1.0));
+            let (c, _) = legend_corner(&root, s, (0.0, 1.0), (0.0, 1.0));
             format!("{c:?}")
         };
         // Rising to the upper right: the upper left is free.
@@ -480,6 +655,178 @@ mod tests {
             corner(&[line(vec![(0.0, 0.0), (1.0, 0.2)])]),
             format!("{:?}", SeriesLabelPosition::UpperRight)
         );
+    }
+
+    const SIZE: (u32, u32) = (600, 400);
+
+    /// `series` drawn on a panel of its own, with its legend or without: the RGB pixels and
+    /// the plot's pixel ranges.
+    fn render(
+        axes: &Axes,
+        series: &[Series],
+        legend: bool,
+    ) -> (Vec<u8>, (std::ops::Range<i32>, std::ops::Range<i32>)) {
+        register_font().unwrap();
+        let mut rgb = vec![0u8; (SIZE.0 * SIZE.1 * 3) as usize];
+        let plot = {
+            let root = BitMapBackend::with_buffer(&mut rgb, SIZE).into_drawing_area();
+            root.fill(&WHITE).unwrap();
+            let plot = draw_curves(&root, axes, series, legend).unwrap();
+            root.present().unwrap();
+            plot
+        };
+        (rgb, plot)
+    }
+
+    /// The pixels `(x, y)` drawn in exactly one of the series' colours.
+    fn series_pixels(rgb: &[u8], series: &[Series]) -> Vec<(i32, i32)> {
+        let colours: Vec<[u8; 3]> = series
+            .iter()
+            .map(|s| [s.colour.0, s.colour.1, s.colour.2])
+            .collect();
+        rgb.chunks(3)
+            .enumerate()
+            .filter(|(_, px)| colours.iter().any(|c| c[..] == px[..]))
+            .map(|(i, _)| ((i as u32 % SIZE.0) as i32, (i as u32 / SIZE.0) as i32))
+            .collect()
+    }
+
+    fn axes(y_range: Option<(f64, f64)>) -> Axes<'static> {
+        Axes {
+            title: "t".into(),
+            x_desc: "x",
+            y_desc: "y",
+            square: false,
+            y_range,
+        }
+    }
+
+    fn named(name: &str, i: usize, mark: Mark, points: Vec<(f64, f64)>) -> Series {
+        Series {
+            name: name.into(),
+            points,
+            mark,
+            colour: colour(i),
+        }
+    }
+
+    /// What can be checked of a panel without looking: no series is drawn outside the plot,
+    /// and the legend's box holds no point or line of the data (the pixels where the panel
+    /// with its legend differs from the one without hold no series colour in the latter).
+    fn check_panel(axes: &Axes, series: &[Series]) {
+        let (with, plot) = render(axes, series, true);
+        let (without, _) = render(axes, series, false);
+        let (xs, ys) = plot;
+        // The legend's swatches are series colours inside the plot: only `without` is
+        // checked for strays.
+        for (x, y) in series_pixels(&without, series) {
+            assert!(
+                xs.contains(&x) && ys.contains(&y),
+                "a series pixel at ({x}, {y}) lies outside the plot {xs:?} × {ys:?}"
+            );
+        }
+        let changed: Vec<(i32, i32)> = with
+            .chunks(3)
+            .zip(without.chunks(3))
+            .enumerate()
+            .filter(|(_, (a, b))| a != b)
+            .map(|(i, _)| ((i as u32 % SIZE.0) as i32, (i as u32 / SIZE.0) as i32))
+            .collect();
+        if series.iter().all(|s| s.name.is_empty()) {
+            assert!(changed.is_empty());
+            return;
+        }
+        assert!(!changed.is_empty(), "no legend was drawn");
+        let (lx, ly) = changed.iter().fold(
+            ((i32::MAX, i32::MIN), (i32::MAX, i32::MIN)),
+            |((a, b), (c, d)), &(x, y)| ((a.min(x), b.max(x)), (c.min(y), d.max(y))),
+        );
+        let under: Vec<(i32, i32)> = series_pixels(&without, series)
+            .into_iter()
+            .filter(|&(x, y)| (lx.0..=lx.1).contains(&x) && (ly.0..=ly.1).contains(&y))
+            .collect();
+        assert!(
+            under.is_empty(),
+            "the legend {lx:?} × {ly:?} covers {} data pixels, e.g. {:?}",
+            under.len(),
+            under.first()
+        );
+    }
+
+    #[test]
+    fn lines_stay_inside_the_plot_and_the_legend_off_the_data() {
+        let zigzag = |i: usize, n: usize| -> Vec<(f64, f64)> {
+            (0..=n).map(|k| (k as f64, ((k + i) % 2) as f64)).collect()
+        };
+        // A line far past a fixed y range.
+        check_panel(
+            &axes(Some((-1.0, 1.0))),
+            &[named(
+                "wild",
+                0,
+                Mark::LineDots,
+                vec![(0.0, 0.0), (1.0, 5.0), (2.0, -7.0), (3.0, 0.5)],
+            )],
+        );
+        // Repeated points (a zero-length segment), as one sine in every dimension gives.
+        let diagonal: Vec<(f64, f64)> = (0..40)
+            .map(|p| (f64::from(p).sin(), f64::from(p).sin()))
+            .flat_map(|q| [q, q])
+            .collect();
+        check_panel(
+            &axes(None),
+            &[named("dims 0, 1", 4, Mark::LineDots, diagonal)],
+        );
+        // Data in every corner, six named series: the plot grows room for the legend.
+        let dense: Vec<Series> = (0..6)
+            .map(|i| named(&format!("series number {i}"), i, Mark::Line, zigzag(i, 12)))
+            .collect();
+        check_panel(&axes(None), &dense);
+        // Dots and rings only, a rising line: a free corner is used as it is.
+        check_panel(
+            &axes(None),
+            &[
+                named(
+                    "dots",
+                    1,
+                    Mark::Dots,
+                    (0..30).map(|k| (k as f64, k as f64)).collect(),
+                ),
+                named(
+                    "rings",
+                    2,
+                    Mark::Rings,
+                    (0..30).map(|k| (k as f64, k as f64 / 2.0)).collect(),
+                ),
+                named(
+                    "",
+                    3,
+                    Mark::Crosses,
+                    (0..30).map(|k| (k as f64, 1.0)).collect(),
+                ),
+            ],
+        );
+        // No name, no legend.
+        check_panel(&axes(None), &[named("", 0, Mark::Line, zigzag(0, 5))]);
+    }
+
+    #[test]
+    fn a_line_is_cut_where_it_leaves_the_box() {
+        let box_ = ((0.0, 1.0), (0.0, 1.0));
+        let cut = |p: &[(f64, f64)]| clip_polyline(p, box_.0, box_.1);
+        assert_eq!(
+            cut(&[(0.5, 0.5), (0.5, 2.0)]),
+            [vec![(0.5, 0.5), (0.5, 1.0)]]
+        );
+        assert_eq!(
+            cut(&[(-1.0, 0.5), (2.0, 0.5), (2.0, 0.7), (0.5, 0.7)]),
+            [vec![(0.0, 0.5), (1.0, 0.5)], vec![(1.0, 0.7), (0.5, 0.7)]]
+        );
+        assert!(cut(&[(2.0, 2.0), (3.0, 3.0)]).is_empty());
+        assert!(cut(&[(0.5, 0.5), (0.5, 0.5)]).is_empty());
+        assert_eq!(tidy_label(30.0, 60.0), "30");
+        assert_eq!(tidy_label(-1e-17, 2.0), "0");
+        assert_eq!(tidy_label(0.25, 1.0), "0.25");
     }
 
     #[test]

@@ -117,7 +117,13 @@ fn additive(f: &Features, kind: &str, title: &str, d: usize, path: &Path) -> Res
     save_png(
         path,
         (1500, 960),
-        &format!("{kind}: d_model {d}, positions 0..{len}"),
+        &match f.rows.first().map_or(d, Vec::len) {
+            // A rotation acts on one head's dimensions, the same in every head.
+            w if w != d => {
+                format!("{kind}: one head of {w} dimensions (d_model {d}), positions 0..{len}")
+            }
+            _ => format!("{kind}: d_model {d}, positions 0..{len}"),
+        },
         |root| {
             let panels = root.split_evenly((2, 3));
             heatmap(
