@@ -138,9 +138,18 @@ fn run() -> Result<()> {
 }
 
 fn table(results: &[Variant], tokens: usize) -> String {
+    // Every variant scores the same windows: the first says how many.
+    let scored: Vec<String> = results.first().map_or(Vec::new(), |v| {
+        v.results
+            .iter()
+            .map(|e| format!("{} of {}", e.windows, e.len))
+            .collect()
+    });
     let mut md = format!(
-        "SmolLM2-135M-Instruct (f32), perplexity on Shakespeare's test plays ({tokens} tokens), \
-         non-overlapping windows, nothing retrained.\n\n| rotation |"
+        "SmolLM2-135M-Instruct (f32), perplexity on Shakespeare's test plays (of their {tokens} \
+         tokens, non-overlapping windows spread evenly over them: {}), nothing retrained.\n\n\
+         | rotation |",
+        scored.join(", ")
     );
     for len in LENGTHS {
         md += &format!(" ppl @ {len} |");

@@ -7,6 +7,10 @@
 //! symmetric:  bias_h(i, j) = −m_h · |i − j|                (for bidirectional encoders)
 //! ```
 //!
+//! The paper defines only the causal form, for language models. The symmetric form for
+//! encoders is not in it: it is what x-transformers' `AlibiPositionalBias` computes
+//! (`−|j − i|`) and what MosaicBERT (Portes et al. 2023) trains with.
+//!
 //! The slopes form a geometric sequence. For `n` heads, a power of two, `m_h = 2^(−8h/n)`,
 //! `h = 1 … n`. Otherwise the paper takes the `c = 2^⌊log₂ n⌋` slopes of `c` heads and
 //! adds every other slope of `2c` heads, `2^(−8(2k−1)/(2c))` for `k = 1 … n − c`
@@ -27,8 +31,8 @@ use crate::{Direction, EncodingSpec, Error, Positions, Result, Target};
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AlibiConfig {
-    /// Symmetric `|i − j|` or causal `i − j`. Unset: the paper's form for the stack,
-    /// symmetric in an encoder and causal in a decoder.
+    /// Symmetric `|i − j|` or causal `i − j`. Unset: by the stack, symmetric in an encoder
+    /// (x-transformers' and MosaicBERT's form) and causal in a decoder (the paper's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub form: Option<AlibiForm>,
 }
