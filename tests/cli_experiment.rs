@@ -139,6 +139,51 @@ fn plot_attention_draws_the_shipped_model() {
     assert_eq!((w, h), (4 * 360, 4 * 340 + 40));
 }
 
+/// Both experiments' figures are redrawn from a stored results.json (the published ones),
+/// and a results file that is not one is an error naming it.
+#[test]
+fn plot_redraws_an_experiment_from_its_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = env!("CARGO_MANIFEST_DIR");
+    for (command, results, figures) in [
+        (
+            "experiment",
+            "docs/experiment/results.json",
+            &["curves.png", "by_length.png"][..],
+        ),
+        (
+            "lm-experiment",
+            "docs/lm-experiment/results.json",
+            &["extrapolation.png", "by_position.png"][..],
+        ),
+    ] {
+        let out = dir.path().join(command);
+        let o = posenc(&[
+            "plot",
+            command,
+            "--results",
+            &format!("{root}/{results}"),
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{command}: {}", stderr(&o));
+        for f in figures {
+            let (w, h) = png_size(&out.join(f));
+            assert!(w >= 600 && h >= 400, "{command}/{f}: {w}×{h}");
+        }
+        let wrong = posenc(&[
+            "plot",
+            command,
+            "--results",
+            &format!("{root}/Cargo.toml"),
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(!wrong.status.success());
+        assert!(stderr(&wrong).contains("Cargo.toml"), "{}", stderr(&wrong));
+    }
+}
+
 #[test]
 fn bad_plot_input_is_an_error_naming_the_cause() {
     let dir = tempfile::tempdir().unwrap();

@@ -41,6 +41,16 @@ pub enum PlotCommand {
         #[arg(long)]
         out: PathBuf,
     },
+    /// The figures of `posenc experiment` drawn from its results (validation curves, exact
+    /// match by length), redrawn from its results.json.
+    Experiment {
+        /// The experiment's results.json.
+        #[arg(long)]
+        results: PathBuf,
+        /// Output directory.
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// The two figures of `posenc lm experiment`, redrawn from its results.json.
     LmExperiment {
         /// The experiment's results.json.
@@ -83,17 +93,32 @@ impl PlotCommand {
                 posenc_plot::attention(&maps, &title, &out)?;
                 out
             }
+            Self::Experiment { results, out: dir } => {
+                let exp = posenc_train::experiment::Experiment::load(&results)?;
+                let plots = create_dir(&dir)
+                    .and_then(|()| posenc_plot::experiment::results_figures(&exp, &dir))?;
+                return list(out, &plots);
+            }
             Self::LmExperiment { results, out: dir } => {
                 let exp = posenc_train::lm_experiment::LmExperiment::load(&results)?;
-                std::fs::create_dir_all(&dir)
-                    .with_context(|| format!("creating {}", dir.display()))?;
-                for p in posenc_plot::lm_experiment(&exp, &dir)? {
-                    writeln!(out, "{}", p.display())?;
-                }
-                return Ok(());
+                let plots =
+                    create_dir(&dir).and_then(|()| posenc_plot::lm_experiment(&exp, &dir))?;
+                return list(out, &plots);
             }
         };
         writeln!(out, "{}", path.display())?;
         Ok(())
     }
+}
+
+fn create_dir(dir: &std::path::Path) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))
+}
+
+/// Prints the paths of the figures written, one per line.
+fn list(out: &mut impl Write, plots: &[PathBuf]) -> Result<()> {
+    for p in plots {
+        writeln!(out, "{}", p.display())?;
+    }
+    Ok(())
 }

@@ -321,6 +321,8 @@ fn draw_curves(
     let (xr, yr) = (pad(x0, x1), pad(y0, y1));
     let (xr, yr) = ((xr.start, xr.end), (yr.start, yr.end));
     let named = series.iter().any(|s| !s.name.is_empty());
+    // The data's top: room grown above it for the legend gets no labels.
+    let data_top = yr.1;
     let (corner, yr) = match named {
         true => place_legend(area, series, xr, yr),
         false => (SeriesLabelPosition::UpperRight, yr),
@@ -345,13 +347,17 @@ fn draw_curves(
         }
     };
     let tidy = |v: &f64| tidy_label(*v, yr.1 - yr.0);
+    let tidy_y = |v: &f64| match *v > data_top + (yr.1 - yr.0) * 1e-9 {
+        true => String::new(),
+        false => tidy(v),
+    };
     let mut mesh = chart.configure_mesh();
     mesh.light_line_style(WHITE.mix(0.0))
         .x_desc(axes.x_desc)
         .y_desc(axes.y_desc)
         .label_style((FONT, 12))
         .axis_desc_style((FONT, 13))
-        .y_label_formatter(&tidy);
+        .y_label_formatter(&tidy_y);
     if whole_x {
         mesh.x_label_formatter(&whole);
     } else {

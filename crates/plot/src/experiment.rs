@@ -21,6 +21,31 @@ pub const ATTENTION_SENTENCE: &str = "the small cat sees the dog in the park";
 /// Writes `curves.png`, `by_length.png` and every trained model's `<kind>/attention.png`
 /// into `out`; returns their paths.
 pub fn experiment(exp: &Experiment, out: &Path) -> Result<Vec<PathBuf>> {
+    let mut written = results_figures(exp, out)?;
+    for r in exp.results.iter().filter(|r| r.metrics.is_some()) {
+        let dir = out.join(&r.kind);
+        let translator = Translator::load(&dir)?;
+        let maps = translator.attention(ATTENTION_SENTENCE)?;
+        let path = dir.join(ATTENTION);
+        let mut said = maps.target.clone();
+        said.pop();
+        crate::attention(
+            &maps,
+            &format!(
+                "{}: \"{ATTENTION_SENTENCE}\" → \"{}\"",
+                r.kind,
+                said.join(" ")
+            ),
+            &path,
+        )?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
+/// Writes the figures drawn from the results alone, `curves.png` and `by_length.png`, into
+/// `out` (no trained model needed); returns their paths.
+pub fn results_figures(exp: &Experiment, out: &Path) -> Result<Vec<PathBuf>> {
     let history = |f: fn(&posenc_train::trainer::Record) -> f64| -> Vec<Series> {
         exp.results
             .iter()
@@ -98,24 +123,5 @@ pub fn experiment(exp: &Experiment, out: &Path) -> Result<Vec<PathBuf>> {
             Ok(())
         })?;
     }
-    let mut written = vec![curves_path, length_path];
-    for r in exp.results.iter().filter(|r| r.metrics.is_some()) {
-        let dir = out.join(&r.kind);
-        let translator = Translator::load(&dir)?;
-        let maps = translator.attention(ATTENTION_SENTENCE)?;
-        let path = dir.join(ATTENTION);
-        let mut said = maps.target.clone();
-        said.pop();
-        crate::attention(
-            &maps,
-            &format!(
-                "{}: \"{ATTENTION_SENTENCE}\" → \"{}\"",
-                r.kind,
-                said.join(" ")
-            ),
-            &path,
-        )?;
-        written.push(path);
-    }
-    Ok(written)
+    Ok(vec![curves_path, length_path])
 }
