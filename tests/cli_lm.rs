@@ -489,6 +489,8 @@ fn passkey_tabulates_every_cell_and_refuses_bad_settings() {
 
     for (args, expected) in [
         (&["--depths", "1.5"][..], "depth"),
+        // A negative depth is a value the range check answers, not an unknown flag.
+        (&["--depths", "-0.5"][..], "got -0.5"),
         (&["--lengths", "20"][..], "too short"),
         (&["--trials", "0"][..], "trial"),
         (&["--plot", "/no/such/dir/p.png"][..], "/no/such/dir"),

@@ -162,7 +162,12 @@ pub struct PasskeyArgs {
     #[arg(long, value_delimiter = ',')]
     lengths: Option<Vec<usize>>,
     /// Where the key sits in the filler, from 0 (start) to 1 (end).
-    #[arg(long, value_delimiter = ',', default_value = "0.1,0.5,0.9")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "0.1,0.5,0.9",
+        allow_negative_numbers = true
+    )]
     depths: Vec<f64>,
     /// Trials (keys) per length and depth.
     #[arg(long, default_value_t = 1)]
