@@ -120,6 +120,37 @@ emb_lin = torch.cat((freqs_lin, freqs_lin), dim=-1)[None]
 sq, sk = llama.apply_rotary_pos_emb(q, k, emb_lin.cos(), emb_lin.sin())
 f["llama.linear2.q_rot.offset5"], f["llama.linear2.k_rot.offset5"] = sq.float(), sk.float()
 
+# 7. Kerple (Chi et al. 2022) from the paper's formulas in float64, with torch's autograd for
+#    the gradients: log  -r1 * ln(1 + r2 * d),  power  -r1 * d^r2, where posenc stores
+#    r1 = softplus(r1_raw) and r2 = softplus(r2_raw) (log) or 2 * sigmoid(r2_raw) (power).
+#    Queries at positions 5..7 against keys 0..7; d = |i - j| (bidirectional) or
+#    max(i - j, 0) (causal). The loss sum(bias * W) has gradients dW-weighted.
+r1_raw = torch.tensor([-0.5, 0.3, 1.2], dtype=torch.float64)
+r2_raw = torch.tensor([-2.0, 0.0, 0.4], dtype=torch.float64)
+f["kerple.r1_raw"], f["kerple.r2_raw"] = r1_raw.float(), r2_raw.float()
+qpos = torch.arange(5, 8, dtype=torch.float64)[:, None]
+kpos = torch.arange(0, 8, dtype=torch.float64)[None, :]
+weights = torch.randn(3, 3, 8, dtype=torch.float64)
+f["kerple.w"] = weights.float()
+weights = weights.float().double()
+for direction in ("bidirectional", "causal"):
+    d = (qpos - kpos).abs() if direction == "bidirectional" else (qpos - kpos).clamp(min=0)
+    for variant in ("log", "power"):
+        a = r1_raw.float().double().clone().requires_grad_(True)
+        b = r2_raw.float().double().clone().requires_grad_(True)
+        r1 = torch.nn.functional.softplus(a)[:, None, None]
+        if variant == "log":
+            r2 = torch.nn.functional.softplus(b)[:, None, None]
+            bias = -r1 * torch.log1p(r2 * d)
+        else:
+            r2 = (2 * torch.sigmoid(b))[:, None, None]
+            bias = -r1 * torch.where(d > 0, d.clamp(min=1e-300) ** r2, torch.zeros_like(d))
+        (bias * weights).sum().backward()
+        name = f"kerple.{variant}.{direction}"
+        f[f"{name}.bias"] = bias.detach().float()
+        f[f"{name}.grad_r1_raw"] = a.grad.float()
+        f[f"{name}.grad_r2_raw"] = b.grad.float()
+
 os.makedirs(os.path.dirname(OUT), exist_ok=True)
 save_file({k: v.contiguous() for k, v in f.items()}, OUT, metadata={
     "torch": torch.__version__, "numpy": np.__version__,

@@ -16,6 +16,7 @@
 //! | `rope` | rotate | [`rope`] |
 //! | `alibi` | bias | [`alibi`] |
 //! | `t5` | bias | [`t5`] |
+//! | `kerple` | bias | [`kerple`] |
 //! | `fraction`, `index`, `binary`, `sine-single` | add | [`naive`] |
 //!
 //! Tables are computed in f64, stored in f32 and cast to the model's dtype only when
@@ -30,6 +31,7 @@ mod error;
 
 pub mod alibi;
 pub mod analysis;
+pub mod kerple;
 pub mod learned;
 pub mod limits;
 pub mod naive;

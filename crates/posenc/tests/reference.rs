@@ -260,3 +260,45 @@ fn t5_buckets_match_transformers() {
         }
     }
 }
+
+#[test]
+fn kerple_matches_the_papers_formulas_with_their_gradients() {
+    use posenc::kerple::{Kerple, KerpleVariant};
+    use posenc::Direction;
+    let f = fixtures();
+    for (direction, dname) in [
+        (Direction::Bidirectional, "bidirectional"),
+        (Direction::Causal, "causal"),
+    ] {
+        for (variant, vname) in [(KerpleVariant::Log, "log"), (KerpleVariant::Power, "power")] {
+            let r1 = Var::from_tensor(&f["kerple.r1_raw"]).unwrap();
+            let r2 = Var::from_tensor(&f["kerple.r2_raw"]).unwrap();
+            let weights = std::collections::HashMap::from([
+                ("r1_raw".to_string(), r1.as_tensor().clone()),
+                ("r2_raw".to_string(), r2.as_tensor().clone()),
+            ]);
+            let vb =
+                candle_nn::VarBuilder::from_tensors(weights, candle_core::DType::F32, &Device::Cpu);
+            let kerple = Kerple::new(3, variant, direction, vb).unwrap();
+            let name = format!("kerple.{vname}.{dname}");
+            // Queries at 5..7 against keys at 0..7, as a cache's next chunk sees them.
+            let bias = kerple.bias(3, 8, 5.into(), 0.into()).unwrap();
+            // Values reach ~15 (7^1.2 · 1.46): the tolerance is f32's, relative to them.
+            let reference = &f[&format!("{name}.bias")];
+            let scale = reference.abs().unwrap().max_all().unwrap();
+            let scale = scale.to_scalar::<f32>().unwrap().max(1.0);
+            assert_close(&name, &bias, reference, TOL * scale);
+            let loss = (&bias * &f["kerple.w"]).unwrap().sum_all().unwrap();
+            let grads = loss.backward().unwrap();
+            for (var, which) in [(&r1, "r1_raw"), (&r2, "r2_raw")] {
+                let grad = grads.get(var.as_tensor()).expect("a gradient");
+                assert_close(
+                    &format!("{name} d/d{which}"),
+                    grad,
+                    &f[&format!("{name}.grad_{which}")],
+                    1e-5,
+                );
+            }
+        }
+    }
+}
