@@ -15,17 +15,7 @@ fn fixture() -> Vec<Value> {
 }
 
 fn matrix(v: &Value) -> Vec<Vec<f64>> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|r| {
-            r.as_array()
-                .unwrap()
-                .iter()
-                .map(|x| x.as_f64().unwrap())
-                .collect()
-        })
-        .collect()
+    serde_json::from_value(v.clone()).expect("a matrix of numbers")
 }
 
 /// The encoding of `cfg` for one head of `head_dim`, in a model trained on `context`.

@@ -227,3 +227,52 @@ fn the_seed_fixes_the_text() {
         .to_string()
         .contains("empty"));
 }
+
+/// Dynamic NTK takes its frequencies from the sequence's length. The generator reads a long
+/// prompt in chunks (for its progress hook) but as one sequence, so its first token is the
+/// one a single forward over the whole prompt picks (as transformers reads a prompt); read
+/// chunk by chunk at each chunk's own length, the prompt's keys would be rotated with other
+/// frequencies than its last queries', and the picks differ.
+#[test]
+fn a_long_prompt_is_one_sequence_to_the_generator() {
+    let cfg = LmConfig {
+        vocab_size: 20,
+        d_model: 16,
+        heads: 2,
+        d_ff: 32,
+        layers: 2,
+        encoding: r#"{"kind": "rope", "scaling": {"rope_type": "dynamic", "factor": 4}}"#
+            .parse::<EncodingConfig>()
+            .unwrap(),
+        context: 8,
+        ..LmConfig::default()
+    };
+    let varmap = VarMap::new();
+    let vb = VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu);
+    let m = LanguageModel::new(&cfg, vb).unwrap();
+    posenc_train::init::initialize(&varmap, 11).unwrap();
+    // Sharp attention, so that where a key is rotated to decides what a query reads (an
+    // untrained model's near-uniform attention averages positions away).
+    for (name, var) in varmap.data().lock().unwrap().iter() {
+        if name.ends_with("in_proj_weight") {
+            var.set(&(var.as_tensor() * 6.0).unwrap()).unwrap();
+        }
+    }
+    let len = posenc_transformer::lm::PREFILL_CHUNK + 300;
+    let mut state = 12345u64;
+    let mut agree = 0;
+    let trials = 12;
+    for _ in 0..trials {
+        let prompt: Vec<u32> = (0..len)
+            .map(|_| {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((state >> 33) % 20) as u32
+            })
+            .collect();
+        let first = generate(&m, &prompt, 1, Sampling::greedy()).unwrap();
+        agree += usize::from(first == greedy_by_rerunning(&m, &prompt, 1, usize::MAX));
+    }
+    assert_eq!(agree, trials);
+}
