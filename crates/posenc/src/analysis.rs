@@ -144,7 +144,10 @@ fn rotary_scores(
         Ok(v.broadcast_as((1, 1, len, head_dim))?.contiguous()?)
     };
     let q = enc.rotate(&fixed(1.3)?, 0.into())?.squeeze(0)?.squeeze(0)?;
-    let k = enc.rotate(&fixed(0.7)?, 0.into())?.squeeze(0)?.squeeze(0)?;
+    let k = enc
+        .rotate_keys(&fixed(0.7)?, 0.into())?
+        .squeeze(0)?
+        .squeeze(0)?;
     Ok(gram(&matrix(&q)?, &matrix(&k)?))
 }
 

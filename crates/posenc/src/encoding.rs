@@ -150,11 +150,18 @@ pub trait PositionalEncoding: std::fmt::Debug + Send + Sync {
         Ok(x.clone())
     }
 
-    /// Hook (b): rotate queries or keys `x: (batch, heads, seq, head_dim)` at positions
-    /// `at`. Called on queries and keys alike. Identity by default.
+    /// Hook (b): rotate queries `x: (batch, heads, seq, head_dim)` at positions `at`, and
+    /// keys too unless [`rotate_keys`](Self::rotate_keys) says otherwise. Identity by
+    /// default.
     fn rotate(&self, x: &Tensor, at: Positions) -> Result<Tensor> {
         let _ = at;
         Ok(x.clone())
+    }
+
+    /// Hook (b) for keys, for an encoding that treats queries and keys apart (xPos scales
+    /// them by inverse factors). By default keys are rotated as queries are.
+    fn rotate_keys(&self, x: &Tensor, at: Positions) -> Result<Tensor> {
+        self.rotate(x, at)
     }
 
     /// Hook (c): the bias `(heads, q_len, k_len)` (f32) added to the attention scores of
@@ -172,7 +179,8 @@ pub trait PositionalEncoding: std::fmt::Debug + Send + Sync {
     }
 
     /// The longest sequence the encoding can take, or `None` if its formula holds at every
-    /// position (the default). Only a table of learned rows has an end.
+    /// position (the default): a table of learned rows has an end, and so does a scale
+    /// that leaves f32's range.
     fn max_positions(&self) -> Option<usize> {
         None
     }

@@ -37,11 +37,14 @@ pub enum Error {
         /// The largest allowed.
         max: usize,
     },
-    /// A learned encoding was asked for a position it has no row for.
+    /// An encoding with an end (a learned table's rows, the range xPos's scale fits in
+    /// f32) was asked for a position past it.
     #[error(
-        "position {position} is past the learned encoding's table: it has max_positions = {max_positions} (positions 0..{max_positions})"
+        "position {position} is past the end of the `{kind}` encoding: it has max_positions = {max_positions} (positions 0..{max_positions})"
     )]
     PositionOutOfRange {
+        /// Encoding kind, as in the config.
+        kind: &'static str,
         /// The first position that does not fit.
         position: usize,
         /// The number of rows the table has.

@@ -91,6 +91,7 @@ impl Learned {
                 .map(|i| at.get(i))
                 .find(|&p| p >= self.max_positions);
             return Err(Error::PositionOutOfRange {
+                kind: LearnedConfig::KIND,
                 position: first.unwrap_or(self.max_positions),
                 max_positions: self.max_positions,
             });

@@ -67,6 +67,7 @@ fn learned_position_past_max_is_named() {
         matches!(
             e,
             Error::PositionOutOfRange {
+                kind: "learned",
                 position: 8,
                 max_positions: 8
             }

@@ -614,7 +614,7 @@ impl Session {
         if let Some(max) = model.max_positions() {
             ensure!(
                 max >= cfg.model.context,
-                "the learned table has max_positions = {max} but the context is {}",
+                "the encoding has max_positions = {max} but the context is {}",
                 cfg.model.context
             );
         }

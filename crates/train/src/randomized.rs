@@ -52,7 +52,7 @@ pub fn check(range: usize, len: usize, max_positions: Option<usize>) -> Result<(
     if let Some(max) = max_positions {
         ensure!(
             range <= max,
-            "randomized_positions = {range} is past the learned table's max_positions = {max}"
+            "randomized_positions = {range} is past the encoding's max_positions = {max}"
         );
     }
     Ok(())

@@ -293,8 +293,8 @@ impl MultiHeadAttention {
         train: bool,
     ) -> Result<Attended> {
         self.check(x, "query")?;
-        let q = self.rotate(&self.q_proj.forward(x)?, at)?;
-        let k = self.rotate(&self.k_proj.forward(x)?, at)?;
+        let q = self.rotate(&self.q_proj.forward(x)?, at, Role::Query)?;
+        let k = self.rotate(&self.k_proj.forward(x)?, at, Role::Key)?;
         let v = self.v_proj.forward(x)?;
         let (k, v) = match cache {
             Some(cache) => cache.append(&self.split(&k)?, &self.split(&v)?)?,
@@ -324,8 +324,8 @@ impl MultiHeadAttention {
         self.check(x, "query")?;
         let (offset, new) = (cache.len(), x.dim(1)?);
         let at = cache.positions(new);
-        let q = self.rotate(&self.q_proj.forward(x)?, at)?;
-        let k = self.split(&self.rotate(&self.k_proj.forward(x)?, at)?)?;
+        let q = self.rotate(&self.q_proj.forward(x)?, at, Role::Query)?;
+        let k = self.split(&self.rotate(&self.k_proj.forward(x)?, at, Role::Key)?)?;
         let v = self.split(&self.v_proj.forward(x)?)?;
         let (k, v) = cache.append(&k, &v)?;
         let scale = 1.0 / (self.head_dim as f64).sqrt();
@@ -373,8 +373,8 @@ impl MultiHeadAttention {
         self.check(x, "query")?;
         check_packed(x, lens)?;
         let fused = x.dtype() == DType::F32 && x.device().is_cpu();
-        let q = self.rotate_packed(&self.q_proj.forward(x)?, lens)?;
-        let k = self.rotate_packed(&self.k_proj.forward(x)?, lens)?;
+        let q = self.rotate_packed(&self.q_proj.forward(x)?, lens, Role::Query)?;
+        let k = self.rotate_packed(&self.k_proj.forward(x)?, lens, Role::Key)?;
         let v = self.v_proj.forward(x)?;
         if fused && ![&q, &k, &v].iter().any(|t| t.track_op()) {
             let scale = 1.0 / (self.head_dim as f32).sqrt();
@@ -471,9 +471,12 @@ impl MultiHeadAttention {
     /// The encoding's rotation of projected queries or keys `(batch, seq, heads·d_k)` at
     /// positions `at`, on their heads; if the encoding leaves them as they are (returns
     /// its input), they are handed on merged.
-    fn rotate(&self, x: &Tensor, at: Positions) -> Result<Tensor> {
+    fn rotate(&self, x: &Tensor, at: Positions, role: Role) -> Result<Tensor> {
         let heads = self.split(x)?;
-        let rotated = self.encoding.rotate(&heads, at)?;
+        let rotated = match role {
+            Role::Query => self.encoding.rotate(&heads, at)?,
+            Role::Key => self.encoding.rotate_keys(&heads, at)?,
+        };
         Ok(match rotated.id() == heads.id() {
             true => x.clone(),
             false => rotated,
@@ -483,11 +486,11 @@ impl MultiHeadAttention {
     /// Packed queries or keys `(1, n, heads·d_k)`, each sequence rotated at positions
     /// `0, 1, …` by the encoding, with its heads merged again; handed on as they are if the
     /// encoding leaves them alone (it then does so for every sequence).
-    fn rotate_packed(&self, x: &Tensor, lens: &[usize]) -> Result<Tensor> {
+    fn rotate_packed(&self, x: &Tensor, lens: &[usize], role: Role) -> Result<Tensor> {
         let mut parts = Vec::with_capacity(lens.len());
         for (start, len) in segments(lens) {
             let part = x.narrow(1, start, len)?;
-            let rotated = self.rotate(&part, 0.into())?;
+            let rotated = self.rotate(&part, 0.into(), role)?;
             if rotated.id() == part.id() {
                 return Ok(x.clone());
             }
@@ -594,4 +597,12 @@ pub(crate) fn check_packed(x: &Tensor, lens: &[usize]) -> Result<usize> {
             "packed sequences of lengths adding up to {total} must be (1, {total}, d_model), got {dims:?}"
         ))),
     }
+}
+
+/// Whether projected vectors are queries or keys, for the encoding's rotation: an encoding
+/// may treat them apart ([`posenc::PositionalEncoding::rotate_keys`]).
+#[derive(Debug, Clone, Copy)]
+enum Role {
+    Query,
+    Key,
 }
