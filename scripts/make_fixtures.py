@@ -151,9 +151,25 @@ for direction in ("bidirectional", "causal"):
         f[f"{name}.grad_r1_raw"] = a.grad.float()
         f[f"{name}.grad_r2_raw"] = b.grad.float()
 
+# 8. xPos (Sun et al. 2022) from x-transformers' RotaryEmbedding(use_xpos=True) and
+#    apply_rotary_pos_emb, in float64: queries scaled by scale, keys by scale ** -1, as its
+#    Attention does. x-transformers centres the exponent on the sequence's middle, which
+#    cancels in q·k, so the scores are compared: positions 0..20 with scale_base 512, and
+#    1000..1020 with scale_base 64 (a strong decay).
+from x_transformers.x_transformers import RotaryEmbedding, apply_rotary_pos_emb as xt_apply
+
+for start, scale_base in ((0, 512), (1000, 64)):
+    rotary = RotaryEmbedding(D, use_xpos=True, scale_base=scale_base).double()
+    t = torch.arange(start, start + T, dtype=torch.float64)
+    freqs, xscale = rotary(t)
+    xq = xt_apply(q, freqs, xscale)
+    xk = xt_apply(k, freqs, xscale ** -1.0)
+    f[f"xpos.scores.start{start}.base{scale_base}"] = (xq @ xk.transpose(-1, -2)).float()
+
 os.makedirs(os.path.dirname(OUT), exist_ok=True)
 save_file({k: v.contiguous() for k, v in f.items()}, OUT, metadata={
     "torch": torch.__version__, "numpy": np.__version__,
     "transformers": __import__("transformers").__version__,
+    "x-transformers": __import__("importlib.metadata").metadata.version("x-transformers"),
 })
 print(f"wrote {len(f)} tensors to {os.path.normpath(OUT)}")

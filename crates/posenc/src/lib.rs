@@ -14,6 +14,7 @@
 //! | `sinusoidal`, `sinusoidal-concat` | add | [`sinusoidal`] |
 //! | `learned` | add | [`learned`] |
 //! | `rope` | rotate | [`rope`] |
+//! | `xpos` | rotate (queries and keys apart) | [`xpos`] |
 //! | `alibi` | bias | [`alibi`] |
 //! | `t5` | bias | [`t5`] |
 //! | `kerple` | bias | [`kerple`] |
@@ -40,6 +41,7 @@ pub mod rope;
 pub mod rope_scaling;
 pub mod sinusoidal;
 pub mod t5;
+pub mod xpos;
 
 pub use config::{
     register, Direction, EncodingConfig, EncodingSpec, Registration, Target, BUILT_IN,

@@ -211,6 +211,52 @@ impl Rope {
         Ok((tables[0].clone(), tables[1].clone()))
     }
 
+    /// Rotates `x: (batch, heads, seq, head_dim)` by the tables `cos` and `sin`, each
+    /// `(seq, rotary_dim / 2)` f32 (as [`Rope::cos_sin`] gives them, or scaled per row and
+    /// pair by an encoding built on this one, as xPos is), in this rotation's layout; the
+    /// dimensions past `rotary_dim` pass unchanged.
+    ///
+    /// # Errors
+    /// `x` of another rank or head width.
+    pub fn rotate_with(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+        let seq = match x.dims() {
+            &[_, _, seq, hd] if hd == self.head_dim => seq,
+            dims => {
+                return Err(Error::Shape {
+                    kind: RopeConfig::KIND,
+                    msg: format!(
+                        "expected queries/keys of shape (batch, heads, seq, {}), got {dims:?}",
+                        self.head_dim
+                    ),
+                })
+            }
+        };
+        let (cos, sin) = (cos.to_dtype(x.dtype())?, sin.to_dtype(x.dtype())?);
+        if cos.dims() != [seq, self.rotary_dim / 2] || sin.dims() != cos.dims() {
+            return Err(Error::Shape {
+                kind: RopeConfig::KIND,
+                msg: format!(
+                    "expected cos and sin tables of shape ({seq}, {}), got {:?} and {:?}",
+                    self.rotary_dim / 2,
+                    cos.dims(),
+                    sin.dims()
+                ),
+            });
+        }
+        let rot = x.narrow(D::Minus1, 0, self.rotary_dim)?;
+        let rotated = match (self.layout, x.track_op()) {
+            (PairLayout::Halves, true) => rotary_emb::rope_slow(&rot, &cos, &sin)?,
+            (PairLayout::Interleaved, true) => rotary_emb::rope_i_slow(&rot, &cos, &sin)?,
+            (PairLayout::Halves, false) => rotary_emb::rope(&rot.contiguous()?, &cos, &sin)?,
+            (PairLayout::Interleaved, false) => rotary_emb::rope_i(&rot.contiguous()?, &cos, &sin)?,
+        };
+        if self.rotary_dim == self.head_dim {
+            return Ok(rotated);
+        }
+        let pass = x.narrow(D::Minus1, self.rotary_dim, self.head_dim - self.rotary_dim)?;
+        Ok(Tensor::cat(&[&rotated, &pass], D::Minus1)?)
+    }
+
     /// The rows `at` of the tables of `f`, grown in `cache` as longer sequences ask.
     fn cache_rows(
         &self,
@@ -248,32 +294,8 @@ impl PositionalEncoding for Rope {
     }
 
     fn rotate(&self, x: &Tensor, at: Positions) -> Result<Tensor> {
-        let seq = match x.dims() {
-            &[_, _, seq, hd] if hd == self.head_dim => seq,
-            dims => {
-                return Err(Error::Shape {
-                    kind: RopeConfig::KIND,
-                    msg: format!(
-                        "expected queries/keys of shape (batch, heads, seq, {}), got {dims:?}",
-                        self.head_dim
-                    ),
-                })
-            }
-        };
-        let (cos, sin) = self.cos_sin(at, seq)?;
-        let (cos, sin) = (cos.to_dtype(x.dtype())?, sin.to_dtype(x.dtype())?);
-        let rot = x.narrow(D::Minus1, 0, self.rotary_dim)?;
-        let rotated = match (self.layout, x.track_op()) {
-            (PairLayout::Halves, true) => rotary_emb::rope_slow(&rot, &cos, &sin)?,
-            (PairLayout::Interleaved, true) => rotary_emb::rope_i_slow(&rot, &cos, &sin)?,
-            (PairLayout::Halves, false) => rotary_emb::rope(&rot.contiguous()?, &cos, &sin)?,
-            (PairLayout::Interleaved, false) => rotary_emb::rope_i(&rot.contiguous()?, &cos, &sin)?,
-        };
-        if self.rotary_dim == self.head_dim {
-            return Ok(rotated);
-        }
-        let pass = x.narrow(D::Minus1, self.rotary_dim, self.head_dim - self.rotary_dim)?;
-        Ok(Tensor::cat(&[&rotated, &pass], D::Minus1)?)
+        let (cos, sin) = self.cos_sin(at, x.dims().get(2).copied().unwrap_or(0))?;
+        self.rotate_with(x, &cos, &sin)
     }
 
     fn table(&self, len: usize) -> Result<Table> {

@@ -100,6 +100,19 @@ proptest! {
         prop_assert!(p.max_abs <= 1.0 + 1e-6);
     }
 
+    /// xPos: queries scaled up and keys down by inverse factors, so the scores still depend
+    /// on j − i only (with the same scale for both, they would grow with i + j).
+    #[test]
+    fn xpos_scores_are_relative(half in 1usize..8, heads in 1usize..4, len in 2usize..48,
+                                scale_base in 4.0f64..600.0) {
+        let head_dim = 2 * half;
+        let d = head_dim * heads;
+        let cfg = EncodingConfig::new(posenc::xpos::XposConfig { scale_base, ..Default::default() });
+        let enc = cfg.build_untrained(d, heads, &Device::Cpu).unwrap();
+        let p = analyze(&*enc, Setting { d_model: d, heads, len, shift: 1 }).unwrap();
+        prop_assert!(p.relative_residual < 1e-4, "{p:?}");
+    }
+
     /// ALiBi: the bias depends on j − i only, the symmetric form is symmetric and every
     /// head's penalty grows linearly with distance.
     #[test]

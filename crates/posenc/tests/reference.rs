@@ -302,3 +302,41 @@ fn kerple_matches_the_papers_formulas_with_their_gradients() {
         }
     }
 }
+
+#[test]
+fn xpos_scores_match_x_transformers() {
+    use posenc::xpos::Xpos;
+    let f = fixtures();
+    for (start, scale_base) in [(0usize, 512.0), (1000, 64.0)] {
+        let xpos = Xpos::new(
+            16,
+            10_000.0,
+            scale_base,
+            PairLayout::Interleaved,
+            &Device::Cpu,
+        )
+        .unwrap();
+        let name = format!("xpos.scores.start{start}.base{scale_base}");
+        let q = xpos.rotate(&f["rope.q"], start.into()).unwrap();
+        let k = xpos.rotate_keys(&f["rope.k"], start.into()).unwrap();
+        let scores = q.matmul(&k.t().unwrap()).unwrap();
+        // Scores reach ~16, summed over 16 products: f32's tolerance at that size.
+        assert_close(&name, &scores, &f[&name], 2e-5);
+        // Through the differentiable path as well.
+        let var = Var::from_tensor(&f["rope.q"]).unwrap();
+        let slow = xpos.rotate(var.as_tensor(), start.into()).unwrap();
+        assert_close(&format!("{name} (differentiable)"), &slow, &q, 1e-6);
+    }
+    // The range ends where a key's scale ζ₀^(−m/γ) would pass 1e30, and is refused by name.
+    let xpos = Xpos::new(16, 10_000.0, 64.0, PairLayout::Interleaved, &Device::Cpu).unwrap();
+    let past = xpos.max_positions().unwrap();
+    assert_eq!(
+        past,
+        (64.0 * 1e30f64.ln() / (1.4f64 / 0.4).ln()).floor() as usize
+    );
+    let e = xpos
+        .rotate(&f["rope.q"], (past - 5).into())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains(&format!("max_positions = {past}")), "{e}");
+}
