@@ -247,6 +247,25 @@ impl Table {
     }
 }
 
+/// An error naming the first of the `len` positions `at` at or past `max_positions`, the
+/// end of encoding `kind`, if any is.
+pub(crate) fn check_end(
+    kind: &'static str,
+    at: Positions,
+    len: usize,
+    max_positions: usize,
+) -> Result<()> {
+    if at.end(len) <= max_positions {
+        return Ok(());
+    }
+    let first = (0..len).map(|i| at.get(i)).find(|&p| p >= max_positions);
+    Err(Error::PositionOutOfRange {
+        kind,
+        position: first.unwrap_or(max_positions),
+        max_positions,
+    })
+}
+
 /// Checks a rule of an encoding's settings: `Ok` if `holds`, else a config error naming
 /// the kind and saying what is needed and what came (`"base > 1, got 0.5"`).
 pub(crate) fn require(kind: &str, holds: bool, needed: impl fmt::Display) -> Result<()> {

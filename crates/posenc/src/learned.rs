@@ -14,7 +14,7 @@ use candle_core::Tensor;
 use candle_nn::{Embedding, VarBuilder};
 use serde::{Deserialize, Serialize};
 
-use crate::encoding::{add_table, check_embeddings, PositionalEncoding, Table};
+use crate::encoding::{add_table, check_embeddings, check_end, PositionalEncoding, Table};
 use crate::{EncodingSpec, Error, Positions, Result, Target};
 
 /// The settings of `learned`.
@@ -86,16 +86,7 @@ impl Learned {
     /// the table.
     pub fn rows(&self, at: Positions, len: usize) -> Result<Tensor> {
         at.check(LearnedConfig::KIND, len)?;
-        if at.end(len) > self.max_positions {
-            let first = (0..len)
-                .map(|i| at.get(i))
-                .find(|&p| p >= self.max_positions);
-            return Err(Error::PositionOutOfRange {
-                kind: LearnedConfig::KIND,
-                position: first.unwrap_or(self.max_positions),
-                max_positions: self.max_positions,
-            });
-        }
+        check_end(LearnedConfig::KIND, at, len, self.max_positions)?;
         at.select(self.weight(), len)
     }
 }

@@ -26,7 +26,7 @@ use candle_core::{Device, Tensor};
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
-use crate::encoding::{require, tensor_from_fn, Form, PositionalEncoding, Table};
+use crate::encoding::{check_end, require, tensor_from_fn, Form, PositionalEncoding, Table};
 use crate::rope::Rope;
 use crate::sinusoidal::PairLayout;
 use crate::{EncodingSpec, Error, Positions, Result, Target};
@@ -143,16 +143,7 @@ impl Xpos {
     /// f32, times `ζ_i^(sign · n/γ)`: `sign` 1 for queries, −1 for keys.
     pub fn scaled_cos_sin(&self, at: Positions, len: usize, sign: f64) -> Result<(Tensor, Tensor)> {
         at.check(XposConfig::KIND, len)?;
-        if at.end(len) > self.max_positions {
-            let first = (0..len)
-                .map(|i| at.get(i))
-                .find(|&p| p >= self.max_positions);
-            return Err(Error::PositionOutOfRange {
-                kind: XposConfig::KIND,
-                position: first.unwrap_or(self.max_positions),
-                max_positions: self.max_positions,
-            });
-        }
+        check_end(XposConfig::KIND, at, len, self.max_positions)?;
         let (cos, sin) = self.rope.cos_sin(at, len)?;
         let scale = tensor_from_fn(len, self.zeta.len(), &self.device, |p, i| {
             self.zeta[i].powf(sign * at.get(p) as f64 / self.scale_base)

@@ -106,6 +106,11 @@ fn bad_settings_are_named() {
 }
 
 fn model(kind: &str) -> LanguageModel {
+    sharpened(kind, 1.0)
+}
+
+/// [`model`] with its attention's input projections multiplied by `sharpness`.
+fn sharpened(kind: &str, sharpness: f64) -> LanguageModel {
     let cfg = LmConfig {
         vocab_size: 20,
         d_model: 16,
@@ -122,6 +127,11 @@ fn model(kind: &str) -> LanguageModel {
     // Seeded (Xavier) weights: candle's own initialisation is unseeded, and its unit-variance
     // embeddings, tied to the head, can make an untrained model repeat its last token.
     posenc_train::init::initialize(&varmap, 11).unwrap();
+    for (name, var) in varmap.data().lock().unwrap().iter() {
+        if sharpness != 1.0 && name.ends_with("in_proj_weight") {
+            var.set(&(var.as_tensor() * sharpness).unwrap()).unwrap();
+        }
+    }
     m
 }
 
@@ -235,29 +245,12 @@ fn the_seed_fixes_the_text() {
 /// frequencies than its last queries', and the picks differ.
 #[test]
 fn a_long_prompt_is_one_sequence_to_the_generator() {
-    let cfg = LmConfig {
-        vocab_size: 20,
-        d_model: 16,
-        heads: 2,
-        d_ff: 32,
-        layers: 2,
-        encoding: r#"{"kind": "rope", "scaling": {"rope_type": "dynamic", "factor": 4}}"#
-            .parse::<EncodingConfig>()
-            .unwrap(),
-        context: 8,
-        ..LmConfig::default()
-    };
-    let varmap = VarMap::new();
-    let vb = VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu);
-    let m = LanguageModel::new(&cfg, vb).unwrap();
-    posenc_train::init::initialize(&varmap, 11).unwrap();
     // Sharp attention, so that where a key is rotated to decides what a query reads (an
     // untrained model's near-uniform attention averages positions away).
-    for (name, var) in varmap.data().lock().unwrap().iter() {
-        if name.ends_with("in_proj_weight") {
-            var.set(&(var.as_tensor() * 6.0).unwrap()).unwrap();
-        }
-    }
+    let m = sharpened(
+        r#"{"kind": "rope", "scaling": {"rope_type": "dynamic", "factor": 4}}"#,
+        6.0,
+    );
     let len = posenc_transformer::lm::PREFILL_CHUNK + 300;
     let mut state = 12345u64;
     let mut agree = 0;
