@@ -41,7 +41,7 @@ pub struct ExperimentConfig {
 }
 
 impl ExperimentConfig {
-    /// Every kind, 1000 steps each: about 25 minutes on two cores.
+    /// Every kind, 1000 steps each: about half an hour on two cores.
     pub fn full() -> Self {
         Self {
             base: TrainConfig {
