@@ -166,6 +166,47 @@ for start, scale_base in ((0, 512), (1000, 64)):
     xk = xt_apply(k, freqs, xscale ** -1.0)
     f[f"xpos.scores.start{start}.base{scale_base}"] = (xq @ xk.transpose(-1, -2)).float()
 
+# 9. FIRE (Li et al. 2023) from the paper's formula in float64, written out here as its
+#    appendix's pseudo-code computes it: bias = mlp(psi(i - j) / (psi(max(i, L)) + 1e-6)),
+#    psi(x) = log(|c x| + 1), L = |L_multiplier * L0|, mlp = Linear(1, w), ReLU, Linear(w, H).
+#    Queries at 2..9 against keys 0..9, with L = 0.9 * 5.5 = 4.95, so the first queries are
+#    normalised by L and the later ones by their own position. Gradients by torch's autograd,
+#    checked against finite differences by gradcheck.
+FIRE_W, FIRE_H, FIRE_L0 = 4, 3, 5.5
+fire = {
+    "mlp.0.weight": torch.randn(FIRE_W, 1, dtype=torch.float64),
+    "mlp.0.bias": torch.randn(FIRE_W, dtype=torch.float64),
+    "mlp.2.weight": torch.randn(FIRE_H, FIRE_W, dtype=torch.float64),
+    "mlp.2.bias": torch.randn(FIRE_H, dtype=torch.float64),
+    "c": torch.tensor(0.3, dtype=torch.float64),
+    "L_multiplier": torch.tensor(0.9, dtype=torch.float64),
+}
+for name, value in fire.items():
+    f[f"fire.{name}"] = value.float()
+qpos = torch.arange(2, 10, dtype=torch.float64)[:, None]
+kpos = torch.arange(0, 10, dtype=torch.float64)[None, :]
+weights = torch.randn(FIRE_H, 8, 10, dtype=torch.float64)
+f["fire.w"] = weights.float()
+weights = weights.float().double()
+
+
+def fire_bias(d, w1, b1, w2, b2, c, mult):
+    normalizer = torch.maximum(qpos, (mult * FIRE_L0).abs())
+    x = torch.log((c * d).abs() + 1) / (torch.log((c * normalizer).abs() + 1) + 1e-6)
+    hidden = torch.relu(x[..., None] * w1[:, 0] + b1)
+    return (hidden @ w2.T + b2).permute(2, 0, 1)
+
+
+for direction in ("bidirectional", "causal"):
+    d = (qpos - kpos).abs() if direction == "bidirectional" else (qpos - kpos).clamp(min=0)
+    params = [v.float().double().clone().requires_grad_(True) for v in fire.values()]
+    assert torch.autograd.gradcheck(lambda *p: (fire_bias(d, *p) * weights).sum(), params)
+    bias = fire_bias(d, *params)
+    (bias * weights).sum().backward()
+    f[f"fire.{direction}.bias"] = bias.detach().float()
+    for name, p in zip(fire, params):
+        f[f"fire.{direction}.grad.{name}"] = p.grad.float()
+
 os.makedirs(os.path.dirname(OUT), exist_ok=True)
 save_file({k: v.contiguous() for k, v in f.items()}, OUT, metadata={
     "torch": torch.__version__, "numpy": np.__version__,

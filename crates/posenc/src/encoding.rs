@@ -20,7 +20,7 @@ use std::fmt;
 
 use candle_core::{Device, Tensor};
 
-use crate::{Error, Result};
+use crate::{Direction, Error, Result};
 
 /// Where the tokens of a sequence sit. Every sequence of a batch sits at the same positions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -264,6 +264,30 @@ pub(crate) fn check_end(
         position: first.unwrap_or(max_positions),
         max_positions,
     })
+}
+
+/// The `(q_len, k_len)` f32 distances of `q_len` queries at `q` from `k_len` keys at `k`:
+/// `|i − j|`, or `max(i − j, 0)` for causal attention, where later keys are masked anyway.
+pub(crate) fn distances(
+    direction: Direction,
+    q_len: usize,
+    k_len: usize,
+    q: Positions,
+    k: Positions,
+    device: &Device,
+) -> Result<Tensor> {
+    let mut d = Vec::with_capacity(q_len * k_len);
+    for qi in 0..q_len {
+        let i = q.get(qi) as f64;
+        for kj in 0..k_len {
+            let j = k.get(kj) as f64;
+            d.push(match direction {
+                Direction::Bidirectional => (i - j).abs(),
+                Direction::Causal => (i - j).max(0.0),
+            } as f32);
+        }
+    }
+    Ok(Tensor::from_vec(d, (q_len, k_len), device)?)
 }
 
 /// Checks a rule of an encoding's settings: `Ok` if `holds`, else a config error naming

@@ -31,7 +31,7 @@ use candle_nn::{Init, VarBuilder};
 use serde::{Deserialize, Serialize};
 
 use crate::cache::GeometryCache;
-use crate::encoding::{Form, PositionalEncoding, Table};
+use crate::encoding::{distances, Form, PositionalEncoding, Table};
 use crate::{Direction, EncodingSpec, Error, Positions, Result, Target};
 
 /// The settings of `kerple`.
@@ -127,30 +127,15 @@ impl Kerple {
         Ok((r1, r2))
     }
 
-    /// The `(q_len, k_len)` distances of the queries at `q` from the keys at `k`:
-    /// `|i − j|`, or `max(i − j, 0)` for causal attention.
-    fn distances(&self, q_len: usize, k_len: usize, q: Positions, k: Positions) -> Result<Tensor> {
-        self.cache
-            .get(KerpleConfig::KIND, (q_len, k_len), (q, k), || {
-                let mut d = Vec::with_capacity(q_len * k_len);
-                for qi in 0..q_len {
-                    let i = q.get(qi) as f64;
-                    for kj in 0..k_len {
-                        let j = k.get(kj) as f64;
-                        d.push(match self.direction {
-                            Direction::Bidirectional => (i - j).abs(),
-                            Direction::Causal => (i - j).max(0.0),
-                        } as f32);
-                    }
-                }
-                Ok(Tensor::from_vec(d, (q_len, k_len), &self.device)?)
-            })
-    }
-
     /// The `(heads, q_len, k_len)` bias of `q_len` queries at `q` against `k_len` keys at
     /// `k`, differentiable in the weights.
     pub fn bias(&self, q_len: usize, k_len: usize, q: Positions, k: Positions) -> Result<Tensor> {
-        let d = self.distances(q_len, k_len, q, k)?.unsqueeze(0)?;
+        let d = self
+            .cache
+            .get(KerpleConfig::KIND, (q_len, k_len), (q, k), || {
+                distances(self.direction, q_len, k_len, q, k, &self.device)
+            })?
+            .unsqueeze(0)?;
         let (r1, r2) = self.parameters()?;
         let heads = r1.dim(0)?;
         let (r1, r2) = (r1.reshape((heads, 1, 1))?, r2.reshape((heads, 1, 1))?);

@@ -18,6 +18,7 @@
 //! | `alibi` | bias | [`alibi`] |
 //! | `t5` | bias | [`t5`] |
 //! | `kerple` | bias | [`kerple`] |
+//! | `fire` | bias | [`fire`] |
 //! | `fraction`, `index`, `binary`, `sine-single` | add | [`naive`] |
 //!
 //! Tables are computed in f64, stored in f32 and cast to the model's dtype only when
@@ -32,6 +33,7 @@ mod error;
 
 pub mod alibi;
 pub mod analysis;
+pub mod fire;
 pub mod kerple;
 pub mod learned;
 pub mod limits;

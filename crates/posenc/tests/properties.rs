@@ -172,8 +172,8 @@ proptest! {
     /// Asking for positions `offset..offset + n` gives rows `offset..` of the full table: what
     /// incremental decoding relies on (every encoding whose values depend on the position alone).
     #[test]
-    fn offsets_match_the_full_table(which in 0usize..9, offset in 0usize..30, n in 1usize..10) {
-        let kind = ["none", "sinusoidal", "sinusoidal-concat", "learned", "index", "binary", "sine-single", "alibi", "t5"][which];
+    fn offsets_match_the_full_table(which in 0usize..11, offset in 0usize..30, n in 1usize..10) {
+        let kind = ["none", "sinusoidal", "sinusoidal-concat", "learned", "index", "binary", "sine-single", "alibi", "t5", "kerple", "fire"][which];
         let (d, heads) = (8, 2);
         let enc = build(kind, d, heads);
         let total = offset + n;
@@ -190,7 +190,10 @@ proptest! {
             Form::Rotary { .. } => unreachable!(),
         };
         let zeros = diff.zeros_like().unwrap();
-        prop_assert_eq!(max_abs_diff(&diff, &zeros), 0.0, "{}", kind);
+        // FIRE's MLP is a matrix product, which sums in an order that may depend on how
+        // many rows it is given: equal to f32's rounding, not bit for bit.
+        let tol = if kind == "fire" { 1e-6 } else { 0.0 };
+        prop_assert!(max_abs_diff(&diff, &zeros) <= tol, "{}", kind);
     }
 
     /// Rotating n vectors at an offset equals rotating them inside a longer sequence.

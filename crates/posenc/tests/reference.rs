@@ -304,6 +304,56 @@ fn kerple_matches_the_papers_formulas_with_their_gradients() {
 }
 
 #[test]
+fn fire_matches_the_papers_formula_with_its_gradients() {
+    use posenc::fire::{Fire, FireConfig};
+    use posenc::Direction;
+    let f = fixtures();
+    let names = [
+        "mlp.0.weight",
+        "mlp.0.bias",
+        "mlp.2.weight",
+        "mlp.2.bias",
+        "c",
+        "L_multiplier",
+    ];
+    let cfg = FireConfig {
+        mlp_width: 4,
+        c: 0.3,
+        threshold: 5.5,
+    };
+    for (direction, dname) in [
+        (Direction::Bidirectional, "bidirectional"),
+        (Direction::Causal, "causal"),
+    ] {
+        let vars: Vec<Var> = names
+            .iter()
+            .map(|n| Var::from_tensor(&f[&format!("fire.{n}")]).unwrap())
+            .collect();
+        let weights = names
+            .iter()
+            .zip(&vars)
+            .map(|(n, v)| (n.to_string(), v.as_tensor().clone()))
+            .collect::<HashMap<_, _>>();
+        let vb =
+            candle_nn::VarBuilder::from_tensors(weights, candle_core::DType::F32, &Device::Cpu);
+        let fire = Fire::new(&cfg, 3, direction, vb).unwrap();
+        // Queries at 2..9 against keys at 0..9: L = 4.95 lies between them.
+        let bias = fire.bias(8, 10, 2.into(), 0.into()).unwrap();
+        let name = format!("fire.{dname}");
+        assert_close(&name, &bias, &f[&format!("{name}.bias")], 1e-5);
+        let loss = (&bias * &f["fire.w"]).unwrap().sum_all().unwrap();
+        let grads = loss.backward().unwrap();
+        for (var, which) in vars.iter().zip(names) {
+            let grad = grads.get(var.as_tensor()).expect("a gradient");
+            let reference = &f[&format!("{name}.grad.{which}")];
+            let scale = reference.abs().unwrap().max_all().unwrap();
+            let scale = scale.to_scalar::<f32>().unwrap().max(1.0);
+            assert_close(&format!("{name} d/d{which}"), grad, reference, 1e-5 * scale);
+        }
+    }
+}
+
+#[test]
 fn xpos_scores_match_x_transformers() {
     use posenc::xpos::Xpos;
     let f = fixtures();
