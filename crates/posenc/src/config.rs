@@ -159,6 +159,7 @@ pub const BUILT_IN: &[Registration] = &[
     Registration::of::<crate::naive::IndexConfig>(),
     Registration::of::<crate::naive::BinaryConfig>(),
     Registration::of::<crate::naive::SineSingleConfig>(),
+    Registration::of::<crate::layers::LayersConfig>(),
 ];
 
 static REGISTRY: LazyLock<RwLock<Vec<Registration>>> =

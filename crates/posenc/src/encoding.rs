@@ -10,6 +10,9 @@
 //! 3. [`PositionalEncoding::attention_bias`]: what to add to the attention scores
 //!    `QKᵀ/√d_k`, shape `(heads, q_len, k_len)`. ALiBi and T5 buckets live here.
 //!
+//! An encoding may also hand each layer of a stack an encoding of its own
+//! ([`PositionalEncoding::layer`]): a per-layer pattern such as iRoPE's.
+//!
 //! Every hook is the identity by default, and every hook says where its tokens sit
 //! ([`Positions`]): consecutive from an offset, so incremental decoding with a key/value
 //! cache asks about positions `t, t+1, …` rather than starting again at 0, or at any
@@ -17,6 +20,7 @@
 //! model calls all three hooks and never asks which encoding it holds.
 
 use std::fmt;
+use std::sync::Arc;
 
 use candle_core::{Device, Tensor};
 
@@ -176,6 +180,16 @@ pub trait PositionalEncoding: std::fmt::Debug + Send + Sync {
     ) -> Result<Option<Tensor>> {
         let _ = (q_len, k_len, q, k);
         Ok(None)
+    }
+
+    /// The encoding of layer `index` of the stack that holds this one, for an encoding that
+    /// gives each layer its own ([`crate::layers`]), or `None` (the default): every layer
+    /// uses this one. A layer's own encoding acts on that layer alone: it adds to the
+    /// layer's input (the first layer's is the embeddings), rotates the layer's queries and
+    /// keys, and biases its scores.
+    fn layer(&self, index: usize) -> Option<Arc<dyn PositionalEncoding>> {
+        let _ = index;
+        None
     }
 
     /// The longest sequence the encoding can take, or `None` if its formula holds at every

@@ -106,8 +106,8 @@ impl EncodingSpec for FireConfig {
     }
 }
 
-/// A learned function of the normalised, log-scaled distance: one small MLP per layer,
-/// shared by its heads.
+/// A learned function of the normalised, log-scaled distance: one small MLP with an output
+/// per head, shared by the layers of the stack that holds it (as every bias here is).
 #[derive(Debug)]
 pub struct Fire {
     w1: Tensor,

@@ -20,6 +20,7 @@
 //! | `kerple` | bias | [`kerple`] |
 //! | `fire` | bias | [`fire`] |
 //! | `fraction`, `index`, `binary`, `sine-single` | add | [`naive`] |
+//! | `layers` | each layer its own: a pattern of the above | [`layers`] |
 //!
 //! Tables are computed in f64, stored in f32 and cast to the model's dtype only when
 //! used; sinusoidal and rotary tables grow on demand.
@@ -35,6 +36,7 @@ pub mod alibi;
 pub mod analysis;
 pub mod fire;
 pub mod kerple;
+pub mod layers;
 pub mod learned;
 pub mod limits;
 pub mod naive;

@@ -143,3 +143,22 @@ fn wrong_shapes_are_named() {
         .unwrap_err();
     assert!(message(&e).contains("(batch, heads, seq, 4)"), "{e}");
 }
+
+#[test]
+fn a_bad_layer_pattern_is_named() {
+    let parse_err = |cfg: &str| cfg.parse::<EncodingConfig>().unwrap_err().to_string();
+    let m = parse_err(r#"{"kind": "layers", "pattern": ["rope", "warp-drive"]}"#);
+    assert!(m.contains("warp-drive") && m.contains("layers"), "{m}");
+    let m = message(build_err(r#"{"kind": "layers", "pattern": []}"#, 8, 2));
+    assert!(m.contains("layers") && m.contains("at least one"), "{m}");
+    let nested = r#"{"kind": "layers", "pattern": [{"kind": "layers"}]}"#;
+    let m = message(build_err(nested, 8, 2));
+    assert!(m.contains("not another `layers`"), "{m}");
+    // Entries are checked when built: an odd rotary head is named through the pattern.
+    let m = message(build_err(
+        r#"{"kind": "layers", "pattern": ["none", "rope"]}"#,
+        12,
+        4,
+    ));
+    assert!(m.contains("head_dim") && m.contains('3'), "{m}");
+}

@@ -58,7 +58,7 @@ impl KvCache {
     }
 
     /// Where `new` tokens after the cached ones sit.
-    fn positions(&self, new: usize) -> Positions<'static> {
+    pub(crate) fn positions(&self, new: usize) -> Positions<'static> {
         match self.reach > self.len + new {
             true => Positions::Within {
                 offset: self.len,

@@ -20,6 +20,7 @@ use posenc::{PositionalEncoding, Positions};
 
 use crate::attention::{KvCache, MultiHeadAttention};
 use crate::feed_forward::FeedForward;
+use crate::layer_encodings::{bias_of, LayerEncodings};
 use crate::mask::Mask;
 use crate::sublayer::{stack, Norm, Residual};
 use crate::{Config, Result};
@@ -140,7 +141,7 @@ impl DecoderLayer {
 pub struct Decoder {
     layers: Vec<DecoderLayer>,
     norm: Option<Norm>,
-    encoding: Arc<dyn PositionalEncoding>,
+    encodings: LayerEncodings,
 }
 
 impl Decoder {
@@ -150,19 +151,20 @@ impl Decoder {
         encoding: Arc<dyn PositionalEncoding>,
         vb: VarBuilder,
     ) -> Result<Self> {
-        let (layers, norm) = stack(cfg, cfg.decoder_layers, &vb, |vb| {
-            DecoderLayer::new(cfg, encoding.clone(), vb)
+        let encodings = LayerEncodings::new(encoding, cfg.decoder_layers);
+        let (layers, norm) = stack(cfg, cfg.decoder_layers, &vb, |i, vb| {
+            DecoderLayer::new(cfg, encodings.layer(i).clone(), vb)
         })?;
         Ok(Self {
             layers,
             norm,
-            encoding,
+            encodings,
         })
     }
 
     /// The positional encoding of this stack (causal).
     pub fn encoding(&self) -> &Arc<dyn PositionalEncoding> {
-        &self.encoding
+        self.encodings.stack()
     }
 
     /// Decodes embedded `y (batch, tgt_len, d_model)` against `memory`. Without a cache,
@@ -229,18 +231,19 @@ impl Decoder {
         }
         let len = y.dim(1)?;
         let (keys, k_len) = at.keys(len);
-        let bias = self.encoding.attention_bias(len, k_len, at, keys)?;
+        let biases = self.encodings.biases(len, k_len, at, keys)?;
         let mut y = y.clone();
         let mut weights = Vec::with_capacity(self.layers.len());
         for (i, layer) in self.layers.iter().enumerate() {
             let layer_cache = cache.as_deref_mut().map(|c| &mut c.layers[i]);
+            y = self.encodings.input(i, y, at)?;
             let (out, w) = layer.forward(
                 &y,
                 memory,
                 self_mask,
                 memory_mask,
                 at,
-                bias.as_ref(),
+                bias_of(&biases, i),
                 layer_cache,
                 train,
             )?;

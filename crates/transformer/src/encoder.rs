@@ -20,6 +20,7 @@ use posenc::{PositionalEncoding, Positions};
 
 use crate::attention::{KvCache, MultiHeadAttention};
 use crate::feed_forward::FeedForward;
+use crate::layer_encodings::{bias_of, LayerEncodings};
 use crate::linear::Proj;
 use crate::mask::Mask;
 use crate::sublayer::{stack, Norm, Residual};
@@ -160,7 +161,7 @@ impl EncoderLayer {
 pub struct Encoder {
     layers: Vec<EncoderLayer>,
     norm: Option<Norm>,
-    encoding: Arc<dyn PositionalEncoding>,
+    encodings: LayerEncodings,
 }
 
 impl Encoder {
@@ -170,13 +171,14 @@ impl Encoder {
         encoding: Arc<dyn PositionalEncoding>,
         vb: VarBuilder,
     ) -> Result<Self> {
-        let (layers, norm) = stack(cfg, cfg.encoder_layers, &vb, |vb| {
-            EncoderLayer::new(cfg, encoding.clone(), vb)
+        let encodings = LayerEncodings::new(encoding, cfg.encoder_layers);
+        let (layers, norm) = stack(cfg, cfg.encoder_layers, &vb, |i, vb| {
+            EncoderLayer::new(cfg, encodings.layer(i).clone(), vb)
         })?;
         Ok(Self {
             layers,
             norm,
-            encoding,
+            encodings,
         })
     }
 
@@ -193,15 +195,17 @@ impl Encoder {
 
     /// Replaces the positional encoding of the stack and of every layer's attention.
     pub(crate) fn set_encoding(&mut self, encoding: Arc<dyn PositionalEncoding>) {
-        for layer in &mut self.layers {
-            layer.self_attn.set_encoding(encoding.clone());
+        self.encodings = LayerEncodings::new(encoding, self.layers.len());
+        for (i, layer) in self.layers.iter_mut().enumerate() {
+            layer
+                .self_attn
+                .set_encoding(self.encodings.layer(i).clone());
         }
-        self.encoding = encoding;
     }
 
     /// The positional encoding of this stack (bidirectional).
     pub fn encoding(&self) -> &Arc<dyn PositionalEncoding> {
-        &self.encoding
+        self.encodings.stack()
     }
 
     /// Encodes embedded `x (batch, seq, d_model)`; `mask` hides padding keys.
@@ -245,13 +249,12 @@ impl Encoder {
     pub fn forward_packed(&self, x: &Tensor, lens: &[usize]) -> Result<Tensor> {
         let longest = crate::attention::check_packed(x, lens)?;
         let from0 = Positions::From(0);
-        let bias = self
-            .encoding
-            .attention_bias(longest, longest, from0, from0)?;
+        let biases = self.encodings.biases(longest, longest, from0, from0)?;
         let mut x = x.clone();
-        for layer in &self.layers {
+        for (i, layer) in self.layers.iter().enumerate() {
+            x = self.packed_input(i, x, lens)?;
             x = layer.through(&x, false, |attention, x| {
-                attention.packed_self_attention(x, lens, bias.as_ref())
+                attention.packed_self_attention(x, lens, bias_of(&biases, i))
             })?;
         }
         self.final_norm(x)
@@ -276,8 +279,10 @@ impl Encoder {
             kv
         });
         let mut x = x.clone();
-        for (layer, kv) in self.layers.iter().zip(&mut cache.layers) {
+        for (i, (layer, kv)) in self.layers.iter().zip(&mut cache.layers).enumerate() {
             kv.read_until(cache.reach);
+            let at = kv.positions(x.dim(1)?);
+            x = self.encodings.input(i, x, at)?;
             x = layer.through(&x, false, |attention, x| {
                 attention.cached_self_attention(x, kv)
             })?;
@@ -295,15 +300,32 @@ impl Encoder {
     ) -> Result<(Tensor, Vec<Tensor>)> {
         let seq = x.dim(1)?;
         let (keys, k_len) = at.keys(seq);
-        let bias = self.encoding.attention_bias(seq, k_len, at, keys)?;
+        let biases = self.encodings.biases(seq, k_len, at, keys)?;
         let mut x = x.clone();
         let mut weights = Vec::with_capacity(self.layers.len());
-        for layer in &self.layers {
-            let (y, w) = layer.forward(&x, at, mask, bias.as_ref(), None, train)?;
+        for (i, layer) in self.layers.iter().enumerate() {
+            x = self.encodings.input(i, x, at)?;
+            let (y, w) = layer.forward(&x, at, mask, bias_of(&biases, i), None, train)?;
             x = y;
             weights.push(w);
         }
         Ok((self.final_norm(x)?, weights))
+    }
+
+    /// The input of layer `i` of sequences packed along the rows of `x (1, n, d_model)`,
+    /// `lens` tokens each, every one at positions `0, 1, …` ([`LayerEncodings::input`]).
+    fn packed_input(&self, i: usize, x: Tensor, lens: &[usize]) -> Result<Tensor> {
+        if i == 0 || !self.encodings.per_layer() {
+            return Ok(x);
+        }
+        let mut start = 0;
+        let mut pieces = Vec::with_capacity(lens.len());
+        for &len in lens {
+            let piece = x.narrow(1, start, len)?;
+            pieces.push(self.encodings.input(i, piece, Positions::From(0))?);
+            start += len;
+        }
+        Ok(Tensor::cat(&pieces, 1)?)
     }
 
     /// The stack's final norm of `x`, if it has one.

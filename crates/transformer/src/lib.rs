@@ -25,6 +25,7 @@ pub mod decoder;
 pub mod embeddings;
 pub mod encoder;
 pub mod feed_forward;
+mod layer_encodings;
 pub mod linear;
 pub mod lm;
 pub mod mask;

@@ -126,16 +126,16 @@ impl Residual {
     }
 }
 
-/// `n` layers built by `layer` under `vb.pp("layers.i")`, and the stack's final norm under
+/// `n` layers built by `layer(i, vb.pp("layers.i"))`, and the stack's final norm under
 /// `vb.pp("norm")` if `cfg.final_norm`: what the encoder and decoder stacks share.
 pub(crate) fn stack<L>(
     cfg: &Config,
     n: usize,
     vb: &VarBuilder,
-    layer: impl Fn(VarBuilder) -> Result<L>,
+    layer: impl Fn(usize, VarBuilder) -> Result<L>,
 ) -> Result<(Vec<L>, Option<Norm>)> {
     let layers = (0..n)
-        .map(|i| layer(vb.pp(format!("layers.{i}"))))
+        .map(|i| layer(i, vb.pp(format!("layers.{i}"))))
         .collect::<Result<_>>()?;
     let norm = cfg
         .final_norm

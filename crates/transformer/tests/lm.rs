@@ -18,6 +18,13 @@ fn lm_and_weights(encoding: EncodingConfig) -> (LanguageModel, VarMap) {
     tiny_lm(encoding, 8)
 }
 
+/// `{"kind": "layers", "pattern": <entries>}`.
+fn pattern(entries: &str) -> EncodingConfig {
+    format!(r#"{{"kind": "layers", "pattern": {entries}}}"#)
+        .parse()
+        .unwrap()
+}
+
 fn tokens() -> Tensor {
     ids(&[
         &[1, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15],
@@ -61,9 +68,12 @@ fn a_position_never_sees_a_later_one() {
 /// far, so no cache can hold it (the documents' reason to reject it).
 #[test]
 fn cached_generation_equals_the_full_forward_for_every_encoding() {
+    // Per-layer patterns whose second layer adds to its input, or biases its scores.
+    let patterns = [r#"["none", "sinusoidal"]"#, r#"["rope", "alibi"]"#].map(pattern);
     for enc in all_encodings()
         .into_iter()
         .filter(|e| e.kind() != "fraction")
+        .chain(patterns)
     {
         let model = lm(enc.clone());
         let x = tokens();
@@ -152,4 +162,32 @@ fn with_encoding_swaps_the_encoding_and_keeps_the_weights() {
     );
     assert!(max_abs_diff(&a, &b) < 1e-6);
     assert!(max_abs_diff(&a, &before) > 1e-3);
+}
+
+/// Layer `i` takes entry `i mod n` of a pattern, acting on that layer alone: the first
+/// entry's addition is the embeddings' (a pattern `[sinusoidal, none]` is `sinusoidal`), a
+/// later entry's adds to its layer's input, and swapping the entries changes the model.
+#[test]
+fn each_layer_takes_its_own_encoding_from_a_pattern() {
+    let (model, _) = lm_and_weights(EncodingConfig::from_kind("none").unwrap());
+    let x = tokens();
+    let logits = |entries: &str| {
+        let enc = if entries.starts_with('[') {
+            pattern(entries)
+        } else {
+            EncodingConfig::from_kind(entries).unwrap()
+        };
+        let swapped = model.clone().with_encoding(&enc).unwrap();
+        swapped.logits(&x, false).unwrap()
+    };
+    let same = |a: &str, b: &str| max_abs_diff(&logits(a), &logits(b)) < 1e-6;
+    assert!(same(r#"["sinusoidal", "none"]"#, "sinusoidal"));
+    assert!(same(r#"["rope", "rope"]"#, "rope"));
+    assert!(same(r#"["alibi"]"#, "alibi"));
+    assert!(same(r#"["rope", "rope", "rope", "none"]"#, "rope")); // 2 layers: no NoPE
+    assert!(!same(r#"["sinusoidal", "sinusoidal"]"#, "sinusoidal"));
+    assert!(!same(r#"["none", "alibi"]"#, r#"["alibi", "none"]"#));
+    for one in [r#"["none", "alibi"]"#, r#"["alibi", "none"]"#] {
+        assert!(!same(one, "alibi") && !same(one, "none"), "{one}");
+    }
 }

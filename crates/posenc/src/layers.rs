@@ -1,0 +1,166 @@
+//! `layers`: a different encoding for each layer of a stack, as a repeating pattern.
+//!
+//! Layer `i` of a stack takes entry `i mod n` of the pattern `[e₀, …, eₙ₋₁]`, and that
+//! entry acts on its layer alone: it adds to the layer's input, rotates the layer's queries
+//! and keys and biases its scores. The first layer's input is the embeddings, so `e₀`'s
+//! addition is the usual `Embed(x)·√d_model + PE`; an additive entry at a later layer adds
+//! to the residual stream there, as the Universal Transformer's per-step timing signal does.
+//!
+//! ```text
+//! Llama 4's iRoPE (every fourth layer without position):  {"kind": "layers", "pattern": ["rope", "rope", "rope", "none"]}
+//! SmolLM3's no_rope_layers [1, 1, 1, 0, …]:              the same, or the list written out, one entry per layer
+//! ```
+//!
+//! The default pattern, `["rope", "none"]`, alternates rotary and position-free layers, so a
+//! stack of two layers already has both. Each entry is one encoding, built under
+//! `encoding.N` (its weights, if it learns any, shared by the layers it serves): to give
+//! every layer weights of its own, write one entry per layer. A stack asks for its layers'
+//! encodings with [`PositionalEncoding::layer`]; asked directly, as the inspection commands
+//! do, the pattern answers as its first entry.
+
+use std::sync::Arc;
+
+use candle_core::Tensor;
+use candle_nn::VarBuilder;
+use serde::{Deserialize, Deserializer, Serialize};
+
+use crate::encoding::{require, PositionalEncoding, Table};
+use crate::{EncodingConfig, EncodingSpec, Positions, Result, Target};
+
+/// The settings of `layers`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LayersConfig {
+    /// The encodings of layers `0, 1, …`, repeated over the stack: kind names (`"rope"`)
+    /// or configs (`{"kind": "rope", "base": 500000}`).
+    #[serde(
+        default = "LayersConfig::default_pattern",
+        deserialize_with = "kinds_or_configs"
+    )]
+    pub pattern: Vec<EncodingConfig>,
+}
+
+impl Default for LayersConfig {
+    fn default() -> Self {
+        Self {
+            pattern: Self::default_pattern(),
+        }
+    }
+}
+
+impl LayersConfig {
+    fn default_pattern() -> Vec<EncodingConfig> {
+        ["rope", "none"]
+            .iter()
+            .map(|k| EncodingConfig::from_kind(k).expect("a built-in kind"))
+            .collect()
+    }
+
+    fn check(&self) -> Result<()> {
+        require(
+            Self::KIND,
+            !self.pattern.is_empty(),
+            "a pattern of at least one encoding",
+        )?;
+        crate::limits::check("pattern", self.pattern.len(), crate::limits::MAX_HEADS)?;
+        require(
+            Self::KIND,
+            self.pattern.iter().all(|e| e.kind() != Self::KIND),
+            "encodings of single layers in its pattern, not another `layers`",
+        )
+    }
+}
+
+/// Entries written as kind names or as config objects.
+fn kinds_or_configs<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> std::result::Result<Vec<EncodingConfig>, D::Error> {
+    let values = Vec::<serde_json::Value>::deserialize(deserializer)?;
+    values
+        .into_iter()
+        .map(|value| match value {
+            serde_json::Value::String(kind) => EncodingConfig::from_kind(&kind),
+            other => serde_json::from_value(other).map_err(|e| crate::Error::Config(e.to_string())),
+        })
+        .collect::<Result<_>>()
+        .map_err(serde::de::Error::custom)
+}
+
+impl EncodingSpec for LayersConfig {
+    const KIND: &'static str = "layers";
+
+    fn build(&self, target: &Target, vb: VarBuilder) -> Result<Arc<dyn PositionalEncoding>> {
+        self.check()?;
+        let pattern = self
+            .pattern
+            .iter()
+            .enumerate()
+            .map(|(i, e)| e.build(target, vb.pp(i.to_string())))
+            .collect::<Result<_>>()?;
+        Ok(Arc::new(Layers { pattern }))
+    }
+
+    fn parameter_count(&self, target: &Target) -> u128 {
+        self.pattern.iter().map(|e| e.parameter_count(target)).sum()
+    }
+}
+
+/// One encoding per layer, repeating.
+#[derive(Debug)]
+pub struct Layers {
+    pattern: Vec<Arc<dyn PositionalEncoding>>,
+}
+
+impl Layers {
+    fn first(&self) -> &Arc<dyn PositionalEncoding> {
+        &self.pattern[0]
+    }
+}
+
+impl PositionalEncoding for Layers {
+    fn kind(&self) -> &'static str {
+        LayersConfig::KIND
+    }
+
+    fn layer(&self, index: usize) -> Option<Arc<dyn PositionalEncoding>> {
+        Some(self.pattern[index % self.pattern.len()].clone())
+    }
+
+    fn add_to_embeddings(&self, x: &Tensor, at: Positions) -> Result<Tensor> {
+        self.first().add_to_embeddings(x, at)
+    }
+
+    fn rotate(&self, x: &Tensor, at: Positions) -> Result<Tensor> {
+        self.first().rotate(x, at)
+    }
+
+    fn rotate_keys(&self, x: &Tensor, at: Positions) -> Result<Tensor> {
+        self.first().rotate_keys(x, at)
+    }
+
+    fn attention_bias(
+        &self,
+        q_len: usize,
+        k_len: usize,
+        q: Positions,
+        k: Positions,
+    ) -> Result<Option<Tensor>> {
+        self.first().attention_bias(q_len, k_len, q, k)
+    }
+
+    /// The shortest end of any entry's.
+    fn max_positions(&self) -> Option<usize> {
+        self.pattern.iter().filter_map(|e| e.max_positions()).min()
+    }
+
+    fn table(&self, len: usize) -> Result<Table> {
+        let mut table = self.first().table(len)?;
+        let kinds: Vec<&str> = self.pattern.iter().map(|e| e.kind()).collect();
+        table.title = format!(
+            "layer 0 of the pattern [{}]: {}",
+            kinds.join(", "),
+            table.title
+        );
+        Ok(table)
+    }
+}
