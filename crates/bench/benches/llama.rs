@@ -69,7 +69,7 @@ fn main() -> Result<()> {
     let ours = Llama::from_gguf(
         &path,
         Precision::Quantized,
-        posenc::sinusoidal::PairLayout::Interleaved,
+        posenc::PairLayout::Interleaved,
         &dev,
     )?;
     let mut file = std::fs::File::open(&path)?;

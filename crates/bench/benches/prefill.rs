@@ -71,7 +71,7 @@ fn main() -> Result<()> {
     let llama = Llama::from_gguf(
         &path,
         Precision::Quantized,
-        posenc::sinusoidal::PairLayout::Interleaved,
+        posenc::PairLayout::Interleaved,
         &Device::Cpu,
     )?;
     let bench = PathBuf::from(concat!(

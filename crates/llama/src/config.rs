@@ -5,8 +5,8 @@ use anyhow::{ensure, Result};
 use candle_nn::Activation;
 use posenc::rope::RopeConfig;
 use posenc::rope_scaling::RopeScaling;
-use posenc::sinusoidal::PairLayout;
 use posenc::EncodingConfig;
+use posenc::PairLayout;
 use posenc_transformer::{BlockOptions, LmConfig, NormKind};
 use serde::{Deserialize, Serialize};
 

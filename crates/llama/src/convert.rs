@@ -32,7 +32,7 @@ pub fn convert(model: &Path, out: &Path) -> Result<()> {
     let device = Device::Cpu;
     let mut file = GgufFile::open(model)?;
     let config = file.config()?;
-    config.lm_config(posenc::sinusoidal::PairLayout::Halves)?;
+    config.lm_config(posenc::PairLayout::Halves)?;
     let tokenizer = crate::tokenizer::tokenizer_json(&file)?;
     let mut tensors = HashMap::new();
     for w in Weight::all(&config) {

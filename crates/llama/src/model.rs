@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
-use posenc::sinusoidal::PairLayout;
+use posenc::PairLayout;
 use posenc_transformer::LanguageModel;
 use tokenizers::Tokenizer;
 

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use candle_core::quantized::gguf_file::{self, Value};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
-use posenc::sinusoidal::PairLayout;
+use posenc::PairLayout;
 use posenc_llama::names::Weight;
 use posenc_llama::{Llama, LlamaConfig, Precision};
 use posenc_testkit::max_abs_diff;

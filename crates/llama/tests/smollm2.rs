@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 
 use candle_core::{Device, Tensor};
-use posenc::sinusoidal::PairLayout;
+use posenc::PairLayout;
 use posenc_llama::chat::Message;
 use posenc_llama::model::fetched_smollm2;
 use posenc_llama::{Llama, Precision};

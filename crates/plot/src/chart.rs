@@ -243,9 +243,10 @@ pub struct Series {
     pub colour: RGBColor,
 }
 
-/// Series colours that stay apart for up to a dozen encodings.
+/// Series colours that stay apart for up to sixteen encodings (Tableau's ten, then black,
+/// gold and four dark ones), repeating after that.
 pub fn colour(i: usize) -> RGBColor {
-    const TABLEAU: [RGBColor; 12] = [
+    const TABLEAU: [RGBColor; 16] = [
         RGBColor(31, 119, 180),
         RGBColor(255, 127, 14),
         RGBColor(44, 160, 44),
@@ -258,6 +259,10 @@ pub fn colour(i: usize) -> RGBColor {
         RGBColor(23, 190, 207),
         RGBColor(0, 0, 0),
         RGBColor(255, 215, 0),
+        RGBColor(0, 0, 139),
+        RGBColor(139, 0, 139),
+        RGBColor(0, 100, 0),
+        RGBColor(250, 128, 114),
     ];
     TABLEAU[i % TABLEAU.len()]
 }

@@ -23,6 +23,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use candle_core::{Device, Tensor};
+use serde::{Deserialize, Serialize};
 
 use crate::{Direction, Error, Result};
 
@@ -202,6 +203,17 @@ pub trait PositionalEncoding: std::fmt::Debug + Send + Sync {
     /// What this encoding produces for a sequence of `len` tokens, for inspection,
     /// analysis and plots. Not used by the model.
     fn table(&self, len: usize) -> Result<Table>;
+}
+
+/// How the two members of each (sin, cos) or rotation pair are laid out in a vector of width `d`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PairLayout {
+    /// Pair `i` occupies dimensions `(i, i + d/2)`: tensor2tensor, Marian, Llama/GPT-NeoX rotary.
+    #[default]
+    Halves,
+    /// Pair `i` occupies dimensions `(2i, 2i + 1)`: the paper's formula, GPT-J/RoFormer rotary.
+    Interleaved,
 }
 
 /// What an encoding produces for one sequence, in the form it acts in, with what a reader

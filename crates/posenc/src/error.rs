@@ -47,7 +47,8 @@ pub enum Error {
         kind: &'static str,
         /// The first position that does not fit.
         position: usize,
-        /// The number of rows the table has.
+        /// The most positions the encoding takes (a learned table's rows, the end of a
+        /// scale's range).
         max_positions: usize,
     },
     /// `d_model` is not a multiple of the head count, so heads cannot be formed.

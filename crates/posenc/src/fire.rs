@@ -221,7 +221,7 @@ impl PositionalEncoding for Fire {
 
     fn table(&self, len: usize) -> Result<Table> {
         Ok(Table {
-            title: "bias(query, key) = f(ψ(distance) / ψ(max(L, query))), learned".into(),
+            title: "bias = f(ψ(i − j) / ψ(max(L, i))), learned".into(),
             form: Form::Bias {
                 bias: self.bias(len, len, 0.into(), 0.into())?,
                 index: None,

@@ -50,5 +50,7 @@ pub mod xpos;
 pub use config::{
     register, Direction, EncodingConfig, EncodingSpec, Registration, Target, BUILT_IN,
 };
-pub use encoding::{inverse_frequencies, Form, Index, PositionalEncoding, Positions, Table};
+pub use encoding::{
+    inverse_frequencies, Form, Index, PairLayout, PositionalEncoding, Positions, Table,
+};
 pub use error::{Error, Result};

@@ -40,7 +40,7 @@ use crate::encoding::{
     check_base, check_even, require, tensor_from_fn, Form, PositionalEncoding, Table,
 };
 use crate::rope_scaling::{self, Frequencies, RopeScaling, RopeType};
-use crate::sinusoidal::PairLayout;
+use crate::PairLayout;
 use crate::{EncodingSpec, Error, Positions, Result, Target};
 
 /// The settings of `rope`.

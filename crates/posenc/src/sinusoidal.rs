@@ -27,7 +27,7 @@ use crate::encoding::{
     add_table, check_base, check_embeddings, check_even, inverse_frequencies, tensor_from_fn,
     PositionalEncoding, Table,
 };
-use crate::{EncodingSpec, Positions, Result, Target};
+use crate::{EncodingSpec, PairLayout, Positions, Result, Target};
 
 fn ten_thousand() -> f64 {
     10_000.0
@@ -61,17 +61,6 @@ sinusoidal_settings! {
         "The settings of `sinusoidal`: the paper's interleaved layout.";
     SinusoidalConcatConfig = "sinusoidal-concat" => Halves,
         "The settings of `sinusoidal-concat`: the same sinusoids laid out `[sin | cos]`.";
-}
-
-/// How the two members of each (sin, cos) or rotation pair are laid out in a vector of width `d`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum PairLayout {
-    /// Pair `i` occupies dimensions `(i, i + d/2)`: tensor2tensor, Marian, Llama/GPT-NeoX rotary.
-    #[default]
-    Halves,
-    /// Pair `i` occupies dimensions `(2i, 2i + 1)`: the paper's formula, GPT-J/RoFormer rotary.
-    Interleaved,
 }
 
 /// The fixed sinusoidal encoding, in either layout. Its table grows on demand.

@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::encoding::{check_end, require, tensor_from_fn, Form, PositionalEncoding, Table};
 use crate::rope::Rope;
-use crate::sinusoidal::PairLayout;
+use crate::PairLayout;
 use crate::{EncodingSpec, Error, Positions, Result, Target};
 
 /// `γ′` of the paper (x-transformers' `0.4`).

@@ -89,7 +89,7 @@ proptest! {
         let d = head_dim * heads;
         let cfg = EncodingConfig::new(posenc::rope::RopeConfig {
             base: 10_000.0,
-            layout: if interleaved { posenc::sinusoidal::PairLayout::Interleaved } else { Default::default() },
+            layout: if interleaved { posenc::PairLayout::Interleaved } else { Default::default() },
             rotary_fraction: if partial { 0.5 } else { 1.0 },
             position_scale: 1.0,
             scaling: None,

@@ -9,8 +9,9 @@ use std::collections::HashMap;
 use candle_core::{Device, Tensor, Var};
 use posenc::alibi::{alibi_slopes, Alibi, AlibiForm};
 use posenc::rope::Rope;
-use posenc::sinusoidal::{PairLayout, Sinusoidal};
+use posenc::sinusoidal::Sinusoidal;
 use posenc::t5::relative_position_bucket;
+use posenc::PairLayout;
 use posenc::{inverse_frequencies, EncodingConfig, Form, PositionalEncoding};
 
 const TOL: f32 = 1e-6;
