@@ -17,6 +17,12 @@
 //! config (the paper's pseudo-code, with `c₀ = 0.1`, `L₀ = 512`; the denominator gets
 //! `+ 10⁻⁶`). The paper shows the form can express T5's buckets, ALiBi and Kerple.
 //!
+//! **The threshold and short contexts.** Below `L` every query divides by `ψ(L)`, so a model
+//! trained on contexts shorter than `L` sees MLP inputs only up to `ψ(context)/ψ(L)` (0.50
+//! for a context of 64 and `L₀ = 512`), and past its context meets inputs up to 1 it never
+//! trained on. Set `threshold` at or below the training context to train on all of `[0, 1)`;
+//! the README measures both.
+//!
 //! The paper's models are causal: later keys are masked, and their distance is 0 here. In
 //! an encoder the distance is `|i − j|` (the pseudo-code's `abs`), so a key after the
 //! query may give an input above 1.
