@@ -207,6 +207,60 @@ for direction in ("bidirectional", "causal"):
     for name, p in zip(fire, params):
         f[f"fire.{direction}.grad.{name}"] = p.grad.float()
 
+# 10. CoPE (Golovneva et al. 2024) from x-transformers' CoPE module (the paper's appendix B),
+#     in float64: queries (2, 2, 6, 4), causal logits with later keys at f32's most negative
+#     value (x-transformers masks with the dtype's), max_pos 5 so that positions clamp, and a
+#     random pos_emb. Gradients of sum(bias * W) in the queries, the logits and pos_emb by
+#     torch's autograd. The bidirectional form, which neither the paper nor x-transformers
+#     has, from its definition with explicit loops: p_ij = sum of g_it for t between i and j.
+from x_transformers.x_transformers import CoPE
+
+COPE_B, COPE_H, COPE_N, COPE_D, COPE_P = 2, 2, 6, 4, 5
+cq = torch.randn(COPE_B, COPE_H, COPE_N, COPE_D, dtype=torch.float64)
+ck = torch.randn(COPE_B, COPE_H, COPE_N, COPE_D, dtype=torch.float64)
+cope_emb = torch.randn(COPE_P, COPE_D, dtype=torch.float64)
+cope_w = torch.randn(COPE_B, COPE_H, COPE_N, COPE_N, dtype=torch.float64)
+for name, value in (("q", cq), ("emb", cope_emb), ("w", cope_w)):
+    f[f"cope.{name}"] = value.float()
+cq, cope_emb, cope_w = cq.float().double(), cope_emb.float().double(), cope_w.float().double()
+raw = (cq @ ck.transpose(-1, -2) / math.sqrt(COPE_D)).float().double()
+f["cope.logits"] = raw.float()
+later = torch.ones(COPE_N, COPE_N).triu(1).bool()
+causal_logits = raw.masked_fill(later, float(torch.finfo(torch.float32).min))
+
+
+def cope_bidirectional(q, logits, emb):
+    gates = torch.sigmoid(logits)
+    pos = torch.zeros_like(logits)
+    for i in range(COPE_N):
+        for j in range(COPE_N):
+            lo, hi = min(i, j), max(i, j)
+            pos[..., i, j] = gates[..., i, lo:hi + 1].sum(-1)
+    pos = pos.clamp(max=COPE_P - 1)
+    at_integers = q @ emb.T
+    floor, ceil = pos.floor().long(), pos.ceil().long()
+    w = pos - floor
+    return at_integers.gather(-1, ceil) * w + at_integers.gather(-1, floor) * (1 - w)
+
+
+for direction in ("causal", "bidirectional"):
+    q = cq.clone().requires_grad_(True)
+    logits = (causal_logits if direction == "causal" else raw).clone().requires_grad_(True)
+    if direction == "causal":
+        cope = CoPE(dim=COPE_D, heads=COPE_H, max_pos=COPE_P).double()
+        with torch.no_grad():
+            cope.pos_emb.copy_(cope_emb)
+        bias = cope(q, logits)
+        emb_param = cope.pos_emb
+    else:
+        emb_param = cope_emb.clone().requires_grad_(True)
+        bias = cope_bidirectional(q, logits, emb_param)
+    (bias * cope_w).sum().backward()
+    f[f"cope.{direction}.bias"] = bias.detach().float()
+    f[f"cope.{direction}.grad_q"] = q.grad.float()
+    f[f"cope.{direction}.grad_logits"] = logits.grad.float()
+    f[f"cope.{direction}.grad_emb"] = emb_param.grad.float()
+
 os.makedirs(os.path.dirname(OUT), exist_ok=True)
 save_file({k: v.contiguous() for k, v in f.items()}, OUT, metadata={
     "torch": torch.__version__, "numpy": np.__version__,

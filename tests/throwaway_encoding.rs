@@ -4,12 +4,12 @@
 
 mod common;
 
+use common::{in_process as posenc, is_png};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use candle_core::{Device, Tensor};
 use candle_nn::VarBuilder;
-use clap::Parser;
 use posenc::{EncodingConfig, EncodingSpec, PositionalEncoding, Positions, Table, Target};
 use serde::{Deserialize, Serialize};
 
@@ -109,22 +109,6 @@ impl PositionalEncoding for Sawtooth {
             Vec::new(),
         ))
     }
-}
-
-/// Runs `posenc ARGS` in this process (where `sawtooth` is registered); returns stdout.
-fn posenc(args: &[&str]) -> String {
-    let cli =
-        posenc_cli::Cli::try_parse_from(std::iter::once("posenc").chain(args.iter().copied()))
-            .unwrap_or_else(|e| panic!("posenc {args:?}: {e}"));
-    let mut out = Vec::new();
-    if let Err(e) = posenc_cli::run(cli, &mut out) {
-        panic!("posenc {args:?}: {}", posenc_cli::cmd::error_text(&e));
-    }
-    String::from_utf8(out).unwrap()
-}
-
-fn is_png(path: &std::path::Path) -> bool {
-    std::fs::read(path).is_ok_and(|b| b.starts_with(b"\x89PNG"))
 }
 
 #[test]

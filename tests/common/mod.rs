@@ -98,3 +98,22 @@ pub fn names(dir: &Path) -> Vec<String> {
     names.sort();
     names
 }
+
+/// Runs `posenc ARGS` in this process, so kinds registered by the test are known to it;
+/// returns stdout.
+pub fn in_process(args: &[&str]) -> String {
+    use clap::Parser;
+    let cli =
+        posenc_cli::Cli::try_parse_from(std::iter::once("posenc").chain(args.iter().copied()))
+            .unwrap_or_else(|e| panic!("posenc {args:?}: {e}"));
+    let mut out = Vec::new();
+    if let Err(e) = posenc_cli::run(cli, &mut out) {
+        panic!("posenc {args:?}: {}", posenc_cli::cmd::error_text(&e));
+    }
+    String::from_utf8(out).unwrap()
+}
+
+/// Whether `path` holds a PNG.
+pub fn is_png(path: &Path) -> bool {
+    std::fs::read(path).is_ok_and(|b| b.starts_with(b"\x89PNG"))
+}

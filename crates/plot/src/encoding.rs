@@ -291,7 +291,10 @@ fn bias(table: Table, kind: &str, path: &Path) -> Result<()> {
     save_png(
         path,
         (1500, 500),
-        &format!("{kind}: {heads} heads, positions 0..{len}"),
+        &format!(
+            "{kind}: {heads} head{}, positions 0..{len}",
+            if heads == 1 { "" } else { "s" }
+        ),
         |root| {
             let panels = root.split_evenly((1, 3));
             heatmap(

@@ -155,6 +155,7 @@ pub const BUILT_IN: &[Registration] = &[
     Registration::of::<crate::t5::T5Config>(),
     Registration::of::<crate::kerple::KerpleConfig>(),
     Registration::of::<crate::fire::FireConfig>(),
+    Registration::of::<crate::cope::CopeConfig>(),
     Registration::of::<crate::naive::FractionConfig>(),
     Registration::of::<crate::naive::IndexConfig>(),
     Registration::of::<crate::naive::BinaryConfig>(),

@@ -1,6 +1,7 @@
-//! The seam for experiments: one trait with three hooks.
+//! The seam for experiments: one trait with four hooks.
 //!
-//! A Transformer asks its positional encoding three things, always, in this order:
+//! A Transformer asks its positional encoding three things, always, in this order, and a
+//! fourth when the encoding reads the attention's scores:
 //!
 //! 1. [`PositionalEncoding::add_to_embeddings`]: what to add to the (scaled) token
 //!    embeddings `x` of shape `(batch, seq, d_model)`. Absolute encodings
@@ -10,6 +11,9 @@
 //! 3. [`PositionalEncoding::attention_bias`]: what to add to the attention scores
 //!    `QKᵀ/√d_k`, shape `(heads, q_len, k_len)`. ALiBi and T5 buckets live here.
 //!
+//! 4. [`PositionalEncoding::score_bias`]: a bias computed from the queries and the
+//!    attention logits themselves, for positions that depend on content (CoPE).
+//!
 //! An encoding may also hand each layer of a stack an encoding of its own
 //! ([`PositionalEncoding::layer`]): a per-layer pattern such as iRoPE's.
 //!
@@ -17,7 +21,7 @@
 //! ([`Positions`]): consecutive from an offset, so incremental decoding with a key/value
 //! cache asks about positions `t, t+1, …` rather than starting again at 0, or at any
 //! increasing positions, as randomized positional encodings train (Ruoss et al. 2023). The
-//! model calls all three hooks and never asks which encoding it holds.
+//! model calls the hooks and never asks which encoding it holds.
 
 use std::fmt;
 use std::sync::Arc;
@@ -126,7 +130,7 @@ impl Positions<'_> {
     }
 }
 
-/// A positional encoding: the three hooks a Transformer calls, identity by default.
+/// A positional encoding: the hooks a Transformer calls, identity by default.
 ///
 /// Implementors override the hooks they need. All hooks must be differentiable when
 /// their input carries a gradient (`Tensor::track_op`), and may use candle's fused,
@@ -181,6 +185,24 @@ pub trait PositionalEncoding: std::fmt::Debug + Send + Sync {
     ) -> Result<Option<Tensor>> {
         let _ = (q_len, k_len, q, k);
         Ok(None)
+    }
+
+    /// Hook (d): a bias computed from the attention's own contents, for an encoding whose
+    /// positions depend on them (CoPE counts the keys whose gates a query opens). Given the
+    /// queries `q: (batch, heads, q_len, head_dim)` and the `logits: (batch, heads, q_len,
+    /// k_len)` (the scaled scores plus any position bias, masked keys at the most negative
+    /// f32), returns a bias of the logits' shape to add to them, or `None` (the default).
+    /// Attention forms the logits, and so takes its composite path, only for an encoding
+    /// that [`reads_scores`](Self::reads_scores).
+    fn score_bias(&self, q: &Tensor, logits: &Tensor) -> Result<Option<Tensor>> {
+        let _ = (q, logits);
+        Ok(None)
+    }
+
+    /// Whether [`score_bias`](Self::score_bias) needs the logits (default: no, and attention
+    /// never forms them for it).
+    fn reads_scores(&self) -> bool {
+        false
     }
 
     /// The encoding of layer `index` of the stack that holds this one, for an encoding that

@@ -148,6 +148,14 @@ impl PositionalEncoding for Layers {
         self.first().attention_bias(q_len, k_len, q, k)
     }
 
+    fn reads_scores(&self) -> bool {
+        self.first().reads_scores()
+    }
+
+    fn score_bias(&self, q: &Tensor, logits: &Tensor) -> Result<Option<Tensor>> {
+        self.first().score_bias(q, logits)
+    }
+
     /// The shortest end of any entry's.
     fn max_positions(&self) -> Option<usize> {
         self.pattern.iter().filter_map(|e| e.max_positions()).min()

@@ -3,10 +3,10 @@
 //! Self-attention is blind to order: permute the tokens and the outputs permute with
 //! them. A positional encoding is what tells "the dog chases the cat" from "the cat
 //! chases the dog". This crate holds every common encoding behind one trait,
-//! [`PositionalEncoding`], whose three hooks (add to the embeddings, rotate queries and
-//! keys, bias the attention scores) a Transformer calls without knowing which encoding
-//! it has. [`EncodingConfig`] builds any of them from JSON; [`analysis`] measures the
-//! properties the literature asks of them.
+//! [`PositionalEncoding`], whose hooks (add to the embeddings, rotate queries and
+//! keys, bias the attention scores, or bias them from their own contents) a Transformer
+//! calls without knowing which encoding it has. [`EncodingConfig`] builds any of them from
+//! JSON; [`analysis`] measures the properties the literature asks of them.
 //!
 //! | kind | hook | module |
 //! |---|---|---|
@@ -19,6 +19,7 @@
 //! | `t5` | bias | [`t5`] |
 //! | `kerple` | bias | [`kerple`] |
 //! | `fire` | bias | [`fire`] |
+//! | `cope` | bias from the scores | [`cope`] |
 //! | `fraction`, `index`, `binary`, `sine-single` | add | [`naive`] |
 //! | `layers` | each layer its own: a pattern of the above | [`layers`] |
 //!
@@ -34,6 +35,7 @@ mod error;
 
 pub mod alibi;
 pub mod analysis;
+pub mod cope;
 pub mod fire;
 pub mod kerple;
 pub mod layers;

@@ -25,7 +25,8 @@ fn grad_norm(grads: &candle_core::backprop::GradStore, t: &Tensor) -> f32 {
 }
 
 /// Runs all three hooks the way attention does, from a parameter `w` upstream:
-/// embeddings = x·w → add → split heads → rotate q and k → scores + bias → softmax.
+/// embeddings = x·w → add → split heads → rotate q and k → scores + bias (+ the bias read
+/// from the scores) → softmax.
 fn forward(enc: &dyn PositionalEncoding, w: &Tensor) -> Tensor {
     let dev = Device::Cpu;
     let x = Tensor::randn(0f32, 1.0, (1, T, D), &dev).unwrap();
@@ -42,6 +43,11 @@ fn forward(enc: &dyn PositionalEncoding, w: &Tensor) -> Tensor {
     let mut scores = q.matmul(&k.t().unwrap()).unwrap();
     if let Some(bias) = enc.attention_bias(T, T, 0.into(), 0.into()).unwrap() {
         scores = scores.broadcast_add(&bias.unsqueeze(0).unwrap()).unwrap();
+    }
+    if enc.reads_scores() {
+        if let Some(extra) = enc.score_bias(&q, &scores).unwrap() {
+            scores = (scores + extra).unwrap();
+        }
     }
     let attn = candle_nn::ops::softmax(&scores, candle_core::D::Minus1).unwrap();
     let target = Tensor::randn(0f32, 1.0, attn.shape(), &dev).unwrap();

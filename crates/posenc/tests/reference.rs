@@ -355,6 +355,47 @@ fn fire_matches_the_papers_formula_with_its_gradients() {
 }
 
 #[test]
+fn cope_matches_x_transformers_with_its_gradients() {
+    use posenc::cope::Cope;
+    use posenc::Direction;
+    let f = fixtures();
+    for (direction, dname) in [
+        (Direction::Causal, "causal"),
+        (Direction::Bidirectional, "bidirectional"),
+    ] {
+        let emb = Var::from_tensor(&f["cope.emb"]).unwrap();
+        let q = Var::from_tensor(&f["cope.q"]).unwrap();
+        let mut logits = f["cope.logits"].clone();
+        if direction == Direction::Causal {
+            // Later keys masked at f32's most negative value, as attention masks them.
+            let later = Tensor::triu2(6, candle_core::DType::U8, &Device::Cpu)
+                .unwrap()
+                .sub(&Tensor::eye(6, candle_core::DType::U8, &Device::Cpu).unwrap())
+                .unwrap()
+                .broadcast_as(logits.shape())
+                .unwrap();
+            let min = Tensor::full(f32::MIN, logits.shape(), &Device::Cpu).unwrap();
+            logits = later.where_cond(&min, &logits).unwrap();
+        }
+        let logits = Var::from_tensor(&logits).unwrap();
+        let weights = HashMap::from([("pos_emb".to_string(), emb.as_tensor().clone())]);
+        let vb =
+            candle_nn::VarBuilder::from_tensors(weights, candle_core::DType::F32, &Device::Cpu);
+        let cope = Cope::new(5, 4, direction, vb).unwrap();
+        let bias = cope.bias(q.as_tensor(), logits.as_tensor()).unwrap();
+        let name = format!("cope.{dname}");
+        assert_close(&name, &bias, &f[&format!("{name}.bias")], 1e-5);
+        let loss = (&bias * &f["cope.w"]).unwrap().sum_all().unwrap();
+        let grads = loss.backward().unwrap();
+        for (var, which) in [(&q, "q"), (&logits, "logits"), (&emb, "emb")] {
+            let grad = grads.get(var.as_tensor()).expect("a gradient");
+            let reference = &f[&format!("{name}.grad_{which}")];
+            assert_close(&format!("{name} d/d{which}"), grad, reference, 1e-5);
+        }
+    }
+}
+
+#[test]
 fn xpos_scores_match_x_transformers() {
     use posenc::xpos::Xpos;
     let f = fixtures();

@@ -300,7 +300,7 @@ impl MultiHeadAttention {
             Some(cache) => cache.append(&self.split(&k)?, &self.split(&v)?)?,
             None => (k, v),
         };
-        self.attend(&q, &k, &v, bias, mask, train)
+        self.attend(&q, &k, &v, bias, mask, true, train)
     }
 
     /// Causal self-attention of the new positions `x (batch, new, d_model)` after those in
@@ -329,7 +329,7 @@ impl MultiHeadAttention {
         let v = self.split(&self.v_proj.forward(x)?)?;
         let (k, v) = cache.append(&k, &v)?;
         let scale = 1.0 / (self.head_dim as f64).sqrt();
-        let fused = q.dtype() == DType::F32 && q.device().is_cpu();
+        let fused = q.dtype() == DType::F32 && q.device().is_cpu() && !self.encoding.reads_scores();
         if fused && ![&q, &k, &v].iter().any(|t| t.track_op()) {
             let encoding = &self.encoding;
             let bias = |rows: Range<usize>, keys: Range<usize>| {
@@ -347,7 +347,7 @@ impl MultiHeadAttention {
         let mask = Mask::causal(new, len, offset, x.device())?;
         let bias = self.encoding.attention_bias(new, len, at, 0.into())?;
         Ok(self
-            .attend(&q, &k, &v, bias.as_ref(), Some(&mask), false)?
+            .attend(&q, &k, &v, bias.as_ref(), Some(&mask), true, false)?
             .0)
     }
 
@@ -372,7 +372,7 @@ impl MultiHeadAttention {
     ) -> Result<Tensor> {
         self.check(x, "query")?;
         check_packed(x, lens)?;
-        let fused = x.dtype() == DType::F32 && x.device().is_cpu();
+        let fused = x.dtype() == DType::F32 && x.device().is_cpu() && !self.encoding.reads_scores();
         let q = self.rotate_packed(&self.q_proj.forward(x)?, lens, Role::Query)?;
         let k = self.rotate_packed(&self.k_proj.forward(x)?, lens, Role::Key)?;
         let v = self.v_proj.forward(x)?;
@@ -388,7 +388,7 @@ impl MultiHeadAttention {
                 .map(|b| b.narrow(1, 0, len)?.narrow(2, 0, len))
                 .transpose()?;
             let (q, k, v) = (part(&q)?, part(&k)?, part(&v)?);
-            outs.push(self.attend(&q, &k, &v, bias.as_ref(), None, false)?.0);
+            outs.push(self.attend(&q, &k, &v, bias.as_ref(), None, true, false)?.0);
         }
         match outs.is_empty() {
             true => Ok(x.zeros_like()?),
@@ -422,7 +422,7 @@ impl MultiHeadAttention {
             },
             None => memory_kv()?,
         };
-        self.attend(&q, &k, &v, None, mask, train)
+        self.attend(&q, &k, &v, None, mask, false, train)
     }
 
     /// PyTorch's `nn.MultiheadAttention(query, key, value)` for distinct key and value
@@ -440,7 +440,7 @@ impl MultiHeadAttention {
         let q = self.q_proj.forward(query)?;
         let k = self.k_proj.forward(key)?;
         let v = self.v_proj.forward(value)?;
-        self.attend(&q, &k, &v, None, mask, false)
+        self.attend(&q, &k, &v, None, mask, false, false)
     }
 
     fn check(&self, x: &Tensor, what: &str) -> Result<()> {
@@ -502,6 +502,10 @@ impl MultiHeadAttention {
         }
     }
 
+    /// Scaled dot-product attention of projected `q`, `k`, `v` with the encoding's position
+    /// `bias` and, for self-attention (`own`) under an encoding that reads the scores, its
+    /// [`score_bias`](posenc::PositionalEncoding::score_bias) on the logits.
+    #[allow(clippy::too_many_arguments)]
     fn attend(
         &self,
         q: &Tensor,
@@ -509,13 +513,15 @@ impl MultiHeadAttention {
         v: &Tensor,
         bias: Option<&Tensor>,
         mask: Option<&Mask>,
+        own: bool,
         train: bool,
     ) -> Result<Attended> {
         let (b, h, tq, d_k) = self.split(q)?.dims4()?;
         let scale = 1.0 / (self.head_dim as f64).sqrt();
         let k_len = self.split(k)?.dim(2)?;
         let dropout = train && self.dropout > 0.0;
-        if bias.is_none() && q.dtype() == DType::F32 && q.device().is_cpu() {
+        let content = own && self.encoding.reads_scores();
+        if bias.is_none() && !content && q.dtype() == DType::F32 && q.device().is_cpu() {
             // One op for scores, mask, softmax, dropout and weighted sum, heads merged.
             let sample = dropout
                 .then(|| Tensor::rand(0f32, 1f32, (b, h, tq, k_len), q.device()))
@@ -536,6 +542,26 @@ impl MultiHeadAttention {
         let grouped =
             |x: &Tensor, rows: usize, cols: usize| x.reshape((b, kv, (h / kv) * rows, cols));
         let scores = ops::matmul(&grouped(q, tq, d_k)?, &k.t()?)?.reshape((b, h, tq, k.dim(2)?))?;
+        // An encoding that reads the scores gets the logits, masked, and adds to them.
+        let (scores, bias, scale) = match content {
+            false => (scores, bias.cloned(), scale),
+            true => {
+                let mut logits = (scores * scale)?;
+                if let Some(bias) = bias {
+                    let bias = bias.to_dtype(logits.dtype())?.unsqueeze(0)?;
+                    logits = logits.broadcast_add(&bias)?;
+                }
+                let masked = match mask {
+                    Some(mask) => mask.fill(&logits)?,
+                    None => logits.clone(),
+                };
+                if let Some(extra) = self.encoding.score_bias(q, &masked)? {
+                    logits = (logits + extra.to_dtype(masked.dtype())?)?;
+                }
+                (logits, None, 1.0)
+            }
+        };
+        let bias = bias.as_ref();
         let keep = mask.map(|m| m.broadcast_to(&scores)).transpose()?;
         let weights = if scores.dtype() == DType::F32 && scores.device().is_cpu() {
             // One fused pass: scale, bias, mask, softmax, empty rows to zero.

@@ -5,7 +5,7 @@
 //! [`mask`]s, [`feed_forward`], the residual [`sublayer`], the [`encoder`] and
 //! [`decoder`] stacks, and the [`model`] with its generator; [`lm`] builds a decoder-only
 //! language model from the same blocks. The positional encoding is a
-//! [`posenc::PositionalEncoding`]: the model calls its three hooks and never asks which
+//! [`posenc::PositionalEncoding`]: the model calls its hooks and never asks which
 //! it is. [`checkpoint`] saves and loads `config.json` + `model.safetensors` with PyTorch's
 //! `nn.Transformer` parameter names.
 //!

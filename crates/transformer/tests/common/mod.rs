@@ -72,6 +72,15 @@ pub fn tiny_lm(encoding: EncodingConfig, context: usize) -> (LanguageModel, VarM
         VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu),
     )
     .unwrap();
+    // Encoding weights that start at zero (CoPE's embeddings) would hide what they do:
+    // give them values, as training would.
+    for (name, var) in varmap.data().lock().unwrap().iter() {
+        let zero = var.as_tensor().abs().unwrap().max_all().unwrap();
+        if name.starts_with("encoding.") && zero.to_scalar::<f32>().unwrap() == 0.0 {
+            let values = Tensor::randn(0f32, 0.5, var.shape(), &Device::Cpu).unwrap();
+            var.set(&values).unwrap();
+        }
+    }
     let frozen = LanguageModel::frozen(&cfg, &varmap, &Device::Cpu).unwrap();
     (frozen, varmap)
 }
