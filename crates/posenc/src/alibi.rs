@@ -24,7 +24,7 @@ use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
 use crate::cache::GeometryCache;
-use crate::encoding::{Form, PositionalEncoding, Table};
+use crate::encoding::{PositionalEncoding, Table};
 use crate::{Direction, EncodingSpec, Error, Positions, Result, Target};
 
 /// The settings of `alibi`.
@@ -155,12 +155,7 @@ impl PositionalEncoding for Alibi {
     }
 
     fn table(&self, len: usize) -> Result<Table> {
-        Ok(Table {
-            title: "bias(query, key) = −m_h · distance".into(),
-            form: Form::Bias {
-                bias: self.bias(len, len, 0.into(), 0.into())?,
-                index: None,
-            },
-        })
+        let bias = self.bias(len, len, 0.into(), 0.into())?;
+        Ok(Table::bias("bias(query, key) = −m_h · distance", bias))
     }
 }

@@ -286,6 +286,14 @@ pub struct Index {
 }
 
 impl Table {
+    /// A table of the `(heads, len, len)` bias added to the attention scores.
+    pub fn bias(title: impl Into<String>, bias: Tensor) -> Self {
+        Self {
+            title: title.into(),
+            form: Form::Bias { bias, index: None },
+        }
+    }
+
     /// A table of `(len, d_model)` vectors added to the embeddings.
     pub fn additive(title: impl Into<String>, values: Tensor, pairs: Vec<(usize, usize)>) -> Self {
         Self {

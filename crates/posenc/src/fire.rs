@@ -39,7 +39,7 @@ use candle_nn::{Init, VarBuilder};
 use serde::{Deserialize, Serialize};
 
 use crate::cache::GeometryCache;
-use crate::encoding::{distances, require, Form, PositionalEncoding, Table};
+use crate::encoding::{distances, require, PositionalEncoding, Table};
 use crate::{Direction, EncodingSpec, Positions, Result, Target};
 
 /// The settings of `fire`.
@@ -226,12 +226,10 @@ impl PositionalEncoding for Fire {
     }
 
     fn table(&self, len: usize) -> Result<Table> {
-        Ok(Table {
-            title: "bias = f(ψ(i − j) / ψ(max(L, i))), learned".into(),
-            form: Form::Bias {
-                bias: self.bias(len, len, 0.into(), 0.into())?,
-                index: None,
-            },
-        })
+        let bias = self.bias(len, len, 0.into(), 0.into())?;
+        Ok(Table::bias(
+            "bias = f(ψ(i − j) / ψ(max(L, i))), learned",
+            bias,
+        ))
     }
 }

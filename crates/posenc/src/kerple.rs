@@ -31,7 +31,7 @@ use candle_nn::{Init, VarBuilder};
 use serde::{Deserialize, Serialize};
 
 use crate::cache::GeometryCache;
-use crate::encoding::{distances, Form, PositionalEncoding, Table};
+use crate::encoding::{distances, PositionalEncoding, Table};
 use crate::{Direction, EncodingSpec, Error, Positions, Result, Target};
 
 /// The settings of `kerple`.
@@ -170,16 +170,11 @@ impl PositionalEncoding for Kerple {
     }
 
     fn table(&self, len: usize) -> Result<Table> {
-        Ok(Table {
-            title: match self.variant {
-                KerpleVariant::Log => "bias(query, key) = −r₁ · ln(1 + r₂ · distance), learned",
-                KerpleVariant::Power => "bias(query, key) = −r₁ · distance^r₂, learned",
-            }
-            .into(),
-            form: Form::Bias {
-                bias: self.bias(len, len, 0.into(), 0.into())?,
-                index: None,
-            },
-        })
+        let bias = self.bias(len, len, 0.into(), 0.into())?;
+        let title = match self.variant {
+            KerpleVariant::Log => "bias(query, key) = −r₁ · ln(1 + r₂ · distance), learned",
+            KerpleVariant::Power => "bias(query, key) = −r₁ · distance^r₂, learned",
+        };
+        Ok(Table::bias(title, bias))
     }
 }
