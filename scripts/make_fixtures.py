@@ -124,7 +124,8 @@ f["llama.linear2.q_rot.offset5"], f["llama.linear2.k_rot.offset5"] = sq.float(),
 #    the gradients: log  -r1 * ln(1 + r2 * d),  power  -r1 * d^r2, where posenc stores
 #    r1 = softplus(r1_raw) and r2 = softplus(r2_raw) (log) or 2 * sigmoid(r2_raw) (power).
 #    Queries at positions 5..7 against keys 0..7; d = |i - j| (bidirectional) or
-#    max(i - j, 0) (causal). The loss sum(bias * W) has gradients dW-weighted.
+#    max(i - j, 0) (causal). The loss sum(bias * W) has gradients dW-weighted; gradcheck
+#    confirms them by finite differences.
 r1_raw = torch.tensor([-0.5, 0.3, 1.2], dtype=torch.float64)
 r2_raw = torch.tensor([-2.0, 0.0, 0.4], dtype=torch.float64)
 f["kerple.r1_raw"], f["kerple.r2_raw"] = r1_raw.float(), r2_raw.float()
@@ -146,6 +147,10 @@ for direction in ("bidirectional", "causal"):
             r2 = (2 * torch.sigmoid(b))[:, None, None]
             bias = -r1 * torch.where(d > 0, d.clamp(min=1e-300) ** r2, torch.zeros_like(d))
         (bias * weights).sum().backward()
+        assert torch.autograd.gradcheck(lambda a, b: (-torch.nn.functional.softplus(a)[:, None, None] * (
+            torch.log1p(torch.nn.functional.softplus(b)[:, None, None] * d) if variant == "log" else
+            torch.where(d > 0, d.clamp(min=1e-300) ** (2 * torch.sigmoid(b))[:, None, None], torch.zeros_like(d)))
+            * weights).sum(), (a.detach().clone().requires_grad_(True), b.detach().clone().requires_grad_(True)))
         name = f"kerple.{variant}.{direction}"
         f[f"{name}.bias"] = bias.detach().float()
         f[f"{name}.grad_r1_raw"] = a.grad.float()
@@ -211,7 +216,7 @@ for direction in ("bidirectional", "causal"):
 #     in float64: queries (2, 2, 6, 4), causal logits with later keys at f32's most negative
 #     value (x-transformers masks with the dtype's), max_pos 5 so that positions clamp, and a
 #     random pos_emb. Gradients of sum(bias * W) in the queries, the logits and pos_emb by
-#     torch's autograd. The bidirectional form, which neither the paper nor x-transformers
+#     torch's autograd, checked against finite differences by gradcheck. The bidirectional form, which neither the paper nor x-transformers
 #     has, from its definition with explicit loops: p_ij = sum of g_it for t between i and j.
 from x_transformers.x_transformers import CoPE
 
@@ -256,6 +261,13 @@ for direction in ("causal", "bidirectional"):
         emb_param = cope_emb.clone().requires_grad_(True)
         bias = cope_bidirectional(q, logits, emb_param)
     (bias * cope_w).sum().backward()
+    if direction == "bidirectional":  # finite differences agree with the autograd above
+        assert torch.autograd.gradcheck(lambda q_, l_, e_: (cope_bidirectional(q_, l_, e_) * cope_w).sum(),
+                                        (cq.clone().requires_grad_(True), raw.clone().requires_grad_(True),
+                                         cope_emb.clone().requires_grad_(True)))
+    else:
+        assert torch.autograd.gradcheck(lambda q_, l_: (cope(q_, l_) * cope_w).sum(),
+                                        (cq.clone().requires_grad_(True), causal_logits.clone().requires_grad_(True)))
     f[f"cope.{direction}.bias"] = bias.detach().float()
     f[f"cope.{direction}.grad_q"] = q.grad.float()
     f[f"cope.{direction}.grad_logits"] = logits.grad.float()
