@@ -320,12 +320,15 @@ impl Encoder {
         }
         let mut start = 0;
         let mut pieces = Vec::with_capacity(lens.len());
-        for &len in lens {
+        for &len in lens.iter().filter(|&&len| len > 0) {
             let piece = x.narrow(1, start, len)?;
             pieces.push(self.encodings.input(i, piece, Positions::From(0))?);
             start += len;
         }
-        Ok(Tensor::cat(&pieces, 1)?)
+        match pieces.is_empty() {
+            true => Ok(x),
+            false => Ok(Tensor::cat(&pieces, 1)?),
+        }
     }
 
     /// The stack's final norm of `x`, if it has one.
