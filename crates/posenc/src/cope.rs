@@ -112,10 +112,7 @@ impl Cope {
         let k_len = gates.dim(D::Minus1)?;
         match self.direction {
             // Σ_{t ≥ j} g_it: later keys are masked, their gates 0.
-            Direction::Causal => {
-                let lower = Tensor::tril2(k_len, DType::F32, &self.device)?;
-                Ok(gates.broadcast_matmul(&lower)?)
-            }
+            Direction::Causal => suffix_sums(&gates),
             Direction::Bidirectional => {
                 let q_len = gates.dim(D::Minus2)?;
                 if q_len != k_len {
@@ -127,9 +124,10 @@ impl Cope {
                         ),
                     });
                 }
-                // C_j = Σ_{t ≤ j} g_it, and the query's own C_i and g_ii on the diagonal.
-                let prefix =
-                    gates.broadcast_matmul(&Tensor::triu2(k_len, DType::F32, &self.device)?)?;
+                // C_j = Σ_{t ≤ j} g_it = Σ_t g_it − Σ_{t ≥ j} g_it + g_ij, and the query's own
+                // C_i and g_ii on the diagonal.
+                let total = gates.sum_keepdim(D::Minus1)?;
+                let prefix = (suffix_sums(&gates)?.broadcast_sub(&total)?.neg()? + &gates)?;
                 let eye = Tensor::eye(k_len, DType::F32, &self.device)?;
                 let own = |t: &Tensor| t.broadcast_mul(&eye)?.sum_keepdim(D::Minus1);
                 let (c_i, g_i) = (own(&prefix)?, own(&gates)?);
@@ -159,6 +157,29 @@ impl Cope {
         let bias = ((take(&ceil)? * &w)? + (take(&floor)? * w.affine(-1.0, 1.0)?)?)?;
         Ok(bias)
     }
+}
+
+/// `Σ_{t ≥ j} x_t` along the last axis, in blocks of 64: a triangular product within each
+/// block and one across the blocks' sums, so memory and work per row grow as
+/// `k·64 + (k/64)²` rather than with a `(k, k)` matrix.
+fn suffix_sums(x: &Tensor) -> Result<Tensor> {
+    const BLOCK: usize = 64;
+    let (dims, device) = (x.dims(), x.device());
+    let (rows, k) = (&dims[..dims.len() - 1], dims[dims.len() - 1]);
+    let blocks = k.div_ceil(BLOCK);
+    let padded = x.pad_with_zeros(D::Minus1, 0, blocks * BLOCK - k)?;
+    let blocked = padded.reshape([rows, &[blocks, BLOCK]].concat())?;
+    let within = blocked.broadcast_matmul(&Tensor::tril2(BLOCK, DType::F32, device)?)?;
+    // Keys in later blocks: the sums of blocks b' > b.
+    let later_blocks =
+        (Tensor::tril2(blocks, DType::F32, device)? - Tensor::eye(blocks, DType::F32, device)?)?;
+    let later = blocked
+        .sum(D::Minus1)?
+        .unsqueeze(D::Minus2)?
+        .broadcast_matmul(&later_blocks)?
+        .squeeze(D::Minus2)?;
+    let sums = within.broadcast_add(&later.unsqueeze(D::Minus1)?)?;
+    Ok(sums.reshape(padded.dims())?.narrow(D::Minus1, 0, k)?)
 }
 
 impl PositionalEncoding for Cope {
@@ -205,5 +226,25 @@ impl PositionalEncoding for Cope {
                 }),
             },
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The blocked sums equal the plain triangular product, across ragged blocks.
+    #[test]
+    fn blocked_suffix_sums_equal_the_triangular_product() {
+        let dev = Device::Cpu;
+        for k in [1, 63, 64, 65, 150] {
+            let x = Tensor::rand(0f32, 1f32, (2, 3, k), &dev).unwrap();
+            let plain = x
+                .broadcast_matmul(&Tensor::tril2(k, DType::F32, &dev).unwrap())
+                .unwrap();
+            let blocked = suffix_sums(&x).unwrap();
+            let diff = (plain - blocked).unwrap().abs().unwrap().max_all().unwrap();
+            assert!(diff.to_scalar::<f32>().unwrap() < 1e-4, "k = {k}");
+        }
     }
 }

@@ -80,7 +80,8 @@ impl FireConfig {
 
     fn check(&self) -> Result<()> {
         const KIND: &str = FireConfig::KIND;
-        crate::limits::check_positive("mlp_width", self.mlp_width, crate::limits::MAX_D_MODEL)?;
+        // The MLP's hidden layer is `(q_len · k_len, width)`: the paper's 32 is far below this.
+        crate::limits::check_positive("mlp_width", self.mlp_width, 1024)?;
         require(
             KIND,
             self.c.is_finite() && self.c > 0.0,
