@@ -3,6 +3,8 @@
 //! tests drive the same commands in-process (for instance with an encoding they register
 //! themselves, see [`posenc::register`]).
 
+#![forbid(unsafe_code)]
+
 pub mod cmd;
 
 use std::io::Write;

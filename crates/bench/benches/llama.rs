@@ -17,7 +17,7 @@ use candle_core::{Device, Tensor};
 use candle_transformers::models::quantized_llama::ModelWeights;
 use posenc_llama::model::fetched_smollm2;
 use posenc_llama::{Llama, Precision};
-use posenc_transformer::encoder::EncoderCache;
+use posenc_transformer::StackCache;
 
 const PROMPT: usize = 512;
 const NEW: usize = 128;
@@ -83,7 +83,7 @@ fn main() -> Result<()> {
     );
 
     let run_ours = || {
-        let mut cache = EncoderCache::default();
+        let mut cache = StackCache::default();
         timed(&x, |ids, _| {
             Ok(ours.model.step(ids, &mut cache)?.squeeze(0)?)
         })

@@ -19,7 +19,7 @@ use anyhow::{ensure, Context, Result};
 use candle_core::{Device, Tensor};
 use posenc_llama::model::fetched_smollm2;
 use posenc_llama::{Llama, Precision};
-use posenc_transformer::encoder::EncoderCache;
+use posenc_transformer::StackCache;
 
 const LENGTHS: [usize; 2] = [512, 4096];
 
@@ -51,7 +51,7 @@ fn llama_cpp(bench: &Path, model: &Path, n: usize, threads: usize) -> Result<f64
 /// Our prefill of `ids` (read in the model's chunks), in tokens/s.
 fn ours(llama: &Llama, ids: &[u32]) -> Result<f64> {
     let x = Tensor::new(ids, &Device::Cpu)?.unsqueeze(0)?;
-    let mut cache = EncoderCache::with_capacity(ids.len());
+    let mut cache = StackCache::with_capacity(ids.len());
     let t = Instant::now();
     llama.model.step(&x, &mut cache)?;
     Ok(ids.len() as f64 / t.elapsed().as_secs_f64())

@@ -9,6 +9,8 @@
 //! cargo bench -p posenc-bench --bench embed
 //! ```
 
+#![forbid(unsafe_code)]
+
 /// The rounds a benchmark runs: the first number among its arguments, or `default`.
 pub fn rounds(default: usize) -> usize {
     std::env::args()

@@ -2,12 +2,13 @@
 //!
 //! ```text
 //! x = LayerNorm(E_word[t] + E_type[s] + PE_learned(pos))        (no √d_model scaling)
-//! h = Encoder(x, padding mask)                                  (post-norm, GELU-erf, no final norm)
+//! h = Stack(x, padding mask)                                    (post-norm, GELU-erf, no final norm)
 //! ```
 //!
 //! The learned positions are `posenc`'s `learned` encoding through its additive hook; the
-//! layers are `posenc_transformer`'s `Encoder`. [`hf_names`] maps Hugging Face's BERT
-//! tensor names onto ours (query, key and value are packed into `in_proj_weight`).
+//! layers are `posenc_transformer`'s [`Stack`] of blocks without cross-attention.
+//! [`hf_names`] maps Hugging Face's BERT tensor names onto ours (query, key and value stay
+//! apart, as `q_proj`, `k_proj`, `v_proj`).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -15,12 +16,12 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, Context, Result};
 use candle_core::{DType, Device, Tensor};
-use candle_nn::{Activation, Embedding, Module, VarBuilder, VarMap};
+use candle_nn::{Activation, Embedding, Module, VarBuilder};
 use posenc::learned::LearnedConfig;
 use posenc::{Direction, EncodingConfig, PositionalEncoding, Target};
-use posenc_transformer::encoder::Encoder;
+use posenc_transformer::stack::StackInput;
 use posenc_transformer::sublayer::Norm;
-use posenc_transformer::{checkpoint, Config, Mask};
+use posenc_transformer::{checkpoint, BlockConfig, Mask, Stack};
 use serde::Deserialize;
 
 /// The fields of a Hugging Face BERT `config.json` the model needs.
@@ -55,40 +56,33 @@ impl BertConfig {
         serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
     }
 
-    /// The same model as this project's encoder config.
-    pub fn encoder_config(&self) -> Result<Config> {
+    /// The blocks of the same model: post-norm, GELU (erf), no final norm, no dropout.
+    ///
+    /// # Errors
+    /// An activation other than `gelu`; sizes out of the blocks' limits.
+    pub fn block(&self) -> Result<BlockConfig> {
         anyhow::ensure!(
             self.hidden_act == "gelu",
             "unsupported hidden_act `{}` (only `gelu`)",
             self.hidden_act
         );
-        let cfg = Config {
-            src_vocab_size: self.vocab_size,
-            tgt_vocab_size: self.vocab_size,
-            d_model: self.hidden_size,
-            heads: self.num_attention_heads,
-            d_ff: self.intermediate_size,
-            encoder_layers: self.num_hidden_layers,
-            decoder_layers: 0,
-            dropout: 0.0,
+        let block = BlockConfig {
             activation: Activation::Gelu,
-            norm_first: false,
-            layer_norm_eps: self.layer_norm_eps,
+            eps: self.layer_norm_eps,
             final_norm: false,
-            encoding: EncodingConfig::new(LearnedConfig {
-                max_positions: self.max_position_embeddings,
-            })
-            .into(),
-            tie_embeddings: false,
-            blocks: Default::default(),
+            ..BlockConfig::new(
+                self.hidden_size,
+                self.num_attention_heads,
+                self.intermediate_size,
+            )
         };
-        cfg.validate()?;
-        posenc::limits::check(
-            "type_vocab_size",
-            self.type_vocab_size,
-            posenc_transformer::MAX_VOCAB,
-        )?;
-        Ok(cfg)
+        block.validate()?;
+        use posenc::limits::check;
+        use posenc_transformer::{MAX_LAYERS, MAX_VOCAB};
+        check("num_hidden_layers", self.num_hidden_layers, MAX_LAYERS)?;
+        check("vocab_size", self.vocab_size, MAX_VOCAB)?;
+        check("type_vocab_size", self.type_vocab_size, MAX_VOCAB)?;
+        Ok(block)
     }
 }
 
@@ -105,19 +99,19 @@ pub struct BertEmbeddings {
 #[derive(Debug, Clone)]
 pub struct Bert {
     embeddings: BertEmbeddings,
-    encoder: Encoder,
+    encoder: Stack,
 }
 
 impl Bert {
     /// Builds the model from weights under `vb` in this project's names.
     pub fn new(bert: &BertConfig, vb: VarBuilder) -> Result<Self> {
-        let cfg = bert.encoder_config()?;
-        let d = cfg.d_model;
-        let target = Target::new(d, cfg.heads, Direction::Bidirectional)?;
-        let position = cfg
-            .encoding
-            .encoder
-            .build(&target, vb.pp("embeddings.position"))?;
+        let block = bert.block()?;
+        let d = block.d_model;
+        let target = Target::new(d, block.heads, Direction::Bidirectional)?;
+        let learned = EncodingConfig::new(LearnedConfig {
+            max_positions: bert.max_position_embeddings,
+        });
+        let position = learned.build(&target, vb.pp("embeddings.position"))?;
         let embeddings = BertEmbeddings {
             word: candle_nn::embedding(bert.vocab_size, d, vb.pp("embeddings.word"))?,
             token_type: candle_nn::embedding(
@@ -126,11 +120,11 @@ impl Bert {
                 vb.pp("embeddings.token_type"),
             )?,
             position: position.clone(),
-            norm: Norm::new(d, cfg.layer_norm_eps, vb.pp("embeddings.norm"))?,
+            norm: Norm::new(d, block.eps, vb.pp("embeddings.norm"))?,
         };
         Ok(Self {
             embeddings,
-            encoder: Encoder::new(&cfg, position, vb.pp("encoder"))?,
+            encoder: Stack::new(&block, bert.num_hidden_layers, position, vb.pp("encoder"))?,
         })
     }
 
@@ -142,13 +136,10 @@ impl Bert {
         let hf = candle_core::safetensors::load(&path, device)
             .with_context(|| format!("reading {}", path.display()))?;
         let ours = hf_names(hf)?;
-        // The names and shapes the model needs, from a throwaway build.
-        let expected = VarMap::new();
-        Bert::new(
-            &bert,
-            VarBuilder::from_varmap(&expected, DType::F32, device),
-        )?;
-        checkpoint::check(&expected, &ours, &path)?;
+        // The names and shapes the model needs, from a build that allocates nothing.
+        let (vb, expected) = checkpoint::recorder(&ours, device);
+        Bert::new(&bert, vb)?;
+        expected.check(&ours, &path)?;
         Bert::new(&bert, VarBuilder::from_tensors(ours, DType::F32, device))
     }
 
@@ -156,15 +147,14 @@ impl Bert {
     /// mask `(batch, seq)` (1 = token, 0 = padding). Token types are all 0.
     pub fn forward(&self, ids: &Tensor, attention_mask: &Tensor) -> Result<Tensor> {
         let mask = Mask::from_keep(&attention_mask.to_dtype(DType::U8)?)?;
-        Ok(self
-            .encoder
-            .forward(&self.embed(ids)?, Some(&mask), false)?)
+        let x = self.embed(ids)?;
+        Ok(self.encoder.forward(StackInput::new(&x, Some(&mask)))?.0)
     }
 
     /// The last hidden state of the real tokens only, `(n, d)`: those the attention mask
     /// `(batch, seq)` keeps, row after row, and how many each row has. The padding is
     /// dropped after the embeddings, so no layer computes it
-    /// ([`Encoder::forward_packed`]); every real token's state is [`Bert::forward`]'s.
+    /// ([`Stack::forward_packed`]); every real token's state is [`Bert::forward`]'s.
     ///
     /// # Errors
     /// A mask not of the ids' shape `(batch, seq)`; ids outside the vocabulary.
@@ -210,9 +200,8 @@ impl Bert {
     }
 }
 
-/// Renames Hugging Face BERT tensors to this project's names. Query, key and value are
-/// concatenated into `in_proj_weight`/`in_proj_bias`; the pooler and `position_ids` are
-/// dropped (sentence embeddings do not use them).
+/// Renames Hugging Face BERT tensors to this project's names (no tensor is copied); the
+/// pooler and `position_ids` are dropped (sentence embeddings do not use them).
 pub fn hf_names(mut hf: HashMap<String, Tensor>) -> Result<HashMap<String, Tensor>> {
     hf.retain(|k, _| !k.starts_with("pooler.") && k != "embeddings.position_ids");
     let hf: HashMap<String, Tensor> = hf
@@ -248,21 +237,10 @@ pub fn hf_names(mut hf: HashMap<String, Tensor>) -> Result<HashMap<String, Tenso
     for i in 0..layers {
         let (src, dst) = (format!("encoder.layer.{i}"), format!("encoder.layers.{i}"));
         for p in ["weight", "bias"] {
-            let parts = ["query", "key", "value"]
-                .iter()
-                .map(|q| {
-                    hf.get(&format!("{src}.attention.self.{q}.{p}"))
-                        .cloned()
-                        .ok_or_else(|| {
-                            anyhow!("the checkpoint has no tensor `{src}.attention.self.{q}.{p}`")
-                        })
-                })
-                .collect::<Result<Vec<_>>>()?;
-            out.insert(
-                format!("{dst}.self_attn.in_proj_{p}"),
-                Tensor::cat(&parts, 0)?,
-            );
             for (from, to) in [
+                ("attention.self.query", "self_attn.q_proj"),
+                ("attention.self.key", "self_attn.k_proj"),
+                ("attention.self.value", "self_attn.v_proj"),
                 ("attention.output.dense", "self_attn.out_proj"),
                 ("attention.output.LayerNorm", "norm1"),
                 ("intermediate.dense", "linear1"),

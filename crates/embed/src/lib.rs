@@ -5,6 +5,7 @@
 //! and normalises as sentence-transformers does (all-MiniLM-L6-v2); [`resolve`] finds a
 //! model in a directory or the Hugging Face hub cache.
 
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod bert;

@@ -14,6 +14,7 @@
 //!   quantized matmul) or from a Hugging Face directory;
 //! * [`convert`] writes a GGUF's model as a Hugging Face directory.
 
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod chat;

@@ -223,10 +223,8 @@ impl Llama {
     }
 }
 
-/// The model of `cfg` over the weights `get` returns, each of [`Weight::shape`], in the
-/// naming of the blocks: `W^Q, W^K, W^V` packed into `in_proj_weight`, the gate, up and
-/// down projections as `gate`, `linear1`, `linear2`, the norms as `norm1`, `norm2` and the
-/// stack's `norm`.
+/// The model of `cfg` over the weights `get` returns, each of [`Weight::shape`], under
+/// this project's names ([`Weight::ours`]): no tensor is copied or concatenated.
 fn build(
     cfg: &LlamaConfig,
     layout: PairLayout,
@@ -235,37 +233,8 @@ fn build(
 ) -> Result<LanguageModel> {
     let lm = cfg.lm_config(layout)?;
     let mut ours = HashMap::new();
-    ours.insert(
-        "embed.weight".into(),
-        get(Weight::Global(Global::Embedding))?,
-    );
-    ours.insert(
-        "stack.norm.weight".into(),
-        get(Weight::Global(Global::Norm))?,
-    );
-    if !cfg.tie_word_embeddings {
-        ours.insert("head.weight".into(), get(Weight::Global(Global::Head))?);
-    }
-    for i in 0..cfg.num_hidden_layers {
-        let mut layer = |name: &str, part: Part| -> Result<()> {
-            ours.insert(
-                format!("stack.layers.{i}.{name}"),
-                get(Weight::Layer(i, part))?,
-            );
-            Ok(())
-        };
-        layer("norm1.weight", Part::AttnNorm)?;
-        layer("self_attn.q", Part::Q)?;
-        layer("self_attn.k", Part::K)?;
-        layer("self_attn.v", Part::V)?;
-        layer("self_attn.out_proj.weight", Part::Out)?;
-        layer("norm2.weight", Part::FfnNorm)?;
-        layer("gate.weight", Part::Gate)?;
-        layer("linear1.weight", Part::Up)?;
-        layer("linear2.weight", Part::Down)?;
-        let key = |s: &str| format!("stack.layers.{i}.self_attn.{s}");
-        let qkv = ["q", "k", "v"].map(|s| ours.remove(&key(s)).expect("inserted above"));
-        ours.insert(key("in_proj_weight"), Tensor::cat(&qkv, 0)?);
+    for w in Weight::all(cfg) {
+        ours.insert(w.ours(), get(w)?);
     }
     let vb = VarBuilder::from_tensors(ours, DType::F32, device);
     Ok(LanguageModel::new(&lm, vb)?)

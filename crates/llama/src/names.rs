@@ -1,6 +1,7 @@
 //! Where each weight of a Llama-architecture model lives, in three namings: llama.cpp's
 //! GGUF, Hugging Face's `LlamaForCausalLM`, and this project's blocks
-//! ([`posenc_transformer::LanguageModel`]).
+//! ([`posenc_transformer::LanguageModel`]). The one table of the Llama formats: the
+//! loaders, the converter and the tests all read it.
 
 use crate::config::LlamaConfig;
 
@@ -73,6 +74,23 @@ impl Part {
         format!("model.layers.{i}.{part}.weight")
     }
 
+    /// This project's tensor name in layer `i`: `stack.layers.{i}.self_attn.q_proj.weight`,
+    /// … (the blocks' PyTorch names, with `W^Q, W^K, W^V` apart).
+    pub fn ours(self, i: usize) -> String {
+        let part = match self {
+            Part::AttnNorm => "norm1",
+            Part::Q => "self_attn.q_proj",
+            Part::K => "self_attn.k_proj",
+            Part::V => "self_attn.v_proj",
+            Part::Out => "self_attn.out_proj",
+            Part::FfnNorm => "norm2",
+            Part::Gate => "gate",
+            Part::Up => "linear1",
+            Part::Down => "linear2",
+        };
+        format!("stack.layers.{i}.{part}.weight")
+    }
+
     /// This project's projection name ([`LanguageModel::projections_mut`]), for the
     /// parts that are projections.
     ///
@@ -121,6 +139,15 @@ impl Global {
             Global::Head => "lm_head.weight",
         }
     }
+
+    /// This project's name.
+    pub fn ours(self) -> &'static str {
+        match self {
+            Global::Embedding => "embed.weight",
+            Global::Norm => "stack.norm.weight",
+            Global::Head => "head.weight",
+        }
+    }
 }
 
 /// One weight of the model.
@@ -146,6 +173,14 @@ impl Weight {
         match self {
             Weight::Global(g) => g.hf().into(),
             Weight::Layer(i, p) => p.hf(i),
+        }
+    }
+
+    /// This project's name.
+    pub fn ours(self) -> String {
+        match self {
+            Weight::Global(g) => g.ours().into(),
+            Weight::Layer(i, p) => p.ours(i),
         }
     }
 

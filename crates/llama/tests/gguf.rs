@@ -11,7 +11,7 @@ use posenc::PairLayout;
 use posenc_llama::names::Weight;
 use posenc_llama::{Llama, LlamaConfig, Precision};
 use posenc_testkit::max_abs_diff;
-use posenc_transformer::encoder::EncoderCache;
+use posenc_transformer::StackCache;
 
 /// Byte-level pieces: `Ġ` is the space.
 const TOKENS: [&str; 8] = ["<|im_end|>", "a", "b", "c", "Ġ", "ab", "Ġa", "Ġab"];
@@ -126,10 +126,7 @@ fn scores(llama: &Llama, ids: &[u32]) -> Tensor {
         .unwrap()
         .unsqueeze(0)
         .unwrap();
-    llama
-        .model
-        .step(&ids, &mut EncoderCache::default())
-        .unwrap()
+    llama.model.step(&ids, &mut StackCache::default()).unwrap()
 }
 
 const IDS: [u32; 6] = [1, 2, 5, 4, 7, 3];

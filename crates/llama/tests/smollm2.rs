@@ -14,7 +14,7 @@ use posenc_llama::chat::Message;
 use posenc_llama::model::fetched_smollm2;
 use posenc_llama::{Llama, Precision};
 use posenc_testkit::max_abs_diff;
-use posenc_transformer::encoder::EncoderCache;
+use posenc_transformer::StackCache;
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -46,8 +46,8 @@ fn load(precision: Precision, layout: PairLayout) -> Llama {
 }
 
 /// The scores after the whole prompt (one forward), and the cache it leaves.
-fn prefill(llama: &Llama, prompt: &[u32]) -> (Tensor, EncoderCache) {
-    let mut cache = EncoderCache::default();
+fn prefill(llama: &Llama, prompt: &[u32]) -> (Tensor, StackCache) {
+    let mut cache = StackCache::default();
     let ids = Tensor::new(prompt, &Device::Cpu)
         .unwrap()
         .unsqueeze(0)
@@ -66,7 +66,7 @@ fn prefill(llama: &Llama, prompt: &[u32]) -> (Tensor, EncoderCache) {
 /// forcing), so one early difference does not derail the rest.
 fn decode(
     llama: &Llama,
-    (scores, mut cache): (Tensor, EncoderCache),
+    (scores, mut cache): (Tensor, StackCache),
     n: usize,
     forced: Option<&[u32]>,
 ) -> Vec<u32> {
@@ -157,9 +157,9 @@ fn f32_with_interleaved_pairs_matches_transformers() {
     assert_eq!(answer, " 68123", "{answer}");
     let long = prompts.iter().find(|p| p.ids.len() > 1000).unwrap();
     let n = 8;
-    let mut cache = EncoderCache::default();
+    let mut cache = StackCache::default();
     let mut all = long.ids.clone();
-    let step = |ids: &[u32], cache: &mut EncoderCache| {
+    let step = |ids: &[u32], cache: &mut StackCache| {
         let ids = Tensor::new(ids, &Device::Cpu)
             .unwrap()
             .unsqueeze(0)
@@ -171,7 +171,7 @@ fn f32_with_interleaved_pairs_matches_transformers() {
         cached = step(&[t], &mut cache);
         all.push(t);
     }
-    let full = step(&all, &mut EncoderCache::default());
+    let full = step(&all, &mut StackCache::default());
     let diff = max_abs_diff(&cached, &full);
     println!(
         "position {}: cached step against full forward {diff:.2e}",

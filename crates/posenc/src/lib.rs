@@ -26,6 +26,7 @@
 //! Tables are computed in f64, stored in f32 and cast to the model's dtype only when
 //! used; sinusoidal and rotary tables grow on demand.
 
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 mod cache;

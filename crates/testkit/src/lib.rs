@@ -1,5 +1,6 @@
 //! Test support shared by the workspace's test suites, kept out of the libraries' public API.
 
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 use candle_core::{DType, Tensor};

@@ -3,7 +3,7 @@
 
 use anyhow::{ensure, Result};
 use candle_core::{DType, IndexOp, Tensor, D};
-use posenc_transformer::decoder::DecoderCache;
+use posenc_transformer::StackCache;
 use posenc_transformer::{Mask, Transformer};
 
 use crate::batch::pad;
@@ -90,7 +90,7 @@ pub fn greedy(model: &Transformer, sources: &[Vec<u32>], max_len: usize) -> Resu
     }
     let (memory, src_mask) = encode(model, sources)?;
     let n = sources.len();
-    let mut cache = DecoderCache::default();
+    let mut cache = StackCache::default();
     let mut out = vec![Vec::new(); n];
     let mut done = vec![false; n];
     let mut next = vec![BOS_ID; n];
@@ -118,7 +118,7 @@ pub fn greedy(model: &Transformer, sources: &[Vec<u32>], max_len: usize) -> Resu
 fn encode(model: &Transformer, sources: &[Vec<u32>]) -> Result<(Tensor, Mask)> {
     let src = pad(sources, &model.device())?;
     let src_mask = Mask::padding(&src, PAD_ID)?;
-    Ok((model.encode(&src, Some(&src_mask), false)?, src_mask))
+    Ok((model.encode(&src, Some(&src_mask))?, src_mask))
 }
 
 /// Feeds one token per hypothesis after the cached ones; the next token's log-probabilities
@@ -128,10 +128,10 @@ fn decode_step(
     tokens: &[u32],
     memory: &Tensor,
     src_mask: &Mask,
-    cache: &mut DecoderCache,
+    cache: &mut StackCache,
 ) -> Result<Tensor> {
     let next = Tensor::new(tokens, &model.device())?.unsqueeze(1)?;
-    let y = model.decode(&next, memory, Some(src_mask), None, Some(cache), false)?;
+    let y = model.decode(&next, memory, Some(src_mask), None, Some(cache))?;
     Ok(model.generator().forward(&y.i((.., 0))?)?)
 }
 
@@ -151,7 +151,7 @@ fn penalised(score: f64, len: usize, alpha: f64) -> f64 {
 pub fn beam(model: &Transformer, source: &[u32], cfg: &DecodeConfig) -> Result<Vec<u32>> {
     let device = model.device();
     let (memory, src_mask) = encode(model, &[source.to_vec()])?;
-    let mut cache = DecoderCache::default();
+    let mut cache = StackCache::default();
     // Alive hypotheses: (tokens, log-probability).
     let mut alive: Vec<(Vec<u32>, f64)> = vec![(Vec::new(), 0.0)];
     let mut finished: Vec<(Vec<u32>, f64)> = Vec::new();

@@ -45,21 +45,10 @@ impl Translator {
         let device = self.model.device();
         let src = Tensor::new(src_ids.as_slice(), &device)?.unsqueeze(0)?;
         let tgt = Tensor::new(tgt_in.as_slice(), &device)?.unsqueeze(0)?;
-        let (src_embed, tgt_embed) = self.model.embeddings();
-        let (memory, encoder) = self.model.encoder().forward_with_attention(
-            &src_embed.forward(&src, 0.into(), false)?,
-            None,
-            false,
-        )?;
         let causal = Mask::causal(tgt_in.len(), tgt_in.len(), 0, &device)?;
-        let (_, decoder) = self.model.decoder().forward_with_attention(
-            &tgt_embed.forward(&tgt, 0.into(), false)?,
-            &memory,
-            Some(&causal),
-            None,
-            None,
-            false,
-        )?;
+        let (encoder, decoder) = self
+            .model
+            .attention_weights(&src, &tgt, None, Some(&causal))?;
         let words = |vocab: &crate::vocab::Vocab, ids: &[u32]| -> Vec<String> {
             let mut w: Vec<String> = ids.iter().map(|&i| vocab.decode(&[i])).collect();
             w.push("</s>".to_string());
@@ -68,10 +57,14 @@ impl Translator {
         Ok(AttentionMaps {
             source: words(&self.src, &src_ids[..src_ids.len() - 1]),
             target: words(&self.tgt, &hyp),
-            encoder: encoder.iter().map(heads).collect::<Result<_>>()?,
+            encoder: encoder
+                .iter()
+                .map(|w| heads(&w.self_attn))
+                .collect::<Result<_>>()?,
             cross: decoder
                 .iter()
-                .map(|d| heads(&d.cross_attn))
+                .filter_map(|d| d.cross_attn.as_ref())
+                .map(heads)
                 .collect::<Result<_>>()?,
         })
     }

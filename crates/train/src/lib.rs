@@ -4,6 +4,7 @@
 //! [`optim`], [`trainer`], and [`rundir`], the directory a run writes as one unit), decoding ([`decode`]), [`metrics`] and [`eval`], and the
 //! [`experiment`] that trains one model per positional encoding.
 
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod batch;

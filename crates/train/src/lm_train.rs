@@ -21,8 +21,8 @@ use anyhow::{ensure, Result};
 use candle_core::{DType, Device, Tensor, D};
 use candle_nn::{VarBuilder, VarMap};
 use posenc::Positions;
-use posenc_transformer::encoder::EncoderCache;
 use posenc_transformer::lm::PREFILL_CHUNK;
+use posenc_transformer::StackCache;
 use posenc_transformer::{LanguageModel, LmConfig};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -213,9 +213,8 @@ pub fn loss(
     inputs: &Tensor,
     targets: &Tensor,
     at: Positions,
-    train: bool,
 ) -> Result<Tensor> {
-    let logits = model.logits_at(inputs, at, train)?;
+    let logits = model.logits_at(inputs, at)?;
     let (b, t, v) = logits.dims3()?;
     // No token is padding in a stream: u32::MAX matches none.
     label_smoothed_cross_entropy(&logits.reshape((b * t, v))?, targets, 0.0, u32::MAX)
@@ -376,11 +375,11 @@ fn window_losses(
 ) -> Result<Tensor> {
     let (b, n) = x.dims2()?;
     if n <= PREFILL_CHUNK {
-        let nll = nll(&model.logits(x, false)?, y)?;
+        let nll = nll(&model.logits(x)?, y)?;
         on_tokens(b * n);
         return Ok(nll);
     }
-    let mut cache = EncoderCache::with_capacity(n);
+    let mut cache = StackCache::with_capacity(n);
     cache.read_until(n);
     let mut parts = Vec::new();
     for start in (0..n).step_by(PREFILL_CHUNK) {
@@ -657,7 +656,7 @@ impl Session {
             let at = positions
                 .as_deref()
                 .map_or(Positions::From(0), Positions::At);
-            let l = loss(&self.model, &x, &y, at, true)?;
+            let l = loss(&self.model, &x, &y, at)?;
             let value = f64::from(l.to_scalar::<f32>()?);
             ensure!(
                 value.is_finite(),

@@ -11,9 +11,9 @@
 
 use anyhow::{ensure, Result};
 use candle_core::Tensor;
-use posenc_transformer::encoder::EncoderCache;
 use posenc_transformer::lm::PREFILL_CHUNK;
 use posenc_transformer::LanguageModel;
+use posenc_transformer::StackCache;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
@@ -195,7 +195,7 @@ pub fn generate_observed(
         return Ok(());
     }
     let mut seen = prompt[prompt.len().saturating_sub(window)..].to_vec();
-    let mut cache = EncoderCache::with_capacity(positions);
+    let mut cache = StackCache::with_capacity(positions);
     let mut logits = read(model, &seen, &mut cache, &mut on_prompt)?;
     for i in 0..max_new {
         let token = sampler.pick(&logits.get(0)?.to_vec1::<f32>()?);
@@ -209,7 +209,7 @@ pub fn generate_observed(
         } else {
             // The window is full: the last `window` tokens again, from position 0.
             seen.drain(..seen.len() - window);
-            cache = EncoderCache::with_capacity(window);
+            cache = StackCache::with_capacity(window);
             read(model, &seen, &mut cache, |_| {})?
         };
     }
@@ -221,7 +221,7 @@ pub fn generate_observed(
 fn read(
     model: &LanguageModel,
     ids: &[u32],
-    cache: &mut EncoderCache,
+    cache: &mut StackCache,
     mut on_chunk: impl FnMut(usize),
 ) -> Result<Tensor> {
     // One sequence, read in chunks for the progress hook's sake.

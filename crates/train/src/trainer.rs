@@ -299,9 +299,9 @@ impl Order {
 }
 
 /// The label-smoothed loss of one batch, fused with the generator's log-softmax.
-pub fn batch_loss(model: &Transformer, b: &Batch, smoothing: f64, train: bool) -> Result<Tensor> {
+pub fn batch_loss(model: &Transformer, b: &Batch, smoothing: f64) -> Result<Tensor> {
     let from_0 = Positions::From(0);
-    batch_loss_at(model, b, smoothing, (from_0, from_0), train)
+    batch_loss_at(model, b, smoothing, (from_0, from_0))
 }
 
 /// [`batch_loss`] with the sources and targets at positions `at`.
@@ -310,14 +310,12 @@ pub fn batch_loss_at(
     b: &Batch,
     smoothing: f64,
     at: (Positions, Positions),
-    train: bool,
 ) -> Result<Tensor> {
     let logits = model.logits_at(
         &b.src,
         &b.tgt_in,
         (Some(&b.src_mask), Some(&b.tgt_mask)),
         at,
-        train,
     )?;
     let vocab = logits.dim(D::Minus1)?;
     label_smoothed_cross_entropy(
@@ -341,7 +339,7 @@ pub fn validate(
     let (mut total, mut count) = (0.0, 0usize);
     for chunk in examples.chunks(128) {
         let b = Batch::new(&chunk.iter().collect::<Vec<_>>(), &device)?;
-        let loss: f32 = batch_loss(model, &b, smoothing, false)?.to_scalar()?;
+        let loss: f32 = batch_loss(model, &b, smoothing)?.to_scalar()?;
         total += f64::from(loss) * b.tokens as f64;
         count += b.tokens;
     }
@@ -530,7 +528,6 @@ impl Session {
                 &b,
                 cfg.label_smoothing,
                 (listed(&src_at), listed(&tgt_at)),
-                true,
             )?;
             let lr = schedule.lr(step);
             self.opt.step(&loss.backward()?, lr)?;

@@ -145,7 +145,7 @@ fn evaluation_counts_every_position_of_non_overlapping_windows() {
             candle_core::Tensor::from_vec(next, 6 * 32, &d).unwrap(),
         )
     };
-    let objective: f32 = posenc_train::lm_train::loss(&run.model, &x, &y, 0.into(), false)
+    let objective: f32 = posenc_train::lm_train::loss(&run.model, &x, &y, 0.into())
         .unwrap()
         .to_scalar()
         .unwrap();
@@ -445,7 +445,7 @@ fn strided_evaluation_scores_every_token_once_as_transformers_guide_does() {
                 .unwrap()
                 .unsqueeze(0)
                 .unwrap();
-            let logp = candle_nn::ops::log_softmax(&model.logits(&ids, false).unwrap(), 2)
+            let logp = candle_nn::ops::log_softmax(&model.logits(&ids).unwrap(), 2)
                 .unwrap()
                 .get(0)
                 .unwrap()

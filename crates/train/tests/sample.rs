@@ -145,7 +145,7 @@ fn greedy_by_rerunning(m: &LanguageModel, prompt: &[u32], n: usize, window: usiz
             .unwrap()
             .unsqueeze(0)
             .unwrap();
-        let logits = m.logits(&ids, false).unwrap();
+        let logits = m.logits(&ids).unwrap();
         let last: Vec<f32> = logits
             .get(0)
             .unwrap()

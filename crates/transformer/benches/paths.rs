@@ -35,7 +35,7 @@ fn bench(c: &mut Criterion) {
             group.bench_function(name, |b| {
                 b.iter(|| {
                     model
-                        .forward(&src, &tgt, Some(&src_mask), Some(&tgt_mask), false)
+                        .forward(&src, &tgt, Some(&src_mask), Some(&tgt_mask))
                         .unwrap()
                 })
             });

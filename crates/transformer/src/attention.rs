@@ -11,7 +11,8 @@
 //! positions, which no encoding orders, so it calls no positional hook (as T5 and Marian).
 //!
 //! The weights follow PyTorch's `nn.MultiheadAttention`: `in_proj_weight (3d, d)` packs
-//! `W^Q, W^K, W^V`, with `in_proj_bias` and `out_proj`. In f32 on the CPU, attention
+//! `W^Q, W^K, W^V`, with `in_proj_bias` and `out_proj`; a checkpoint that holds them apart
+//! (`q_proj`, `k_proj`, `v_proj`, as Hugging Face's) loads as it is. In f32 on the CPU, attention
 //! without a score bias is one op with its own backward ([`ops::attention`]), which reads
 //! the projections with their heads still merged; with a bias, the scale, bias, mask and
 //! softmax are one fused kernel ([`ops::masked_softmax`]); other dtypes take the
@@ -24,151 +25,15 @@ use candle_core::{DType, Tensor, D};
 use candle_nn::{init, Init, VarBuilder};
 use posenc::{PositionalEncoding, Positions};
 
+use crate::dropout;
+use crate::kv_cache::KvCache;
 use crate::linear::Proj;
 use crate::mask::Mask;
 use crate::ops;
-use crate::{Config, Error, Result};
+use crate::{BlockConfig, Error, Result};
 
-/// Keys and values computed so far, for incremental decoding.
-///
-/// They live in one buffer per tensor, `(batch, kv_heads, capacity, head_dim)`, written in
-/// place as positions arrive: a generation of `n` tokens copies each key once, where
-/// concatenating the cache with every new token would copy `O(n²)`. The capacity is what
-/// [`KvCache::reserve`] asked for, or else doubles when it runs out. Not `Clone`: a shallow
-/// clone would share the buffers that the next write changes; [`KvCache::try_clone`] copies.
-#[derive(Debug, Default)]
-pub struct KvCache {
-    /// The buffers, `(batch, kv_heads, capacity, head_dim)`, contiguous.
-    buffers: Option<(Tensor, Tensor)>,
-    /// Positions written.
-    len: usize,
-    /// The capacity to allocate on the first write.
-    reserved: usize,
-    /// The length the sequence being read will reach ([`KvCache::read_until`]).
-    reach: usize,
-}
-
-impl KvCache {
-    /// Says that what is read next belongs to a sequence that will reach `total`
-    /// positions: the encoding then sees each piece as [`Positions::Within`] it (dynamic
-    /// NTK takes `total`'s frequencies, as one forward over the whole would). Positions past
-    /// `total` are read as themselves.
-    pub fn read_until(&mut self, total: usize) {
-        self.reach = total;
-    }
-
-    /// Where `new` tokens after the cached ones sit.
-    pub(crate) fn positions(&self, new: usize) -> Positions<'static> {
-        match self.reach > self.len + new {
-            true => Positions::Within {
-                offset: self.len,
-                total: self.reach,
-            },
-            false => Positions::From(self.len),
-        }
-    }
-
-    /// Number of positions cached.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether nothing is cached yet.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// A copy with buffers of its own, to continue two ways from one prefix.
-    ///
-    /// # Errors
-    /// The copy's own failure.
-    pub fn try_clone(&self) -> Result<Self> {
-        let buffers = match &self.buffers {
-            Some((k, v)) => Some((k.copy()?, v.copy()?)),
-            None => None,
-        };
-        Ok(Self { buffers, ..*self })
-    }
-
-    /// Positions the buffers hold room for (0 before the first write).
-    pub fn capacity(&self) -> usize {
-        self.buffers
-            .as_ref()
-            .map_or(0, |(k, _)| k.dim(2).unwrap_or(0))
-    }
-
-    /// Makes room for `positions` in all at the first write (or the next growth), so that
-    /// a generation of known length allocates its cache once.
-    pub fn reserve(&mut self, positions: usize) {
-        self.reserved = self.reserved.max(positions);
-    }
-
-    /// The cached keys and values, `(batch, kv_heads, len, head_dim)` each: views of the
-    /// buffers, no copy.
-    pub fn get(&self) -> Result<Option<(Tensor, Tensor)>> {
-        match &self.buffers {
-            Some((k, v)) if self.len > 0 => {
-                Ok(Some((k.narrow(2, 0, self.len)?, v.narrow(2, 0, self.len)?)))
-            }
-            _ => Ok(None),
-        }
-    }
-
-    /// Writes `k, v (batch, kv_heads, new, head_dim)` after the cached positions and returns
-    /// all of them ([`KvCache::get`]).
-    ///
-    /// # Errors
-    /// Keys or values whose batch, heads, width or dtype differ from those cached.
-    pub fn append(&mut self, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
-        let (b, heads, new, d) = k.dims4()?;
-        if v.dims() != k.dims() {
-            return Err(Error::Input(format!(
-                "cached keys {:?} and values {:?} must have one shape",
-                k.dims(),
-                v.dims()
-            )));
-        }
-        if let Some((ck, _)) = &self.buffers {
-            let (cb, ch, _, cd) = ck.dims4()?;
-            if (cb, ch, cd) != (b, heads, d) || ck.dtype() != k.dtype() {
-                return Err(Error::Input(format!(
-                    "new keys {:?} ({:?}) do not fit a cache of (batch {cb}, heads {ch}, width {cd}) ({:?})",
-                    k.dims(),
-                    k.dtype(),
-                    ck.dtype()
-                )));
-            }
-        }
-        let end = self.len + new;
-        if end > self.capacity() {
-            let capacity = end.max(self.reserved).max(2 * self.capacity());
-            let fresh = || Tensor::zeros((b, heads, capacity, d), k.dtype(), k.device());
-            let (nk, nv) = (fresh()?, fresh()?);
-            if let Some((ok, ov)) = self.get()? {
-                nk.slice_set(&ok.contiguous()?, 2, 0)?;
-                nv.slice_set(&ov.contiguous()?, 2, 0)?;
-            }
-            self.buffers = Some((nk, nv));
-        }
-        if let Some((bk, bv)) = &self.buffers {
-            bk.slice_set(&k.contiguous()?, 2, self.len)?;
-            bv.slice_set(&v.contiguous()?, 2, self.len)?;
-        }
-        self.len = end;
-        self.get()?
-            .ok_or_else(|| Error::Input("an empty write to the key/value cache".into()))
-    }
-
-    /// Keeps batch entries `indices` (u32), in that order: beam search reorders hypotheses.
-    pub fn select(&mut self, indices: &Tensor) -> Result<()> {
-        if let Some((k, v)) = &self.buffers {
-            self.buffers = Some((k.index_select(indices, 0)?, v.index_select(indices, 0)?));
-        }
-        Ok(())
-    }
-}
-
-/// Multi-head attention, self or cross.
+/// Multi-head attention, self or cross. Self-attention holds the positional encoding;
+/// cross-attention relates two sequences that no encoding orders, and holds none.
 #[derive(Debug, Clone)]
 pub struct MultiHeadAttention {
     q_proj: Proj,
@@ -178,94 +43,147 @@ pub struct MultiHeadAttention {
     heads: usize,
     head_dim: usize,
     dropout: f32,
-    encoding: Arc<dyn PositionalEncoding>,
+    encoding: Option<Arc<dyn PositionalEncoding>>,
 }
 
-/// What one attention call returns: the output `(batch, q_len, d_model)` and the weights
-/// `(batch, heads, q_len, k_len)`.
-pub type Attended = (Tensor, Tensor);
+/// Where the keys and values of an attention call come from.
+#[derive(Debug, Clone, Copy)]
+pub enum Source<'a> {
+    /// The queries themselves (self-attention), at positions `at`, with the encoding's
+    /// position `bias` `(heads, q_len, k_len)` for these queries and keys if it has one
+    /// ([`PositionalEncoding::attention_bias`]).
+    Own {
+        /// The queries' positions.
+        at: Positions<'a>,
+        /// The position bias, computed once per forward by the stack.
+        bias: Option<&'a Tensor>,
+    },
+    /// Another sequence, `(batch, k_len, d_model)`: cross-attention over an encoder's output.
+    Memory(&'a Tensor),
+    /// Distinct key and value inputs, `(batch, k_len, d_model)` each, with no positional
+    /// hooks: PyTorch's `nn.MultiheadAttention(query, key, value)`.
+    KeysValues(&'a Tensor, &'a Tensor),
+}
+
+/// One attention call's inputs.
+///
+/// ```
+/// # use candle_core::{Device, Tensor};
+/// # use posenc_transformer::attention::AttentionInput;
+/// let x = Tensor::zeros((1, 3, 8), candle_core::DType::F32, &Device::Cpu).unwrap();
+/// let input = AttentionInput::own(&x).with_weights();
+/// assert!(input.weights && input.mask.is_none() && input.cache.is_none());
+/// ```
+#[derive(Debug)]
+pub struct AttentionInput<'a> {
+    /// The queries' input `(batch, q_len, d_model)`.
+    pub x: &'a Tensor,
+    /// Where keys and values come from.
+    pub source: Source<'a>,
+    /// Which keys each query may see.
+    pub mask: Option<&'a Mask>,
+    /// Keys and values computed before. For self-attention `x` holds the new positions
+    /// only: they are appended and attend to everything cached. For cross-attention the
+    /// memory's keys and values are projected once and reused.
+    pub cache: Option<&'a mut KvCache>,
+    /// Return the attention weights. Without a mask or weights, cached self-attention runs
+    /// tile by tile, so that at long lengths no `(q_len, k_len)` matrix exists at all.
+    pub weights: bool,
+}
+
+impl<'a> AttentionInput<'a> {
+    /// Self-attention of `x` at positions `0, 1, …`: no bias, mask or cache, no weights.
+    pub fn own(x: &'a Tensor) -> Self {
+        Self {
+            x,
+            source: Source::Own {
+                at: Positions::From(0),
+                bias: None,
+            },
+            mask: None,
+            cache: None,
+            weights: false,
+        }
+    }
+
+    /// The same input with its mask.
+    pub fn with_mask(self, mask: Option<&'a Mask>) -> Self {
+        Self { mask, ..self }
+    }
+
+    /// The same input with a cache.
+    pub fn with_cache(self, cache: &'a mut KvCache) -> Self {
+        Self {
+            cache: Some(cache),
+            ..self
+        }
+    }
+
+    /// The same input, asking for the weights.
+    pub fn with_weights(self) -> Self {
+        Self {
+            weights: true,
+            ..self
+        }
+    }
+}
+
+/// What an attention call returns.
+#[derive(Debug, Clone)]
+pub struct Attended {
+    /// `(batch, q_len, d_model)`.
+    pub output: Tensor,
+    /// `(batch, heads, q_len, k_len)`, when they were asked for.
+    pub weights: Option<Tensor>,
+}
 
 impl MultiHeadAttention {
-    /// The paper's attention (as PyTorch's): `heads` query, key and value heads, with
-    /// biases. Loads or creates the projections under `vb` (PyTorch's names); `encoding`
-    /// supplies the positional hooks of self-attention.
+    /// Attention as `cfg` describes it: its width, heads, key/value heads, biases and
+    /// dropout. `encoding` supplies the positional hooks of self-attention (`None` for
+    /// cross-attention).
+    ///
+    /// The projections load from PyTorch's packed `in_proj_weight ((heads + 2·kv_heads)·d_k,
+    /// d_model)` (with `in_proj_bias` if `cfg.bias`), or from `q_proj`, `k_proj` and
+    /// `v_proj` when `vb` holds those and no packed one; a new model creates the packed
+    /// form. Then `out_proj`.
+    ///
+    /// # Errors
+    /// Heads that do not divide the width; missing or mis-shaped weights.
     pub fn new(
-        d_model: usize,
-        heads: usize,
-        dropout: f32,
-        encoding: Arc<dyn PositionalEncoding>,
+        cfg: &BlockConfig,
+        encoding: Option<Arc<dyn PositionalEncoding>>,
         vb: VarBuilder,
     ) -> Result<Self> {
-        Self::build(d_model, heads, heads, true, dropout, encoding, vb)
-    }
-
-    /// Attention as `cfg` describes it: its width, heads, dropout and
-    /// [`BlockOptions`](crate::BlockOptions) (key/value heads, biases).
-    pub fn from_config(
-        cfg: &Config,
-        encoding: Arc<dyn PositionalEncoding>,
-        vb: VarBuilder,
-    ) -> Result<Self> {
-        let kv_heads = cfg.blocks.kv_heads.unwrap_or(cfg.heads);
-        let bias = cfg.blocks.bias;
-        Self::build(
-            cfg.d_model,
-            cfg.heads,
-            kv_heads,
-            bias,
-            cfg.dropout,
-            encoding,
-            vb,
-        )
-    }
-
-    /// `in_proj_weight ((heads + 2·kv_heads)·d_k, d_model)` packs `W^Q, W^K, W^V` (with
-    /// `in_proj_bias` if `bias`), then `out_proj`.
-    fn build(
-        d_model: usize,
-        heads: usize,
-        kv_heads: usize,
-        bias: bool,
-        dropout: f32,
-        encoding: Arc<dyn PositionalEncoding>,
-        vb: VarBuilder,
-    ) -> Result<Self> {
-        let head_dim = posenc::limits::head_dim(d_model, heads)?;
-        crate::config::check_kv_heads(heads, kv_heads)?;
-        let kv_dim = kv_heads * head_dim;
-        let rows = d_model + 2 * kv_dim;
-        // Xavier-uniform like PyTorch's _reset_parameters, biases zero.
-        let bound = (6.0 / (rows + d_model) as f64).sqrt();
-        let w = vb.get_with_hints(
-            (rows, d_model),
-            "in_proj_weight",
-            Init::Uniform {
-                lo: -bound,
-                up: bound,
-            },
-        )?;
-        let b = bias
-            .then(|| vb.get_with_hints(rows, "in_proj_bias", init::ZERO))
-            .transpose()?;
-        let part = |start: usize, len: usize| -> Result<Proj> {
-            let bias = b.as_ref().map(|b| b.narrow(0, start, len)).transpose()?;
-            Ok(Proj::new(w.narrow(0, start, len)?, bias))
-        };
+        cfg.validate()?;
+        let (d_model, bias) = (cfg.d_model, cfg.bias);
+        let head_dim = cfg.head_dim();
+        let kv_dim = cfg.kv_heads * head_dim;
+        let [q_proj, k_proj, v_proj] =
+            if !vb.contains_tensor("in_proj_weight") && vb.contains_tensor("q_proj.weight") {
+                let load = |name: &str, rows: usize| Proj::load(d_model, rows, bias, vb.pp(name));
+                [
+                    load("q_proj", d_model)?,
+                    load("k_proj", kv_dim)?,
+                    load("v_proj", kv_dim)?,
+                ]
+            } else {
+                packed(d_model, kv_dim, bias, &vb)?
+            };
         Ok(Self {
-            q_proj: part(0, d_model)?,
-            k_proj: part(d_model, kv_dim)?,
-            v_proj: part(d_model + kv_dim, kv_dim)?,
+            q_proj,
+            k_proj,
+            v_proj,
             out_proj: Proj::load(d_model, d_model, bias, vb.pp("out_proj"))?,
-            heads,
+            heads: cfg.heads,
             head_dim,
-            dropout,
+            dropout: cfg.dropout,
             encoding,
         })
     }
 
     /// Replaces the positional encoding of self-attention.
     pub(crate) fn set_encoding(&mut self, encoding: Arc<dyn PositionalEncoding>) {
-        self.encoding = encoding;
+        self.encoding = Some(encoding);
     }
 
     /// The projections `W^Q, W^K, W^V, W^O`, named `q`, `k`, `v`, `out`: to swap in
@@ -279,48 +197,81 @@ impl MultiHeadAttention {
         ]
     }
 
-    /// Self-attention of `x (batch, seq, d_model)` at positions `at`. With a cache, `x`
-    /// holds the new positions only; they are appended to the cache and attend to
-    /// everything in it. `bias` is the encoding's `(heads, q_len, k_len)` position bias for
-    /// these queries and keys ([`posenc::PositionalEncoding::attention_bias`]), if it has one.
-    pub fn self_attention(
+    /// Attention of the queries `input.x` over the keys and values its
+    /// [`Source`] names, under its mask, with its cache; the weights only if asked for.
+    ///
+    /// Self-attention with a cache, no mask and no weights asked for is causal over the
+    /// cached positions and the new ones, at the cache's positions
+    /// ([`KvCache::read_until`]); in f32 on the CPU it runs as [`ops::flash_attention`], so
+    /// memory grows with the cache, not with its square, and the encoding's bias is asked
+    /// for tile by tile.
+    ///
+    /// # Shapes
+    /// - `input.x`: `(batch, q_len, d_model)`
+    /// - memory, keys, values: `(batch, k_len, d_model)`
+    /// - output: `(batch, q_len, d_model)`; weights `(batch, heads, q_len, k_len)`
+    ///
+    /// # Errors
+    /// Inputs of the wrong width; a batch that differs from the cache's.
+    pub fn forward(&self, input: AttentionInput) -> Result<Attended> {
+        let AttentionInput {
+            x,
+            source,
+            mask,
+            cache,
+            weights,
+        } = input;
+        self.check(x, "query")?;
+        let (output, w) = match (source, cache) {
+            (Source::Own { .. }, Some(cache)) if mask.is_none() && !weights => {
+                (self.cached_self_attention(x, cache)?, None)
+            }
+            (Source::Own { at, bias }, cache) => self.self_attention(x, at, mask, bias, cache)?,
+            (Source::Memory(memory), cache) => self.cross_attention(x, memory, mask, cache)?,
+            (Source::KeysValues(key, value), _) => self.forward_qkv(x, key, value, mask)?,
+        };
+        Ok(Attended {
+            output,
+            weights: weights.then_some(w).flatten(),
+        })
+    }
+
+    /// Self-attention of `x` at positions `at`, after what `cache` holds if there is one.
+    fn self_attention(
         &self,
         x: &Tensor,
         at: Positions,
         mask: Option<&Mask>,
         bias: Option<&Tensor>,
         cache: Option<&mut KvCache>,
-        train: bool,
-    ) -> Result<Attended> {
+    ) -> Result<(Tensor, Option<Tensor>)> {
         self.check(x, "query")?;
         let q = self.rotate(&self.q_proj.forward(x)?, at, Role::Query)?;
         let k = self.rotate(&self.k_proj.forward(x)?, at, Role::Key)?;
         let v = self.v_proj.forward(x)?;
-        let (k, v) = match cache {
-            Some(cache) => cache.append(&self.split(&k)?, &self.split(&v)?)?,
-            None => (k, v),
+        let (k, v, bias) = match cache {
+            Some(cache) if bias.is_none() => {
+                // After a cache the keys reach further than the queries: the bias of these
+                // positions, which the stack (computing one bias for all) did not give.
+                let (k, v) = cache.append(&self.split(&k)?, &self.split(&v)?)?;
+                let bias = match &self.encoding {
+                    Some(e) => e.attention_bias(x.dim(1)?, k.dim(2)?, at, 0.into())?,
+                    None => None,
+                };
+                (k, v, bias)
+            }
+            Some(cache) => {
+                let (k, v) = cache.append(&self.split(&k)?, &self.split(&v)?)?;
+                (k, v, bias.cloned())
+            }
+            None => (k, v, bias.cloned()),
         };
-        self.attend(&q, &k, &v, bias, mask, true, train)
+        self.attend(&q, &k, &v, bias.as_ref(), mask, true)
     }
 
-    /// Causal self-attention of the new positions `x (batch, new, d_model)` after those in
-    /// `cache`, at inference: they are written to the cache, and each attends to the cached
-    /// positions and to the new ones up to itself. Returns the output `(batch, new,
-    /// d_model)`; no weights exist.
-    ///
-    /// In f32 on the CPU this is [`ops::flash_attention`]: memory grows with the cache, not
-    /// with its square, and the encoding's position bias is asked for tile by tile
-    /// ([`posenc::PositionalEncoding::attention_bias`] at the tile's positions), so no
-    /// `(heads, new, len)` bias exists either. Elsewhere the composite path runs with a
-    /// causal mask.
-    ///
-    /// # Shapes
-    /// - `x`: `(batch, new, d_model)`
-    /// - output: `(batch, new, d_model)`
-    ///
-    /// # Errors
-    /// `x` of the wrong width, or a batch that differs from the cache's.
-    pub fn cached_self_attention(&self, x: &Tensor, cache: &mut KvCache) -> Result<Tensor> {
+    /// Causal self-attention of the new positions `x` after those in `cache`, at
+    /// inference ([`MultiHeadAttention::forward`]).
+    fn cached_self_attention(&self, x: &Tensor, cache: &mut KvCache) -> Result<Tensor> {
         self.check(x, "query")?;
         let (offset, new) = (cache.len(), x.dim(1)?);
         let at = cache.positions(new);
@@ -329,9 +280,12 @@ impl MultiHeadAttention {
         let v = self.split(&self.v_proj.forward(x)?)?;
         let (k, v) = cache.append(&k, &v)?;
         let scale = 1.0 / (self.head_dim as f64).sqrt();
-        let fused = q.dtype() == DType::F32 && q.device().is_cpu() && !self.encoding.reads_scores();
-        if fused && ![&q, &k, &v].iter().any(|t| t.track_op()) {
-            let encoding = &self.encoding;
+        let fused = q.dtype() == DType::F32 && q.device().is_cpu() && !self.reads_scores();
+        if let (true, false, Some(encoding)) = (
+            fused,
+            [&q, &k, &v].iter().any(|t| t.track_op()),
+            &self.encoding,
+        ) {
             let bias = |rows: Range<usize>, keys: Range<usize>| {
                 let (q_at, k_at) = (Positions::From(offset + rows.start), keys.start.into());
                 encoding
@@ -345,17 +299,18 @@ impl MultiHeadAttention {
         }
         let len = offset + new;
         let mask = Mask::causal(new, len, offset, x.device())?;
-        let bias = self.encoding.attention_bias(new, len, at, 0.into())?;
-        Ok(self
-            .attend(&q, &k, &v, bias.as_ref(), Some(&mask), true, false)?
-            .0)
+        let bias = match &self.encoding {
+            Some(encoding) => encoding.attention_bias(new, len, at, 0.into())?,
+            None => None,
+        };
+        Ok(self.attend(&q, &k, &v, bias.as_ref(), Some(&mask), true)?.0)
     }
 
     /// Self-attention within sequences packed end to end along the rows of
     /// `x (1, n, d_model)`, `lens` tokens each, with no padding: each sequence attends to
     /// its own tokens only, at positions `0, 1, …`. `bias` is the encoding's position bias
     /// `(heads, t, t)` for the longest sequence, if it has one. On every real token this is
-    /// [`MultiHeadAttention::self_attention`] of the padded batch with a padding mask, without
+    /// self-attention of the padded batch with a padding mask, without
     /// the products spent on padding. Returns the output `(1, n, d_model)`; no weights are
     /// kept, and there is no dropout.
     ///
@@ -372,7 +327,7 @@ impl MultiHeadAttention {
     ) -> Result<Tensor> {
         self.check(x, "query")?;
         check_packed(x, lens)?;
-        let fused = x.dtype() == DType::F32 && x.device().is_cpu() && !self.encoding.reads_scores();
+        let fused = x.dtype() == DType::F32 && x.device().is_cpu() && !self.reads_scores();
         let q = self.rotate_packed(&self.q_proj.forward(x)?, lens, Role::Query)?;
         let k = self.rotate_packed(&self.k_proj.forward(x)?, lens, Role::Key)?;
         let v = self.v_proj.forward(x)?;
@@ -388,7 +343,7 @@ impl MultiHeadAttention {
                 .map(|b| b.narrow(1, 0, len)?.narrow(2, 0, len))
                 .transpose()?;
             let (q, k, v) = (part(&q)?, part(&k)?, part(&v)?);
-            outs.push(self.attend(&q, &k, &v, bias.as_ref(), None, true, false)?.0);
+            outs.push(self.attend(&q, &k, &v, bias.as_ref(), None, true)?.0);
         }
         match outs.is_empty() {
             true => Ok(x.zeros_like()?),
@@ -396,17 +351,15 @@ impl MultiHeadAttention {
         }
     }
 
-    /// Cross-attention of `x (batch, q_len, d_model)` over `memory (batch, k_len, d_model)`.
-    /// With a cache, the memory's keys and values are projected once and reused.
-    pub fn cross_attention(
+    /// Cross-attention of `x` over `memory`; with a cache, the memory's keys and values are
+    /// projected once and reused.
+    fn cross_attention(
         &self,
         x: &Tensor,
         memory: &Tensor,
         mask: Option<&Mask>,
         cache: Option<&mut KvCache>,
-        train: bool,
-    ) -> Result<Attended> {
-        self.check(x, "query")?;
+    ) -> Result<(Tensor, Option<Tensor>)> {
         self.check(memory, "memory")?;
         let q = self.q_proj.forward(x)?;
         let memory_kv = || -> Result<(Tensor, Tensor)> {
@@ -422,25 +375,24 @@ impl MultiHeadAttention {
             },
             None => memory_kv()?,
         };
-        self.attend(&q, &k, &v, None, mask, false, train)
+        self.attend(&q, &k, &v, None, mask, false)
     }
 
-    /// PyTorch's `nn.MultiheadAttention(query, key, value)` for distinct key and value
-    /// inputs, with no positional hooks.
-    pub fn forward_qkv(
+    /// Attention over distinct key and value inputs, with no positional hooks.
+    fn forward_qkv(
         &self,
         query: &Tensor,
         key: &Tensor,
         value: &Tensor,
         mask: Option<&Mask>,
-    ) -> Result<Attended> {
+    ) -> Result<(Tensor, Option<Tensor>)> {
         for (t, name) in [(query, "query"), (key, "key"), (value, "value")] {
             self.check(t, name)?;
         }
         let q = self.q_proj.forward(query)?;
         let k = self.k_proj.forward(key)?;
         let v = self.v_proj.forward(value)?;
-        self.attend(&q, &k, &v, None, mask, false, false)
+        self.attend(&q, &k, &v, None, mask, false)
     }
 
     fn check(&self, x: &Tensor, what: &str) -> Result<()> {
@@ -472,10 +424,13 @@ impl MultiHeadAttention {
     /// positions `at`, on their heads; if the encoding leaves them as they are (returns
     /// its input), they are handed on merged.
     fn rotate(&self, x: &Tensor, at: Positions, role: Role) -> Result<Tensor> {
+        let Some(encoding) = &self.encoding else {
+            return Ok(x.clone());
+        };
         let heads = self.split(x)?;
         let rotated = match role {
-            Role::Query => self.encoding.rotate(&heads, at)?,
-            Role::Key => self.encoding.rotate_keys(&heads, at)?,
+            Role::Query => encoding.rotate(&heads, at)?,
+            Role::Key => encoding.rotate_keys(&heads, at)?,
         };
         Ok(match rotated.id() == heads.id() {
             true => x.clone(),
@@ -504,8 +459,8 @@ impl MultiHeadAttention {
 
     /// Scaled dot-product attention of projected `q`, `k`, `v` with the encoding's position
     /// `bias` and, for self-attention (`own`) under an encoding that reads the scores, its
-    /// [`score_bias`](posenc::PositionalEncoding::score_bias) on the logits.
-    #[allow(clippy::too_many_arguments)]
+    /// [`score_bias`](posenc::PositionalEncoding::score_bias) on the logits. Returns the
+    /// output and the weights (which the fused path keeps for its backward anyway).
     fn attend(
         &self,
         q: &Tensor,
@@ -514,13 +469,12 @@ impl MultiHeadAttention {
         bias: Option<&Tensor>,
         mask: Option<&Mask>,
         own: bool,
-        train: bool,
-    ) -> Result<Attended> {
+    ) -> Result<(Tensor, Option<Tensor>)> {
         let (b, h, tq, d_k) = self.split(q)?.dims4()?;
         let scale = 1.0 / (self.head_dim as f64).sqrt();
         let k_len = self.split(k)?.dim(2)?;
-        let dropout = train && self.dropout > 0.0;
-        let content = own && self.encoding.reads_scores();
+        let dropout = dropout::active(q, self.dropout);
+        let content = own && self.reads_scores();
         if bias.is_none() && !content && q.dtype() == DType::F32 && q.device().is_cpu() {
             // One op for scores, mask, softmax, dropout and weighted sum, heads merged.
             let sample = dropout
@@ -531,7 +485,7 @@ impl MultiHeadAttention {
                 .map(|m| m.broadcast_to_shape(&[b, h, tq, k_len]))
                 .transpose()?;
             let (out, weights) = ops::attention(q, k, v, d_k, keep.as_ref(), scale as f32, sample)?;
-            return Ok((self.out_proj.forward(&out)?, weights));
+            return Ok((self.out_proj.forward(&out)?, Some(weights)));
         }
         // candle's matmul needs each head's rows contiguous.
         let heads = |x: &Tensor| -> Result<Tensor> { Ok(self.split(x)?.contiguous()?) };
@@ -555,7 +509,11 @@ impl MultiHeadAttention {
                     Some(mask) => mask.fill(&logits)?,
                     None => logits.clone(),
                 };
-                if let Some(extra) = self.encoding.score_bias(q, &masked)? {
+                let encoding = self
+                    .encoding
+                    .as_ref()
+                    .expect("an encoding reads the scores");
+                if let Some(extra) = encoding.score_bias(q, &masked)? {
                     logits = (logits + extra.to_dtype(masked.dtype())?)?;
                 }
                 (logits, None, 1.0)
@@ -600,8 +558,40 @@ impl MultiHeadAttention {
             .reshape((b, h, tq, d_k))?
             .transpose(1, 2)?
             .reshape((b, tq, h * d_k))?;
-        Ok((self.out_proj.forward(&out)?, weights))
+        Ok((self.out_proj.forward(&out)?, Some(weights)))
     }
+
+    /// Whether the encoding reads the attention scores (CoPE).
+    fn reads_scores(&self) -> bool {
+        self.encoding.as_ref().is_some_and(|e| e.reads_scores())
+    }
+}
+
+/// Xavier-uniform `W^Q, W^K, W^V` packed in `in_proj_weight` (as PyTorch's
+/// `_reset_parameters`), biases zero, as views of the packed tensors.
+fn packed(d_model: usize, kv_dim: usize, bias: bool, vb: &VarBuilder) -> Result<[Proj; 3]> {
+    let rows = d_model + 2 * kv_dim;
+    let bound = (6.0 / (rows + d_model) as f64).sqrt();
+    let w = vb.get_with_hints(
+        (rows, d_model),
+        "in_proj_weight",
+        Init::Uniform {
+            lo: -bound,
+            up: bound,
+        },
+    )?;
+    let b = bias
+        .then(|| vb.get_with_hints(rows, "in_proj_bias", init::ZERO))
+        .transpose()?;
+    let part = |start: usize, len: usize| -> Result<Proj> {
+        let bias = b.as_ref().map(|b| b.narrow(0, start, len)).transpose()?;
+        Ok(Proj::new(w.narrow(0, start, len)?, bias))
+    };
+    Ok([
+        part(0, d_model)?,
+        part(d_model, kv_dim)?,
+        part(d_model + kv_dim, kv_dim)?,
+    ])
 }
 
 /// `(start, len)` of each non-empty sequence of lengths `lens` packed end to end.

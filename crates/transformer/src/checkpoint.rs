@@ -10,9 +10,11 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
-use candle_core::{DType, Device, Tensor};
-use candle_nn::{VarBuilder, VarMap};
+use candle_core::{DType, Device, Shape, Tensor};
+use candle_nn::var_builder::SimpleBackend;
+use candle_nn::{Init, VarBuilder, VarMap};
 
 use crate::{Config, Error, Result, Transformer};
 
@@ -245,14 +247,88 @@ pub fn set_checked(varmap: &VarMap, tensors: &HashMap<String, Tensor>, path: &Pa
 /// Checks that `tensors` (read from `path`) are exactly the variables of `varmap`: the same
 /// names, shapes and dtypes, and finite. The error names the file and lists every problem.
 pub fn check(varmap: &VarMap, tensors: &HashMap<String, Tensor>, path: &Path) -> Result<()> {
-    let problems = compare(&variables(varmap), tensors);
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(Error::Checkpoint {
+    problems(&variables(varmap), tensors, path)
+}
+
+/// The names and shapes a model asks for when built over a set of tensors, recorded by
+/// [`recorder`], to check the tensors against before building the model on them.
+#[derive(Debug, Clone, Default)]
+pub struct Recorded(Arc<Mutex<HashMap<String, Tensor>>>);
+
+impl Recorded {
+    /// Checks that `tensors` (read from `path`) are exactly what the model asked for: the
+    /// same names, shapes and dtypes, and finite. The error names the file and lists every
+    /// problem.
+    ///
+    /// # Errors
+    /// [`Error::Checkpoint`] listing every missing, extra, mis-shaped, mistyped or
+    /// non-finite tensor.
+    pub fn check(&self, tensors: &HashMap<String, Tensor>, path: &Path) -> Result<()> {
+        let expected = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        problems(&expected, tensors, path)
+    }
+}
+
+/// A builder that hands a model zeros of whatever shape it asks for (stride-0 views:
+/// nothing is allocated) and records each name and shape, while it answers
+/// [`VarBuilder::contains_tensor`] from `found`'s names: a model that loads one of several
+/// layouts (separate or packed attention projections) asks for the one `found` has.
+/// Build the model over it, then [`Recorded::check`] the tensors.
+pub fn recorder(
+    found: &HashMap<String, Tensor>,
+    device: &Device,
+) -> (VarBuilder<'static>, Recorded) {
+    let recorded = Recorded::default();
+    let backend = RecordingBackend {
+        names: found.keys().cloned().collect(),
+        recorded: recorded.clone(),
+    };
+    let vb = VarBuilder::from_backend(Box::new(backend), DType::F32, device.clone());
+    (vb, recorded)
+}
+
+struct RecordingBackend {
+    names: std::collections::HashSet<String>,
+    recorded: Recorded,
+}
+
+impl SimpleBackend for RecordingBackend {
+    fn get(
+        &self,
+        s: Shape,
+        name: &str,
+        _: Init,
+        dtype: DType,
+        dev: &Device,
+    ) -> candle_core::Result<Tensor> {
+        let t = Tensor::zeros((), dtype, dev)?.broadcast_as(s)?;
+        let mut recorded = self.recorded.0.lock().unwrap_or_else(|e| e.into_inner());
+        recorded.insert(name.to_string(), t.clone());
+        Ok(t)
+    }
+
+    fn get_unchecked(&self, name: &str, _: DType, _: &Device) -> candle_core::Result<Tensor> {
+        candle_core::bail!("the tensor `{name}` was asked for without a shape")
+    }
+
+    fn contains_tensor(&self, name: &str) -> bool {
+        self.names.contains(name)
+    }
+}
+
+/// [`compare`]'s problems as an error naming `path`, if there are any.
+fn problems(
+    expected: &HashMap<String, Tensor>,
+    found: &HashMap<String, Tensor>,
+    path: &Path,
+) -> Result<()> {
+    let problems = compare(expected, found);
+    match problems.is_empty() {
+        true => Ok(()),
+        false => Err(Error::Checkpoint {
             path: PathBuf::from(path),
             problems,
-        })
+        }),
     }
 }
 

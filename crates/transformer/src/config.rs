@@ -4,7 +4,7 @@ use candle_nn::Activation;
 use posenc::{Direction, EncodingConfig, Target};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::{Error, Result};
+use crate::{BlockConfig, Error, Result};
 
 /// The positional encoding of each stack. In JSON, one encoding serves both stacks
 /// (`"encoding": {"kind": "t5"}`) or each stack names its own
@@ -211,6 +211,28 @@ impl BlockOptions {
     pub fn is_default(&self) -> bool {
         *self == Self::default()
     }
+
+    /// `base` with these variants applied (key/value heads, biases, norm, gating).
+    pub fn block(&self, base: BlockConfig) -> BlockConfig {
+        BlockConfig {
+            kv_heads: self.kv_heads.unwrap_or(base.heads),
+            bias: self.bias,
+            norm: self.norm,
+            gated: self.gated,
+            ..base
+        }
+    }
+}
+
+/// Checks a model's weight count against [`MAX_PARAMETERS`].
+pub(crate) fn check_parameters(params: u128) -> Result<()> {
+    if params > MAX_PARAMETERS {
+        return Err(Error::Config(format!(
+            "the model would have {params} weights ({:.1} GB as f32): the limit is {MAX_PARAMETERS}",
+            params as f64 * 4e-9
+        )));
+    }
+    Ok(())
 }
 
 impl Default for Config {
@@ -237,16 +259,6 @@ impl Default for Config {
     }
 }
 
-/// Checks `kv_heads` key/value heads can each serve an equal group of `heads` query heads.
-pub(crate) fn check_kv_heads(heads: usize, kv_heads: usize) -> Result<()> {
-    if kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
-        return Err(Error::Config(format!(
-            "kv_heads must divide heads = {heads}, got {kv_heads}"
-        )));
-    }
-    Ok(())
-}
-
 /// The most layers a stack may have.
 pub const MAX_LAYERS: usize = 1 << 10;
 /// The largest vocabulary.
@@ -255,32 +267,40 @@ pub const MAX_VOCAB: usize = 1 << 24;
 pub const MAX_PARAMETERS: u128 = 1_000_000_000;
 
 impl Config {
+    /// The blocks of the encoder stack: self-attention and feed-forward.
+    pub fn encoder_block(&self) -> BlockConfig {
+        self.blocks.block(BlockConfig {
+            d_model: self.d_model,
+            heads: self.heads,
+            kv_heads: self.heads,
+            d_ff: self.d_ff,
+            activation: self.activation,
+            norm_first: self.norm_first,
+            eps: self.layer_norm_eps,
+            dropout: self.dropout,
+            final_norm: self.final_norm,
+            ..BlockConfig::new(self.d_model, self.heads, self.d_ff)
+        })
+    }
+
+    /// The blocks of the decoder stack: the encoder's with cross-attention.
+    pub fn decoder_block(&self) -> BlockConfig {
+        BlockConfig {
+            cross_attention: true,
+            ..self.encoder_block()
+        }
+    }
+
     /// The number of weights the model has, computed from the sizes alone (so it can be
     /// checked before anything is allocated), the encodings' learned tables included.
     pub fn parameter_count(&self) -> u128 {
-        let [d, ff, sv, tv] = [
-            self.d_model,
-            self.d_ff,
-            self.src_vocab_size,
-            self.tgt_vocab_size,
-        ]
-        .map(|v| v as u128);
-        let o = &self.blocks;
-        let head_dim = self.d_model.checked_div(self.heads).unwrap_or(0);
-        let kv = o.kv_heads.unwrap_or(self.heads) as u128 * head_dim as u128;
-        let bias = |n: u128| if o.bias { n } else { 0 };
-        let attention = 2 * d * d + 2 * d * kv + bias(2 * d + 2 * kv);
-        let matrices = if o.gated { 3 } else { 2 };
-        let feed_forward = matrices * d * ff + bias((matrices - 1) * ff + d);
-        let norm = o.norm.parameters(self.d_model);
-        let encoder_layer = attention + feed_forward + 2 * norm;
-        let decoder_layer = 2 * attention + feed_forward + 3 * norm;
+        let [d, sv, tv] =
+            [self.d_model, self.src_vocab_size, self.tgt_vocab_size].map(|v| v as u128);
         let embeddings = if self.tie_embeddings {
             sv * d
         } else {
             sv * d + 2 * tv * d
         };
-        let finals = if self.final_norm { 2 * norm } else { 0 };
         // Each stack has its own instance of the encoding.
         let encodings: u128 = self
             .encoding
@@ -294,9 +314,8 @@ impl Config {
         embeddings
             + encodings
             + tv
-            + self.encoder_layers as u128 * encoder_layer
-            + self.decoder_layers as u128 * decoder_layer
-            + finals
+            + self.encoder_block().stack_parameters(self.encoder_layers)
+            + self.decoder_block().stack_parameters(self.decoder_layers)
     }
 
     /// Width of one head, `d_k = d_model / heads`.
@@ -320,15 +339,15 @@ impl Config {
         }
     }
 
-    /// Checks the sizes fit together and are within the limits ([`posenc::limits`],
+    /// Checks the sizes fit together and are within the limits ([`BlockConfig::validate`],
     /// [`MAX_LAYERS`], [`MAX_VOCAB`], [`MAX_PARAMETERS`]), before anything is allocated.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the first field out of place.
     pub fn validate(&self) -> Result<()> {
-        use posenc::limits::{check, MAX_D_MODEL, MAX_HEADS};
+        use posenc::limits::check;
         let bad = |m: String| Err(Error::Config(m));
         let limited = [
-            ("d_model", self.d_model, MAX_D_MODEL),
-            ("heads", self.heads, MAX_HEADS),
-            ("d_ff", self.d_ff, 16 * MAX_D_MODEL),
             ("encoder_layers", self.encoder_layers, MAX_LAYERS),
             ("decoder_layers", self.decoder_layers, MAX_LAYERS),
             ("src_vocab_size", self.src_vocab_size, MAX_VOCAB),
@@ -337,39 +356,10 @@ impl Config {
         for (what, value, max) in limited {
             check(what, value, max).map_err(|e| Error::Config(e.to_string()))?;
         }
-        let params = self.parameter_count();
-        if params > MAX_PARAMETERS {
-            return bad(format!(
-                "the model would have {params} weights ({:.1} GB as f32): the limit is {MAX_PARAMETERS}",
-                params as f64 * 4e-9
-            ));
-        }
-        if !(self.layer_norm_eps.is_finite() && self.layer_norm_eps > 0.0) {
-            return bad(format!(
-                "layer_norm_eps must be a small positive number, got {}",
-                self.layer_norm_eps
-            ));
-        }
-        if self.d_ff == 0 {
-            return bad("d_ff must be > 0, got 0".into());
-        }
+        self.encoder_block().validate()?;
+        check_parameters(self.parameter_count())?;
         for (_, direction) in self.encoding.stacks() {
             Target::new(self.d_model, self.heads, direction)?.head_dim()?;
-        }
-        if !(0.0..1.0).contains(&self.dropout) {
-            return bad(format!("dropout must be in [0, 1), got {}", self.dropout));
-        }
-        if !matches!(
-            self.activation,
-            Activation::Relu | Activation::Gelu | Activation::Silu
-        ) {
-            return bad(format!(
-                "activation must be relu, gelu or silu, got {:?}",
-                self.activation
-            ));
-        }
-        if let Some(kv) = self.blocks.kv_heads {
-            check_kv_heads(self.heads, kv)?;
         }
         if self.tie_embeddings && self.src_vocab_size != self.tgt_vocab_size {
             return bad(format!(

@@ -62,7 +62,14 @@ impl Embeddings {
     }
 
     /// Embeds token ids `(batch, seq)` at positions `at` (usually `offset..offset + seq`).
-    pub fn forward(&self, ids: &Tensor, at: Positions, train: bool) -> Result<Tensor> {
+    ///
+    /// # Shapes
+    /// - `ids`: `(batch, seq)`
+    /// - output: `(batch, seq, d_model)`
+    ///
+    /// # Errors
+    /// Ids not `(batch, seq)`, or outside the vocabulary; positions the encoding refuses.
+    pub fn forward(&self, ids: &Tensor, at: Positions) -> Result<Tensor> {
         if ids.rank() != 2 {
             return Err(Error::Input(format!(
                 "token ids must be (batch, seq), got {:?}",
@@ -89,15 +96,6 @@ impl Embeddings {
             (x * self.scale)?
         };
         let x = self.encoding.add_to_embeddings(&x, at)?;
-        Ok(dropout(&x, self.dropout, train)?)
-    }
-}
-
-/// Dropout with probability `p` in training, the identity otherwise.
-pub(crate) fn dropout(x: &Tensor, p: f32, train: bool) -> candle_core::Result<Tensor> {
-    if train && p > 0.0 {
-        candle_nn::ops::dropout(x, p)
-    } else {
-        Ok(x.clone())
+        Ok(crate::dropout::dropout(&x, self.dropout)?)
     }
 }

@@ -7,14 +7,14 @@
 //! ```
 //!
 //! Weights named as PyTorch's `TransformerEncoderLayer`: `linear1`, `linear2`, and `gate`
-//! for the gated form; biases only where [`BlockOptions::bias`](crate::BlockOptions) says.
+//! for the gated form; biases only where [`BlockConfig::bias`](crate::BlockConfig) says.
 
 use candle_core::Tensor;
 use candle_nn::{Activation, Module, VarBuilder};
 
-use crate::embeddings::dropout;
+use crate::dropout::dropout;
 use crate::linear::Proj;
-use crate::{Config, Result};
+use crate::{BlockConfig, Result};
 
 /// Linear → activation (→ gate) → dropout → Linear.
 #[derive(Debug, Clone)]
@@ -29,11 +29,13 @@ pub struct FeedForward {
 impl FeedForward {
     /// The network `cfg` describes: widths, activation, dropout, and whether it is gated
     /// and has biases.
-    pub fn from_config(cfg: &Config, vb: VarBuilder) -> Result<Self> {
-        let (d, ff, bias) = (cfg.d_model, cfg.d_ff, cfg.blocks.bias);
+    ///
+    /// # Errors
+    /// Missing or mis-shaped weights.
+    pub fn new(cfg: &BlockConfig, vb: VarBuilder) -> Result<Self> {
+        let (d, ff, bias) = (cfg.d_model, cfg.d_ff, cfg.bias);
         Ok(Self {
             gate: cfg
-                .blocks
                 .gated
                 .then(|| Proj::load(d, ff, bias, vb.pp("gate")))
                 .transpose()?,
@@ -54,8 +56,15 @@ impl FeedForward {
         all
     }
 
-    /// Applies the network to every position of `x (batch, seq, d_model)`.
-    pub fn forward(&self, x: &Tensor, train: bool) -> Result<Tensor> {
+    /// Applies the network to every position of `x`.
+    ///
+    /// # Shapes
+    /// - `x`: `(batch, seq, d_model)`
+    /// - output: `(batch, seq, d_model)`
+    ///
+    /// # Errors
+    /// `x` of the wrong width.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let h = match &self.gate {
             // ReLU, and GELU at inference, in the same op as the product.
             None if matches!(self.activation, Activation::Relu) => self.linear1.forward_relu(x)?,
@@ -63,7 +72,7 @@ impl FeedForward {
             None => self.activate(&self.linear1.forward(x)?)?,
             Some(gate) => (self.activate(&gate.forward(x)?)? * self.linear1.forward(x)?)?,
         };
-        Ok(self.linear2.forward(&dropout(&h, self.dropout, train)?)?)
+        Ok(self.linear2.forward(&dropout(&h, self.dropout)?)?)
     }
 
     fn activate(&self, h: &Tensor) -> Result<Tensor> {

@@ -2,9 +2,11 @@
 //!
 //! One concept per file, in the paper's order: [`embeddings`] (× √d_model, plus the
 //! positional encoding), [`attention`] (scaled dot-product, multi-head) with its
-//! [`mask`]s, [`feed_forward`], the residual [`sublayer`], the [`encoder`] and
-//! [`decoder`] stacks, and the [`model`] with its generator; [`lm`] builds a decoder-only
-//! language model from the same blocks. The positional encoding is a
+//! [`mask`]s and its [`KvCache`], [`feed_forward`], the residual [`sublayer`], the
+//! [`block`] that holds them (with its [`BlockConfig`]), the [`stack`] of blocks (the
+//! encoder, the decoder, a causal LM's), and the [`model`] with its generator; [`lm`] builds
+//! a decoder-only language model from the same blocks. [`dropout`] holds the one rule that
+//! says when a model is training. The positional encoding is a
 //! [`posenc::PositionalEncoding`]: the model calls its hooks and never asks which
 //! it is. [`checkpoint`] saves and loads `config.json` + `model.safetensors` with PyTorch's
 //! `nn.Transformer` parameter names.
@@ -20,26 +22,31 @@ mod config;
 mod error;
 
 pub mod attention;
+pub mod block;
 pub mod checkpoint;
-pub mod decoder;
+pub mod dropout;
 pub mod embeddings;
-pub mod encoder;
 pub mod feed_forward;
+mod kv_cache;
 mod layer_encodings;
 pub mod linear;
 pub mod lm;
 pub mod mask;
 pub mod model;
 pub mod ops;
+pub mod stack;
 pub mod sublayer;
 
+pub use block::BlockConfig;
 pub use config::{
     BlockOptions, Config, Encodings, NormKind, MAX_LAYERS, MAX_PARAMETERS, MAX_VOCAB,
 };
 pub use error::{Error, Result};
+pub use kv_cache::KvCache;
 pub use lm::{LanguageModel, LmConfig};
 pub use mask::Mask;
 pub use model::{Generator, Transformer};
+pub use stack::{Stack, StackCache};
 
 /// Tells glibc's allocator to keep freed memory for reuse instead of handing it back to
 /// the kernel; programs that train or run models call it first thing in `main` (the

@@ -21,10 +21,10 @@ use posenc::{Direction, EncodingConfig, PositionalEncoding, Positions, Target};
 use serde::{Deserialize, Serialize};
 
 use crate::embeddings::Embeddings;
-use crate::encoder::{Encoder, EncoderCache};
 use crate::linear::Proj;
 use crate::mask::Mask;
-use crate::{BlockOptions, Config, Encodings, Error, Result};
+use crate::stack::{Stack, StackCache, StackInput};
+use crate::{BlockConfig, BlockOptions, Error, Result};
 
 /// Sizes of a decoder-only language model. The defaults are nanoGPT's CPU run on
 /// Shakespeare's characters: 4 layers, 4 heads, width 128, context 64, dropout 0.
@@ -85,41 +85,39 @@ impl Default for LmConfig {
 }
 
 impl LmConfig {
-    /// The blocks' configuration: a pre-norm stack with a final norm.
-    pub fn blocks(&self) -> Config {
-        Config {
-            src_vocab_size: self.vocab_size,
-            tgt_vocab_size: self.vocab_size,
-            d_model: self.d_model,
-            heads: self.heads,
-            d_ff: self.d_ff,
-            encoder_layers: self.layers,
-            decoder_layers: 0,
-            dropout: self.dropout,
+    /// The blocks' configuration: pre-norm, with a final norm.
+    pub fn block(&self) -> BlockConfig {
+        self.blocks.block(BlockConfig {
             activation: self.activation,
             norm_first: true,
-            layer_norm_eps: self.layer_norm_eps,
-            final_norm: true,
-            encoding: Encodings::both(self.encoding.clone()),
-            tie_embeddings: self.tie_embeddings,
-            blocks: self.blocks.clone(),
-        }
+            eps: self.layer_norm_eps,
+            dropout: self.dropout,
+            ..BlockConfig::new(self.d_model, self.heads, self.d_ff)
+        })
     }
 
-    /// The number of weights, computed from the sizes alone: the blocks' count, less what
-    /// the decoder-only model does not have (the generator's bias, the decoder stack's final
-    /// norm, and when untied the second embedding table, whose place the head takes).
+    /// The number of weights, computed from the sizes alone: the token embedding, the head
+    /// if untied, the encoding's learned weights and the stack.
     pub fn parameter_count(&self) -> u128 {
-        let d = self.d_model as u128;
-        let table = self.vocab_size as u128 * d;
-        let norm = self.blocks.norm.parameters(self.d_model);
-        let unused = self.vocab_size as u128 + norm + if self.tie_embeddings { 0 } else { table };
-        self.blocks().parameter_count() - unused
+        let table = self.vocab_size as u128 * self.d_model as u128;
+        let head = if self.tie_embeddings { 0 } else { table };
+        let encoding = Target::new(self.d_model, self.heads, Direction::Causal).map_or(0, |t| {
+            self.encoding.parameter_count(&t.with_context(self.context))
+        });
+        table + head + encoding + self.block().stack_parameters(self.layers)
     }
 
     /// Checks sizes against the blocks' limits, and that the context is positive.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the first field out of place.
     pub fn validate(&self) -> Result<()> {
-        self.blocks().validate()?;
+        use posenc::limits::check;
+        check("layers", self.layers, crate::MAX_LAYERS)?;
+        check("vocab_size", self.vocab_size, crate::MAX_VOCAB)?;
+        self.block().validate()?;
+        crate::config::check_parameters(self.parameter_count())?;
+        Target::new(self.d_model, self.heads, Direction::Causal)?.head_dim()?;
         posenc::limits::check_positive("context", self.context, posenc::limits::MAX_POSITIONS)?;
         Ok(())
     }
@@ -138,7 +136,7 @@ pub const MAX_CACHE_BYTES: u128 = 12 << 30;
 pub struct LanguageModel {
     cfg: LmConfig,
     embed: Embeddings,
-    stack: Encoder,
+    stack: Stack,
     head: Proj,
 }
 
@@ -147,7 +145,6 @@ impl LanguageModel {
     /// encodings), `stack.layers.N.*`, `stack.norm.*`, and `head.weight` if untied.
     pub fn new(cfg: &LmConfig, vb: VarBuilder) -> Result<Self> {
         cfg.validate()?;
-        let blocks = cfg.blocks();
         let target =
             Target::new(cfg.d_model, cfg.heads, Direction::Causal)?.with_context(cfg.context);
         let encoding = cfg.encoding.build(&target, vb.pp("encoding"))?;
@@ -161,7 +158,7 @@ impl LanguageModel {
         Ok(Self {
             cfg: cfg.clone(),
             embed: Embeddings::new(lut, scale, encoding.clone(), cfg.dropout),
-            stack: Encoder::new(&blocks, encoding, vb.pp("stack"))?,
+            stack: Stack::new(&cfg.block(), cfg.layers, encoding, vb.pp("stack"))?,
             head,
         })
     }
@@ -225,8 +222,8 @@ impl LanguageModel {
     ///
     /// # Errors
     /// A bad shape or token id; a sequence longer than a learned encoding's table, naming it.
-    pub fn logits(&self, ids: &Tensor, train: bool) -> Result<Tensor> {
-        self.logits_at(ids, Positions::From(0), train)
+    pub fn logits(&self, ids: &Tensor) -> Result<Tensor> {
+        self.logits_at(ids, Positions::From(0))
     }
 
     /// [`LanguageModel::logits`] with the tokens at positions `at`, shared by every
@@ -235,11 +232,15 @@ impl LanguageModel {
     /// # Errors
     /// As [`LanguageModel::logits`]; also a list that is not one increasing position per
     /// token.
-    pub fn logits_at(&self, ids: &Tensor, at: Positions, train: bool) -> Result<Tensor> {
+    pub fn logits_at(&self, ids: &Tensor, at: Positions) -> Result<Tensor> {
         let seq = self.check(ids, at)?;
         let mask = Mask::causal(seq, seq, 0, ids.device())?;
-        let x = self.embed.forward(ids, at, train)?;
-        let h = self.stack.forward_at(&x, at, Some(&mask), train)?;
+        let x = self.embed.forward(ids, at)?;
+        let input = StackInput {
+            at,
+            ..StackInput::new(&x, Some(&mask))
+        };
+        let (h, _) = self.stack.forward(input)?;
         Ok(self.head.forward(&h)?)
     }
 
@@ -252,7 +253,7 @@ impl LanguageModel {
     /// # Errors
     /// A bad shape or token id; positions past a learned encoding's table; a batch that
     /// differs from the cache's.
-    pub fn step(&self, ids: &Tensor, cache: &mut EncoderCache) -> Result<Tensor> {
+    pub fn step(&self, ids: &Tensor, cache: &mut StackCache) -> Result<Tensor> {
         let new = self.check(ids, Positions::From(cache.len()))?;
         // Every chunk of the prompt is a piece of one sequence of this length (or of a
         // longer one, when the caller reads it in pieces and has said how long).
@@ -273,17 +274,15 @@ impl LanguageModel {
     ///
     /// # Errors
     /// As [`LanguageModel::step`].
-    pub fn logits_cached(&self, ids: &Tensor, cache: &mut EncoderCache) -> Result<Tensor> {
+    pub fn logits_cached(&self, ids: &Tensor, cache: &mut StackCache) -> Result<Tensor> {
         self.check(ids, Positions::From(cache.len()))?;
         Ok(self.head.forward(&self.hidden_cached(ids, cache)?)?)
     }
 
     /// The stack's output for `ids` after the cached positions.
-    fn hidden_cached(&self, ids: &Tensor, cache: &mut EncoderCache) -> Result<Tensor> {
-        let x = self
-            .embed
-            .forward(ids, Positions::From(cache.len()), false)?;
-        self.stack.forward_cached(&x, cache)
+    fn hidden_cached(&self, ids: &Tensor, cache: &mut StackCache) -> Result<Tensor> {
+        let x = self.embed.forward(ids, Positions::From(cache.len()))?;
+        self.stack.forward_cached(&x, None, None, cache)
     }
 
     /// The bytes of the key/value cache for `batch` sequences of `positions` tokens (f32):

@@ -16,11 +16,10 @@ use candle_core::{Device, Tensor, D};
 use candle_nn::{Linear, VarBuilder, VarMap};
 use posenc::{EncodingConfig, Positions, Target};
 
-use crate::decoder::{Decoder, DecoderCache};
 use crate::embeddings::Embeddings;
-use crate::encoder::Encoder;
 use crate::linear;
 use crate::mask::Mask;
+use crate::stack::{LayerWeights, Memory, Stack, StackCache, StackInput};
 use crate::{Config, Result};
 
 /// Linear projection to the target vocabulary followed by log-softmax.
@@ -48,8 +47,8 @@ pub struct Transformer {
     cfg: Config,
     src_embed: Embeddings,
     tgt_embed: Embeddings,
-    encoder: Encoder,
-    decoder: Decoder,
+    encoder: Stack,
+    decoder: Stack,
     generator: Generator,
 }
 
@@ -96,8 +95,18 @@ impl Transformer {
                 tgt_pe.clone(),
                 cfg.dropout,
             ),
-            encoder: Encoder::new(cfg, src_pe, vb.pp("encoder"))?,
-            decoder: Decoder::new(cfg, tgt_pe, vb.pp("decoder"))?,
+            encoder: Stack::new(
+                &cfg.encoder_block(),
+                cfg.encoder_layers,
+                src_pe,
+                vb.pp("encoder"),
+            )?,
+            decoder: Stack::new(
+                &cfg.decoder_block(),
+                cfg.decoder_layers,
+                tgt_pe,
+                vb.pp("decoder"),
+            )?,
             generator: Generator {
                 proj: Linear::new(gen_weight, Some(gen_bias)),
             },
@@ -116,12 +125,12 @@ impl Transformer {
     }
 
     /// The encoder stack.
-    pub fn encoder(&self) -> &Encoder {
+    pub fn encoder(&self) -> &Stack {
         &self.encoder
     }
 
-    /// The decoder stack.
-    pub fn decoder(&self) -> &Decoder {
+    /// The decoder stack (its blocks have cross-attention).
+    pub fn decoder(&self) -> &Stack {
         &self.decoder
     }
 
@@ -149,86 +158,149 @@ impl Transformer {
     }
 
     /// Encodes source ids `(batch, src_len)` into the memory `(batch, src_len, d_model)`.
-    pub fn encode(&self, src: &Tensor, src_mask: Option<&Mask>, train: bool) -> Result<Tensor> {
-        self.encode_at(src, Positions::From(0), src_mask, train)
+    ///
+    /// # Errors
+    /// Ids not `(batch, seq)` or outside the vocabulary; a mask that does not fit.
+    pub fn encode(&self, src: &Tensor, src_mask: Option<&Mask>) -> Result<Tensor> {
+        self.encode_at(src, Positions::From(0), src_mask)
     }
 
-    fn encode_at(
-        &self,
-        src: &Tensor,
-        at: Positions,
-        src_mask: Option<&Mask>,
-        train: bool,
-    ) -> Result<Tensor> {
-        let x = self.src_embed.forward(src, at, train)?;
-        self.encoder.forward_at(&x, at, src_mask, train)
+    fn encode_at(&self, src: &Tensor, at: Positions, src_mask: Option<&Mask>) -> Result<Tensor> {
+        let x = self.src_embed.forward(src, at)?;
+        let input = StackInput {
+            at,
+            ..StackInput::new(&x, src_mask)
+        };
+        Ok(self.encoder.forward(input)?.0)
     }
 
     /// Decoder states `(batch, tgt_len, d_model)` of target ids `(batch, tgt_len)`. Without a
-    /// cache, pass the causal (and padding) `tgt_mask`; with one, pass only the new ids and
-    /// no mask: they are placed after the cached positions.
+    /// cache, pass the causal (and padding) `tgt_mask`; with one, pass only the new ids:
+    /// they are placed after the cached positions, causally without a mask (or under
+    /// `tgt_mask`, `(new, cached + new)`, if given).
+    ///
+    /// # Errors
+    /// Ids not `(batch, seq)` or outside the vocabulary; a mask that does not fit.
     pub fn decode(
         &self,
         tgt: &Tensor,
         memory: &Tensor,
         src_mask: Option<&Mask>,
         tgt_mask: Option<&Mask>,
-        cache: Option<&mut DecoderCache>,
-        train: bool,
+        cache: Option<&mut StackCache>,
     ) -> Result<Tensor> {
         let offset = cache.as_ref().map_or(0, |c| c.len());
-        let y = self
-            .tgt_embed
-            .forward(tgt, Positions::From(offset), train)?;
-        self.decoder
-            .forward(&y, memory, tgt_mask, src_mask, cache, train)
+        let y = self.tgt_embed.forward(tgt, Positions::From(offset))?;
+        let memory = Memory {
+            states: memory,
+            mask: src_mask,
+        };
+        match cache {
+            Some(cache) => self
+                .decoder
+                .forward_cached(&y, tgt_mask, Some(memory), cache),
+            None => {
+                let input = StackInput {
+                    memory: Some(memory),
+                    ..StackInput::new(&y, tgt_mask)
+                };
+                Ok(self.decoder.forward(input)?.0)
+            }
+        }
+    }
+
+    /// Teacher-forced decoder states of the shifted target `tgt_in` over the source `src`,
+    /// with every layer's attention weights: the encoder's, then the decoder's (self and
+    /// cross).
+    ///
+    /// # Errors
+    /// As [`Transformer::logits`].
+    pub fn attention_weights(
+        &self,
+        src: &Tensor,
+        tgt_in: &Tensor,
+        src_mask: Option<&Mask>,
+        tgt_mask: Option<&Mask>,
+    ) -> Result<(Vec<LayerWeights>, Vec<LayerWeights>)> {
+        let x = self.src_embed.forward(src, Positions::From(0))?;
+        let encoded = StackInput {
+            weights: true,
+            ..StackInput::new(&x, src_mask)
+        };
+        let (memory, encoder) = self.encoder.forward(encoded)?;
+        let y = self.tgt_embed.forward(tgt_in, Positions::From(0))?;
+        let decoded = StackInput {
+            memory: Some(Memory {
+                states: &memory,
+                mask: src_mask,
+            }),
+            weights: true,
+            ..StackInput::new(&y, tgt_mask)
+        };
+        Ok((encoder, self.decoder.forward(decoded)?.1))
     }
 
     /// Log-probabilities `(batch, tgt_len, tgt_vocab)` of the next token at every target
     /// position (teacher forcing). `tgt_in` is the shifted target `<s> y_1 … y_(n−1)`.
+    ///
+    /// # Errors
+    /// As [`Transformer::logits`].
     pub fn forward(
         &self,
         src: &Tensor,
         tgt_in: &Tensor,
         src_mask: Option<&Mask>,
         tgt_mask: Option<&Mask>,
-        train: bool,
     ) -> Result<Tensor> {
         Ok(candle_nn::ops::log_softmax(
-            &self.logits(src, tgt_in, src_mask, tgt_mask, train)?,
+            &self.logits(src, tgt_in, src_mask, tgt_mask)?,
             D::Minus1,
         )?)
     }
 
     /// Unnormalised next-token scores `(batch, tgt_len, tgt_vocab)`: [`Transformer::forward`]
     /// before its log-softmax, for a loss that fuses the two.
+    ///
+    /// # Shapes
+    /// - `src`: `(batch, src_len)`; `tgt_in`: `(batch, tgt_len)`
+    /// - output: `(batch, tgt_len, tgt_vocab)`
+    ///
+    /// # Errors
+    /// Ids not `(batch, seq)` or outside the vocabularies; masks that do not fit.
     pub fn logits(
         &self,
         src: &Tensor,
         tgt_in: &Tensor,
         src_mask: Option<&Mask>,
         tgt_mask: Option<&Mask>,
-        train: bool,
     ) -> Result<Tensor> {
         let from_0 = Positions::From(0);
-        self.logits_at(src, tgt_in, (src_mask, tgt_mask), (from_0, from_0), train)
+        self.logits_at(src, tgt_in, (src_mask, tgt_mask), (from_0, from_0))
     }
 
     /// [`Transformer::logits`] with the source and target tokens at positions `at`
     /// (randomized positions train this way: Ruoss et al. 2023).
+    ///
+    /// # Errors
+    /// As [`Transformer::logits`]; positions the encodings refuse.
     pub fn logits_at(
         &self,
         src: &Tensor,
         tgt_in: &Tensor,
         (src_mask, tgt_mask): (Option<&Mask>, Option<&Mask>),
         (src_at, tgt_at): (Positions, Positions),
-        train: bool,
     ) -> Result<Tensor> {
-        let memory = self.encode_at(src, src_at, src_mask, train)?;
-        let y = self.tgt_embed.forward(tgt_in, tgt_at, train)?;
-        let y = self
-            .decoder
-            .forward_at(&y, tgt_at, &memory, tgt_mask, src_mask, train)?;
+        let memory = self.encode_at(src, src_at, src_mask)?;
+        let y = self.tgt_embed.forward(tgt_in, tgt_at)?;
+        let input = StackInput {
+            at: tgt_at,
+            memory: Some(Memory {
+                states: &memory,
+                mask: src_mask,
+            }),
+            ..StackInput::new(&y, tgt_mask)
+        };
+        let (y, _) = self.decoder.forward(input)?;
         self.generator.logits(&y)
     }
 

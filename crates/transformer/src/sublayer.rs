@@ -9,8 +9,8 @@
 use candle_core::Tensor;
 use candle_nn::{LayerNorm, LayerNormConfig, Module, VarBuilder};
 
-use crate::embeddings::dropout;
-use crate::{Config, NormKind, Result};
+use crate::dropout::dropout;
+use crate::{BlockConfig, NormKind, Result};
 
 /// LayerNorm or RMSNorm ([`NormKind`]).
 ///
@@ -45,9 +45,9 @@ impl Norm {
         })
     }
 
-    /// The norm a configuration names, of width `cfg.d_model`.
-    pub fn from_config(cfg: &Config, vb: VarBuilder) -> Result<Self> {
-        Self::with_kind(cfg.blocks.norm, cfg.d_model, cfg.layer_norm_eps, vb)
+    /// The norm a block's configuration names, of width `cfg.d_model`.
+    pub fn of(cfg: &BlockConfig, vb: VarBuilder) -> Result<Self> {
+        Self::with_kind(cfg.norm, cfg.d_model, cfg.eps, vb)
     }
 
     /// `norm(x + y)`, the post-norm residual: one fused pass where [`crate::ops::add_layer_norm`]
@@ -99,47 +99,22 @@ pub struct Residual {
 impl Residual {
     /// A residual connection configured by `cfg` (norm kind, width, eps, norm position,
     /// dropout); the norm is loaded under `vb` (PyTorch's `norm1`, `norm2`, `norm3`).
-    pub fn from_config(cfg: &Config, vb: VarBuilder) -> Result<Self> {
+    pub fn new(cfg: &BlockConfig, vb: VarBuilder) -> Result<Self> {
         Ok(Self {
-            norm: Norm::from_config(cfg, vb)?,
+            norm: Norm::of(cfg, vb)?,
             norm_first: cfg.norm_first,
             dropout: cfg.dropout,
         })
     }
 
     /// `x` plus the sublayer `f`, normalised before or after.
-    pub fn forward(
-        &self,
-        x: &Tensor,
-        train: bool,
-        f: impl FnOnce(&Tensor) -> Result<Tensor>,
-    ) -> Result<Tensor> {
+    pub fn forward(&self, x: &Tensor, f: impl FnOnce(&Tensor) -> Result<Tensor>) -> Result<Tensor> {
         if self.norm_first {
             let y = f(&self.norm.forward(x)?)?;
-            Ok((x + dropout(&y, self.dropout, train)?)?)
+            Ok((x + dropout(&y, self.dropout)?)?)
         } else {
             let y = f(x)?;
-            Ok(self
-                .norm
-                .forward_sum(x, &dropout(&y, self.dropout, train)?)?)
+            Ok(self.norm.forward_sum(x, &dropout(&y, self.dropout)?)?)
         }
     }
-}
-
-/// `n` layers built by `layer(i, vb.pp("layers.i"))`, and the stack's final norm under
-/// `vb.pp("norm")` if `cfg.final_norm`: what the encoder and decoder stacks share.
-pub(crate) fn stack<L>(
-    cfg: &Config,
-    n: usize,
-    vb: &VarBuilder,
-    layer: impl Fn(usize, VarBuilder) -> Result<L>,
-) -> Result<(Vec<L>, Option<Norm>)> {
-    let layers = (0..n)
-        .map(|i| layer(i, vb.pp(format!("layers.{i}"))))
-        .collect::<Result<_>>()?;
-    let norm = cfg
-        .final_norm
-        .then(|| Norm::from_config(cfg, vb.pp("norm")))
-        .transpose()?;
-    Ok((layers, norm))
 }

@@ -58,32 +58,25 @@ fn wrong_ranks_shapes_and_tokens_are_named() {
     let model = frozen(&cfg, &varmap);
     let dev = Device::Cpu;
     let e = model
-        .encode(&Tensor::new(&[3u32, 4], &dev).unwrap(), None, false)
+        .encode(&Tensor::new(&[3u32, 4], &dev).unwrap(), None)
         .unwrap_err()
         .to_string();
     assert!(e.contains("(batch, seq)") && e.contains("[2]"), "{e}");
     let e = model
-        .encode(&ids(&[&[3, 25, 4]]), None, false)
+        .encode(&ids(&[&[3, 25, 4]]), None)
         .unwrap_err()
         .to_string();
     assert!(e.contains("token id 25") && e.contains("20 tokens"), "{e}");
-    let memory = model.encode(&ids(&[&[3, 4]]), None, false).unwrap();
+    let memory = model.encode(&ids(&[&[3, 4]]), None).unwrap();
     let wrong_memory = Tensor::zeros((1, 2, 8), DType::F32, &dev).unwrap();
     let e = model
-        .decode(&ids(&[&[1]]), &wrong_memory, None, None, None, false)
+        .decode(&ids(&[&[1]]), &wrong_memory, None, None, None)
         .unwrap_err()
         .to_string();
     assert!(e.contains("memory") && e.contains("[1, 2, 8]"), "{e}");
     let bad_mask = Mask::causal(3, 3, 0, &dev).unwrap();
     let e = model
-        .decode(
-            &ids(&[&[1, 2]]),
-            &memory,
-            None,
-            Some(&bad_mask),
-            None,
-            false,
-        )
+        .decode(&ids(&[&[1, 2]]), &memory, None, Some(&bad_mask), None)
         .unwrap_err()
         .to_string();
     assert!(e.contains("mask of shape [1, 1, 3, 3]"), "{e}");
@@ -100,7 +93,7 @@ fn learned_positions_past_the_table_are_named() {
     }));
     let model = frozen(&cfg, &varmap);
     let e = model
-        .encode(&ids(&[&[3, 4, 5, 6, 7]]), None, false)
+        .encode(&ids(&[&[3, 4, 5, 6, 7]]), None)
         .unwrap_err()
         .to_string();
     assert!(e.contains("max_positions = 4"), "{e}");

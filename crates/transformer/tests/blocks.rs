@@ -14,12 +14,12 @@ use candle_core::{DType, Device, Tensor, D};
 use candle_nn::{Activation, Module, VarBuilder, VarMap};
 use common::max_abs_diff;
 use posenc::none::NoEncoding;
-use posenc::{EncodingConfig, Positions};
-use posenc_transformer::attention::MultiHeadAttention;
+use posenc::EncodingConfig;
+use posenc_transformer::attention::{AttentionInput, MultiHeadAttention};
 use posenc_transformer::feed_forward::FeedForward;
 use posenc_transformer::linear::{Proj, DEQUANTIZE_FROM_ROWS};
 use posenc_transformer::sublayer::Norm;
-use posenc_transformer::{BlockOptions, Config, LanguageModel, LmConfig, NormKind};
+use posenc_transformer::{BlockConfig, BlockOptions, Config, LanguageModel, LmConfig, NormKind};
 
 fn llama_options(kv_heads: usize) -> BlockOptions {
     BlockOptions {
@@ -35,6 +35,10 @@ fn randn(shape: &[usize], seed: u64) -> Tensor {
     posenc_testkit::uniform(shape, seed, -0.5, 0.5)
 }
 
+fn block(blocks: BlockOptions) -> BlockConfig {
+    blocks_config(blocks).encoder_block()
+}
+
 fn blocks_config(blocks: BlockOptions) -> Config {
     Config {
         d_model: 16,
@@ -47,6 +51,9 @@ fn blocks_config(blocks: BlockOptions) -> Config {
     }
 }
 
+/// The grouped model loads `W^Q, W^K, W^V` apart (`q_proj`, `k_proj`, `v_proj`, as Hugging
+/// Face holds them), the full one packed (`in_proj_weight`, as PyTorch): both loaders are
+/// checked against each other too.
 #[test]
 fn grouped_query_attention_is_attention_with_repeated_key_value_heads() {
     let (d, heads, kv, head_dim) = (16, 4, 2, 4);
@@ -58,16 +65,17 @@ fn grouped_query_attention_is_attention_with_repeated_key_value_heads() {
     let v = randn(&[kv * head_dim, d], 3);
     let out = randn(&[d, d], 4);
     let grouped = {
-        let packed = Tensor::cat(&[&q, &k, &v], 0).unwrap();
         let vb = VarBuilder::from_tensors(
             HashMap::from([
-                ("in_proj_weight".to_string(), packed),
+                ("q_proj.weight".to_string(), q.clone()),
+                ("k_proj.weight".to_string(), k.clone()),
+                ("v_proj.weight".to_string(), v.clone()),
                 ("out_proj.weight".to_string(), out.clone()),
             ]),
             DType::F32,
             &Device::Cpu,
         );
-        MultiHeadAttention::from_config(&blocks_config(llama_options(kv)), none(), vb).unwrap()
+        MultiHeadAttention::new(&block(llama_options(kv)), Some(none()), vb).unwrap()
     };
     // Each key/value head repeated for the two query heads of its group: 0, 0, 1, 1.
     let repeat = |w: &Tensor| {
@@ -88,16 +96,21 @@ fn grouped_query_attention_is_attention_with_repeated_key_value_heads() {
             DType::F32,
             &Device::Cpu,
         );
-        MultiHeadAttention::from_config(&blocks_config(llama_options(heads)), none(), vb).unwrap()
+        MultiHeadAttention::new(&block(llama_options(heads)), Some(none()), vb).unwrap()
     };
     let x = randn(&[2, 5, d], 5);
     let mask = posenc_transformer::Mask::causal(5, 5, 0, &Device::Cpu).unwrap();
-    let (a, wa) = grouped
-        .self_attention(&x, Positions::From(0), Some(&mask), None, None, false)
-        .unwrap();
-    let (b, wb) = full
-        .self_attention(&x, Positions::From(0), Some(&mask), None, None, false)
-        .unwrap();
+    let input = || {
+        AttentionInput::own(&x)
+            .with_mask(Some(&mask))
+            .with_weights()
+    };
+    let a = grouped.forward(input()).unwrap();
+    let b = full.forward(input()).unwrap();
+    let ((a, wa), (b, wb)) = (
+        (a.output, a.weights.unwrap()),
+        (b.output, b.weights.unwrap()),
+    );
     assert_eq!(wa.dims(), &[2, heads, 5, 5]);
     assert!(max_abs_diff(&a, &b) < 1e-6, "{}", max_abs_diff(&a, &b));
     assert!(max_abs_diff(&wa, &wb) < 1e-6);
@@ -161,7 +174,7 @@ fn gated_feed_forward_is_swiglu() {
         DType::F32,
         &Device::Cpu,
     );
-    let ffn = FeedForward::from_config(&blocks_config(llama_options(4)), vb).unwrap();
+    let ffn = FeedForward::new(&block(llama_options(4)), vb).unwrap();
     let x = randn(&[2, 3, d], 14);
     let xg = x.broadcast_matmul(&gate.t().unwrap()).unwrap();
     let silu = (&xg * candle_nn::ops::sigmoid(&xg).unwrap()).unwrap();
@@ -169,7 +182,7 @@ fn gated_feed_forward_is_swiglu() {
         .unwrap()
         .broadcast_matmul(&down.t().unwrap())
         .unwrap();
-    let got = ffn.forward(&x, false).unwrap();
+    let got = ffn.forward(&x).unwrap();
     assert!(max_abs_diff(&got, &expected) < 1e-5);
 }
 
@@ -237,7 +250,7 @@ fn a_model_with_every_option_trains() {
     let y = Tensor::new(&seq[1..], &Device::Cpu).unwrap();
     let mut opt = candle_nn::AdamW::new_lr(varmap.all_vars(), 1e-2).unwrap();
     let loss = |model: &LanguageModel| {
-        let logits = model.logits(&x, true).unwrap().squeeze(0).unwrap();
+        let logits = model.logits(&x).unwrap().squeeze(0).unwrap();
         candle_nn::loss::cross_entropy(&logits, &y).unwrap()
     };
     let first = loss(&model).to_scalar::<f32>().unwrap();

@@ -21,7 +21,6 @@ fn outputs(model: &posenc_transformer::Transformer) -> Tensor {
             &tgt,
             Some(&Mask::padding(&src, PAD).unwrap()),
             Some(&mask),
-            false,
         )
         .unwrap()
 }

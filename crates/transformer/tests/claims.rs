@@ -5,11 +5,12 @@ mod common;
 use candle_core::{Device, IndexOp, Tensor};
 use common::*;
 use posenc::EncodingConfig;
+use posenc_transformer::stack::StackInput;
 use posenc_transformer::{Mask, Transformer};
 
 fn encode(model: &Transformer, src: &Tensor) -> Tensor {
     let mask = Mask::padding(src, PAD).unwrap();
-    model.encode(src, Some(&mask), false).unwrap()
+    model.encode(src, Some(&mask)).unwrap()
 }
 
 /// Attention alone ignores order: with no encoding, permuting the source tokens permutes
@@ -62,7 +63,7 @@ fn decoder_is_causal() {
             let tgt = ids(&[tgt]);
             let mask = Transformer::target_mask(&tgt, PAD).unwrap();
             model
-                .decode(&tgt, &memory, Some(&src_mask), Some(&mask), None, false)
+                .decode(&tgt, &memory, Some(&src_mask), Some(&mask), None)
                 .unwrap()
         };
         let a = run(&[1, 5, 6, 7, 8]);
@@ -105,7 +106,7 @@ fn padding_leaves_real_outputs_unchanged() {
             let src_mask = Mask::padding(src, PAD).unwrap();
             let mask = Transformer::target_mask(tgt, PAD).unwrap();
             model
-                .decode(tgt, memory, Some(&src_mask), Some(&mask), None, false)
+                .decode(tgt, memory, Some(&src_mask), Some(&mask), None)
                 .unwrap()
         };
         let y = dec(&short, &a, &tgt);
@@ -129,9 +130,13 @@ fn encoder_stack_with_a_causal_mask_is_a_decoder_only_model() {
         let model = frozen(&cfg, &varmap);
         let (embed, _) = model.embeddings();
         let run = |tokens: &[u32]| {
-            let x = embed.forward(&ids(&[tokens]), 0.into(), false).unwrap();
+            let x = embed.forward(&ids(&[tokens]), 0.into()).unwrap();
             let mask = Mask::causal(tokens.len(), tokens.len(), 0, &Device::Cpu).unwrap();
-            model.encoder().forward(&x, Some(&mask), false).unwrap()
+            model
+                .encoder()
+                .forward(StackInput::new(&x, Some(&mask)))
+                .unwrap()
+                .0
         };
         let (a, b) = (run(&[3, 4, 5, 6]), run(&[3, 4, 9, 10]));
         assert!(

@@ -5,7 +5,7 @@ mod common;
 
 use candle_core::{IndexOp, Tensor};
 use common::*;
-use posenc_transformer::decoder::DecoderCache;
+use posenc_transformer::StackCache;
 use posenc_transformer::{Mask, Transformer};
 
 #[test]
@@ -18,21 +18,14 @@ fn cached_steps_equal_the_full_pass() {
         let model = frozen(&cfg, &varmap);
         let src = ids(&[&[3, 4, 5, 6, 7], &[8, 9, 10, PAD, PAD]]);
         let src_mask = Mask::padding(&src, PAD).unwrap();
-        let memory = model.encode(&src, Some(&src_mask), false).unwrap();
+        let memory = model.encode(&src, Some(&src_mask)).unwrap();
         let tgt = ids(&[&[1, 5, 6, 7, 8, 9], &[1, 11, 12, 13, 14, 15]]);
         let full_mask = Transformer::target_mask(&tgt, PAD).unwrap();
         let full = model
-            .decode(
-                &tgt,
-                &memory,
-                Some(&src_mask),
-                Some(&full_mask),
-                None,
-                false,
-            )
+            .decode(&tgt, &memory, Some(&src_mask), Some(&full_mask), None)
             .unwrap();
 
-        let mut cache = DecoderCache::default();
+        let mut cache = StackCache::default();
         let mut steps = Vec::new();
         // The first two tokens in one call (a prompt), then one at a time.
         let prompt_mask = Mask::causal(2, 2, 0, src.device()).unwrap();
@@ -44,7 +37,6 @@ fn cached_steps_equal_the_full_pass() {
                     Some(&src_mask),
                     Some(&prompt_mask),
                     Some(&mut cache),
-                    false,
                 )
                 .unwrap(),
         );
@@ -52,14 +44,7 @@ fn cached_steps_equal_the_full_pass() {
             let step = tgt.i((.., t..t + 1)).unwrap();
             steps.push(
                 model
-                    .decode(
-                        &step,
-                        &memory,
-                        Some(&src_mask),
-                        None,
-                        Some(&mut cache),
-                        false,
-                    )
+                    .decode(&step, &memory, Some(&src_mask), None, Some(&mut cache))
                     .unwrap(),
             );
         }

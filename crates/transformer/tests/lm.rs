@@ -7,7 +7,7 @@ use candle_core::{Device, IndexOp, Tensor};
 use candle_nn::VarMap;
 use common::*;
 use posenc::EncodingConfig;
-use posenc_transformer::encoder::EncoderCache;
+use posenc_transformer::StackCache;
 use posenc_transformer::{LanguageModel, LmConfig};
 
 fn lm(encoding: EncodingConfig) -> LanguageModel {
@@ -49,10 +49,7 @@ fn a_position_never_sees_a_later_one() {
         }
         let rows: Vec<&[u32]> = changed.iter().map(Vec::as_slice).collect();
         let b = ids(&rows);
-        let (la, lb) = (
-            model.logits(&a, false).unwrap(),
-            model.logits(&b, false).unwrap(),
-        );
+        let (la, lb) = (model.logits(&a).unwrap(), model.logits(&b).unwrap());
         let before = max_abs_diff(&la.i((.., ..6)).unwrap(), &lb.i((.., ..6)).unwrap());
         let after = max_abs_diff(&la.i((.., 6..)).unwrap(), &lb.i((.., 6..)).unwrap());
         assert!(
@@ -77,8 +74,8 @@ fn cached_generation_equals_the_full_forward_for_every_encoding() {
     {
         let model = lm(enc.clone());
         let x = tokens();
-        let full = model.logits(&x, false).unwrap();
-        let mut cache = EncoderCache::default();
+        let full = model.logits(&x).unwrap();
+        let mut cache = StackCache::default();
         // A prompt of four tokens in one call, then one token at a time, past the context
         // of 8 the model was configured for; each call scores the position after its last.
         let mut steps = vec![model.step(&x.i((.., ..4)).unwrap(), &mut cache).unwrap()];
@@ -105,13 +102,13 @@ fn a_learned_table_names_its_end() {
     let model = lm(EncodingConfig::new(posenc::learned::LearnedConfig {
         max_positions: 8,
     }));
-    assert!(model.logits(&tokens().i((.., ..8)).unwrap(), false).is_ok());
-    let e = model.logits(&tokens(), false).unwrap_err().to_string();
+    assert!(model.logits(&tokens().i((.., ..8)).unwrap()).is_ok());
+    let e = model.logits(&tokens()).unwrap_err().to_string();
     assert!(
         e.contains("max_positions = 8") && e.contains("learned"),
         "{e}"
     );
-    let mut cache = EncoderCache::default();
+    let mut cache = StackCache::default();
     model
         .step(&tokens().i((.., ..8)).unwrap(), &mut cache)
         .unwrap();
@@ -136,7 +133,7 @@ fn the_head_is_the_token_embedding() {
         names.iter().any(|n| n == "stack.norm.weight"),
         "a final norm: {names:?}"
     );
-    let logits = model.logits(&ids(&[&[3, 4]]), false).unwrap();
+    let logits = model.logits(&ids(&[&[3, 4]])).unwrap();
     assert_eq!(logits.dims(), &[1, 2, 30]);
 }
 
@@ -153,13 +150,10 @@ fn with_encoding_swaps_the_encoding_and_keeps_the_weights() {
     };
     let direct = LanguageModel::frozen(&cfg, &varmap, &Device::Cpu).unwrap();
     let x = tokens();
-    let before = model.logits(&x, false).unwrap();
+    let before = model.logits(&x).unwrap();
     let swapped = model.with_encoding(&none).unwrap();
     assert_eq!(swapped.config().encoding, none);
-    let (a, b) = (
-        swapped.logits(&x, false).unwrap(),
-        direct.logits(&x, false).unwrap(),
-    );
+    let (a, b) = (swapped.logits(&x).unwrap(), direct.logits(&x).unwrap());
     assert!(max_abs_diff(&a, &b) < 1e-6);
     assert!(max_abs_diff(&a, &before) > 1e-3);
 }
@@ -178,7 +172,7 @@ fn each_layer_takes_its_own_encoding_from_a_pattern() {
             EncodingConfig::from_kind(entries).unwrap()
         };
         let swapped = model.clone().with_encoding(&enc).unwrap();
-        swapped.logits(&x, false).unwrap()
+        swapped.logits(&x).unwrap()
     };
     let same = |a: &str, b: &str| max_abs_diff(&logits(a), &logits(b)) < 1e-6;
     assert!(same(r#"["sinusoidal", "none"]"#, "sinusoidal"));

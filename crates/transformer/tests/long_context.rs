@@ -11,11 +11,11 @@ use std::sync::Mutex;
 use candle_core::{DType, Device, IndexOp, Tensor, Var};
 use common::*;
 use posenc::EncodingConfig;
-use posenc_transformer::attention::KvCache;
-use posenc_transformer::encoder::EncoderCache;
 use posenc_transformer::lm::PREFILL_CHUNK;
 use posenc_transformer::ops::flash_attention;
+use posenc_transformer::KvCache;
 use posenc_transformer::LanguageModel;
+use posenc_transformer::StackCache;
 
 fn filled(shape: &[usize], seed: u64) -> Tensor {
     posenc_testkit::uniform(shape, seed, -2.0, 2.0)
@@ -259,8 +259,8 @@ fn chunked_reading_equals_the_one_shot_forward_for_every_encoding() {
         };
         let model = lm(enc.clone(), len);
         let ids = long_ids(2, len);
-        let full = model.logits(&ids, false).unwrap();
-        let mut cache = EncoderCache::default();
+        let full = model.logits(&ids).unwrap();
+        let mut cache = StackCache::default();
         let mut parts = Vec::new();
         for (start, n) in [(0, 300), (300, 1), (301, len - 301)] {
             let chunk = ids.narrow(1, start, n).unwrap();
@@ -279,7 +279,7 @@ fn chunked_reading_equals_the_one_shot_forward_for_every_encoding() {
             "{}: chunked reading differs by {diff}",
             enc.kind()
         );
-        let last = model.step(&ids, &mut EncoderCache::default()).unwrap();
+        let last = model.step(&ids, &mut StackCache::default()).unwrap();
         let diff = max_abs_diff(&last, &full.i((.., len - 1)).unwrap());
         assert!(
             diff < tolerance,
@@ -319,11 +319,11 @@ fn a_prompt_read_in_chunks_takes_dynamic_ntks_frequencies_at_its_whole_length() 
             .unwrap();
     let model = lm(enc, 64);
     let ids = long_ids(1, len);
-    let full = model.logits(&ids, false).unwrap();
-    let last = model.step(&ids, &mut EncoderCache::default()).unwrap();
+    let full = model.logits(&ids).unwrap();
+    let last = model.step(&ids, &mut StackCache::default()).unwrap();
     let diff = max_abs_diff(&last, &full.i((.., len - 1)).unwrap());
     assert!(diff < 1e-4, "the chunked prefill differs by {diff}");
-    let read = |cache: &mut EncoderCache| {
+    let read = |cache: &mut StackCache| {
         let parts: Vec<Tensor> = [(0, 300), (300, len - 300)]
             .iter()
             .map(|&(start, n)| {
@@ -334,7 +334,7 @@ fn a_prompt_read_in_chunks_takes_dynamic_ntks_frequencies_at_its_whole_length() 
             .collect();
         Tensor::cat(&parts, 1).unwrap()
     };
-    let mut whole = EncoderCache::default();
+    let mut whole = StackCache::default();
     whole.read_until(len);
     let diff = max_abs_diff(&read(&mut whole), &full);
     assert!(
@@ -343,7 +343,7 @@ fn a_prompt_read_in_chunks_takes_dynamic_ntks_frequencies_at_its_whole_length() 
     );
     // A caller reading the prompt in pieces through `step` says how long it is, and each
     // step keeps that length rather than its own end.
-    let mut pieces = EncoderCache::default();
+    let mut pieces = StackCache::default();
     pieces.read_until(len);
     model
         .step(&ids.narrow(1, 0, 600).unwrap(), &mut pieces)
@@ -354,7 +354,7 @@ fn a_prompt_read_in_chunks_takes_dynamic_ntks_frequencies_at_its_whole_length() 
     let diff = max_abs_diff(&last, &full.i((.., len - 1)).unwrap());
     assert!(diff < 1e-4, "a prompt stepped in pieces differs by {diff}");
     // Chunk by chunk, each at its own length, the scores are another model's.
-    let diff = max_abs_diff(&read(&mut EncoderCache::default()), &full);
+    let diff = max_abs_diff(&read(&mut StackCache::default()), &full);
     assert!(
         diff > 1e-3,
         "the frequencies did not depend on the length ({diff})"

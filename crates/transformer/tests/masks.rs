@@ -6,8 +6,8 @@ use std::sync::Arc;
 use candle_core::{DType, Device, IndexOp, Tensor};
 use candle_nn::{VarBuilder, VarMap};
 use posenc::none::NoEncoding;
-use posenc_transformer::attention::MultiHeadAttention;
-use posenc_transformer::Mask;
+use posenc_transformer::attention::{AttentionInput, MultiHeadAttention};
+use posenc_transformer::{BlockConfig, Mask};
 
 #[test]
 fn causal_mask_with_offset() {
@@ -40,7 +40,7 @@ fn attention(dtype: DType) -> MultiHeadAttention {
     let varmap = VarMap::new();
     let vb = VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu);
     // Initialise weights in f32, then reload them in the dtype under test.
-    MultiHeadAttention::new(8, 2, 0.0, Arc::new(NoEncoding::new(8, &Device::Cpu)), vb).unwrap();
+    MultiHeadAttention::new(&BlockConfig::new(8, 2, 32), Some(none()), vb).unwrap();
     let tensors = varmap
         .data()
         .lock()
@@ -49,7 +49,11 @@ fn attention(dtype: DType) -> MultiHeadAttention {
         .map(|(k, v)| (k.clone(), v.as_tensor().to_dtype(dtype).unwrap()))
         .collect();
     let vb = VarBuilder::from_tensors(tensors, dtype, &Device::Cpu);
-    MultiHeadAttention::new(8, 2, 0.0, Arc::new(NoEncoding::new(8, &Device::Cpu)), vb).unwrap()
+    MultiHeadAttention::new(&BlockConfig::new(8, 2, 32), Some(none()), vb).unwrap()
+}
+
+fn none() -> Arc<dyn posenc::PositionalEncoding> {
+    Arc::new(NoEncoding::new(8, &Device::Cpu))
 }
 
 #[test]
@@ -63,9 +67,14 @@ fn fully_masked_rows_give_zeros_not_nan() {
         // Sequence 1 is all padding: every query of it sees no key.
         let keep = Tensor::new(&[[1u8, 1, 0], [0, 0, 0]], &Device::Cpu).unwrap();
         let mask = Mask::from_keep(&keep).unwrap();
-        let (out, weights) = mha
-            .self_attention(&x, 0.into(), Some(&mask), None, None, false)
+        let attended = mha
+            .forward(
+                AttentionInput::own(&x)
+                    .with_mask(Some(&mask))
+                    .with_weights(),
+            )
             .unwrap();
+        let (out, weights) = (attended.output, attended.weights.unwrap());
         let w = weights.to_dtype(DType::F32).unwrap();
         let o = out.to_dtype(DType::F32).unwrap();
         for t in [&w, &o] {
@@ -115,7 +124,7 @@ fn a_mask_of_the_wrong_size_is_named() {
     let x = Tensor::randn(0f32, 1.0, (2, 3, 8), &Device::Cpu).unwrap();
     let mask = Mask::from_keep(&Tensor::ones((2, 4), DType::U8, &Device::Cpu).unwrap()).unwrap();
     let e = mha
-        .self_attention(&x, 0.into(), Some(&mask), None, None, false)
+        .forward(AttentionInput::own(&x).with_mask(Some(&mask)))
         .unwrap_err()
         .to_string();
     assert!(

@@ -8,6 +8,7 @@ use candle_core::{DType, Device, IndexOp, Tensor, Var};
 use common::*;
 use posenc::Positions;
 use posenc_transformer::ops::packed_attention;
+use posenc_transformer::stack::StackInput;
 use posenc_transformer::Mask;
 
 fn filled(shape: &[usize], seed: u64) -> Tensor {
@@ -159,10 +160,13 @@ fn the_packed_encoder_equals_the_padded_batch_on_real_tokens() {
         let x = model
             .embeddings()
             .0
-            .forward(&src, Positions::From(0), false)
+            .forward(&src, Positions::From(0))
             .unwrap();
         let mask = Mask::padding(&src, PAD).unwrap();
-        let padded = model.encoder().forward(&x, Some(&mask), false).unwrap();
+        let (padded, _) = model
+            .encoder()
+            .forward(StackInput::new(&x, Some(&mask)))
+            .unwrap();
         let d = cfg.d_model;
         let gather = |t: &Tensor| t.reshape(((), d)).unwrap().index_select(&real, 0).unwrap();
         let want = gather(&padded);

@@ -11,11 +11,10 @@ use candle_core::{DType, Device, Tensor};
 use candle_nn::{Activation, VarBuilder, VarMap};
 use posenc::none::NoEncoding;
 use posenc::PositionalEncoding;
-use posenc_transformer::attention::MultiHeadAttention;
+use posenc_transformer::attention::{AttentionInput, MultiHeadAttention, Source};
 use posenc_transformer::checkpoint::load_into;
-use posenc_transformer::decoder::Decoder;
-use posenc_transformer::encoder::Encoder;
-use posenc_transformer::{Config, Mask};
+use posenc_transformer::stack::{Memory, StackInput};
+use posenc_transformer::{BlockConfig, Config, Mask, Stack};
 
 const TOL: f32 = 1e-5;
 
@@ -49,8 +48,9 @@ fn parity(name: &str, norm_first: bool, activation: Activation) -> (f32, f32) {
     };
     let varmap = VarMap::new();
     let vb = VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu);
-    let encoder = Encoder::new(&cfg, none(), vb.pp("encoder")).unwrap();
-    let decoder = Decoder::new(&cfg, none(), vb.pp("decoder")).unwrap();
+    let stack = |block: BlockConfig, layers, name| Stack::new(&block, layers, none(), vb.pp(name));
+    let encoder = stack(cfg.encoder_block(), cfg.encoder_layers, "encoder").unwrap();
+    let decoder = stack(cfg.decoder_block(), cfg.decoder_layers, "decoder").unwrap();
     load_into(&varmap, &fixture(&format!("{name}.safetensors"))).unwrap();
 
     let f = io(name);
@@ -60,16 +60,18 @@ fn parity(name: &str, norm_first: bool, activation: Activation) -> (f32, f32) {
         .unwrap()
         .and(&Mask::from_keep(&f["tgt_keep"]).unwrap())
         .unwrap();
-    let memory = encoder.forward(&f["src"], Some(&src_mask), false).unwrap();
-    let out = decoder
-        .forward(
-            &f["tgt"],
-            &memory,
-            Some(&tgt_mask),
-            Some(&src_mask),
-            None,
-            false,
-        )
+    let (memory, _) = encoder
+        .forward(StackInput::new(&f["src"], Some(&src_mask)))
+        .unwrap();
+    let memory_input = Memory {
+        states: &memory,
+        mask: Some(&src_mask),
+    };
+    let (out, _) = decoder
+        .forward(StackInput {
+            memory: Some(memory_input),
+            ..StackInput::new(&f["tgt"], Some(&tgt_mask))
+        })
         .unwrap();
     (
         max_abs_diff(&memory, &f["memory"]),
@@ -101,15 +103,20 @@ fn nn_transformer_pre_norm_gelu() {
 fn nn_multihead_attention() {
     let varmap = VarMap::new();
     let vb = VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu);
-    let mha = MultiHeadAttention::new(16, 4, 0.0, none(), vb).unwrap();
+    let mha = MultiHeadAttention::new(&BlockConfig::new(16, 4, 64), None, vb).unwrap();
     load_into(&varmap, &fixture("nn_multihead_attention.safetensors")).unwrap();
     let f = io("nn_multihead_attention");
     let (t, s) = (f["query"].dim(1).unwrap(), f["key"].dim(1).unwrap());
     let attn = Mask::new(f["attn_keep"].reshape((1, 1, t, s)).unwrap()).unwrap();
     let mask = attn.and(&Mask::from_keep(&f["key_keep"]).unwrap()).unwrap();
-    let (out, weights) = mha
-        .forward_qkv(&f["query"], &f["key"], &f["value"], Some(&mask))
+    let attended = mha
+        .forward(AttentionInput {
+            source: Source::KeysValues(&f["key"], &f["value"]),
+            mask: Some(&mask),
+            ..AttentionInput::own(&f["query"]).with_weights()
+        })
         .unwrap();
+    let (out, weights) = (attended.output, attended.weights.unwrap());
     let (d_out, d_w) = (
         max_abs_diff(&out, &f["out"]),
         max_abs_diff(&weights, &f["weights"]),

@@ -10,9 +10,8 @@ use candle_core::{DType, Device, Tensor};
 use candle_nn::{VarBuilder, VarMap};
 use common::*;
 use posenc::{Direction, EncodingConfig, Form, PositionalEncoding, Positions, Table, Target};
-use posenc_transformer::decoder::{Decoder, DecoderCache};
-use posenc_transformer::encoder::Encoder;
-use posenc_transformer::{Config, Encodings, Transformer};
+use posenc_transformer::stack::{Memory, StackInput};
+use posenc_transformer::{Config, Encodings, Mask, Stack, Transformer};
 
 fn kind(k: &str) -> EncodingConfig {
     EncodingConfig::from_kind(k).unwrap()
@@ -175,8 +174,8 @@ fn each_stack_asks_for_the_bias_once_per_forward() {
     let x = Tensor::randn(0f32, 1.0, (2, 5, cfg.d_model), &Device::Cpu).unwrap();
 
     let enc = counting(Direction::Bidirectional);
-    let encoder = Encoder::new(&cfg, enc.clone(), vb.pp("encoder")).unwrap();
-    let memory = encoder.forward(&x, None, false).unwrap();
+    let encoder = Stack::new(&cfg.encoder_block(), 3, enc.clone(), vb.pp("encoder")).unwrap();
+    let (memory, _) = encoder.forward(StackInput::new(&x, None)).unwrap();
     assert_eq!(
         enc.biases.load(Ordering::Relaxed),
         1,
@@ -184,17 +183,21 @@ fn each_stack_asks_for_the_bias_once_per_forward() {
     );
 
     let dec = counting(Direction::Causal);
-    let decoder = Decoder::new(&cfg, dec.clone(), vb.pp("decoder")).unwrap();
-    let mut cache = DecoderCache::default();
-    for t in 0..4 {
-        let y = x.narrow(1, t, 1).unwrap();
-        decoder
-            .forward(&y, &memory, None, None, Some(&mut cache), false)
-            .unwrap();
+    let decoder = Stack::new(&cfg.decoder_block(), 3, dec.clone(), vb.pp("decoder")).unwrap();
+    let causal = Mask::causal(5, 5, 0, &Device::Cpu).unwrap();
+    for _ in 0..2 {
+        let input = StackInput {
+            memory: Some(Memory {
+                states: &memory,
+                mask: None,
+            }),
+            ..StackInput::new(&x, Some(&causal))
+        };
+        decoder.forward(input).unwrap();
     }
     assert_eq!(
         dec.biases.load(Ordering::Relaxed),
-        4,
-        "3 layers, four steps"
+        2,
+        "3 layers, two forwards"
     );
 }

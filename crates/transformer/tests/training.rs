@@ -18,12 +18,12 @@ fn batch() -> (Tensor, Tensor, Tensor) {
     (src, tgt_in, tgt_out)
 }
 
-fn loss(model: &Transformer, train: bool) -> Tensor {
+fn loss(model: &Transformer) -> Tensor {
     let (src, tgt_in, tgt_out) = batch();
     let src_mask = Mask::padding(&src, PAD).unwrap();
     let tgt_mask = Transformer::target_mask(&tgt_in, PAD).unwrap();
     let logp = model
-        .forward(&src, &tgt_in, Some(&src_mask), Some(&tgt_mask), train)
+        .forward(&src, &tgt_in, Some(&src_mask), Some(&tgt_mask))
         .unwrap();
     let vocab = logp.dim(D::Minus1).unwrap();
     candle_nn::loss::nll(
@@ -37,7 +37,7 @@ fn loss(model: &Transformer, train: bool) -> Tensor {
 fn every_parameter_gets_a_gradient_and_the_loss_falls() {
     for kind in ["sinusoidal", "learned", "rope", "alibi", "t5"] {
         let (_, varmap, model) = tiny(EncodingConfig::from_kind(kind).unwrap());
-        let first = loss(&model, true);
+        let first = loss(&model);
         let grads = first.backward().unwrap();
         for (name, var) in varmap.data().lock().unwrap().iter() {
             let g = grads
@@ -54,9 +54,9 @@ fn every_parameter_gets_a_gradient_and_the_loss_falls() {
         let mut opt = AdamW::new(varmap.all_vars(), params).unwrap();
         let start: f32 = first.to_scalar().unwrap();
         for _ in 0..30 {
-            opt.backward_step(&loss(&model, true)).unwrap();
+            opt.backward_step(&loss(&model)).unwrap();
         }
-        let end: f32 = loss(&model, false).to_scalar().unwrap();
+        let end: f32 = loss(&model).to_scalar().unwrap();
         assert!(end < 0.5 * start, "{kind}: loss {start} → {end}");
     }
 }
@@ -66,11 +66,11 @@ fn fused_inference_equals_the_differentiable_path() {
     for kind in ["sinusoidal", "rope", "alibi"] {
         let (cfg, varmap, trainable) = tiny(EncodingConfig::from_kind(kind).unwrap());
         let frozen = frozen(&cfg, &varmap);
-        let a: f32 = loss(&trainable, false).to_scalar().unwrap();
-        let b: f32 = loss(&frozen, false).to_scalar().unwrap();
+        let a: f32 = loss(&trainable).to_scalar().unwrap();
+        let b: f32 = loss(&frozen).to_scalar().unwrap();
         assert!((a - b).abs() < 1e-5, "{kind}: {a} vs {b}");
     }
     // And the frozen model really has nothing to differentiate.
     let (cfg, varmap, _) = tiny(EncodingConfig::from_kind("rope").unwrap());
-    assert!(!loss(&frozen(&cfg, &varmap), false).track_op());
+    assert!(!loss(&frozen(&cfg, &varmap)).track_op());
 }

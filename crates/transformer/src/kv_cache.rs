@@ -1,0 +1,146 @@
+//! The keys and values a self- or cross-attention has computed so far, kept for
+//! incremental decoding: each generated token projects only its own key and value.
+
+use candle_core::Tensor;
+use posenc::Positions;
+
+use crate::{Error, Result};
+
+/// Keys and values computed so far, for incremental decoding.
+///
+/// They live in one buffer per tensor, `(batch, kv_heads, capacity, head_dim)`, written in
+/// place as positions arrive: a generation of `n` tokens copies each key once, where
+/// concatenating the cache with every new token would copy `O(n²)`. The capacity is what
+/// [`KvCache::reserve`] asked for, or else doubles when it runs out. Not `Clone`: a shallow
+/// clone would share the buffers that the next write changes; [`KvCache::try_clone`] copies.
+#[derive(Debug, Default)]
+pub struct KvCache {
+    /// The buffers, `(batch, kv_heads, capacity, head_dim)`, contiguous.
+    buffers: Option<(Tensor, Tensor)>,
+    /// Positions written.
+    len: usize,
+    /// The capacity to allocate on the first write.
+    reserved: usize,
+    /// The length the sequence being read will reach ([`KvCache::read_until`]).
+    reach: usize,
+}
+
+impl KvCache {
+    /// Says that what is read next belongs to a sequence that will reach `total`
+    /// positions: the encoding then sees each piece as [`Positions::Within`] it (dynamic
+    /// NTK takes `total`'s frequencies, as one forward over the whole would). Positions past
+    /// `total` are read as themselves.
+    pub fn read_until(&mut self, total: usize) {
+        self.reach = total;
+    }
+
+    /// Where `new` tokens after the cached ones sit.
+    pub(crate) fn positions(&self, new: usize) -> Positions<'static> {
+        match self.reach > self.len + new {
+            true => Positions::Within {
+                offset: self.len,
+                total: self.reach,
+            },
+            false => Positions::From(self.len),
+        }
+    }
+
+    /// Number of positions cached.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether nothing is cached yet.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// A copy with buffers of its own, to continue two ways from one prefix.
+    ///
+    /// # Errors
+    /// The copy's own failure.
+    pub fn try_clone(&self) -> Result<Self> {
+        let buffers = match &self.buffers {
+            Some((k, v)) => Some((k.copy()?, v.copy()?)),
+            None => None,
+        };
+        Ok(Self { buffers, ..*self })
+    }
+
+    /// Positions the buffers hold room for (0 before the first write).
+    pub fn capacity(&self) -> usize {
+        self.buffers
+            .as_ref()
+            .map_or(0, |(k, _)| k.dim(2).unwrap_or(0))
+    }
+
+    /// Makes room for `positions` in all at the first write (or the next growth), so that
+    /// a generation of known length allocates its cache once.
+    pub fn reserve(&mut self, positions: usize) {
+        self.reserved = self.reserved.max(positions);
+    }
+
+    /// The cached keys and values, `(batch, kv_heads, len, head_dim)` each: views of the
+    /// buffers, no copy.
+    pub fn get(&self) -> Result<Option<(Tensor, Tensor)>> {
+        match &self.buffers {
+            Some((k, v)) if self.len > 0 => {
+                Ok(Some((k.narrow(2, 0, self.len)?, v.narrow(2, 0, self.len)?)))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Writes `k, v (batch, kv_heads, new, head_dim)` after the cached positions and returns
+    /// all of them ([`KvCache::get`]).
+    ///
+    /// # Errors
+    /// Keys or values whose batch, heads, width or dtype differ from those cached.
+    pub fn append(&mut self, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
+        let (b, heads, new, d) = k.dims4()?;
+        if v.dims() != k.dims() {
+            return Err(Error::Input(format!(
+                "cached keys {:?} and values {:?} must have one shape",
+                k.dims(),
+                v.dims()
+            )));
+        }
+        if let Some((ck, _)) = &self.buffers {
+            let (cb, ch, _, cd) = ck.dims4()?;
+            if (cb, ch, cd) != (b, heads, d) || ck.dtype() != k.dtype() {
+                return Err(Error::Input(format!(
+                    "new keys {:?} ({:?}) do not fit a cache of (batch {cb}, heads {ch}, width {cd}) ({:?})",
+                    k.dims(),
+                    k.dtype(),
+                    ck.dtype()
+                )));
+            }
+        }
+        let end = self.len + new;
+        if end > self.capacity() {
+            let capacity = end.max(self.reserved).max(2 * self.capacity());
+            let fresh = || Tensor::zeros((b, heads, capacity, d), k.dtype(), k.device());
+            let (nk, nv) = (fresh()?, fresh()?);
+            if let Some((ok, ov)) = self.get()? {
+                nk.slice_set(&ok.contiguous()?, 2, 0)?;
+                nv.slice_set(&ov.contiguous()?, 2, 0)?;
+            }
+            self.buffers = Some((nk, nv));
+        }
+        if let Some((bk, bv)) = &self.buffers {
+            bk.slice_set(&k.contiguous()?, 2, self.len)?;
+            bv.slice_set(&v.contiguous()?, 2, self.len)?;
+        }
+        self.len = end;
+        self.get()?
+            .ok_or_else(|| Error::Input("an empty write to the key/value cache".into()))
+    }
+
+    /// Keeps batch entries `indices` (u32), in that order: beam search reorders hypotheses.
+    pub fn select(&mut self, indices: &Tensor) -> Result<()> {
+        if let Some((k, v)) = &self.buffers {
+            self.buffers = Some((k.index_select(indices, 0)?, v.index_select(indices, 0)?));
+        }
+        Ok(())
+    }
+}
