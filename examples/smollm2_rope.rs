@@ -185,5 +185,10 @@ fn plot(results: &[Variant], out: &std::path::Path) -> Result<()> {
         "loss at each position of a {}-token window",
         LENGTHS[LENGTHS.len() - 1]
     );
-    loss_by_position(&out.join("by_position.png"), &title, &by_position, 32)
+    Ok(loss_by_position(
+        &out.join("by_position.png"),
+        &title,
+        &by_position,
+        32,
+    )?)
 }

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{posenc, snapshot, text, with_stdin, write_config};
+use common::{names, posenc, snapshot, text, tiny_config, train_tiny, with_stdin, write_config};
 
 /// A tiny model: two minutes of nanoGPT shrunk to seconds.
 const TINY_LM: &str = r#"{"model": {"d_model": 32, "heads": 2, "d_ff": 64, "layers": 1, "context": 16},
@@ -332,26 +332,24 @@ fn a_missing_run_is_named() {
     );
 }
 
+/// `posenc lm experiment --quick` of two steps a run, over `encodings`, into `out`.
+fn quick_lm_experiment(encodings: &str, out: &std::path::Path) -> std::process::Command {
+    let mut command = posenc();
+    command
+        .args(["lm", "experiment", "--quiet", "--quick", "--steps", "2"])
+        .args(["--encodings", encodings])
+        .arg("--out")
+        .arg(out);
+    command
+}
+
 #[test]
 fn the_experiment_tabulates_every_length_and_draws_both_figures() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("exp");
     let experiment = || {
-        posenc()
-            .args([
-                "lm",
-                "experiment",
-                "--quiet",
-                "--quick",
-                "--steps",
-                "2",
-                "--context",
-                "16",
-                "--encodings",
-            ])
-            .arg(r#"rope,{"kind": "learned", "max_positions": 16}"#)
-            .arg("--out")
-            .arg(&out)
+        quick_lm_experiment(r#"rope,{"kind": "learned", "max_positions": 16}"#, &out)
+            .args(["--context", "16"])
             .output()
             .unwrap()
     };
@@ -706,4 +704,35 @@ fn train_generate_evaluate_and_resume_on_your_own_text() {
         !ok && stderr.contains("changed since the run started"),
         "{stderr}"
     );
+}
+
+#[test]
+fn an_experiment_refuses_a_directory_that_holds_another_kind_of_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("translation");
+    train_tiny(&tiny_config(dir.path()), &run, 2);
+    let before = snapshot(&run);
+    let o = quick_lm_experiment("rope", &run).output().unwrap();
+    let (_, stderr) = text(&o);
+    assert!(!o.status.success());
+    assert!(
+        stderr.contains("holds a training run") && stderr.contains(&*run.to_string_lossy()),
+        "{stderr}"
+    );
+    assert_eq!(snapshot(&run), before, "the translation run was changed");
+}
+
+#[test]
+fn zero_steps_are_refused_before_anything_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("lm");
+    let o = posenc()
+        .args(["lm", "train", "--quiet", "--steps", "0", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let (_, stderr) = text(&o);
+    assert!(!o.status.success());
+    assert!(stderr.contains("steps must be at least 1"), "{stderr}");
+    assert!(!out.exists(), "{:?}", names(&out));
 }

@@ -79,7 +79,9 @@ impl GenerateArgs {
                 if Some(token) == lm.eos {
                     return Ok(false);
                 }
-                let piece = stream.push(&lm, token)?;
+                let piece = stream
+                    .push(&lm, token)
+                    .map_err(posenc_train::Error::callback)?;
                 out.write_all(piece.as_bytes())?;
                 out.flush()?;
                 Ok(true)

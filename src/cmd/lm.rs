@@ -253,7 +253,7 @@ impl LmCommand {
 }
 
 fn load_corpus(dir: Option<PathBuf>) -> Result<Corpus> {
-    Corpus::load(&dir.unwrap_or_else(corpus::default_dir))
+    Ok(Corpus::load(&dir.unwrap_or_else(corpus::default_dir))?)
 }
 
 fn train(a: TrainArgs, out: &mut impl Write) -> Result<()> {
@@ -269,7 +269,7 @@ fn train(a: TrainArgs, out: &mut impl Write) -> Result<()> {
             |cfg, t| {
                 let corpus = match &cfg.text {
                     Some(source) => source.reread()?,
-                    None => load_corpus(a.corpus)?,
+                    None => load_corpus(a.corpus).map_err(posenc_train::Error::callback)?,
                 };
                 LmData::from_corpus(&corpus, t)
             },
@@ -608,8 +608,11 @@ fn passkey(a: PasskeyArgs, out: &mut impl Write) -> Result<()> {
             dir.display()
         );
     }
-    let encode = |text: &str| lm.encode_prompt(text);
-    let decode = |ids: &[u32]| lm.decode(ids);
+    let encode = |text: &str| {
+        lm.encode_prompt(text)
+            .map_err(posenc_train::Error::callback)
+    };
+    let decode = |ids: &[u32]| lm.decode(ids).map_err(posenc_train::Error::callback);
     let subject = Subject {
         model: &lm.model,
         encode: &encode,

@@ -122,10 +122,10 @@ impl CausalLm {
     /// # Errors
     /// Such a character; the tokenizer's own failure.
     pub fn encode_prompt(&self, text: &str) -> Result<Vec<u32>> {
-        match self.ours {
-            true => text_tokenizer::encode_strict(&self.tokenizer, text),
-            false => text_tokenizer::encode(&self.tokenizer, text),
-        }
+        Ok(match self.ours {
+            true => text_tokenizer::encode_strict(&self.tokenizer, text)?,
+            false => text_tokenizer::encode(&self.tokenizer, text)?,
+        })
     }
 
     /// The ids of a text to measure: an unseen character is one more token to predict.
@@ -133,7 +133,7 @@ impl CausalLm {
     /// # Errors
     /// The tokenizer's own failure.
     pub fn encode_text(&self, text: &str) -> Result<Vec<u32>> {
-        text_tokenizer::encode(&self.tokenizer, text)
+        Ok(text_tokenizer::encode(&self.tokenizer, text)?)
     }
 
     /// The text of `ids`.

@@ -95,14 +95,14 @@ impl PlotCommand {
             }
             Self::Experiment { results, out: dir } => {
                 let exp = posenc_train::experiment::Experiment::load(&results)?;
-                let plots = create_dir(&dir)
-                    .and_then(|()| posenc_plot::experiment::results_figures(&exp, &dir))?;
+                create_dir(&dir)?;
+                let plots = posenc_plot::experiment::results_figures(&exp, &dir)?;
                 return list(out, &plots);
             }
             Self::LmExperiment { results, out: dir } => {
                 let exp = posenc_train::lm_experiment::LmExperiment::load(&results)?;
-                let plots =
-                    create_dir(&dir).and_then(|()| posenc_plot::lm_experiment(&exp, &dir))?;
+                create_dir(&dir)?;
+                let plots = posenc_plot::lm_experiment(&exp, &dir)?;
                 return list(out, &plots);
             }
         };

@@ -43,7 +43,7 @@ fn main() -> Result<()> {
         let batches = corpus()
             .chunks(BATCH)
             .map(|c| encoder.tokenize(c))
-            .collect::<Result<Vec<_>>>()?;
+            .collect::<posenc_embed::Result<Vec<_>>>()?;
         let t = Instant::now();
         for _ in 0..rounds {
             for (ids, mask) in &batches {
@@ -71,7 +71,7 @@ fn main() -> Result<()> {
     let batches = sentences
         .chunks(BATCH)
         .map(|c| encoder.tokenize(c))
-        .collect::<Result<Vec<_>>>()?;
+        .collect::<posenc_embed::Result<Vec<_>>>()?;
     let tokens: usize = batches
         .iter()
         .map(|(_, m)| m.sum_all()?.to_scalar::<u32>())
@@ -85,17 +85,17 @@ fn main() -> Result<()> {
     );
 
     let run_ours = || -> Result<Vec<Tensor>> {
-        batches
+        Ok(batches
             .iter()
             .map(|(ids, mask)| encoder.embed_tokens(ids, mask))
-            .collect()
+            .collect::<posenc_embed::Result<_>>()?)
     };
     let run_theirs = || -> Result<Vec<Tensor>> {
         batches
             .iter()
             .map(|(ids, mask)| {
                 let hidden = theirs.forward(ids, &ids.zeros_like()?, Some(mask))?;
-                mean_pool_normalized(&hidden, mask)
+                Ok(mean_pool_normalized(&hidden, mask)?)
             })
             .collect()
     };

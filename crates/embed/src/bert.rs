@@ -14,11 +14,12 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use anyhow::{anyhow, Context, Result};
+use crate::error::Result;
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{Activation, Embedding, Module, VarBuilder};
 use posenc::learned::LearnedConfig;
 use posenc::{Direction, EncodingConfig, PositionalEncoding, Target};
+use posenc_error::{ensure, invalid, Context};
 use posenc_transformer::stack::StackInput;
 use posenc_transformer::sublayer::Norm;
 use posenc_transformer::{checkpoint, BlockConfig, Mask, Stack};
@@ -53,7 +54,7 @@ impl BertConfig {
         let path = dir.join("config.json");
         let text = std::fs::read_to_string(&path)
             .with_context(|| format!("reading {}", path.display()))?;
-        serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+        Ok(serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?)
     }
 
     /// The blocks of the same model: post-norm, GELU (erf), no final norm, no dropout.
@@ -61,7 +62,7 @@ impl BertConfig {
     /// # Errors
     /// An activation other than `gelu`; sizes out of the blocks' limits.
     pub fn block(&self) -> Result<BlockConfig> {
-        anyhow::ensure!(
+        ensure!(
             self.hidden_act == "gelu",
             "unsupported hidden_act `{}` (only `gelu`)",
             self.hidden_act
@@ -145,6 +146,13 @@ impl Bert {
 
     /// The last hidden state `(batch, seq, d)` of token ids `(batch, seq)` with the attention
     /// mask `(batch, seq)` (1 = token, 0 = padding). Token types are all 0.
+    ///
+    /// # Shapes
+    /// - `ids`, `attention_mask`: `(batch, seq)`
+    /// - output: `(batch, seq, hidden_size)`
+    ///
+    /// # Errors
+    /// A mask not of the ids' shape; ids outside the vocabulary.
     pub fn forward(&self, ids: &Tensor, attention_mask: &Tensor) -> Result<Tensor> {
         let mask = Mask::from_keep(&attention_mask.to_dtype(DType::U8)?)?;
         let x = self.embed(ids)?;
@@ -163,7 +171,7 @@ impl Bert {
         ids: &Tensor,
         attention_mask: &Tensor,
     ) -> Result<(Tensor, Vec<usize>)> {
-        anyhow::ensure!(
+        ensure!(
             attention_mask.dims() == ids.dims() && ids.rank() == 2,
             "the attention mask {:?} must have the token ids' shape {:?}, (batch, seq)",
             attention_mask.dims(),
@@ -212,7 +220,7 @@ pub fn hf_names(mut hf: HashMap<String, Tensor>) -> Result<HashMap<String, Tenso
     let take = |from: &str, to: String, out: &mut HashMap<String, Tensor>| -> Result<()> {
         let t = hf
             .get(from)
-            .ok_or_else(|| anyhow!("the checkpoint has no tensor `{from}`"))?;
+            .ok_or_else(|| invalid!("the checkpoint has no tensor `{from}`"))?;
         out.insert(to, t.clone());
         Ok(())
     };

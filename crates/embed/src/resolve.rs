@@ -8,8 +8,9 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{anyhow, bail, Context, Result};
+use crate::error::Result;
 use hf_hub::{Cache, Repo};
+use posenc_error::{bail, invalid, Context};
 
 /// The files a sentence-transformers BERT model needs.
 pub const FILES: [&str; 5] = [
@@ -39,7 +40,7 @@ pub fn cache_dir() -> Result<PathBuf> {
         return Ok(PathBuf::from(home).join("hub"));
     }
     let home =
-        std::env::var_os("HOME").ok_or_else(|| anyhow!("neither HF_HOME nor HOME is set"))?;
+        std::env::var_os("HOME").ok_or_else(|| invalid!("neither HF_HOME nor HOME is set"))?;
     Ok(PathBuf::from(home).join(".cache/huggingface/hub"))
 }
 
@@ -83,7 +84,8 @@ pub fn resolve_in(model: &str, cache: &Path, offline: bool) -> Result<PathBuf> {
             None => hf_hub::api::sync::ApiBuilder::new()
                 .with_cache_dir(cache.to_path_buf())
                 .with_progress(false)
-                .build()?
+                .build()
+                .context("building the Hugging Face hub client")?
                 .model(model.to_string())
                 .get(file)
                 .with_context(|| format!("downloading `{file}` of {model} (set HF_HUB_OFFLINE=1 to use only the cache)"))?,
@@ -95,5 +97,5 @@ pub fn resolve_in(model: &str, cache: &Path, offline: bool) -> Result<PathBuf> {
             .map(Path::to_path_buf);
         dir = dir.or(root);
     }
-    dir.ok_or_else(|| anyhow!("no files resolved for {model}"))
+    Ok(dir.ok_or_else(|| invalid!("no files resolved for {model}"))?)
 }

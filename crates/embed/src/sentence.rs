@@ -4,8 +4,9 @@
 
 use std::path::Path;
 
-use anyhow::{anyhow, ensure, Context, Result};
+use crate::error::Result;
 use candle_core::{Device, Tensor, D};
+use posenc_error::{ensure, invalid, Context};
 use serde::Deserialize;
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
@@ -36,7 +37,7 @@ pub struct SentenceEncoder {
 fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+    Ok(serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?)
 }
 
 impl SentenceEncoder {
@@ -59,7 +60,7 @@ impl SentenceEncoder {
         );
         let path = dir.join("tokenizer.json");
         let mut tokenizer =
-            Tokenizer::from_file(&path).map_err(|e| anyhow!("reading {}: {e}", path.display()))?;
+            Tokenizer::from_file(&path).map_err(|e| invalid!("reading {}: {e}", path.display()))?;
         // The file itself pads to a fixed 128 and truncates at 128; sentence-transformers
         // truncates at max_seq_length and pads to the longest in the batch.
         tokenizer
@@ -67,7 +68,7 @@ impl SentenceEncoder {
                 max_length: st.max_seq_length,
                 ..Default::default()
             }))
-            .map_err(|e| anyhow!(e))?;
+            .map_err(|e| invalid!("{e}"))?;
         let pad = PaddingParams {
             strategy: PaddingStrategy::BatchLongest,
             ..tokenizer.get_padding().cloned().unwrap_or_default()
@@ -85,7 +86,7 @@ impl SentenceEncoder {
         let enc = self
             .tokenizer
             .encode_batch(sentences.to_vec(), true)
-            .map_err(|e| anyhow!(e))?;
+            .map_err(|e| invalid!("{e}"))?;
         let len = enc.first().map_or(0, |e| e.get_ids().len());
         let ids: Vec<u32> = enc.iter().flat_map(|e| e.get_ids().to_vec()).collect();
         let mask: Vec<u32> = enc
@@ -116,6 +117,13 @@ impl SentenceEncoder {
 
     /// L2-normalised mean-pooled embeddings `(batch, d)` of one tokenized batch
     /// ([`SentenceEncoder::tokenize`]).
+    ///
+    /// # Shapes
+    /// - `ids`, `mask`: `(batch, seq)`
+    /// - output: `(batch, hidden_size)`, each row of norm 1
+    ///
+    /// # Errors
+    /// A mask not of the ids' shape; ids outside the vocabulary.
     pub fn embed_tokens(&self, ids: &Tensor, mask: &Tensor) -> Result<Tensor> {
         // On the CPU the padding is dropped before the layers (a tenth of MiniLM's
         // benchmark batches); elsewhere the padded batch keeps the work in a few large

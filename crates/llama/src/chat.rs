@@ -2,8 +2,9 @@
 //! Hugging Face's `tokenizer_config.json`) that lays out a conversation as the prompt the
 //! model was tuned on, rendered with `minijinja`.
 
-use anyhow::{anyhow, Result};
+use crate::error::Result;
 use minijinja::{context, Environment, Error, ErrorKind};
+use posenc_error::invalid;
 use serde::Serialize;
 
 /// One turn of a conversation.
@@ -43,7 +44,7 @@ impl ChatTemplate {
             Err(Error::new(ErrorKind::InvalidOperation, msg))
         });
         env.add_template_owned("chat", source.to_owned())
-            .map_err(|e| anyhow!("the chat template does not compile: {e}"))?;
+            .map_err(|e| invalid!("the chat template does not compile: {e}"))?;
         Ok(Self { env })
     }
 
@@ -53,9 +54,12 @@ impl ChatTemplate {
     /// # Errors
     /// A template that fails on these messages.
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
-        let template = self.env.get_template("chat")?;
-        template
+        let template = self
+            .env
+            .get_template("chat")
+            .map_err(|e| invalid!("the chat template is missing: {e}"))?;
+        Ok(template
             .render(context! { messages, add_generation_prompt })
-            .map_err(|e| anyhow!("the chat template failed: {e}"))
+            .map_err(|e| invalid!("the chat template failed: {e}"))?)
     }
 }

@@ -1,12 +1,13 @@
 //! A Llama-architecture model's sizes, as Hugging Face's `config.json` names them, and the
 //! blocks' configuration they make.
 
-use anyhow::{ensure, Result};
+use crate::error::Result;
 use candle_nn::Activation;
 use posenc::rope::RopeConfig;
 use posenc::rope_scaling::RopeScaling;
 use posenc::EncodingConfig;
 use posenc::PairLayout;
+use posenc_error::ensure;
 use posenc_transformer::{BlockOptions, LmConfig, NormKind};
 use serde::{Deserialize, Serialize};
 

@@ -6,8 +6,9 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use anyhow::{bail, Context, Result};
+use crate::error::Result;
 use candle_core::Device;
+use posenc_error::{bail, Context};
 use posenc_transformer::checkpoint::{serialize, write_atomic};
 
 use crate::gguf::GgufFile;
@@ -62,7 +63,7 @@ pub fn convert(model: &Path, out: &Path) -> Result<()> {
     if file.has_key("tokenizer.chat_template") {
         tokenizer_config["chat_template"] = file.string("tokenizer.chat_template")?.into();
     }
-    let json = |v: &serde_json::Value| serde_json::to_vec_pretty(v).map_err(anyhow::Error::from);
+    let json = |v: &serde_json::Value| serde_json::to_vec_pretty(v).map_err(crate::Error::from);
     let files = [
         ("config.json", json(&config.to_hf_json()?)?),
         ("tokenizer.json", json(&tokenizer)?),

@@ -6,10 +6,11 @@ use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
-use anyhow::{anyhow, bail, Context, Result};
+use crate::error::Result;
 use candle_core::quantized::{gguf_file, QTensor};
 use candle_core::Device;
 use gguf_file::Value;
+use posenc_error::{bail, invalid, Context};
 
 use crate::config::LlamaConfig;
 use posenc::rope_scaling::RopeScaling;
@@ -45,14 +46,15 @@ impl GgufFile {
     }
 
     fn value(&self, key: &str) -> Result<&Value> {
-        self.content
+        Ok(self
+            .content
             .metadata
             .get(key)
-            .ok_or_else(|| anyhow!("{}: metadata `{key}` is missing", self.path.display()))
+            .ok_or_else(|| invalid!("{}: metadata `{key}` is missing", self.path.display()))?)
     }
 
-    fn wrong(&self, key: &str, what: &str) -> anyhow::Error {
-        anyhow!("{}: metadata `{key}` is not {what}", self.path.display())
+    fn wrong(&self, key: &str, what: &str) -> crate::Error {
+        invalid!("{}: metadata `{key}` is not {what}", self.path.display()).into()
     }
 
     /// A non-negative integer entry.
@@ -228,7 +230,7 @@ impl GgufFile {
             .content
             .tensor_infos
             .get(name)
-            .ok_or_else(|| anyhow!("{}: tensor `{name}` is missing", self.path.display()))?;
+            .ok_or_else(|| invalid!("{}: tensor `{name}` is missing", self.path.display()))?;
         if info.shape.dims() != shape {
             bail!(
                 "{}: tensor `{name}` has shape {:?}, the configuration needs {shape:?}",
@@ -236,7 +238,8 @@ impl GgufFile {
                 info.shape.dims()
             );
         }
-        info.read(&mut self.reader, self.content.tensor_data_offset, device)
-            .with_context(|| format!("{}: reading tensor `{name}`", self.path.display()))
+        Ok(info
+            .read(&mut self.reader, self.content.tensor_data_offset, device)
+            .with_context(|| format!("{}: reading tensor `{name}`", self.path.display()))?)
     }
 }

@@ -20,10 +20,12 @@
 pub mod chat;
 pub mod config;
 pub mod convert;
+pub mod error;
 pub mod gguf;
 pub mod model;
 pub mod names;
 pub mod tokenizer;
 
 pub use config::LlamaConfig;
+pub use error::{Error, Result};
 pub use model::{Llama, Precision};

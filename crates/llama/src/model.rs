@@ -14,10 +14,11 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use anyhow::{anyhow, bail, ensure, Context, Result};
+use crate::error::Result;
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use posenc::PairLayout;
+use posenc_error::{bail, ensure, invalid, Context};
 use posenc_transformer::LanguageModel;
 use tokenizers::Tokenizer;
 
@@ -147,7 +148,7 @@ impl Llama {
         let config: LlamaConfig = serde_json::from_str(&read("config.json")?)
             .with_context(|| format!("parsing {}", dir.join("config.json").display()))?;
         let tokenizer = Tokenizer::from_file(dir.join("tokenizer.json"))
-            .map_err(|e| anyhow!("reading {}: {e}", dir.join("tokenizer.json").display()))?;
+            .map_err(|e| invalid!("reading {}: {e}", dir.join("tokenizer.json").display()))?;
         let chat = match dir.join("tokenizer_config.json").is_file() {
             true => {
                 let json: serde_json::Value =
@@ -166,7 +167,7 @@ impl Llama {
             let name = w.hf();
             let t = tensors
                 .remove(&name)
-                .ok_or_else(|| anyhow!("{}: tensor `{name}` is missing", path.display()))?;
+                .ok_or_else(|| invalid!("{}: tensor `{name}` is missing", path.display()))?;
             let shape = w.shape(&config);
             ensure!(
                 t.dims() == shape,
@@ -208,7 +209,7 @@ impl Llama {
         let encoding = self
             .tokenizer
             .encode(text, false)
-            .map_err(|e| anyhow!("tokenizing the prompt: {e}"))?;
+            .map_err(|e| invalid!("tokenizing the prompt: {e}"))?;
         Ok(encoding.get_ids().to_vec())
     }
 
@@ -217,9 +218,10 @@ impl Llama {
     /// # Errors
     /// An id outside the vocabulary.
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
-        self.tokenizer
+        Ok(self
+            .tokenizer
             .decode(ids, false)
-            .map_err(|e| anyhow!("decoding tokens: {e}"))
+            .map_err(|e| invalid!("decoding tokens: {e}"))?)
     }
 }
 
@@ -260,7 +262,7 @@ fn quantize(
     for (name, proj) in model.projections_mut() {
         let w = names
             .remove(&name)
-            .ok_or_else(|| anyhow!("no GGUF weight for the projection `{name}`"))?;
+            .ok_or_else(|| invalid!("no GGUF weight for the projection `{name}`"))?;
         proj.quantize(file.tensor(&w.gguf(), &w.shape(cfg), device)?)?;
     }
     if let Some(name) = names.keys().next() {

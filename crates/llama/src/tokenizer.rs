@@ -7,7 +7,8 @@
 //! on its own (as SmolLM2's own tokenizer and llama.cpp). Control and user-defined tokens
 //! (`<|im_start|>`, …) are special: matched whole before splitting, never merged.
 
-use anyhow::{bail, ensure, Result};
+use crate::error::Result;
+use posenc_error::{bail, ensure, invalid};
 use serde_json::{json, Value};
 use tokenizers::Tokenizer;
 
@@ -111,6 +112,6 @@ pub fn tokenizer_json(file: &GgufFile) -> Result<Value> {
 /// As [`tokenizer_json`]; also a vocabulary the `tokenizers` crate refuses.
 pub fn from_gguf(file: &GgufFile) -> Result<Tokenizer> {
     let json = tokenizer_json(file)?;
-    Tokenizer::from_bytes(serde_json::to_vec(&json)?)
-        .map_err(|e| anyhow::anyhow!("building the tokenizer of {}: {e}", file.path().display()))
+    Ok(Tokenizer::from_bytes(serde_json::to_vec(&json)?)
+        .map_err(|e| invalid!("building the tokenizer of {}: {e}", file.path().display()))?)
 }

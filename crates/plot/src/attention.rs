@@ -5,7 +5,8 @@
 
 use std::path::Path;
 
-use anyhow::{ensure, Result};
+use crate::error::Result;
+use posenc_error::ensure;
 use posenc_train::inspect::AttentionMaps;
 
 use crate::chart::{heatmap, save_png, Heatmap};

@@ -1,10 +1,11 @@
 //! The two kinds of panel every figure is made of: a heatmap and a set of curves.
 
-use anyhow::{anyhow, Result};
+use crate::error::Result;
 use image::ImageEncoder;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::colors::colormaps::ViridisRGB;
+use posenc_error::invalid;
 
 /// One panel of a figure.
 pub type Area<'a> = DrawingArea<BitMapBackend<'a>, Shift>;
@@ -22,8 +23,9 @@ fn register_font() -> Result<()> {
         )
         .is_ok()
     });
-    ok.then_some(())
-        .ok_or_else(|| anyhow!("the shipped font DejaVuSans.ttf could not be read"))
+    Ok(ok
+        .then_some(())
+        .ok_or_else(|| invalid!("the shipped font DejaVuSans.ttf could not be read"))?)
 }
 
 /// The most pixels a figure may have (a 10 000 × 10 000 image).
@@ -38,9 +40,9 @@ pub fn save_png(
     title: &str,
     draw: impl FnOnce(&Area) -> Result<()>,
 ) -> Result<()> {
-    use anyhow::Context;
+    use posenc_error::Context;
     let pixels = u64::from(size.0) * u64::from(size.1);
-    anyhow::ensure!(
+    posenc_error::ensure!(
         pixels <= MAX_PIXELS,
         "the figure for {} would be {} × {} pixels, more than the {MAX_PIXELS} allowed",
         path.display(),
@@ -63,12 +65,12 @@ pub fn save_png(
     image::codecs::png::PngEncoder::new(&mut png)
         .write_image(&rgb, size.0, size.1, image::ColorType::Rgb8)
         .with_context(|| format!("encoding {}", path.display()))?;
-    posenc_transformer::checkpoint::write_atomic(path, &png).context("writing the figure")
+    Ok(posenc_transformer::checkpoint::write_atomic(path, &png).context("writing the figure")?)
 }
 
-/// A plotters error as an anyhow error (plotters' own errors borrow the backend's).
-pub fn err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
-    anyhow!("drawing failed: {e:?}")
+/// A plotters error as this crate's (plotters' own errors borrow the backend's).
+pub fn err<E: std::fmt::Debug>(e: E) -> crate::Error {
+    crate::Error::Draw(format!("{e:?}"))
 }
 
 /// Blue (negative) through white (0) to red (positive), symmetric around 0.

@@ -10,10 +10,11 @@
 
 use std::path::Path;
 
-use anyhow::{ensure, Result};
+use crate::error::Result;
 use candle_core::Device;
 use posenc::analysis::linear_fit;
 use posenc::{EncodingConfig, Form, Table};
+use posenc_error::ensure;
 
 use crate::chart::{colour, curves, heatmap, save_png, Axes, Heatmap, Mark, Series};
 

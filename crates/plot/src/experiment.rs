@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use crate::error::Result;
 use posenc_train::experiment::Experiment;
 use posenc_train::trainer::Translator;
 

@@ -10,7 +10,7 @@
 //! - [`passkey()`]: passkey-retrieval accuracy by prompt length and depth.
 //!
 //! ```no_run
-//! # fn main() -> anyhow::Result<()> {
+//! # fn main() -> posenc_plot::Result<()> {
 //! let sinusoidal = posenc::EncodingConfig::from_kind("sinusoidal")?;
 //! posenc_plot::encoding(&sinusoidal, 64, 4, 100, std::path::Path::new("sinusoidal.png"))?;
 //! # Ok(())
@@ -23,12 +23,14 @@
 pub mod attention;
 pub mod chart;
 pub mod encoding;
+pub mod error;
 pub mod experiment;
 pub mod lm_experiment;
 pub mod passkey;
 
 pub use attention::attention;
 pub use encoding::encoding;
+pub use error::{Error, Result};
 pub use experiment::experiment;
 pub use lm_experiment::lm_experiment;
 pub use passkey::passkey;

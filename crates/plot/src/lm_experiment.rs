@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use crate::error::Result;
 use posenc_train::lm_experiment::LmExperiment;
 
 use crate::chart::{colour, curves, save_png, Axes, Mark, Series};

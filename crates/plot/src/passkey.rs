@@ -3,7 +3,8 @@
 
 use std::path::Path;
 
-use anyhow::{ensure, Result};
+use crate::error::Result;
+use posenc_error::ensure;
 use posenc_train::passkey::PasskeyConfig;
 
 use crate::chart::{heatmap, save_png, Heatmap};

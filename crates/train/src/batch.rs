@@ -6,7 +6,7 @@
 //! tgt_out: y_1 … y_n </s> <pad> …      (what it must predict at each position)
 //! ```
 
-use anyhow::Result;
+use crate::error::Result;
 use candle_core::{Device, Tensor};
 use posenc_transformer::{Mask, Transformer};
 

@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use anyhow::Result;
+use crate::error::Result;
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{VarBuilder, VarMap};
 use posenc_transformer::{Config, Mask, Transformer};
@@ -33,7 +33,7 @@ impl StepTiming {
     /// # Errors
     /// If `steps` is empty.
     pub fn median(steps: &[StepTiming]) -> Result<Self> {
-        anyhow::ensure!(!steps.is_empty(), "no steps were timed");
+        posenc_error::ensure!(!steps.is_empty(), "no steps were timed");
         let phase = |f: fn(&StepTiming) -> f64| median(steps.iter().map(f).collect());
         Ok(Self {
             forward_ms: phase(|s| s.forward_ms),
@@ -119,7 +119,7 @@ impl StepBench {
 /// # Errors
 /// Naming the bad count.
 pub fn check_steps(steps: usize) -> Result<()> {
-    anyhow::ensure!(steps >= 1, "time at least one step, got --steps 0");
+    posenc_error::ensure!(steps >= 1, "time at least one step, got --steps 0");
     posenc::limits::check("steps", steps, 10_000)?;
     Ok(())
 }

@@ -19,7 +19,8 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, ensure, Context, Result};
+use crate::error::Result;
+use posenc_error::{bail, ensure, Context};
 use sha2::{Digest, Sha256};
 
 /// The test works.
@@ -165,7 +166,7 @@ impl TextSource {
         let read = |p: &Path| -> Result<Work> {
             let bytes = std::fs::read(p).with_context(|| format!("reading {}", p.display()))?;
             let text = String::from_utf8(bytes).map_err(|e| {
-                anyhow::anyhow!(
+                posenc_error::invalid!(
                     "{} is not UTF-8 text (byte {} is not)",
                     p.display(),
                     e.utf8_error().valid_up_to()

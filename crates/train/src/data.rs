@@ -104,7 +104,7 @@ pub const MAX_PAIRS: usize = 1_000_000;
 
 impl DataConfig {
     /// Checks every split is non-empty and within [`MAX_PAIRS`].
-    pub fn validate(&self) -> anyhow::Result<()> {
+    pub fn validate(&self) -> crate::Result<()> {
         for (name, n) in [
             ("train", self.train),
             ("valid", self.valid),
@@ -112,9 +112,9 @@ impl DataConfig {
             ("test_long", self.test_long),
             ("order_swap", self.order_swap),
         ] {
-            anyhow::ensure!(n > 0, "data.{name} must be at least 1, got 0");
+            posenc_error::ensure!(n > 0, "data.{name} must be at least 1, got 0");
             posenc::limits::check("data split size", n, MAX_PAIRS)
-                .map_err(|e| anyhow::anyhow!("data.{name}: {e}"))?;
+                .map_err(|e| posenc_error::invalid!("data.{name}: {e}"))?;
         }
         Ok(())
     }
@@ -130,14 +130,14 @@ const MIN_DRAWS: usize = 100_000;
 /// # Errors
 /// If a split asks for more distinct sentences than the grammar has (they are drawn at
 /// random, so "more" means none new turned up in many draws).
-pub fn generate(cfg: &DataConfig) -> anyhow::Result<Splits> {
+pub fn generate(cfg: &DataConfig) -> crate::Result<Splits> {
     cfg.validate()?;
     let sampler = Sampler::default();
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
     let mut seen = HashSet::new();
     let budget = |n: usize| (n * DRAWS_PER_PAIR).max(MIN_DRAWS);
     let exhausted = |name: &str, got: usize, n: usize| {
-        anyhow::anyhow!(
+        posenc_error::invalid!(
             "data.{name} asks for {n} distinct sentences, but only {got} new ones turned up in {} draws: the grammar has too few; ask for fewer",
             budget(n)
         )
@@ -146,13 +146,13 @@ pub fn generate(cfg: &DataConfig) -> anyhow::Result<Splits> {
                     n: usize,
                     clauses: &dyn Fn(usize) -> usize,
                     rng: &mut ChaCha8Rng|
-     -> anyhow::Result<Vec<Pair>> {
+     -> crate::Result<Vec<Pair>> {
         let mut out = Vec::with_capacity(n);
         let mut draws = 0;
         while out.len() < n {
             draws += 1;
             if draws > budget(n) {
-                return Err(exhausted(name, out.len(), n));
+                return Err(exhausted(name, out.len(), n).into());
             }
             let s = sampler.sentence(rng, clauses(out.len()));
             if seen.insert(s.english()) {
@@ -171,7 +171,7 @@ pub fn generate(cfg: &DataConfig) -> anyhow::Result<Splits> {
     while order_swap.len() < cfg.order_swap {
         draws += 1;
         if draws > budget(cfg.order_swap) {
-            return Err(exhausted("order_swap", order_swap.len(), cfg.order_swap));
+            return Err(exhausted("order_swap", order_swap.len(), cfg.order_swap).into());
         }
         let a = sampler.clause(&mut rng, true);
         let b = a.swapped().expect("forced transitive");

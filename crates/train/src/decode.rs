@@ -1,8 +1,9 @@
 //! Greedy and beam-search decoding, both on the decoder's key/value cache: each step
 //! feeds only the newest token.
 
-use anyhow::{ensure, Result};
+use crate::error::Result;
 use candle_core::{DType, IndexOp, Tensor, D};
+use posenc_error::ensure;
 use posenc_transformer::StackCache;
 use posenc_transformer::{Mask, Transformer};
 
@@ -71,7 +72,7 @@ pub fn translate(
     cfg.validate(model)?;
     if let Some(max) = model.max_positions().0 {
         if let Some(long) = sources.iter().find(|s| s.len() > max) {
-            anyhow::bail!(
+            posenc_error::bail!(
                 "a sentence of {} tokens is longer than the model's encoding allows (max_positions = {max})",
                 long.len()
             );

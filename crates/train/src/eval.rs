@@ -1,6 +1,6 @@
 //! Exact match and BLEU of a trained model on every evaluation split.
 
-use anyhow::Result;
+use crate::error::Result;
 use serde::Serialize;
 
 use crate::data::{self, DataConfig};

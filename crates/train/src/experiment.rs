@@ -15,8 +15,9 @@
 
 use std::path::Path;
 
-use anyhow::{bail, ensure, Context, Result};
+use crate::error::Result;
 use posenc::EncodingConfig;
+use posenc_error::{bail, ensure, Context};
 use posenc_transformer::checkpoint::write_atomic;
 use serde::{Deserialize, Serialize};
 
@@ -185,6 +186,7 @@ pub fn run(cfg: &ExperimentConfig, out: &Path, opts: RunOptions) -> Result<Exper
             w[0]
         );
     }
+    check_out_dir::<Experiment>(out, "a translation experiment")?;
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let mut experiment = Experiment {
         config: cfg.clone(),
@@ -270,8 +272,8 @@ fn train_or_reuse(
     };
     match outcome {
         Ok(state) => Ok(Ok(state)),
-        Err(e) => match e.downcast_ref::<Diverged>() {
-            Some(&d) => Ok(Err((d, TrainerState::load(dir).ok()))),
+        Err(e) => match e.diverged() {
+            Some(d) => Ok(Err((d, TrainerState::load(dir).ok()))),
             None => Err(e),
         },
     }
@@ -295,7 +297,31 @@ pub(crate) fn check_budget(dir: &Path, done: usize, steps: usize) -> Result<()> 
 pub(crate) fn load_results<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+    Ok(serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?)
+}
+
+/// Checks, before anything is written, that `out` can hold an experiment of the kind whose
+/// results are `T` (`what` names it): not a training run, and no `results.json` of another
+/// kind of experiment.
+pub(crate) fn check_out_dir<T: serde::de::DeserializeOwned>(out: &Path, what: &str) -> Result<()> {
+    use crate::rundir::Contents;
+    match crate::rundir::inspect(out)? {
+        Contents::Run | Contents::Unfinished { .. } => bail!(
+            "{} holds a training run, not an experiment: an experiment writes its runs into a \
+             directory of its own; choose another --out",
+            out.display()
+        ),
+        Contents::Empty | Contents::Foreign(_) => {}
+    }
+    let results = out.join(RESULTS_JSON);
+    if results.exists() && load_results::<T>(&results).is_err() {
+        bail!(
+            "{} holds results that are not {what}'s (another kind of experiment?); choose \
+             another --out",
+            results.display()
+        );
+    }
+    Ok(())
 }
 
 /// Writes an experiment's `results.json` and `results.md` into `out`, atomically.

@@ -4,9 +4,10 @@
 //! As the Annotated Transformer: every matrix (rank ≥ 2) is Glorot/Xavier-uniform,
 //! `U(−a, a)` with `a = √(6 / (fan_in + fan_out))`; biases are zero and LayerNorm gains one.
 
-use anyhow::{anyhow, Result};
+use crate::error::Result;
 use candle_core::Tensor;
 use candle_nn::VarMap;
+use posenc_error::invalid;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -15,7 +16,7 @@ pub fn initialize(varmap: &VarMap, seed: u64) -> Result<()> {
     let data = varmap
         .data()
         .lock()
-        .map_err(|_| anyhow!("poisoned VarMap"))?;
+        .map_err(|_| invalid!("poisoned VarMap"))?;
     let mut names: Vec<&String> = data.keys().collect();
     names.sort();
     let mut rng = ChaCha8Rng::seed_from_u64(seed);

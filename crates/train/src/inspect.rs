@@ -1,6 +1,6 @@
 //! What a trained model attends to when it translates one sentence.
 
-use anyhow::Result;
+use crate::error::Result;
 use candle_core::Tensor;
 use posenc_transformer::Mask;
 use serde::Serialize;

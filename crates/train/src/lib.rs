@@ -7,11 +7,12 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod batch;
+mod batch;
 pub mod bench;
 pub mod corpus;
 pub mod data;
 pub mod decode;
+pub mod error;
 pub mod eval;
 pub mod experiment;
 pub mod init;
@@ -24,7 +25,7 @@ pub mod loss;
 pub mod metrics;
 pub mod optim;
 pub mod passkey;
-pub mod randomized;
+mod randomized;
 pub mod rundir;
 pub mod sample;
 pub mod schedule;
@@ -74,4 +75,5 @@ pub fn log(line: &str) {
     let _ = writeln!(std::io::stderr(), "{line}");
 }
 
+pub use error::{Error, Result};
 pub use posenc_transformer::{keep_freed_memory, on_worker_thread, tune_for_training};

@@ -15,8 +15,9 @@
 
 use std::path::Path;
 
-use anyhow::{bail, ensure, Context, Result};
+use crate::error::Result;
 use posenc::EncodingConfig;
+use posenc_error::{bail, ensure, Context};
 use serde::{Deserialize, Serialize};
 use tokenizers::Tokenizer;
 
@@ -152,6 +153,7 @@ pub fn run(
     if let Some(w) = kinds.windows(2).find(|w| w[0] == w[1]) {
         bail!("encoding {} is listed twice", w[0]);
     }
+    crate::experiment::check_out_dir::<LmExperiment>(out, "a language-model experiment")?;
     let tokenizer = cfg.base.tokenizer.train(&Corpus::stream(&corpus.train))?;
     let data = LmData::from_corpus(corpus, &tokenizer)?;
     let test = encode(&tokenizer, &Corpus::stream(&corpus.test))?;

@@ -15,9 +15,10 @@
 
 use std::path::Path;
 
-use anyhow::{anyhow, ensure, Context, Result};
+use crate::error::Result;
 use candle_core::{DType, Device};
 use candle_nn::{VarBuilder, VarMap};
+use posenc_error::{ensure, Context};
 use posenc_transformer::checkpoint::{self, CONFIG_FILE, WEIGHTS_FILE};
 use posenc_transformer::{LanguageModel, LmConfig};
 use tokenizers::Tokenizer;
@@ -81,7 +82,7 @@ pub fn start(
     let mut state = LmState::new(rundir::new_run_id(), cfg.clone());
     let tokenizer_json = tokenizer
         .to_string(true)
-        .map_err(|e| anyhow!(e))
+        .map_err(crate::Error::Tokenizer)
         .context("serialising the tokenizer")?;
     let fixed = FixedFiles::new(
         serde_json::to_string_pretty(&cfg.model)?.into_bytes(),
@@ -231,7 +232,7 @@ fn read_fixed(dir: &Path) -> Result<(LmConfig, Tokenizer)> {
         .with_context(|| format!("checking {}", path.display()))?;
     let path = dir.join(TOKENIZER);
     let tokenizer = Tokenizer::from_file(&path)
-        .map_err(|e| anyhow!(e))
+        .map_err(crate::Error::Tokenizer)
         .with_context(|| format!("reading {}", path.display()))?;
     ensure!(
         tokenizer.get_vocab_size(true) == cfg.vocab_size,

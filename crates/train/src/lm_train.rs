@@ -17,10 +17,11 @@
 use std::path::Path;
 use std::time::Instant;
 
-use anyhow::{ensure, Result};
+use crate::error::Result;
 use candle_core::{DType, Device, Tensor, D};
 use candle_nn::{VarBuilder, VarMap};
 use posenc::Positions;
+use posenc_error::ensure;
 use posenc_transformer::lm::PREFILL_CHUNK;
 use posenc_transformer::StackCache;
 use posenc_transformer::{LanguageModel, LmConfig};
@@ -137,6 +138,10 @@ impl LmTrainConfig {
         ensure!(
             self.eval_every > 0 && self.save_every > 0 && self.eval_windows > 0,
             "eval_every, save_every and eval_windows must be at least 1"
+        );
+        ensure!(
+            self.steps > 0,
+            "steps must be at least 1: a run of 0 steps has no loss to report"
         );
         posenc::limits::check("steps", self.steps, 1 << 40)?;
         posenc::limits::check("eval_windows", self.eval_windows, EVAL_WINDOWS_LIMIT)?;
@@ -646,6 +651,7 @@ impl Session {
         let until = stop_after.map_or(cfg.steps, |s| s.min(cfg.steps));
         while state.step < until {
             let step = state.step;
+            posenc_transformer::dropout::seed(cfg.seed, step as u64);
             let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
             rng.set_stream(step as u64);
             let (x, y) = random_windows(&data.train, cfg.model.context, cfg.batch_size, &mut rng)?;
@@ -658,10 +664,13 @@ impl Session {
                 .map_or(Positions::From(0), Positions::At);
             let l = loss(&self.model, &x, &y, at)?;
             let value = f64::from(l.to_scalar::<f32>()?);
-            ensure!(
-                value.is_finite(),
-                "the loss diverged at step {step}: {value} (the last checkpoint stays on disk)"
-            );
+            if !value.is_finite() {
+                return Err(crate::trainer::Diverged {
+                    step: step + 1,
+                    loss: value as f32,
+                }
+                .into());
+            }
             self.opt.step(&l.backward()?, cfg.lr(step))?;
             state.step += 1;
             state.tokens += x.elem_count();

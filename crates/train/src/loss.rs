@@ -12,8 +12,9 @@
 //! [`label_smoothed_cross_entropy`] is the same loss fused with the log-softmax, one pass
 //! forward and one backward, and is what training uses.
 
-use anyhow::{ensure, Result};
+use crate::error::Result;
 use candle_core::{CpuStorage, CustomOp2, DType, Layout, Shape, Tensor, D};
+use posenc_error::ensure;
 use rayon::prelude::*;
 
 /// Checks `scores (n, V)` against `targets (n)` and `smoothing ∈ [0, 1)`.

@@ -16,10 +16,11 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use anyhow::{anyhow, ensure, Context, Result};
+use crate::error::Result;
 use candle_core::backprop::GradStore;
 use candle_core::{CpuStorage, DType, InplaceOp2, Layout, Tensor, Var};
 use candle_nn::VarMap;
+use posenc_error::{ensure, invalid, Context};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -95,7 +96,7 @@ impl AdamW {
         let data = varmap
             .data()
             .lock()
-            .map_err(|_| anyhow!("poisoned VarMap"))?;
+            .map_err(|_| invalid!("poisoned VarMap"))?;
         let mut slots: Vec<Slot> = data
             .iter()
             .map(|(name, var)| {

@@ -14,7 +14,8 @@
 
 use std::time::Instant;
 
-use anyhow::{ensure, Context, Result};
+use crate::error::Result;
+use posenc_error::{ensure, Context};
 use posenc_transformer::LanguageModel;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -302,7 +303,7 @@ pub fn accuracy(cfg: &PasskeyConfig, records: &[PasskeyRecord]) -> Vec<Vec<f64>>
 }
 
 /// Resets the kernel's peak-resident-memory mark of this process (Linux; elsewhere a no-op).
-pub fn reset_peak_rss() {
+pub(crate) fn reset_peak_rss() {
     let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 

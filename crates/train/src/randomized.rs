@@ -14,7 +14,8 @@
 //! batch, shared by its sequences (the paper draws one per sequence), and a fresh one every
 //! step, from the step's own seeded generator so a resumed run draws the same.
 
-use anyhow::{ensure, Result};
+use crate::error::Result;
+use posenc_error::ensure;
 use rand::Rng;
 
 /// `len` distinct positions from `0..range`, increasing.

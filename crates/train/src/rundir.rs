@@ -26,7 +26,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, ensure, Context, Result};
+use crate::error::Result;
+use posenc_error::{bail, ensure, Context};
 use posenc_transformer::checkpoint::{
     self, remove_stale_temporaries, write_atomic, CONFIG_FILE, TEMP_MARKER, WEIGHTS_FILE,
 };
@@ -44,7 +45,7 @@ pub const MANIFEST: &str = "manifest.json";
 /// beside the run's own files (a run directory holding it is still a run).
 pub const ATTENTION_PLOT: &str = "attention.png";
 /// `.lock`: held by the process writing the directory.
-pub const LOCK: &str = ".lock";
+pub(crate) const LOCK: &str = ".lock";
 /// `source.tokenizer.json`.
 pub const SOURCE_TOKENIZER: &str = "source.tokenizer.json";
 /// `target.tokenizer.json`.
@@ -56,7 +57,7 @@ pub const TRAINER_FILE: &str = "trainer.json";
 /// `training.safetensors`.
 pub const STATE_FILE: &str = "training.safetensors";
 /// The header key of the run id in the weight files.
-pub const RUN_KEY: &str = "posenc.run";
+pub(crate) const RUN_KEY: &str = "posenc.run";
 /// The header key of the step in the weight files.
 const STEP_KEY: &str = "posenc.step";
 /// The header key of the trainer state (JSON) in `training.safetensors`.
@@ -88,7 +89,7 @@ pub struct Manifest {
 }
 
 /// A fresh run id: 128 random bits in hex.
-pub fn new_run_id() -> String {
+pub(crate) fn new_run_id() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
 
@@ -180,7 +181,7 @@ fn read_manifest(dir: &Path) -> Result<Manifest> {
 /// # Errors
 /// Names the directory or file at fault: missing, not a directory, no manifest, or a file
 /// changed since the run wrote it.
-pub fn verify(dir: &Path) -> Result<Manifest> {
+pub(crate) fn verify(dir: &Path) -> Result<Manifest> {
     ensure!(
         dir.exists(),
         "model directory {} does not exist",
@@ -225,7 +226,7 @@ pub fn verify(dir: &Path) -> Result<Manifest> {
 ///
 /// # Errors
 /// If the file is missing, unreadable, or from another run.
-pub fn check_weights(path: &Path, run: &str) -> Result<BTreeMap<String, String>> {
+pub(crate) fn check_weights(path: &Path, run: &str) -> Result<BTreeMap<String, String>> {
     ensure!(
         path.exists(),
         "{} is missing: the run was stopped before its first checkpoint (continue it with \
@@ -251,7 +252,7 @@ pub fn check_weights(path: &Path, run: &str) -> Result<BTreeMap<String, String>>
 /// A run directory this process writes into, locked against every other writer for as
 /// long as the value lives. The lock is released when the process ends, however it ends.
 #[derive(Debug)]
-pub struct RunDir {
+pub(crate) struct RunDir {
     dir: PathBuf,
     _lock: File,
 }
@@ -278,7 +279,7 @@ impl RunDir {
                 )
             }
             Err(std::fs::TryLockError::Error(e)) => {
-                Err(e).with_context(|| format!("locking {}", dir.display()))
+                Err(e).with_context(|| format!("locking {}", dir.display()))?
             }
         }
     }
@@ -397,7 +398,7 @@ impl RunDir {
 /// The files a run writes once, when it starts, by name: `config.json` and the
 /// tokenizers. The manifest holds their hashes.
 #[derive(Debug, Clone)]
-pub struct FixedFiles(Vec<(&'static str, Vec<u8>)>);
+pub(crate) struct FixedFiles(Vec<(&'static str, Vec<u8>)>);
 
 impl FixedFiles {
     /// `config` as `config.json`, and the tokenizers by name (one of this module's names).
@@ -419,7 +420,7 @@ impl FixedFiles {
 
 /// What a trainer keeps between steps, saved with every checkpoint (in
 /// `training.safetensors`' header, and readable in `trainer.json`).
-pub trait Progress: Serialize + DeserializeOwned {
+pub(crate) trait Progress: Serialize + DeserializeOwned {
     /// The run's id.
     fn run(&self) -> &str;
     /// Steps done.
@@ -433,7 +434,7 @@ pub trait Progress: Serialize + DeserializeOwned {
 ///
 /// # Errors
 /// As [`RunDir::open`] and [`last_state`]; also `steps` below the step the run is at.
-pub fn resume_state<S: Progress>(dir: &Path, steps: Option<usize>) -> Result<(RunDir, S)> {
+pub(crate) fn resume_state<S: Progress>(dir: &Path, steps: Option<usize>) -> Result<(RunDir, S)> {
     let (run_dir, manifest) = RunDir::open(dir)?;
     let mut state: S = last_state(dir, &manifest)?;
     if let Some(steps) = steps {
@@ -453,7 +454,7 @@ pub fn resume_state<S: Progress>(dir: &Path, steps: Option<usize>) -> Result<(Ru
 ///
 /// # Errors
 /// If a file cannot be serialised or written; the previous checkpoint is then intact.
-pub fn save_checkpoint(
+pub(crate) fn save_checkpoint(
     dir: &Path,
     varmap: &VarMap,
     opt: &AdamW,
@@ -497,18 +498,16 @@ pub fn save_checkpoint(
 ///
 /// # Errors
 /// If it is missing or not a trainer state of this kind.
-pub fn read_trainer<S: Progress>(dir: &Path) -> Result<S> {
+pub(crate) fn read_trainer<S: Progress>(dir: &Path) -> Result<S> {
     let path = dir.join(TRAINER_FILE);
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+    crate::experiment::load_results(&path)
 }
 
 /// Reads `trainer.json` and checks that it belongs to the manifest's run.
 ///
 /// # Errors
 /// As [`read_trainer`], or a state from another run.
-pub fn read_trainer_of<S: Progress>(dir: &Path, manifest: &Manifest) -> Result<S> {
+pub(crate) fn read_trainer_of<S: Progress>(dir: &Path, manifest: &Manifest) -> Result<S> {
     let state: S = read_trainer(dir)?;
     ensure!(
         state.run() == manifest.run,
@@ -525,7 +524,7 @@ pub fn read_trainer_of<S: Progress>(dir: &Path, manifest: &Manifest) -> Result<S
 ///
 /// # Errors
 /// A state from another run, or a checkpoint that was deleted.
-pub fn last_state<S: Progress>(dir: &Path, manifest: &Manifest) -> Result<S> {
+pub(crate) fn last_state<S: Progress>(dir: &Path, manifest: &Manifest) -> Result<S> {
     let path = dir.join(STATE_FILE);
     let state: S = if path.exists() {
         let header = check_weights(&path, &manifest.run)?;

@@ -9,8 +9,9 @@
 //! Generation runs the prompt once and then one token at a time with the key/value cache,
 //! so each new token costs one position, not the whole sequence.
 
-use anyhow::{ensure, Result};
+use crate::error::Result;
 use candle_core::Tensor;
+use posenc_error::ensure;
 use posenc_transformer::lm::PREFILL_CHUNK;
 use posenc_transformer::LanguageModel;
 use posenc_transformer::StackCache;
@@ -153,7 +154,7 @@ pub fn generate(
 /// As [`generate`]; a prompt and generation whose key/value cache would pass
 /// [`posenc_transformer::lm::MAX_CACHE_BYTES`], refused before anything runs; and any
 /// error of `on_token`, which stops generation.
-pub fn generate_with(
+pub(crate) fn generate_with(
     model: &LanguageModel,
     prompt: &[u32],
     max_new: usize,
@@ -232,5 +233,5 @@ fn read(
         logits = Some(model.step(&x, cache)?);
         on_chunk(chunk.len());
     }
-    logits.ok_or_else(|| anyhow::anyhow!("nothing to read: the prompt is empty"))
+    Ok(logits.ok_or_else(|| posenc_error::invalid!("nothing to read: the prompt is empty"))?)
 }

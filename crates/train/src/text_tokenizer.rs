@@ -6,7 +6,8 @@
 //! - **byte-level BPE** (GPT-2's): the 256 bytes plus `merges` learned merges, so any text,
 //!   seen or not, encodes and decodes back exactly.
 
-use anyhow::{anyhow, ensure, Result};
+use crate::error::Result;
+use posenc_error::ensure;
 use serde::{Deserialize, Serialize};
 use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
 use tokenizers::decoders::fuse::Fuse;
@@ -57,12 +58,12 @@ impl TextTokenizer {
                     SplitDelimiterBehavior::Isolated,
                     false,
                 )
-                .map_err(|e| anyhow!(e))?;
+                .map_err(crate::Error::Tokenizer)?;
                 tokenizer.with_pre_tokenizer(Some(every_char));
                 tokenizer.with_decoder(Some(Fuse::new()));
                 tokenizer
                     .train(&mut trainer, lines())
-                    .map_err(|e| anyhow!(e))?;
+                    .map_err(crate::Error::Tokenizer)?;
                 Ok(tokenizer)
             }
             Self::Bpe { merges } => {
@@ -80,7 +81,7 @@ impl TextTokenizer {
                 tokenizer.with_decoder(Some(ByteLevelDecoder::default()));
                 tokenizer
                     .train(&mut trainer, lines())
-                    .map_err(|e| anyhow!(e))?;
+                    .map_err(crate::Error::Tokenizer)?;
                 Ok(tokenizer)
             }
         }
@@ -92,7 +93,7 @@ impl TextTokenizer {
 pub fn encode(tokenizer: &Tokenizer, text: &str) -> Result<Vec<u32>> {
     Ok(tokenizer
         .encode(text, false)
-        .map_err(|e| anyhow!(e))?
+        .map_err(crate::Error::Tokenizer)?
         .get_ids()
         .to_vec())
 }
@@ -103,12 +104,14 @@ pub fn encode(tokenizer: &Tokenizer, text: &str) -> Result<Vec<u32>> {
 /// # Errors
 /// Names the first unknown character and its place.
 pub fn encode_strict(tokenizer: &Tokenizer, text: &str) -> Result<Vec<u32>> {
-    let encoding = tokenizer.encode(text, false).map_err(|e| anyhow!(e))?;
+    let encoding = tokenizer
+        .encode(text, false)
+        .map_err(crate::Error::Tokenizer)?;
     if let Some(unk) = tokenizer.token_to_id(UNK) {
         if let Some(i) = encoding.get_ids().iter().position(|&id| id == unk) {
             let (start, end) = encoding.get_offsets()[i];
             let what = text.get(start..end).unwrap_or("?");
-            anyhow::bail!(
+            posenc_error::bail!(
                 "the model's tokenizer has no token for {what:?} (character {} of the prompt): \
                  it knows only the characters of its training text",
                 text[..start.min(text.len())].chars().count() + 1
@@ -120,5 +123,7 @@ pub fn encode_strict(tokenizer: &Tokenizer, text: &str) -> Result<Vec<u32>> {
 
 /// The text of `ids`.
 pub fn decode(tokenizer: &Tokenizer, ids: &[u32]) -> Result<String> {
-    tokenizer.decode(ids, false).map_err(|e| anyhow!(e))
+    tokenizer
+        .decode(ids, false)
+        .map_err(crate::Error::Tokenizer)
 }

@@ -19,10 +19,11 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{ensure, Context, Result};
+use crate::error::Result;
 use candle_core::{DType, Device, Tensor, D};
 use candle_nn::{VarBuilder, VarMap};
 use posenc::Positions;
+use posenc_error::ensure;
 use posenc_transformer::checkpoint::{self, CONFIG_FILE, WEIGHTS_FILE};
 use posenc_transformer::{Config, Transformer};
 use rand::seq::SliceRandom;
@@ -108,9 +109,7 @@ impl Default for TrainConfig {
 impl TrainConfig {
     /// Reads a config file (JSON); missing fields take their defaults.
     pub fn load(path: &Path) -> Result<Self> {
-        let text =
-            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+        crate::experiment::load_results(path)
     }
 
     /// Checks every value before anything is generated, allocated or written.
@@ -299,13 +298,13 @@ impl Order {
 }
 
 /// The label-smoothed loss of one batch, fused with the generator's log-softmax.
-pub fn batch_loss(model: &Transformer, b: &Batch, smoothing: f64) -> Result<Tensor> {
+pub(crate) fn batch_loss(model: &Transformer, b: &Batch, smoothing: f64) -> Result<Tensor> {
     let from_0 = Positions::From(0);
     batch_loss_at(model, b, smoothing, (from_0, from_0))
 }
 
 /// [`batch_loss`] with the sources and targets at positions `at`.
-pub fn batch_loss_at(
+pub(crate) fn batch_loss_at(
     model: &Transformer,
     b: &Batch,
     smoothing: f64,
@@ -509,6 +508,7 @@ impl Session {
         let until = opts.stop_after.map_or(cfg.steps, |s| s.min(cfg.steps));
         while state.step < until {
             let step = state.step + 1;
+            posenc_transformer::dropout::seed(cfg.seed, step as u64);
             let idx = order.batch(step, cfg.batch_size);
             let examples: Vec<&Example> = idx.iter().map(|&i| &self.train_examples[i]).collect();
             let b = Batch::new(&examples, &device)?;
@@ -613,7 +613,7 @@ fn check_positions(
         ),
     ] {
         if let Some(max) = max.filter(|&m| needed > m) {
-            anyhow::bail!(
+            posenc_error::bail!(
                 "the encoding has max_positions = {max}, but {what} {needed} positions: raise max_positions to at least {needed}"
             );
         }

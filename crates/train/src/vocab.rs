@@ -3,7 +3,8 @@
 
 use std::path::Path;
 
-use anyhow::{anyhow, Context, Result};
+use crate::error::Result;
+use posenc_error::{invalid, Context};
 use tokenizers::models::wordlevel::{WordLevel, WordLevelTrainer};
 use tokenizers::models::TrainerWrapper;
 use tokenizers::pre_tokenizers::whitespace::WhitespaceSplit;
@@ -102,12 +103,13 @@ pub(crate) fn word_level(specials: &[&str], unk: &str) -> Result<(Tokenizer, Tra
                 .collect(),
         )
         .show_progress(false)
-        .build()?
+        .build()
+        .map_err(|e| invalid!("{e}"))?
         .into();
     let model = WordLevel::builder()
         .unk_token(unk.to_string())
         .build()
-        .map_err(|e| anyhow!(e))?;
+        .map_err(crate::Error::Tokenizer)?;
     Ok((Tokenizer::new(model), trainer))
 }
 
@@ -118,10 +120,10 @@ impl Vocab {
         tokenizer.with_pre_tokenizer(Some(WhitespaceSplit));
         tokenizer
             .train(&mut trainer, texts)
-            .map_err(|e| anyhow!(e))?;
+            .map_err(crate::Error::Tokenizer)?;
         let vocab = Self { tokenizer };
         for (i, s) in SPECIALS.iter().enumerate() {
-            anyhow::ensure!(
+            posenc_error::ensure!(
                 vocab.id(s) == Some(i as u32),
                 "special token {s} must have id {i}"
             );
@@ -132,23 +134,26 @@ impl Vocab {
     /// Loads a saved tokenizer.
     pub fn load(path: &Path) -> Result<Self> {
         let tokenizer = Tokenizer::from_file(path)
-            .map_err(|e| anyhow!(e))
+            .map_err(crate::Error::Tokenizer)
             .with_context(|| format!("reading tokenizer {}", path.display()))?;
         Ok(Self { tokenizer })
     }
 
     /// The tokenizer as JSON (what [`Vocab::load`] reads).
     pub fn to_json(&self) -> Result<String> {
-        self.tokenizer
+        Ok(self
+            .tokenizer
             .to_string(true)
-            .map_err(|e| anyhow!(e))
-            .context("serialising a tokenizer")
+            .map_err(crate::Error::Tokenizer)
+            .context("serialising a tokenizer")?)
     }
 
     /// Saves it as JSON, atomically.
     pub fn save(&self, path: &Path) -> Result<()> {
-        posenc_transformer::checkpoint::write_atomic(path, self.to_json()?.as_bytes())
-            .with_context(|| format!("writing tokenizer {}", path.display()))
+        Ok(
+            posenc_transformer::checkpoint::write_atomic(path, self.to_json()?.as_bytes())
+                .with_context(|| format!("writing tokenizer {}", path.display()))?,
+        )
     }
 
     /// Number of tokens, specials included.
@@ -182,7 +187,10 @@ impl Vocab {
 
     /// The ids of a sentence through the tokenizer itself (unknown words become `<unk>`).
     pub fn encode_lossy(&self, text: &str) -> Result<Vec<u32>> {
-        let enc = self.tokenizer.encode(text, false).map_err(|e| anyhow!(e))?;
+        let enc = self
+            .tokenizer
+            .encode(text, false)
+            .map_err(crate::Error::Tokenizer)?;
         Ok(enc.get_ids().to_vec())
     }
 

@@ -77,6 +77,24 @@ fn the_loss_falls_on_a_learnable_stream() {
 }
 
 #[test]
+fn dropout_is_drawn_from_the_run_seed() {
+    let mut cfg = tiny("rope", 8);
+    cfg.model.dropout = 0.2;
+    let losses = |cfg: &LmTrainConfig| train_lm(cfg, &data(500), |_, _| {}).unwrap().losses;
+    let dropped = losses(&cfg);
+    // The same seed drops the same units, on this thread or another.
+    assert_eq!(losses(&cfg), dropped);
+    let elsewhere = std::thread::spawn({
+        let cfg = cfg.clone();
+        move || losses(&cfg)
+    });
+    assert_eq!(elsewhere.join().unwrap(), dropped);
+    // And dropout acts: without it, the first step's loss (same weights, same batch) differs.
+    cfg.model.dropout = 0.0;
+    assert_ne!(losses(&cfg)[0], dropped[0]);
+}
+
+#[test]
 fn evaluation_past_the_context_is_an_error_only_for_a_learned_table() {
     let stream = counting(400);
     let data = data(400);
@@ -207,6 +225,8 @@ fn a_resumed_run_is_bit_identical_to_one_that_never_stopped() {
     let (quiet, tokenizer, data) = (QUIET, char_tokenizer(), char_data());
     let mut cfg = tiny("rope", 12);
     cfg.model.vocab_size = tokenizer.get_vocab_size(true);
+    // Dropout draws from the run's seed and the step, so it resumes identically too.
+    cfg.model.dropout = 0.1;
     cfg.eval_every = 4;
     cfg.save_every = 4;
     let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());

@@ -2,12 +2,12 @@
 //! that depend only on the seed and the cell, an answer read as its first number, and a
 //! run whose records follow the model's answers.
 
-use anyhow::Result;
 use posenc::EncodingConfig;
 use posenc_train::passkey::{
     self, accuracy, first_number, needle, prompt, PasskeyConfig, PasskeyRecord, Subject, FILLER,
     INTRO, QUESTION,
 };
+use posenc_train::Result;
 
 /// One token per byte.
 fn bytes(text: &str) -> Result<Vec<u32>> {

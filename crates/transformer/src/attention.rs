@@ -319,7 +319,7 @@ impl MultiHeadAttention {
     ///
     /// # Errors
     /// `x` not `(1, n, d_model)`, lengths that do not add up to `n`, a bias too small.
-    pub fn packed_self_attention(
+    pub(crate) fn packed_self_attention(
         &self,
         x: &Tensor,
         lens: &[usize],
@@ -478,7 +478,7 @@ impl MultiHeadAttention {
         if bias.is_none() && !content && q.dtype() == DType::F32 && q.device().is_cpu() {
             // One op for scores, mask, softmax, dropout and weighted sum, heads merged.
             let sample = dropout
-                .then(|| Tensor::rand(0f32, 1f32, (b, h, tq, k_len), q.device()))
+                .then(|| dropout::uniform((b, h, tq, k_len), q.device()))
                 .transpose()?
                 .map(|u| (self.dropout, u));
             let keep = mask
@@ -550,7 +550,7 @@ impl MultiHeadAttention {
             }
         };
         let dropped = if dropout {
-            candle_nn::ops::dropout(&weights, self.dropout)?
+            dropout::dropout(&weights, self.dropout)?
         } else {
             weights.clone()
         };

@@ -112,6 +112,13 @@ impl Proj {
     }
 
     /// `x Wᵀ + b` over the last dimension of `x`.
+    ///
+    /// # Shapes
+    /// - `x`: `(..., in)`
+    /// - output: `(..., out)`
+    ///
+    /// # Errors
+    /// `x` whose last dimension is not `in`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         self.forward_with(x, false)
     }

@@ -220,6 +220,10 @@ impl LanguageModel {
     /// Next-token scores `(batch, seq, vocab)` at every position of `ids (batch, seq)`,
     /// each position seeing itself and those before it.
     ///
+    /// # Shapes
+    /// - `ids`: `(batch, seq)`, `u32`
+    /// - output: `(batch, seq, vocab)`
+    ///
     /// # Errors
     /// A bad shape or token id; a sequence longer than a learned encoding's table, naming it.
     pub fn logits(&self, ids: &Tensor) -> Result<Tensor> {
@@ -249,6 +253,10 @@ impl LanguageModel {
     /// position goes through the head, so a long prompt costs no `new × vocab` product, and
     /// the prompt is read [`PREFILL_CHUNK`] tokens at a time, so the activations stay
     /// `O(chunk × d_model)` whatever its length (chunked prefill).
+    ///
+    /// # Shapes
+    /// - `ids`: `(batch, new)`, `u32`
+    /// - output: `(batch, vocab)`
     ///
     /// # Errors
     /// A bad shape or token id; positions past a learned encoding's table; a batch that

@@ -108,6 +108,13 @@ impl Residual {
     }
 
     /// `x` plus the sublayer `f`, normalised before or after.
+    ///
+    /// # Shapes
+    /// - `x`, and what `f` returns: `(batch, seq, d_model)`
+    /// - output: `(batch, seq, d_model)`
+    ///
+    /// # Errors
+    /// `f`'s own; `x` of the wrong width.
     pub fn forward(&self, x: &Tensor, f: impl FnOnce(&Tensor) -> Result<Tensor>) -> Result<Tensor> {
         if self.norm_first {
             let y = f(&self.norm.forward(x)?)?;
