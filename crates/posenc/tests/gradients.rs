@@ -26,7 +26,10 @@ fn grad_norm(grads: &candle_core::backprop::GradStore, t: &Tensor) -> f32 {
 
 /// Runs all three hooks the way attention does, from a parameter `w` upstream:
 /// embeddings = x·w → add → split heads → rotate q and k → scores + bias (+ the bias read
-/// from the scores) → softmax.
+/// from the scores) → softmax. The loss reads the biased scores as well as the weights:
+/// softmax ignores a constant added to a whole row, so a weight that only shifts rows (the
+/// last bias of FIRE's MLP) has an exactly zero gradient through the weights, and a test of
+/// it there would pass or fail on rounding alone.
 fn forward(enc: &dyn PositionalEncoding, w: &Tensor) -> Tensor {
     let dev = Device::Cpu;
     let x = Tensor::randn(0f32, 1.0, (1, T, D), &dev).unwrap();
@@ -51,8 +54,14 @@ fn forward(enc: &dyn PositionalEncoding, w: &Tensor) -> Tensor {
     }
     let attn = candle_nn::ops::softmax(&scores, candle_core::D::Minus1).unwrap();
     let target = Tensor::randn(0f32, 1.0, attn.shape(), &dev).unwrap();
-    (attn.matmul(&q).unwrap().sum_all().unwrap() + (attn * target).unwrap().sum_all().unwrap())
+    let read_scores = (&scores * Tensor::randn(0f32, 1.0, scores.shape(), &dev).unwrap())
         .unwrap()
+        .sum_all()
+        .unwrap();
+    let read_weights = (attn.matmul(&q).unwrap().sum_all().unwrap()
+        + (attn * target).unwrap().sum_all().unwrap())
+    .unwrap();
+    (read_weights + read_scores).unwrap()
 }
 
 #[test]
