@@ -1,5 +1,7 @@
 //! `posenc`: inspect, train and compare positional encodings from the command line.
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 use clap::Parser;
