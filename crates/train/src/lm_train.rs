@@ -11,8 +11,8 @@
 //!
 //! The same seed gives the same run: the weights are a function of the seed and the windows
 //! of step `s` a function of `(seed, s)`, so a resumed run ([`crate::lm_run`]) is
-//! bit-identical to one that never stopped. (Dropout draws from candle's CPU generator,
-//! which cannot be seeded: runs repeat exactly only with `dropout = 0`, the default.)
+//! bit-identical to one that never stopped, dropout included (its masks are drawn from
+//! `(seed, s)` too: [`posenc_transformer::dropout::seed`]).
 
 use std::path::Path;
 use std::time::Instant;

@@ -12,9 +12,8 @@
 //!
 //! The same seed gives the same run: the data, the initial weights and the order of
 //! batches are functions of the seed (the batch at step `s` is a function of `(seed, s)`,
-//! so resuming needs no generator state). Dropout draws from candle's CPU generator, which
-//! cannot be seeded, so runs are bit-for-bit repeatable only with `dropout = 0` (the toy
-//! default).
+//! so resuming needs no generator state), and so are the dropout masks (each step seeds
+//! [`posenc_transformer::dropout::seed`] with `(seed, s)`).
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;

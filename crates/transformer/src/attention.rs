@@ -509,10 +509,9 @@ impl MultiHeadAttention {
                     Some(mask) => mask.fill(&logits)?,
                     None => logits.clone(),
                 };
-                let encoding = self
-                    .encoding
-                    .as_ref()
-                    .expect("an encoding reads the scores");
+                let encoding = self.encoding.as_ref().ok_or_else(|| {
+                    Error::Config("attention reads the scores but holds no encoding".into())
+                })?;
                 if let Some(extra) = encoding.score_bias(q, &masked)? {
                     logits = (logits + extra.to_dtype(masked.dtype())?)?;
                 }
