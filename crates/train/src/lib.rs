@@ -15,6 +15,7 @@ pub mod decode;
 pub mod error;
 pub mod eval;
 pub mod experiment;
+pub mod fit;
 pub mod init;
 pub mod inspect;
 pub mod kotoba;

@@ -23,40 +23,10 @@ use posenc_transformer::checkpoint::{self, CONFIG_FILE, WEIGHTS_FILE};
 use posenc_transformer::{LanguageModel, LmConfig};
 use tokenizers::Tokenizer;
 
-use crate::lm_train::{InitFrom, LmData, LmState, LmTrainConfig, Session};
+use crate::fit::Trainer;
+use crate::lm_train::{InitFrom, LmData, LmState, LmTask, LmTrainConfig};
 use crate::rundir::{self, FixedFiles, RunDir, TOKENIZER, TRAINER_FILE};
 use crate::trainer::RunOptions;
-
-/// A progress bar with the loss and throughput, and a line at every validation.
-fn progress_printer(quiet: bool) -> impl FnMut(&LmState, f64) {
-    let mut bar: Option<indicatif::ProgressBar> = None;
-    let mut logged = 0;
-    move |state: &LmState, loss: f64| {
-        if quiet {
-            return;
-        }
-        let bar = bar
-            .get_or_insert_with(|| crate::progress_bar(false, state.step - 1, state.config.steps));
-        bar.set_position(state.step as u64);
-        bar.set_message(format!(
-            "loss {loss:.3}  {:.0} tok/s",
-            state.tokens as f64 / state.elapsed_s.max(1e-9)
-        ));
-        if let Some(r) = state.history.last().filter(|r| r.step > logged) {
-            logged = r.step;
-            crate::bar_line(
-                bar,
-                format!(
-                    "step {:>6}  train loss {:.4}  valid loss {:.4}",
-                    r.step, r.train_loss, r.valid_loss
-                ),
-            );
-        }
-        if state.step == state.config.steps {
-            bar.finish_and_clear();
-        }
-    }
-}
 
 /// Trains a new model of `cfg` on `data` into `out`, which must be new or empty (or hold a
 /// run, with `opts.force`); returns the final state.
@@ -77,9 +47,8 @@ pub fn start(
         tokenizer.get_vocab_size(true),
         cfg.model.vocab_size
     );
-    let session = Session::new(cfg, data)?;
-    initialize(&session.varmap, cfg)?;
-    let mut state = LmState::new(rundir::new_run_id(), cfg.clone());
+    let task = LmTask::new(cfg, data)?;
+    let state = LmState::new(rundir::new_run_id(), cfg.clone());
     let tokenizer_json = tokenizer
         .to_string(true)
         .map_err(crate::Error::Tokenizer)
@@ -88,17 +57,14 @@ pub fn start(
         serde_json::to_string_pretty(&cfg.model)?.into_bytes(),
         vec![(TOKENIZER, tokenizer_json.into_bytes())],
     )?;
-    let dir = RunDir::create(out, &fixed, &state, opts.force, |d| {
-        describe_existing(d, cfg)
-    })?;
-    session.run(
-        &mut state,
-        data,
-        Some(dir.path()),
-        opts.stop_after,
-        progress_printer(opts.quiet),
-    )?;
-    Ok(state)
+    Trainer::new(task, cfg)?.start(
+        state,
+        &fixed,
+        out,
+        opts,
+        |d| describe_existing(d, cfg),
+        |v| initialize(v, cfg),
+    )
 }
 
 /// The step-0 weights of `cfg`: random from its seed, or the weights of the run it starts
@@ -190,7 +156,7 @@ pub fn resume(
     data: impl FnOnce(&LmTrainConfig, &Tokenizer) -> Result<LmData>,
     opts: RunOptions,
 ) -> Result<LmState> {
-    let (dir, mut state): (RunDir, LmState) = rundir::resume_state(out, steps)?;
+    let (dir, state): (RunDir, LmState) = rundir::resume_state(out, steps)?;
     let (model, tokenizer) = read_fixed(out)?;
     ensure!(
         model == state.config.model,
@@ -199,21 +165,9 @@ pub fn resume(
         out.join(TRAINER_FILE).display()
     );
     let data = data(&state.config, &tokenizer)?;
-    let mut session = Session::new(&state.config, &data)?;
-    dir.begin_writing()?;
-    if state.step > 0 {
-        rundir::restore(out, &session.varmap, &mut session.opt, state.step)?;
-    } else {
-        initialize(&session.varmap, &state.config)?;
-    }
-    session.run(
-        &mut state,
-        &data,
-        Some(out),
-        opts.stop_after,
-        progress_printer(opts.quiet),
-    )?;
-    Ok(state)
+    let task = LmTask::new(&state.config, &data)?;
+    let cfg = state.config.clone();
+    Trainer::new(task, &cfg)?.resume(dir, state, opts, |v| initialize(v, &cfg))
 }
 
 /// `config.json` and `tokenizer.json`, checked against each other.

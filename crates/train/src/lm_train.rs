@@ -1,10 +1,6 @@
 //! Training a [`LanguageModel`] on a token stream: random windows, AdamW with nanoGPT's
-//! schedule (linear warm-up, cosine decay to a floor), cross-entropy of every next token.
-//!
-//! ```text
-//! lr(t) = lr · t/warmup                                        t < warmup
-//!       = min_lr + ½(1 + cos(π (t − warmup)/(steps − warmup)))(lr − min_lr)   after
-//! ```
+//! schedule ([`crate::schedule::Cosine`]: linear warm-up, cosine decay to a floor),
+//! cross-entropy of every next token, through the one training loop ([`crate::fit`]).
 //!
 //! [`evaluate`] measures the loss over windows of any length, position by position, which
 //! is how the encodings' behaviour past the trained context is measured.
@@ -14,8 +10,6 @@
 //! bit-identical to one that never stopped, dropout included (its masks are drawn from
 //! `(seed, s)` too: [`posenc_transformer::dropout::seed`]).
 
-use std::path::Path;
-use std::time::Instant;
 
 use crate::error::Result;
 use candle_core::{DType, Device, Tensor, D};
@@ -30,7 +24,8 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::loss::label_smoothed_cross_entropy;
-use crate::optim::{AdamW, AdamWConfig};
+use crate::fit::{StepLoss, Task, Trainer};
+use crate::optim::AdamWConfig;
 use crate::text_tokenizer::TextTokenizer;
 
 /// The settings of one run. The defaults are nanoGPT's documented CPU run on
@@ -115,13 +110,16 @@ impl Default for LmTrainConfig {
 impl LmTrainConfig {
     /// The learning rate at step `t` (0-based).
     pub fn lr(&self, t: usize) -> f64 {
-        if t < self.warmup {
-            return self.lr * (t + 1) as f64 / self.warmup as f64;
+        self.schedule().lr(t)
+    }
+
+    fn schedule(&self) -> crate::schedule::Cosine {
+        crate::schedule::Cosine {
+            lr: self.lr,
+            min_lr: self.min_lr,
+            warmup: self.warmup,
+            steps: self.steps,
         }
-        let span = self.steps.saturating_sub(self.warmup).max(1);
-        let progress = ((t - self.warmup) as f64 / span as f64).min(1.0);
-        let cosine = 0.5 * (1.0 + (std::f64::consts::PI * progress).cos());
-        self.min_lr + cosine * (self.lr - self.min_lr)
     }
 
     /// Checks the settings, and that a step's attention scores fit in memory.
@@ -148,13 +146,7 @@ impl LmTrainConfig {
         if let Some(range) = self.randomized_positions {
             crate::randomized::check(range, self.model.context, None)?;
         }
-        ensure!(
-            self.lr.is_finite() && self.lr > 0.0 && self.min_lr >= 0.0 && self.min_lr <= self.lr,
-            "need 0 ≤ min_lr ≤ lr and lr > 0, got lr = {}, min_lr = {}",
-            self.lr,
-            self.min_lr
-        );
-        Ok(())
+        self.schedule().validate()
     }
 }
 
@@ -511,54 +503,47 @@ pub struct LmRecord {
     pub elapsed_s: f64,
 }
 
-/// The state of a run: its config and progress (`trainer.json`, and the header of every
-/// checkpoint).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LmState {
-    /// The run's id (empty for a run held only in memory).
-    pub run: String,
-    /// The run's settings.
-    pub config: LmTrainConfig,
-    /// Steps done.
-    pub step: usize,
-    /// Validation history.
-    pub history: Vec<LmRecord>,
-    /// Training seconds so far, over every resumption.
-    pub elapsed_s: f64,
-    /// Tokens trained on so far.
-    pub tokens: usize,
-    /// Sum and count of the training losses since the last record, so a resumed run's
-    /// next record averages the same steps as an uninterrupted one's.
-    pub pending: (f64, usize),
-}
-
-impl crate::rundir::Progress for LmState {
-    fn run(&self) -> &str {
-        &self.run
-    }
+impl crate::fit::Validation for LmRecord {
     fn step(&self) -> usize {
         self.step
     }
-    fn set_steps(&mut self, steps: usize) {
-        self.config.steps = steps;
+    fn summary(&self) -> String {
+        format!(
+            "train loss {:.4}  valid loss {:.4}",
+            self.train_loss, self.valid_loss
+        )
     }
 }
 
-impl LmState {
-    /// A run at step 0.
-    pub fn new(run: String, config: LmTrainConfig) -> Self {
-        Self {
-            run,
-            config,
-            step: 0,
-            history: Vec::new(),
-            elapsed_s: 0.0,
-            tokens: 0,
-            pending: (0.0, 0),
-        }
+impl crate::fit::Settings for LmTrainConfig {
+    fn seed(&self) -> u64 {
+        self.seed
     }
+    fn steps(&self) -> usize {
+        self.steps
+    }
+    fn set_steps(&mut self, steps: usize) {
+        self.steps = steps;
+    }
+    fn eval_every(&self) -> usize {
+        self.eval_every
+    }
+    fn save_every(&self) -> usize {
+        self.save_every
+    }
+    fn adam(&self) -> AdamWConfig {
+        self.adam
+    }
+    fn lr(&self, step: usize) -> f64 {
+        LmTrainConfig::lr(self, step - 1)
+    }
+}
 
+/// The state of a run: its config and progress (`trainer.json`, and the header of every
+/// checkpoint).
+pub type LmState = crate::fit::RunState<LmTrainConfig, LmRecord>;
+
+impl LmState {
     /// The last validation loss.
     pub fn valid_loss(&self) -> Option<f64> {
         self.history.last().map(|r| r.valid_loss)
@@ -592,16 +577,17 @@ impl LmData {
     }
 }
 
-/// A model and its optimizer, built and checked before anything is written.
-pub(crate) struct Session {
+/// The language-model task: a model and its token streams, built and checked before
+/// anything is written.
+pub(crate) struct LmTask<'a> {
     pub(crate) varmap: VarMap,
-    pub(crate) opt: AdamW,
     model: LanguageModel,
+    data: &'a LmData,
 }
 
-impl Session {
+impl<'a> LmTask<'a> {
     /// A fresh model of `cfg` (weights not yet initialised or restored).
-    pub(crate) fn new(cfg: &LmTrainConfig, data: &LmData) -> Result<Self> {
+    pub(crate) fn new(cfg: &LmTrainConfig, data: &'a LmData) -> Result<Self> {
         cfg.validate()?;
         ensure!(
             data.train.len() > cfg.model.context + 1,
@@ -625,89 +611,72 @@ impl Session {
         if let Some(range) = cfg.randomized_positions {
             crate::randomized::check(range, cfg.model.context, model.max_positions())?;
         }
-        let opt = AdamW::new(&varmap, cfg.adam)?;
-        Ok(Self { varmap, opt, model })
+        Ok(Self {
+            varmap,
+            model,
+            data,
+        })
+    }
+}
+
+impl Task for LmTask<'_> {
+    type Config = LmTrainConfig;
+    type Record = LmRecord;
+
+    fn varmap(&self) -> &VarMap {
+        &self.varmap
     }
 
-    /// Trains from `state.step` to `state.config.steps`, validating every `eval_every`
-    /// steps and, with a directory, saving every `save_every` steps and at the end.
-    /// `progress(state, loss)` is called after every step.
-    pub(crate) fn run(
-        mut self,
-        state: &mut LmState,
-        data: &LmData,
-        dir: Option<&Path>,
-        stop_after: Option<usize>,
-        mut progress: impl FnMut(&LmState, f64),
-    ) -> Result<LanguageModel> {
-        let cfg = state.config.clone();
-        let device = Device::Cpu;
-        state.history.retain(|r| r.step <= state.step);
-        let started = Instant::now();
-        let elapsed_before = state.elapsed_s;
-        let mut saved = dir
-            .is_some_and(|d| d.join(crate::rundir::STATE_FILE).exists())
-            .then_some(state.step);
-        let until = stop_after.map_or(cfg.steps, |s| s.min(cfg.steps));
-        while state.step < until {
-            let step = state.step;
-            posenc_transformer::dropout::seed(cfg.seed, step as u64);
-            let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
-            rng.set_stream(step as u64);
-            let (x, y) = random_windows(&data.train, cfg.model.context, cfg.batch_size, &mut rng)?;
-            let positions = cfg
-                .randomized_positions
-                .map(|range| crate::randomized::draw(&mut rng, cfg.model.context, range))
-                .transpose()?;
-            let at = positions
-                .as_deref()
-                .map_or(Positions::From(0), Positions::At);
-            let l = loss(&self.model, &x, &y, at)?;
-            let value = f64::from(l.to_scalar::<f32>()?);
-            if !value.is_finite() {
-                return Err(crate::trainer::Diverged {
-                    step: step + 1,
-                    loss: value as f32,
-                }
-                .into());
-            }
-            self.opt.step(&l.backward()?, cfg.lr(step))?;
-            state.step += 1;
-            state.tokens += x.elem_count();
-            state.elapsed_s = elapsed_before + started.elapsed().as_secs_f64();
-            state.pending.0 += value;
-            state.pending.1 += 1;
-            let last = state.step == cfg.steps;
-            if !data.valid.is_empty() && (state.step.is_multiple_of(cfg.eval_every) || last) {
-                let view = LanguageModel::frozen(&cfg.model, &self.varmap, &device)?;
-                let valid = evaluate(
-                    &view,
-                    &data.valid,
-                    cfg.model.context,
-                    cfg.eval_windows,
-                    cfg.model.context,
-                )?;
-                state.history.push(LmRecord {
-                    step: state.step,
-                    train_loss: state.pending.0 / state.pending.1.max(1) as f64,
-                    valid_loss: valid.loss,
-                    elapsed_s: state.elapsed_s,
-                });
-                state.pending = (0.0, 0);
-            }
-            if let Some(dir) = dir {
-                if state.step.is_multiple_of(cfg.save_every) || last {
-                    crate::rundir::save_checkpoint(dir, &self.varmap, &self.opt, state)?;
-                    saved = Some(state.step);
-                }
-            }
-            progress(state, value);
+    /// Random windows of the training stream, drawn (with the randomized positions, if
+    /// any) from the generator of stream `step − 1`.
+    fn loss(&mut self, cfg: &LmTrainConfig, step: usize) -> Result<StepLoss> {
+        let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
+        rng.set_stream(step as u64 - 1);
+        let (x, y) = random_windows(
+            &self.data.train,
+            cfg.model.context,
+            cfg.batch_size,
+            &mut rng,
+        )?;
+        let positions = cfg
+            .randomized_positions
+            .map(|range| crate::randomized::draw(&mut rng, cfg.model.context, range))
+            .transpose()?;
+        let at = positions
+            .as_deref()
+            .map_or(Positions::From(0), Positions::At);
+        Ok(StepLoss {
+            loss: loss(&self.model, &x, &y, at)?,
+            tokens: x.elem_count(),
+        })
+    }
+
+    /// The loss over validation windows of the trained context (`None` without a
+    /// validation stream).
+    fn validate(
+        &mut self,
+        cfg: &LmTrainConfig,
+        step: usize,
+        train_loss: f64,
+        elapsed_s: f64,
+    ) -> Result<Option<LmRecord>> {
+        if self.data.valid.is_empty() {
+            return Ok(None);
         }
-        if let Some(dir) = dir.filter(|_| saved != Some(state.step)) {
-            crate::rundir::save_checkpoint(dir, &self.varmap, &self.opt, state)?;
-        }
-        drop(self.model);
-        Ok(LanguageModel::frozen(&cfg.model, &self.varmap, &device)?)
+        let view = LanguageModel::frozen(&cfg.model, &self.varmap, &Device::Cpu)?;
+        let valid = evaluate(
+            &view,
+            &self.data.valid,
+            cfg.model.context,
+            cfg.eval_windows,
+            cfg.model.context,
+        )?;
+        Ok(Some(LmRecord {
+            step,
+            train_loss,
+            valid_loss: valid.loss,
+            elapsed_s,
+        }))
     }
 }
 
@@ -733,15 +702,16 @@ pub fn train_lm(
     data: &LmData,
     mut progress: impl FnMut(&LmState, f64),
 ) -> Result<LmRun> {
-    let session = Session::new(cfg, data)?;
-    crate::init::initialize(&session.varmap, cfg.seed)?;
-    let varmap = session.varmap.clone();
+    let task = LmTask::new(cfg, data)?;
+    crate::init::initialize(&task.varmap, cfg.seed)?;
+    let varmap = task.varmap.clone();
     let mut state = LmState::new(String::new(), cfg.clone());
     let mut losses = Vec::with_capacity(cfg.steps);
-    let model = session.run(&mut state, data, None, None, |s, l| {
-        losses.push(l);
-        progress(s, l);
+    Trainer::new(task, cfg)?.run(&mut state, None, None, |s, stepped| {
+        losses.push(stepped.loss);
+        progress(s, stepped.loss);
     })?;
+    let model = LanguageModel::frozen(&cfg.model, &varmap, &Device::Cpu)?;
     Ok(LmRun {
         model,
         varmap,

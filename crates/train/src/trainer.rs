@@ -16,7 +16,6 @@
 //! [`posenc_transformer::dropout::seed`] with `(seed, s)`).
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 use crate::error::Result;
 use candle_core::{DType, Device, Tensor, D};
@@ -36,7 +35,8 @@ use crate::decode;
 use crate::init::initialize;
 use crate::loss::label_smoothed_cross_entropy;
 use crate::metrics::exact_match;
-use crate::optim::{AdamW, AdamWConfig};
+use crate::fit::{StepLoss, Task, Trainer};
+use crate::optim::AdamWConfig;
 use crate::rundir::{self, FixedFiles, RunDir};
 use crate::schedule::Noam;
 use crate::vocab::{Vocab, PAD_ID};
@@ -178,16 +178,7 @@ impl TrainConfig {
     }
 }
 
-/// Training stopped because the loss stopped being finite (an encoding whose values grow
-/// without bound can do this). The last checkpoint before it stays on disk.
-#[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
-#[error("the loss diverged to {loss} at step {step}")]
-pub struct Diverged {
-    /// The step whose loss was not finite.
-    pub step: usize,
-    /// That loss.
-    pub loss: f32,
-}
+pub use crate::fit::Diverged;
 
 /// One validation record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -204,44 +195,56 @@ pub struct Record {
     pub elapsed_s: f64,
 }
 
-/// `trainer.json`: the run's config and progress.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct TrainerState {
-    /// The run's id (as in `manifest.json` and the weight files).
-    pub run: String,
-    /// The run's config.
-    pub config: TrainConfig,
-    /// Steps done.
-    pub step: usize,
-    /// Validation history.
-    pub history: Vec<Record>,
-    /// Training seconds so far, over every resumption.
-    pub elapsed_s: f64,
-    /// Source and target tokens trained on so far.
-    pub tokens: usize,
-}
-
-impl rundir::Progress for TrainerState {
-    fn run(&self) -> &str {
-        &self.run
-    }
+impl crate::fit::Validation for Record {
     fn step(&self) -> usize {
         self.step
     }
-    fn set_steps(&mut self, steps: usize) {
-        self.config.steps = steps;
+    fn summary(&self) -> String {
+        format!(
+            "train loss {:.4}  valid loss {:.4}  valid exact {:.1}%",
+            self.train_loss,
+            self.valid_loss,
+            100.0 * self.valid_exact
+        )
     }
 }
+
+impl crate::fit::Settings for TrainConfig {
+    fn seed(&self) -> u64 {
+        self.seed
+    }
+    fn steps(&self) -> usize {
+        self.steps
+    }
+    fn set_steps(&mut self, steps: usize) {
+        self.steps = steps;
+    }
+    fn eval_every(&self) -> usize {
+        self.eval_every
+    }
+    fn save_every(&self) -> usize {
+        self.save_every
+    }
+    fn adam(&self) -> AdamWConfig {
+        self.adam
+    }
+    fn lr(&self, step: usize) -> f64 {
+        Noam {
+            factor: self.lr_factor,
+            d_model: self.model.d_model,
+            warmup: self.warmup,
+        }
+        .lr(step)
+    }
+}
+
+/// `trainer.json`: the run's config and progress.
+pub type TrainerState = crate::fit::RunState<TrainConfig, Record>;
 
 impl TrainerState {
     /// Reads `trainer.json` from a run directory.
     pub fn load(dir: &Path) -> Result<Self> {
         rundir::read_trainer(dir)
-    }
-
-    /// Training throughput in tokens per second.
-    pub fn tokens_per_second(&self) -> f64 {
-        self.tokens as f64 / self.elapsed_s.max(1e-9)
     }
 }
 
@@ -364,16 +367,8 @@ pub fn train(cfg: TrainConfig, out: &Path, opts: RunOptions) -> Result<TrainerSt
     let mut cfg = cfg;
     cfg.model.src_vocab_size = src.len();
     cfg.model.tgt_vocab_size = tgt.len();
-    let state = TrainerState {
-        run: rundir::new_run_id(),
-        config: cfg,
-        step: 0,
-        history: Vec::new(),
-        elapsed_s: 0.0,
-        tokens: 0,
-    };
-    let session = Session::new(&state.config, &splits, &src, &tgt)?;
-    initialize(&session.varmap, state.config.seed)?;
+    let state = TrainerState::new(rundir::new_run_id(), cfg);
+    let task = Translation::new(&state.config, &splits, &src, &tgt)?;
     let fixed = FixedFiles::new(
         serde_json::to_string_pretty(&state.config.model)?.into_bytes(),
         vec![
@@ -381,10 +376,16 @@ pub fn train(cfg: TrainConfig, out: &Path, opts: RunOptions) -> Result<TrainerSt
             (TARGET_TOKENIZER, tgt.to_json()?.into_bytes()),
         ],
     )?;
-    let dir = RunDir::create(out, &fixed, &state, opts.force, |d| {
-        describe_existing(d, &state.config)
-    })?;
-    session.run(state, &tgt, &dir, opts)
+    let seed = state.config.seed;
+    let wanted = state.config.clone();
+    Trainer::new(task, &wanted)?.start(
+        state,
+        &fixed,
+        out,
+        opts,
+        |d| describe_existing(d, &wanted),
+        |v| initialize(v, seed),
+    )
 }
 
 /// Why `train` will not overwrite the run in `dir`.
@@ -428,28 +429,24 @@ pub fn resume(out: &Path, steps: Option<usize>, opts: RunOptions) -> Result<Trai
         out.display()
     );
     let splits = data::generate(&state.config.data)?;
-    let mut session = Session::new(&state.config, &splits, &src, &tgt)?;
-    dir.begin_writing()?;
-    if state.step > 0 {
-        rundir::restore(out, &session.varmap, &mut session.opt, state.step)?;
-    } else {
-        initialize(&session.varmap, state.config.seed)?;
-    }
-    session.run(state, &tgt, &dir, opts)
+    let task = Translation::new(&state.config, &splits, &src, &tgt)?;
+    let seed = state.config.seed;
+    Trainer::new(task, &state.config)?.resume(dir, state, opts, |v| initialize(v, seed))
 }
 
-/// A model, its optimizer and its encoded data, built and checked before anything is
-/// written.
-struct Session {
+/// The translation task: a model and its encoded data, built and checked before anything
+/// is written.
+struct Translation {
     varmap: VarMap,
     model: Transformer,
-    opt: AdamW,
     train_examples: Vec<Example>,
     valid_examples: Vec<Example>,
     valid_refs: Vec<String>,
+    tgt: Vocab,
+    order: Order,
 }
 
-impl Session {
+impl Translation {
     fn new(cfg: &TrainConfig, splits: &Splits, src: &Vocab, tgt: &Vocab) -> Result<Self> {
         let device = Device::Cpu;
         let train_examples = batch::encode(&splits.train, src, tgt)?;
@@ -466,123 +463,81 @@ impl Session {
             &valid_examples,
             cfg.randomized_positions,
         )?;
-        let opt = AdamW::new(&varmap, cfg.adam)?;
+        let order = Order {
+            seed: cfg.seed,
+            n: train_examples.len(),
+            epoch: None,
+        };
         Ok(Self {
             varmap,
             model,
-            opt,
             train_examples,
             valid_examples,
             valid_refs,
+            tgt: tgt.clone(),
+            order,
+        })
+    }
+}
+
+impl Task for Translation {
+    type Config = TrainConfig;
+    type Record = Record;
+
+    fn varmap(&self) -> &VarMap {
+        &self.varmap
+    }
+
+    fn loss(&mut self, cfg: &TrainConfig, step: usize) -> Result<StepLoss> {
+        let idx = self.order.batch(step, cfg.batch_size);
+        let examples: Vec<&Example> = idx.iter().map(|&i| &self.train_examples[i]).collect();
+        let b = Batch::new(&examples, &Device::Cpu)?;
+        let (src_at, tgt_at) = match cfg.randomized_positions {
+            Some(range) => {
+                let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ RANDOMIZED_STREAM);
+                rng.set_stream(step as u64);
+                (
+                    crate::randomized::draw(&mut rng, b.src.dim(1)?, range)?,
+                    crate::randomized::draw(&mut rng, b.tgt_in.dim(1)?, range)?,
+                )
+            }
+            None => (Vec::new(), Vec::new()),
+        };
+        let loss = batch_loss_at(
+            &self.model,
+            &b,
+            cfg.label_smoothing,
+            (listed(&src_at), listed(&tgt_at)),
+        )?;
+        Ok(StepLoss {
+            loss,
+            tokens: b.src.elem_count() + b.tgt_in.elem_count(),
         })
     }
 
-    /// Trains from `state.step` to `state.config.steps`, validating and saving into `dir`.
-    fn run(
-        mut self,
-        mut state: TrainerState,
-        tgt_vocab: &Vocab,
-        dir: &RunDir,
-        opts: RunOptions,
-    ) -> Result<TrainerState> {
-        let out = dir.path();
-        let device = Device::Cpu;
-        let cfg = state.config.clone();
-        state.history.retain(|r| r.step <= state.step);
-        let schedule = Noam {
-            factor: cfg.lr_factor,
-            d_model: cfg.model.d_model,
-            warmup: cfg.warmup,
-        };
-        let mut order = Order {
-            seed: cfg.seed,
-            n: self.train_examples.len(),
-            epoch: None,
-        };
-        let bar = crate::progress_bar(opts.quiet, state.step, cfg.steps);
-        let started = Instant::now();
-        let elapsed_before = state.elapsed_s;
-        let (mut loss_sum, mut loss_n) = (0.0, 0usize);
-        let mut saved = out.join(STATE_FILE).exists().then_some(state.step);
-        let until = opts.stop_after.map_or(cfg.steps, |s| s.min(cfg.steps));
-        while state.step < until {
-            let step = state.step + 1;
-            posenc_transformer::dropout::seed(cfg.seed, step as u64);
-            let idx = order.batch(step, cfg.batch_size);
-            let examples: Vec<&Example> = idx.iter().map(|&i| &self.train_examples[i]).collect();
-            let b = Batch::new(&examples, &device)?;
-            let (src_at, tgt_at) = match cfg.randomized_positions {
-                Some(range) => {
-                    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ RANDOMIZED_STREAM);
-                    rng.set_stream(step as u64);
-                    (
-                        crate::randomized::draw(&mut rng, b.src.dim(1)?, range)?,
-                        crate::randomized::draw(&mut rng, b.tgt_in.dim(1)?, range)?,
-                    )
-                }
-                None => (Vec::new(), Vec::new()),
-            };
-            let loss = batch_loss_at(
-                &self.model,
-                &b,
-                cfg.label_smoothing,
-                (listed(&src_at), listed(&tgt_at)),
-            )?;
-            let lr = schedule.lr(step);
-            self.opt.step(&loss.backward()?, lr)?;
-            let loss: f32 = loss.to_scalar()?;
-            if !loss.is_finite() {
-                return Err(Diverged { step, loss }.into());
-            }
-            loss_sum += f64::from(loss);
-            loss_n += 1;
-            state.step = step;
-            state.tokens += b.src.elem_count() + b.tgt_in.elem_count();
-            state.elapsed_s = elapsed_before + started.elapsed().as_secs_f64();
-            bar.set_position(step as u64);
-            bar.set_message(format!(
-                "loss {loss:.3}  lr {lr:.2e}  {:.0} tok/s",
-                state.tokens_per_second()
-            ));
-            if step.is_multiple_of(cfg.eval_every) || step == cfg.steps {
-                let view = Transformer::frozen(&cfg.model, &self.varmap, &device)?;
-                let (valid_loss, valid_exact) = validate(
-                    &view,
-                    &self.valid_examples,
-                    &self.valid_refs,
-                    tgt_vocab,
-                    cfg.label_smoothing,
-                    cfg.eval_sentences,
-                )?;
-                let record = Record {
-                    step,
-                    train_loss: loss_sum / loss_n.max(1) as f64,
-                    valid_loss,
-                    valid_exact,
-                    elapsed_s: elapsed_before + started.elapsed().as_secs_f64(),
-                };
-                (loss_sum, loss_n) = (0.0, 0);
-                if !opts.quiet {
-                    let line = format!(
-                        "step {step:>6}  train loss {:.4}  valid loss {:.4}  valid exact {:.1}%",
-                        record.train_loss,
-                        record.valid_loss,
-                        100.0 * record.valid_exact
-                    );
-                    crate::bar_line(&bar, line);
-                }
-                state.history.push(record);
-            }
-            if step.is_multiple_of(cfg.save_every) || step == cfg.steps {
-                rundir::save_checkpoint(out, &self.varmap, &self.opt, &state)?;
-                saved = Some(step);
-            }
-        }
-        bar.finish_and_clear();
-        if saved != Some(state.step) {
-            rundir::save_checkpoint(out, &self.varmap, &self.opt, &state)?;
-        }
-        Ok(state)
+    fn validate(
+        &mut self,
+        cfg: &TrainConfig,
+        step: usize,
+        train_loss: f64,
+        elapsed_s: f64,
+    ) -> Result<Option<Record>> {
+        let view = Transformer::frozen(&cfg.model, &self.varmap, &Device::Cpu)?;
+        let (valid_loss, valid_exact) = validate(
+            &view,
+            &self.valid_examples,
+            &self.valid_refs,
+            &self.tgt,
+            cfg.label_smoothing,
+            cfg.eval_sentences,
+        )?;
+        Ok(Some(Record {
+            step,
+            train_loss,
+            valid_loss,
+            valid_exact,
+            elapsed_s,
+        }))
     }
 }
 

@@ -1,0 +1,324 @@
+//! The one training loop. Every task (translation, the language model, the algorithmic
+//! length-generalization tasks) runs through [`Trainer::run`]; a task only says what a
+//! step's loss is and how to validate ([`Task`]).
+//!
+//! ```text
+//! for step in state.step + 1 ..= steps:
+//!     dropout::seed(seed, step)                 masks: a function of (seed, step)
+//!     loss = task.loss(step)                    batch: a function of (seed, step)
+//!     loss not finite         → Err(Diverged { step, loss })
+//!     AdamW step at lr(step)
+//!     step % eval_every == 0 or last → task.validate(…) appended to the history
+//!     step % save_every == 0 or last → checkpoint (atomically, in the run directory)
+//! ```
+//!
+//! Because nothing a step draws depends on the steps before it, a run resumed from any
+//! checkpoint is bit-identical to one that never stopped: the loop keeps no state outside
+//! [`RunState`], which every checkpoint saves (the training losses since the last
+//! validation included, so a resumed run's next record averages the same steps).
+
+use std::path::Path;
+use std::time::Instant;
+
+use candle_core::Tensor;
+use candle_nn::VarMap;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::error::Result;
+use crate::optim::{AdamW, AdamWConfig};
+use crate::rundir::{self, FixedFiles, RunDir};
+
+/// The settings the loop reads from a task's config.
+pub trait Settings: Clone + Serialize + DeserializeOwned {
+    /// Seed of the weights, the batches and the dropout masks.
+    fn seed(&self) -> u64;
+    /// Optimizer steps in all.
+    fn steps(&self) -> usize;
+    /// Sets the steps in all (a resumed run may go further).
+    fn set_steps(&mut self, steps: usize);
+    /// Validate every this many steps (and at the last).
+    fn eval_every(&self) -> usize;
+    /// Save a checkpoint every this many steps (and at the last).
+    fn save_every(&self) -> usize;
+    /// The optimizer's settings.
+    fn adam(&self) -> AdamWConfig;
+    /// The learning rate of step `step` (counted from 1).
+    fn lr(&self, step: usize) -> f64;
+}
+
+/// One validation record of a task's history.
+pub trait Validation: Clone + Serialize + DeserializeOwned {
+    /// The step it was taken at.
+    fn step(&self) -> usize;
+    /// What a progress line shows after the step, e.g. `train loss 1.2  valid loss 1.3`.
+    fn summary(&self) -> String;
+}
+
+/// The loss of one training step.
+#[derive(Debug)]
+pub struct StepLoss {
+    /// The scalar loss to differentiate.
+    pub loss: Tensor,
+    /// How many tokens the step trained on (for throughput).
+    pub tokens: usize,
+}
+
+/// What a task gives the loop.
+pub trait Task {
+    /// The run's settings (`trainer.json`'s `config`).
+    type Config: Settings;
+    /// One validation record.
+    type Record: Validation;
+
+    /// The trainable weights.
+    fn varmap(&self) -> &VarMap;
+
+    /// The loss of step `step` (counted from 1) on its batch, which must be a function of
+    /// the seed and `step` alone.
+    ///
+    /// # Errors
+    /// Whatever building the batch or the forward pass refuses.
+    fn loss(&mut self, cfg: &Self::Config, step: usize) -> Result<StepLoss>;
+
+    /// Validates the weights after `step`, given the mean training loss since the last
+    /// record and the seconds trained so far; `None` if the task has nothing to validate on.
+    ///
+    /// # Errors
+    /// Whatever the evaluation refuses.
+    fn validate(
+        &mut self,
+        cfg: &Self::Config,
+        step: usize,
+        train_loss: f64,
+        elapsed_s: f64,
+    ) -> Result<Option<Self::Record>>;
+}
+
+/// Training stopped because the loss stopped being finite (an encoding whose values grow
+/// without bound can do this). The last checkpoint before it stays on disk.
+#[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
+#[error("the loss diverged to {loss} at step {step}")]
+pub struct Diverged {
+    /// The step whose loss was not finite.
+    pub step: usize,
+    /// That loss.
+    pub loss: f32,
+}
+
+/// A run's config and progress: `trainer.json`, and the header of every checkpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunState<C, R> {
+    /// The run's id (as in `manifest.json` and the weight files; empty for a run held only
+    /// in memory).
+    pub run: String,
+    /// The run's settings.
+    pub config: C,
+    /// Steps done.
+    pub step: usize,
+    /// Validation history.
+    pub history: Vec<R>,
+    /// Training seconds so far, over every resumption.
+    pub elapsed_s: f64,
+    /// Tokens trained on so far.
+    pub tokens: usize,
+    /// Sum and count of the training losses since the last record, so a resumed run's
+    /// next record averages the same steps as an uninterrupted one's (absent in runs
+    /// written before it was saved: then zero).
+    #[serde(default)]
+    pub pending: (f64, usize),
+}
+
+impl<C, R> RunState<C, R> {
+    /// A run at step 0.
+    pub fn new(run: String, config: C) -> Self {
+        Self {
+            run,
+            config,
+            step: 0,
+            history: Vec::new(),
+            elapsed_s: 0.0,
+            tokens: 0,
+            pending: (0.0, 0),
+        }
+    }
+
+    /// Training throughput in tokens per second.
+    pub fn tokens_per_second(&self) -> f64 {
+        self.tokens as f64 / self.elapsed_s.max(1e-9)
+    }
+}
+
+impl<C: Settings, R: Validation> rundir::Progress for RunState<C, R> {
+    fn run(&self) -> &str {
+        &self.run
+    }
+    fn step(&self) -> usize {
+        self.step
+    }
+    fn set_steps(&mut self, steps: usize) {
+        self.config.set_steps(steps);
+    }
+}
+
+/// What the loop reports after each step.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Stepped {
+    /// The step's loss.
+    pub loss: f64,
+    /// Its learning rate.
+    pub lr: f64,
+}
+
+/// A task with its optimizer, built and checked before anything is written.
+pub(crate) struct Trainer<T: Task> {
+    pub(crate) task: T,
+    pub(crate) opt: AdamW,
+}
+
+/// The state of task `T`'s runs.
+pub(crate) type StateOf<T> = RunState<<T as Task>::Config, <T as Task>::Record>;
+
+impl<T: Task> Trainer<T> {
+    /// The task with a fresh optimizer over its weights.
+    pub(crate) fn new(task: T, cfg: &T::Config) -> Result<Self> {
+        let opt = AdamW::new(task.varmap(), cfg.adam())?;
+        Ok(Self { task, opt })
+    }
+
+    /// Starts `state` (at step 0) in `out`, which must be new or empty, or hold a run that
+    /// `force` allows replacing (`describe` says why not otherwise): initialises the weights
+    /// with `init`, writes the fixed files and trains.
+    pub(crate) fn start(
+        mut self,
+        mut state: StateOf<T>,
+        fixed: &FixedFiles,
+        out: &Path,
+        opts: crate::trainer::RunOptions,
+        describe: impl Fn(&Path) -> String,
+        init: impl FnOnce(&VarMap) -> Result<()>,
+    ) -> Result<StateOf<T>> {
+        init(self.task.varmap())?;
+        let dir = RunDir::create(out, fixed, &state, opts.force, describe)?;
+        self.run(&mut state, Some(dir.path()), opts.stop_after, printer(opts.quiet))?;
+        Ok(state)
+    }
+
+    /// Continues `state`, read from the run directory `dir` (locked by
+    /// [`rundir::resume_state`]): restores its last checkpoint, or, at step 0, initialises
+    /// the weights with `init`, and trains.
+    pub(crate) fn resume(
+        mut self,
+        dir: RunDir,
+        mut state: StateOf<T>,
+        opts: crate::trainer::RunOptions,
+        init: impl FnOnce(&VarMap) -> Result<()>,
+    ) -> Result<StateOf<T>> {
+        dir.begin_writing()?;
+        if state.step > 0 {
+            rundir::restore(dir.path(), self.task.varmap(), &mut self.opt, state.step)?;
+        } else {
+            init(self.task.varmap())?;
+        }
+        self.run(&mut state, Some(dir.path()), opts.stop_after, printer(opts.quiet))?;
+        Ok(state)
+    }
+
+    /// Trains from `state.step` to `state.config.steps()` (or `stop_after`, as an
+    /// interrupted run would stop), validating and, with a directory, saving on the
+    /// config's schedule and at the end; `progress` sees the state after every step.
+    ///
+    /// # Errors
+    /// [`Diverged`] at a loss that is not finite; whatever the task or a write refuses.
+    pub(crate) fn run(
+        &mut self,
+        state: &mut StateOf<T>,
+        dir: Option<&Path>,
+        stop_after: Option<usize>,
+        mut progress: impl FnMut(&StateOf<T>, Stepped),
+    ) -> Result<()> {
+        let cfg = state.config.clone();
+        state.history.retain(|r| r.step() <= state.step);
+        let started = Instant::now();
+        let elapsed_before = state.elapsed_s;
+        let mut saved = dir
+            .is_some_and(|d| d.join(rundir::STATE_FILE).exists())
+            .then_some(state.step);
+        let until = stop_after.map_or(cfg.steps(), |s| s.min(cfg.steps()));
+        while state.step < until {
+            let step = state.step + 1;
+            posenc_transformer::dropout::seed(cfg.seed(), step as u64);
+            let StepLoss { loss, tokens } = self.task.loss(&cfg, step)?;
+            let value: f32 = loss.to_scalar()?;
+            if !value.is_finite() {
+                return Err(Diverged { step, loss: value }.into());
+            }
+            let lr = cfg.lr(step);
+            self.opt.step(&loss.backward()?, lr)?;
+            state.step = step;
+            state.tokens += tokens;
+            state.elapsed_s = elapsed_before + started.elapsed().as_secs_f64();
+            state.pending.0 += f64::from(value);
+            state.pending.1 += 1;
+            let last = step == cfg.steps();
+            if step.is_multiple_of(cfg.eval_every()) || last {
+                let train_loss = state.pending.0 / state.pending.1.max(1) as f64;
+                if let Some(record) =
+                    self.task
+                        .validate(&cfg, step, train_loss, state.elapsed_s)?
+                {
+                    state.history.push(record);
+                    state.pending = (0.0, 0);
+                }
+            }
+            if let Some(dir) = dir {
+                if step.is_multiple_of(cfg.save_every()) || last {
+                    rundir::save_checkpoint(dir, self.task.varmap(), &self.opt, state)?;
+                    saved = Some(step);
+                }
+            }
+            progress(
+                state,
+                Stepped {
+                    loss: f64::from(value),
+                    lr,
+                },
+            );
+        }
+        if let Some(dir) = dir.filter(|_| saved != Some(state.step)) {
+            rundir::save_checkpoint(dir, self.task.varmap(), &self.opt, state)?;
+        }
+        Ok(())
+    }
+}
+
+/// A progress bar with the loss, learning rate and throughput, and a line at every
+/// validation (nothing when `quiet`).
+pub(crate) fn printer<C: Settings, R: Validation>(
+    quiet: bool,
+) -> impl FnMut(&RunState<C, R>, Stepped) {
+    let mut bar: Option<indicatif::ProgressBar> = None;
+    let mut logged = 0;
+    move |state, stepped| {
+        if quiet {
+            return;
+        }
+        let steps = state.config.steps();
+        let bar = bar.get_or_insert_with(|| crate::progress_bar(false, state.step - 1, steps));
+        bar.set_position(state.step as u64);
+        bar.set_message(format!(
+            "loss {:.3}  lr {:.2e}  {:.0} tok/s",
+            stepped.loss,
+            stepped.lr,
+            state.tokens_per_second()
+        ));
+        if let Some(r) = state.history.last().filter(|r| r.step() > logged) {
+            logged = r.step();
+            crate::bar_line(bar, format!("step {:>6}  {}", r.step(), r.summary()));
+        }
+        if state.step == steps {
+            bar.finish_and_clear();
+        }
+    }
+}
