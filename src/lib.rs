@@ -32,6 +32,9 @@ enum Command {
     Eval(cmd::translate::EvalArgs),
     /// Train the toy model once per positional encoding and compare them.
     Experiment(cmd::experiment::ExperimentArgs),
+    /// Length generalization on an algorithmic problem: one decoder per encoding and
+    /// seed, exact answers at lengths inside and past the trained ones.
+    Lengthgen(cmd::lengthgen::LengthgenArgs),
     /// A causal language model on Shakespeare: train, generate, measure past the context.
     #[command(subcommand)]
     Lm(cmd::lm::LmCommand),
@@ -58,6 +61,7 @@ impl Cli {
             self.command,
             Command::Train(_)
                 | Command::Experiment(_)
+                | Command::Lengthgen(_)
                 | Command::Lm(LmCommand::Train(_) | LmCommand::Experiment(_))
                 | Command::Bench(BenchCommand::Train { .. })
         )
@@ -76,6 +80,7 @@ pub fn run(cli: Cli, out: &mut impl Write) -> anyhow::Result<()> {
         Command::Eval(c) => c.run(out),
         Command::Bench(c) => c.run(out),
         Command::Experiment(c) => c.run(out),
+        Command::Lengthgen(c) => c.run(out),
         Command::Plot(c) => c.run(out),
         Command::Lm(c) => c.run(out),
         Command::Embed(c) => c.run(out),
@@ -97,6 +102,7 @@ mod tests {
         for args in [
             "train",
             "experiment --quick",
+            "lengthgen --task copy --quick",
             "lm train --out x",
             "lm experiment",
             "bench train",

@@ -53,7 +53,7 @@ fn quick_experiment_shows_that_order_needs_position() {
             .as_array()
             .unwrap()
             .iter()
-            .find(|r| r["kind"] == kind)
+            .find(|r| r["label"] == kind)
             .unwrap_or_else(|| panic!("no row for {kind}"))
             .clone()
     };
@@ -94,7 +94,7 @@ fn quick_experiment_shows_that_order_needs_position() {
         .iter()
         .zip(json2["results"].as_array().unwrap())
     {
-        assert_eq!(a["metrics"], b["metrics"], "{}", a["kind"]);
+        assert_eq!(a["metrics"], b["metrics"], "{}", a["label"]);
     }
 }
 
@@ -252,4 +252,72 @@ fn bad_plot_input_is_an_error_naming_the_cause() {
         );
     }
     assert!(!Path::new(png).exists(), "a failed plot left a file");
+}
+
+/// A tiny `posenc lengthgen` end to end: two settings of one kind, two seeds each, tidy
+/// records and the figure; then a directory holding a translation run is refused.
+#[test]
+fn lengthgen_runs_labels_over_seeds_and_writes_tidy_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("lg");
+    let run = |out: &Path| {
+        posenc(&[
+            "lengthgen",
+            "--task",
+            "reverse",
+            "--quick",
+            "--quiet",
+            "--encodings",
+            "none,rope:base=100",
+            "--seeds",
+            "2",
+            "--steps",
+            "4",
+            "--train-lengths",
+            "1-3",
+            "--test-lengths",
+            "2,6",
+            "--test-instances",
+            "4",
+            "--out",
+            out.to_str().unwrap(),
+        ])
+    };
+    let o = run(&out);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let table = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        table.contains("| none | 2 |") && table.contains("| rope:base=100 | 2 |"),
+        "{table}"
+    );
+    assert!(table.contains(" 2* |") && table.contains(" 6 |"), "{table}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    assert_eq!(json["train_lengths"], serde_json::json!([1, 3]));
+    assert_eq!(json["task"], "reverse");
+    assert_eq!(json["records"].as_array().unwrap().len(), 2 * 2 * 2);
+    let (w, h) = png_size(&out.join("accuracy_by_length.png"));
+    assert!(w >= 600 && h >= 400);
+    assert!(out.join("rope_base=100/seed-2/model.safetensors").is_file());
+
+    // An --out holding a translation run is refused, named, and left as it was.
+    let run_dir = dir.path().join("kotoba");
+    let t = posenc(&[
+        "train",
+        "--steps",
+        "1",
+        "--quiet",
+        "--out",
+        run_dir.to_str().unwrap(),
+    ]);
+    assert!(t.status.success(), "{}", stderr(&t));
+    let before = std::fs::read_dir(&run_dir).unwrap().count();
+    let o = run(&run_dir);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("holds a training run"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(std::fs::read_dir(&run_dir).unwrap().count(), before);
 }

@@ -11,10 +11,14 @@ use posenc_train::trainer::RunOptions;
 /// `posenc experiment`
 #[derive(Args, Debug)]
 pub struct ExperimentArgs {
-    /// Comma-separated encoding kinds [default: every kind; with --quick:
-    /// none,sinusoidal].
+    /// Comma-separated encodings, each `kind`, `kind:key=value:…` (`label=` names it,
+    /// `randomized=R` trains it at randomized positions) or a JSON object [default: every
+    /// kind; with --quick: none,sinusoidal].
     #[arg(long)]
     encodings: Option<super::EncodingList>,
+    /// Seeds per encoding: each row is then their mean ± standard deviation.
+    #[arg(long)]
+    seeds: Option<usize>,
     /// Optimizer steps per encoding [default: 1000; with --quick: 500].
     #[arg(long)]
     steps: Option<usize>,
@@ -49,6 +53,7 @@ impl ExperimentArgs {
         cfg.base.steps = self.steps.unwrap_or(cfg.base.steps);
         cfg.base.seed = self.seed.unwrap_or(cfg.base.seed);
         cfg.base.randomized_positions = self.randomized_positions;
+        cfg.seeds = self.seeds.unwrap_or(cfg.seeds);
         let opts = RunOptions {
             quiet: self.quiet,
             force: false,

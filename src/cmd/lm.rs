@@ -192,10 +192,15 @@ pub struct ExperimentArgs {
     /// Output directory: one run per encoding, results.md, results.json and plots.
     #[arg(long, default_value = "runs/lm-experiment")]
     out: PathBuf,
-    /// Comma-separated encodings [default: none, sinusoidal, learned (a table of L rows),
-    /// rope, alibi, t5; with --quick: none, sinusoidal, rope, alibi].
+    /// Comma-separated encodings, each `kind`, `kind:key=value:…` (`label=` names it,
+    /// `randomized=R` trains it at randomized positions) or a JSON object [default: every
+    /// registered encoding, learned with a table of L rows; with --quick: none,
+    /// sinusoidal, rope, alibi].
     #[arg(long)]
     encodings: Option<super::EncodingList>,
+    /// Seeds per encoding: the runs of each are its mean ± standard deviation.
+    #[arg(long)]
+    seeds: Option<usize>,
     /// Optimizer steps per encoding [default: 2000; with --quick: 300].
     #[arg(long)]
     steps: Option<usize>,
@@ -697,6 +702,7 @@ fn experiment(a: ExperimentArgs, out: &mut impl Write) -> Result<()> {
     }
     cfg.base.steps = a.steps.unwrap_or(cfg.base.steps);
     cfg.base.seed = a.seed.unwrap_or(cfg.base.seed);
+    cfg.seeds = a.seeds.unwrap_or(cfg.seeds);
     cfg.base.validate()?;
     let corpus = load_corpus(a.corpus)?;
     let opts = RunOptions {

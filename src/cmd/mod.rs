@@ -5,6 +5,7 @@ pub mod embed;
 pub mod encoding;
 pub mod experiment;
 pub mod generate;
+pub mod lengthgen;
 pub mod lm;
 pub mod model;
 pub mod plot;
@@ -15,37 +16,17 @@ use std::io::{BufRead, Write};
 use anyhow::{Context, Result};
 use posenc_train::experiment::{RESULTS_JSON, RESULTS_MD};
 
-/// A comma-separated list of encodings, each a kind or a JSON config: commas inside a
-/// JSON object do not split it (`rope,{"kind": "learned", "max_positions": 64}`).
+/// A comma-separated list of labelled encodings ([`posenc_train::labelled`]): each a kind,
+/// `kind:key=value:…` or a JSON object; commas inside a JSON object do not split it
+/// (`rope,{"kind": "learned", "max_positions": 64}`).
 #[derive(Debug, Clone)]
-pub struct EncodingList(pub Vec<posenc::EncodingConfig>);
+pub struct EncodingList(pub Vec<posenc_train::labelled::Labelled>);
 
 impl std::str::FromStr for EncodingList {
-    type Err = anyhow::Error;
+    type Err = posenc_train::Error;
 
-    fn from_str(s: &str) -> Result<Self> {
-        let (mut items, mut depth, mut start) = (Vec::new(), 0i32, 0);
-        for (i, c) in s.char_indices() {
-            match c {
-                '{' | '[' => depth += 1,
-                '}' | ']' => depth -= 1,
-                ',' if depth == 0 => {
-                    items.push(&s[start..i]);
-                    start = i + 1;
-                }
-                _ => {}
-            }
-        }
-        items.push(&s[start..]);
-        let list = items
-            .iter()
-            .map(|item| {
-                item.trim()
-                    .parse()
-                    .with_context(|| format!("in the encoding {:?}", item.trim()))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Self(list))
+    fn from_str(s: &str) -> posenc_train::Result<Self> {
+        posenc_train::labelled::parse_list(s).map(Self)
     }
 }
 

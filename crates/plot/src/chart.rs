@@ -231,6 +231,9 @@ pub enum Mark {
     Rings,
     /// Crosses only.
     Crosses,
+    /// A translucent filled polygon through the points in order (a band: the lower edge
+    /// left to right, then the upper edge right to left).
+    Area,
 }
 
 /// One named series of a [`curves`] panel.
@@ -408,6 +411,14 @@ fn draw_curves(
             Mark::Crosses => {
                 chart
                     .draw_series(dots.iter().map(|&p| Cross::new(p, 4, c.stroke_width(1))))
+                    .map_err(err)?;
+            }
+            Mark::Area => {
+                chart
+                    .draw_series(std::iter::once(Polygon::new(
+                        finite.clone(),
+                        c.mix(0.18).filled(),
+                    )))
                     .map_err(err)?;
             }
         }

@@ -13,7 +13,7 @@ use crate::chart::{colour, curves, save_png, Axes, Mark, Series};
 pub const CURVES: &str = "curves.png";
 /// `by_length.png`.
 pub const BY_LENGTH: &str = "by_length.png";
-/// `<kind>/attention.png`: each trained model's attention maps for [`ATTENTION_SENTENCE`].
+/// `<label>/attention.png`: each trained model's attention maps for [`ATTENTION_SENTENCE`].
 pub const ATTENTION: &str = posenc_train::rundir::ATTENTION_PLOT;
 /// A sentence whose place phrase Kotoba moves to the front.
 pub const ATTENTION_SENTENCE: &str = "the small cat sees the dog in the park";
@@ -23,7 +23,9 @@ pub const ATTENTION_SENTENCE: &str = "the small cat sees the dog in the park";
 pub fn experiment(exp: &Experiment, out: &Path) -> Result<Vec<PathBuf>> {
     let mut written = results_figures(exp, out)?;
     for r in exp.results.iter().filter(|r| r.metrics.is_some()) {
-        let dir = out.join(&r.kind);
+        let Some(dir) = exp.config.run_dir(out, &r.label, r.seed) else {
+            continue;
+        };
         let translator = Translator::load(&dir)?;
         let maps = translator.attention(ATTENTION_SENTENCE)?;
         let path = dir.join(ATTENTION);
@@ -33,7 +35,7 @@ pub fn experiment(exp: &Experiment, out: &Path) -> Result<Vec<PathBuf>> {
             &maps,
             &format!(
                 "{}: \"{ATTENTION_SENTENCE}\" → \"{}\"",
-                r.kind,
+                r.label,
                 said.join(" ")
             ),
             &path,
@@ -46,12 +48,18 @@ pub fn experiment(exp: &Experiment, out: &Path) -> Result<Vec<PathBuf>> {
 /// Writes the figures drawn from the results alone, `curves.png` and `by_length.png`, into
 /// `out` (no trained model needed); returns their paths.
 pub fn results_figures(exp: &Experiment, out: &Path) -> Result<Vec<PathBuf>> {
+    // The curves of each label's first seed.
+    let labels = exp.labels();
+    let first: Vec<&posenc_train::experiment::EncodingResult> = labels
+        .iter()
+        .filter_map(|l| exp.results.iter().find(|r| &r.label == l))
+        .collect();
     let history = |f: fn(&posenc_train::trainer::Record) -> f64| -> Vec<Series> {
-        exp.results
+        first
             .iter()
             .enumerate()
             .map(|(i, r)| Series {
-                name: r.kind.clone(),
+                name: r.label.clone(),
                 points: r.history.iter().map(|h| (h.step as f64, f(h))).collect(),
                 mark: Mark::LineDots,
                 colour: colour(i),
@@ -90,23 +98,29 @@ pub fn results_figures(exp: &Experiment, out: &Path) -> Result<Vec<PathBuf>> {
     let length_path = out.join(BY_LENGTH);
     {
         save_png(&length_path, (900, 560), "", |root| {
-            let series: Vec<Series> = exp
-                .results
+            // Each label's mean over its seeds, at each number of clauses.
+            let series: Vec<Series> = labels
                 .iter()
                 .enumerate()
-                .filter_map(|(i, r)| {
-                    let m = r.metrics.as_ref()?;
-                    Some(Series {
-                        name: r.kind.clone(),
-                        points: m
-                            .exact_by_clauses
-                            .iter()
-                            .enumerate()
-                            .filter_map(|(c, x)| Some(((c + 1) as f64, (*x)?)))
-                            .collect(),
+                .map(|(i, label)| {
+                    let points = (0..4)
+                        .filter_map(|c| {
+                            let xs: Vec<f64> = exp
+                                .results
+                                .iter()
+                                .filter(|r| &r.label == label)
+                                .filter_map(|r| *r.metrics.as_ref()?.exact_by_clauses.get(c)?)
+                                .collect();
+                            let mean = xs.iter().sum::<f64>() / xs.len() as f64;
+                            (!xs.is_empty()).then_some(((c + 1) as f64, mean))
+                        })
+                        .collect();
+                    Series {
+                        name: label.clone(),
+                        points,
                         mark: Mark::LineDots,
                         colour: colour(i),
-                    })
+                    }
                 })
                 .collect();
             curves(

@@ -7,7 +7,8 @@
 //!   and their decay, its sin/cos pairs as circles, and `PE(p+k) = M_k·PE(p)`;
 //! - [`attention()`]: a trained model's attention maps for one sentence;
 //! - [`experiment()`]: validation curves of every encoding and exact match by length;
-//! - [`passkey()`]: passkey-retrieval accuracy by prompt length and depth.
+//! - [`passkey()`]: passkey-retrieval accuracy by prompt length and depth;
+//! - [`lengthgen()`]: exact match by instance length on an algorithmic problem.
 //!
 //! ```no_run
 //! # fn main() -> posenc_plot::Result<()> {
@@ -25,6 +26,7 @@ pub mod chart;
 pub mod encoding;
 pub mod error;
 pub mod experiment;
+pub mod lengthgen;
 pub mod lm_experiment;
 pub mod passkey;
 
@@ -32,5 +34,6 @@ pub use attention::attention;
 pub use encoding::encoding;
 pub use error::{Error, Result};
 pub use experiment::experiment;
+pub use lengthgen::lengthgen;
 pub use lm_experiment::lm_experiment;
 pub use passkey::passkey;

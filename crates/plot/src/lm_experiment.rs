@@ -26,24 +26,38 @@ pub fn lm_experiment(exp: &LmExperiment, out: &Path) -> Result<Vec<PathBuf>> {
         Some(range) => format!("trained on L = {context} at random positions below {range}"),
         None => format!("trained on L = {context}"),
     };
+    // Each label's mean perplexity over its seeds, at each length.
     let by_length: Vec<(String, Vec<(f64, f64)>)> = exp
-        .results
-        .iter()
-        .map(|r| {
-            let points = r
-                .lengths
-                .iter()
-                .filter_map(|row| Some((row.len as f64, row.eval.as_ref().ok()?.perplexity())));
-            (r.kind.clone(), points.collect())
+        .labels()
+        .into_iter()
+        .map(|label| {
+            let mut points = Vec::new();
+            for f in &exp.config.factors {
+                let len = f * context;
+                let ppl: Vec<f64> = exp
+                    .records
+                    .iter()
+                    .filter(|r| r.run.label == label && r.length == len)
+                    .filter_map(|r| r.perplexity)
+                    .collect();
+                if !ppl.is_empty() {
+                    points.push((len as f64, ppl.iter().sum::<f64>() / ppl.len() as f64));
+                }
+            }
+            (label, points)
         })
         .collect();
     let extrapolation = out.join(EXTRAPOLATION);
     let title = format!("test perplexity by window length ({trained})");
     perplexity_by_length(&extrapolation, &title, &by_length)?;
+    // The first seed of each label.
     let by_position: Vec<(String, &[f64])> = exp
-        .results
-        .iter()
-        .filter_map(|r| Some((r.kind.clone(), r.longest()?.by_position.as_slice())))
+        .labels()
+        .into_iter()
+        .filter_map(|label| {
+            let run = exp.results.iter().find(|r| r.label == label)?;
+            Some((label, run.longest()?.by_position.as_slice()))
+        })
         .collect();
     let positions = out.join(BY_POSITION);
     let title = format!("test loss by position in the longest window ({trained})");

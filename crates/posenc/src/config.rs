@@ -92,6 +92,14 @@ pub trait EncodingSpec: fmt::Debug + Serialize + DeserializeOwned + Send + Sync 
         let _ = target;
         0
     }
+
+    /// The settings for a model that will be run at positions `0..positions`: an encoding
+    /// with a fixed number of positions (`learned`'s table) is sized to reach them. `None`
+    /// (the default): the settings already take any position and stay as they are.
+    fn for_positions(&self, positions: usize) -> Option<Self> {
+        let _ = positions;
+        None
+    }
 }
 
 /// The object-safe face of [`EncodingSpec`], implemented for every spec.
@@ -100,6 +108,7 @@ trait DynSpec: fmt::Debug + Send + Sync {
     fn settings(&self) -> serde_json::Value;
     fn build(&self, target: &Target, vb: VarBuilder) -> Result<Arc<dyn PositionalEncoding>>;
     fn parameter_count(&self, target: &Target) -> u128;
+    fn for_positions(&self, positions: usize) -> Option<EncodingConfig>;
     fn as_any(&self) -> &dyn Any;
 }
 
@@ -115,6 +124,9 @@ impl<T: EncodingSpec> DynSpec for T {
     }
     fn parameter_count(&self, target: &Target) -> u128 {
         EncodingSpec::parameter_count(self, target)
+    }
+    fn for_positions(&self, positions: usize) -> Option<EncodingConfig> {
+        EncodingSpec::for_positions(self, positions).map(EncodingConfig::new)
     }
     fn as_any(&self) -> &dyn Any {
         self
@@ -297,6 +309,23 @@ impl EncodingConfig {
     /// config alone.
     pub fn parameter_count(&self, target: &Target) -> u128 {
         self.0.parameter_count(target)
+    }
+
+    /// The config for a model run at positions `0..positions`: an encoding with a fixed
+    /// number of positions gets that many, every other one is returned unchanged (an
+    /// experiment's default lineup reaches its longest test this way).
+    ///
+    /// ```
+    /// use posenc::EncodingConfig;
+    /// let learned = EncodingConfig::from_kind("learned").unwrap().for_positions(80);
+    /// assert_eq!(learned.to_json()["max_positions"], 80);
+    /// let rope = EncodingConfig::from_kind("rope").unwrap();
+    /// assert_eq!(rope.for_positions(80).to_json(), rope.to_json());
+    /// ```
+    pub fn for_positions(&self, positions: usize) -> Self {
+        self.0
+            .for_positions(positions)
+            .unwrap_or_else(|| self.clone())
     }
 
     /// Builds the encoding for `target`. Learned encodings (`learned`, `t5`) take their

@@ -89,6 +89,16 @@ fn kinds_or_configs<'de, D: Deserializer<'de>>(
 impl EncodingSpec for LayersConfig {
     const KIND: &'static str = "layers";
 
+    fn for_positions(&self, positions: usize) -> Option<Self> {
+        Some(Self {
+            pattern: self
+                .pattern
+                .iter()
+                .map(|e| e.for_positions(positions))
+                .collect(),
+        })
+    }
+
     fn build(&self, target: &Target, vb: VarBuilder) -> Result<Arc<dyn PositionalEncoding>> {
         self.check()?;
         let pattern = self

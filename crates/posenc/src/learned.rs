@@ -43,6 +43,12 @@ impl EncodingSpec for LearnedConfig {
         )?))
     }
 
+    fn for_positions(&self, positions: usize) -> Option<Self> {
+        Some(Self {
+            max_positions: positions,
+        })
+    }
+
     fn parameter_count(&self, target: &Target) -> u128 {
         self.max_positions as u128 * target.d_model as u128
     }

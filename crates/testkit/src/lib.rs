@@ -59,3 +59,18 @@ pub fn uniform(shape: &[usize], seed: u64, lo: f32, hi: f32) -> Tensor {
         .collect();
     Tensor::from_vec(data, shape, &candle_core::Device::Cpu).expect("the data fills the shape")
 }
+
+/// Whether two safetensors files hold the same tensors, bit for bit (their headers, which
+/// name the run, may differ).
+pub fn same_tensors(a: &std::path::Path, b: &std::path::Path) -> bool {
+    let load =
+        |p: &std::path::Path| candle_core::safetensors::load(p, &candle_core::Device::Cpu).unwrap();
+    let (x, y) = (load(a), load(b));
+    x.len() == y.len()
+        && x.iter().all(|(k, t)| {
+            y.get(k).is_some_and(|u| {
+                t.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+                    == u.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+            })
+        })
+}

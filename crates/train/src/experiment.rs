@@ -8,7 +8,8 @@
 //! | test-long | does it carry over to 3–4 clauses, longer than anything trained on? |
 //! | valid loss | the label-smoothed loss it was trained on, at the end |
 //!
-//! Each encoding trains into `out/<kind>/` with [`trainer::train`]. A finished run there
+//! Each labelled encoding ([`crate::labelled`]) trains into `out/<label>/` (with several
+//! seeds, `out/<label>/seed-<seed>/`) with [`trainer::train`]. A finished run there
 //! with the same config is reused, and an unfinished one (or one given more steps) resumed,
 //! so an interrupted experiment continues where it stopped; a run with a different config
 //! is an error rather than being overwritten. A run whose loss diverges is reported as such.
@@ -24,6 +25,9 @@ use serde::{Deserialize, Serialize};
 use crate::data::DataConfig;
 use crate::decode::DecodeConfig;
 use crate::eval::{evaluate, SplitReport};
+use crate::fit::{RunState, Settings, Validation};
+use crate::labelled::{check_unique, distinct, Labelled, RunKey};
+use crate::lm_experiment::spread;
 use crate::rundir::{self, Contents};
 use crate::trainer::{self, Diverged, Record, RunOptions, TrainConfig, TrainerState, Translator};
 
@@ -35,10 +39,17 @@ pub const RESULTS_MD: &str = "results.md";
 /// What to train: one base config, and the encodings to swap into it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ExperimentConfig {
-    /// Everything but the encoding.
+    /// Everything but the encoding; `base.seed` is the first seed.
     pub base: TrainConfig,
-    /// One run per encoding, in this order.
-    pub encodings: Vec<EncodingConfig>,
+    /// One run per entry and seed, in this order.
+    pub encodings: Vec<Labelled>,
+    /// Seeds per entry: `base.seed`, `base.seed + 1`, … (1 in results written before).
+    #[serde(default = "one")]
+    pub seeds: usize,
+}
+
+fn one() -> usize {
+    1
 }
 
 impl ExperimentConfig {
@@ -50,6 +61,7 @@ impl ExperimentConfig {
                 ..Self::recipe()
             },
             encodings: all_kinds(),
+            seeds: 1,
         }
     }
 
@@ -83,16 +95,30 @@ impl ExperimentConfig {
             },
             encodings: ["none", "sinusoidal"]
                 .iter()
-                .map(|k| EncodingConfig::from_kind(k).expect("a known kind"))
+                .map(|k| k.parse().expect("a known kind"))
                 .collect(),
+            seeds: 1,
         }
+    }
+
+    /// The seeds each entry runs with.
+    pub fn seed_list(&self) -> Vec<u64> {
+        (0..self.seeds as u64).map(|i| self.base.seed + i).collect()
+    }
+
+    /// Where the run of the entry labelled `label` with `seed` trains under `out`.
+    pub fn run_dir(&self, out: &Path, label: &str, seed: u64) -> Option<std::path::PathBuf> {
+        let entry = self.encodings.iter().find(|e| e.label == label)?;
+        Some(crate::lm_experiment::seed_dir(out, entry, self.seeds, seed))
     }
 }
 
-fn all_kinds() -> Vec<EncodingConfig> {
+/// Every registered kind at its defaults, labelled by its kind.
+fn all_kinds() -> Vec<Labelled> {
     EncodingConfig::kinds()
         .into_iter()
-        .map(|k| EncodingConfig::from_kind(k).expect("a known kind"))
+        .filter_map(|k| EncodingConfig::from_kind(k).ok())
+        .map(Labelled::new)
         .collect()
 }
 
@@ -146,11 +172,15 @@ impl Metrics {
     }
 }
 
-/// One row of the experiment.
+/// One run of the experiment.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EncodingResult {
-    /// The encoding's kind.
-    pub kind: String,
+    /// The entry's label (its kind, in results written before labels).
+    #[serde(alias = "kind")]
+    pub label: String,
+    /// The run's seed.
+    #[serde(default)]
+    pub seed: u64,
     /// Its full config.
     pub encoding: EncodingConfig,
     /// The evaluation, or `None` if training diverged.
@@ -165,75 +195,107 @@ pub struct EncodingResult {
     pub tokens_per_s: f64,
 }
 
+/// One run's evaluation: a tidy record (fractions; `None` where the run diverged).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TranslationRecord {
+    /// Which run: label, encoding, seed, randomized positions.
+    #[serde(flatten)]
+    pub run: RunKey,
+    /// Test exact match (1–2 clauses).
+    pub test_exact: Option<f64>,
+    /// Test corpus BLEU.
+    pub test_bleu: Option<f64>,
+    /// Order-swap pairs with both halves right.
+    pub order_swap: Option<f64>,
+    /// Test-long exact match (3–4 clauses).
+    pub test_long_exact: Option<f64>,
+    /// Test-long corpus BLEU.
+    pub test_long_bleu: Option<f64>,
+    /// Exact match of 1-clause sentences.
+    pub exact_1_clause: Option<f64>,
+    /// … of 2 clauses.
+    pub exact_2_clauses: Option<f64>,
+    /// … of 3 clauses (longer than any trained on).
+    pub exact_3_clauses: Option<f64>,
+    /// … of 4 clauses.
+    pub exact_4_clauses: Option<f64>,
+    /// Validation loss at the last step.
+    pub valid_loss: Option<f64>,
+    /// Training seconds.
+    pub train_s: f64,
+    /// Why the run has no evaluation.
+    pub diverged: Option<String>,
+}
+
 /// A finished experiment: `results.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Experiment {
     /// What was run.
     pub config: ExperimentConfig,
-    /// One row per encoding, in the config's order.
+    /// One row per run, in the config's order (entries, then seeds).
     pub results: Vec<EncodingResult>,
+    /// One tidy record per run (`pandas.DataFrame(results["records"])`); derived from
+    /// `results`.
+    #[serde(default)]
+    pub records: Vec<TranslationRecord>,
 }
 
 /// Trains and evaluates every encoding of `cfg` under `out`, writing `results.json` and
 /// `results.md` after each one (so an interrupted experiment still shows its rows).
 pub fn run(cfg: &ExperimentConfig, out: &Path, opts: RunOptions) -> Result<Experiment> {
-    ensure!(!cfg.encodings.is_empty(), "no encodings to compare");
-    let mut kinds: Vec<&str> = cfg.encodings.iter().map(|e| e.kind()).collect();
-    kinds.sort_unstable();
-    if let Some(w) = kinds.windows(2).find(|w| w[0] == w[1]) {
-        bail!(
-            "the encoding `{}` is listed twice: each kind trains into its own directory",
-            w[0]
-        );
-    }
+    check_unique(&cfg.encodings)?;
+    ensure!(
+        (1..=100).contains(&cfg.seeds),
+        "seeds must be between 1 and 100, got {}",
+        cfg.seeds
+    );
     check_out_dir::<Experiment>(out, "a translation experiment")?;
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let mut experiment = Experiment {
         config: cfg.clone(),
         results: Vec::new(),
+        records: Vec::new(),
     };
-    for encoding in &cfg.encodings {
-        let kind = encoding.kind();
-        if !opts.quiet {
-            crate::log(&format!("== {kind} =="));
-        }
-        let train_cfg = TrainConfig {
-            model: posenc_transformer::Config {
-                encoding: encoding.clone().into(),
-                ..cfg.base.model.clone()
-            },
-            ..cfg.base.clone()
-        };
-        let dir = out.join(kind);
-        let result = match train_or_reuse(train_cfg, &dir, opts)? {
-            Ok(state) => {
-                let translator = Translator::load(&dir)?;
-                let reports = evaluate(&translator, &cfg.base.data, &DecodeConfig::default())?;
-                EncodingResult {
-                    kind: kind.to_string(),
-                    encoding: encoding.clone(),
-                    metrics: Some(Metrics::from_reports(&reports, &state.history)?),
-                    diverged: None,
-                    history: state.history.clone(),
-                    train_s: state.elapsed_s,
-                    tokens_per_s: state.tokens_per_second(),
-                }
+    for entry in &cfg.encodings {
+        for seed in cfg.seed_list() {
+            if !opts.quiet {
+                crate::log(&format!("== {} (seed {seed}) ==", entry.label));
             }
-            Err((diverged, state)) => EncodingResult {
-                kind: kind.to_string(),
-                encoding: encoding.clone(),
-                metrics: None,
-                diverged: Some(diverged.to_string()),
+            let train_cfg = TrainConfig {
+                model: posenc_transformer::Config {
+                    encoding: entry.encoding.clone().into(),
+                    ..cfg.base.model.clone()
+                },
+                seed,
+                randomized_positions: entry.randomized_positions.or(cfg.base.randomized_positions),
+                ..cfg.base.clone()
+            };
+            let dir = crate::lm_experiment::seed_dir(out, entry, cfg.seeds, seed);
+            let (metrics, diverged, state) = match train_or_reuse(train_cfg, &dir, opts)? {
+                Ok(state) => {
+                    let translator = Translator::load(&dir)?;
+                    let reports = evaluate(&translator, &cfg.base.data, &DecodeConfig::default())?;
+                    let metrics = Metrics::from_reports(&reports, &state.history)?;
+                    (Some(metrics), None, Some(state))
+                }
+                Err((diverged, state)) => (None, Some(diverged.to_string()), state),
+            };
+            experiment.results.push(EncodingResult {
+                label: entry.label.clone(),
+                seed,
+                encoding: entry.encoding.clone(),
+                metrics,
+                diverged,
                 history: state
                     .as_ref()
                     .map(|s| s.history.clone())
                     .unwrap_or_default(),
                 train_s: state.as_ref().map_or(0.0, |s| s.elapsed_s),
                 tokens_per_s: state.as_ref().map_or(0.0, |s| s.tokens_per_second()),
-            },
-        };
-        experiment.results.push(result);
-        experiment.save(out)?;
+            });
+            experiment.records = experiment.tidy();
+            experiment.save(out)?;
+        }
     }
     Ok(experiment)
 }
@@ -246,29 +308,12 @@ fn train_or_reuse(
     dir: &Path,
     opts: RunOptions,
 ) -> Result<std::result::Result<TrainerState, (Diverged, Option<TrainerState>)>> {
-    let outcome = match rundir::inspect(dir)? {
-        Contents::Run => {
-            // trainer.json may lag the last checkpoint by one save after a kill; resuming
-            // reads the checkpoint itself.
-            let previous = TrainerState::load(dir)?;
-            let diff = previous.config.differences(&cfg);
-            ensure!(
-                diff.is_empty(),
-                "{} holds a run with a different config (it differs in {}); choose another --out or remove it",
-                dir.display(),
-                diff.join(", ")
-            );
-            check_budget(dir, previous.step, cfg.steps)?;
-            if previous.step == cfg.steps && dir.join(crate::trainer::STATE_FILE).exists() {
-                return Ok(Ok(previous));
-            }
-            trainer::resume(dir, Some(cfg.steps), opts)
-        }
-        Contents::Empty | Contents::Unfinished { weights: false } => trainer::train(cfg, dir, opts),
-        Contents::Unfinished { weights: true } | Contents::Foreign(_) => bail!(
-            "{} holds files that are not a run of this experiment; remove it or choose another --out",
-            dir.display()
-        ),
+    let outcome = match find_run(dir, &cfg, |previous: &TrainerState| {
+        previous.config.differences(&cfg)
+    })? {
+        Found::Finished(previous) => return Ok(Ok(previous)),
+        Found::Unfinished => trainer::resume(dir, Some(cfg.steps), opts),
+        Found::Nothing => trainer::train(cfg, dir, opts),
     };
     match outcome {
         Ok(state) => Ok(Ok(state)),
@@ -279,8 +324,77 @@ fn train_or_reuse(
     }
 }
 
-fn percent(x: f64) -> String {
-    format!("{:.1}%", 100.0 * x)
+/// What an experiment finds where one of its runs goes.
+pub(crate) enum Found<S> {
+    /// The run, finished: reuse it.
+    Finished(S),
+    /// The run, short of its steps: resume it.
+    Unfinished,
+    /// No run: start it.
+    Nothing,
+}
+
+/// Looks in `dir` for the run of `wanted` an experiment trains there. `differences(run)`
+/// names the settings in which a run found there differs from `wanted` (none: it is this
+/// run, perhaps short of its steps).
+///
+/// # Errors
+/// A run with other settings or more steps, or files that are not a run.
+pub(crate) fn find_run<C: Settings, R: Validation>(
+    dir: &Path,
+    wanted: &C,
+    differences: impl FnOnce(&RunState<C, R>) -> Vec<String>,
+) -> Result<Found<RunState<C, R>>> {
+    match rundir::inspect(dir)? {
+        Contents::Run => {
+            let manifest = rundir::verify(dir)?;
+            let previous: RunState<C, R> = rundir::last_state(dir, &manifest)?;
+            let diff = differences(&previous);
+            ensure!(
+                diff.is_empty(),
+                "{} holds a run with a different config (it differs in {}); choose another --out or remove it",
+                dir.display(),
+                diff.join(", ")
+            );
+            check_budget(dir, previous.step, wanted.steps())?;
+            Ok(match previous.step == wanted.steps() {
+                true => Found::Finished(previous),
+                false => Found::Unfinished,
+            })
+        }
+        Contents::Empty | Contents::Unfinished { weights: false } => Ok(Found::Nothing),
+        Contents::Unfinished { weights: true } | Contents::Foreign(_) => bail!(
+            "{} holds files that are not a run of this experiment; remove it or choose another --out",
+            dir.display()
+        ),
+    }
+}
+
+/// The top-level fields (and one level below: `model.…`) in which two configs differ, with
+/// the step budget ignored.
+pub(crate) fn differences<C: Settings>(a: &C, b: &C) -> Vec<String> {
+    let comparable = |c: &C| {
+        let mut c = c.clone();
+        c.set_steps(0);
+        serde_json::to_value(c).unwrap_or_default()
+    };
+    let (a, b) = (comparable(a), comparable(b));
+    let mut out = Vec::new();
+    if let (Some(a), Some(b)) = (a.as_object(), b.as_object()) {
+        for (k, va) in a {
+            let vb = &b[k];
+            match (va.as_object(), vb.as_object()) {
+                (Some(ia), Some(ib)) => out.extend(
+                    ia.iter()
+                        .filter(|(kk, v)| ib.get(*kk) != Some(*v))
+                        .map(|(kk, _)| format!("{k}.{kk}")),
+                ),
+                _ if va != vb => out.push(k.clone()),
+                _ => {}
+            }
+        }
+    }
+    out
 }
 
 /// Checks that the run in `dir`, at step `done`, has not gone past the `steps` asked for.
@@ -333,9 +447,15 @@ pub(crate) fn save_results(out: &Path, results: &impl Serialize, markdown: &str)
 }
 
 impl Experiment {
-    /// Reads `results.json`.
+    /// Reads `results.json` (one written before labels, seeds and tidy records too).
     pub fn load(path: &Path) -> Result<Self> {
-        load_results(path)
+        let mut exp: Self = load_results(path)?;
+        if exp.config.seeds == 1 {
+            let seed = exp.config.base.seed;
+            exp.results.iter_mut().for_each(|r| r.seed = seed);
+        }
+        exp.records = exp.tidy();
+        Ok(exp)
     }
 
     /// Writes `results.json` and `results.md` into `out`.
@@ -343,53 +463,108 @@ impl Experiment {
         save_results(out, self, &self.markdown())
     }
 
-    /// The results table: one row per encoding. It depends only on the config and seed.
+    /// The tidy records of [`Self::results`]: one per run.
+    pub fn tidy(&self) -> Vec<TranslationRecord> {
+        self.results
+            .iter()
+            .map(|r| {
+                let m = r.metrics.as_ref();
+                let clause =
+                    |i: usize| m.and_then(|m| m.exact_by_clauses.get(i).copied().flatten());
+                let randomized = self
+                    .config
+                    .encodings
+                    .iter()
+                    .find(|e| e.label == r.label)
+                    .and_then(|e| e.randomized_positions)
+                    .or(self.config.base.randomized_positions);
+                TranslationRecord {
+                    run: RunKey::new(&r.label, &r.encoding, r.seed, randomized),
+                    test_exact: m.map(|m| m.test_exact),
+                    test_bleu: m.map(|m| m.test_bleu),
+                    order_swap: m.map(|m| m.order_swap),
+                    test_long_exact: m.map(|m| m.test_long_exact),
+                    test_long_bleu: m.map(|m| m.test_long_bleu),
+                    exact_1_clause: clause(0),
+                    exact_2_clauses: clause(1),
+                    exact_3_clauses: clause(2),
+                    exact_4_clauses: clause(3),
+                    valid_loss: m.map(|m| m.valid_loss),
+                    train_s: r.train_s,
+                    diverged: r.diverged.clone(),
+                }
+            })
+            .collect()
+    }
+
+    /// The labels in the order they were run.
+    pub fn labels(&self) -> Vec<String> {
+        distinct(self.results.iter().map(|r| r.label.as_str()))
+    }
+
+    /// One column of the records of `label`: the values of the runs that have one.
+    fn column(&self, label: &str, f: impl Fn(&TranslationRecord) -> Option<f64>) -> Vec<f64> {
+        self.records
+            .iter()
+            .filter(|r| r.run.label == label)
+            .filter_map(f)
+            .collect()
+    }
+
+    /// Percent of a column, mean ± standard deviation over seeds.
+    fn percents(&self, label: &str, f: impl Fn(&TranslationRecord) -> Option<f64>) -> String {
+        let xs: Vec<f64> = self.column(label, f).iter().map(|x| 100.0 * x).collect();
+        match xs.is_empty() {
+            true => "–".to_string(),
+            false => format!("{}%", spread(&xs, 1)),
+        }
+    }
+
+    /// The results table: one row per label, mean ± standard deviation over its seeds.
+    /// It depends only on the config and seeds.
     pub fn table(&self) -> String {
         let mut s = String::from(
-            "| encoding | test exact | test BLEU | order swap (both right) | test-long exact | test-long BLEU | valid loss |\n\
-             |---|---:|---:|---:|---:|---:|---:|\n",
+            "| encoding | seeds | test exact | test BLEU | order swap (both right) | test-long exact | test-long BLEU | valid loss |\n\
+             |---|---:|---:|---:|---:|---:|---:|---:|\n",
         );
-        for r in &self.results {
-            match &r.metrics {
-                Some(m) => {
-                    s += &format!(
-                        "| {} | {} | {:.2} | {} | {} | {:.2} | {:.4} |\n",
-                        r.kind,
-                        percent(m.test_exact),
-                        m.test_bleu,
-                        percent(m.order_swap),
-                        percent(m.test_long_exact),
-                        m.test_long_bleu,
-                        m.valid_loss
-                    )
-                }
-                None => {
-                    s += &format!(
-                        "| {} | {} | | | | | |\n",
-                        r.kind,
-                        r.diverged.as_deref().unwrap_or("no result")
-                    )
-                }
+        for label in self.labels() {
+            let runs = self.records.iter().filter(|r| r.run.label == label).count();
+            let diverged: Vec<&str> = self
+                .records
+                .iter()
+                .filter(|r| r.run.label == label)
+                .filter_map(|r| r.diverged.as_deref())
+                .collect();
+            if diverged.len() == runs {
+                s += &format!("| {label} | {runs} | {} | | | | | |\n", diverged.join("; "));
+                continue;
             }
+            s += &format!(
+                "| {label} | {runs} | {} | {} | {} | {} | {} | {} |\n",
+                self.percents(&label, |r| r.test_exact),
+                spread(&self.column(&label, |r| r.test_bleu), 2),
+                self.percents(&label, |r| r.order_swap),
+                self.percents(&label, |r| r.test_long_exact),
+                spread(&self.column(&label, |r| r.test_long_bleu), 2),
+                spread(&self.column(&label, |r| r.valid_loss), 4),
+            );
         }
         s
     }
 
-    /// Exact match by number of clauses, one row per encoding.
+    /// Exact match by number of clauses, one row per label.
     pub fn clauses_table(&self) -> String {
         let mut s = String::from(
             "| encoding | 1 clause | 2 clauses | 3 clauses | 4 clauses |\n|---|---:|---:|---:|---:|\n",
         );
-        for r in &self.results {
-            let cells: Vec<String> = match &r.metrics {
-                Some(m) => m
-                    .exact_by_clauses
-                    .iter()
-                    .map(|x| x.map_or("–".to_string(), percent))
-                    .collect(),
-                None => vec!["".to_string(); 4],
-            };
-            s += &format!("| {} | {} |\n", r.kind, cells.join(" | "));
+        for label in self.labels() {
+            s += &format!(
+                "| {label} | {} | {} | {} | {} |\n",
+                self.percents(&label, |r| r.exact_1_clause),
+                self.percents(&label, |r| r.exact_2_clauses),
+                self.percents(&label, |r| r.exact_3_clauses),
+                self.percents(&label, |r| r.exact_4_clauses),
+            );
         }
         s
     }
@@ -398,14 +573,22 @@ impl Experiment {
     pub fn markdown(&self) -> String {
         let b = &self.config.base;
         let m = &b.model;
+        let seeds = match self.config.seeds {
+            1 => format!("seed {}", b.seed),
+            n => format!(
+                "seeds {}–{} (mean ± standard deviation over them)",
+                b.seed,
+                b.seed + n as u64 - 1
+            ),
+        };
         let mut s = format!(
             "# Positional encodings on the English → Kotoba toy task\n\n\
              Each row is the same model (d_model {}, {} heads, d_ff {}, {}+{} layers, dropout {}) \
-             trained for {} steps of {} sentences with seed {} on {} pairs, with only the \
+             trained for {} steps of {} sentences with {} on {} pairs, with only the \
              positional encoding swapped. Greedy decoding.\n\n## Results\n\n{}\n\
              ## Exact match by number of clauses\n\n\
              1–2 clauses are the test split; 3–4 clauses (test-long) are longer than anything \
-             trained on.\n\n{}\n## Time\n\n| encoding | training | tokens/s |\n|---|---:|---:|\n",
+             trained on.\n\n{}\n## Time\n\n| encoding | seed | training | tokens/s |\n|---|---:|---:|---:|\n",
             m.d_model,
             m.heads,
             m.d_ff,
@@ -414,15 +597,15 @@ impl Experiment {
             m.dropout,
             b.steps,
             b.batch_size,
-            b.seed,
+            seeds,
             b.data.train,
             self.table(),
             self.clauses_table()
         );
         for r in &self.results {
             s += &format!(
-                "| {} | {:.0} s | {:.0} |\n",
-                r.kind, r.train_s, r.tokens_per_s
+                "| {} | {} | {:.0} s | {:.0} |\n",
+                r.label, r.seed, r.train_s, r.tokens_per_s
             );
         }
         s

@@ -47,6 +47,39 @@ pub trait Settings: Clone + Serialize + DeserializeOwned {
     fn lr(&self, step: usize) -> f64;
 }
 
+/// Implements [`Settings`] for a config with the fields `seed`, `steps`, `eval_every`,
+/// `save_every` and `adam`, its learning rate at step `step` (from 1) given by `lr`:
+/// `settings!(MyConfig, |cfg, step| cfg.schedule().lr(step - 1));`.
+macro_rules! settings {
+    ($config:ty, |$cfg:ident, $step:ident| $lr:expr) => {
+        impl $crate::fit::Settings for $config {
+            fn seed(&self) -> u64 {
+                self.seed
+            }
+            fn steps(&self) -> usize {
+                self.steps
+            }
+            fn set_steps(&mut self, steps: usize) {
+                self.steps = steps;
+            }
+            fn eval_every(&self) -> usize {
+                self.eval_every
+            }
+            fn save_every(&self) -> usize {
+                self.save_every
+            }
+            fn adam(&self) -> $crate::optim::AdamWConfig {
+                self.adam
+            }
+            fn lr(&self, $step: usize) -> f64 {
+                let $cfg = self;
+                $lr
+            }
+        }
+    };
+}
+pub(crate) use settings;
+
 /// One validation record of a task's history.
 pub trait Validation: Clone + Serialize + DeserializeOwned {
     /// The step it was taken at.
@@ -201,7 +234,12 @@ impl<T: Task> Trainer<T> {
     ) -> Result<StateOf<T>> {
         init(self.task.varmap())?;
         let dir = RunDir::create(out, fixed, &state, opts.force, describe)?;
-        self.run(&mut state, Some(dir.path()), opts.stop_after, printer(opts.quiet))?;
+        self.run(
+            &mut state,
+            Some(dir.path()),
+            opts.stop_after,
+            printer(opts.quiet),
+        )?;
         Ok(state)
     }
 
@@ -221,7 +259,12 @@ impl<T: Task> Trainer<T> {
         } else {
             init(self.task.varmap())?;
         }
-        self.run(&mut state, Some(dir.path()), opts.stop_after, printer(opts.quiet))?;
+        self.run(
+            &mut state,
+            Some(dir.path()),
+            opts.stop_after,
+            printer(opts.quiet),
+        )?;
         Ok(state)
     }
 
@@ -264,9 +307,9 @@ impl<T: Task> Trainer<T> {
             let last = step == cfg.steps();
             if step.is_multiple_of(cfg.eval_every()) || last {
                 let train_loss = state.pending.0 / state.pending.1.max(1) as f64;
-                if let Some(record) =
-                    self.task
-                        .validate(&cfg, step, train_loss, state.elapsed_s)?
+                if let Some(record) = self
+                    .task
+                    .validate(&cfg, step, train_loss, state.elapsed_s)?
                 {
                     state.history.push(record);
                     state.pending = (0.0, 0);

@@ -19,6 +19,8 @@ pub mod fit;
 pub mod init;
 pub mod inspect;
 pub mod kotoba;
+pub mod labelled;
+pub mod lengthgen;
 pub mod lm_experiment;
 pub mod lm_run;
 pub mod lm_train;

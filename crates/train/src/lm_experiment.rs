@@ -8,7 +8,8 @@
 //! | loss at kL | the mean next-token loss over non-overlapping windows of kL tokens |
 //! | past L | the loss of the positions at or past `L` only, where extrapolation shows |
 //!
-//! Each encoding trains into `out/<kind>/` ([`crate::lm_run`]). A finished run there with
+//! Each labelled encoding ([`crate::labelled`]) trains into `out/<label>/` (with several
+//! seeds, `out/<label>/seed-<seed>/`; [`crate::lm_run`]). A finished run there with
 //! the same settings is reused and an unfinished one resumed, so an interrupted experiment
 //! continues where it stopped; a run with other settings is an error, never overwritten.
 //! A table of learned positions has no row past its end: it shows as n/a.
@@ -17,14 +18,15 @@ use std::path::Path;
 
 use crate::error::Result;
 use posenc::EncodingConfig;
-use posenc_error::{bail, ensure, Context};
+use posenc_error::{ensure, Context};
 use serde::{Deserialize, Serialize};
 use tokenizers::Tokenizer;
 
 use crate::corpus::Corpus;
+use crate::experiment::{differences, find_run, Found};
+use crate::labelled::{check_unique, distinct, Labelled, RunKey};
 use crate::lm_run;
 use crate::lm_train::{evaluate, LengthEval, LmData, LmState, LmTrainConfig};
-use crate::rundir::{self, Contents};
 use crate::text_tokenizer::encode;
 use crate::trainer::RunOptions;
 
@@ -34,25 +36,33 @@ pub use crate::experiment::{RESULTS_JSON, RESULTS_MD};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LmExperimentConfig {
-    /// Everything but the encoding (its `tokenizer` too).
+    /// Everything but the encoding (its `tokenizer` too); `base.seed` is the first seed.
     pub base: LmTrainConfig,
-    /// One run per encoding, in this order.
-    pub encodings: Vec<EncodingConfig>,
+    /// One run per entry and seed, in this order.
+    pub encodings: Vec<Labelled>,
+    /// Seeds per entry: `base.seed`, `base.seed + 1`, … (1 in results written before).
+    #[serde(default = "one")]
+    pub seeds: usize,
     /// Evaluation lengths, as multiples of the trained context.
     pub factors: Vec<usize>,
     /// Windows per evaluation length (fewer where the test works hold fewer).
     pub eval_windows: usize,
 }
 
+fn one() -> usize {
+    1
+}
+
 impl LmExperimentConfig {
-    /// nanoGPT's shape and budget (2 000 steps), the literature's six encodings, evaluated
-    /// at 1, 2, 4 and 8 × 64: about 25 minutes on two cores.
+    /// nanoGPT's shape and budget (2 000 steps), every registered encoding, evaluated at
+    /// 1, 2, 4 and 8 × 64, one seed: about four minutes per encoding on two cores.
     pub fn full() -> Self {
         let base = LmTrainConfig::default();
         let context = base.model.context;
         Self {
             encodings: default_encodings(context),
             base,
+            seeds: 1,
             factors: vec![1, 2, 4, 8],
             eval_windows: 64,
         }
@@ -71,42 +81,113 @@ impl LmExperimentConfig {
             .collect();
         cfg
     }
+
+    /// The run of `entry` with seed `seed`, its vocabulary that of `tokenizer`.
+    fn run_config(&self, entry: &Labelled, seed: u64, tokenizer: &Tokenizer) -> LmTrainConfig {
+        let mut c = self.base.clone();
+        c.model.encoding = entry.encoding.clone();
+        c.model.vocab_size = tokenizer.get_vocab_size(true);
+        c.seed = seed;
+        c.randomized_positions = entry
+            .randomized_positions
+            .or(self.base.randomized_positions);
+        c
+    }
+
+    /// The seeds each entry runs with.
+    pub fn seed_list(&self) -> Vec<u64> {
+        (0..self.seeds as u64).map(|i| self.base.seed + i).collect()
+    }
+
+    /// Where the run of `entry` with `seed` trains: `out/<label>` for one seed,
+    /// `out/<label>/seed-<seed>` for several.
+    fn run_dir(&self, out: &Path, entry: &Labelled, seed: u64) -> std::path::PathBuf {
+        seed_dir(out, entry, self.seeds, seed)
+    }
 }
 
-/// The literature's encodings; the learned table has `rows` rows: the trained context, so
-/// it has no answer past it (its defaults would leave rows no step ever trained), or the
-/// range of randomized positions, all of which training reaches.
-pub fn default_encodings(rows: usize) -> Vec<EncodingConfig> {
-    [
-        "none".to_string(),
-        "sinusoidal".to_string(),
-        format!(r#"{{"kind": "learned", "max_positions": {rows}}}"#),
-        "rope".to_string(),
-        "alibi".to_string(),
-        "t5".to_string(),
-    ]
-    .iter()
-    .map(|k| k.parse().expect("a built-in kind"))
-    .collect()
+/// A run directory of an experiment: `out/<label>` when there is one seed,
+/// `out/<label>/seed-<seed>` when there are several.
+pub(crate) fn seed_dir(
+    out: &Path,
+    entry: &Labelled,
+    seeds: usize,
+    seed: u64,
+) -> std::path::PathBuf {
+    let dir = out.join(entry.dir_name());
+    match seeds {
+        1 => dir,
+        _ => dir.join(format!("seed-{seed}")),
+    }
 }
 
-/// One evaluation length of one encoding.
+/// Every registered encoding at its defaults, labelled by its kind; a table of positions
+/// (`learned`) has `rows` rows: the trained context, so it has no answer past it (its
+/// defaults would leave rows no step ever trained), or the range of randomized positions,
+/// all of which training reaches.
+pub fn default_encodings(rows: usize) -> Vec<Labelled> {
+    EncodingConfig::kinds()
+        .into_iter()
+        .filter_map(|k| EncodingConfig::from_kind(k).ok())
+        .map(|e| Labelled {
+            label: e.kind().to_string(),
+            encoding: e.for_positions(rows),
+            randomized_positions: None,
+        })
+        .collect()
+}
+
+/// One evaluation length of one run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(from = "LengthRowFile")]
 pub struct LengthRow {
     /// The window length.
     pub len: usize,
-    /// The evaluation, or why there is none (a table too short).
-    pub eval: std::result::Result<LengthEval, String>,
+    /// The evaluation, if the model reaches this length.
+    pub eval: Option<LengthEval>,
+    /// Why there is none (a table too short).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub missing: Option<String>,
 }
 
-/// One trained and evaluated encoding.
+/// A [`LengthRow`] as written now, or before (`"eval": {"Ok": …}` or `{"Err": …}`).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum LengthRowFile {
+    Now {
+        len: usize,
+        eval: Option<LengthEval>,
+        #[serde(default)]
+        missing: Option<String>,
+    },
+    Before {
+        len: usize,
+        eval: std::result::Result<LengthEval, String>,
+    },
+}
+
+impl From<LengthRowFile> for LengthRow {
+    fn from(f: LengthRowFile) -> Self {
+        match f {
+            LengthRowFile::Now { len, eval, missing } => Self { len, eval, missing },
+            LengthRowFile::Before { len, eval } => Self {
+                len,
+                missing: eval.as_ref().err().cloned(),
+                eval: eval.ok(),
+            },
+        }
+    }
+}
+
+/// One trained and evaluated run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LmEncodingResult {
-    /// The encoding's kind.
-    pub kind: String,
+    /// The entry's label (its kind, in results written before labels).
+    #[serde(alias = "kind")]
+    pub label: String,
     /// Its settings.
     pub encoding: EncodingConfig,
-    /// The run's progress and validation history.
+    /// The run's progress and validation history (its seed in `state.config.seed`).
     pub state: LmState,
     /// Test loss at each evaluation length.
     pub lengths: Vec<LengthRow>,
@@ -115,8 +196,32 @@ pub struct LmEncodingResult {
 impl LmEncodingResult {
     /// The evaluation at the longest length that has one.
     pub fn longest(&self) -> Option<&LengthEval> {
-        self.lengths.iter().rev().find_map(|r| r.eval.as_ref().ok())
+        self.lengths.iter().rev().find_map(|r| r.eval.as_ref())
     }
+}
+
+/// One run at one evaluation length: a tidy record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LmLengthRecord {
+    /// Which run: label, encoding, seed, randomized positions.
+    #[serde(flatten)]
+    pub run: RunKey,
+    /// The trained context.
+    pub context: usize,
+    /// The window length.
+    pub length: usize,
+    /// Windows evaluated (none where the model does not reach the length).
+    pub windows: Option<usize>,
+    /// Mean next-token loss, nats.
+    pub loss: Option<f64>,
+    /// `exp(loss)`.
+    pub perplexity: Option<f64>,
+    /// Mean loss at the positions at or past the trained context.
+    pub loss_past_context: Option<f64>,
+    /// The run's last validation loss.
+    pub valid_loss: Option<f64>,
+    /// Training seconds.
+    pub train_s: f64,
 }
 
 /// A whole experiment: `results.json`.
@@ -126,78 +231,89 @@ pub struct LmExperiment {
     pub config: LmExperimentConfig,
     /// Tokens in the train, valid and test streams.
     pub sizes: [usize; 3],
-    /// One row per encoding, in the config's order.
+    /// One row per run, in the config's order (entries, then seeds).
     pub results: Vec<LmEncodingResult>,
+    /// One tidy record per run and length (`pandas.DataFrame(results["records"])`);
+    /// derived from `results`.
+    #[serde(default)]
+    pub records: Vec<LmLengthRecord>,
 }
 
-/// Trains and evaluates every encoding of `cfg` on `corpus` under `out`, writing
-/// `results.json` and `results.md` after each one.
+/// Trains and evaluates every entry and seed of `cfg` on `corpus` under `out`, writing
+/// `results.json` and `results.md` after each run.
 ///
 /// # Errors
-/// Bad settings (before anything is written), two runs of one kind, a run directory
-/// holding other settings or foreign files, a loss that diverges, or a failed write.
+/// Bad settings (before anything is written), two entries sharing a label, a run
+/// directory holding other settings or foreign files, a loss that diverges, or a failed
+/// write.
 pub fn run(
     cfg: &LmExperimentConfig,
     corpus: &Corpus,
     out: &Path,
     opts: RunOptions,
 ) -> Result<LmExperiment> {
-    ensure!(!cfg.encodings.is_empty(), "no encodings to compare");
+    check_unique(&cfg.encodings)?;
+    ensure!(
+        (1..=100).contains(&cfg.seeds),
+        "seeds must be between 1 and 100, got {}",
+        cfg.seeds
+    );
     ensure!(
         !cfg.factors.is_empty() && cfg.factors.iter().all(|&f| f > 0),
         "evaluation factors must be at least 1, got {:?}",
         cfg.factors
     );
-    let mut kinds: Vec<&str> = cfg.encodings.iter().map(|e| e.kind()).collect();
-    kinds.sort_unstable();
-    if let Some(w) = kinds.windows(2).find(|w| w[0] == w[1]) {
-        bail!("encoding {} is listed twice", w[0]);
-    }
     crate::experiment::check_out_dir::<LmExperiment>(out, "a language-model experiment")?;
     let tokenizer = cfg.base.tokenizer.train(&Corpus::stream(&corpus.train))?;
     let data = LmData::from_corpus(corpus, &tokenizer)?;
     let test = encode(&tokenizer, &Corpus::stream(&corpus.test))?;
-    let runs: Vec<LmTrainConfig> = cfg
-        .encodings
-        .iter()
-        .map(|e| {
-            let mut c = cfg.base.clone();
-            c.model.encoding = e.clone();
-            c.model.vocab_size = tokenizer.get_vocab_size(true);
-            c.validate().map(|()| c)
-        })
-        .collect::<Result<_>>()?;
+    for entry in &cfg.encodings {
+        cfg.run_config(entry, cfg.base.seed, &tokenizer)
+            .validate()
+            .with_context(|| format!("the run of `{}`", entry.label))?;
+    }
     let mut experiment = LmExperiment {
         config: cfg.clone(),
         sizes: [data.train.len(), data.valid.len(), test.len()],
         results: Vec::new(),
+        records: Vec::new(),
     };
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-    for (encoding, run_cfg) in cfg.encodings.iter().zip(runs) {
-        let kind = encoding.kind();
-        if !opts.quiet {
-            crate::log(&format!("── {kind} ──"));
+    for entry in &cfg.encodings {
+        for seed in cfg.seed_list() {
+            if !opts.quiet {
+                crate::log(&format!("── {} (seed {seed}) ──", entry.label));
+            }
+            let run_cfg = cfg.run_config(entry, seed, &tokenizer);
+            let dir = cfg.run_dir(out, entry, seed);
+            let state = train_or_reuse(&run_cfg, &tokenizer, &data, &dir, opts)?;
+            let model = lm_run::load(&dir)?.model;
+            let context = run_cfg.model.context;
+            let mut lengths = Vec::new();
+            for f in &cfg.factors {
+                let len = f * context;
+                lengths.push(match model.max_positions() {
+                    Some(max) if len > max => LengthRow {
+                        len,
+                        eval: None,
+                        missing: Some(format!("no positions past {max}")),
+                    },
+                    _ => LengthRow {
+                        len,
+                        eval: Some(evaluate(&model, &test, len, cfg.eval_windows, context)?),
+                        missing: None,
+                    },
+                });
+            }
+            experiment.results.push(LmEncodingResult {
+                label: entry.label.clone(),
+                encoding: entry.encoding.clone(),
+                state,
+                lengths,
+            });
+            experiment.records = experiment.tidy();
+            experiment.save(out)?;
         }
-        let dir = out.join(kind);
-        let state = train_or_reuse(&run_cfg, &tokenizer, &data, &dir, opts)?;
-        let model = lm_run::load(&dir)?.model;
-        let context = run_cfg.model.context;
-        let mut lengths = Vec::new();
-        for f in &cfg.factors {
-            let len = f * context;
-            let eval = match model.max_positions() {
-                Some(max) if len > max => Err(format!("no positions past {max}")),
-                _ => Ok(evaluate(&model, &test, len, cfg.eval_windows, context)?),
-            };
-            lengths.push(LengthRow { len, eval });
-        }
-        experiment.results.push(LmEncodingResult {
-            kind: kind.to_string(),
-            encoding: encoding.clone(),
-            state,
-            lengths,
-        });
-        experiment.save(out)?;
     }
     Ok(experiment)
 }
@@ -210,41 +326,24 @@ fn train_or_reuse(
     dir: &Path,
     opts: RunOptions,
 ) -> Result<LmState> {
-    match rundir::inspect(dir)? {
-        Contents::Run => {
-            let previous = lm_run::state(dir)?;
-            let same_but_steps = LmTrainConfig {
-                steps: cfg.steps,
-                ..previous.config.clone()
-            };
-            ensure!(
-                &same_but_steps == cfg,
-                "{} holds a run with other settings; choose another --out or remove it",
-                dir.display()
-            );
-            crate::experiment::check_budget(dir, previous.step, cfg.steps)?;
-            if previous.step == cfg.steps {
-                return Ok(previous);
-            }
-            lm_run::resume(dir, Some(cfg.steps), |_, _| Ok(data.clone()), opts)
-        }
-        Contents::Empty | Contents::Unfinished { weights: false } => {
-            lm_run::start(cfg, tokenizer, data, dir, opts)
-        }
-        Contents::Unfinished { weights: true } | Contents::Foreign(_) => bail!(
-            "{} holds files that are not a run of this experiment; remove it or choose another --out",
-            dir.display()
-        ),
+    match find_run(dir, cfg, |previous: &LmState| {
+        differences(&previous.config, cfg)
+    })? {
+        Found::Finished(previous) => Ok(previous),
+        Found::Unfinished => lm_run::resume(dir, Some(cfg.steps), |_, _| Ok(data.clone()), opts),
+        Found::Nothing => lm_run::start(cfg, tokenizer, data, dir, opts),
     }
 }
 
 impl LmExperiment {
-    /// Reads `results.json`.
+    /// Reads `results.json` (one written before labels and tidy records too).
     ///
     /// # Errors
     /// A missing or malformed file.
     pub fn load(path: &Path) -> Result<Self> {
-        crate::experiment::load_results(path)
+        let mut exp: Self = crate::experiment::load_results(path)?;
+        exp.records = exp.tidy();
+        Ok(exp)
     }
 
     /// Writes `results.json` and `results.md` into `out`.
@@ -255,42 +354,78 @@ impl LmExperiment {
         crate::experiment::save_results(out, self, &self.markdown())
     }
 
+    /// The tidy records of [`Self::results`]: one per run and length.
+    pub fn tidy(&self) -> Vec<LmLengthRecord> {
+        let context = self.config.base.model.context;
+        self.results
+            .iter()
+            .flat_map(|r| {
+                r.lengths.iter().map(move |row| LmLengthRecord {
+                    run: RunKey::new(
+                        &r.label,
+                        &r.encoding,
+                        r.state.config.seed,
+                        r.state.config.randomized_positions,
+                    ),
+                    context,
+                    length: row.len,
+                    windows: row.eval.as_ref().map(|e| e.windows),
+                    loss: row.eval.as_ref().map(|e| e.loss),
+                    perplexity: row.eval.as_ref().map(|e| e.perplexity()),
+                    loss_past_context: row.eval.as_ref().and_then(|e| e.tail_loss),
+                    valid_loss: r.state.valid_loss(),
+                    train_s: r.state.elapsed_s,
+                })
+            })
+            .collect()
+    }
+
+    /// The labels in the order they were run.
+    pub fn labels(&self) -> Vec<String> {
+        distinct(self.results.iter().map(|r| r.label.as_str()))
+    }
+
     /// The results: test perplexity at every length, the loss past the trained context,
-    /// and training time.
+    /// and training time; with several seeds, mean ± standard deviation over them.
     pub fn table(&self) -> String {
         let context = self.config.base.model.context;
         let lens: Vec<usize> = self.config.factors.iter().map(|f| f * context).collect();
-        let mut s = String::from("| encoding | valid loss |");
+        let past: Vec<usize> = lens.iter().copied().filter(|&l| l > context).collect();
+        let mut s = String::from("| encoding | seeds | valid loss |");
         for l in &lens {
             s += &format!(" ppl @ {l} |");
         }
-        for l in lens.iter().filter(|&&l| l > context) {
+        for l in &past {
             s += &format!(" loss past {context} @ {l} |");
         }
-        s += " train s |\n|---|---:|";
-        s += &"---:|".repeat(lens.len() + lens.iter().filter(|&&l| l > context).count() + 1);
+        s += " train s |\n|---|---:|---:|";
+        s += &"---:|".repeat(lens.len() + past.len() + 1);
         s += "\n";
-        for r in &self.results {
-            s += &format!(
-                "| {} | {} |",
-                r.kind,
-                r.state
-                    .valid_loss()
-                    .map_or("–".to_string(), |v| format!("{v:.4}"))
-            );
-            for row in &r.lengths {
-                s += &match &row.eval {
-                    Ok(e) => format!(" {:.2} |", e.perplexity()),
-                    Err(_) => " n/a |".to_string(),
-                };
+        for label in self.labels() {
+            let records: Vec<&LmLengthRecord> = self
+                .records
+                .iter()
+                .filter(|r| r.run.label == label)
+                .collect();
+            let runs: Vec<&LmEncodingResult> =
+                self.results.iter().filter(|r| r.label == label).collect();
+            let valid: Vec<f64> = runs.iter().filter_map(|r| r.state.valid_loss()).collect();
+            s += &format!("| {label} | {} | {} |", runs.len(), spread(&valid, 4));
+            let at = |len: usize, f: fn(&LmLengthRecord) -> Option<f64>| -> Vec<f64> {
+                records
+                    .iter()
+                    .filter(|r| r.length == len)
+                    .filter_map(|r| f(r))
+                    .collect()
+            };
+            for &l in &lens {
+                s += &format!(" {} |", spread(&at(l, |r| r.perplexity), 2));
             }
-            for row in r.lengths.iter().filter(|row| row.len > context) {
-                s += &match &row.eval {
-                    Ok(e) => format!(" {:.3} |", e.tail_loss.unwrap_or(f64::NAN)),
-                    Err(_) => " n/a |".to_string(),
-                };
+            for &l in &past {
+                s += &format!(" {} |", spread(&at(l, |r| r.loss_past_context), 3));
             }
-            s += &format!(" {:.0} |\n", r.state.elapsed_s);
+            let train: Vec<f64> = runs.iter().map(|r| r.state.elapsed_s).collect();
+            s += &format!(" {} |\n", spread(&train, 0));
         }
         s
     }
@@ -301,7 +436,7 @@ impl LmExperiment {
         let m = &b.model;
         format!(
             "# Length extrapolation of a causal language model\n\n\
-             {} layers, {} heads, width {}, context L = {}, batch {}, {} steps, seed {}, {}{}.\n\
+             {} layers, {} heads, width {}, context L = {}, batch {}, {} steps, {}, {}{}.\n\
              Tokens: train {}, valid {}, test {}. Test perplexity over up to {} \
              non-overlapping windows of each length; \"loss past {}\" averages only the \
              positions at or past the trained context.\n\n{}",
@@ -311,7 +446,14 @@ impl LmExperiment {
             m.context,
             b.batch_size,
             b.steps,
-            b.seed,
+            match self.config.seeds {
+                1 => format!("seed {}", b.seed),
+                n => format!(
+                    "seeds {}–{} (mean ± standard deviation over them)",
+                    b.seed,
+                    b.seed + n as u64 - 1
+                ),
+            },
             b.tokenizer.describe(),
             b.randomized_positions.map_or(String::new(), |r| format!(
                 ", randomized positions (a sorted random subset of 0..{r} per step)"
@@ -323,5 +465,18 @@ impl LmExperiment {
             m.context,
             self.table()
         )
+    }
+}
+
+/// `mean` with `decimals` decimals, `± sd` after it for several values, `n/a` for none.
+pub(crate) fn spread(xs: &[f64], decimals: usize) -> String {
+    match xs.len() {
+        0 => "n/a".to_string(),
+        1 => format!("{:.*}", decimals, xs[0]),
+        n => {
+            let mean = xs.iter().sum::<f64>() / n as f64;
+            let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+            format!("{:.*} ± {:.*}", decimals, mean, decimals, var.sqrt())
+        }
     }
 }

@@ -10,7 +10,6 @@
 //! bit-identical to one that never stopped, dropout included (its masks are drawn from
 //! `(seed, s)` too: [`posenc_transformer::dropout::seed`]).
 
-
 use crate::error::Result;
 use candle_core::{DType, Device, Tensor, D};
 use candle_nn::{VarBuilder, VarMap};
@@ -23,8 +22,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::loss::label_smoothed_cross_entropy;
 use crate::fit::{StepLoss, Task, Trainer};
+use crate::loss::label_smoothed_cross_entropy;
 use crate::optim::AdamWConfig;
 use crate::text_tokenizer::TextTokenizer;
 
@@ -515,29 +514,7 @@ impl crate::fit::Validation for LmRecord {
     }
 }
 
-impl crate::fit::Settings for LmTrainConfig {
-    fn seed(&self) -> u64 {
-        self.seed
-    }
-    fn steps(&self) -> usize {
-        self.steps
-    }
-    fn set_steps(&mut self, steps: usize) {
-        self.steps = steps;
-    }
-    fn eval_every(&self) -> usize {
-        self.eval_every
-    }
-    fn save_every(&self) -> usize {
-        self.save_every
-    }
-    fn adam(&self) -> AdamWConfig {
-        self.adam
-    }
-    fn lr(&self, step: usize) -> f64 {
-        LmTrainConfig::lr(self, step - 1)
-    }
-}
+crate::fit::settings!(LmTrainConfig, |cfg, step| cfg.lr(step - 1));
 
 /// The state of a run: its config and progress (`trainer.json`, and the header of every
 /// checkpoint).

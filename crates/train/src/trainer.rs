@@ -32,10 +32,10 @@ use serde::{Deserialize, Serialize};
 use crate::batch::{self, Batch, Example};
 use crate::data::{self, DataConfig, Splits};
 use crate::decode;
+use crate::fit::{StepLoss, Task, Trainer};
 use crate::init::initialize;
 use crate::loss::label_smoothed_cross_entropy;
 use crate::metrics::exact_match;
-use crate::fit::{StepLoss, Task, Trainer};
 use crate::optim::AdamWConfig;
 use crate::rundir::{self, FixedFiles, RunDir};
 use crate::schedule::Noam;
@@ -154,27 +154,10 @@ impl TrainConfig {
     pub fn differences(&self, other: &Self) -> Vec<String> {
         let comparable = |c: &Self| {
             let mut c = c.clone();
-            c.steps = 0;
             (c.model.src_vocab_size, c.model.tgt_vocab_size) = (0, 0);
-            serde_json::to_value(c).unwrap_or_default()
+            c
         };
-        let (a, b) = (comparable(self), comparable(other));
-        let mut out = Vec::new();
-        if let (Some(a), Some(b)) = (a.as_object(), b.as_object()) {
-            for (k, va) in a {
-                let vb = &b[k];
-                match (va.as_object(), vb.as_object()) {
-                    (Some(ia), Some(ib)) => out.extend(
-                        ia.iter()
-                            .filter(|(kk, v)| ib.get(*kk) != Some(*v))
-                            .map(|(kk, _)| format!("{k}.{kk}")),
-                    ),
-                    _ if va != vb => out.push(k.clone()),
-                    _ => {}
-                }
-            }
-        }
-        out
+        crate::experiment::differences(&comparable(self), &comparable(other))
     }
 }
 
@@ -209,34 +192,12 @@ impl crate::fit::Validation for Record {
     }
 }
 
-impl crate::fit::Settings for TrainConfig {
-    fn seed(&self) -> u64 {
-        self.seed
-    }
-    fn steps(&self) -> usize {
-        self.steps
-    }
-    fn set_steps(&mut self, steps: usize) {
-        self.steps = steps;
-    }
-    fn eval_every(&self) -> usize {
-        self.eval_every
-    }
-    fn save_every(&self) -> usize {
-        self.save_every
-    }
-    fn adam(&self) -> AdamWConfig {
-        self.adam
-    }
-    fn lr(&self, step: usize) -> f64 {
-        Noam {
-            factor: self.lr_factor,
-            d_model: self.model.d_model,
-            warmup: self.warmup,
-        }
-        .lr(step)
-    }
+crate::fit::settings!(TrainConfig, |cfg, step| Noam {
+    factor: cfg.lr_factor,
+    d_model: cfg.model.d_model,
+    warmup: cfg.warmup,
 }
+.lr(step));
 
 /// `trainer.json`: the run's config and progress.
 pub type TrainerState = crate::fit::RunState<TrainConfig, Record>;

@@ -2,7 +2,6 @@
 //! rather than retrained, a different config is never overwritten, and a diverging
 //! encoding becomes a row saying so instead of ending the experiment.
 
-use posenc::EncodingConfig;
 use posenc_train::data::DataConfig;
 use posenc_train::experiment::{self, Experiment, ExperimentConfig};
 use posenc_train::trainer::{RunOptions, TrainConfig};
@@ -36,10 +35,8 @@ fn tiny(kinds: &[&str]) -> ExperimentConfig {
             save_every: 6,
             ..TrainConfig::default()
         },
-        encodings: kinds
-            .iter()
-            .map(|k| EncodingConfig::from_kind(k).unwrap())
-            .collect(),
+        encodings: kinds.iter().map(|k| k.parse().unwrap()).collect(),
+        seeds: 1,
     }
 }
 
@@ -58,7 +55,7 @@ fn the_same_seed_gives_the_same_table_and_finished_runs_are_reused() {
     assert_eq!(first.table(), second.table());
     assert_eq!(first.clauses_table(), second.clauses_table());
     for (x, y) in first.results.iter().zip(&second.results) {
-        assert_eq!(x.metrics, y.metrics, "{}", x.kind);
+        assert_eq!(x.metrics, y.metrics, "{}", x.label);
         assert_eq!(x.history.len(), 2);
         // Only the clock may differ.
         let strip = |r: &experiment::EncodingResult| {
@@ -85,7 +82,7 @@ fn the_same_seed_gives_the_same_table_and_finished_runs_are_reused() {
     let resumed = experiment::run(&longer, a.path(), QUIET).unwrap();
     for (r, before) in resumed.results.iter().zip(&first.results) {
         assert_eq!(r.history.last().unwrap().step, 18);
-        assert_eq!(r.history[..2], before.history[..], "{}", r.kind);
+        assert_eq!(r.history[..2], before.history[..], "{}", r.label);
     }
 }
 
@@ -132,5 +129,51 @@ fn a_diverging_encoding_is_a_row_not_a_crash() {
 fn listing_an_encoding_twice_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let err = experiment::run(&tiny(&["rope", "none", "rope"]), dir.path(), QUIET).unwrap_err();
-    assert!(err.to_string().contains("`rope` is listed twice"), "{err}");
+    let msg = err.to_string();
+    assert!(msg.contains("`rope`") && msg.contains("label"), "{msg}");
+}
+
+#[test]
+fn two_settings_of_one_kind_over_seeds_are_tidy_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = tiny(&["rope", "rope:base=100"]);
+    cfg.seeds = 2;
+    let exp = experiment::run(&cfg, dir.path(), QUIET).unwrap();
+    let runs: Vec<(&str, u64)> = exp
+        .records
+        .iter()
+        .map(|r| (r.run.label.as_str(), r.run.seed))
+        .collect();
+    assert_eq!(
+        runs,
+        [
+            ("rope", 42),
+            ("rope", 43),
+            ("rope:base=100", 42),
+            ("rope:base=100", 43)
+        ]
+    );
+    assert!(dir
+        .path()
+        .join("rope_base=100/seed-43/model.safetensors")
+        .is_file());
+    // The seeds differ, and the row is their mean ± standard deviation.
+    let exact: Vec<f64> = exp.records.iter().map(|r| r.valid_loss.unwrap()).collect();
+    assert_ne!(exact[0], exact[1]);
+    let mean = (exact[0] + exact[1]) / 2.0;
+    let sd = ((exact[0] - mean).powi(2) + (exact[1] - mean).powi(2)).sqrt();
+    let want = format!("{mean:.4} ± {sd:.4}");
+    assert!(exp.table().contains(&want), "{want} in\n{}", exp.table());
+    // results.json's records are flat, and reading it back gives the same experiment.
+    let path = dir.path().join("results.json");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    for r in json["records"].as_array().unwrap() {
+        assert!(r
+            .as_object()
+            .unwrap()
+            .values()
+            .all(|v| !v.is_object() && !v.is_array()));
+    }
+    assert_eq!(Experiment::load(&path).unwrap(), exp);
 }

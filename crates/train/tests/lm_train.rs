@@ -209,15 +209,7 @@ fn char_data() -> LmData {
 }
 
 fn same_files(a: &std::path::Path, b: &std::path::Path, name: &str) -> bool {
-    let load = |d: &std::path::Path| {
-        candle_core::safetensors::load(d.join(name), &candle_core::Device::Cpu).unwrap()
-    };
-    let (x, y) = (load(a), load(b));
-    x.len() == y.len()
-        && x.iter().all(|(k, t)| {
-            t.flatten_all().unwrap().to_vec1::<f32>().unwrap()
-                == y[k].flatten_all().unwrap().to_vec1::<f32>().unwrap()
-        })
+    posenc_testkit::same_tensors(&a.join(name), &b.join(name))
 }
 
 #[test]

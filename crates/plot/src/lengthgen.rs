@@ -1,0 +1,61 @@
+//! The figure of `posenc lengthgen`: exact-match accuracy against instance length, one line
+//! per encoding (the mean over seeds) in a band from the lowest seed to the highest.
+
+use std::path::{Path, PathBuf};
+
+use crate::chart::{colour, curves, save_png, Axes, Mark, Series};
+use crate::error::Result;
+use posenc_train::lengthgen::experiment::LengthgenExperiment;
+
+/// `accuracy_by_length.png`.
+pub const ACCURACY_BY_LENGTH: &str = "accuracy_by_length.png";
+
+/// Writes `accuracy_by_length.png` into `out`; returns its path.
+///
+/// # Errors
+/// A file that cannot be written.
+pub fn lengthgen(exp: &LengthgenExperiment, out: &Path) -> Result<Vec<PathBuf>> {
+    let mut series = Vec::new();
+    for (i, (label, rows)) in exp.summaries().into_iter().enumerate() {
+        let band: Vec<(f64, f64)> = rows
+            .iter()
+            .map(|r| (r.length as f64, 100.0 * r.min))
+            .chain(rows.iter().rev().map(|r| (r.length as f64, 100.0 * r.max)))
+            .collect();
+        series.push(Series {
+            name: String::new(),
+            points: band,
+            mark: Mark::Area,
+            colour: colour(i),
+        });
+        series.push(Series {
+            name: label,
+            points: rows
+                .iter()
+                .map(|r| (r.length as f64, 100.0 * r.mean))
+                .collect(),
+            mark: Mark::LineDots,
+            colour: colour(i),
+        });
+    }
+    let [lo, hi] = exp.train_lengths;
+    let seeds = exp.config.seeds;
+    let path = out.join(ACCURACY_BY_LENGTH);
+    save_png(&path, (900, 560), "", |root| {
+        curves(
+            root,
+            &Axes {
+                title: format!(
+                    "{}: exact match by length (trained on {lo}–{hi}; mean and range over {seeds} seeds)",
+                    exp.task
+                ),
+                x_desc: "instance length",
+                y_desc: "exact-match accuracy (%)",
+                square: false,
+                y_range: Some((0.0, 100.0)),
+            },
+            &series,
+        )
+    })?;
+    Ok(vec![path])
+}
