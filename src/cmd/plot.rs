@@ -60,6 +60,15 @@ pub enum PlotCommand {
         #[arg(long)]
         out: PathBuf,
     },
+    /// The figure of `posenc lengthgen`, redrawn from its results.json.
+    Lengthgen {
+        /// The experiment's results.json.
+        #[arg(long)]
+        results: PathBuf,
+        /// Output directory.
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 impl PlotCommand {
@@ -103,6 +112,12 @@ impl PlotCommand {
                 let exp = posenc_train::lm_experiment::LmExperiment::load(&results)?;
                 create_dir(&dir)?;
                 let plots = posenc_plot::lm_experiment(&exp, &dir)?;
+                return list(out, &plots);
+            }
+            Self::Lengthgen { results, out: dir } => {
+                let exp = posenc_train::lengthgen::experiment::LengthgenExperiment::load(&results)?;
+                create_dir(&dir)?;
+                let plots = posenc_plot::lengthgen(&exp, &dir)?;
                 return list(out, &plots);
             }
         };

@@ -18,23 +18,17 @@ use std::path::Path;
 
 use crate::error::Result;
 use posenc::EncodingConfig;
-use posenc_error::{bail, ensure, Context};
-use posenc_transformer::checkpoint::write_atomic;
+use posenc_error::{ensure, Context};
 use serde::{Deserialize, Serialize};
 
 use crate::data::DataConfig;
 use crate::decode::DecodeConfig;
 use crate::eval::{evaluate, SplitReport};
-use crate::fit::{RunState, Settings, Validation};
 use crate::labelled::{check_unique, distinct, Labelled, RunKey};
-use crate::lm_experiment::spread;
-use crate::rundir::{self, Contents};
+use crate::results::{check_out_dir, find_run, load_results, save_results, spread, Found};
 use crate::trainer::{self, Diverged, Record, RunOptions, TrainConfig, TrainerState, Translator};
 
-/// `results.json`.
-pub const RESULTS_JSON: &str = "results.json";
-/// `results.md`.
-pub const RESULTS_MD: &str = "results.md";
+pub use crate::results::{RESULTS_JSON, RESULTS_MD};
 
 /// What to train: one base config, and the encodings to swap into it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -322,128 +316,6 @@ fn train_or_reuse(
             None => Err(e),
         },
     }
-}
-
-/// What an experiment finds where one of its runs goes.
-pub(crate) enum Found<S> {
-    /// The run, finished: reuse it.
-    Finished(S),
-    /// The run, short of its steps: resume it.
-    Unfinished,
-    /// No run: start it.
-    Nothing,
-}
-
-/// Looks in `dir` for the run of `wanted` an experiment trains there. `differences(run)`
-/// names the settings in which a run found there differs from `wanted` (none: it is this
-/// run, perhaps short of its steps).
-///
-/// # Errors
-/// A run with other settings or more steps, or files that are not a run.
-pub(crate) fn find_run<C: Settings, R: Validation>(
-    dir: &Path,
-    wanted: &C,
-    differences: impl FnOnce(&RunState<C, R>) -> Vec<String>,
-) -> Result<Found<RunState<C, R>>> {
-    match rundir::inspect(dir)? {
-        Contents::Run => {
-            let manifest = rundir::verify(dir)?;
-            let previous: RunState<C, R> = rundir::last_state(dir, &manifest)?;
-            let diff = differences(&previous);
-            ensure!(
-                diff.is_empty(),
-                "{} holds a run with a different config (it differs in {}); choose another --out or remove it",
-                dir.display(),
-                diff.join(", ")
-            );
-            check_budget(dir, previous.step, wanted.steps())?;
-            Ok(match previous.step == wanted.steps() {
-                true => Found::Finished(previous),
-                false => Found::Unfinished,
-            })
-        }
-        Contents::Empty | Contents::Unfinished { weights: false } => Ok(Found::Nothing),
-        Contents::Unfinished { weights: true } | Contents::Foreign(_) => bail!(
-            "{} holds files that are not a run of this experiment; remove it or choose another --out",
-            dir.display()
-        ),
-    }
-}
-
-/// The top-level fields (and one level below: `model.…`) in which two configs differ, with
-/// the step budget ignored.
-pub(crate) fn differences<C: Settings>(a: &C, b: &C) -> Vec<String> {
-    let comparable = |c: &C| {
-        let mut c = c.clone();
-        c.set_steps(0);
-        serde_json::to_value(c).unwrap_or_default()
-    };
-    let (a, b) = (comparable(a), comparable(b));
-    let mut out = Vec::new();
-    if let (Some(a), Some(b)) = (a.as_object(), b.as_object()) {
-        for (k, va) in a {
-            let vb = &b[k];
-            match (va.as_object(), vb.as_object()) {
-                (Some(ia), Some(ib)) => out.extend(
-                    ia.iter()
-                        .filter(|(kk, v)| ib.get(*kk) != Some(*v))
-                        .map(|(kk, _)| format!("{k}.{kk}")),
-                ),
-                _ if va != vb => out.push(k.clone()),
-                _ => {}
-            }
-        }
-    }
-    out
-}
-
-/// Checks that the run in `dir`, at step `done`, has not gone past the `steps` asked for.
-pub(crate) fn check_budget(dir: &Path, done: usize, steps: usize) -> Result<()> {
-    ensure!(
-        done <= steps,
-        "{} holds a run of {done} steps, more than the {steps} asked for; choose another --out",
-        dir.display()
-    );
-    Ok(())
-}
-
-/// Reads an experiment's `results.json`.
-pub(crate) fn load_results<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    Ok(serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?)
-}
-
-/// Checks, before anything is written, that `out` can hold an experiment of the kind whose
-/// results are `T` (`what` names it): not a training run, and no `results.json` of another
-/// kind of experiment.
-pub(crate) fn check_out_dir<T: serde::de::DeserializeOwned>(out: &Path, what: &str) -> Result<()> {
-    use crate::rundir::Contents;
-    match crate::rundir::inspect(out)? {
-        Contents::Run | Contents::Unfinished { .. } => bail!(
-            "{} holds a training run, not an experiment: an experiment writes its runs into a \
-             directory of its own; choose another --out",
-            out.display()
-        ),
-        Contents::Empty | Contents::Foreign(_) => {}
-    }
-    let results = out.join(RESULTS_JSON);
-    if results.exists() && load_results::<T>(&results).is_err() {
-        bail!(
-            "{} holds results that are not {what}'s (another kind of experiment?); choose \
-             another --out",
-            results.display()
-        );
-    }
-    Ok(())
-}
-
-/// Writes an experiment's `results.json` and `results.md` into `out`, atomically.
-pub(crate) fn save_results(out: &Path, results: &impl Serialize, markdown: &str) -> Result<()> {
-    let json = serde_json::to_string_pretty(results)?;
-    write_atomic(&out.join(RESULTS_JSON), json.as_bytes())?;
-    write_atomic(&out.join(RESULTS_MD), markdown.as_bytes())?;
-    Ok(())
 }
 
 impl Experiment {

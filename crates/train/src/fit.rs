@@ -1,5 +1,5 @@
 //! The one training loop. Every task (translation, the language model, the algorithmic
-//! length-generalization tasks) runs through [`Trainer::run`]; a task only says what a
+//! length-generalization tasks) runs through it; a task only says what a
 //! step's loss is and how to validate ([`Task`]).
 //!
 //! ```text

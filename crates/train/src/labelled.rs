@@ -32,7 +32,7 @@ pub struct Labelled {
     pub label: String,
     /// The encoding.
     pub encoding: EncodingConfig,
-    /// Train at randomized positions below this ([`crate::randomized`]); `None`: the
+    /// Train at randomized positions below this (Ruoss et al. 2023); `None`: the
     /// experiment's own setting.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub randomized_positions: Option<usize>,

@@ -1,8 +1,14 @@
-//! # posenc-train: the English → Kotoba toy translation task
+//! # posenc-train: the training loop, and the tasks it trains
 //!
-//! Data ([`kotoba`], [`data`], [`vocab`]), training ([`batch`], [`loss`], [`schedule`],
-//! [`optim`], [`trainer`], and [`rundir`], the directory a run writes as one unit), decoding ([`decode`]), [`metrics`] and [`eval`], and the
-//! [`experiment`] that trains one model per positional encoding.
+//! | part | modules |
+//! |---|---|
+//! | the shared core | [`fit`] (the one loop, and the [`fit::Task`] a task implements), [`loss`], [`schedule`], [`optim`], [`init`], [`rundir`] (a run's files as one unit), [`results`] (an experiment's files and the runs it finds), [`labelled`] (what an experiment compares), `randomized` positions |
+//! | English → Kotoba translation | [`kotoba`], [`data`], [`vocab`], `batch`, [`trainer`], [`decode`], [`metrics`], [`eval`], [`experiment`], [`inspect`], [`bench`] |
+//! | a causal language model | [`corpus`], [`text_tokenizer`], [`lm_train`], [`lm_run`], [`sample`], [`passkey`], [`lm_experiment`] |
+//! | length generalization | [`lengthgen`] (the algorithmic problems and their experiment) |
+//!
+//! A new task is a module of its own that implements [`fit::Task`] and runs through
+//! [`fit`]'s loop, plus its one line below and its command.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -29,6 +35,7 @@ pub mod metrics;
 pub mod optim;
 pub mod passkey;
 mod randomized;
+pub mod results;
 pub mod rundir;
 pub mod sample;
 pub mod schedule;

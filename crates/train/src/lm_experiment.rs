@@ -23,10 +23,10 @@ use serde::{Deserialize, Serialize};
 use tokenizers::Tokenizer;
 
 use crate::corpus::Corpus;
-use crate::experiment::{differences, find_run, Found};
 use crate::labelled::{check_unique, distinct, Labelled, RunKey};
 use crate::lm_run;
 use crate::lm_train::{evaluate, LengthEval, LmData, LmState, LmTrainConfig};
+use crate::results::{differences, find_run, spread, Found};
 use crate::text_tokenizer::encode;
 use crate::trainer::RunOptions;
 
@@ -263,7 +263,7 @@ pub fn run(
         "evaluation factors must be at least 1, got {:?}",
         cfg.factors
     );
-    crate::experiment::check_out_dir::<LmExperiment>(out, "a language-model experiment")?;
+    crate::results::check_out_dir::<LmExperiment>(out, "a language-model experiment")?;
     let tokenizer = cfg.base.tokenizer.train(&Corpus::stream(&corpus.train))?;
     let data = LmData::from_corpus(corpus, &tokenizer)?;
     let test = encode(&tokenizer, &Corpus::stream(&corpus.test))?;
@@ -341,7 +341,7 @@ impl LmExperiment {
     /// # Errors
     /// A missing or malformed file.
     pub fn load(path: &Path) -> Result<Self> {
-        let mut exp: Self = crate::experiment::load_results(path)?;
+        let mut exp: Self = crate::results::load_results(path)?;
         exp.records = exp.tidy();
         Ok(exp)
     }
@@ -351,7 +351,7 @@ impl LmExperiment {
     /// # Errors
     /// A failed write.
     pub fn save(&self, out: &Path) -> Result<()> {
-        crate::experiment::save_results(out, self, &self.markdown())
+        crate::results::save_results(out, self, &self.markdown())
     }
 
     /// The tidy records of [`Self::results`]: one per run and length.
@@ -465,18 +465,5 @@ impl LmExperiment {
             m.context,
             self.table()
         )
-    }
-}
-
-/// `mean` with `decimals` decimals, `± sd` after it for several values, `n/a` for none.
-pub(crate) fn spread(xs: &[f64], decimals: usize) -> String {
-    match xs.len() {
-        0 => "n/a".to_string(),
-        1 => format!("{:.*}", decimals, xs[0]),
-        n => {
-            let mean = xs.iter().sum::<f64>() / n as f64;
-            let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
-            format!("{:.*} ± {:.*}", decimals, mean, decimals, var.sqrt())
-        }
     }
 }

@@ -500,7 +500,7 @@ pub(crate) fn save_checkpoint(
 /// If it is missing or not a trainer state of this kind.
 pub(crate) fn read_trainer<S: Progress>(dir: &Path) -> Result<S> {
     let path = dir.join(TRAINER_FILE);
-    crate::experiment::load_results(&path)
+    crate::results::load_results(&path)
 }
 
 /// Reads `trainer.json` and checks that it belongs to the manifest's run.

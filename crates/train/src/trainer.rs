@@ -108,7 +108,7 @@ impl Default for TrainConfig {
 impl TrainConfig {
     /// Reads a config file (JSON); missing fields take their defaults.
     pub fn load(path: &Path) -> Result<Self> {
-        crate::experiment::load_results(path)
+        crate::results::load_results(path)
     }
 
     /// Checks every value before anything is generated, allocated or written.
@@ -157,7 +157,7 @@ impl TrainConfig {
             (c.model.src_vocab_size, c.model.tgt_vocab_size) = (0, 0);
             c
         };
-        crate::experiment::differences(&comparable(self), &comparable(other))
+        crate::results::differences(&comparable(self), &comparable(other))
     }
 }
 

@@ -232,3 +232,26 @@ fn batches_split_across_threads_are_repeatable_bit_for_bit() {
     assert!(same_weights(dirs[0].path(), dirs[1].path()));
     assert!(same_weights(dirs[0].path(), dirs[2].path()));
 }
+
+/// The shipped model's run directory was written before the one training loop (its
+/// trainer.json has no `pending` losses): it still loads and resumes.
+#[test]
+fn a_run_written_before_the_one_loop_resumes() {
+    let shipped = posenc_train::trainer::shipped_model();
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(&shipped).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, dir.path().join(path.file_name().unwrap())).unwrap();
+    }
+    let text = std::fs::read_to_string(dir.path().join("trainer.json")).unwrap();
+    assert!(
+        !text.contains("pending"),
+        "the fixture is no longer an old run"
+    );
+    let before = posenc_train::trainer::TrainerState::load(dir.path()).unwrap();
+    let resumed = resume(dir.path(), Some(before.step + 2), QUIET).unwrap();
+    assert_eq!(resumed.step, before.step + 2);
+    assert_eq!(resumed.history[..before.history.len()], before.history[..]);
+    assert_eq!(resumed.history.last().unwrap().step, before.step + 2);
+    Translator::load(dir.path()).unwrap();
+}

@@ -28,8 +28,8 @@ use serde::{Deserialize, Serialize};
 use super::problems::{Instance, Problem};
 use super::{load, resume, score, test_instances, train, LengthgenConfig, LengthgenState};
 use crate::error::Result;
-use crate::experiment::{differences, find_run, Found};
 use crate::labelled::{check_unique, Labelled, RunKey};
+use crate::results::{differences, find_run, Found};
 use crate::trainer::RunOptions;
 use posenc_error::{ensure, Context};
 
@@ -231,7 +231,7 @@ pub fn run(
     opts: RunOptions,
 ) -> Result<LengthgenExperiment> {
     cfg.validate()?;
-    crate::experiment::check_out_dir::<LengthgenExperiment>(out, "a lengthgen experiment")?;
+    crate::results::check_out_dir::<LengthgenExperiment>(out, "a lengthgen experiment")?;
     let hi = cfg.base.train_lengths[1];
     let tests: Vec<(usize, Vec<Instance>)> = cfg
         .test_lengths
@@ -355,7 +355,7 @@ impl LengthgenExperiment {
     /// # Errors
     /// A missing or malformed file.
     pub fn load(path: &Path) -> Result<Self> {
-        crate::experiment::load_results(path)
+        crate::results::load_results(path)
     }
 
     /// Writes `results.json` and `results.md` into `out`.
@@ -363,7 +363,7 @@ impl LengthgenExperiment {
     /// # Errors
     /// A failed write.
     pub fn save(&self, out: &Path) -> Result<()> {
-        crate::experiment::save_results(out, self, &self.markdown())
+        crate::results::save_results(out, self, &self.markdown())
     }
 
     /// Each label's accuracy by length over its seeds, labels in the config's order.
@@ -396,7 +396,8 @@ impl LengthgenExperiment {
     }
 
     /// Exact-match accuracy (%) by length, mean ± standard deviation over seeds; trained
-    /// lengths marked `*`.
+    /// lengths marked `*`; then the mean over the trained lengths tested and over the
+    /// lengths past them (each seed's mean, then mean ± standard deviation over seeds).
     pub fn table(&self) -> String {
         let [lo, hi] = self.train_lengths;
         let lengths = &self.config.test_lengths;
@@ -405,8 +406,8 @@ impl LengthgenExperiment {
             let mark = if (lo..=hi).contains(&n) { "*" } else { "" };
             s += &format!(" {n}{mark} |");
         }
-        s += " diverged |\n|---|---:|";
-        s += &"---:|".repeat(lengths.len() + 1);
+        s += &format!(" ≤ {hi} | > {hi} | diverged |\n|---|---:|");
+        s += &"---:|".repeat(lengths.len() + 3);
         s += "\n";
         for (label, rows) in self.summaries() {
             let seeds = rows.iter().map(|r| r.seeds).max().unwrap_or(0);
@@ -417,6 +418,13 @@ impl LengthgenExperiment {
                     None => " – |".to_string(),
                 };
             }
+            for trained in [true, false] {
+                let (mean, sd) = mean_sd(&self.seed_means(&label, trained));
+                s += &match mean.is_finite() {
+                    true => format!(" {:.1} ± {:.1} |", 100.0 * mean, 100.0 * sd),
+                    false => " – |".to_string(),
+                };
+            }
             let diverged = self
                 .runs
                 .iter()
@@ -425,6 +433,23 @@ impl LengthgenExperiment {
             s += &format!(" {diverged} |\n");
         }
         s
+    }
+
+    /// Each seed's mean accuracy of `label` over the trained lengths tested (`trained`) or
+    /// over the lengths past them.
+    pub fn seed_means(&self, label: &str, trained: bool) -> Vec<f64> {
+        let mut by_seed: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
+        for r in self
+            .records
+            .iter()
+            .filter(|r| r.run.label == label && r.trained == trained)
+        {
+            by_seed.entry(r.run.seed).or_default().push(r.accuracy);
+        }
+        by_seed
+            .values()
+            .map(|xs| xs.iter().sum::<f64>() / xs.len() as f64)
+            .collect()
     }
 
     /// `results.md`: the settings and the table.

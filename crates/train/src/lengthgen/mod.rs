@@ -80,7 +80,7 @@ pub struct LengthgenConfig {
     pub save_every: usize,
     /// Held-out instances validation decodes, spread over the trained lengths.
     pub eval_instances: usize,
-    /// Randomized positions ([`crate::randomized`]): each step's sequences sit at a sorted
+    /// Randomized positions (Ruoss et al. 2023): each step's sequences sit at a sorted
     /// random subset of `0..range`. `None`: consecutive positions.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub randomized_positions: Option<usize>,
