@@ -389,6 +389,44 @@ fn the_experiment_tabulates_every_length_and_draws_both_figures() {
     assert_eq!(text(&again).0, table);
 }
 
+/// Two settings of one kind over two seeds: one row each, mean ± standard deviation, each
+/// run in its own directory, and one tidy record per run and length.
+#[test]
+fn the_experiment_compares_labels_over_seeds() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("exp");
+    let o = quick_lm_experiment("rope,rope:base=100", &out)
+        .args(["--context", "16", "--seeds", "2"])
+        .output()
+        .unwrap();
+    let (table, stderr) = text(&o);
+    assert!(o.status.success(), "{stderr}");
+    for row in ["| rope | 2 |", "| rope:base=100 | 2 |"] {
+        let line = table.lines().find(|l| l.starts_with(row));
+        assert!(line.is_some_and(|l| l.contains(" ± ")), "{row} in {table}");
+    }
+    for run in [
+        "rope/seed-1337",
+        "rope/seed-1338",
+        "rope_base=100/seed-1338",
+    ] {
+        assert!(out.join(run).join("model.safetensors").is_file(), "{run}");
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let records = json["records"].as_array().unwrap();
+    assert_eq!(records.len(), 2 * 2 * 4);
+    let last = records.last().unwrap();
+    assert_eq!(
+        (&last["label"], &last["seed"], &last["length"]),
+        (
+            &serde_json::json!("rope:base=100"),
+            &serde_json::json!(1338),
+            &serde_json::json!(128)
+        )
+    );
+}
+
 #[test]
 fn the_shipped_model_generates_and_keeps_its_loss_past_its_context() {
     let o = posenc()
