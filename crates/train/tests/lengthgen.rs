@@ -348,3 +348,26 @@ fn a_tiny_experiment_writes_tidy_records_and_reuses_its_runs() {
         weights
     );
 }
+
+#[test]
+fn a_learned_table_answers_only_within_it_and_is_checked_before_anything_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = LengthgenExperimentConfig::quick(Problem::Copy);
+    cfg.base = tiny(Problem::Copy);
+    cfg.seeds = 1;
+    cfg.test_lengths = vec![2, 4, 9];
+    cfg.test_instances = 3;
+    // Training reaches position 9 (copying 4 digits); testing 9 digits needs 19.
+    cfg.encodings = parse_list("learned:max_positions=12").unwrap();
+    let exp = experiment::run(&cfg, dir.path(), QUIET).unwrap();
+    let lengths: Vec<usize> = exp.records.iter().map(|r| r.length).collect();
+    assert_eq!(lengths, [2, 4]);
+    assert!(exp.table().contains(" – |"), "{}", exp.table());
+
+    // A table training itself runs past is refused before the directory is made.
+    let out = dir.path().join("never");
+    cfg.encodings = parse_list("learned:max_positions=5").unwrap();
+    let err = experiment::run(&cfg, &out, QUIET).unwrap_err();
+    assert!(format!("{err}").contains("max_positions = 5"), "{err}");
+    assert!(!out.exists());
+}

@@ -145,10 +145,10 @@ impl LengthgenExperimentConfig {
         ensure!(self.test_instances > 0, "test_instances must be at least 1");
         let longest = self.test_lengths.iter().max().copied().unwrap_or(0);
         posenc::limits::check("the longest test length", longest, super::MAX_LENGTH)?;
+        self.base.validate()?;
         for entry in &self.encodings {
             let cfg = self.run_config(entry, self.base.seed);
-            cfg.validate()
-                .with_context(|| format!("the run of `{}`", entry.label))?;
+            super::check(&cfg).with_context(|| format!("the run of `{}`", entry.label))?;
             crate::lm_train::fits_in_memory(
                 1,
                 cfg.model.heads,
@@ -279,7 +279,13 @@ pub fn run(
                 },
             };
             let (_, model) = load(&dir)?;
-            for (n, instances) in tests.iter().filter(|(_, i)| !i.is_empty()) {
+            // A table of positions answers only within it: lengths past it have no record.
+            let reaches = |n: usize| {
+                model
+                    .max_positions()
+                    .is_none_or(|max| cfg.base.task.sequence_len(n) - 1 <= max)
+            };
+            for (n, instances) in tests.iter().filter(|(n, i)| !i.is_empty() && reaches(*n)) {
                 let s = score(&model, instances)?;
                 exp.records.push(TestRecord {
                     task: cfg.base.task,

@@ -324,8 +324,17 @@ struct Lengthgen {
     valid: Vec<Instance>,
 }
 
+/// Checks `cfg`, and that its model (built, not trained) has positions for training.
+///
+/// # Errors
+/// As [`LengthgenConfig::validate`], or an encoding whose table training runs past.
+pub(crate) fn check(cfg: &LengthgenConfig) -> Result<()> {
+    Lengthgen::build(cfg).map(|_| ())
+}
+
 impl Lengthgen {
-    fn new(cfg: &LengthgenConfig) -> Result<Self> {
+    /// The model of `cfg`, checked.
+    fn build(cfg: &LengthgenConfig) -> Result<(VarMap, LanguageModel)> {
         cfg.validate()?;
         let varmap = VarMap::new();
         let model = LanguageModel::new(
@@ -339,6 +348,11 @@ impl Lengthgen {
                 "the encoding has max_positions = {max}, but training reaches position {needed}"
             );
         }
+        Ok((varmap, model))
+    }
+
+    fn new(cfg: &LengthgenConfig) -> Result<Self> {
+        let (varmap, model) = Self::build(cfg)?;
         let [lo, hi] = cfg.train_lengths;
         let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ VALID_STREAM);
         let per_length = cfg.eval_instances.div_ceil(hi - lo + 1);
