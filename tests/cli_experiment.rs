@@ -139,7 +139,7 @@ fn plot_attention_draws_the_shipped_model() {
     assert_eq!((w, h), (4 * 360, 4 * 340 + 40));
 }
 
-/// Both experiments' figures are redrawn from a stored results.json (the published ones),
+/// Every experiment's figures are redrawn from a stored results.json (the published ones),
 /// and a results file that is not one is an error naming it.
 #[test]
 fn plot_redraws_an_experiment_from_its_results() {
@@ -155,6 +155,11 @@ fn plot_redraws_an_experiment_from_its_results() {
             "lm-experiment",
             "docs/lm-experiment/results.json",
             &["extrapolation.png", "by_position.png"][..],
+        ),
+        (
+            "lengthgen",
+            "docs/lengthgen/copy/results.json",
+            &["accuracy_by_length.png"][..],
         ),
     ] {
         let out = dir.path().join(command);
