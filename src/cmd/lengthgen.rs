@@ -38,8 +38,9 @@ pub struct LengthgenArgs {
     task: Problem,
     /// Comma-separated encodings, each `kind`, `kind:key=value:…` (`label=` names it,
     /// `randomized=R` trains it at randomized positions) or a JSON object [default: every
-    /// registered encoding, a learned table reaching the longest test; with --quick: none,
-    /// sinusoidal, rope, alibi].
+    /// registered encoding, a learned table reaching the longest test, then sinusoidal,
+    /// learned, rope, alibi and t5 at randomized positions over that reach; with --quick:
+    /// none, sinusoidal, rope, alibi].
     #[arg(long)]
     encodings: Option<super::EncodingList>,
     /// Seeds per encoding.

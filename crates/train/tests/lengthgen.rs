@@ -371,3 +371,27 @@ fn a_learned_table_answers_only_within_it_and_is_checked_before_anything_is_writ
     assert!(format!("{err}").contains("max_positions = 5"), "{err}");
     assert!(!out.exists());
 }
+
+#[test]
+fn the_default_lineup_is_every_registered_kind_then_ruoss_randomized_ones() {
+    let cfg = LengthgenExperimentConfig::full(Problem::Reverse);
+    let labels: Vec<&str> = cfg.encodings.iter().map(|e| e.label.as_str()).collect();
+    let kinds = posenc::EncodingConfig::kinds();
+    assert_eq!(labels[..kinds.len()], kinds[..]);
+    // The longest test reverses 40 digits: 82 tokens, 81 positions read.
+    assert_eq!(Problem::Reverse.sequence_len(40), 82);
+    let learned = &cfg.encodings[kinds.iter().position(|k| *k == "learned").unwrap()];
+    assert_eq!(learned.encoding.to_json()["max_positions"], 81);
+    let randomized: Vec<&str> = labels[kinds.len()..].to_vec();
+    assert_eq!(
+        randomized,
+        [
+            "sinusoidal:randomized=81",
+            "learned:randomized=81",
+            "rope:randomized=81",
+            "alibi:randomized=81",
+            "t5:randomized=81"
+        ]
+    );
+    cfg.validate().unwrap();
+}

@@ -36,6 +36,9 @@ use posenc_error::{ensure, Context};
 /// The stream every run's test instances come from (length `n` uses sub-stream `n`).
 const TEST_SEED: u64 = 0x7E57_0000_1E46_7400;
 
+/// The encodings Ruoss et al. 2023 train at randomized positions, as far as we ship them.
+const RANDOMIZED_BY_RUOSS: [&str; 5] = ["sinusoidal", "learned", "rope", "alibi", "t5"];
+
 /// What to train and test.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -54,7 +57,7 @@ pub struct LengthgenExperimentConfig {
 
 impl LengthgenExperimentConfig {
     /// `task` trained on lengths 1–10 for 3 000 steps, tested at 16 lengths up to 40
-    /// (4×), with every registered encoding, three seeds each: about half a minute a run
+    /// (4×), with [`Self::default_encodings`], three seeds each: about half a minute a run
     /// on two cores.
     pub fn full(task: Problem) -> Self {
         let mut base = LengthgenConfig::default().for_task(task, [1, 10]);
@@ -93,18 +96,27 @@ impl LengthgenExperimentConfig {
     }
 
     /// Every registered encoding at its defaults, a table of positions (`learned`) sized
-    /// to reach the longest test.
+    /// to reach the longest test; then the encodings Ruoss et al. 2023 randomize
+    /// (sinusoidal, learned, RoPE, ALiBi and a relative bias, here T5's), trained at
+    /// randomized positions over that same reach, labelled `kind:randomized=R`.
     pub fn default_encodings(&self) -> Vec<Labelled> {
         let reach = self.positions_needed(None);
-        posenc::EncodingConfig::kinds()
+        let entry = |kind: &str| {
+            let encoding = posenc::EncodingConfig::from_kind(kind).ok()?;
+            let mut entry = Labelled::new(encoding.for_positions(reach));
+            entry.label = kind.to_string();
+            Some(entry)
+        };
+        let plain = posenc::EncodingConfig::kinds()
             .into_iter()
-            .filter_map(|k| posenc::EncodingConfig::from_kind(k).ok())
-            .map(|e| {
-                let mut entry = Labelled::new(e.for_positions(reach));
-                entry.label = e.kind().to_string();
-                entry
-            })
-            .collect()
+            .filter_map(entry);
+        let randomized = RANDOMIZED_BY_RUOSS.iter().filter_map(|k| {
+            let mut e = entry(k)?;
+            e.label = format!("{k}:randomized={reach}");
+            e.randomized_positions = Some(reach);
+            Some(e)
+        });
+        plain.chain(randomized).collect()
     }
 
     /// Positions the longest test sequence, or training at randomized positions below
