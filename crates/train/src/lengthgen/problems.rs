@@ -171,15 +171,6 @@ impl Problem {
             .map(|_| self.random(n, rng))
             .find(|i| is_held_out(&i.prompt) == held_out)
     }
-
-    /// How many distinct prompts of length `n` there are (saturating).
-    pub fn prompts(self, n: usize) -> u128 {
-        let digits = match self {
-            Problem::Addition => 2 * n,
-            _ => n,
-        };
-        10u128.saturating_pow(digits.min(38) as u32)
-    }
 }
 
 impl std::fmt::Display for Problem {
