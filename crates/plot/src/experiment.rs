@@ -54,6 +54,10 @@ pub fn results_figures(exp: &Experiment, out: &Path) -> Result<Vec<PathBuf>> {
         .iter()
         .filter_map(|l| exp.results.iter().find(|r| &r.label == l))
         .collect();
+    let which_seed = match exp.config.seeds {
+        1 => String::new(),
+        _ => format!(" (seed {})", exp.config.base.seed),
+    };
     let history = |f: fn(&posenc_train::trainer::Record) -> f64| -> Vec<Series> {
         first
             .iter()
@@ -73,7 +77,7 @@ pub fn results_figures(exp: &Experiment, out: &Path) -> Result<Vec<PathBuf>> {
             curves(
                 &panels[0],
                 &Axes {
-                    title: "validation loss".into(),
+                    title: format!("validation loss{which_seed}"),
                     x_desc: "step",
                     y_desc: "label-smoothed cross-entropy",
                     square: false,
@@ -84,7 +88,7 @@ pub fn results_figures(exp: &Experiment, out: &Path) -> Result<Vec<PathBuf>> {
             curves(
                 &panels[1],
                 &Axes {
-                    title: "validation exact match (greedy)".into(),
+                    title: format!("validation exact match (greedy){which_seed}"),
                     x_desc: "step",
                     y_desc: "fraction exactly right",
                     square: false,
@@ -126,7 +130,12 @@ pub fn results_figures(exp: &Experiment, out: &Path) -> Result<Vec<PathBuf>> {
             curves(
                 root,
                 &Axes {
-                    title: "exact match by clauses (trained on 1–2)".into(),
+                    title: match exp.config.seeds {
+                        1 => "exact match by clauses (trained on 1–2)".into(),
+                        n => {
+                            format!("exact match by clauses (trained on 1–2; mean over {n} seeds)")
+                        }
+                    },
                     x_desc: "clauses in the sentence",
                     y_desc: "fraction exactly right",
                     square: false,
