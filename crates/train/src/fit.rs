@@ -234,12 +234,7 @@ impl<T: Task> Trainer<T> {
     ) -> Result<StateOf<T>> {
         init(self.task.varmap())?;
         let dir = RunDir::create(out, fixed, &state, opts.force, describe)?;
-        self.run(
-            &mut state,
-            Some(dir.path()),
-            opts.stop_after,
-            printer(opts.quiet),
-        )?;
+        self.run_in(&dir, &mut state, opts)?;
         Ok(state)
     }
 
@@ -259,13 +254,23 @@ impl<T: Task> Trainer<T> {
         } else {
             init(self.task.varmap())?;
         }
+        self.run_in(&dir, &mut state, opts)?;
+        Ok(state)
+    }
+
+    /// [`Self::run`] into the run directory `dir`, with a progress printer unless quiet.
+    fn run_in(
+        &mut self,
+        dir: &RunDir,
+        state: &mut StateOf<T>,
+        opts: crate::trainer::RunOptions,
+    ) -> Result<()> {
         self.run(
-            &mut state,
+            state,
             Some(dir.path()),
             opts.stop_after,
             printer(opts.quiet),
-        )?;
-        Ok(state)
+        )
     }
 
     /// Trains from `state.step` to `state.config.steps()` (or `stop_after`, as an
