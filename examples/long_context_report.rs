@@ -17,7 +17,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use posenc_plot::chart::{heatmap, save_png, Heatmap};
+use posenc_plot::chart::{heatmap, mean_and_range, save_png, Heatmap};
 use posenc_plot::lm_experiment::{loss_by_position, perplexity_by_length};
 use posenc_transformer::checkpoint::write_atomic;
 use serde_json::{json, Value};
@@ -109,7 +109,7 @@ fn smollm2(raw: &Path, out: &Path, records: &mut Vec<Value>, md: &mut String) ->
                     Some(p) => format!("{ppl:.2} ({p:.2})"),
                     None => format!("{ppl:.2}"),
                 };
-                curve.push((len as f64, ppl));
+                curve.push((len as f64, ppl, ppl, ppl));
                 let peak_mb = time["peak_rss_kb"].as_f64().unwrap_or(f64::NAN) / 1024.0;
                 records.push(json!({
                     "experiment": "smollm2-perplexity", "scaling": kind,
@@ -274,7 +274,7 @@ fn toy(raw: &Path, out: &Path, records: &mut Vec<Value>, md: &mut String) -> Res
                 Some(xs) => {
                     let (m, s) = mean_std(xs);
                     cells.push(format!("{m:.2} ± {s:.2} ({})", xs.len()));
-                    curve.push((len as f64, m));
+                    curve.extend(mean_and_range(len as f64, xs));
                 }
                 None => cells.push("–".into()),
             }
@@ -284,7 +284,7 @@ fn toy(raw: &Path, out: &Path, records: &mut Vec<Value>, md: &mut String) -> Res
     }
     perplexity_by_length(
         &out.join("toy.png"),
-        "rope trained at 64 characters: mean over seeds",
+        "rope trained at 64 characters: mean and range over seeds",
         &curves,
     )?;
     Ok(())

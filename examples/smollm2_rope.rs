@@ -25,6 +25,7 @@ use posenc::rope::RopeConfig;
 use posenc::EncodingConfig;
 use posenc::PairLayout;
 use posenc_llama::{Llama, Precision};
+use posenc_plot::chart::SpreadPoint;
 use posenc_plot::lm_experiment::{loss_by_position, perplexity_by_length};
 use posenc_train::corpus::{self, Corpus};
 use posenc_train::lm_train::{evaluate, LengthEval};
@@ -168,10 +169,13 @@ fn table(results: &[Variant], tokens: usize) -> String {
 }
 
 fn plot(results: &[Variant], out: &std::path::Path) -> Result<()> {
-    let by_length: Vec<(String, Vec<(f64, f64)>)> = results
+    let by_length: Vec<(String, Vec<SpreadPoint>)> = results
         .iter()
         .map(|v| {
-            let points = v.results.iter().map(|e| (e.len as f64, e.perplexity()));
+            let points = v.results.iter().map(|e| {
+                let ppl = e.perplexity();
+                (e.len as f64, ppl, ppl, ppl)
+            });
             (v.name.clone(), points.collect())
         })
         .collect();

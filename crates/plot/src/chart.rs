@@ -248,6 +248,50 @@ pub struct Series {
     pub colour: RGBColor,
 }
 
+/// A point of [`Series::spread`]: `(x, mean, min, max)`.
+pub type SpreadPoint = (f64, f64, f64, f64);
+
+/// The point `(x, mean, min, max)` of [`Series::spread`] from the values of each seed at
+/// `x`; `None` for no values.
+pub fn mean_and_range(x: f64, ys: &[f64]) -> Option<SpreadPoint> {
+    if ys.is_empty() {
+        return None;
+    }
+    let mean = ys.iter().sum::<f64>() / ys.len() as f64;
+    let lo = ys.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = ys.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    Some((x, mean, lo, hi))
+}
+
+impl Series {
+    /// A mean over seeds drawn as a line with dots, in a band from the lowest seed to the
+    /// highest (none where every point has one value): the band first, so the line is
+    /// drawn over it. Each point is `(x, mean, min, max)`.
+    pub fn spread(name: String, colour: RGBColor, points: &[SpreadPoint]) -> Vec<Series> {
+        let line = Series {
+            name,
+            points: points.iter().map(|&(x, mean, _, _)| (x, mean)).collect(),
+            mark: Mark::LineDots,
+            colour,
+        };
+        if points.iter().all(|&(_, _, lo, hi)| lo == hi) {
+            return vec![line];
+        }
+        let band = points
+            .iter()
+            .map(|&(x, _, lo, _)| (x, lo))
+            .chain(points.iter().rev().map(|&(x, _, _, hi)| (x, hi)))
+            .collect();
+        let band = Series {
+            name: String::new(),
+            points: band,
+            mark: Mark::Area,
+            colour,
+        };
+        vec![band, line]
+    }
+}
+
 /// Series colours that stay apart for up to sixteen encodings (Tableau's ten, then black,
 /// gold and four dark ones), repeating after that.
 pub fn colour(i: usize) -> RGBColor {

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::chart::{colour, curves, save_png, Axes, Mark, Series};
+use crate::chart::{colour, curves, save_png, Axes, Series};
 use crate::error::Result;
 use posenc_train::lengthgen::experiment::LengthgenExperiment;
 
@@ -17,26 +17,18 @@ pub const ACCURACY_BY_LENGTH: &str = "accuracy_by_length.png";
 pub fn lengthgen(exp: &LengthgenExperiment, out: &Path) -> Result<Vec<PathBuf>> {
     let mut series = Vec::new();
     for (i, (label, rows)) in exp.summaries().into_iter().enumerate() {
-        let band: Vec<(f64, f64)> = rows
+        let points: Vec<_> = rows
             .iter()
-            .map(|r| (r.length as f64, 100.0 * r.min))
-            .chain(rows.iter().rev().map(|r| (r.length as f64, 100.0 * r.max)))
+            .map(|r| {
+                (
+                    r.length as f64,
+                    100.0 * r.mean,
+                    100.0 * r.min,
+                    100.0 * r.max,
+                )
+            })
             .collect();
-        series.push(Series {
-            name: String::new(),
-            points: band,
-            mark: Mark::Area,
-            colour: colour(i),
-        });
-        series.push(Series {
-            name: label,
-            points: rows
-                .iter()
-                .map(|r| (r.length as f64, 100.0 * r.mean))
-                .collect(),
-            mark: Mark::LineDots,
-            colour: colour(i),
-        });
+        series.extend(Series::spread(label, colour(i), &points));
     }
     let [lo, hi] = exp.train_lengths;
     let seeds = exp.config.seeds;

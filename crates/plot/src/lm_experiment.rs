@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use crate::error::Result;
 use posenc_train::lm_experiment::LmExperiment;
 
-use crate::chart::{colour, curves, save_png, Axes, Mark, Series};
+use crate::chart::{colour, curves, mean_and_range, save_png, Axes, Mark, Series, SpreadPoint};
 
 /// `extrapolation.png`.
 pub const EXTRAPOLATION: &str = "extrapolation.png";
@@ -26,8 +26,9 @@ pub fn lm_experiment(exp: &LmExperiment, out: &Path) -> Result<Vec<PathBuf>> {
         Some(range) => format!("trained on L = {context} at random positions below {range}"),
         None => format!("trained on L = {context}"),
     };
-    // Each label's mean perplexity over its seeds, at each length.
-    let by_length: Vec<(String, Vec<(f64, f64)>)> = exp
+    let seeds = exp.config.seeds;
+    // Each label's mean perplexity over its seeds at each length, with their range.
+    let by_length: Vec<(String, Vec<SpreadPoint>)> = exp
         .labels()
         .into_iter()
         .map(|label| {
@@ -40,15 +41,17 @@ pub fn lm_experiment(exp: &LmExperiment, out: &Path) -> Result<Vec<PathBuf>> {
                     .filter(|r| r.run.label == label && r.length == len)
                     .filter_map(|r| r.perplexity)
                     .collect();
-                if !ppl.is_empty() {
-                    points.push((len as f64, ppl.iter().sum::<f64>() / ppl.len() as f64));
-                }
+                points.extend(mean_and_range(len as f64, &ppl));
             }
             (label, points)
         })
         .collect();
     let extrapolation = out.join(EXTRAPOLATION);
-    let title = format!("test perplexity by window length ({trained})");
+    let title = if seeds > 1 {
+        format!("test perplexity by window length ({trained}; mean and range over {seeds} seeds)")
+    } else {
+        format!("test perplexity by window length ({trained})")
+    };
     perplexity_by_length(&extrapolation, &title, &by_length)?;
     // The first seed of each label.
     let by_position: Vec<(String, &[f64])> = exp
@@ -60,29 +63,30 @@ pub fn lm_experiment(exp: &LmExperiment, out: &Path) -> Result<Vec<PathBuf>> {
         })
         .collect();
     let positions = out.join(BY_POSITION);
-    let title = format!("test loss by position in the longest window ({trained})");
+    let title = if seeds > 1 {
+        let seed = exp.config.base.seed;
+        format!("test loss by position in the longest window ({trained}; seed {seed})")
+    } else {
+        format!("test loss by position in the longest window ({trained})")
+    };
     loss_by_position(&positions, &title, &by_position, BUCKET)?;
     Ok(vec![extrapolation, positions])
 }
 
-/// Perplexity against window length, one curve per named series of `(length, perplexity)`.
+/// Perplexity against window length, one curve per named series of
+/// `(length, mean, min, max)`: the mean as a line, the range as a band around it.
 ///
 /// # Errors
 /// A file that cannot be written.
 pub fn perplexity_by_length(
     path: &Path,
     title: &str,
-    series: &[(String, Vec<(f64, f64)>)],
+    series: &[(String, Vec<SpreadPoint>)],
 ) -> Result<()> {
     let curves_: Vec<Series> = series
         .iter()
         .enumerate()
-        .map(|(i, (name, points))| Series {
-            name: name.clone(),
-            points: points.clone(),
-            mark: Mark::LineDots,
-            colour: colour(i),
-        })
+        .flat_map(|(i, (name, points))| Series::spread(name.clone(), colour(i), points))
         .collect();
     save_png(path, (900, 560), "", |root| {
         curves(
