@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use posenc_plot::chart::{heatmap, mean_and_range, save_png, Heatmap};
 use posenc_plot::lm_experiment::{loss_by_position, perplexity_by_length};
+use posenc_train::results::mean_sd;
 use posenc_transformer::checkpoint::write_atomic;
 use serde_json::{json, Value};
 
@@ -51,13 +52,6 @@ fn factor(kind: &str, length: usize, trained: usize) -> Value {
         "none" => Value::Null,
         _ => json!((length / trained).max(1)),
     }
-}
-
-fn mean_std(xs: &[f64]) -> (f64, f64) {
-    let n = xs.len() as f64;
-    let mean = xs.iter().sum::<f64>() / n;
-    let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0).max(1.0);
-    (mean, var.sqrt())
 }
 
 /// SmolLM2: passkey and perplexity records, the tables, the figures.
@@ -272,7 +266,7 @@ fn toy(raw: &Path, out: &Path, records: &mut Vec<Value>, md: &mut String) -> Res
         for len in lengths {
             match found.get(&(variant.clone(), len)) {
                 Some(xs) => {
-                    let (m, s) = mean_std(xs);
+                    let (m, s) = mean_sd(xs);
                     cells.push(format!("{m:.2} ± {s:.2} ({})", xs.len()));
                     curve.extend(mean_and_range(len as f64, xs));
                 }

@@ -138,15 +138,23 @@ pub(crate) fn save_results(out: &Path, results: &impl Serialize, markdown: &str)
     Ok(())
 }
 
+/// Mean and sample standard deviation (0 for fewer than two values; NaN mean for none).
+pub fn mean_sd(xs: &[f64]) -> (f64, f64) {
+    let n = xs.len() as f64;
+    let mean = xs.iter().sum::<f64>() / n;
+    let var = match xs.len() {
+        0 | 1 => 0.0,
+        _ => xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0),
+    };
+    (mean, var.sqrt())
+}
+
 /// `mean` with `decimals` decimals, `± sd` after it for several values, `n/a` for none.
 pub(crate) fn spread(xs: &[f64], decimals: usize) -> String {
+    let (mean, sd) = mean_sd(xs);
     match xs.len() {
         0 => "n/a".to_string(),
-        1 => format!("{:.*}", decimals, xs[0]),
-        n => {
-            let mean = xs.iter().sum::<f64>() / n as f64;
-            let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
-            format!("{:.*} ± {:.*}", decimals, mean, decimals, var.sqrt())
-        }
+        1 => format!("{mean:.decimals$}"),
+        _ => format!("{mean:.decimals$} ± {sd:.decimals$}"),
     }
 }

@@ -29,7 +29,7 @@ use super::problems::{Instance, Problem};
 use super::{load, resume, score, test_instances, train, LengthgenConfig, LengthgenState};
 use crate::error::Result;
 use crate::labelled::{check_unique, Labelled, RunKey};
-use crate::results::{differences, find_run, Found};
+use crate::results::{differences, find_run, mean_sd, Found};
 use crate::trainer::RunOptions;
 use posenc_error::{ensure, Context};
 
@@ -337,17 +337,6 @@ fn train_or_reuse(cfg: &LengthgenConfig, dir: &Path, opts: RunOptions) -> Result
         Found::Unfinished => resume(dir, Some(cfg.steps), opts),
         Found::Nothing => train(cfg, dir, opts),
     }
-}
-
-/// Mean and sample standard deviation.
-fn mean_sd(xs: &[f64]) -> (f64, f64) {
-    let n = xs.len() as f64;
-    let mean = xs.iter().sum::<f64>() / n;
-    let var = match xs.len() {
-        0 | 1 => 0.0,
-        _ => xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0),
-    };
-    (mean, var.sqrt())
 }
 
 /// Accuracy over seeds at one length of one entry.
