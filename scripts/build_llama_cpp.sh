@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds llama.cpp's `llama-bench` from the PyPI sdist of llama-cpp-python (which vendors
-# llama.cpp) into .cache/llama.cpp/llama-bench: the baseline of the prompt and generation
-# speed benchmarks. cmake comes from PyPI into a private virtual environment when it is
-# missing; a C++ compiler (g++ from Debian) must be there.
+# llama.cpp) into .cache/llama.cpp/llama-bench: the baseline of `posenc bench generate`.
+# cmake comes from PyPI into a private virtual environment when it is missing; a C++
+# compiler (g++ from Debian) must be there.
 #
 #   scripts/build_llama_cpp.sh     (minutes on two cores; does nothing once built)
 set -euo pipefail
@@ -29,7 +29,9 @@ tar -xzf "$tmp/llama_cpp_python-$version.tar.gz" -C "$tmp"
 src="$tmp/llama_cpp_python-$version/vendor/llama.cpp"
 cmake -S "$src" -B "$tmp/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
   -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TESTS=OFF -DGGML_OPENMP=OFF -DBUILD_SHARED_LIBS=OFF > /dev/null
-cmake --build "$tmp/build" --target llama-bench -j "$(nproc)" > /dev/null
+# Compiler warnings go to a log: the vendored sources print thousands.
+cmake --build "$tmp/build" --target llama-bench -j "$(nproc)" > "$tmp/build.log" 2>&1 \
+  || { tail -n 40 "$tmp/build.log" >&2; exit 1; }
 cp "$tmp/build/bin/llama-bench" "$dest/llama-bench.tmp"
 mv "$dest/llama-bench.tmp" "$dest/llama-bench"
 echo "llama.cpp (llama-cpp-python $version) in $dest/llama-bench"

@@ -52,6 +52,29 @@ pub enum BenchCommand {
         #[arg(long, default_value = "cpu")]
         device: super::DeviceArg,
     },
+    /// A quantized GGUF model generating (default: SmolLM2-135M-Instruct Q4_1, fetched by
+    /// scripts/fetch_smollm2.sh): prefill tokens/s at each prompt length, decode tokens/s,
+    /// time to first token and peak memory, ours against llama.cpp's `llama-bench` and
+    /// `llama-simple` (scripts/build_llama_cpp.sh) on the same file and threads. Rounds
+    /// alternate, and each ratio is the median of the per-round ratios. Without llama.cpp
+    /// it says how to build it and reports ours alone.
+    Generate {
+        /// The GGUF file [default: the fetched SmolLM2-135M-Instruct Q4_1].
+        #[arg(long)]
+        model: Option<std::path::PathBuf>,
+        /// Prompt lengths to time reading (prefill), comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "512,4096")]
+        prompts: Vec<usize>,
+        /// Tokens to generate one at a time (decode).
+        #[arg(long, default_value_t = 128)]
+        decode: usize,
+        /// Alternating rounds.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Do not run llama.cpp.
+        #[arg(long)]
+        no_llama_cpp: bool,
+    },
 }
 
 /// The benchmark's sentences: as many and as long as the speed issue's table.
@@ -74,6 +97,28 @@ impl BenchCommand {
                 no_torch,
                 device,
             } => bench_train(steps, no_torch, &device.0, out),
+            BenchCommand::Generate {
+                model,
+                prompts,
+                decode,
+                rounds,
+                no_llama_cpp,
+            } => {
+                let model = match model {
+                    Some(path) => path,
+                    None => posenc_llama::model::fetched_smollm2()?,
+                };
+                super::bench_generate::bench_generate(
+                    super::bench_generate::GenerateBench {
+                        model,
+                        prompts,
+                        decode,
+                        rounds,
+                        no_llama_cpp,
+                    },
+                    out,
+                )
+            }
         }
     }
 }

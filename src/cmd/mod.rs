@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod bench;
+pub mod bench_generate;
 pub mod embed;
 pub mod encoding;
 pub mod experiment;

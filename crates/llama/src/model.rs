@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::error::Result;
 use candle_core::{DType, Device, Tensor};
@@ -114,7 +115,7 @@ impl Llama {
         };
         let mut model = build(&config, layout, device, |w| {
             let shape = w.shape(&config);
-            if quantized && w.is_projection() {
+            if quantized && (w.is_projection() || w == Weight::Global(Global::Embedding)) {
                 // Replaced by the quantized weight below: a stride-0 view, never allocated.
                 return Ok(Tensor::zeros((), DType::F32, device)?.broadcast_as(shape)?);
             }
@@ -242,8 +243,8 @@ fn build(
     Ok(LanguageModel::new(&lm, vb)?)
 }
 
-/// Swaps every projection of `model` for the file's quantized weight; the tied head
-/// multiplies by the (quantized) token embedding.
+/// Swaps every projection of `model`, and its token embedding, for the file's quantized
+/// weight; a tied head multiplies by the same quantized table the embedding looks up.
 fn quantize(
     model: &mut LanguageModel,
     file: &mut GgufFile,
@@ -254,12 +255,17 @@ fn quantize(
         .flat_map(|i| Part::ALL.into_iter().map(move |p| (i, p)))
         .filter_map(|(i, p)| Some((p.projection(i)?, Weight::Layer(i, p))))
         .collect();
-    let head = match cfg.tie_word_embeddings {
-        true => Global::Embedding,
-        false => Global::Head,
-    };
-    names.insert("head".into(), Weight::Global(head));
+    let embedding = Weight::Global(Global::Embedding);
+    let table = Arc::new(file.tensor(&embedding.gguf(), &embedding.shape(cfg), device)?);
+    model.embeddings_mut().quantize(table.clone())?;
+    if !cfg.tie_word_embeddings {
+        names.insert("head".into(), Weight::Global(Global::Head));
+    }
     for (name, proj) in model.projections_mut() {
+        if name == "head" && cfg.tie_word_embeddings {
+            proj.quantize(table.clone())?;
+            continue;
+        }
         let w = names
             .remove(&name)
             .ok_or_else(|| invalid!("no GGUF weight for the projection `{name}`"))?;

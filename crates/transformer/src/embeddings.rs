@@ -9,9 +9,13 @@
 //!
 //! The encoding's additive hook does the `+ PE`; encodings that act inside attention
 //! leave it the identity.
+//!
+//! The table may be kept quantized ([`Embeddings::quantize`], a GGUF model's): only the
+//! rows looked up are expanded to f32.
 
 use std::sync::Arc;
 
+use candle_core::quantized::QTensor;
 use candle_core::{DType, Tensor};
 use candle_nn::{Embedding, Module};
 use posenc::{PositionalEncoding, Positions};
@@ -22,6 +26,8 @@ use crate::{Error, Result};
 #[derive(Debug, Clone)]
 pub struct Embeddings {
     lut: Embedding,
+    /// The table as stored, once quantized (then `lut` is a view that holds no memory).
+    quantized: Option<Arc<QTensor>>,
     vocab_size: usize,
     scale: f64,
     encoding: Arc<dyn PositionalEncoding>,
@@ -39,6 +45,7 @@ impl Embeddings {
         let (vocab_size, d_model) = lut.embeddings().dims2().unwrap_or((0, 0));
         Self {
             lut,
+            quantized: None,
             vocab_size,
             scale: if scale { (d_model as f64).sqrt() } else { 1.0 },
             encoding,
@@ -51,9 +58,31 @@ impl Embeddings {
         self.encoding = encoding;
     }
 
-    /// The `(vocab, d_model)` table, shared with the generator when tied.
+    /// The `(vocab, d_model)` table, shared with the generator when tied (a view of
+    /// zeros that holds no memory once quantized).
     pub fn weight(&self) -> &Tensor {
         self.lut.embeddings()
+    }
+
+    /// Looks tokens up in the quantized `table` from now on, expanding only their rows; the
+    /// dense table is dropped.
+    ///
+    /// # Errors
+    /// A table of another shape than the dense one, naming both.
+    pub fn quantize(&mut self, table: Arc<QTensor>) -> Result<()> {
+        let dense = self.lut.embeddings();
+        if table.shape().dims() != dense.dims() {
+            return Err(Error::Input(format!(
+                "a quantized table of shape {:?} cannot replace one of shape {:?}",
+                table.shape().dims(),
+                dense.dims()
+            )));
+        }
+        let zeros = Tensor::zeros((), DType::F32, dense.device())?.broadcast_as(dense.shape())?;
+        let d_model = dense.dim(1)?;
+        self.lut = Embedding::new(zeros, d_model);
+        self.quantized = Some(table);
+        Ok(())
     }
 
     /// The longest sequence the positional encoding can take, if it has an end.
@@ -89,7 +118,14 @@ impl Embeddings {
                 )));
             }
         }
-        let x = self.lut.forward(ids)?;
+        let x = match &self.quantized {
+            None => self.lut.forward(ids)?,
+            Some(table) => {
+                let (batch, seq) = ids.dims2()?;
+                let flat = ids.to_dtype(DType::U32)?.flatten_all()?.to_vec1::<u32>()?;
+                crate::ops::quantized::dequantize_rows(table, &flat)?.reshape((batch, seq, ()))?
+            }
+        };
         let x = if self.scale == 1.0 {
             x
         } else {

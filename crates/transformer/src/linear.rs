@@ -8,9 +8,10 @@
 //! ReLU) in the same op, one node in the backward graph; at inference a following GELU
 //! joins it too ([`ops::linear_gelu`]).
 //!
-//! A [`Proj`] may instead hold a quantized weight (GGUF's Q4/Q8 blocks), multiplied by
-//! candle's [`QMatMul`] without being expanded to f32: how a pretrained model generates
-//! fast. For many rows at once (a prompt) the weight is dequantized for that one product
+//! A [`Proj`] may instead hold a quantized weight (GGUF's Q4/Q8 blocks), multiplied
+//! without being expanded to f32: how a pretrained model generates fast. Q4_0, Q4_1 and
+//! Q8_0 run on this project's SIMD kernels ([`ops::quantized`]); other formats (the
+//! K-quants) on candle's [`QMatMul`]. For many rows at once (a prompt) the weight is dequantized for that one product
 //! and multiplied by the f32 GEMM instead, as llama.cpp hands batches of 32 or more to
 //! BLAS: candle's quantized kernel runs a dot product per row and output.
 
@@ -95,7 +96,8 @@ impl Proj {
     /// # Errors
     /// A weight of another shape than the dense one, naming both; a projection already
     /// quantized.
-    pub fn quantize(&mut self, weight: QTensor) -> Result<()> {
+    pub fn quantize(&mut self, weight: impl Into<Arc<QTensor>>) -> Result<()> {
+        let weight = weight.into();
         let Some(dense) = self.weight() else {
             candle_core::bail!("this projection is already quantized")
         };
@@ -106,7 +108,6 @@ impl Proj {
                 dense.dims()
             );
         }
-        let weight = Arc::new(weight);
         self.weight = Weight::Quantized(QMatMul::from_arc(weight.clone())?, weight);
         Ok(())
     }
@@ -141,9 +142,14 @@ impl Proj {
         let y = match &self.weight {
             Weight::Dense(linear) => return ops::linear(x, linear.weight(), self.bias(), relu),
             Weight::Quantized(q, w) => {
-                let y = flat(x, |x| match x.dim(0)? >= DEQUANTIZE_FROM_ROWS {
-                    true => ops::matmul(x, &w.dequantize(x.device())?.t()?),
-                    false => q.forward(x),
+                let y = flat(x, |x| {
+                    if x.dim(0)? >= DEQUANTIZE_FROM_ROWS {
+                        return ops::matmul(x, &w.dequantize(x.device())?.t()?);
+                    }
+                    match ops::quantized::quantized_matmul(x, w)? {
+                        Some(y) => Ok(y),
+                        None => q.forward(x),
+                    }
                 })?;
                 match &self.bias {
                     Some(b) => y.broadcast_add(b)?,

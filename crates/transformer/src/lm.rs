@@ -198,6 +198,11 @@ impl LanguageModel {
         self.embed.weight().device().clone()
     }
 
+    /// The token embeddings, to quantize their table.
+    pub fn embeddings_mut(&mut self) -> &mut Embeddings {
+        &mut self.embed
+    }
+
     /// Every projection with its name (`layers.N.self_attn.q|k|v|out`,
     /// `layers.N.feed_forward.gate|up|down`, `head`): to swap in quantized weights
     /// ([`Proj::quantize`]).

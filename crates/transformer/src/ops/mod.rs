@@ -11,6 +11,7 @@ mod layer_norm;
 mod linear;
 mod matmul;
 mod packed_attention;
+pub mod quantized;
 mod simd;
 mod softmax;
 

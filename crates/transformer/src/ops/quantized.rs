@@ -1,0 +1,471 @@
+//! `x Wᵀ` over a weight kept in llama.cpp's 32-value blocks (Q4_0, Q4_1, Q8_0), never
+//! expanded to f32: the product a quantized model's decode step is made of.
+//!
+//! Each row of `x` is first quantized per block of 32 as llama.cpp's Q8_1 does (with f32
+//! rather than f16 scales): `d = max|x| / 127`, `q = round(x / d)`, `s = d Σ q`. A block's
+//! dot product is then one integer sum of 32 byte products and a scale:
+//!
+//! - Q8_0, `w = d_w q_w`:            `d_w d Σ q_w q`
+//! - Q4_0, `w = d_w (q_w − 8)`:      `d_w (d Σ q_w q − 8 s)`
+//! - Q4_1, `w = d_w q_w + m_w`:      `d_w d Σ q_w q + m_w s`
+//!
+//! The byte sums run on AVX-512 VNNI (`vpdpbusd`, unsigned × signed bytes into i32) where
+//! the CPU has it, else on AVX2 (`vpmaddubsw` then `vpmaddwd`), else in plain Rust; the
+//! choice is made once, at run time, so one binary runs everywhere. Rows of `W` are split
+//! over the cores. candle 0.11 has AVX kernels for Q4_0, Q8_0 and the K-quants, but its
+//! Q4_1 product (the format of the SmolLM2 file we ship a fetch script for) is scalar.
+//!
+//! Quantizing `x` costs accuracy against the dequantized f32 product (about 0.5% of a
+//! block's largest value, relative); it is what llama.cpp and candle do too, and what
+//! makes the integer instructions usable. The f32 path (`Precision::F32`) never comes here.
+//! Tests compare each kernel with dequantize-then-multiply and with a scalar computation
+//! of the same formula, on random blocks and at edge sizes.
+
+use std::sync::Arc;
+
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
+use half::f16;
+
+use super::softmax::contiguous_f32;
+
+/// Values per block.
+pub const BLOCK: usize = 32;
+
+/// The block formats with kernels here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// `d: f16`, 16 bytes of 4-bit `q`; `w = d (q − 8)`.
+    Q4_0,
+    /// `d: f16`, `m: f16`, 16 bytes of 4-bit `q`; `w = d q + m`.
+    Q4_1,
+    /// `d: f16`, 32 signed bytes `q`; `w = d q`.
+    Q8_0,
+}
+
+impl Format {
+    /// The format of a GGML dtype, if it has a kernel here.
+    pub fn of(dtype: GgmlDType) -> Option<Self> {
+        match dtype {
+            GgmlDType::Q4_0 => Some(Self::Q4_0),
+            GgmlDType::Q4_1 => Some(Self::Q4_1),
+            GgmlDType::Q8_0 => Some(Self::Q8_0),
+            _ => None,
+        }
+    }
+
+    /// Bytes per block.
+    pub const fn block_bytes(self) -> usize {
+        match self {
+            Self::Q4_0 => 18,
+            Self::Q4_1 => 20,
+            Self::Q8_0 => 34,
+        }
+    }
+}
+
+/// The instructions a kernel runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kernel {
+    /// AVX-512 VNNI on 256-bit vectors, with AVX2, FMA and F16C.
+    Vnni,
+    /// AVX2 with FMA and F16C.
+    Avx2,
+    /// Plain Rust.
+    Scalar,
+}
+
+impl Kernel {
+    /// The fastest kernel this CPU runs.
+    pub fn detected() -> Self {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            let avx2 = has!("avx2") && has!("fma") && has!("f16c");
+            if avx2 && has!("avx512f") && has!("avx512vl") && has!("avx512vnni") {
+                return Self::Vnni;
+            }
+            if avx2 {
+                return Self::Avx2;
+            }
+        }
+        Self::Scalar
+    }
+
+    /// Every kernel this CPU runs, fastest first.
+    pub fn available() -> Vec<Self> {
+        let all = [Self::Vnni, Self::Avx2, Self::Scalar];
+        let from = all.iter().position(|&k| k == Self::detected()).unwrap_or(2);
+        all[from..].to_vec()
+    }
+
+    fn cached() -> Self {
+        static KERNEL: std::sync::OnceLock<Kernel> = std::sync::OnceLock::new();
+        *KERNEL.get_or_init(Self::detected)
+    }
+}
+
+/// Rows of activations quantized per block: scale `d`, `s = d Σ q` (both rounded to
+/// f16, as llama.cpp stores them), `Σ q`, and the bytes `q`.
+#[derive(Debug, Clone, Default)]
+struct QuantizedRows {
+    d: Vec<f32>,
+    s: Vec<f32>,
+    sum: Vec<i32>,
+    q: Vec<i8>,
+}
+
+/// One quantized row as the kernels read it.
+#[derive(Clone, Copy)]
+struct Row<'a> {
+    d: &'a [f32],
+    s: &'a [f32],
+    sum: &'a [i32],
+    q: &'a [i8],
+}
+
+impl QuantizedRows {
+    /// Quantizes `x`, rows of `k` values (`k` a multiple of [`BLOCK`]).
+    fn new(x: &[f32], k: usize) -> Self {
+        let mut rows = Self::default();
+        rows.fill(x, k);
+        rows
+    }
+
+    /// Quantizes `x` into these buffers, reusing their memory.
+    fn fill(&mut self, x: &[f32], k: usize) {
+        debug_assert!(k.is_multiple_of(BLOCK) && x.len().is_multiple_of(k.max(1)));
+        let blocks = x.len() / BLOCK;
+        self.d.resize(blocks, 0.0);
+        self.s.resize(blocks, 0.0);
+        self.sum.resize(blocks, 0);
+        self.q.resize(x.len(), 0);
+        for (b, (x, q)) in x
+            .chunks_exact(BLOCK)
+            .zip(self.q.chunks_exact_mut(BLOCK))
+            .enumerate()
+        {
+            let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let d = amax / 127.0;
+            let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
+            let mut sum = 0i32;
+            for (q, &x) in q.iter_mut().zip(x) {
+                // `round` is half away from zero, as llama.cpp's `roundf`.
+                *q = (x * inv).round() as i8;
+                sum += i32::from(*q);
+            }
+            self.d[b] = f16::from_f32(d).to_f32();
+            self.s[b] = f16::from_f32(d * sum as f32).to_f32();
+            self.sum[b] = sum;
+        }
+    }
+
+    /// Row `i`, of `blocks` blocks.
+    fn row(&self, i: usize, blocks: usize) -> Row<'_> {
+        let b = i * blocks..(i + 1) * blocks;
+        Row {
+            d: &self.d[b.clone()],
+            s: &self.s[b.clone()],
+            sum: &self.sum[b],
+            q: &self.q[i * blocks * BLOCK..(i + 1) * blocks * BLOCK],
+        }
+    }
+}
+
+/// `y[r] = Σ_j W[r, j] x[j]` for each row `r` of `w` (whole rows of `format` blocks, one
+/// after another) against one quantized row of activations; `y.len()` rows.
+fn dot_rows(kernel: Kernel, format: Format, w: &[u8], x: Row, y: &mut [f32]) {
+    let blocks = x.d.len();
+    let row_bytes = blocks * format.block_bytes();
+    assert!(
+        w.len() >= y.len() * row_bytes
+            && x.s.len() == blocks
+            && x.sum.len() == blocks
+            && x.q.len() == blocks * BLOCK
+    );
+    for (r, y) in y.iter_mut().enumerate() {
+        let w = &w[r * row_bytes..(r + 1) * row_bytes];
+        *y = match kernel {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: a kernel is only chosen, and only offered by `available`, on a CPU
+            // that has its instructions; the lengths were checked above.
+            Kernel::Vnni => unsafe { x86::dot_vnni(format, w, x) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: as above.
+            Kernel::Avx2 => unsafe { x86::dot_avx2(format, w, x) },
+            _ => dot_scalar(format, w, x),
+        };
+    }
+}
+
+/// `f16` at `bytes[at..at + 2]`, little-endian, as f32.
+#[inline(always)]
+fn half(bytes: &[u8], at: usize) -> f32 {
+    f16::from_le_bytes([bytes[at], bytes[at + 1]]).to_f32()
+}
+
+/// One weight row against one activation row, in plain Rust.
+fn dot_scalar(format: Format, w: &[u8], x: Row) -> f32 {
+    let mut acc = 0f32;
+    for (b, blk) in w.chunks_exact(format.block_bytes()).enumerate() {
+        let q = &x.q[b * BLOCK..(b + 1) * BLOCK];
+        let dw = half(blk, 0);
+        let nibbles = |qs: &[u8]| -> i32 {
+            (0..BLOCK / 2)
+                .map(|j| {
+                    let (lo, hi) = (i32::from(qs[j] & 15), i32::from(qs[j] >> 4));
+                    lo * i32::from(q[j]) + hi * i32::from(q[j + BLOCK / 2])
+                })
+                .sum()
+        };
+        acc += match format {
+            Format::Q4_0 => dw * x.d[b] * (nibbles(&blk[2..]) - 8 * x.sum[b]) as f32,
+            Format::Q4_1 => dw * x.d[b] * nibbles(&blk[4..]) as f32 + half(blk, 2) * x.s[b],
+            Format::Q8_0 => {
+                let dot: i32 = blk[2..]
+                    .iter()
+                    .zip(q)
+                    .map(|(&w, &q)| i32::from(w as i8) * i32::from(q))
+                    .sum();
+                dw * x.d[b] * dot as f32
+            }
+        };
+    }
+    acc
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{Format, Row, BLOCK};
+    use std::arch::x86_64::*;
+
+    /// `f16` bits at `p` as f32.
+    #[inline(always)]
+    unsafe fn half(p: *const u8) -> f32 {
+        // SAFETY (all of this module): the callers pass pointers inside a whole block, and
+        // run with the instructions enabled.
+        unsafe {
+            _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(
+                (p as *const u16).read_unaligned(),
+            ))))
+        }
+    }
+
+    /// 16 bytes of nibbles as 32 unsigned bytes: the low nibbles (values 0–15) in the
+    /// lower half, the high ones (16–31) in the upper.
+    #[inline(always)]
+    unsafe fn nibbles(p: *const u8) -> __m256i {
+        unsafe {
+            let b = _mm_loadu_si128(p as *const __m128i);
+            let m = _mm_set1_epi8(0x0f);
+            let lo = _mm_and_si128(b, m);
+            let hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
+            _mm256_set_m128i(hi, lo)
+        }
+    }
+
+    /// The block loop, generic over the unsigned × signed byte sum `$dot(u, s) -> 8 × i32`.
+    macro_rules! dot {
+        ($name:ident, $features:literal, $dot:expr) => {
+            #[target_feature(enable = $features)]
+            pub(super) unsafe fn $name(
+                format: Format,
+                w: &[u8],
+                Row { d, s, sum: qsum, q }: Row,
+            ) -> f32 {
+                let bytes = format.block_bytes();
+                let mut acc = _mm256_setzero_ps();
+                let mut rest = 0f32;
+                for b in 0..d.len() {
+                    // SAFETY: block `b` of `w` and of `q` are in bounds (the caller checked).
+                    unsafe {
+                        let blk = w.as_ptr().add(b * bytes);
+                        let x = _mm256_loadu_si256(q.as_ptr().add(b * BLOCK) as *const __m256i);
+                        let dw = half(blk);
+                        let (sum, scale) = match format {
+                            Format::Q4_0 => {
+                                rest -= 8.0 * dw * d[b] * qsum[b] as f32;
+                                ($dot(nibbles(blk.add(2)), x), dw * d[b])
+                            }
+                            Format::Q4_1 => {
+                                rest += half(blk.add(2)) * s[b];
+                                ($dot(nibbles(blk.add(4)), x), dw * d[b])
+                            }
+                            Format::Q8_0 => {
+                                // Signed × signed as |w| × (x with w's sign).
+                                let wq = _mm256_loadu_si256(blk.add(2) as *const __m256i);
+                                (
+                                    $dot(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(x, wq)),
+                                    dw * d[b],
+                                )
+                            }
+                        };
+                        acc = _mm256_fmadd_ps(_mm256_set1_ps(scale), _mm256_cvtepi32_ps(sum), acc);
+                    }
+                }
+                let h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+                let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+                let h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+                _mm_cvtss_f32(h) + rest
+            }
+        };
+    }
+
+    dot!(dot_avx2, "avx2,fma,f16c", |u, s| _mm256_madd_epi16(
+        _mm256_maddubs_epi16(u, s),
+        _mm256_set1_epi16(1)
+    ));
+    dot!(
+        dot_vnni,
+        "avx2,fma,f16c,avx512f,avx512vl,avx512vnni",
+        |u, s| { _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s) }
+    );
+}
+
+/// `x Wᵀ` with `W (n, k)` in `format` blocks: `x (m, k)` f32, contiguous.
+struct QMatMul {
+    weight: Arc<QTensor>,
+    format: Format,
+    kernel: Kernel,
+}
+
+/// Rows of `W` per parallel task, at least.
+const MIN_ROWS_PER_TASK: usize = 16;
+
+impl CustomOp1 for QMatMul {
+    fn name(&self) -> &'static str {
+        "quantized-matmul"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        use rayon::prelude::*;
+        let x = contiguous_f32(s, l, self.name())?;
+        let (m, k) = l.shape().dims2()?;
+        let (n, wk) = self.weight.shape().dims2()?;
+        if k != wk || !k.is_multiple_of(BLOCK) {
+            candle_core::bail!("quantized matmul: x has {k} columns, the weight ({n}, {wk})")
+        }
+        let data = self.weight.data()?;
+        let xq = QuantizedRows::new(x, k);
+        let blocks = k / BLOCK;
+        let row_bytes = blocks * self.format.block_bytes();
+        let tasks = 2 * rayon::current_num_threads();
+        let rows = n.div_ceil(tasks).max(MIN_ROWS_PER_TASK);
+        // Output columns (rows of W) in parallel chunks, every row of x for each.
+        let mut yt = vec![0f32; n * m];
+        yt.par_chunks_mut(rows * m)
+            .enumerate()
+            .for_each(|(task, yt)| {
+                let r0 = task * rows;
+                let w = &data[r0 * row_bytes..];
+                if m == 1 {
+                    dot_rows(self.kernel, self.format, w, xq.row(0, blocks), yt);
+                    return;
+                }
+                for i in 0..m {
+                    let mut col = vec![0f32; yt.len() / m];
+                    dot_rows(self.kernel, self.format, w, xq.row(i, blocks), &mut col);
+                    for (j, v) in col.into_iter().enumerate() {
+                        yt[j * m + i] = v;
+                    }
+                }
+            });
+        let y = if m == 1 {
+            yt
+        } else {
+            let mut y = vec![0f32; m * n];
+            for (r, col) in yt.chunks_exact(m).enumerate() {
+                for (i, &v) in col.iter().enumerate() {
+                    y[i * n + r] = v;
+                }
+            }
+            y
+        };
+        Ok((CpuStorage::F32(y), Shape::from((m, n))))
+    }
+}
+
+/// `x Wᵀ` for `x (m, k)` on the CPU in f32 and `W (n, k)` in a [`Format`] with a kernel
+/// here, on this CPU's fastest [`Kernel`]; `None` for anything else (another format,
+/// device or dtype), which the caller multiplies another way.
+///
+/// # Shapes
+/// - `x`: `(m, k)`, `k` a multiple of 32
+/// - output: `(m, n)`
+///
+/// # Errors
+/// `x` whose width is not `k`.
+pub fn quantized_matmul(x: &Tensor, weight: &Arc<QTensor>) -> Result<Option<Tensor>> {
+    quantized_matmul_on(Kernel::cached(), x, weight)
+}
+
+/// [`quantized_matmul`] on a given kernel (one of [`Kernel::available`]), for tests and
+/// benchmarks.
+///
+/// # Errors
+/// As [`quantized_matmul`]; a kernel this CPU does not run.
+pub fn quantized_matmul_on(
+    kernel: Kernel,
+    x: &Tensor,
+    weight: &Arc<QTensor>,
+) -> Result<Option<Tensor>> {
+    let Some(format) = Format::of(weight.dtype()) else {
+        return Ok(None);
+    };
+    if !x.device().is_cpu()
+        || x.dtype() != candle_core::DType::F32
+        || !weight.device().is_cpu()
+        || x.rank() != 2
+    {
+        return Ok(None);
+    }
+    if !Kernel::available().contains(&kernel) {
+        candle_core::bail!("this CPU does not run the {kernel:?} kernel")
+    }
+    let op = QMatMul {
+        weight: weight.clone(),
+        format,
+        kernel,
+    };
+    x.contiguous()?.apply_op1_no_bwd(&op).map(Some)
+}
+
+/// Rows `ids` of a quantized table `(vocab, d)` as f32 `(ids.len(), d)`: only those rows
+/// are expanded (a token embedding looked up without holding the whole table in f32).
+///
+/// # Errors
+/// An id outside the table, naming it; a table that is not a matrix.
+pub fn dequantize_rows(table: &QTensor, ids: &[u32]) -> Result<Tensor> {
+    let (vocab, d) = table.shape().dims2()?;
+    if let Some(&id) = ids.iter().find(|&&id| id as usize >= vocab) {
+        candle_core::bail!("token id {id} is outside the table of {vocab} rows")
+    }
+    let device = table.device();
+    let format = Format::of(table.dtype()).filter(|_| device.is_cpu() && d % BLOCK == 0);
+    let Some(format) = format else {
+        // Other formats: candle's dequantization of the whole table, then the rows.
+        let ids = Tensor::new(ids, &device)?;
+        return table.dequantize(&device)?.index_select(&ids, 0);
+    };
+    let data = table.data()?;
+    let row_bytes = d / BLOCK * format.block_bytes();
+    let mut out = Vec::with_capacity(ids.len() * d);
+    for &id in ids {
+        let row = &data[id as usize * row_bytes..(id as usize + 1) * row_bytes];
+        for blk in row.chunks_exact(format.block_bytes()) {
+            let dw = half(blk, 0);
+            match format {
+                Format::Q8_0 => out.extend(blk[2..].iter().map(|&q| dw * f32::from(q as i8))),
+                Format::Q4_0 | Format::Q4_1 => {
+                    let (qs, m) = match format {
+                        Format::Q4_0 => (&blk[2..], -8.0 * dw),
+                        _ => (&blk[4..], half(blk, 2)),
+                    };
+                    out.extend(qs.iter().map(|&q| dw * f32::from(q & 15) + m));
+                    out.extend(qs.iter().map(|&q| dw * f32::from(q >> 4) + m));
+                }
+            }
+        }
+    }
+    Tensor::from_vec(out, (ids.len(), d), &device)
+}

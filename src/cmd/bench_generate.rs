@@ -1,0 +1,335 @@
+//! `posenc bench generate`: a quantized GGUF model generating, ours against llama.cpp's
+//! `llama-bench` and `llama-simple` (built by scripts/build_llama_cpp.sh) on the same file
+//! and thread count, in one invocation, rounds alternating so that machine noise hits both.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{ensure, Context, Result};
+use candle_core::{Device, Tensor};
+use posenc_llama::{Llama, Precision};
+use posenc_train::bench::median;
+use posenc_transformer::StackCache;
+
+/// What `posenc bench generate` measures.
+pub struct GenerateBench {
+    /// The GGUF file.
+    pub model: PathBuf,
+    /// Prompt lengths of the prefill measurements.
+    pub prompts: Vec<usize>,
+    /// Tokens generated one at a time in the decode measurement.
+    pub decode: usize,
+    /// Alternating rounds.
+    pub rounds: usize,
+    /// Skip llama.cpp.
+    pub no_llama_cpp: bool,
+}
+
+/// One side's figures for one round: prefill tokens/s per prompt length, decode tokens/s.
+#[derive(Debug, Clone, Default)]
+struct Round {
+    prefill: Vec<f64>,
+    decode: f64,
+}
+
+/// llama.cpp's tools, where scripts/build_llama_cpp.sh puts them.
+fn llama_cpp_tool(name: &str) -> Option<PathBuf> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(".cache/llama.cpp")
+        .join(name);
+    path.is_file().then_some(path)
+}
+
+/// The CPU's model name, for the report.
+fn cpu_name() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|s| s.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into())
+}
+
+/// Our peak resident memory in MB (Linux's `VmHWM`).
+fn own_peak_mb() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    Some(line.split_whitespace().nth(1)?.parse::<f64>().ok()? / 1024.0)
+}
+
+/// Runs `cmd` to its end; its output, and its peak resident memory in MB as last read
+/// from `/proc/<pid>/status` (`VmHWM`, which only grows) every 20 ms while it ran.
+fn run_watched(cmd: &mut Command) -> Result<(std::process::Output, Option<f64>)> {
+    use std::process::Stdio;
+    let name = format!("{:?}", cmd.get_program());
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("running {name}"))?;
+    let status_file = format!("/proc/{}/status", child.id());
+    // The pipes are drained by threads, so that a full pipe cannot stall the child.
+    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as _));
+    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as _));
+    let mut peak = None;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        let hwm = std::fs::read_to_string(&status_file).ok().and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+            line.split_whitespace().nth(1)?.parse::<f64>().ok()
+        });
+        peak = hwm.map(|kb| kb / 1024.0).or(peak);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let output = std::process::Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    };
+    ensure!(
+        output.status.success(),
+        "{name} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok((output, peak))
+}
+
+/// One `llama-bench` run of every prompt length and the decode, one repetition each;
+/// with its peak memory.
+fn llama_cpp_round(
+    bench: &Path,
+    cfg: &GenerateBench,
+    threads: usize,
+) -> Result<(Round, Option<f64>)> {
+    let prompts: Vec<String> = cfg.prompts.iter().map(usize::to_string).collect();
+    let (out, peak) = run_watched(
+        Command::new(bench)
+            .arg("-m")
+            .arg(&cfg.model)
+            .args(["-p", &prompts.join(","), "-n", &cfg.decode.to_string()])
+            .args(["-r", "1", "-o", "json", "-t", &threads.to_string()]),
+    )?;
+    let runs: Vec<serde_json::Value> =
+        serde_json::from_slice(&out.stdout).context("reading llama-bench's JSON")?;
+    let rate = |prompt: usize, gen: usize| -> Result<f64> {
+        runs.iter()
+            .find(|r| r["n_prompt"] == prompt && r["n_gen"] == gen)
+            .and_then(|r| r["avg_ts"].as_f64())
+            .with_context(|| format!("llama-bench printed no run of -p {prompt} -n {gen}"))
+    };
+    let round = Round {
+        prefill: cfg
+            .prompts
+            .iter()
+            .map(|&n| rate(n, 0))
+            .collect::<Result<_>>()?,
+        decode: rate(0, cfg.decode)?,
+    };
+    Ok((round, peak))
+}
+
+/// One round of ours: each prefill into a fresh cache, then `decode` single-token steps
+/// from an empty cache (as llama-bench's `tg` test: fixed tokens, no sampling).
+fn our_round(llama: &Llama, ids: &[u32], cfg: &GenerateBench) -> Result<Round> {
+    let dev = Device::Cpu;
+    let mut prefill = Vec::new();
+    for &n in &cfg.prompts {
+        let x = Tensor::new(&ids[..n], &dev)?.unsqueeze(0)?;
+        let mut cache = StackCache::with_capacity(n);
+        let t = Instant::now();
+        llama.model.step(&x, &mut cache)?;
+        prefill.push(n as f64 / t.elapsed().as_secs_f64());
+    }
+    let mut cache = StackCache::with_capacity(cfg.decode);
+    let t = Instant::now();
+    for &id in &ids[..cfg.decode] {
+        let x = Tensor::new(&[id], &dev)?.unsqueeze(0)?;
+        llama.model.step(&x, &mut cache)?;
+    }
+    let decode = cfg.decode as f64 / t.elapsed().as_secs_f64();
+    Ok(Round { prefill, decode })
+}
+
+/// Seconds from start to exit of `cmd`: loading, reading a short prompt, one token.
+fn wall(cmd: &mut Command) -> Result<f64> {
+    let t = Instant::now();
+    run_watched(cmd)?;
+    Ok(t.elapsed().as_secs_f64())
+}
+
+/// A prompt for the time-to-first-token measurement.
+const SHORT_PROMPT: &str = "The capital of France is";
+
+/// Runs the benchmark and writes its report.
+pub fn bench_generate(cfg: GenerateBench, out: &mut impl Write) -> Result<()> {
+    posenc::limits::check_positive("rounds", cfg.rounds, 1000)?;
+    posenc::limits::check_positive("decode tokens", cfg.decode, 4096)?;
+    ensure!(!cfg.prompts.is_empty(), "give at least one prompt length");
+    for &n in &cfg.prompts {
+        posenc::limits::check_positive("prompt length", n, 32_768)?;
+    }
+    let threads = candle_core::utils::get_num_threads();
+    let llama = Llama::from_gguf(
+        &cfg.model,
+        Precision::Quantized,
+        posenc::PairLayout::Interleaved,
+        &Device::Cpu,
+    )?;
+    let bench = match cfg.no_llama_cpp {
+        true => None,
+        false => llama_cpp_tool("llama-bench"),
+    };
+    if !cfg.no_llama_cpp && bench.is_none() {
+        writeln!(
+            out,
+            "llama.cpp is not built: run scripts/build_llama_cpp.sh to compare against it"
+        )?;
+    }
+    // llama-bench's prompt is random tokens; ours is text, which costs the same per token.
+    let longest = cfg
+        .prompts
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or(0)
+        .max(cfg.decode);
+    let sentence = "The positional encoding tells each attention head where a token stands. ";
+    let ids = llama.encode(&sentence.repeat(longest / 10 + 1))?;
+    ensure!(
+        ids.len() >= longest,
+        "the text has only {} tokens",
+        ids.len()
+    );
+    writeln!(
+        out,
+        "{}, {threads} threads, posenc quantized on {}: {} alternating rounds, medians",
+        cfg.model
+            .file_name()
+            .map_or("model".into(), |n| n.to_string_lossy()),
+        cpu_name(),
+        cfg.rounds
+    )?;
+    let (mut mine, mut theirs, mut llama_peak) = (Vec::new(), Vec::new(), None::<f64>);
+    for _ in 0..cfg.rounds {
+        mine.push(our_round(&llama, &ids, &cfg)?);
+        if let Some(bench) = &bench {
+            let (round, peak) = llama_cpp_round(bench, &cfg, threads)?;
+            theirs.push(round);
+            llama_peak = match (llama_peak, peak) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            };
+        }
+    }
+    let our_peak = own_peak_mb();
+    // Time to first token: whole processes, loading included. llama.cpp's is llama-bench
+    // reading the same prompt's length and generating one token, without warm-up.
+    let exe = std::env::current_exe().context("finding this program")?;
+    let short = llama.encode(SHORT_PROMPT)?.len();
+    let (mut ttft_mine, mut ttft_theirs) = (Vec::new(), Vec::new());
+    for _ in 0..cfg.rounds {
+        ttft_mine.push(wall(
+            Command::new(&exe)
+                .arg("generate")
+                .arg("--model")
+                .arg(&cfg.model)
+                .args(["--max-tokens", "1", "--top-k", "1", SHORT_PROMPT]),
+        )?);
+        if let Some(bench) = &bench {
+            ttft_theirs.push(wall(
+                Command::new(bench)
+                    .arg("-m")
+                    .arg(&cfg.model)
+                    .args([
+                        "-p",
+                        &short.to_string(),
+                        "-n",
+                        "1",
+                        "-r",
+                        "1",
+                        "--no-warmup",
+                    ])
+                    .args(["-t", &threads.to_string()]),
+            )?);
+        }
+    }
+
+    writeln!(
+        out,
+        "| measure | posenc | llama.cpp | posenc ÷ llama.cpp |\n|---|---:|---:|---:|"
+    )?;
+    let mut row = |name: String, a: Vec<f64>, b: Vec<f64>, unit: &str, higher: bool| {
+        let ratio = (!b.is_empty()).then(|| {
+            // The median of the per-round ratios, as speed (> 1: we are faster).
+            median(
+                a.iter()
+                    .zip(&b)
+                    .map(|(a, b)| if higher { a / b } else { b / a })
+                    .collect(),
+            )
+        });
+        let b = (!b.is_empty()).then(|| median(b));
+        writeln!(
+            out,
+            "| {name} | {:.1} {unit} | {} | {} |",
+            median(a),
+            b.map_or("–".into(), |b| format!("{b:.1} {unit}")),
+            ratio.map_or("–".into(), |r| format!("{r:.2}×"))
+        )
+    };
+    for (i, n) in cfg.prompts.iter().enumerate() {
+        row(
+            format!("prefill, {n}-token prompt"),
+            mine.iter().map(|r| r.prefill[i]).collect(),
+            theirs.iter().map(|r| r.prefill[i]).collect(),
+            "tokens/s",
+            true,
+        )?;
+    }
+    row(
+        format!("decode, {} tokens", cfg.decode),
+        mine.iter().map(|r| r.decode).collect(),
+        theirs.iter().map(|r| r.decode).collect(),
+        "tokens/s",
+        true,
+    )?;
+    row(
+        "time to first token (whole process)".into(),
+        ttft_mine,
+        ttft_theirs,
+        "s",
+        false,
+    )?;
+    let mb = |m: Option<f64>| m.map_or("?".into(), |m| format!("{m:.0} MB"));
+    writeln!(
+        out,
+        "| peak resident memory | {} | {} | |",
+        mb(our_peak),
+        if bench.is_some() {
+            mb(llama_peak)
+        } else {
+            "–".into()
+        }
+    )?;
+    writeln!(
+        out,
+        "\nratios are speed (> 1: posenc is faster), the median of the per-round ratios; memory is each process's peak over all its runs (ours holds one model and runs every length)"
+    )?;
+    Ok(())
+}
