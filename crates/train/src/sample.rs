@@ -94,8 +94,14 @@ impl Sampler {
             return (0..logits.len()).min_by(before).unwrap_or(0) as u32;
         }
         let mut order: Vec<usize> = (0..logits.len()).collect();
+        // The k best in order: a selection first, so that a large vocabulary is not sorted
+        // whole for a small k (the order is total, so the result is the same).
+        let k = self.cfg.top_k.unwrap_or(order.len()).clamp(1, order.len());
+        if k < order.len() {
+            order.select_nth_unstable_by(k - 1, before);
+            order.truncate(k);
+        }
         order.sort_by(before);
-        order.truncate(self.cfg.top_k.unwrap_or(order.len()).max(1));
         let top = f64::from(logits[order[0]]);
         let mut probs: Vec<f64> = order
             .iter()

@@ -246,9 +246,9 @@ impl MultiHeadAttention {
         cache: Option<&mut KvCache>,
     ) -> Result<(Tensor, Option<Tensor>)> {
         self.check(x, "query")?;
-        let q = self.rotate(&self.q_proj.forward(x)?, at, Role::Query)?;
-        let k = self.rotate(&self.k_proj.forward(x)?, at, Role::Key)?;
-        let v = self.v_proj.forward(x)?;
+        let [q, k, v] = Proj::forward_fused([&self.q_proj, &self.k_proj, &self.v_proj], x)?;
+        let q = self.rotate(&q, at, Role::Query)?;
+        let k = self.rotate(&k, at, Role::Key)?;
         let (k, v, bias) = match cache {
             Some(cache) if bias.is_none() => {
                 // After a cache the keys reach further than the queries: the bias of these
@@ -275,9 +275,10 @@ impl MultiHeadAttention {
         self.check(x, "query")?;
         let (offset, new) = (cache.len(), x.dim(1)?);
         let at = cache.positions(new);
-        let q = self.rotate(&self.q_proj.forward(x)?, at, Role::Query)?;
-        let k = self.split(&self.rotate(&self.k_proj.forward(x)?, at, Role::Key)?)?;
-        let v = self.split(&self.v_proj.forward(x)?)?;
+        let [q, k, v] = Proj::forward_fused([&self.q_proj, &self.k_proj, &self.v_proj], x)?;
+        let q = self.rotate(&q, at, Role::Query)?;
+        let k = self.split(&self.rotate(&k, at, Role::Key)?)?;
+        let v = self.split(&v)?;
         let (k, v) = cache.append(&k, &v)?;
         let scale = 1.0 / (self.head_dim as f64).sqrt();
         let fused = q.dtype() == DType::F32 && q.device().is_cpu() && !self.reads_scores();

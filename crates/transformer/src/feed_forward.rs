@@ -70,7 +70,10 @@ impl FeedForward {
             None if matches!(self.activation, Activation::Relu) => self.linear1.forward_relu(x)?,
             None if matches!(self.activation, Activation::Gelu) => self.linear1.forward_gelu(x)?,
             None => self.activate(&self.linear1.forward(x)?)?,
-            Some(gate) => (self.activate(&gate.forward(x)?)? * self.linear1.forward(x)?)?,
+            Some(gate) => {
+                let [g, h] = Proj::forward_fused([gate, &self.linear1], x)?;
+                (self.activate(&g)? * h)?
+            }
         };
         Ok(self.linear2.forward(&dropout(&h, self.dropout)?)?)
     }

@@ -124,6 +124,50 @@ impl Proj {
         self.forward_with(x, false)
     }
 
+    /// `x Wᵢᵀ + bᵢ` for several projections of the same `x`: with quantized weights that all
+    /// have a kernel here and a short `x` (a decode step), one product that quantizes `x`
+    /// once and spreads all their rows over the cores ([`ops::quantized`]); otherwise one
+    /// [`Proj::forward`] each. The same values either way.
+    ///
+    /// # Errors
+    /// As [`Proj::forward`].
+    pub fn forward_fused<const N: usize>(projs: [&Proj; N], x: &Tensor) -> Result<[Tensor; N]> {
+        let weights: Vec<Arc<QTensor>> = projs
+            .iter()
+            .filter_map(|p| match &p.weight {
+                Weight::Quantized(_, w) => Some(w.clone()),
+                Weight::Dense(_) => None,
+            })
+            .collect();
+        let d = x.dim(candle_core::D::Minus1)?;
+        let rows = x.elem_count() / d.max(1);
+        let mut out = Vec::with_capacity(N);
+        if weights.len() == N && rows < DEQUANTIZE_FROM_ROWS {
+            let x2 = x.reshape((rows, d))?;
+            if let Some(y) = ops::quantized::quantized_matmul_fused(&x2, &weights)? {
+                let lead = &x.dims()[..x.rank() - 1];
+                let mut start = 0;
+                for (p, w) in projs.iter().zip(&weights) {
+                    let n = w.shape().dims()[0];
+                    let part = y.narrow(1, start, n)?;
+                    start += n;
+                    let part = match &p.bias {
+                        Some(b) => part.broadcast_add(b)?,
+                        None => part,
+                    };
+                    out.push(part.reshape([lead, &[n]].concat())?);
+                }
+            }
+        }
+        if out.is_empty() {
+            for p in projs {
+                out.push(p.forward(x)?);
+            }
+        }
+        out.try_into()
+            .map_err(|_| candle_core::Error::Msg("a fused product lost an output".into()))
+    }
+
     /// `ReLU(x Wᵀ + b)`: for a dense f32 weight, one op with the product.
     pub fn forward_relu(&self, x: &Tensor) -> Result<Tensor> {
         self.forward_with(x, true)

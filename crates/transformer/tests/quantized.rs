@@ -35,7 +35,8 @@ fn random(rows: usize, cols: usize, seed: u64) -> Vec<f32> {
 }
 
 /// The activations after quantization per block, as the kernels see them (llama.cpp's
-/// Q8_0: `q = round(x / d)` with `d = max|x| / 127`, and `d` kept as f16).
+/// Q8_0 on x86: `q = round(x / d)`, half to even, with `d = max|x| / 127`, and `d` kept
+/// as f16).
 fn requantized(x: &[f32]) -> Vec<f64> {
     x.chunks_exact(BLOCK)
         .flat_map(|b| {
@@ -43,7 +44,8 @@ fn requantized(x: &[f32]) -> Vec<f64> {
             let d = amax / 127.0;
             let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
             let d16 = f64::from(half::f16::from_f32(d).to_f32());
-            b.iter().map(move |&v| f64::from((v * inv).round()) * d16)
+            b.iter()
+                .map(move |&v| f64::from((v * inv).round_ties_even()) * d16)
         })
         .collect()
 }
@@ -93,7 +95,7 @@ fn check(dtype: GgmlDType, m: usize, n: usize, k: usize, seed: u64) {
     );
     for kernel in Kernel::available() {
         let y: Vec<f32> = values(
-            &quantized_matmul_on(kernel, &x, &q)
+            &quantized_matmul_on(kernel, &x, std::slice::from_ref(&q))
                 .unwrap()
                 .expect("a format with a kernel"),
         );
@@ -239,4 +241,37 @@ fn rows_of_a_quantized_table_equal_candles_dequantization() {
     .unwrap();
     let err = dequantize_rows(&q, &[4]).unwrap_err().to_string();
     assert!(err.contains("token id 4"), "{err}");
+}
+
+#[test]
+fn fused_products_equal_the_products_one_by_one() {
+    use posenc_transformer::ops::quantized::quantized_matmul_fused;
+    let dev = Device::Cpu;
+    let (m, k) = (3, 128);
+    let x = Tensor::from_vec(random(m, k, 40), (m, k), &dev).unwrap();
+    let weights: Vec<Arc<QTensor>> = [
+        (GgmlDType::Q4_1, 40),
+        (GgmlDType::Q8_0, 17),
+        (GgmlDType::Q4_0, 64),
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, &(dtype, n))| {
+        let w = Tensor::from_vec(random(n, k, 41 + i as u64), (n, k), &dev).unwrap();
+        Arc::new(QTensor::quantize(&w, dtype).unwrap())
+    })
+    .collect();
+    let fused = quantized_matmul_fused(&x, &weights).unwrap().unwrap();
+    let singles: Vec<Tensor> = weights
+        .iter()
+        .map(|w| quantized_matmul(&x, w).unwrap().unwrap())
+        .collect();
+    let want = Tensor::cat(&singles, 1).unwrap();
+    assert_eq!(fused.dims(), want.dims());
+    assert_eq!(values(&fused), values(&want));
+    // One weight without a kernel here: the caller multiplies them another way.
+    let mut mixed = weights.clone();
+    let w = Tensor::from_vec(random(8, 256, 1), (8, 256), &dev).unwrap();
+    mixed.push(Arc::new(QTensor::quantize(&w, GgmlDType::Q4K).unwrap()));
+    assert!(quantized_matmul_fused(&x, &mixed).unwrap().is_none());
 }

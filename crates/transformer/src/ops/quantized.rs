@@ -1,12 +1,13 @@
 //! `x Wᵀ` over a weight kept in llama.cpp's 32-value blocks (Q4_0, Q4_1, Q8_0), never
 //! expanded to f32: the product a quantized model's decode step is made of.
 //!
-//! Each row of `x` is first quantized per block of 32 as llama.cpp's Q8_1 does (with f32
-//! rather than f16 scales): `d = max|x| / 127`, `q = round(x / d)`, `s = d Σ q`. A block's
-//! dot product is then one integer sum of 32 byte products and a scale:
+//! Each row of `x` is first quantized per block of 32 as llama.cpp's x86 kernels do (Q8_0,
+//! Q8_1): `d = max|x| / 127`, `q = round(x / d)` (half to even), with `d` and `s = d Σ q`
+//! kept as f16, so that greedy text follows llama.cpp's as closely as the order of the sums
+//! allows. A block's dot product is then one integer sum of 32 byte products and a scale:
 //!
 //! - Q8_0, `w = d_w q_w`:            `d_w d Σ q_w q`
-//! - Q4_0, `w = d_w (q_w − 8)`:      `d_w (d Σ q_w q − 8 s)`
+//! - Q4_0, `w = d_w (q_w − 8)`:      `d_w d (Σ q_w q − 8 Σ q)`
 //! - Q4_1, `w = d_w q_w + m_w`:      `d_w d Σ q_w q + m_w s`
 //!
 //! The byte sums run on AVX-512 VNNI (`vpdpbusd`, unsigned × signed bytes into i32) where
@@ -140,24 +141,31 @@ impl QuantizedRows {
         self.s.resize(blocks, 0.0);
         self.sum.resize(blocks, 0);
         self.q.resize(x.len(), 0);
-        for (b, (x, q)) in x
-            .chunks_exact(BLOCK)
-            .zip(self.q.chunks_exact_mut(BLOCK))
-            .enumerate()
-        {
-            let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
-            let d = amax / 127.0;
-            let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
-            let mut sum = 0i32;
-            for (q, &x) in q.iter_mut().zip(x) {
-                // `round` is half away from zero, as llama.cpp's `roundf`.
-                *q = (x * inv).round() as i8;
-                sum += i32::from(*q);
-            }
-            self.d[b] = f16::from_f32(d).to_f32();
-            self.s[b] = f16::from_f32(d * sum as f32).to_f32();
-            self.sum[b] = sum;
-        }
+        let (d_out, s_out, sum_out) = (&mut self.d, &mut self.s, &mut self.sum);
+        // Compiled for the CPU's vector instructions, where the rounding is one instruction.
+        super::simd::vectorized(
+            #[inline(always)]
+            || {
+                for (b, (x, q)) in x
+                    .chunks_exact(BLOCK)
+                    .zip(self.q.chunks_exact_mut(BLOCK))
+                    .enumerate()
+                {
+                    let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+                    let d = amax / 127.0;
+                    let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
+                    let mut sum = 0i32;
+                    for (q, &x) in q.iter_mut().zip(x) {
+                        // Half to even, as llama.cpp's AVX kernels round (`_mm256_round_ps`).
+                        *q = (x * inv).round_ties_even() as i8;
+                        sum += i32::from(*q);
+                    }
+                    d_out[b] = f16::from_f32(d).to_f32();
+                    s_out[b] = f16::from_f32(d * sum as f32).to_f32();
+                    sum_out[b] = sum;
+                }
+            },
+        );
     }
 
     /// Row `i`, of `blocks` blocks.
@@ -322,10 +330,10 @@ mod x86 {
     );
 }
 
-/// `x Wᵀ` with `W (n, k)` in `format` blocks: `x (m, k)` f32, contiguous.
+/// `x [W₁ W₂ …]ᵀ` with each `Wᵢ (nᵢ, k)` in its format's blocks: `x (m, k)` f32,
+/// contiguous, quantized once for all of them; one parallel region over all their rows.
 struct QMatMul {
-    weight: Arc<QTensor>,
-    format: Format,
+    weights: Vec<(Arc<QTensor>, Format)>,
     kernel: Kernel,
 }
 
@@ -341,47 +349,62 @@ impl CustomOp1 for QMatMul {
         use rayon::prelude::*;
         let x = contiguous_f32(s, l, self.name())?;
         let (m, k) = l.shape().dims2()?;
-        let (n, wk) = self.weight.shape().dims2()?;
-        if k != wk || !k.is_multiple_of(BLOCK) {
-            candle_core::bail!("quantized matmul: x has {k} columns, the weight ({n}, {wk})")
+        let mut parts = Vec::with_capacity(self.weights.len());
+        for (w, format) in &self.weights {
+            let (n, wk) = w.shape().dims2()?;
+            if k != wk || !k.is_multiple_of(BLOCK) {
+                candle_core::bail!("quantized matmul: x has {k} columns, the weight ({n}, {wk})")
+            }
+            parts.push((w.data()?, *format, n));
         }
-        let data = self.weight.data()?;
+        let total: usize = parts.iter().map(|p| p.2).sum();
         let xq = QuantizedRows::new(x, k);
         let blocks = k / BLOCK;
-        let row_bytes = blocks * self.format.block_bytes();
         let tasks = 2 * rayon::current_num_threads();
-        let rows = n.div_ceil(tasks).max(MIN_ROWS_PER_TASK);
-        // Output columns (rows of W) in parallel chunks, every row of x for each.
-        let mut yt = vec![0f32; n * m];
-        yt.par_chunks_mut(rows * m)
-            .enumerate()
-            .for_each(|(task, yt)| {
-                let r0 = task * rows;
-                let w = &data[r0 * row_bytes..];
-                if m == 1 {
-                    dot_rows(self.kernel, self.format, w, xq.row(0, blocks), yt);
-                    return;
+        let rows = total.div_ceil(tasks).max(MIN_ROWS_PER_TASK);
+        // Output columns (rows of the Wᵢ, one after another) in chunks of `rows`, each with
+        // every row of x; a chunk never spans two weights.
+        let mut yt = vec![0f32; total * m];
+        let mut chunks = Vec::new();
+        let mut rest = yt.as_mut_slice();
+        for (data, format, n) in &parts {
+            let row_bytes = blocks * format.block_bytes();
+            for r0 in (0..*n).step_by(rows) {
+                let len = rows.min(n - r0);
+                let (chunk, tail) = rest.split_at_mut(len * m);
+                rest = tail;
+                chunks.push((
+                    &data[r0 * row_bytes..(r0 + len) * row_bytes],
+                    *format,
+                    chunk,
+                ));
+            }
+        }
+        chunks.into_par_iter().for_each(|(w, format, yt)| {
+            if m == 1 {
+                dot_rows(self.kernel, format, w, xq.row(0, blocks), yt);
+                return;
+            }
+            let mut col = vec![0f32; yt.len() / m];
+            for i in 0..m {
+                dot_rows(self.kernel, format, w, xq.row(i, blocks), &mut col);
+                for (j, &v) in col.iter().enumerate() {
+                    yt[j * m + i] = v;
                 }
-                for i in 0..m {
-                    let mut col = vec![0f32; yt.len() / m];
-                    dot_rows(self.kernel, self.format, w, xq.row(i, blocks), &mut col);
-                    for (j, v) in col.into_iter().enumerate() {
-                        yt[j * m + i] = v;
-                    }
-                }
-            });
+            }
+        });
         let y = if m == 1 {
             yt
         } else {
-            let mut y = vec![0f32; m * n];
+            let mut y = vec![0f32; m * total];
             for (r, col) in yt.chunks_exact(m).enumerate() {
                 for (i, &v) in col.iter().enumerate() {
-                    y[i * n + r] = v;
+                    y[i * total + r] = v;
                 }
             }
             y
         };
-        Ok((CpuStorage::F32(y), Shape::from((m, n))))
+        Ok((CpuStorage::F32(y), Shape::from((m, total))))
     }
 }
 
@@ -396,25 +419,38 @@ impl CustomOp1 for QMatMul {
 /// # Errors
 /// `x` whose width is not `k`.
 pub fn quantized_matmul(x: &Tensor, weight: &Arc<QTensor>) -> Result<Option<Tensor>> {
-    quantized_matmul_on(Kernel::cached(), x, weight)
+    quantized_matmul_on(Kernel::cached(), x, std::slice::from_ref(weight))
 }
 
-/// [`quantized_matmul`] on a given kernel (one of [`Kernel::available`]), for tests and
-/// benchmarks.
+/// `x Wᵢᵀ` for several weights at once, `x` quantized once and all their rows in one
+/// parallel region (a layer's query, key and value projections): the products side by
+/// side, `(m, n₁ + n₂ + …)`, on this CPU's fastest [`Kernel`]; `None` unless every weight
+/// has a kernel here (as [`quantized_matmul`]).
+///
+/// # Errors
+/// `x` whose width is not every weight's `k`.
+pub fn quantized_matmul_fused(x: &Tensor, weights: &[Arc<QTensor>]) -> Result<Option<Tensor>> {
+    quantized_matmul_on(Kernel::cached(), x, weights)
+}
+
+/// [`quantized_matmul_fused`] on a given kernel (one of [`Kernel::available`]), for tests
+/// and benchmarks.
 ///
 /// # Errors
 /// As [`quantized_matmul`]; a kernel this CPU does not run.
 pub fn quantized_matmul_on(
     kernel: Kernel,
     x: &Tensor,
-    weight: &Arc<QTensor>,
+    weights: &[Arc<QTensor>],
 ) -> Result<Option<Tensor>> {
-    let Some(format) = Format::of(weight.dtype()) else {
+    let formats: Option<Vec<Format>> = weights.iter().map(|w| Format::of(w.dtype())).collect();
+    let Some(formats) = formats else {
         return Ok(None);
     };
-    if !x.device().is_cpu()
+    if weights.is_empty()
+        || !x.device().is_cpu()
         || x.dtype() != candle_core::DType::F32
-        || !weight.device().is_cpu()
+        || weights.iter().any(|w| !w.device().is_cpu())
         || x.rank() != 2
     {
         return Ok(None);
@@ -423,8 +459,7 @@ pub fn quantized_matmul_on(
         candle_core::bail!("this CPU does not run the {kernel:?} kernel")
     }
     let op = QMatMul {
-        weight: weight.clone(),
-        format,
+        weights: weights.iter().cloned().zip(formats).collect(),
         kernel,
     };
     x.contiguous()?.apply_op1_no_bwd(&op).map(Some)
