@@ -263,3 +263,51 @@ fn lm_eval_measures_a_pretrained_model_past_one_chunk() {
         "{stretched}"
     );
 }
+
+/// `posenc bench generate` without llama.cpp: our figures alone, in the table's rows, and
+/// bad settings refused by name before anything is loaded.
+#[test]
+fn bench_generate_reports_our_figures_and_names_bad_settings() {
+    let run = posenc()
+        .args(["bench", "generate", "--no-llama-cpp", "--rounds", "1"])
+        .args(["--prompts", "40,33", "--decode", "3"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&run);
+    assert!(run.status.success(), "{stderr}");
+    for row in [
+        "| prefill, 40-token prompt | ",
+        "| prefill, 33-token prompt | ",
+        "| decode, 3 tokens | ",
+        "| time to first token (whole process) | ",
+        "| peak resident memory | ",
+    ] {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(row))
+            .unwrap_or_else(|| panic!("no row `{row}` in:\n{stdout}"));
+        // Ours is a positive figure; llama.cpp's cells are empty.
+        let ours: f64 = line[row.len()..]
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no figure in `{line}`"));
+        assert!(ours > 0.0, "{line}");
+        assert!(line.contains("| – |"), "{line}");
+    }
+    for (args, named) in [
+        (vec!["--rounds", "0"], "rounds"),
+        (vec!["--decode", "0"], "decode tokens"),
+        (vec!["--prompts", "0"], "prompt length"),
+        (vec!["--model", "/nonexistent/model.gguf"], "/nonexistent/model.gguf"),
+    ] {
+        let run = posenc()
+            .args(["bench", "generate", "--no-llama-cpp"])
+            .args(&args)
+            .output()
+            .unwrap();
+        let (_, stderr) = text(&run);
+        assert!(!run.status.success(), "{args:?} was accepted");
+        assert!(stderr.contains(named), "{args:?}: {stderr}");
+    }
+}
