@@ -299,7 +299,10 @@ fn bench_generate_reports_our_figures_and_names_bad_settings() {
         (vec!["--rounds", "0"], "rounds"),
         (vec!["--decode", "0"], "decode tokens"),
         (vec!["--prompts", "0"], "prompt length"),
-        (vec!["--model", "/nonexistent/model.gguf"], "/nonexistent/model.gguf"),
+        (
+            vec!["--model", "/nonexistent/model.gguf"],
+            "/nonexistent/model.gguf",
+        ),
     ] {
         let run = posenc()
             .args(["bench", "generate", "--no-llama-cpp"])

@@ -197,10 +197,10 @@ fn dot_rows(kernel: Kernel, format: Format, w: &[u8], x: Row, y: &mut [f32]) {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: a kernel is only chosen, and only offered by `available`, on a CPU
             // that has its instructions; the lengths were checked above.
-            Kernel::Vnni => unsafe { x86::dot_vnni(format, w, x) },
+            Kernel::Vnni => unsafe { x86::vnni::dot(format, w, x) },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: as above.
-            Kernel::Avx2 => unsafe { x86::dot_avx2(format, w, x) },
+            Kernel::Avx2 => unsafe { x86::avx2::dot(format, w, x) },
             _ => dot_scalar(format, w, x),
         };
     }
@@ -244,7 +244,6 @@ fn dot_scalar(format: Format, w: &[u8], x: Row) -> f32 {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{Format, Row, BLOCK};
     use std::arch::x86_64::*;
 
     /// `f16` bits at `p` as f32.
@@ -272,62 +271,101 @@ mod x86 {
         }
     }
 
-    /// The block loop, generic over the unsigned × signed byte sum `$dot(u, s) -> 8 × i32`.
+    /// Format tags for the block loop's const parameter.
+    const Q4_0: u8 = 0;
+    const Q4_1: u8 = 1;
+    const Q8_0: u8 = 2;
+
+    /// The block loop, generic over the unsigned × signed byte sum `$dot(u, s) -> 8 × i32`
+    /// and, through `F`, over the format, so that each format's loop is compiled on its
+    /// own. Two blocks per iteration into two sets of accumulators, so that the chains of
+    /// dependent additions are half as long.
     macro_rules! dot {
         ($name:ident, $features:literal, $dot:expr) => {
-            #[target_feature(enable = $features)]
-            pub(super) unsafe fn $name(
-                format: Format,
-                w: &[u8],
-                Row { d, s, sum: qsum, q }: Row,
-            ) -> f32 {
-                let bytes = format.block_bytes();
-                let mut acc = _mm256_setzero_ps();
-                let mut rest = 0f32;
-                for b in 0..d.len() {
-                    // SAFETY: block `b` of `w` and of `q` are in bounds (the caller checked).
+            pub(super) mod $name {
+                use super::super::{Format, Row, BLOCK};
+                use super::{half, nibbles, Q4_0, Q4_1, Q8_0};
+                use std::arch::x86_64::*;
+
+                /// Block `b`: its scale, its 8 partial integer sums (as f32), and the term
+                /// outside the sum (`− 8 d_w d Σ q` for Q4_0, `m_w s` for Q4_1).
+                #[target_feature(enable = $features)]
+                #[inline]
+                unsafe fn block<const F: u8>(w: &[u8], x: Row, b: usize) -> (__m256, __m256, f32) {
+                    let bytes = [18, 20, 34][F as usize];
+                    // SAFETY: block `b` of `w` and of `x.q` are in bounds (the caller
+                    // checked the lengths).
                     unsafe {
                         let blk = w.as_ptr().add(b * bytes);
-                        let x = _mm256_loadu_si256(q.as_ptr().add(b * BLOCK) as *const __m256i);
-                        let dw = half(blk);
-                        let (sum, scale) = match format {
-                            Format::Q4_0 => {
-                                rest -= 8.0 * dw * d[b] * qsum[b] as f32;
-                                ($dot(nibbles(blk.add(2)), x), dw * d[b])
-                            }
-                            Format::Q4_1 => {
-                                rest += half(blk.add(2)) * s[b];
-                                ($dot(nibbles(blk.add(4)), x), dw * d[b])
-                            }
-                            Format::Q8_0 => {
+                        let q = _mm256_loadu_si256(x.q.as_ptr().add(b * BLOCK) as *const __m256i);
+                        let scale = half(blk) * x.d[b];
+                        let (sum, rest) = match F {
+                            Q4_0 => ($dot(nibbles(blk.add(2)), q), -8.0 * scale * x.sum[b] as f32),
+                            Q4_1 => ($dot(nibbles(blk.add(4)), q), half(blk.add(2)) * x.s[b]),
+                            _ => {
                                 // Signed × signed as |w| × (x with w's sign).
                                 let wq = _mm256_loadu_si256(blk.add(2) as *const __m256i);
-                                (
-                                    $dot(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(x, wq)),
-                                    dw * d[b],
-                                )
+                                ($dot(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(q, wq)), 0.0)
                             }
                         };
-                        acc = _mm256_fmadd_ps(_mm256_set1_ps(scale), _mm256_cvtepi32_ps(sum), acc);
+                        (_mm256_set1_ps(scale), _mm256_cvtepi32_ps(sum), rest)
                     }
                 }
-                let h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-                let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-                let h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
-                _mm_cvtss_f32(h) + rest
+
+                #[target_feature(enable = $features)]
+                #[inline]
+                unsafe fn blocks<const F: u8>(w: &[u8], x: Row) -> f32 {
+                    let n = x.d.len();
+                    let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+                    let (mut rest0, mut rest1) = (0f32, 0f32);
+                    let mut b = 0;
+                    // SAFETY: blocks below `n` (the caller checked the lengths).
+                    unsafe {
+                        while b + 1 < n {
+                            let (s0, v0, r0) = block::<F>(w, x, b);
+                            let (s1, v1, r1) = block::<F>(w, x, b + 1);
+                            acc0 = _mm256_fmadd_ps(s0, v0, acc0);
+                            acc1 = _mm256_fmadd_ps(s1, v1, acc1);
+                            rest0 += r0;
+                            rest1 += r1;
+                            b += 2;
+                        }
+                        if b < n {
+                            let (s0, v0, r0) = block::<F>(w, x, b);
+                            acc0 = _mm256_fmadd_ps(s0, v0, acc0);
+                            rest0 += r0;
+                        }
+                    }
+                    let acc = _mm256_add_ps(acc0, acc1);
+                    let h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+                    let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+                    let h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+                    _mm_cvtss_f32(h) + (rest0 + rest1)
+                }
+
+                /// One weight row against one quantized row of activations.
+                #[target_feature(enable = $features)]
+                pub(in super::super) unsafe fn dot(format: Format, w: &[u8], x: Row) -> f32 {
+                    // SAFETY: the caller's promise, passed on.
+                    unsafe {
+                        match format {
+                            Format::Q4_0 => blocks::<Q4_0>(w, x),
+                            Format::Q4_1 => blocks::<Q4_1>(w, x),
+                            Format::Q8_0 => blocks::<Q8_0>(w, x),
+                        }
+                    }
+                }
             }
         };
     }
 
-    dot!(dot_avx2, "avx2,fma,f16c", |u, s| _mm256_madd_epi16(
+    dot!(avx2, "avx2,fma,f16c", |u, s| _mm256_madd_epi16(
         _mm256_maddubs_epi16(u, s),
         _mm256_set1_epi16(1)
     ));
-    dot!(
-        dot_vnni,
-        "avx2,fma,f16c,avx512f,avx512vl,avx512vnni",
-        |u, s| { _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s) }
-    );
+    dot!(vnni, "avx2,fma,f16c,avx512f,avx512vl,avx512vnni", |u, s| {
+        _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
+    });
 }
 
 /// `x [W₁ W₂ …]ᵀ` with each `Wᵢ (nᵢ, k)` in its format's blocks: `x (m, k)` f32,

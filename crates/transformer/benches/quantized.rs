@@ -1,0 +1,116 @@
+//! The quantized matrix–vector product of a decode step: `ops::quantized` on each kernel
+//! this CPU runs, against candle's `QMatMul` on the same weight, for each GGUF format at
+//! SmolLM2-135M's shapes. Rounds alternate between the implementations; the report is the
+//! median time per product, the weight bytes read per second, and candle's time ÷ ours.
+//!
+//! ```sh
+//! cargo bench -p posenc-transformer --bench quantized          # 15 rounds
+//! cargo bench -p posenc-transformer --bench quantized -- 40    # more rounds
+//! ```
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
+use candle_core::{Device, Module, Tensor};
+use posenc_transformer::ops::quantized::{quantized_matmul_on, Kernel};
+
+/// `(rows, columns)` of SmolLM2-135M's products (q/o, gate/up, down, the tied head), and
+/// one whose width the K-quants' 256-value blocks divide (576 is not).
+const SHAPES: [(usize, usize); 5] = [
+    (576, 576),
+    (1536, 576),
+    (576, 1536),
+    (49152, 576),
+    (2048, 2048),
+];
+const FORMATS: [GgmlDType; 5] = [
+    GgmlDType::Q4_0,
+    GgmlDType::Q4_1,
+    GgmlDType::Q8_0,
+    GgmlDType::Q4K,
+    GgmlDType::Q6K,
+];
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
+}
+
+/// Seconds per call of `f`, over enough calls to take about 20 ms.
+fn time(f: &mut dyn FnMut()) -> f64 {
+    f();
+    let t = Instant::now();
+    let mut n = 0;
+    while t.elapsed().as_secs_f64() < 0.02 {
+        f();
+        n += 1;
+    }
+    t.elapsed().as_secs_f64() / f64::from(n)
+}
+
+fn main() {
+    posenc_transformer::keep_freed_memory();
+    let rounds = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(15usize);
+    posenc_transformer::on_worker_thread(|| run(rounds));
+}
+
+fn run(rounds: usize) {
+    let dev = Device::Cpu;
+    let kernels = Kernel::available();
+    println!(
+        "{} threads, kernels {kernels:?}, {rounds} alternating rounds, medians; x is one row",
+        rayon::current_num_threads()
+    );
+    println!("| format | weight | implementation | µs per product | weight GB/s | candle ÷ this |");
+    println!("|---|---|---|---:|---:|---:|");
+    for dtype in FORMATS {
+        for (n, k) in SHAPES {
+            if k % dtype.block_size() != 0 {
+                continue;
+            }
+            let w = Tensor::randn(0f32, 1.0, (n, k), &dev).unwrap();
+            let q = Arc::new(QTensor::quantize(&w, dtype).unwrap());
+            let bytes = q.storage_size_in_bytes() as f64;
+            let x = Tensor::randn(0f32, 1.0, (1, k), &dev).unwrap();
+            let candle = QMatMul::from_arc(q.clone()).unwrap();
+            let ours: Vec<Kernel> = kernels
+                .iter()
+                .copied()
+                .filter(|&kernel| {
+                    quantized_matmul_on(kernel, &x, std::slice::from_ref(&q))
+                        .unwrap()
+                        .is_some()
+                })
+                .collect();
+            let mut times = vec![Vec::new(); ours.len() + 1];
+            for _ in 0..rounds {
+                times[0].push(time(&mut || {
+                    candle.forward(&x).unwrap();
+                }));
+                for (i, &kernel) in ours.iter().enumerate() {
+                    times[i + 1].push(time(&mut || {
+                        quantized_matmul_on(kernel, &x, std::slice::from_ref(&q)).unwrap();
+                    }));
+                }
+            }
+            let candle_times = times[0].clone();
+            let names = std::iter::once("candle QMatMul".to_string())
+                .chain(ours.iter().map(|k| format!("ops::quantized, {k:?}")));
+            for (name, t) in names.zip(times) {
+                // The median of the per-round ratios.
+                let ratios = candle_times.iter().zip(&t).map(|(c, a)| c / a).collect();
+                let t = median(t);
+                println!(
+                    "| {dtype:?} | {n} × {k} | {name} | {:.1} | {:.1} | {:.2}× |",
+                    t * 1e6,
+                    bytes / t / 1e9,
+                    median(ratios)
+                );
+            }
+        }
+    }
+}
