@@ -10,7 +10,8 @@
 use crate::error::Result;
 use posenc_error::{bail, ensure, invalid};
 use serde_json::{json, Value};
-use tokenizers::Tokenizer;
+use tokenizers::models::bpe::BPE;
+use tokenizers::{AddedToken, Tokenizer};
 
 use crate::gguf::GgufFile;
 
@@ -19,12 +20,19 @@ const CONTROL: i64 = 3;
 /// `tokenizer.ggml.token_type` of user-defined tokens.
 const USER_DEFINED: i64 = 4;
 
-/// The tokenizer of `file` as the JSON of a `tokenizer.json`.
-///
-/// # Errors
-/// A model other than `gpt2` or an unknown `pre`, missing entries, or merges that are not
-/// two tokens.
-pub fn tokenizer_json(file: &GgufFile) -> Result<Value> {
+/// What a GGUF file says of its tokenizer: a `tokenizer.json` without its three large
+/// parts, and those parts.
+struct Described {
+    /// `tokenizer.json` with an empty vocabulary, no merges and no added tokens.
+    shell: Value,
+    tokens: Vec<String>,
+    merges: Vec<(String, String)>,
+    /// The control and user-defined tokens, by id.
+    special: Vec<(usize, String)>,
+}
+
+/// Reads `file`'s tokenizer.
+fn describe(file: &GgufFile) -> Result<Described> {
     let model = file.string("tokenizer.ggml.model")?;
     ensure!(
         model == "gpt2",
@@ -48,7 +56,11 @@ pub fn tokenizer_json(file: &GgufFile) -> Result<Value> {
             bail!("tokenizer.ggml.pre = `{other}` is not supported (known: default, gpt-2, smollm)")
         }
     };
-    let tokens = file.strings("tokenizer.ggml.tokens")?;
+    let tokens: Vec<String> = file
+        .strings("tokenizer.ggml.tokens")?
+        .into_iter()
+        .map(str::to_string)
+        .collect();
     let types = if file.has_key("tokenizer.ggml.token_type") {
         file.integers("tokenizer.ggml.token_type")?
     } else {
@@ -64,32 +76,24 @@ pub fn tokenizer_json(file: &GgufFile) -> Result<Value> {
         .strings("tokenizer.ggml.merges")?
         .into_iter()
         .map(|m| match m.split_once(' ') {
-            Some((a, b)) if !a.is_empty() && !b.is_empty() && !b.contains(' ') => Ok(json!([a, b])),
+            Some((a, b)) if !a.is_empty() && !b.is_empty() && !b.contains(' ') => {
+                Ok((a.to_string(), b.to_string()))
+            }
             _ => bail!("tokenizer.ggml.merges has `{m}`, which is not two tokens"),
         })
         .collect::<Result<Vec<_>>>()?;
-    let vocab: serde_json::Map<String, Value> = tokens
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (t.to_string(), json!(i)))
-        .collect();
-    let added: Vec<Value> = tokens
+    let special = tokens
         .iter()
         .zip(&types)
         .enumerate()
         .filter(|(_, (_, &ty))| ty == CONTROL || ty == USER_DEFINED)
-        .map(|(id, (content, _))| {
-            json!({
-                "id": id, "content": content, "single_word": false, "lstrip": false,
-                "rstrip": false, "normalized": false, "special": true,
-            })
-        })
+        .map(|(id, (content, _))| (id, content.clone()))
         .collect();
-    Ok(json!({
+    let shell = json!({
         "version": "1.0",
         "truncation": null,
         "padding": null,
-        "added_tokens": added,
+        "added_tokens": [],
         "normalizer": null,
         "pre_tokenizer": pre_tokenizer,
         "post_processor": {
@@ -101,17 +105,81 @@ pub fn tokenizer_json(file: &GgufFile) -> Result<Value> {
         "model": {
             "type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
             "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false,
-            "ignore_merges": false, "vocab": vocab, "merges": merges,
+            "ignore_merges": false, "vocab": {}, "merges": [],
         },
-    }))
+    });
+    Ok(Described {
+        shell,
+        tokens,
+        merges,
+        special,
+    })
 }
 
-/// The tokenizer of `file`.
+/// The tokenizer of `file` as the JSON of a `tokenizer.json`.
+///
+/// # Errors
+/// A model other than `gpt2` or an unknown `pre`, missing entries, or merges that are not
+/// two tokens.
+pub fn tokenizer_json(file: &GgufFile) -> Result<Value> {
+    let Described {
+        mut shell,
+        tokens,
+        merges,
+        special,
+    } = describe(file)?;
+    let vocab: serde_json::Map<String, Value> = tokens
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| (t, json!(i)))
+        .collect();
+    shell["model"]["vocab"] = Value::Object(vocab);
+    shell["model"]["merges"] = merges.into_iter().map(|(a, b)| json!([a, b])).collect();
+    shell["added_tokens"] = special
+        .into_iter()
+        .map(|(id, content)| {
+            json!({
+                "id": id, "content": content, "single_word": false, "lstrip": false,
+                "rstrip": false, "normalized": false, "special": true,
+            })
+        })
+        .collect();
+    Ok(shell)
+}
+
+/// The tokenizer of `file`: what [`tokenizer_json`] describes, with the vocabulary and
+/// merges handed to the BPE model directly (as JSON they were most of the start-up).
 ///
 /// # Errors
 /// As [`tokenizer_json`]; also a vocabulary the `tokenizers` crate refuses.
 pub fn from_gguf(file: &GgufFile) -> Result<Tokenizer> {
-    let json = tokenizer_json(file)?;
-    Ok(Tokenizer::from_bytes(serde_json::to_vec(&json)?)
-        .map_err(|e| invalid!("building the tokenizer of {}: {e}", file.path().display()))?)
+    let refused = |e: &dyn std::fmt::Display| {
+        invalid!("building the tokenizer of {}: {e}", file.path().display())
+    };
+    let Described {
+        shell,
+        tokens,
+        merges,
+        special,
+    } = describe(file)?;
+    let mut tokenizer: Tokenizer = serde_json::from_value(shell).map_err(|e| refused(&e))?;
+    let vocab: tokenizers::models::bpe::Vocab = tokens
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| (t, i as u32))
+        .collect();
+    let bpe = BPE::builder()
+        .vocab_and_merges(vocab, merges)
+        .build()
+        .map_err(|e| refused(&e))?;
+    tokenizer.with_model(bpe);
+    // Added after the model, so that each takes its id in the vocabulary.
+    let special: Vec<AddedToken> = special
+        .into_iter()
+        .map(|(_, content)| AddedToken::from(content, true))
+        .collect();
+    tokenizer
+        .add_special_tokens(special)
+        .map_err(|e| refused(&e))?;
+    Ok(tokenizer)
 }

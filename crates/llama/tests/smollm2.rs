@@ -238,3 +238,30 @@ fn quantized_weights_stay_close_to_transformers() {
         "teacher-forced agreement {agree}/{total}"
     );
 }
+
+/// The tokenizer is built with its vocabulary and merges handed to the BPE model directly;
+/// `posenc convert` writes it as the `tokenizer.json` the same metadata describes. Both must
+/// be one tokenizer: the same ids, special tokens included, and the same text back.
+#[test]
+fn the_tokenizer_built_directly_is_the_one_its_json_describes() {
+    use posenc_llama::gguf::GgufFile;
+    use posenc_llama::tokenizer::{from_gguf, tokenizer_json};
+    let file = GgufFile::open(&fetched_smollm2().unwrap()).unwrap();
+    let direct = from_gguf(&file).unwrap();
+    let described: tokenizers::Tokenizer =
+        serde_json::from_value(tokenizer_json(&file).unwrap()).unwrap();
+    for text in [
+        "Hello, world! The year 2026 has 365 days.",
+        "<|im_start|>user\nrésumé, 東京, naïve 🙂<|im_end|>\n<|im_start|>assistant\n",
+        "def fibonacci(n):\n    return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)",
+    ] {
+        let a = direct.encode(text, false).unwrap();
+        let b = described.encode(text, false).unwrap();
+        assert_eq!(a.get_ids(), b.get_ids(), "{text}");
+        assert_eq!(
+            direct.decode(a.get_ids(), false).unwrap(),
+            described.decode(b.get_ids(), false).unwrap()
+        );
+    }
+    assert_eq!(direct.get_vocab_size(true), described.get_vocab_size(true));
+}
