@@ -285,11 +285,13 @@ pub fn bench_generate(cfg: GenerateBench, out: &mut impl Write) -> Result<()> {
             )
         });
         let b = (!b.is_empty()).then(|| median(b));
+        // Seconds to the hundredth, rates to the tenth.
+        let digits = if unit == "s" { 2 } else { 1 };
         writeln!(
             out,
-            "| {name} | {:.1} {unit} | {} | {} |",
+            "| {name} | {:.digits$} {unit} | {} | {} |",
             median(a),
-            b.map_or("–".into(), |b| format!("{b:.1} {unit}")),
+            b.map_or("–".into(), |b| format!("{b:.digits$} {unit}")),
             ratio.map_or("–".into(), |r| format!("{r:.2}×"))
         )
     };
