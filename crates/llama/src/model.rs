@@ -33,8 +33,9 @@ use crate::names::{Global, Part, Weight};
 pub enum Precision {
     /// Dequantized to f32: exact, for parity with the reference.
     F32,
-    /// As stored (Q4_1, Q8_0, …), multiplied by candle's `QMatMul`: fast. Norms and the
-    /// embedding lookup stay f32.
+    /// As stored (Q4_1, Q8_0, …), multiplied quantized: fast (Q4_0, Q4_1 and Q8_0 on
+    /// `posenc_transformer::ops::quantized`, other formats on candle's `QMatMul`). The
+    /// token table stays quantized too, expanded a looked-up row at a time; norms are f32.
     Quantized,
 }
 

@@ -11,9 +11,11 @@
 //! A [`Proj`] may instead hold a quantized weight (GGUF's Q4/Q8 blocks), multiplied
 //! without being expanded to f32: how a pretrained model generates fast. Q4_0, Q4_1 and
 //! Q8_0 run on this project's SIMD kernels ([`ops::quantized`]); other formats (the
-//! K-quants) on candle's [`QMatMul`]. For many rows at once (a prompt) the weight is dequantized for that one product
-//! and multiplied by the f32 GEMM instead, as llama.cpp hands batches of 32 or more to
-//! BLAS: candle's quantized kernel runs a dot product per row and output.
+//! K-quants) on candle's [`QMatMul`]; a layer's projections of one input share one
+//! product ([`Proj::forward_fused`]). For many rows at once (a prompt) the weight is
+//! dequantized for that one product and multiplied by the f32 GEMM instead, as llama.cpp
+//! hands batches of 32 or more to BLAS: a quantized kernel runs a dot product per row and
+//! output.
 
 use std::sync::Arc;
 
