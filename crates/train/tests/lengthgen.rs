@@ -395,3 +395,15 @@ fn the_default_lineup_is_every_registered_kind_then_ruoss_randomized_ones() {
     );
     cfg.validate().unwrap();
 }
+
+/// A problem's name on the command line (`FromStr`, `Display`) is the one its files hold
+/// (serde), for every problem.
+#[test]
+fn a_problems_name_is_the_same_in_commands_and_files() {
+    for p in Problem::ALL {
+        let json = serde_json::to_string(&p).unwrap();
+        assert_eq!(json, format!("\"{p}\""));
+        assert_eq!(p.to_string().parse::<Problem>().unwrap(), p);
+        assert_eq!(serde_json::from_str::<Problem>(&json).unwrap(), p);
+    }
+}
