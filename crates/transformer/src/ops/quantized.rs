@@ -287,28 +287,107 @@ mod x86 {
                 use super::{half, nibbles, Q4_0, Q4_1, Q8_0};
                 use std::arch::x86_64::*;
 
-                /// Block `b`: its scale, its 8 partial integer sums (as f32), and the term
-                /// outside the sum (`− 8 d_w d Σ q` for Q4_0, `m_w s` for Q4_1).
+                /// Bytes per block of format `F`.
+                const fn bytes<const F: u8>() -> usize {
+                    [18, 20, 34][F as usize]
+                }
+
+                /// Block `b`'s 8 partial integer sums, as f32.
                 #[target_feature(enable = $features)]
                 #[inline]
-                unsafe fn block<const F: u8>(w: &[u8], x: Row, b: usize) -> (__m256, __m256, f32) {
-                    let bytes = [18, 20, 34][F as usize];
+                unsafe fn sums<const F: u8>(w: &[u8], x: Row, b: usize) -> __m256 {
                     // SAFETY: block `b` of `w` and of `x.q` are in bounds (the caller
                     // checked the lengths).
                     unsafe {
-                        let blk = w.as_ptr().add(b * bytes);
+                        let blk = w.as_ptr().add(b * bytes::<F>());
                         let q = _mm256_loadu_si256(x.q.as_ptr().add(b * BLOCK) as *const __m256i);
-                        let scale = half(blk) * x.d[b];
-                        let (sum, rest) = match F {
-                            Q4_0 => ($dot(nibbles(blk.add(2)), q), -8.0 * scale * x.sum[b] as f32),
-                            Q4_1 => ($dot(nibbles(blk.add(4)), q), half(blk.add(2)) * x.s[b]),
+                        let sum = match F {
+                            Q4_0 => $dot(nibbles(blk.add(2)), q),
+                            Q4_1 => $dot(nibbles(blk.add(4)), q),
                             _ => {
                                 // Signed × signed as |w| × (x with w's sign).
                                 let wq = _mm256_loadu_si256(blk.add(2) as *const __m256i);
-                                ($dot(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(q, wq)), 0.0)
+                                $dot(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(q, wq))
                             }
                         };
-                        (_mm256_set1_ps(scale), _mm256_cvtepi32_ps(sum), rest)
+                        _mm256_cvtepi32_ps(sum)
+                    }
+                }
+
+                /// Block `b`: its scale, its sums, and the term outside the sum
+                /// (`− 8 d_w d Σ q` for Q4_0, `m_w s` for Q4_1).
+                #[target_feature(enable = $features)]
+                #[inline]
+                unsafe fn block<const F: u8>(w: &[u8], x: Row, b: usize) -> (__m256, __m256, f32) {
+                    // SAFETY: as `sums`.
+                    unsafe {
+                        let blk = w.as_ptr().add(b * bytes::<F>());
+                        let scale = half(blk) * x.d[b];
+                        let rest = match F {
+                            Q4_0 => -8.0 * scale * x.sum[b] as f32,
+                            Q4_1 => half(blk.add(2)) * x.s[b],
+                            _ => 0.0,
+                        };
+                        (_mm256_set1_ps(scale), sums::<F>(w, x, b), rest)
+                    }
+                }
+
+                /// The f16 values in the low (`HIGH` false) or high 16 bits of 8 lanes, as f32.
+                #[target_feature(enable = $features)]
+                #[inline]
+                unsafe fn halves<const HIGH: bool>(lanes: __m256i) -> __m256 {
+                    let h = match HIGH {
+                        true => _mm256_srli_epi32(lanes, 16),
+                        false => _mm256_and_si256(lanes, _mm256_set1_epi32(0xffff)),
+                    };
+                    // Per 128-bit lane [h0 h1 h2 h3 h0 h1 h2 h3] as u16; then the two lanes'
+                    // first halves side by side.
+                    let p = _mm256_packus_epi32(h, h);
+                    let p = _mm256_permute4x64_epi64(p, 0b1000);
+                    _mm256_cvtph_ps(_mm256_castsi256_si128(p))
+                }
+
+                /// Blocks `b..b + 8`: their scales (and Q4_0's and Q4_1's outside terms)
+                /// eight at a time, from one gather of the four bytes at each block's start.
+                #[target_feature(enable = $features)]
+                #[inline]
+                unsafe fn eight<const F: u8>(
+                    w: &[u8],
+                    x: Row,
+                    b: usize,
+                    acc: &mut [__m256; 2],
+                    rest: &mut __m256,
+                ) {
+                    // SAFETY: blocks `b..b + 8` are in bounds (the caller checked), and the
+                    // gather reads the first 4 bytes of each.
+                    unsafe {
+                        let stride = _mm256_set1_epi32(bytes::<F>() as i32);
+                        let at =
+                            _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), stride);
+                        let base = w.as_ptr().add(b * bytes::<F>()) as *const i32;
+                        let lanes = _mm256_i32gather_epi32::<1>(base, at);
+                        let scales = _mm256_mul_ps(
+                            halves::<false>(lanes),
+                            _mm256_loadu_ps(x.d.as_ptr().add(b)),
+                        );
+                        match F {
+                            Q4_0 => {
+                                let sum =
+                                    _mm256_loadu_si256(x.sum.as_ptr().add(b) as *const __m256i);
+                                let eight = _mm256_mul_ps(_mm256_set1_ps(8.0), scales);
+                                *rest = _mm256_fnmadd_ps(eight, _mm256_cvtepi32_ps(sum), *rest);
+                            }
+                            Q4_1 => {
+                                let s = _mm256_loadu_ps(x.s.as_ptr().add(b));
+                                *rest = _mm256_fmadd_ps(halves::<true>(lanes), s, *rest);
+                            }
+                            _ => {}
+                        }
+                        for j in 0..8 {
+                            let scale =
+                                _mm256_permutevar8x32_ps(scales, _mm256_set1_epi32(j as i32));
+                            acc[j % 2] = _mm256_fmadd_ps(scale, sums::<F>(w, x, b + j), acc[j % 2]);
+                        }
                     }
                 }
 
@@ -316,31 +395,28 @@ mod x86 {
                 #[inline]
                 unsafe fn blocks<const F: u8>(w: &[u8], x: Row) -> f32 {
                     let n = x.d.len();
-                    let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-                    let (mut rest0, mut rest1) = (0f32, 0f32);
+                    let mut acc = [_mm256_setzero_ps(); 2];
+                    let mut rest8 = _mm256_setzero_ps();
+                    let mut rest = 0f32;
                     let mut b = 0;
                     // SAFETY: blocks below `n` (the caller checked the lengths).
                     unsafe {
-                        while b + 1 < n {
-                            let (s0, v0, r0) = block::<F>(w, x, b);
-                            let (s1, v1, r1) = block::<F>(w, x, b + 1);
-                            acc0 = _mm256_fmadd_ps(s0, v0, acc0);
-                            acc1 = _mm256_fmadd_ps(s1, v1, acc1);
-                            rest0 += r0;
-                            rest1 += r1;
-                            b += 2;
+                        while b + 8 <= n {
+                            eight::<F>(w, x, b, &mut acc, &mut rest8);
+                            b += 8;
                         }
-                        if b < n {
+                        while b < n {
                             let (s0, v0, r0) = block::<F>(w, x, b);
-                            acc0 = _mm256_fmadd_ps(s0, v0, acc0);
-                            rest0 += r0;
+                            acc[0] = _mm256_fmadd_ps(s0, v0, acc[0]);
+                            rest += r0;
+                            b += 1;
                         }
                     }
-                    let acc = _mm256_add_ps(acc0, acc1);
-                    let h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+                    let all = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), rest8);
+                    let h = _mm_add_ps(_mm256_castps256_ps128(all), _mm256_extractf128_ps(all, 1));
                     let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
                     let h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
-                    _mm_cvtss_f32(h) + (rest0 + rest1)
+                    _mm_cvtss_f32(h) + rest
                 }
 
                 /// One weight row against one quantized row of activations.
