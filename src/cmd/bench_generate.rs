@@ -55,13 +55,6 @@ fn cpu_name() -> String {
         .unwrap_or_else(|| "unknown CPU".into())
 }
 
-/// Our peak resident memory in MB (Linux's `VmHWM`).
-fn own_peak_mb() -> Option<f64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    Some(line.split_whitespace().nth(1)?.parse::<f64>().ok()? / 1024.0)
-}
-
 /// Runs `cmd` to its end; its output, and its peak resident memory in MB as last read
 /// from `/proc/<pid>/status` (`VmHWM`, which only grows) every 20 ms while it ran.
 fn run_watched(cmd: &mut Command) -> Result<(std::process::Output, Option<f64>)> {
@@ -237,7 +230,7 @@ pub fn bench_generate(cfg: GenerateBench, out: &mut impl Write) -> Result<()> {
             };
         }
     }
-    let our_peak = own_peak_mb();
+    let our_peak = posenc_train::passkey::peak_rss_mb();
     // Time to first token: whole processes, loading included. llama.cpp's is llama-bench
     // reading the same prompt's length and generating one token, without warm-up.
     let exe = std::env::current_exe().context("finding this program")?;
