@@ -11,7 +11,6 @@ use anyhow::{ensure, Context, Result};
 use candle_core::{Device, Tensor};
 use posenc_llama::{Llama, Precision};
 use posenc_train::bench::median;
-use posenc_transformer::StackCache;
 
 /// What `posenc bench generate` measures.
 pub struct GenerateBench {
@@ -144,12 +143,12 @@ fn our_round(llama: &Llama, ids: &[u32], cfg: &GenerateBench) -> Result<Round> {
     let mut prefill = Vec::new();
     for &n in &cfg.prompts {
         let x = Tensor::new(&ids[..n], &dev)?.unsqueeze(0)?;
-        let mut cache = StackCache::with_capacity(n);
+        let mut cache = llama.model.cache(n);
         let t = Instant::now();
         llama.model.step(&x, &mut cache)?;
         prefill.push(n as f64 / t.elapsed().as_secs_f64());
     }
-    let mut cache = StackCache::with_capacity(cfg.decode);
+    let mut cache = llama.model.cache(cfg.decode);
     let t = Instant::now();
     for &id in &ids[..cfg.decode] {
         let x = Tensor::new(&[id], &dev)?.unsqueeze(0)?;

@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
+use candle_core::DType;
 use posenc_llama::chat::ChatTemplate;
 use posenc_llama::{Llama, Precision};
 use posenc_train::lm_run;
@@ -28,12 +29,34 @@ pub struct ModelArgs {
     /// quantized.
     #[arg(long)]
     f32: bool,
+    /// The dtype of the key/value cache [default: f16 for a quantized GGUF, as llama.cpp's;
+    /// f32 otherwise].
+    #[arg(long, value_enum)]
+    kv_cache: Option<CacheDtype>,
     /// Where to compute: cpu, cuda[:N] (built with --features cuda) or metal[:N]
     /// (--features metal). Runs of `posenc lm train` load on the CPU.
     #[arg(long, default_value = "cpu")]
     device: DeviceArg,
     #[command(flatten)]
     rope_scaling: RopeScalingArg,
+}
+
+/// What `--kv-cache` keeps keys and values in.
+#[derive(clap::ValueEnum, Debug, Clone, Copy)]
+pub enum CacheDtype {
+    /// 4 bytes a value: exact.
+    F32,
+    /// 2 bytes a value, rounded to 11 significant bits.
+    F16,
+}
+
+impl From<CacheDtype> for DType {
+    fn from(d: CacheDtype) -> Self {
+        match d {
+            CacheDtype::F32 => DType::F32,
+            CacheDtype::F16 => DType::F16,
+        }
+    }
 }
 
 /// A loaded causal language model and what it needs around it.
@@ -102,6 +125,9 @@ impl ModelArgs {
             )
         };
         lm.model = self.rope_scaling.apply(lm.model)?;
+        if let Some(dtype) = self.kv_cache {
+            lm.model.keep_cache_as(dtype.into())?;
+        }
         Ok(lm)
     }
 }

@@ -35,7 +35,8 @@ pub enum Precision {
     F32,
     /// As stored (Q4_1, Q8_0, …), multiplied quantized: fast (Q4_0, Q4_1 and Q8_0 on
     /// `posenc_transformer::ops::quantized`, other formats on candle's `QMatMul`). The
-    /// token table stays quantized too, expanded a looked-up row at a time; norms are f32.
+    /// token table stays quantized too, expanded a looked-up row at a time; norms are f32,
+    /// and the key/value cache is kept in f16, as llama.cpp keeps its own.
     Quantized,
 }
 
@@ -133,6 +134,8 @@ impl Llama {
         })?;
         if quantized {
             quantize(&mut model, &mut file, &config, device)?;
+            // As llama.cpp's default cache: half the memory, far below the weights' rounding.
+            model.keep_cache_as(DType::F16)?;
         }
         Self::new(model, tokenizer, config, chat)
     }

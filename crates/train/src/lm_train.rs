@@ -16,7 +16,6 @@ use candle_nn::{VarBuilder, VarMap};
 use posenc::Positions;
 use posenc_error::ensure;
 use posenc_transformer::lm::PREFILL_CHUNK;
-use posenc_transformer::StackCache;
 use posenc_transformer::{LanguageModel, LmConfig};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -375,7 +374,7 @@ fn window_losses(
         on_tokens(b * n);
         return Ok(nll);
     }
-    let mut cache = StackCache::with_capacity(n);
+    let mut cache = model.cache(n);
     cache.read_until(n);
     let mut parts = Vec::new();
     for start in (0..n).step_by(PREFILL_CHUNK) {

@@ -202,7 +202,7 @@ pub fn generate_observed(
         return Ok(());
     }
     let mut seen = prompt[prompt.len().saturating_sub(window)..].to_vec();
-    let mut cache = StackCache::with_capacity(positions);
+    let mut cache = model.cache(positions);
     let mut logits = read(model, &seen, &mut cache, &mut on_prompt)?;
     for i in 0..max_new {
         let token = sampler.pick(&logits.get(0)?.to_vec1::<f32>()?);
@@ -216,7 +216,7 @@ pub fn generate_observed(
         } else {
             // The window is full: the last `window` tokens again, from position 0.
             seen.drain(..seen.len() - window);
-            cache = StackCache::with_capacity(window);
+            cache = model.cache(window);
             read(model, &seen, &mut cache, |_| {})?
         };
     }

@@ -249,19 +249,19 @@ impl MultiHeadAttention {
         let [q, k, v] = Proj::forward_fused([&self.q_proj, &self.k_proj, &self.v_proj], x)?;
         let q = self.rotate(&q, at, Role::Query)?;
         let k = self.rotate(&k, at, Role::Key)?;
-        let (k, v, bias) = match cache {
-            Some(cache) if bias.is_none() => {
+        let (k, v, bias) = match cache.map(|c| self.append(c, &k, &v, q.dtype())) {
+            Some(kv) if bias.is_none() => {
                 // After a cache the keys reach further than the queries: the bias of these
                 // positions, which the stack (computing one bias for all) did not give.
-                let (k, v) = cache.append(&self.split(&k)?, &self.split(&v)?)?;
+                let (k, v) = kv?;
                 let bias = match &self.encoding {
                     Some(e) => e.attention_bias(x.dim(1)?, k.dim(2)?, at, 0.into())?,
                     None => None,
                 };
                 (k, v, bias)
             }
-            Some(cache) => {
-                let (k, v) = cache.append(&self.split(&k)?, &self.split(&v)?)?;
+            Some(kv) => {
+                let (k, v) = kv?;
                 (k, v, bias.cloned())
             }
             None => (k, v, bias.cloned()),
@@ -281,7 +281,10 @@ impl MultiHeadAttention {
         let v = self.split(&v)?;
         let (k, v) = cache.append(&k, &v)?;
         let scale = 1.0 / (self.head_dim as f64).sqrt();
-        let fused = q.dtype() == DType::F32 && q.device().is_cpu() && !self.reads_scores();
+        let fused = q.dtype() == DType::F32
+            && matches!(k.dtype(), DType::F32 | DType::F16)
+            && q.device().is_cpu()
+            && !self.reads_scores();
         if let (true, false, Some(encoding)) = (
             fused,
             [&q, &k, &v].iter().any(|t| t.track_op()),
@@ -298,6 +301,7 @@ impl MultiHeadAttention {
                 ops::flash_attention(&q, &k, &v, self.head_dim, scale as f32, causal, Some(&bias))?;
             return Ok(self.out_proj.forward(&out)?);
         }
+        let (k, v) = (k.to_dtype(q.dtype())?, v.to_dtype(q.dtype())?);
         let len = offset + new;
         let mask = Mask::causal(new, len, offset, x.device())?;
         let bias = match &self.encoding {
@@ -305,6 +309,19 @@ impl MultiHeadAttention {
             None => None,
         };
         Ok(self.attend(&q, &k, &v, bias.as_ref(), Some(&mask), true)?.0)
+    }
+
+    /// Writes the new keys and values `k, v (batch, new, kv_heads·d_k)` to `cache` and
+    /// returns all it holds, split into heads and as `dtype` (the cache may keep another).
+    fn append(
+        &self,
+        cache: &mut KvCache,
+        k: &Tensor,
+        v: &Tensor,
+        dtype: DType,
+    ) -> Result<(Tensor, Tensor)> {
+        let (k, v) = cache.append(&self.split(k)?, &self.split(v)?)?;
+        Ok((k.to_dtype(dtype)?, v.to_dtype(dtype)?))
     }
 
     /// Self-attention within sequences packed end to end along the rows of

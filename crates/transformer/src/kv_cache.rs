@@ -1,7 +1,7 @@
 //! The keys and values a self- or cross-attention has computed so far, kept for
 //! incremental decoding: each generated token projects only its own key and value.
 
-use candle_core::Tensor;
+use candle_core::{DType, Tensor};
 use posenc::Positions;
 
 use crate::{Error, Result};
@@ -13,6 +13,10 @@ use crate::{Error, Result};
 /// concatenating the cache with every new token would copy `O(n²)`. The capacity is what
 /// [`KvCache::reserve`] asked for, or else doubles when it runs out. Not `Clone`: a shallow
 /// clone would share the buffers that the next write changes; [`KvCache::try_clone`] copies.
+///
+/// Keys and values are kept in the dtype they come in, or in the one
+/// [`KvCache::store_as`] names: f16 halves the cache of an f32 model, as llama.cpp keeps
+/// its own, and [`crate::ops::flash_attention`] reads it tile by tile in f32.
 #[derive(Debug, Default)]
 pub struct KvCache {
     /// The buffers, `(batch, kv_heads, capacity, head_dim)`, contiguous.
@@ -23,6 +27,8 @@ pub struct KvCache {
     reserved: usize,
     /// The length the sequence being read will reach ([`KvCache::read_until`]).
     reach: usize,
+    /// The dtype keys and values are kept in, if not their own.
+    dtype: Option<DType>,
 }
 
 impl KvCache {
@@ -43,6 +49,39 @@ impl KvCache {
             },
             false => Positions::From(self.len),
         }
+    }
+
+    /// An empty cache that keeps keys and values as `dtype` ([`KvCache::store_as`]).
+    pub fn kept_as(dtype: DType) -> Self {
+        Self {
+            dtype: Some(dtype),
+            ..Self::default()
+        }
+    }
+
+    /// Keeps what is written from now on as `dtype` (f16 to halve an f32 cache);
+    /// [`KvCache::get`] and [`KvCache::append`] then hand back `dtype`.
+    ///
+    /// # Errors
+    /// A cache that already holds positions in another dtype.
+    pub fn store_as(&mut self, dtype: DType) -> Result<()> {
+        if let Some((k, _)) = &self.buffers {
+            if k.dtype() != dtype {
+                return Err(Error::Input(format!(
+                    "the key/value cache already holds {:?}: it cannot be kept as {dtype:?}",
+                    k.dtype()
+                )));
+            }
+        }
+        self.dtype = Some(dtype);
+        Ok(())
+    }
+
+    /// The dtype keys and values are kept in: the one [`KvCache::store_as`] named, or else
+    /// that of the first write (`None` before it).
+    pub fn dtype(&self) -> Option<DType> {
+        self.dtype
+            .or_else(|| self.buffers.as_ref().map(|(k, _)| k.dtype()))
     }
 
     /// Number of positions cached.
@@ -94,9 +133,17 @@ impl KvCache {
     /// Writes `k, v (batch, kv_heads, new, head_dim)` after the cached positions and returns
     /// all of them ([`KvCache::get`]).
     ///
+    /// Keys and values are converted to the cache's dtype ([`KvCache::store_as`]) if it
+    /// has one, so what comes back may be of another dtype than `k` and `v`.
+    ///
     /// # Errors
-    /// Keys or values whose batch, heads, width or dtype differ from those cached.
+    /// Keys or values whose batch, heads or width differ from those cached, or whose dtype
+    /// differs from the cache's when [`KvCache::store_as`] named none.
     pub fn append(&mut self, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
+        let (k, v) = match self.dtype {
+            Some(dtype) => (&k.to_dtype(dtype)?, &v.to_dtype(dtype)?),
+            None => (k, v),
+        };
         let (b, heads, new, d) = k.dims4()?;
         if v.dims() != k.dims() {
             return Err(Error::Input(format!(

@@ -15,7 +15,7 @@
 
 use std::sync::Arc;
 
-use candle_core::{Device, Tensor};
+use candle_core::{DType, Device, Tensor};
 use candle_nn::{Activation, VarBuilder, VarMap};
 use posenc::{Direction, EncodingConfig, PositionalEncoding, Positions, Target};
 use serde::{Deserialize, Serialize};
@@ -138,6 +138,8 @@ pub struct LanguageModel {
     embed: Embeddings,
     stack: Stack,
     head: Proj,
+    /// The dtype [`LanguageModel::cache`] keeps keys and values in.
+    cache_dtype: DType,
 }
 
 impl LanguageModel {
@@ -160,6 +162,7 @@ impl LanguageModel {
             embed: Embeddings::new(lut, scale, encoding.clone(), cfg.dropout),
             stack: Stack::new(&cfg.block(), cfg.layers, encoding, vb.pp("stack"))?,
             head,
+            cache_dtype: DType::F32,
         })
     }
 
@@ -196,6 +199,33 @@ impl LanguageModel {
     /// The device the weights live on.
     pub fn device(&self) -> candle_core::Device {
         self.embed.weight().device().clone()
+    }
+
+    /// Keeps the keys and values of the caches [`LanguageModel::cache`] makes as `dtype`
+    /// (f32 at first): f16 halves a long generation's memory, at a rounding of each key and
+    /// value to 11 significant bits, as llama.cpp's default cache does.
+    ///
+    /// # Errors
+    /// A dtype other than f32 or f16.
+    pub fn keep_cache_as(&mut self, dtype: DType) -> Result<()> {
+        if !matches!(dtype, DType::F32 | DType::F16) {
+            return Err(Error::Input(format!(
+                "a key/value cache is kept as f32 or f16, not {dtype:?}"
+            )));
+        }
+        self.cache_dtype = dtype;
+        Ok(())
+    }
+
+    /// The dtype the caches of [`LanguageModel::cache`] keep keys and values in.
+    pub fn cache_dtype(&self) -> DType {
+        self.cache_dtype
+    }
+
+    /// An empty cache with room for `positions` ([`StackCache::with_capacity`]), kept in
+    /// [`LanguageModel::cache_dtype`].
+    pub fn cache(&self, positions: usize) -> StackCache {
+        StackCache::with_capacity(positions).kept_as(self.cache_dtype)
     }
 
     /// The token embeddings, to quantize their table.
@@ -298,13 +328,14 @@ impl LanguageModel {
         self.stack.forward_cached(&x, None, None, cache)
     }
 
-    /// The bytes of the key/value cache for `batch` sequences of `positions` tokens (f32):
-    /// what a generation or a long evaluation holds besides the weights and one chunk's
-    /// activations.
+    /// The bytes of the key/value cache for `batch` sequences of `positions` tokens (in
+    /// [`LanguageModel::cache_dtype`]): what a generation or a long evaluation holds
+    /// besides the weights and one chunk's activations.
     pub fn cache_bytes(&self, batch: usize, positions: usize) -> u128 {
         let kv_heads = self.cfg.blocks.kv_heads.unwrap_or(self.cfg.heads) as u128;
         let head_dim = (self.cfg.d_model / self.cfg.heads.max(1)) as u128;
-        let per_position = 2 * self.cfg.layers as u128 * kv_heads * head_dim * 4;
+        let bytes = self.cache_dtype.size_in_bytes() as u128;
+        let per_position = 2 * self.cfg.layers as u128 * kv_heads * head_dim * bytes;
         per_position * batch as u128 * positions as u128
     }
 

@@ -16,7 +16,7 @@
 
 use std::sync::Arc;
 
-use candle_core::Tensor;
+use candle_core::{DType, Tensor};
 use candle_nn::{Module, VarBuilder};
 use posenc::{PositionalEncoding, Positions};
 
@@ -36,6 +36,7 @@ pub struct StackCache {
     layers: Vec<(KvCache, KvCache)>,
     reserved: usize,
     reach: usize,
+    dtype: Option<DType>,
 }
 
 impl StackCache {
@@ -46,6 +47,33 @@ impl StackCache {
             reserved: positions,
             ..Self::default()
         }
+    }
+
+    /// The same empty cache, keeping its self-attention keys and values as `dtype`
+    /// ([`KvCache::kept_as`]).
+    pub fn kept_as(self, dtype: DType) -> Self {
+        Self {
+            dtype: Some(dtype),
+            ..self
+        }
+    }
+
+    /// Keeps every block's self-attention keys and values as `dtype` from now on
+    /// ([`KvCache::store_as`]): f16 halves the cache of an f32 model.
+    ///
+    /// # Errors
+    /// Blocks that already hold positions in another dtype.
+    pub fn store_as(&mut self, dtype: DType) -> Result<()> {
+        for (own, _) in &mut self.layers {
+            own.store_as(dtype)?;
+        }
+        self.dtype = Some(dtype);
+        Ok(())
+    }
+
+    /// The dtype the self-attention keys and values are kept in, if one was named.
+    pub fn dtype(&self) -> Option<DType> {
+        self.dtype
     }
 
     /// Number of positions run so far.
@@ -291,9 +319,9 @@ impl Stack {
         memory: Option<Memory>,
         cache: &mut StackCache,
     ) -> Result<Tensor> {
-        let reserved = cache.reserved;
+        let (reserved, dtype) = (cache.reserved, cache.dtype);
         cache.layers.resize_with(self.layers.len(), || {
-            let mut own = KvCache::default();
+            let mut own = dtype.map_or_else(KvCache::default, KvCache::kept_as);
             own.reserve(reserved);
             (own, KvCache::default())
         });

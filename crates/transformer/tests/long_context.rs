@@ -147,6 +147,64 @@ fn the_tiled_kernel_follows_the_formula() {
     }
 }
 
+/// Keys and values kept in f16 are widened to f32 tile by tile: the kernel's output
+/// equals its output on the same (rounded) values given in f32, for contiguous rows and
+/// for a layout whose columns are strided.
+#[test]
+fn the_tiled_kernel_reads_half_precision_keys_and_values() {
+    let (b, h, kv, d, tq, offset) = (1, 4, 2, 8, 9, 300);
+    let tk = offset + tq;
+    let q = filled(&[b, h, tq, d], 21);
+    let half = |seed| filled(&[b, kv, tk, d], seed).to_dtype(DType::F16).unwrap();
+    let (k, v) = (half(22), half(23));
+    // The same values with rows across the columns: a transposed view, column stride tk.
+    let strided = |t: &Tensor| {
+        t.transpose(2, 3)
+            .unwrap()
+            .contiguous()
+            .unwrap()
+            .transpose(2, 3)
+            .unwrap()
+    };
+    let wide = |t: &Tensor| t.to_dtype(DType::F32).unwrap();
+    let want = flash_attention(&q, &wide(&k), &wide(&v), d, 0.3, Some(offset), None).unwrap();
+    assert_eq!(strided(&k).stride()[3], tk);
+    for (k, v) in [
+        (k.clone(), v.clone()),
+        (strided(&k), strided(&v)),
+        (k.clone(), wide(&v)),
+    ] {
+        let got = flash_attention(&q, &k, &v, d, 0.3, Some(offset), None).unwrap();
+        let diff = max_abs_diff(&got, &want);
+        assert!(diff < 1e-6, "strides {:?}: max |Δ| {diff}", k.stride());
+    }
+    // The rounding is real: f16 keys and values are not the f32 ones.
+    let exact = flash_attention(
+        &q,
+        &filled(&[b, kv, tk, d], 22),
+        &filled(&[b, kv, tk, d], 23),
+        d,
+        0.3,
+        Some(offset),
+        None,
+    )
+    .unwrap();
+    assert!(max_abs_diff(&exact, &want) > 0.0);
+    // Other dtypes of keys are named.
+    let e = flash_attention(
+        &q,
+        &k.to_dtype(DType::BF16).unwrap(),
+        &v,
+        d,
+        0.3,
+        Some(offset),
+        None,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("f32 or f16"), "{e}");
+}
+
 #[test]
 fn the_tiled_kernel_refuses_what_it_cannot_do() {
     let q = filled(&[1, 6, 8], 3);
@@ -226,6 +284,72 @@ fn the_cache_is_written_in_place_and_grows_geometrically() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("do not fit"), "{e}");
+}
+
+#[test]
+fn a_cache_kept_in_f16_rounds_what_it_is_given() {
+    let (k, v) = (filled(&[1, 2, 3, 4], 31), filled(&[1, 2, 3, 4], 32));
+    let mut cache = KvCache::kept_as(DType::F16);
+    let (got_k, got_v) = cache.append(&k, &v).unwrap();
+    assert_eq!(
+        (got_k.dtype(), cache.dtype()),
+        (DType::F16, Some(DType::F16))
+    );
+    let rounded = |t: &Tensor| {
+        t.to_dtype(DType::F16)
+            .unwrap()
+            .to_dtype(DType::F32)
+            .unwrap()
+    };
+    assert_eq!(
+        max_abs_diff(&got_k.to_dtype(DType::F32).unwrap(), &rounded(&k)),
+        0.0
+    );
+    assert_eq!(
+        max_abs_diff(&got_v.to_dtype(DType::F32).unwrap(), &rounded(&v)),
+        0.0
+    );
+    // A cache that holds f32 cannot be said to hold f16 afterwards.
+    let mut f32_cache = KvCache::default();
+    f32_cache.append(&k, &v).unwrap();
+    let e = f32_cache.store_as(DType::F16).unwrap_err().to_string();
+    assert!(e.contains("already holds F32"), "{e}");
+    f32_cache.store_as(DType::F32).unwrap();
+}
+
+/// A model whose cache is kept in f16 reads a long text chunk by chunk to within the
+/// rounding of its keys and values, with the tiled kernel (rotary, ALiBi's bias) and
+/// without it (CoPE reads the scores, so it goes through the composite); its cache is half
+/// the bytes.
+#[test]
+fn a_model_reads_through_an_f16_cache_to_within_its_rounding() {
+    let len = PREFILL_CHUNK + 76;
+    for kind in ["rope", "alibi", "cope"] {
+        let mut model = lm(EncodingConfig::from_kind(kind).unwrap(), len);
+        let bytes = model.cache_bytes(1, len);
+        model.keep_cache_as(DType::F16).unwrap();
+        assert_eq!(model.cache_bytes(1, len) * 2, bytes);
+        let ids = long_ids(1, len);
+        let full = model.logits(&ids).unwrap();
+        let mut cache = model.cache(len);
+        assert_eq!(cache.dtype(), Some(DType::F16));
+        let parts: Vec<Tensor> = [(0, 300), (300, 1), (301, len - 301)]
+            .iter()
+            .map(|&(start, n)| {
+                model
+                    .logits_cached(&ids.narrow(1, start, n).unwrap(), &mut cache)
+                    .unwrap()
+            })
+            .collect();
+        let diff = max_abs_diff(&Tensor::cat(&parts, 1).unwrap(), &full);
+        assert!(
+            diff > 0.0 && diff < 5e-3,
+            "{kind}: f16 cache differs by {diff}"
+        );
+    }
+    let mut model = lm(EncodingConfig::from_kind("rope").unwrap(), 8);
+    let e = model.keep_cache_as(DType::BF16).unwrap_err().to_string();
+    assert!(e.contains("f32 or f16"), "{e}");
 }
 
 fn lm(encoding: EncodingConfig, context: usize) -> LanguageModel {

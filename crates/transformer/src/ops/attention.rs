@@ -162,15 +162,15 @@ fn block(merged: bool, [_, h, len, d]: [usize; 4], bi: usize, hi: usize) -> (usi
 }
 
 /// A tensor's `(len, d)` matrices `(batch, head)`, through its strides, whether its
-/// heads are split or merged.
-pub(super) struct Heads<'a> {
-    data: &'a [f32],
+/// heads are split or merged; elements `T` (f32, or f16 for a cache kept in half precision).
+pub(super) struct Heads<'a, T = f32> {
+    data: &'a [T],
     start: usize,
     strides: [usize; 4],
 }
 
-impl<'a> Heads<'a> {
-    pub(super) fn new(data: &'a [f32], l: &Layout, head_dim: usize) -> Result<Self> {
+impl<'a, T> Heads<'a, T> {
+    pub(super) fn new(data: &'a [T], l: &Layout, head_dim: usize) -> Result<Self> {
         let strides = match *l.stride() {
             [s0, s1, s2, s3] => [s0, s1, s2, s3],
             // (b, len, h·d): head `i` starts `i·d` columns in.
@@ -187,14 +187,20 @@ impl<'a> Heads<'a> {
         })
     }
 
+    /// Where matrix `(i, j)` starts, and its row and column strides (rows over dimension
+    /// 2, columns over dimension 3).
+    pub(super) fn strided(&self, i: usize, j: usize) -> (*const T, isize, isize) {
+        let [s0, s1, s2, s3] = self.strides;
+        let ptr = self.data[self.start + i * s0 + j * s1..].as_ptr();
+        (ptr, s2 as isize, s3 as isize)
+    }
+}
+
+impl Heads<'_, f32> {
     /// Matrix `(i, j)`: rows over dimension 2, columns over dimension 3.
     pub(super) fn at(&self, i: usize, j: usize) -> Mat {
-        let [s0, s1, s2, s3] = self.strides;
-        Mat {
-            ptr: self.data[self.start + i * s0 + j * s1..].as_ptr(),
-            rs: s2 as isize,
-            cs: s3 as isize,
-        }
+        let (ptr, rs, cs) = self.strided(i, j);
+        Mat { ptr, rs, cs }
     }
 }
 

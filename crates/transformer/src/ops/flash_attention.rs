@@ -17,12 +17,15 @@
 //! what lives at once is one `(rows, key tile)` block per task. Key tiles past the causal
 //! diagonal are never computed. The query heads that share a key/value head (grouped-query
 //! attention) are stacked as the rows of one task and read that head in place, so each key
-//! tile is loaded once for the group.
+//! tile is loaded once for the group. Keys and values may be kept in f16 (a cache of half
+//! the memory, as llama.cpp keeps its own): each tile is then widened to f32 as it is read,
+//! and every product and sum stays f32.
 
 use std::ops::Range;
 
-use candle_core::{DType, Result, Tensor};
+use candle_core::{DType, Result, Storage, Tensor};
 use gemm::Parallelism;
+use half::{f16, slice::HalfFloatSliceExt};
 use rayon::prelude::*;
 
 use super::attention::{cpu_f32, split_dims, Heads};
@@ -49,7 +52,8 @@ pub type TileBias<'a> =
 /// With `causal = Some(offset)`, query `i` sits at key index `offset + i` and sees keys
 /// `0 ..= offset + i` (a chunk of new tokens after `offset` cached ones: `tk` must be at
 /// least `offset + tq`); with `None` every query sees every key. Query head `i` reads
-/// key/value head `i / (h / kv)`. f32 on the CPU, at inference: there is no backward.
+/// key/value head `i / (h / kv)`. On the CPU, at inference: there is no backward. `q` is
+/// f32; `k` and `v` are f32 or f16 (widened to f32 a tile at a time).
 ///
 /// # Shapes
 /// - `q`: `(b, h, tq, d)` or `(b, tq, h·d)`
@@ -87,7 +91,18 @@ pub fn flash_attention(
             v.dims()
         );
     }
-    check_inference("flash attention", [q, k, v])?;
+    check_inference("flash attention", [q, q, q])?;
+    for (t, what) in [(k, "keys"), (v, "values")] {
+        if !matches!(t.dtype(), DType::F32 | DType::F16) || !t.device().is_cpu() {
+            candle_core::bail!(
+                "flash attention: the {what} must be f32 or f16 on the CPU, got {:?}",
+                t.dtype()
+            );
+        }
+        if t.track_op() {
+            candle_core::bail!("flash attention is for inference: the {what} carry a gradient");
+        }
+    }
     if let Some(offset) = causal {
         if offset + tq > tk {
             candle_core::bail!(
@@ -101,10 +116,11 @@ pub fn flash_attention(
         return Tensor::from_vec(out, (b, tq, h * d), q.device());
     }
     let guards = [q, k, v].map(|t| t.storage_and_layout());
-    let heads = |i: usize, what: &str| -> Result<Heads> {
-        Heads::new(cpu_f32(&guards[i].0, what)?, guards[i].1, head_dim)
-    };
-    let (qh, kh, vh) = (heads(0, "q")?, heads(1, "k")?, heads(2, "v")?);
+    let qh = Heads::new(cpu_f32(&guards[0].0, "q")?, guards[0].1, head_dim)?;
+    let (kh, vh) = (
+        Stored::new(&guards[1], head_dim)?,
+        Stored::new(&guards[2], head_dim)?,
+    );
     let tiles = Tiles {
         h,
         group: h / kv,
@@ -126,6 +142,69 @@ pub fn flash_attention(
     Tensor::from_vec(out, (b, tq, h * d), q.device())
 }
 
+/// Keys or values as they are kept: f32, read in place, or f16, widened a tile at a time.
+enum Stored<'a> {
+    F32(Heads<'a>),
+    F16(Heads<'a, f16>),
+}
+
+impl<'a> Stored<'a> {
+    fn new(
+        (storage, layout): &'a (impl std::ops::Deref<Target = Storage>, &candle_core::Layout),
+        head_dim: usize,
+    ) -> Result<Self> {
+        match &**storage {
+            Storage::Cpu(candle_core::CpuStorage::F16(data)) => {
+                Ok(Self::F16(Heads::new(data, layout, head_dim)?))
+            }
+            s => Ok(Self::F32(Heads::new(
+                cpu_f32(s, "keys and values")?,
+                layout,
+                head_dim,
+            )?)),
+        }
+    }
+
+    /// Rows `k0 .. k0 + cols` of matrix `(bi, g)` (`d` columns) as f32: in place, or
+    /// widened into `scratch` (at least `cols · d` long).
+    fn rows(
+        &self,
+        bi: usize,
+        g: usize,
+        k0: usize,
+        cols: usize,
+        d: usize,
+        scratch: &mut [f32],
+    ) -> Mat {
+        match self {
+            Self::F32(h) => h.at(bi, g).skip_rows(k0),
+            Self::F16(h) => {
+                let (ptr, rs, cs) = h.strided(bi, g);
+                for (r, out) in scratch[..cols * d].chunks_exact_mut(d).enumerate() {
+                    let row = ptr.wrapping_offset((k0 + r) as isize * rs);
+                    if cs == 1 {
+                        // SAFETY: row `k0 + r < tk` of a matrix whose `d` columns are
+                        // adjacent in the storage the layout describes.
+                        let row = unsafe { std::slice::from_raw_parts(row, d) };
+                        row.convert_to_f32_slice(out);
+                    } else {
+                        for (c, o) in out.iter_mut().enumerate() {
+                            // SAFETY: row `k0 + r < tk`, column `c < d` of the layout.
+                            *o = unsafe { *row.offset(c as isize * cs) }.to_f32();
+                        }
+                    }
+                }
+                Mat::rows(scratch, d)
+            }
+        }
+    }
+
+    /// Whether tiles are widened into a buffer of their own.
+    fn widened(&self) -> bool {
+        matches!(self, Self::F16(_))
+    }
+}
+
 /// The sizes every task shares.
 struct Tiles {
     h: usize,
@@ -145,7 +224,7 @@ impl Tiles {
         bi: usize,
         g: usize,
         q0: usize,
-        (qh, kh, vh): (&Heads, &Heads, &Heads),
+        (qh, kh, vh): (&Heads, &Stored, &Stored),
         bias: Option<&TileBias>,
         dst: OutPtr,
     ) -> Result<()> {
@@ -166,12 +245,15 @@ impl Tiles {
         let (mut acc, mut max, mut sum) =
             (vec![0f32; n * d], vec![f32::NEG_INFINITY; n], vec![0f32; n]);
         let mut s = vec![0f32; n * KEY_TILE];
+        let scratch = |kept: &Stored| vec![0f32; if kept.widened() { KEY_TILE * d } else { 0 }];
+        let (mut kbuf, mut vbuf) = (scratch(kh), scratch(vh));
         let end = self
             .causal
             .map_or(self.tk, |o| (o + q0 + rows).min(self.tk));
         for k0 in (0..end).step_by(KEY_TILE) {
             let cols = KEY_TILE.min(end - k0);
-            let (km, vm) = (kh.at(bi, g).skip_rows(k0), vh.at(bi, g).skip_rows(k0));
+            let km = kh.rows(bi, g, k0, cols, d, &mut kbuf);
+            let vm = vh.rows(bi, g, k0, cols, d, &mut vbuf);
             // SAFETY: `s` holds `n` rows of `cols ≤ KEY_TILE`; K's rows `k0 .. k0 + cols`
             // exist (`end ≤ tk`).
             unsafe {
