@@ -31,7 +31,7 @@ pub fn convert(model: &Path, out: &Path) -> Result<()> {
         );
     }
     let device = Device::Cpu;
-    let mut file = GgufFile::open(model)?;
+    let file = GgufFile::open(model)?;
     let config = file.config()?;
     config.lm_config(posenc::PairLayout::Halves)?;
     let tokenizer = crate::tokenizer::tokenizer_json(&file)?;

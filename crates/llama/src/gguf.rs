@@ -3,23 +3,26 @@
 //! configuration implies before its bytes are read.
 
 use std::fs::File;
-use std::io::BufReader;
+use std::io::Cursor;
 use std::path::{Path, PathBuf};
 
 use crate::error::Result;
-use candle_core::quantized::{gguf_file, QTensor};
+use candle_core::quantized::{ggml_file, gguf_file, QTensor};
 use candle_core::Device;
 use gguf_file::Value;
+use memmap2::Mmap;
 use posenc_error::{bail, invalid, Context};
 
 use crate::config::LlamaConfig;
 use posenc::rope_scaling::RopeScaling;
 
-/// An open GGUF file.
+/// An open GGUF file, mapped into memory: the header is parsed from the mapping, and each
+/// tensor is copied once, from the mapping into its blocks (reading through a file would
+/// copy it twice, and seek once per metadata string).
 #[derive(Debug)]
 pub struct GgufFile {
     path: PathBuf,
-    reader: BufReader<File>,
+    map: Mmap,
     content: gguf_file::Content,
 }
 
@@ -28,14 +31,19 @@ impl GgufFile {
     ///
     /// # Errors
     /// A missing file, or one that is not GGUF or is cut short, naming the file.
+    #[allow(unsafe_code)]
     pub fn open(path: &Path) -> Result<Self> {
         let file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
-        let mut reader = BufReader::new(file);
-        let content = gguf_file::Content::read(&mut reader)
+        // SAFETY: the mapping is read-only and lives as long as `self`. A file changed by
+        // another process while it is read gives wrong weights (or SIGBUS if it is cut
+        // short), as with llama.cpp's mapping of the same files.
+        let map =
+            unsafe { Mmap::map(&file) }.with_context(|| format!("mapping {}", path.display()))?;
+        let content = gguf_file::Content::read(&mut Cursor::new(&map[..]))
             .with_context(|| format!("{} is not a readable GGUF file", path.display()))?;
         Ok(Self {
             path: path.to_path_buf(),
-            reader,
+            map,
             content,
         })
     }
@@ -225,7 +233,7 @@ impl GgufFile {
     /// # Errors
     /// A missing tensor or one of another shape, naming it and both shapes; data past the
     /// end of the file.
-    pub fn tensor(&mut self, name: &str, shape: &[usize], device: &Device) -> Result<QTensor> {
+    pub fn tensor(&self, name: &str, shape: &[usize], device: &Device) -> Result<QTensor> {
         let info = self
             .content
             .tensor_infos
@@ -238,8 +246,47 @@ impl GgufFile {
                 info.shape.dims()
             );
         }
-        Ok(info
-            .read(&mut self.reader, self.content.tensor_data_offset, device)
-            .with_context(|| format!("{}: reading tensor `{name}`", self.path.display()))?)
+        let (elems, block) = (info.shape.elem_count(), info.ggml_dtype.block_size());
+        if elems % block != 0 {
+            bail!(
+                "{}: tensor `{name}` has {elems} values, not a whole number of {:?} blocks of {block}",
+                self.path.display(),
+                info.ggml_dtype
+            );
+        }
+        let bytes = elems / block * info.ggml_dtype.type_size();
+        let at = self.content.tensor_data_offset.saturating_add(info.offset);
+        let past_end = || {
+            invalid!(
+                "{}: reading tensor `{name}`: its {bytes} bytes at offset {at} run past the end of the file ({} bytes)",
+                self.path.display(),
+                self.map.len()
+            )
+        };
+        let start = usize::try_from(at).map_err(|_| past_end())?;
+        let data = start
+            .checked_add(bytes)
+            .and_then(|end| self.map.get(start..end))
+            .ok_or_else(past_end)?;
+        let tensor = ggml_file::qtensor_from_ggml(info.ggml_dtype, data, shape.to_vec(), device)
+            .with_context(|| format!("{}: reading tensor `{name}`", self.path.display()))?;
+        self.release(start, bytes);
+        Ok(tensor)
+    }
+
+    /// Gives back the pages of `len` bytes at `offset` that reading a tensor brought into
+    /// this process (they stay in the page cache): the copy is all that is kept, so the
+    /// mapping does not count twice in the peak memory of a load. Only advice: where the
+    /// system does not take it, the pages are given back when the file is closed.
+    #[allow(unsafe_code)]
+    fn release(&self, offset: usize, len: usize) {
+        #[cfg(unix)]
+        {
+            use memmap2::UncheckedAdvice::DontNeed;
+            // SAFETY: nothing borrows the range any more (the tensor holds a copy), and
+            // the mapping is a read-only mapping of a file: a page read again after
+            // `MADV_DONTNEED` is the file's, as before.
+            let _advice_only = unsafe { self.map.unchecked_advise_range(DontNeed, offset, len) };
+        }
     }
 }
