@@ -9,9 +9,9 @@
 //! joins it too ([`ops::linear_gelu`]).
 //!
 //! A [`Proj`] may instead hold a quantized weight (GGUF's Q4/Q8 blocks), multiplied
-//! without being expanded to f32: how a pretrained model generates fast. Q4_0, Q4_1 and
-//! Q8_0 run on this project's SIMD kernels ([`ops::quantized`]); other formats (the
-//! K-quants) on candle's [`QMatMul`]; a layer's projections of one input share one
+//! without being expanded to f32: how a pretrained model generates fast. Q4_0, Q4_1,
+//! Q8_0, Q4_K and Q6_K run on this project's SIMD kernels ([`ops::quantized`]); other
+//! formats (Q5_0, Q5_K, …) on candle's [`QMatMul`]; a layer's projections of one input share one
 //! product ([`Proj::forward_fused`]). For many rows at once (a prompt) the weight is
 //! dequantized for that one product and multiplied by the f32 GEMM instead, as llama.cpp
 //! hands batches of 32 or more to BLAS: a quantized kernel runs a dot product per row and

@@ -13,7 +13,18 @@ use posenc_transformer::ops::quantized::{quantized_matmul, quantized_matmul_on, 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-const FORMATS: [GgmlDType; 3] = [GgmlDType::Q4_0, GgmlDType::Q4_1, GgmlDType::Q8_0];
+const FORMATS: [GgmlDType; 5] = [
+    GgmlDType::Q4_0,
+    GgmlDType::Q4_1,
+    GgmlDType::Q8_0,
+    GgmlDType::Q4K,
+    GgmlDType::Q6K,
+];
+
+/// `k` rounded up to whole blocks of `dtype` (256 values for the K-quants).
+fn width(dtype: GgmlDType, k: usize) -> usize {
+    k.next_multiple_of(dtype.block_size())
+}
 
 /// A tensor's values, flattened.
 fn values(t: &Tensor) -> Vec<f32> {
@@ -154,7 +165,7 @@ fn every_kernel_equals_dequantize_then_multiply() {
         .iter()
         .enumerate()
         {
-            check(dtype, m, n, k, 10 * i as u64);
+            check(dtype, m, n, width(dtype, k), 10 * i as u64);
         }
     }
 }
@@ -165,7 +176,7 @@ fn kernels_agree_with_candle() {
     // implementation of llama.cpp's: ours may differ only by those scales' rounding.
     let dev = Device::Cpu;
     for dtype in FORMATS {
-        let (m, n, k) = (2, 40, 256);
+        let (m, n, k) = (2, 40, 512);
         let w = Tensor::from_vec(random(n, k, 5), (n, k), &dev).unwrap();
         let q = Arc::new(QTensor::quantize(&w, dtype).unwrap());
         let x = Tensor::from_vec(random(m, k, 6), (m, k), &dev).unwrap();
@@ -177,9 +188,16 @@ fn kernels_agree_with_candle() {
                 .unwrap(),
         );
         // The same quantization of x, so the same sums, but for candle's rounding of Q4_1's
-        // `s` (and the order of f32 additions).
+        // `s` (and the order of f32 additions). For the K-quants candle quantizes x per
+        // 256 (Q8_K) where we do per 32: the two differ by at most both roundings, half a
+        // step of each per value, times |w|.
         let wd: Vec<f32> = values(&q.dequantize(&dev).unwrap());
         let xs = values(&x);
+        let half_step = |i: usize, j: usize, per: usize| {
+            let at = i * k + j / per * per;
+            xs[at..at + per].iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0 / 2.0
+        };
+        let k_quant = dtype.block_size() == 256;
         for (o, (a, b)) in ours.iter().zip(&candle).enumerate() {
             let (i, r) = (o / n, o % n);
             let mass: f32 = (0..k).map(|j| (wd[r * k + j] * xs[i * k + j]).abs()).sum();
@@ -188,8 +206,16 @@ fn kernels_agree_with_candle() {
                 .map(|&v| f64::from(v))
                 .collect();
             let s_term = s_rounding(dtype, &xr, &wd[r * k..(r + 1) * k]) as f32;
+            let rounding: f32 = match k_quant {
+                true => (0..k)
+                    .map(|j| {
+                        (half_step(i, j, 32) * 1.001 + half_step(i, j, 256)) * wd[r * k + j].abs()
+                    })
+                    .sum(),
+                false => 0.0,
+            };
             assert!(
-                (a - b).abs() <= 1e-5 * mass + s_term,
+                (a - b).abs() <= 1e-5 * mass + s_term + rounding,
                 "{dtype:?}: {a} against candle's {b}"
             );
         }
@@ -200,7 +226,7 @@ fn kernels_agree_with_candle() {
 fn other_formats_and_devices_are_left_to_the_caller() {
     let dev = Device::Cpu;
     let w = Tensor::from_vec(random(8, 256, 1), (8, 256), &dev).unwrap();
-    let q = Arc::new(QTensor::quantize(&w, GgmlDType::Q4K).unwrap());
+    let q = Arc::new(QTensor::quantize(&w, GgmlDType::Q5K).unwrap());
     let x = Tensor::from_vec(random(1, 256, 2), (1, 256), &dev).unwrap();
     assert!(quantized_matmul(&x, &q).unwrap().is_none());
     let q8 = Arc::new(QTensor::quantize(&w, GgmlDType::Q8_0).unwrap());
@@ -216,6 +242,15 @@ fn a_wrong_width_is_an_error_not_a_panic() {
     let x = Tensor::from_vec(random(1, 32, 2), (1, 32), &dev).unwrap();
     let err = quantized_matmul(&x, &q).unwrap_err().to_string();
     assert!(err.contains("32 columns"), "{err}");
+    // A K-quant's rows are whole super-blocks of 256.
+    let w = Tensor::from_vec(random(8, 512, 1), (8, 512), &dev).unwrap();
+    let q = Arc::new(QTensor::quantize(&w, GgmlDType::Q6K).unwrap());
+    let x = Tensor::from_vec(random(1, 288, 2), (1, 288), &dev).unwrap();
+    let err = quantized_matmul(&x, &q).unwrap_err().to_string();
+    assert!(
+        err.contains("288 columns") && err.contains("blocks of 256"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -223,7 +258,7 @@ fn rows_of_a_quantized_table_equal_candles_dequantization() {
     use posenc_transformer::ops::quantized::dequantize_rows;
     let dev = Device::Cpu;
     let ids = [0u32, 7, 3, 7, 63];
-    for dtype in FORMATS.into_iter().chain([GgmlDType::Q4K]) {
+    for dtype in FORMATS {
         let w = Tensor::from_vec(random(64, 256, 9), (64, 256), &dev).unwrap();
         let q = QTensor::quantize(&w, dtype).unwrap();
         let want = q
@@ -247,12 +282,14 @@ fn rows_of_a_quantized_table_equal_candles_dequantization() {
 fn fused_products_equal_the_products_one_by_one() {
     use posenc_transformer::ops::quantized::quantized_matmul_fused;
     let dev = Device::Cpu;
-    let (m, k) = (3, 128);
+    let (m, k) = (3, 256);
     let x = Tensor::from_vec(random(m, k, 40), (m, k), &dev).unwrap();
     let weights: Vec<Arc<QTensor>> = [
         (GgmlDType::Q4_1, 40),
         (GgmlDType::Q8_0, 17),
+        (GgmlDType::Q4K, 9),
         (GgmlDType::Q4_0, 64),
+        (GgmlDType::Q6K, 33),
     ]
     .iter()
     .enumerate()
@@ -272,6 +309,6 @@ fn fused_products_equal_the_products_one_by_one() {
     // One weight without a kernel here: the caller multiplies them another way.
     let mut mixed = weights.clone();
     let w = Tensor::from_vec(random(8, 256, 1), (8, 256), &dev).unwrap();
-    mixed.push(Arc::new(QTensor::quantize(&w, GgmlDType::Q4K).unwrap()));
+    mixed.push(Arc::new(QTensor::quantize(&w, GgmlDType::Q5K).unwrap()));
     assert!(quantized_matmul_fused(&x, &mixed).unwrap().is_none());
 }

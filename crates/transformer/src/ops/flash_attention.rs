@@ -25,7 +25,7 @@ use std::ops::Range;
 
 use candle_core::{DType, Result, Storage, Tensor};
 use gemm::Parallelism;
-use half::{f16, slice::HalfFloatSliceExt};
+use half::f16;
 use rayon::prelude::*;
 
 use super::attention::{cpu_f32, split_dims, Heads};
@@ -180,14 +180,15 @@ impl<'a> Stored<'a> {
             Self::F32(h) => h.at(bi, g).skip_rows(k0),
             Self::F16(h) => {
                 let (ptr, rs, cs) = h.strided(bi, g);
-                for (r, out) in scratch[..cols * d].chunks_exact_mut(d).enumerate() {
-                    let row = ptr.wrapping_offset((k0 + r) as isize * rs);
-                    if cs == 1 {
-                        // SAFETY: row `k0 + r < tk` of a matrix whose `d` columns are
-                        // adjacent in the storage the layout describes.
-                        let row = unsafe { std::slice::from_raw_parts(row, d) };
-                        row.convert_to_f32_slice(out);
-                    } else {
+                let out = &mut scratch[..cols * d];
+                let start = ptr.wrapping_offset(k0 as isize * rs);
+                if cs == 1 && rs == d as isize {
+                    // SAFETY: rows `k0 .. k0 + cols` (`≤ tk`) of a matrix whose rows of `d`
+                    // follow one another in the storage the layout describes, as a cache's do.
+                    simd::widen(unsafe { std::slice::from_raw_parts(start, cols * d) }, out);
+                } else {
+                    for (r, out) in out.chunks_exact_mut(d).enumerate() {
+                        let row = start.wrapping_offset(r as isize * rs);
                         for (c, o) in out.iter_mut().enumerate() {
                             // SAFETY: row `k0 + r < tk`, column `c < d` of the layout.
                             *o = unsafe { *row.offset(c as isize * cs) }.to_f32();
@@ -245,11 +246,12 @@ impl Tiles {
         let (mut acc, mut max, mut sum) =
             (vec![0f32; n * d], vec![f32::NEG_INFINITY; n], vec![0f32; n]);
         let mut s = vec![0f32; n * KEY_TILE];
-        let scratch = |kept: &Stored| vec![0f32; if kept.widened() { KEY_TILE * d } else { 0 }];
-        let (mut kbuf, mut vbuf) = (scratch(kh), scratch(vh));
         let end = self
             .causal
             .map_or(self.tk, |o| (o + q0 + rows).min(self.tk));
+        let tile = KEY_TILE.min(end) * d;
+        let scratch = |kept: &Stored| vec![0f32; if kept.widened() { tile } else { 0 }];
+        let (mut kbuf, mut vbuf) = (scratch(kh), scratch(vh));
         for k0 in (0..end).step_by(KEY_TILE) {
             let cols = KEY_TILE.min(end - k0);
             let km = kh.rows(bi, g, k0, cols, d, &mut kbuf);

@@ -1,5 +1,6 @@
-//! `x Wᵀ` over a weight kept in llama.cpp's 32-value blocks (Q4_0, Q4_1, Q8_0), never
-//! expanded to f32: the product a quantized model's decode step is made of.
+//! `x Wᵀ` over a weight kept in llama.cpp's blocks (Q4_0, Q4_1, Q8_0 of 32 values; the
+//! K-quants Q4_K and Q6_K of 256), never expanded to f32: the product a quantized model's
+//! decode step is made of.
 //!
 //! Each row of `x` is first quantized per block of 32 as llama.cpp's x86 kernels do (Q8_0,
 //! Q8_1): `d = max|x| / 127`, `q = round(x / d)` (half to even), with `d` and `s = d Σ q`
@@ -9,12 +10,22 @@
 //! - Q8_0, `w = d_w q_w`:            `d_w d Σ q_w q`
 //! - Q4_0, `w = d_w (q_w − 8)`:      `d_w d (Σ q_w q − 8 Σ q)`
 //! - Q4_1, `w = d_w q_w + m_w`:      `d_w d Σ q_w q + m_w s`
+//! - Q4_K, 8 sub-blocks of 32, `w = d_w sc_j q_w − d_min m_j` (6-bit `sc_j`, `m_j`):
+//!   `d_w sc_j d Σ q_w q − d_min m_j d Σ q` per sub-block
+//! - Q6_K, 16 sub-blocks of 16, `w = d_w sc_j (q_w − 32)` (8-bit signed `sc_j`): one byte
+//!   sum per 16 values, `d_w sc_j d Σ (q_w − 32) q`
+//!
+//! The K-quants' activations are the same 32-value blocks (llama.cpp quantizes them per
+//! 256, Q8_K, with an f32 scale): each of their sub-blocks meets one block of `x` or half
+//! of one, and a finer scale rounds `x` less.
 //!
 //! The byte sums run on AVX-512 VNNI (`vpdpbusd`, unsigned × signed bytes into i32) where
 //! the CPU has it, else on AVX2 (`vpmaddubsw` then `vpmaddwd`), else in plain Rust; the
 //! choice is made once, at run time, so one binary runs everywhere. Rows of `W` are split
 //! over the cores. candle 0.11 has AVX kernels for Q4_0, Q8_0 and the K-quants, but its
-//! Q4_1 product (the format of the SmolLM2 file we ship a fetch script for) is scalar.
+//! Q4_1 product (the format of the SmolLM2 file we ship a fetch script for) is scalar, and
+//! the repacked layout of its Q8_0 and Q4_K kernels, fast on a weight in the cache, streams
+//! from memory at half our speed (`cargo bench -p posenc-transformer --bench quantized`).
 //!
 //! Quantizing `x` costs accuracy against the dequantized f32 product (about 0.5% of a
 //! block's largest value, relative); it is what llama.cpp and candle do too, and what
@@ -42,6 +53,12 @@ pub enum Format {
     Q4_1,
     /// `d: f16`, 32 signed bytes `q`; `w = d q`.
     Q8_0,
+    /// Super-blocks of 256: `d, d_min: f16`, 12 bytes of eight 6-bit scales and mins, 128
+    /// bytes of 4-bit `q`; `w = d sc_j q − d_min m_j` in sub-block `j` of 32.
+    Q4K,
+    /// Super-blocks of 256: 128 bytes of low 4 bits, 64 of high 2 bits, sixteen `i8`
+    /// scales, `d: f16`; `w = d sc_j (q − 32)` in sub-block `j` of 16.
+    Q6K,
 }
 
 impl Format {
@@ -51,6 +68,8 @@ impl Format {
             GgmlDType::Q4_0 => Some(Self::Q4_0),
             GgmlDType::Q4_1 => Some(Self::Q4_1),
             GgmlDType::Q8_0 => Some(Self::Q8_0),
+            GgmlDType::Q4K => Some(Self::Q4K),
+            GgmlDType::Q6K => Some(Self::Q6K),
             _ => None,
         }
     }
@@ -61,8 +80,77 @@ impl Format {
             Self::Q4_0 => 18,
             Self::Q4_1 => 20,
             Self::Q8_0 => 34,
+            Self::Q4K => 144,
+            Self::Q6K => 210,
         }
     }
+
+    /// Values per block: 32, or 256 for the K-quants.
+    pub const fn values(self) -> usize {
+        match self {
+            Self::Q4_0 | Self::Q4_1 | Self::Q8_0 => BLOCK,
+            Self::Q4K | Self::Q6K => K_BLOCK,
+        }
+    }
+}
+
+/// Values per K-quant super-block.
+pub const K_BLOCK: usize = 256;
+
+/// Sub-block `j`'s scale and min of a Q4_K super-block, from its 12 packed bytes: six
+/// bits each, the first four in the low bits of bytes `j` and `j + 4`, the last four split
+/// between the low nibbles of bytes 8–11 and the top two bits of bytes 0–7 (llama.cpp's
+/// `get_scale_min_k4`).
+#[inline(always)]
+fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
+    if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        (
+            (q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4),
+            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
+        )
+    }
+}
+
+/// All eight of a Q4_K super-block's scales and mins at once ([`scale_min_k4`] on four
+/// 32-bit words, as llama.cpp's AVX kernels unpack them).
+#[inline(always)]
+fn scales_mins_k4(packed: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
+    let word = |i: usize| {
+        u32::from_le_bytes([
+            packed[4 * i],
+            packed[4 * i + 1],
+            packed[4 * i + 2],
+            packed[4 * i + 3],
+        ])
+    };
+    let (a, b, c) = (word(0), word(1), word(2));
+    let (six, low, top) = (0x3f3f_3f3f, 0x0f0f_0f0f, 0x0303_0303);
+    let scales = [a & six, (c & low) | (((a >> 6) & top) << 4)];
+    let mins = [b & six, ((c >> 4) & low) | (((b >> 6) & top) << 4)];
+    let bytes = |w: [u32; 2]| {
+        let [x, y] = w.map(u32::to_le_bytes);
+        [x[0], x[1], x[2], x[3], y[0], y[1], y[2], y[3]]
+    };
+    (bytes(scales), bytes(mins))
+}
+
+/// The 32 unsigned values of a Q6_K super-block's group `g` (`0..8`, 32 values each, in
+/// order), 6 bits each before the offset of 32 is taken off.
+#[inline(always)]
+fn q6k_group(blk: &[u8], g: usize) -> [u8; BLOCK] {
+    let (n, g) = (g / 4, g % 4);
+    let (ql, qh) = (&blk[64 * n..], &blk[128 + 32 * n..]);
+    std::array::from_fn(|l| {
+        let low = match g {
+            0 => ql[l] & 0xf,
+            1 => ql[l + 32] & 0xf,
+            2 => ql[l] >> 4,
+            _ => ql[l + 32] >> 4,
+        };
+        low | (((qh[l] >> (2 * g)) & 3) << 4)
+    })
 }
 
 /// The instructions a kernel runs on.
@@ -107,12 +195,14 @@ impl Kernel {
 }
 
 /// Rows of activations quantized per block: scale `d`, `s = d Σ q` (both rounded to
-/// f16, as llama.cpp stores them), `Σ q`, and the bytes `q`.
+/// f16, as llama.cpp stores them), `Σ q`, `d Σ q` over each half of the block (for Q6_K's
+/// offset of 32, per sub-block of 16), and the bytes `q`.
 #[derive(Debug, Clone, Default)]
 struct QuantizedRows {
     d: Vec<f32>,
     s: Vec<f32>,
     sum: Vec<i32>,
+    halves: Vec<f32>,
     q: Vec<i8>,
 }
 
@@ -122,6 +212,7 @@ struct Row<'a> {
     d: &'a [f32],
     s: &'a [f32],
     sum: &'a [i32],
+    halves: &'a [f32],
     q: &'a [i8],
 }
 
@@ -140,8 +231,10 @@ impl QuantizedRows {
         self.d.resize(blocks, 0.0);
         self.s.resize(blocks, 0.0);
         self.sum.resize(blocks, 0);
+        self.halves.resize(2 * blocks, 0.0);
         self.q.resize(x.len(), 0);
         let (d_out, s_out, sum_out) = (&mut self.d, &mut self.s, &mut self.sum);
+        let halves = &mut self.halves;
         // Compiled for the CPU's vector instructions, where the rounding is one instruction.
         super::simd::vectorized(
             #[inline(always)]
@@ -154,15 +247,18 @@ impl QuantizedRows {
                     let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
                     let d = amax / 127.0;
                     let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
-                    let mut sum = 0i32;
-                    for (q, &x) in q.iter_mut().zip(x) {
+                    let mut half = [0i32; 2];
+                    for (i, (q, &x)) in q.iter_mut().zip(x).enumerate() {
                         // Half to even, as llama.cpp's AVX kernels round (`_mm256_round_ps`).
                         *q = (x * inv).round_ties_even() as i8;
-                        sum += i32::from(*q);
+                        half[i / (BLOCK / 2)] += i32::from(*q);
                     }
-                    d_out[b] = f16::from_f32(d).to_f32();
+                    let (d16, sum) = (f16::from_f32(d).to_f32(), half[0] + half[1]);
+                    d_out[b] = d16;
                     s_out[b] = f16::from_f32(d * sum as f32).to_f32();
                     sum_out[b] = sum;
+                    halves[2 * b] = d16 * half[0] as f32;
+                    halves[2 * b + 1] = d16 * half[1] as f32;
                 }
             },
         );
@@ -175,6 +271,7 @@ impl QuantizedRows {
             d: &self.d[b.clone()],
             s: &self.s[b.clone()],
             sum: &self.sum[b],
+            halves: &self.halves[2 * i * blocks..2 * (i + 1) * blocks],
             q: &self.q[i * blocks * BLOCK..(i + 1) * blocks * BLOCK],
         }
     }
@@ -184,11 +281,13 @@ impl QuantizedRows {
 /// after another) against one quantized row of activations; `y.len()` rows.
 fn dot_rows(kernel: Kernel, format: Format, w: &[u8], x: Row, y: &mut [f32]) {
     let blocks = x.d.len();
-    let row_bytes = blocks * format.block_bytes();
+    let row_bytes = blocks * BLOCK / format.values() * format.block_bytes();
     assert!(
-        w.len() >= y.len() * row_bytes
+        (blocks * BLOCK).is_multiple_of(format.values())
+            && w.len() >= y.len() * row_bytes
             && x.s.len() == blocks
             && x.sum.len() == blocks
+            && x.halves.len() == 2 * blocks
             && x.q.len() == blocks * BLOCK
     );
     for (r, y) in y.iter_mut().enumerate() {
@@ -214,6 +313,9 @@ fn half(bytes: &[u8], at: usize) -> f32 {
 
 /// One weight row against one activation row, in plain Rust.
 fn dot_scalar(format: Format, w: &[u8], x: Row) -> f32 {
+    if format.values() == K_BLOCK {
+        return dot_scalar_k(format, w, x);
+    }
     let mut acc = 0f32;
     for (b, blk) in w.chunks_exact(format.block_bytes()).enumerate() {
         let q = &x.q[b * BLOCK..(b + 1) * BLOCK];
@@ -237,7 +339,43 @@ fn dot_scalar(format: Format, w: &[u8], x: Row) -> f32 {
                     .sum();
                 dw * x.d[b] * dot as f32
             }
+            Format::Q4K | Format::Q6K => unreachable!("the K-quants are summed above"),
         };
+    }
+    acc
+}
+
+/// [`dot_scalar`] of a K-quant row: per super-block, each of its eight blocks of `x`.
+fn dot_scalar_k(format: Format, w: &[u8], x: Row) -> f32 {
+    let mut acc = 0f32;
+    for (sb, blk) in w.chunks_exact(format.block_bytes()).enumerate() {
+        for j in 0..K_BLOCK / BLOCK {
+            let b = sb * K_BLOCK / BLOCK + j;
+            let q = &x.q[b * BLOCK..(b + 1) * BLOCK];
+            let sum = |w: &[i32], q: &[i8]| -> i32 {
+                w.iter().zip(q).map(|(&w, &q)| w * i32::from(q)).sum()
+            };
+            acc += match format {
+                Format::Q4K => {
+                    let qs = &blk[16 + 32 * (j / 2)..][..BLOCK];
+                    let shift = 4 * (j % 2);
+                    let wq: Vec<i32> = qs.iter().map(|&v| i32::from((v >> shift) & 15)).collect();
+                    let (sc, m) = scale_min_k4(j, &blk[4..16]);
+                    half(blk, 0) * f32::from(sc) * x.d[b] * sum(&wq, q) as f32
+                        - half(blk, 2) * f32::from(m) * x.d[b] * x.sum[b] as f32
+                }
+                _ => {
+                    let wq: Vec<i32> = q6k_group(blk, j)
+                        .iter()
+                        .map(|&v| i32::from(v) - 32)
+                        .collect();
+                    let sc = |h: usize| f32::from(blk[192 + 2 * j + h] as i8);
+                    let d = half(blk, 208) * x.d[b];
+                    let (lo, hi) = (sum(&wq[..16], &q[..16]), sum(&wq[16..], &q[16..]));
+                    d * (sc(0) * lo as f32 + sc(1) * hi as f32)
+                }
+            };
+        }
     }
     acc
 }
@@ -283,7 +421,7 @@ mod x86 {
     macro_rules! dot {
         ($name:ident, $features:literal, $dot:expr) => {
             pub(super) mod $name {
-                use super::super::{Format, Row, BLOCK};
+                use super::super::{scales_mins_k4, Format, Row, BLOCK, K_BLOCK};
                 use super::{half, nibbles, Q4_0, Q4_1, Q8_0};
                 use std::arch::x86_64::*;
 
@@ -304,11 +442,7 @@ mod x86 {
                         let sum = match F {
                             Q4_0 => $dot(nibbles(blk.add(2)), q),
                             Q4_1 => $dot(nibbles(blk.add(4)), q),
-                            _ => {
-                                // Signed × signed as |w| × (x with w's sign).
-                                let wq = _mm256_loadu_si256(blk.add(2) as *const __m256i);
-                                $dot(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(q, wq))
-                            }
+                            _ => signed(_mm256_loadu_si256(blk.add(2) as *const __m256i), q),
                         };
                         _mm256_cvtepi32_ps(sum)
                     }
@@ -412,22 +546,205 @@ mod x86 {
                             b += 1;
                         }
                     }
-                    let all = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), rest8);
+                    total([_mm256_add_ps(acc[0], rest8), acc[1]], rest)
+                }
+
+                /// The 8 lanes of `acc` and `rest` summed.
+                #[target_feature(enable = $features)]
+                #[inline]
+                fn total(acc: [__m256; 2], rest: f32) -> f32 {
+                    let all = _mm256_add_ps(acc[0], acc[1]);
                     let h = _mm_add_ps(_mm256_castps256_ps128(all), _mm256_extractf128_ps(all, 1));
                     let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
                     let h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
                     _mm_cvtss_f32(h) + rest
                 }
 
+                /// Signed bytes `w` times signed bytes `q`, as |w| × (q with w's sign).
+                #[target_feature(enable = $features)]
+                #[inline]
+                fn signed(w: __m256i, q: __m256i) -> __m256i {
+                    $dot(_mm256_sign_epi8(w, w), _mm256_sign_epi8(q, w))
+                }
+
+                /// Eight `u8` (or, `SIGNED`, `i8`) at `p` as f32.
+                #[target_feature(enable = $features)]
+                #[inline]
+                unsafe fn widen8<const SIGNED: bool>(p: *const u8) -> __m256 {
+                    // SAFETY: the caller's 8 bytes.
+                    let b = unsafe { _mm_loadl_epi64(p as *const __m128i) };
+                    _mm256_cvtepi32_ps(match SIGNED {
+                        true => _mm256_cvtepi8_epi32(b),
+                        false => _mm256_cvtepu8_epi32(b),
+                    })
+                }
+
+                /// Lane `j` of `v` in every lane.
+                #[target_feature(enable = $features)]
+                #[inline]
+                fn lane(v: __m256, j: i32) -> __m256 {
+                    _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(j))
+                }
+
+                /// A row of Q4_K super-blocks. Per super-block, its eight sub-blocks' scales
+                /// `d sc_j d_x` as one vector, and the mins' term `d_min m_j d_x Σ q` for all
+                /// eight at once; then per pair of sub-blocks, 32 bytes of nibbles (the low
+                /// ones are sub-block `2c`, the high ones `2c + 1`) and two byte sums.
+                #[target_feature(enable = $features)]
+                #[inline]
+                unsafe fn q4k(w: &[u8], x: Row) -> f32 {
+                    let mut acc = [_mm256_setzero_ps(); 4];
+                    let mut mins = _mm256_setzero_ps();
+                    let low = _mm256_set1_epi8(0x0f);
+                    for (sb, blk) in w.chunks_exact(144).take(x.d.len() / 8).enumerate() {
+                        let (sc, m) = scales_mins_k4(blk[4..16].try_into().expect("12 bytes"));
+                        // SAFETY: a whole super-block, and its 8 blocks of `x` (the caller
+                        // checked the lengths).
+                        unsafe {
+                            let p = blk.as_ptr();
+                            let xd = _mm256_loadu_ps(x.d.as_ptr().add(8 * sb));
+                            let xs = _mm256_cvtepi32_ps(_mm256_loadu_si256(
+                                x.sum.as_ptr().add(8 * sb) as *const __m256i,
+                            ));
+                            let scales = _mm256_mul_ps(
+                                _mm256_mul_ps(
+                                    _mm256_set1_ps(half(p)),
+                                    widen8::<false>(sc.as_ptr()),
+                                ),
+                                xd,
+                            );
+                            let dmin = _mm256_mul_ps(
+                                _mm256_set1_ps(half(p.add(2))),
+                                widen8::<false>(m.as_ptr()),
+                            );
+                            mins = _mm256_fmadd_ps(dmin, _mm256_mul_ps(xd, xs), mins);
+                            let q = x.q.as_ptr().add(8 * sb * BLOCK);
+                            for c in 0..4 {
+                                let raw = _mm256_loadu_si256(p.add(16 + 32 * c) as *const __m256i);
+                                let q0 = _mm256_loadu_si256(q.add(2 * c * BLOCK) as *const __m256i);
+                                let q1 = _mm256_loadu_si256(
+                                    q.add((2 * c + 1) * BLOCK) as *const __m256i
+                                );
+                                let (lo, hi) = (
+                                    _mm256_and_si256(raw, low),
+                                    _mm256_and_si256(_mm256_srli_epi16(raw, 4), low),
+                                );
+                                let j = 2 * c as i32;
+                                let a = &mut acc[2 * (c % 2)..];
+                                a[0] = _mm256_fmadd_ps(
+                                    lane(scales, j),
+                                    _mm256_cvtepi32_ps($dot(lo, q0)),
+                                    a[0],
+                                );
+                                a[1] = _mm256_fmadd_ps(
+                                    lane(scales, j + 1),
+                                    _mm256_cvtepi32_ps($dot(hi, q1)),
+                                    a[1],
+                                );
+                            }
+                        }
+                    }
+                    let acc = [_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3])];
+                    total([_mm256_sub_ps(acc[0], mins), acc[1]], 0.0)
+                }
+
+                /// A row of Q6_K super-blocks: per half (128 values), 64 bytes of low bits
+                /// and 32 of high bits make four groups of 32 six-bit values `u`; each group
+                /// meets one block of `x` in one unsigned × signed byte sum, whose lanes 0–3
+                /// (the first 16 values) and 4–7 (the last 16) take their own scales. The
+                /// offset, `w = d sc (u − 32)`, is taken off once per super-block:
+                /// `32 d Σ_j sc_j (d_x Σ q)_j` over its 16 sub-blocks.
+                #[target_feature(enable = $features)]
+                #[inline]
+                unsafe fn q6k(w: &[u8], x: Row) -> f32 {
+                    let mut acc = [_mm256_setzero_ps(); 2];
+                    let (low, two, three) = (
+                        _mm256_set1_epi8(0x0f),
+                        _mm256_set1_epi8(0x30),
+                        _mm256_set1_epi8(3),
+                    );
+                    for (sb, blk) in w.chunks_exact(210).take(x.d.len() / 8).enumerate() {
+                        // SAFETY: as `q4k`.
+                        unsafe {
+                            let p = blk.as_ptr();
+                            let d = _mm256_set1_ps(half(p.add(208)));
+                            // No closures here: they would not be compiled for these
+                            // instructions.
+                            let mut offsets = _mm256_setzero_ps();
+                            for i in 0..2 {
+                                let sums = _mm256_loadu_ps(x.halves.as_ptr().add(16 * sb + 8 * i));
+                                offsets = _mm256_fmadd_ps(
+                                    widen8::<true>(p.add(192 + 8 * i)),
+                                    sums,
+                                    offsets,
+                                );
+                            }
+                            let d32 = _mm256_mul_ps(d, _mm256_set1_ps(32.0));
+                            acc[1] = _mm256_fnmadd_ps(d32, offsets, acc[1]);
+                            for n in 0..2 {
+                                let scales = _mm256_mul_ps(d, widen8::<true>(p.add(192 + 8 * n)));
+                                let ql0 = _mm256_loadu_si256(p.add(64 * n) as *const __m256i);
+                                let ql1 = _mm256_loadu_si256(p.add(64 * n + 32) as *const __m256i);
+                                let qh = _mm256_loadu_si256(p.add(128 + 32 * n) as *const __m256i);
+                                // Each group's scales from memory (broadcast loads): with
+                                // 16 vector registers on AVX2, nothing held across groups
+                                // but the accumulators and the three loads.
+                                let mut sf = [0f32; 8];
+                                _mm256_storeu_ps(sf.as_mut_ptr(), scales);
+                                for g in 0..4 {
+                                    let u = match g {
+                                        0 => _mm256_or_si256(
+                                            _mm256_and_si256(ql0, low),
+                                            _mm256_slli_epi16(_mm256_and_si256(qh, three), 4),
+                                        ),
+                                        1 => _mm256_or_si256(
+                                            _mm256_and_si256(ql1, low),
+                                            _mm256_and_si256(_mm256_slli_epi16(qh, 2), two),
+                                        ),
+                                        2 => _mm256_or_si256(
+                                            _mm256_and_si256(_mm256_srli_epi16(ql0, 4), low),
+                                            _mm256_and_si256(qh, two),
+                                        ),
+                                        _ => _mm256_or_si256(
+                                            _mm256_and_si256(_mm256_srli_epi16(ql1, 4), low),
+                                            _mm256_and_si256(_mm256_srli_epi16(qh, 2), two),
+                                        ),
+                                    };
+                                    let b = 8 * sb + 4 * n + g;
+                                    let q = _mm256_loadu_si256(
+                                        x.q.as_ptr().add(b * BLOCK) as *const __m256i
+                                    );
+                                    let xd = *x.d.get_unchecked(b);
+                                    let scale = _mm256_set_m128(
+                                        _mm_set1_ps(sf[2 * g + 1] * xd),
+                                        _mm_set1_ps(sf[2 * g] * xd),
+                                    );
+                                    acc[g % 2] = _mm256_fmadd_ps(
+                                        scale,
+                                        _mm256_cvtepi32_ps($dot(u, q)),
+                                        acc[g % 2],
+                                    );
+                                }
+                            }
+                        }
+                    }
+                    total(acc, 0.0)
+                }
+
                 /// One weight row against one quantized row of activations.
                 #[target_feature(enable = $features)]
                 pub(in super::super) unsafe fn dot(format: Format, w: &[u8], x: Row) -> f32 {
+                    debug_assert!(
+                        format.values() == BLOCK || (x.d.len() * BLOCK).is_multiple_of(K_BLOCK)
+                    );
                     // SAFETY: the caller's promise, passed on.
                     unsafe {
                         match format {
                             Format::Q4_0 => blocks::<Q4_0>(w, x),
                             Format::Q4_1 => blocks::<Q4_1>(w, x),
                             Format::Q8_0 => blocks::<Q8_0>(w, x),
+                            Format::Q4K => q4k(w, x),
+                            Format::Q6K => q6k(w, x),
                         }
                     }
                 }
@@ -466,8 +783,11 @@ impl CustomOp1 for QMatMul {
         let mut parts = Vec::with_capacity(self.weights.len());
         for (w, format) in &self.weights {
             let (n, wk) = w.shape().dims2()?;
-            if k != wk || !k.is_multiple_of(BLOCK) {
-                candle_core::bail!("quantized matmul: x has {k} columns, the weight ({n}, {wk})")
+            if k != wk || !k.is_multiple_of(format.values()) {
+                candle_core::bail!(
+                    "quantized matmul: x has {k} columns, the {format:?} weight ({n}, {wk}) in blocks of {}",
+                    format.values()
+                )
             }
             parts.push((w.data()?, *format, n));
         }
@@ -482,7 +802,7 @@ impl CustomOp1 for QMatMul {
         let mut chunks = Vec::new();
         let mut rest = yt.as_mut_slice();
         for (data, format, n) in &parts {
-            let row_bytes = blocks * format.block_bytes();
+            let row_bytes = k / format.values() * format.block_bytes();
             for r0 in (0..*n).step_by(rows) {
                 let len = rows.min(n - r0);
                 let (chunk, tail) = rest.split_at_mut(len * m);
@@ -590,9 +910,11 @@ pub fn dequantize_rows(table: &QTensor, ids: &[u32]) -> Result<Tensor> {
         candle_core::bail!("token id {id} is outside the table of {vocab} rows")
     }
     let device = table.device();
-    let format = Format::of(table.dtype()).filter(|_| device.is_cpu() && d % BLOCK == 0);
+    let format = Format::of(table.dtype())
+        .filter(|f| f.values() == BLOCK && device.is_cpu() && d % BLOCK == 0);
     let Some(format) = format else {
-        // Other formats: candle's dequantization of the whole table, then the rows.
+        // Other formats (the K-quants among them): candle's dequantization of the whole
+        // table, then the rows.
         let ids = Tensor::new(ids, &device)?;
         return table.dequantize(&device)?.index_select(&ids, 0);
     };
@@ -605,6 +927,7 @@ pub fn dequantize_rows(table: &QTensor, ids: &[u32]) -> Result<Tensor> {
             let dw = half(blk, 0);
             match format {
                 Format::Q8_0 => out.extend(blk[2..].iter().map(|&q| dw * f32::from(q as i8))),
+                Format::Q4K | Format::Q6K => unreachable!("filtered out above"),
                 Format::Q4_0 | Format::Q4_1 => {
                     let (qs, m) = match format {
                         Format::Q4_0 => (&blk[2..], -8.0 * dw),
