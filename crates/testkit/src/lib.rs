@@ -3,9 +3,29 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-use candle_core::{DType, Tensor};
+use candle_core::{DType, Device, Tensor};
 
-/// The largest `|a − b|` over all elements, both compared in f32.
+/// The devices this build and machine run: the CPU, then the first CUDA (or Metal) GPU
+/// where candle was built with that backend and one is present. Tests that run an op or a
+/// model on each compare every other device with the CPU.
+///
+/// ```
+/// assert!(posenc_testkit::devices()[0].is_cpu());
+/// ```
+pub fn devices() -> Vec<Device> {
+    let mut all = vec![Device::Cpu];
+    if candle_core::utils::cuda_is_available() {
+        // Built with CUDA but without a GPU (or its driver): the CPU alone.
+        all.extend(Device::new_cuda(0).ok());
+    }
+    if candle_core::utils::metal_is_available() {
+        all.extend(Device::new_metal(0).ok());
+    }
+    all
+}
+
+/// The largest `|a − b|` over all elements, both compared in f32 on the CPU (they may
+/// live on different devices).
 ///
 /// # Panics
 /// If the shapes differ (naming both) or a tensor cannot be read: a test has failed.
@@ -22,7 +42,11 @@ pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
         b.dims(),
         "cannot compare tensors of different shapes"
     );
-    let f32 = |t: &Tensor| t.to_dtype(DType::F32).expect("a tensor converts to f32");
+    let f32 = |t: &Tensor| {
+        t.to_device(&Device::Cpu)
+            .and_then(|t| t.to_dtype(DType::F32))
+            .expect("a tensor converts to f32 on the CPU")
+    };
     (f32(a) - f32(b))
         .and_then(|d| d.abs())
         .and_then(|d| d.flatten_all())
