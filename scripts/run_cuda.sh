@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Runs, on a machine with an NVIDIA GPU, what scripts/build_cuda.sh built elsewhere
+# (target/cuda/carry/binaries.tar.xz, unpacked into target/cuda/bin): first whether the binaries find CUDA 13's libraries there, then the
+# device tests, which run the models on the GPU and compare them with the CPU.
+#
+#   scripts/run_cuda.sh                 # the device tests
+#   scripts/run_cuda.sh posenc ARGS…    # the carried posenc, e.g. `generate --device cuda`
+#
+# The libraries are looked for in the system toolkit (/usr/local/cuda) and in the `nvidia`
+# wheels of the machine's Python (PyTorch's). Exits non-zero, naming what is missing, when a
+# binary cannot load.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+archive=target/cuda/carry/binaries.tar.xz
+[ -f "$archive" ] || { echo "no $archive: run scripts/build_cuda.sh first (on a machine with Rust)" >&2; exit 1; }
+carry=target/cuda/bin
+mkdir -p "$carry"
+tar -xJf "$archive" -C "$carry"
+wheels=$(python3 - <<'EOF' 2> /dev/null || true
+import glob, os, site, sys
+roots = site.getsitepackages() + [site.getusersitepackages()]
+libs = {d for r in roots for d in glob.glob(os.path.join(r, "nvidia", "**", "lib"), recursive=True)}
+print(":".join(sorted(libs)))
+EOF
+)
+export LD_LIBRARY_PATH=${wheels:+$wheels:}/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+missing=0
+for b in "$carry"/*; do
+  if ldd "$b" | grep "not found"; then
+    echo "$b cannot load the libraries above" >&2
+    missing=1
+  fi
+done
+[ "$missing" = 0 ] || exit 1
+if [ $# -gt 0 ]; then
+  exe=$1
+  shift
+  exec "$carry/$exe" "$@"
+fi
+"$carry/devices" --test-threads 1
