@@ -303,7 +303,7 @@ pub fn accuracy(cfg: &PasskeyConfig, records: &[PasskeyRecord]) -> Vec<Vec<f64>>
 }
 
 /// Resets the kernel's peak-resident-memory mark of this process (Linux; elsewhere a no-op).
-pub(crate) fn reset_peak_rss() {
+pub fn reset_peak_rss() {
     let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 

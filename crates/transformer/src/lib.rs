@@ -68,6 +68,18 @@ pub fn keep_freed_memory() {
     }
 }
 
+/// Hands the memory freed so far back to the kernel (glibc's `malloc_trim`), which
+/// [`keep_freed_memory`] otherwise keeps: between the rounds of a benchmark that reports
+/// peak memory, so that a round's peak is its own and not the heap an earlier round left.
+/// Elsewhere it does nothing.
+pub fn give_back_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: `malloc_trim` only releases free memory at the allocator's discretion.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// For a process that trains on the CPU: candle's element-wise ops (among them the
 /// backward's gradient sums) run on the calling thread rather than on candle's own thread
 /// pool. Call it first thing in `main`, before any tensor op: candle reads the setting
