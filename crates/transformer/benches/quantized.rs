@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use candle_core::quantized::{ggml_file::qtensor_from_ggml, GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
-use posenc_transformer::ops::quantized::{quantized_matmul_on, Kernel};
+use posenc_transformer::ops::quantized::{quantized_matmul_on, Format, Kernel};
 
 /// `(rows, columns)` of SmolLM2-135M's products (q/o, gate/up, down, the tied head), and
 /// one whose width the K-quants' 256-value blocks divide (576 is not).
@@ -29,13 +29,10 @@ const SHAPES: [(usize, usize); 5] = [
     (49152, 576),
     (2048, 2048),
 ];
-const FORMATS: [GgmlDType; 5] = [
-    GgmlDType::Q4_0,
-    GgmlDType::Q4_1,
-    GgmlDType::Q8_0,
-    GgmlDType::Q4K,
-    GgmlDType::Q6K,
-];
+/// Every format with a kernel in `ops::quantized`.
+fn formats() -> [GgmlDType; 5] {
+    Format::ALL.map(Format::dtype)
+}
 
 fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(f64::total_cmp);
@@ -75,7 +72,7 @@ fn run(rounds: usize) {
     );
     println!("| format | weight | in cache | implementation | µs per product | weight GB/s | candle ÷ this |");
     println!("|---|---|---|---|---:|---:|---:|");
-    for dtype in FORMATS {
+    for dtype in formats() {
         for ((n, k), cached) in SHAPES.iter().flat_map(|&s| [(s, false), (s, true)]) {
             if k % dtype.block_size() != 0 {
                 continue;

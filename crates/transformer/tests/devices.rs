@@ -64,17 +64,8 @@ fn the_translation_model_runs_the_same_off_its_kernels() {
         ("alibi", Activation::Gelu),
     ] {
         let cfg = Config {
-            src_vocab_size: 20,
-            tgt_vocab_size: 20,
-            d_model: 16,
-            heads: 4,
-            d_ff: 32,
-            encoder_layers: 2,
-            decoder_layers: 2,
-            dropout: 0.0,
-            encoding: EncodingConfig::from_kind(kind).unwrap().into(),
             activation,
-            ..Config::default()
+            ..tiny_config(EncodingConfig::from_kind(kind).unwrap())
         };
         let varmap = VarMap::new();
         let vb = VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu);
@@ -120,13 +111,6 @@ fn the_translation_model_runs_the_same_off_its_kernels() {
 fn the_language_model_runs_the_same_off_its_kernels() {
     for kind in ["rope", "alibi", "cope"] {
         let cfg = LmConfig {
-            vocab_size: 30,
-            d_model: 16,
-            heads: 4,
-            d_ff: 32,
-            layers: 2,
-            encoding: EncodingConfig::from_kind(kind).unwrap(),
-            context: 32,
             activation: Activation::Silu,
             blocks: BlockOptions {
                 kv_heads: Some(2),
@@ -135,19 +119,9 @@ fn the_language_model_runs_the_same_off_its_kernels() {
                 gated: true,
                 scale_embeddings: false,
             },
-            ..LmConfig::default()
+            ..tiny_lm_config(EncodingConfig::from_kind(kind).unwrap(), 32)
         };
-        let varmap = VarMap::new();
-        LanguageModel::new(
-            &cfg,
-            VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu),
-        )
-        .unwrap();
-        for (_, var) in varmap.data().lock().unwrap().iter() {
-            // CoPE's position embeddings start at zero: give every weight values.
-            let values = Tensor::randn(0f32, 0.3, var.shape(), &Device::Cpu).unwrap();
-            var.set(&values).unwrap();
-        }
+        let varmap = lm_weights(&cfg);
         let prompt = [3u32, 7, 1, 4, 9, 2, 8, 5, 6, 11, 12, 13];
         let run = |model: &LanguageModel, device: &Device| {
             let x = Tensor::new(&prompt[..], device)

@@ -9,17 +9,16 @@ use std::sync::Arc;
 
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Module, Tensor};
-use posenc_transformer::ops::quantized::{quantized_matmul, quantized_matmul_on, Kernel, BLOCK};
+use posenc_transformer::ops::quantized::{
+    quantized_matmul, quantized_matmul_on, Format, Kernel, BLOCK,
+};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-const FORMATS: [GgmlDType; 5] = [
-    GgmlDType::Q4_0,
-    GgmlDType::Q4_1,
-    GgmlDType::Q8_0,
-    GgmlDType::Q4K,
-    GgmlDType::Q6K,
-];
+/// Every format with a kernel in `ops::quantized`.
+fn formats() -> [GgmlDType; 5] {
+    Format::ALL.map(Format::dtype)
+}
 
 /// `k` rounded up to whole blocks of `dtype` (256 values for the K-quants).
 fn width(dtype: GgmlDType, k: usize) -> usize {
@@ -151,7 +150,7 @@ fn check(dtype: GgmlDType, m: usize, n: usize, k: usize, seed: u64) {
 
 #[test]
 fn every_kernel_equals_dequantize_then_multiply() {
-    for dtype in FORMATS {
+    for dtype in formats() {
         // One block; odd row counts; fewer rows than a task; many tasks; several x rows.
         for (i, &(m, n, k)) in [
             (1, 1, 32),
@@ -175,7 +174,7 @@ fn kernels_agree_with_candle() {
     // candle's own quantized product (Q8_1 activations with f16 scales) is an independent
     // implementation of llama.cpp's: ours may differ only by those scales' rounding.
     let dev = Device::Cpu;
-    for dtype in FORMATS {
+    for dtype in formats() {
         let (m, n, k) = (2, 40, 512);
         let w = Tensor::from_vec(random(n, k, 5), (n, k), &dev).unwrap();
         let q = Arc::new(QTensor::quantize(&w, dtype).unwrap());
@@ -258,7 +257,7 @@ fn rows_of_a_quantized_table_equal_candles_dequantization() {
     use posenc_transformer::ops::quantized::dequantize_rows;
     let dev = Device::Cpu;
     let ids = [0u32, 7, 3, 7, 63];
-    for dtype in FORMATS {
+    for dtype in formats() {
         let w = Tensor::from_vec(random(64, 256, 9), (64, 256), &dev).unwrap();
         let q = QTensor::quantize(&w, dtype).unwrap();
         let want = q

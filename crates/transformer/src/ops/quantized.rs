@@ -62,16 +62,23 @@ pub enum Format {
 }
 
 impl Format {
+    /// Every format with a kernel here.
+    pub const ALL: [Self; 5] = [Self::Q4_0, Self::Q4_1, Self::Q8_0, Self::Q4K, Self::Q6K];
+
+    /// The GGML dtype of this format.
+    pub const fn dtype(self) -> GgmlDType {
+        match self {
+            Self::Q4_0 => GgmlDType::Q4_0,
+            Self::Q4_1 => GgmlDType::Q4_1,
+            Self::Q8_0 => GgmlDType::Q8_0,
+            Self::Q4K => GgmlDType::Q4K,
+            Self::Q6K => GgmlDType::Q6K,
+        }
+    }
+
     /// The format of a GGML dtype, if it has a kernel here.
     pub fn of(dtype: GgmlDType) -> Option<Self> {
-        match dtype {
-            GgmlDType::Q4_0 => Some(Self::Q4_0),
-            GgmlDType::Q4_1 => Some(Self::Q4_1),
-            GgmlDType::Q8_0 => Some(Self::Q8_0),
-            GgmlDType::Q4K => Some(Self::Q4K),
-            GgmlDType::Q6K => Some(Self::Q6K),
-            _ => None,
-        }
+        Self::ALL.into_iter().find(|f| f.dtype() == dtype)
     }
 
     /// Bytes per block.

@@ -10,9 +10,10 @@ use posenc_transformer::{Config, LanguageModel, LmConfig, Transformer};
 
 pub const PAD: u32 = 0;
 
-/// A tiny model with the given encoding, dropout 0.
-pub fn tiny(encoding: EncodingConfig) -> (Config, VarMap, Transformer) {
-    let cfg = Config {
+/// The configuration of [`tiny`]: width 16, 4 heads, 2 + 2 layers, vocabularies of 20,
+/// dropout 0.
+pub fn tiny_config(encoding: EncodingConfig) -> Config {
+    Config {
         src_vocab_size: 20,
         tgt_vocab_size: 20,
         d_model: 16,
@@ -23,7 +24,12 @@ pub fn tiny(encoding: EncodingConfig) -> (Config, VarMap, Transformer) {
         dropout: 0.0,
         encoding: encoding.into(),
         ..Config::default()
-    };
+    }
+}
+
+/// A tiny model with the given encoding, dropout 0.
+pub fn tiny(encoding: EncodingConfig) -> (Config, VarMap, Transformer) {
+    let cfg = tiny_config(encoding);
     let varmap = VarMap::new();
     let model = Transformer::new(
         &cfg,
@@ -56,7 +62,15 @@ pub fn all_encodings() -> Vec<EncodingConfig> {
 /// `context` positions, with frozen weights (inference takes the fused kernels, as
 /// generation does), and the variables it was created with.
 pub fn tiny_lm(encoding: EncodingConfig, context: usize) -> (LanguageModel, VarMap) {
-    let cfg = LmConfig {
+    let cfg = tiny_lm_config(encoding, context);
+    let varmap = lm_weights(&cfg);
+    let frozen = LanguageModel::frozen(&cfg, &varmap, &Device::Cpu).unwrap();
+    (frozen, varmap)
+}
+
+/// The configuration of [`tiny_lm`].
+pub fn tiny_lm_config(encoding: EncodingConfig, context: usize) -> LmConfig {
+    LmConfig {
         vocab_size: 30,
         d_model: 16,
         heads: 4,
@@ -65,10 +79,14 @@ pub fn tiny_lm(encoding: EncodingConfig, context: usize) -> (LanguageModel, VarM
         encoding,
         context,
         ..LmConfig::default()
-    };
+    }
+}
+
+/// Fresh weights of a language model of `cfg`, f32 on the CPU.
+pub fn lm_weights(cfg: &LmConfig) -> VarMap {
     let varmap = VarMap::new();
     LanguageModel::new(
-        &cfg,
+        cfg,
         VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu),
     )
     .unwrap();
@@ -81,6 +99,5 @@ pub fn tiny_lm(encoding: EncodingConfig, context: usize) -> (LanguageModel, VarM
             var.set(&values).unwrap();
         }
     }
-    let frozen = LanguageModel::frozen(&cfg, &varmap, &Device::Cpu).unwrap();
-    (frozen, varmap)
+    varmap
 }
