@@ -19,7 +19,7 @@
 #   libraries lack fails only if it is called.
 # - The binaries (`posenc`, and the test binary of the device tests) are stripped into
 #   target/cuda/bin and packed, xz-compressed, into target/cuda/carry/binaries.tar.xz,
-#   checked against the 64 MiB that a device run can carry (140 MB stripped, 20 packed).
+#   checked against the 64 MiB that a device run can carry (140 MB stripped, 17 packed).
 #
 # A fresh build takes about 17 minutes on two cores (candle's kernels in nvcc are a third),
 # 400 MB of wheels and several GB of target/cuda. Run the carried binaries with

@@ -94,9 +94,10 @@ impl std::str::FromStr for DeviceArg {
             "cuda" => candle_core::Device::new_cuda(ordinal),
             _ => candle_core::Device::new_metal(ordinal),
         };
-        Ok(Self(
-            device.with_context(|| format!("opening the device {s}"))?,
-        ))
+        // The cause in the message itself: clap shows only the outermost context.
+        Ok(Self(device.map_err(|e| {
+            anyhow::anyhow!("opening the device {s}: {e}")
+        })?))
     }
 }
 
