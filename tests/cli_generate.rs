@@ -135,10 +135,15 @@ fn a_prompt_from_standard_input_is_continued() {
 #[test]
 fn bad_input_is_named() {
     // A generation whose key/value cache would not fit is refused before any forward,
-    // naming its size (SmolLM2 holds 45 KiB a position: 300 000 positions are 13 GiB).
+    // naming its size (SmolLM2 holds 22.5 KiB a position in its f16 cache: 600 000
+    // positions are 13 GiB; 45 KiB in f32).
     for (args, expected) in [
         (
-            vec!["generate", "--max-tokens", "300000", "hi"],
+            vec!["generate", "--max-tokens", "600000", "hi"],
+            "would take 12.9 GiB",
+        ),
+        (
+            vec!["generate", "--kv-cache", "f32", "--max-tokens", "300000", "hi"],
             "would take 12.9 GiB",
         ),
         (
