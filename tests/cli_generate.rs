@@ -143,7 +143,14 @@ fn bad_input_is_named() {
             "would take 12.9 GiB",
         ),
         (
-            vec!["generate", "--kv-cache", "f32", "--max-tokens", "300000", "hi"],
+            vec![
+                "generate",
+                "--kv-cache",
+                "f32",
+                "--max-tokens",
+                "300000",
+                "hi",
+            ],
             "would take 12.9 GiB",
         ),
         (
