@@ -6,6 +6,9 @@ use posenc::Positions;
 
 use crate::{Error, Result};
 
+/// The most positions [`KvCache::reserve`] allocates ahead of those written.
+pub const RESERVE_AHEAD: usize = 8192;
+
 /// Keys and values computed so far, for incremental decoding.
 ///
 /// They live in one buffer per tensor, `(batch, kv_heads, capacity, head_dim)`, written in
@@ -114,7 +117,9 @@ impl KvCache {
     }
 
     /// Makes room for `positions` in all at the first write (or the next growth), so that
-    /// a generation of known length allocates its cache once.
+    /// a generation of known length allocates its cache once; at most [`RESERVE_AHEAD`]
+    /// positions past what is written, so that a long generation that stops early does not
+    /// hold memory it never used (past that, the cache doubles as it fills).
     pub fn reserve(&mut self, positions: usize) {
         self.reserved = self.reserved.max(positions);
     }
@@ -165,7 +170,8 @@ impl KvCache {
         }
         let end = self.len + new;
         if end > self.capacity() {
-            let capacity = end.max(self.reserved).max(2 * self.capacity());
+            let reserved = self.reserved.min(end.saturating_add(RESERVE_AHEAD));
+            let capacity = end.max(reserved).max(2 * self.capacity());
             let fresh = || Tensor::zeros((b, heads, capacity, d), k.dtype(), k.device());
             let (nk, nv) = (fresh()?, fresh()?);
             if let Some((ok, ov)) = self.get()? {

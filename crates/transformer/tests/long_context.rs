@@ -16,6 +16,7 @@ use posenc_transformer::ops::flash_attention;
 use posenc_transformer::KvCache;
 use posenc_transformer::LanguageModel;
 use posenc_transformer::StackCache;
+use posenc_transformer::RESERVE_AHEAD;
 
 fn filled(shape: &[usize], seed: u64) -> Tensor {
     posenc_testkit::uniform(shape, seed, -2.0, 2.0)
@@ -278,6 +279,11 @@ fn the_cache_is_written_in_place_and_grows_geometrically() {
     reserved.reserve(100);
     reserved.append(&kv(3, 9), &kv(3, 10)).unwrap();
     assert_eq!(reserved.capacity(), 100);
+    // A reservation far past what is written is allocated only so far ahead.
+    let mut far = KvCache::default();
+    far.reserve(1 << 30);
+    far.append(&kv(3, 11), &kv(3, 12)).unwrap();
+    assert_eq!(far.capacity(), 3 + RESERVE_AHEAD);
     // A batch that does not fit is named.
     let e = cache
         .append(&filled(&[1, 3, 1, 4], 11), &filled(&[1, 3, 1, 4], 12))
