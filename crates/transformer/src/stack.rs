@@ -41,7 +41,8 @@ pub struct StackCache {
 
 impl StackCache {
     /// A cache whose blocks allocate room for `positions` at their first write
-    /// ([`KvCache::reserve`]): a generation of known length allocates once.
+    /// ([`KvCache::reserve`]): a generation of known length allocates once (up to
+    /// [`crate::RESERVE_AHEAD`] positions ahead).
     pub fn with_capacity(positions: usize) -> Self {
         Self {
             reserved: positions,
@@ -56,19 +57,6 @@ impl StackCache {
             dtype: Some(dtype),
             ..self
         }
-    }
-
-    /// Keeps every block's self-attention keys and values as `dtype` from now on
-    /// ([`KvCache::store_as`]): f16 halves the cache of an f32 model.
-    ///
-    /// # Errors
-    /// Blocks that already hold positions in another dtype.
-    pub fn store_as(&mut self, dtype: DType) -> Result<()> {
-        for (own, _) in &mut self.layers {
-            own.store_as(dtype)?;
-        }
-        self.dtype = Some(dtype);
-        Ok(())
     }
 
     /// The dtype the self-attention keys and values are kept in, if one was named.
