@@ -8,8 +8,9 @@ posenc's benchmark (`4 + (i*7919 + salt) % (vocab - 4)`), so both sides do ident
 
 It serves steps, so that `posenc bench train` can alternate them with its own (machine
 noise then hits both sides alike): once built it prints one JSON line (`torch`,
-`threads`), then for each line read from standard input it takes one training step and
-prints one JSON line of its milliseconds per phase. It ends at the end of its input.
+`threads`, `device`), then for each line read from standard input it takes one training step and
+prints one JSON line of its milliseconds per phase. It ends at the end of its input. With `--device cuda[:N]` it runs on that GPU, and each
+phase ends when the GPU has finished it (`torch.cuda.synchronize`), as posenc's do.
 
     echo | python scripts/bench_train_torch.py --d-model 256 --heads 8 --layers 3 \
         --d-ff 1024 --vocab 1000 --batch 64 --len 24 --threads 2
@@ -68,28 +69,36 @@ def main():
     for name, default in [("d-model", 256), ("heads", 8), ("layers", 3), ("d-ff", 1024),
                           ("vocab", 1000), ("batch", 64), ("len", 24), ("threads", 2)]:
         p.add_argument("--" + name, type=int, default=default)
+    p.add_argument("--device", default="cpu")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    model = Model(a)
+    device = torch.device(a.device)
+    model = Model(a).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9,
                             weight_decay=0.0)
-    src, tgt_in, tgt_out = (ids(a.batch, a.len, a.vocab, s) for s in (1, 2, 3))
-    causal = torch.triu(torch.ones(a.len, a.len, dtype=torch.bool), diagonal=1)
+    src, tgt_in, tgt_out = (ids(a.batch, a.len, a.vocab, s).to(device) for s in (1, 2, 3))
+    causal = torch.triu(torch.ones(a.len, a.len, dtype=torch.bool), diagonal=1).to(device)
     src_pad, tgt_pad = src == 0, tgt_in == 0
-    print(json.dumps({"torch": torch.__version__, "threads": torch.get_num_threads()}),
-          flush=True)
+
+    def done():
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return time.perf_counter()
+
+    print(json.dumps({"torch": torch.__version__, "threads": torch.get_num_threads(),
+                      "device": str(device)}), flush=True)
     for _ in sys.stdin:
-        t0 = time.perf_counter()
+        t0 = done()
         logits = model(src, tgt_in, causal, src_pad, tgt_pad)
         loss = nn.functional.cross_entropy(logits.reshape(-1, a.vocab), tgt_out.reshape(-1),
                                            ignore_index=0, label_smoothing=0.1)
-        t1 = time.perf_counter()
+        t1 = done()
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        t2 = time.perf_counter()
+        t2 = done()
         opt.step()
-        t3 = time.perf_counter()
+        t3 = done()
         ms = lambda x, y: (y - x) * 1e3
         print(json.dumps({"forward_ms": ms(t0, t1), "backward_ms": ms(t1, t2),
                           "optimizer_ms": ms(t2, t3), "total_ms": ms(t0, t3)}), flush=True)

@@ -454,6 +454,31 @@ fn the_shipped_model_generates_and_keeps_its_loss_past_its_context() {
     );
     assert!(piped.status.success(), "{}", text(&piped).1);
     assert_eq!(text(&piped).0, stdout);
+    // --timing adds one line on standard error and changes nothing else: the prompt is 8
+    // characters, and the 60 tokens are the first and 59 more.
+    let timed = posenc()
+        .args([
+            "lm",
+            "generate",
+            "--max-tokens",
+            "60",
+            "--seed",
+            "1",
+            "--timing",
+            "HAMLET.\n",
+        ])
+        .output()
+        .unwrap();
+    let (timed_out, timing) = text(&timed);
+    assert!(timed.status.success(), "{timing}");
+    assert_eq!(timed_out, stdout);
+    assert!(
+        timing.starts_with("loaded in ")
+            && timing.contains("; prompt of 8 tokens read in ")
+            && timing.contains("; 59 more tokens in "),
+        "{timing:?}"
+    );
+    assert!(!text(&o).1.contains("loaded in"), "no timing unasked");
     // ALiBi, trained on 64 characters: far below the uniform ln 85 ≈ 4.44 nats at 64, and
     // no worse at 8 × 64 (Press et al. 2022), on the test plays it never saw.
     let o = posenc()

@@ -28,15 +28,15 @@ pub enum BenchCommand {
         #[arg(long)]
         no_torch: bool,
         /// Where to compute: cpu, cuda[:N] (built with --features cuda) or metal[:N]
-        /// (--features metal). The PyTorch comparison runs on the CPU.
+        /// (--features metal). The PyTorch comparison runs on the same device.
         #[arg(long, default_value = "cpu")]
         device: super::DeviceArg,
     },
     /// Sentence embeddings of 256 fixed sentences of about 100 word pieces in batches of
     /// 32 with all-MiniLM-L6-v2 (scripts/fetch_minilm.sh); with a Python that has PyTorch
     /// and transformers, the same embeddings by transformers' `BertModel`
-    /// (scripts/bench_embed_torch.py) in the same invocation, passes alternating, and the
-    /// median of the per-pass ratios.
+    /// (scripts/bench_embed_torch.py) in the same invocation, passes alternating, the
+    /// median of the per-pass ratios, and how far the two sides' embeddings are apart.
     Embed {
         /// The sentence-transformers model directory [default: .cache/all-MiniLM-L6-v2].
         #[arg(long)]
@@ -48,7 +48,7 @@ pub enum BenchCommand {
         #[arg(long)]
         no_torch: bool,
         /// Where to compute: cpu, cuda[:N] (built with --features cuda) or metal[:N]
-        /// (--features metal). The PyTorch comparison runs on the CPU.
+        /// (--features metal). The PyTorch comparison runs on the same device.
         #[arg(long, default_value = "cpu")]
         device: super::DeviceArg,
     },
@@ -150,7 +150,10 @@ fn bench_train(
                 ("--len", len),
                 ("--threads", candle_core::utils::get_num_threads()),
             ]
-            .map(|(flag, value)| (flag, value.to_string())),
+            .map(|(flag, value)| (flag, value.to_string()))
+            .into_iter()
+            .chain([("--device", torch_device(device))])
+            .collect::<Vec<_>>(),
         )),
     };
     // Alternate: one step of ours, one of PyTorch's.
@@ -167,7 +170,8 @@ fn bench_train(
     let toy = TrainConfig::default();
     let mut toy_model = toy.model.clone();
     (toy_model.src_vocab_size, toy_model.tgt_vocab_size) = (80, 81);
-    let toy_timing = time_training_step(&toy_model, toy.batch_size, 20, WARMUP_STEPS, steps)?;
+    let toy_timing =
+        time_training_step(&toy_model, toy.batch_size, 20, WARMUP_STEPS, steps, device)?;
 
     writeln!(
         out,
@@ -191,7 +195,10 @@ fn bench_train(
         None => {}
         Some(Err(e)) => skipped(out, &e)?,
         Some(Ok((_, v))) => {
-            let name = format!("PyTorch {} ({} threads), reference", v.version, v.threads);
+            let name = format!(
+                "PyTorch {} ({}, {} threads), reference",
+                v.version, v.device, v.threads
+            );
             row(out, &name, &StepTiming::median(&theirs)?)?;
             let ratio = |f: fn(&StepTiming) -> f64| {
                 median(mine.iter().zip(&theirs).map(|(a, b)| f(b) / f(a)).collect())
@@ -214,6 +221,16 @@ struct TorchVersion {
     #[serde(rename = "torch")]
     version: String,
     threads: usize,
+    device: String,
+}
+
+/// PyTorch's name of `device`: `cpu`, `cuda:N`, or `mps` for Metal.
+fn torch_device(device: &candle_core::Device) -> String {
+    match device.location() {
+        candle_core::DeviceLocation::Cpu => "cpu".into(),
+        candle_core::DeviceLocation::Cuda { gpu_id } => format!("cuda:{gpu_id}"),
+        candle_core::DeviceLocation::Metal { .. } => "mps".into(),
+    }
 }
 
 /// How to get the Python environment the comparison runs in.
@@ -244,6 +261,8 @@ fn bench_embed(
     let checksum: f64 = first.iter().flatten().map(|x| f64::from(x.abs())).sum();
     let threads = candle_core::utils::get_num_threads();
     // The script reads the sentences once, before its header line.
+    // Its first pass's embeddings come back in a file, to be compared with ours.
+    let dump = tempfile::NamedTempFile::new().context("creating a temporary file")?;
     let mut torch = match no_torch {
         true => None,
         false => Some(write_sentences(&sentences).and_then(|file| {
@@ -254,6 +273,8 @@ fn bench_embed(
                     ("--sentences", file.path().display().to_string()),
                     ("--batch", EMBED_BATCH.to_string()),
                     ("--threads", threads.to_string()),
+                    ("--device", torch_device(device)),
+                    ("--dump", dump.path().display().to_string()),
                 ],
             )
         })),
@@ -278,8 +299,9 @@ fn bench_embed(
         Some(Ok((_, h))) => {
             writeln!(
                 out,
-                "| PyTorch {} ({} threads), transformers' BertModel | {:.0} |",
+                "| PyTorch {} ({}, {} threads), transformers' BertModel | {:.0} |",
                 h.version,
+                h.device,
                 h.threads,
                 median(theirs.clone())
             )?;
@@ -290,9 +312,38 @@ fn bench_embed(
                 median(ratios),
                 h.checksum
             )?;
+            let theirs: Vec<Vec<f32>> = serde_json::from_slice(
+                &std::fs::read(dump.path()).context("reading PyTorch's embeddings")?,
+            )
+            .context("reading PyTorch's embeddings")?;
+            let (diff, cosine) = embedding_distance(&first, &theirs)?;
+            writeln!(
+                out,
+                "embeddings against PyTorch's: largest absolute difference {diff:.2e}, smallest cosine similarity {cosine:.7}"
+            )?;
         }
     }
     Ok(())
+}
+
+/// The largest absolute difference between two sets of embeddings, and the smallest
+/// cosine similarity of a pair; an error if their shapes differ.
+fn embedding_distance(a: &[Vec<f32>], b: &[Vec<f32>]) -> Result<(f64, f64)> {
+    anyhow::ensure!(
+        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.len() == y.len()),
+        "PyTorch's embeddings are not of the same shape as ours"
+    );
+    let (mut diff, mut cosine) = (0f64, f64::INFINITY);
+    for (x, y) in a.iter().zip(b) {
+        let (mut dot, mut xx, mut yy) = (0f64, 0f64, 0f64);
+        for (&p, &q) in x.iter().zip(y) {
+            let (p, q) = (f64::from(p), f64::from(q));
+            diff = diff.max((p - q).abs());
+            (dot, xx, yy) = (dot + p * q, xx + p * p, yy + q * q);
+        }
+        cosine = cosine.min(dot / (xx.sqrt() * yy.sqrt()).max(f64::MIN_POSITIVE));
+    }
+    Ok((diff, cosine))
 }
 
 /// The benchmark's sentences in a temporary JSON file, for the PyTorch script.
@@ -310,6 +361,7 @@ struct TorchEmbedHeader {
     #[serde(rename = "torch")]
     version: String,
     threads: usize,
+    device: String,
 }
 
 /// One timed pass of `scripts/bench_embed_torch.py`.
@@ -454,5 +506,24 @@ impl Drop for TorchWorker {
         // The end of its input ends it.
         drop(self.stdin.take());
         let _ = self.child.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::embedding_distance;
+
+    #[test]
+    fn embedding_distance_is_the_largest_difference_and_the_smallest_cosine() {
+        let a = vec![vec![1.0, 0.0], vec![0.6, 0.8]];
+        assert_eq!(embedding_distance(&a, &a).unwrap().0, 0.0);
+        // The second pair is 90° apart (cosine 0); the first differs by 0.5 at most.
+        let b = vec![vec![1.0, 0.5], vec![-0.8, 0.6]];
+        let (diff, cosine) = embedding_distance(&a, &b).unwrap();
+        assert!((diff - 1.4).abs() < 1e-6, "{diff}");
+        assert!(cosine.abs() < 1e-6, "{cosine}");
+        // A different count of embeddings, or of their values, is an error.
+        assert!(embedding_distance(&a, &b[..1]).is_err());
+        assert!(embedding_distance(&a, &[vec![1.0], vec![0.0, 1.0]]).is_err());
     }
 }

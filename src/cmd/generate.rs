@@ -33,6 +33,10 @@ pub struct GenerateArgs {
     window: Option<usize>,
     #[command(flatten)]
     sampling: SamplingArgs,
+    /// After the text, print to standard error how long loading, reading the prompt and
+    /// each generated token took.
+    #[arg(long)]
+    timing: bool,
     /// The text to continue [default: standard input].
     prompt: Option<String>,
 }
@@ -47,7 +51,9 @@ impl GenerateArgs {
         posenc::limits::check("tokens", self.max_tokens, posenc::limits::MAX_POSITIONS)?;
         // The model before the prompt: a model that does not load is named without waiting
         // on standard input.
+        let loading = std::time::Instant::now();
         let lm = self.model.load(default)?;
+        let loaded = loading.elapsed();
         let prompt = read_prompt(self.prompt)?;
         // A plain prompt is printed before its continuation, once generation has started
         // (a prompt refused by the generator prints nothing).
@@ -65,6 +71,7 @@ impl GenerateArgs {
         let ids = lm.encode_prompt(&text)?;
         let mut stream = TextStream::default();
         let window = self.window.or(lm.model.max_positions());
+        let mut clock = Timing::start(loaded);
         generate_observed(
             &lm.model,
             &ids,
@@ -73,6 +80,7 @@ impl GenerateArgs {
             window,
             |_| {},
             |token| {
+                clock.token();
                 if let Some(prompt) = echo.take() {
                     out.write_all(prompt.as_bytes())?;
                 }
@@ -91,7 +99,62 @@ impl GenerateArgs {
             out.write_all(prompt.as_bytes())?;
         }
         writeln!(out)?;
+        if self.timing {
+            eprintln!("{}", clock.report(ids.len()));
+        }
         Ok(())
+    }
+}
+
+/// When a generation's tokens came, for `--timing`.
+struct Timing {
+    loaded: std::time::Duration,
+    start: std::time::Instant,
+    /// When the first token was drawn (the prompt read), and the last.
+    first: Option<std::time::Instant>,
+    last: Option<std::time::Instant>,
+    tokens: usize,
+}
+
+impl Timing {
+    fn start(loaded: std::time::Duration) -> Self {
+        Self {
+            loaded,
+            start: std::time::Instant::now(),
+            first: None,
+            last: None,
+            tokens: 0,
+        }
+    }
+
+    /// A token was drawn: its logits are on the host, so the device has finished it.
+    fn token(&mut self) {
+        let now = std::time::Instant::now();
+        self.first.get_or_insert(now);
+        self.last = Some(now);
+        self.tokens += 1;
+    }
+
+    /// One line: load time, prompt tokens/s (up to the first token), generated tokens/s
+    /// (each token after the first).
+    fn report(&self, prompt: usize) -> String {
+        let mut line = format!("loaded in {:.2} s", self.loaded.as_secs_f64());
+        if let (Some(first), Some(last)) = (self.first, self.last) {
+            let read = (first - self.start).as_secs_f64();
+            line += &format!(
+                "; prompt of {prompt} tokens read in {read:.3} s ({:.0} tokens/s)",
+                prompt as f64 / read
+            );
+            if self.tokens > 1 {
+                let gen = (last - first).as_secs_f64();
+                line += &format!(
+                    "; {} more tokens in {gen:.3} s ({:.1} tokens/s)",
+                    self.tokens - 1,
+                    (self.tokens - 1) as f64 / gen
+                );
+            }
+        }
+        line
     }
 }
 

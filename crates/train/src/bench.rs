@@ -55,6 +55,7 @@ pub struct StepBench {
     model: Transformer,
     opt: AdamW,
     batch: Batch,
+    device: Device,
 }
 
 impl StepBench {
@@ -89,21 +90,31 @@ impl StepBench {
             tgt_in,
             tgt_out,
         };
-        Ok(Self { model, opt, batch })
+        Ok(Self {
+            model,
+            opt,
+            batch,
+            device: device.clone(),
+        })
     }
 
-    /// One training step (label smoothing 0.1, learning rate 1e-4), timed by phase.
+    /// One training step (label smoothing 0.1, learning rate 1e-4), timed by phase. On a
+    /// GPU, which computes asynchronously, each phase ends when the device has finished it.
     ///
     /// # Errors
     /// If a tensor operation fails.
     pub fn step(&mut self) -> Result<StepTiming> {
-        let t0 = Instant::now();
+        let done = |device: &Device| -> Result<Instant> {
+            device.synchronize()?;
+            Ok(Instant::now())
+        };
+        let t0 = done(&self.device)?;
         let loss = batch_loss(&self.model, &self.batch, 0.1)?;
-        let t1 = Instant::now();
+        let t1 = done(&self.device)?;
         let grads = loss.backward()?;
-        let t2 = Instant::now();
+        let t2 = done(&self.device)?;
         self.opt.step(&grads, 1e-4)?;
-        let t3 = Instant::now();
+        let t3 = done(&self.device)?;
         let ms = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e3;
         Ok(StepTiming {
             forward_ms: ms(t0, t1),
@@ -124,7 +135,7 @@ pub fn check_steps(steps: usize) -> Result<()> {
     Ok(())
 }
 
-/// Times `steps` training steps (after `warmup` untimed ones) of `cfg` on the CPU, on a
+/// Times `steps` training steps (after `warmup` untimed ones) of `cfg` on `device`, on a
 /// [`StepBench`] batch of `batch` sentences, source and target length `len`: the
 /// phase-wise medians.
 ///
@@ -136,9 +147,10 @@ pub fn time_training_step(
     len: usize,
     warmup: usize,
     steps: usize,
+    device: &Device,
 ) -> Result<StepTiming> {
     check_steps(steps)?;
-    let mut bench = StepBench::new(cfg, batch, len, &Device::Cpu)?;
+    let mut bench = StepBench::new(cfg, batch, len, device)?;
     for _ in 0..warmup {
         bench.step()?;
     }
