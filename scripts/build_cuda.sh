@@ -93,6 +93,8 @@ strip "$bin"/*
 carry=$CARGO_TARGET_DIR/carry
 rm -rf "$carry" && mkdir -p "$carry"
 tar -C "$bin" -cf - . | xz -T2 -6 > "$carry/binaries.tar.xz"
+# Where posenc looks for the repository's scripts and caches (scripts/gpu_check.sh links it).
+echo "$PWD" > "$carry/built-in"
 du -b "$bin"/* "$carry"/* | awk '{ printf "%6.1f MiB  %s\n", $1 / 1048576, $2; last = $1 }
   END { exit last > 64 * 1048576 }' || { echo "the archive is past the 64 MiB a device run carries" >&2; exit 1; }
 echo "linked against stubs; carry target/cuda/carry, then on the GPU machine: scripts/run_cuda.sh"

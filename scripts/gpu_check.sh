@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The GPU checks, run on the GPU machine with what scripts/build_cuda.sh built (carried in
+# target/cuda/carry) and the models in .cache where they are there. Each stage writes its
+# log to $LOGS (default target/cuda/logs) and prints it.
+#
+#   scripts/gpu_check.sh tests      # the device tests, then `bench train --device cuda`
+#                                   # against PyTorch on the same GPU
+#   scripts/gpu_check.sh embed      # all-MiniLM-L6-v2 (.cache/all-MiniLM-L6-v2):
+#                                   # `bench embed --device cuda` against transformers there
+#   scripts/gpu_check.sh generate   # SmolLM2 (.cache/smollm2): scripts/gpu_smollm2.py
+#
+# PyTorch and transformers are the machine's own `python3` (POSENC_PYTHON overrides it);
+# the SmolLM2 stage needs the `gguf` package too (transformers reads the GGUF with it).
+# posenc finds the repository's scripts and caches at the path it was built in: when the
+# checkout here is elsewhere, that path is made a link to it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+logs=${LOGS:-target/cuda/logs}
+mkdir -p "$logs"
+# The checkout's path where the binaries were built (scripts/build_cuda.sh writes it).
+built=$(cat target/cuda/carry/built-in 2> /dev/null || echo "$PWD")
+if [ "$built" != "$PWD" ] && [ ! -e "$built" ]; then
+  mkdir -p "$(dirname "$built")"
+  ln -s "$PWD" "$built"
+fi
+export POSENC_PYTHON=${POSENC_PYTHON:-python3}
+# Each step's failure is reported, and the next step still runs.
+status=0
+step() {
+  local log=$1
+  shift
+  "$@" 2>&1 | tee "$logs/$log" || { echo "FAILED: $*" >&2; status=1; }
+}
+
+stage=${1:?"which stage: tests, embed or generate"}
+case $stage in
+  tests)
+    step devices.log scripts/run_cuda.sh
+    step bench_train.log scripts/run_cuda.sh posenc bench train --device cuda --steps 20
+    ;;
+  embed)
+    step bench_embed.log scripts/run_cuda.sh posenc bench embed --device cuda --rounds 5 \
+      --model .cache/all-MiniLM-L6-v2
+    ;;
+  generate)
+    step smollm2.log python3 scripts/gpu_smollm2.py
+    ;;
+  *)
+    echo "unknown stage $stage: tests, embed or generate" >&2
+    exit 2
+    ;;
+esac
+exit $status
