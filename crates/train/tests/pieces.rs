@@ -71,64 +71,129 @@ fn noam_schedule_values() {
 
 #[test]
 fn adamw_steps_match_the_formula() {
+    // f32 on the CPU takes the in-place kernels; f64 the tensor ops that a GPU runs, all
+    // variables at once.
+    for dtype in [candle_core::DType::F32, candle_core::DType::F64] {
+        adamw_matches_the_formula(dtype);
+    }
+}
+
+/// Three variables of different shapes; `b` has no gradient at step 2 (it is skipped, and
+/// the others are stepped without it), and `c` never has one.
+fn adamw_matches_the_formula(dtype: candle_core::DType) {
+    let dev = Device::Cpu;
     let varmap = VarMap::new();
-    let theta = varmap
-        .get(
-            2,
-            "w",
-            candle_nn::init::ZERO,
-            candle_core::DType::F32,
-            &Device::Cpu,
-        )
-        .unwrap();
-    let var = varmap.data().lock().unwrap()["w"].clone();
-    var.set(&Tensor::new(&[1.0f32, -2.0], &Device::Cpu).unwrap())
-        .unwrap();
+    let shapes = [("a", vec![2]), ("b", vec![2, 3]), ("c", vec![3])];
+    let vars: Vec<(Tensor, candle_core::Var)> = shapes
+        .iter()
+        .map(|(name, shape)| {
+            let t = varmap
+                .get(shape.as_slice(), name, candle_nn::init::ZERO, dtype, &dev)
+                .unwrap();
+            (t, varmap.data().lock().unwrap()[*name].clone())
+        })
+        .collect();
+    let start: Vec<Vec<f64>> = vec![
+        vec![1.0, -2.0],
+        vec![0.5, -0.25, 1.5, -1.0, 2.0, 0.75],
+        vec![0.3, 0.2, 0.1],
+    ];
+    for ((_, var), values) in vars.iter().zip(&start) {
+        let t = Tensor::new(values.as_slice(), &dev).unwrap();
+        var.set(&t.to_dtype(dtype).unwrap().reshape(var.shape()).unwrap())
+            .unwrap();
+    }
     let cfg = AdamWConfig {
         weight_decay: 0.1,
         ..Default::default()
     };
     let mut opt = AdamW::new(&varmap, cfg).unwrap();
     let (lr, b1, b2, eps, wd) = (0.01f64, 0.9f64, 0.98f64, 1e-9f64, 0.1f64);
-    let mut th = [1.0f64, -2.0];
-    let (mut m, mut v) = ([0.0f64; 2], [0.0f64; 2]);
-    for t in 1..=3 {
-        // loss = Σ θ³ → g = 3θ²
-        let loss = theta.powf(3.0).unwrap().sum_all().unwrap();
-        opt.step(&loss.backward().unwrap(), lr).unwrap();
-        for i in 0..2 {
-            let g = 3.0 * th[i] * th[i];
-            m[i] = b1 * m[i] + (1.0 - b1) * g;
-            v[i] = b2 * v[i] + (1.0 - b2) * g * g;
-            let (mh, vh) = (m[i] / (1.0 - b1.powi(t)), v[i] / (1.0 - b2.powi(t)));
-            th[i] = th[i] * (1.0 - lr * wd) - lr * mh / (vh.sqrt() + eps);
+    let mut th = start.clone();
+    let (mut m, mut v): (Vec<Vec<f64>>, Vec<Vec<f64>>) = (
+        start.iter().map(|x| vec![0.0; x.len()]).collect(),
+        start.iter().map(|x| vec![0.0; x.len()]).collect(),
+    );
+    // loss = Σ θ³ over the variables with a gradient at step t → g = 3θ².
+    let loss_of = |with: &[usize]| {
+        let parts: Vec<Tensor> = with
+            .iter()
+            .map(|&k| vars[k].0.powf(3.0).unwrap().sum_all().unwrap())
+            .collect();
+        Tensor::stack(&parts, 0).unwrap().sum_all().unwrap()
+    };
+    for t in 1..=4 {
+        let with: &[usize] = if t == 2 { &[0] } else { &[0, 1] };
+        opt.step(&loss_of(with).backward().unwrap(), lr).unwrap();
+        for &k in with {
+            for i in 0..th[k].len() {
+                let g = 3.0 * th[k][i] * th[k][i];
+                m[k][i] = b1 * m[k][i] + (1.0 - b1) * g;
+                v[k][i] = b2 * v[k][i] + (1.0 - b2) * g * g;
+                let (mh, vh) = (m[k][i] / (1.0 - b1.powi(t)), v[k][i] / (1.0 - b2.powi(t)));
+                th[k][i] = th[k][i] * (1.0 - lr * wd) - lr * mh / (vh.sqrt() + eps);
+            }
         }
     }
-    let got: Vec<f32> = var.as_tensor().to_vec1().unwrap();
-    for i in 0..2 {
-        assert!(
-            (f64::from(got[i]) - th[i]).abs() < 1e-6,
-            "{got:?} vs {th:?}"
-        );
+    let tolerance = if dtype == candle_core::DType::F64 {
+        1e-12
+    } else {
+        1e-6
+    };
+    let read = |var: &candle_core::Var| -> Vec<f64> {
+        let t = var.as_tensor().flatten_all().unwrap();
+        t.to_dtype(candle_core::DType::F64)
+            .unwrap()
+            .to_vec1()
+            .unwrap()
+    };
+    for (k, (_, var)) in vars.iter().enumerate() {
+        let got = read(var);
+        for i in 0..got.len() {
+            assert!(
+                (got[i] - th[k][i]).abs() < tolerance,
+                "{dtype:?} {}: {got:?} vs {:?}",
+                shapes[k].0,
+                th[k]
+            );
+        }
     }
     // The moments survive a save/restore and the next step is the same.
     let state = opt.state().unwrap();
+    for (k, (name, _)) in shapes.iter().enumerate() {
+        let saved = |key: &str| {
+            let t = state[&format!("{key}.{name}")].flatten_all().unwrap();
+            t.to_dtype(candle_core::DType::F64)
+                .unwrap()
+                .to_vec1::<f64>()
+                .unwrap()
+        };
+        for (got, want) in saved("m")
+            .iter()
+            .zip(&m[k])
+            .chain(saved("v").iter().zip(&v[k]))
+        {
+            assert!(
+                (got - want).abs() < tolerance * want.abs().max(1.0),
+                "{dtype:?} moments of {name}: {got} vs {want}"
+            );
+        }
+    }
     let mut fresh = AdamW::new(&varmap, cfg).unwrap();
     fresh.restore(&state, opt.step_count()).unwrap();
-    let snapshot = var.as_tensor().copy().unwrap();
-    let g = theta
-        .powf(3.0)
-        .unwrap()
-        .sum_all()
-        .unwrap()
-        .backward()
-        .unwrap();
+    let snapshot: Vec<Tensor> = vars
+        .iter()
+        .map(|(_, var)| var.as_tensor().copy().unwrap())
+        .collect();
+    let g = loss_of(&[0, 1]).backward().unwrap();
     opt.step(&g, lr).unwrap();
-    let a: Vec<f32> = var.as_tensor().to_vec1().unwrap();
-    var.set(&snapshot).unwrap();
+    let a: Vec<Vec<f64>> = vars.iter().map(|(_, var)| read(var)).collect();
+    for ((_, var), t) in vars.iter().zip(&snapshot) {
+        var.set(t).unwrap();
+    }
     fresh.step(&g, lr).unwrap();
-    let b: Vec<f32> = var.as_tensor().to_vec1().unwrap();
-    assert_eq!(a, b);
+    let b: Vec<Vec<f64>> = vars.iter().map(|(_, var)| read(var)).collect();
+    assert_eq!(a, b, "{dtype:?}");
 }
 
 #[test]
