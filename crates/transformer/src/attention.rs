@@ -21,7 +21,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use candle_core::{DType, Tensor, D};
+use candle_core::{DType, Tensor};
 use candle_nn::{init, Init, VarBuilder};
 use posenc::{PositionalEncoding, Positions};
 
@@ -557,7 +557,8 @@ impl MultiHeadAttention {
                 scores = mask.fill(&scores)?;
             }
             let weights = if scores.track_op() {
-                candle_nn::ops::softmax(&scores, D::Minus1)?
+                // candle's fused kernel, with a backward of its own.
+                ops::with_grad::softmax_last_dim(&scores)?
             } else {
                 candle_nn::ops::softmax_last_dim(&scores)?
             };

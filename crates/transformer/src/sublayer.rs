@@ -74,8 +74,16 @@ impl Module for Norm {
             (NormKind::LayerNorm, Some(b)) if fused => {
                 crate::ops::layer_norm(x, w, b, self.eps as f32)
             }
+            // A GPU: candle's fused kernel, with a backward of its own (`ops::with_grad`);
+            // on the CPU (f64) that kernel is not there, and the composition runs.
+            (NormKind::LayerNorm, Some(b)) if tracked && !x.device().is_cpu() => {
+                crate::ops::with_grad::layer_norm(x, w, b, self.eps as f32)
+            }
             (NormKind::LayerNorm, Some(b)) if tracked => {
                 candle_nn::ops::layer_norm_slow(x, w, b, self.eps as f32)
+            }
+            (NormKind::RmsNorm, _) if tracked && !x.device().is_cpu() => {
+                crate::ops::with_grad::rms_norm(x, w, self.eps as f32)
             }
             (NormKind::RmsNorm, _) if tracked => {
                 candle_nn::ops::rms_norm_slow(x, w, self.eps as f32)

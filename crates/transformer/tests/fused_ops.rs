@@ -242,6 +242,80 @@ fn layer_norm_equals_the_composition_forward_and_backward() {
     }
 }
 
+/// The training paths off the CPU's f32 kernels (`ops::with_grad`: candle's fused forward
+/// kernel, a backward of tensor ops) against the compositions they replace, in f64: the
+/// outputs and the gradient of every input, for f32 and f64 inputs, on a transposed
+/// (non-contiguous) input whose rows are shorter and longer than a warp. (candle's norm
+/// kernels take no f64 on the CPU.)
+#[test]
+fn with_grad_ops_equal_the_compositions_forward_and_backward() {
+    use posenc_transformer::ops::with_grad;
+    type Op = fn(&[&Tensor]) -> candle_core::Result<Tensor>;
+    let cases: [(&str, &[DType], usize, Op, Op); 3] = [
+        (
+            "softmax",
+            &[DType::F32, DType::F64],
+            1,
+            |t| with_grad::softmax_last_dim(t[0]),
+            |t| candle_nn::ops::softmax(t[0], D::Minus1),
+        ),
+        (
+            "layer norm",
+            &[DType::F32],
+            3,
+            |t| with_grad::layer_norm(t[0], t[1], t[2], 1e-5),
+            |t| candle_nn::ops::layer_norm_slow(t[0], t[1], t[2], 1e-5),
+        ),
+        (
+            "rms norm",
+            &[DType::F32],
+            2,
+            |t| with_grad::rms_norm(t[0], t[1], 1e-5),
+            |t| candle_nn::ops::rms_norm_slow(t[0], t[1], 1e-5),
+        ),
+    ];
+    for (name, dtypes, inputs, op, composite) in cases {
+        for &dtype in dtypes {
+            for d in [12, 45] {
+                // x is (2, d, 5) transposed to (2, 5, d); w and b are (d).
+                let x = randn(&[2, d, 5], 11).affine(3.0, 1.5).unwrap();
+                let all = [x, randn(&[d], 12), randn(&[d], 13)];
+                let r = randn(&[2, 5, d], 14).to_dtype(DType::F64).unwrap();
+                let run = |dtype: DType, f: Op| {
+                    let vars: Vec<Var> = all[..inputs]
+                        .iter()
+                        .map(|t| Var::from_tensor(&t.to_dtype(dtype).unwrap()).unwrap())
+                        .collect();
+                    let x = vars[0].as_tensor().transpose(1, 2).unwrap();
+                    let rest: Vec<&Tensor> = vars[1..].iter().map(Var::as_tensor).collect();
+                    let args: Vec<&Tensor> = std::iter::once(&x).chain(rest).collect();
+                    let y = f(&args).unwrap();
+                    let loss = (y.to_dtype(DType::F64).unwrap() * &r).unwrap();
+                    let grads = loss.sum_all().unwrap().backward().unwrap();
+                    let g: Vec<Tensor> = vars
+                        .iter()
+                        .map(|v| grads.get(v.as_tensor()).unwrap().clone())
+                        .collect();
+                    (y, g)
+                };
+                let (y, g) = run(dtype, op);
+                let (y64, g64) = run(DType::F64, composite);
+                assert_eq!(y.dtype(), dtype);
+                let what = format!("{name}, {dtype:?}, width {d}");
+                assert!(
+                    max_diff(&y, &y64) < 1e-5,
+                    "{what}: forward {}",
+                    max_diff(&y, &y64)
+                );
+                for (i, (g, g64)) in g.iter().zip(&g64).enumerate() {
+                    let diff = max_diff(g, g64);
+                    assert!(diff < 1e-4, "{what}: gradient of input {i}: {diff}");
+                }
+            }
+        }
+    }
+}
+
 /// The residual's sum and norm in one pass at inference (nothing tracked) equals
 /// candle-nn's LayerNorm composition of `x + y` in f64, on rows shorter and longer than
 /// one vector; with a tracked input it is the differentiable `layer_norm(x + y)`, whose

@@ -14,6 +14,7 @@ mod packed_attention;
 pub mod quantized;
 mod simd;
 mod softmax;
+pub mod with_grad;
 
 pub use attention::attention;
 pub use bias::add_bias;
