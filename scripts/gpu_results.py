@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """docs/gpu/results.csv from the logs scripts/gpu_check.sh wrote (copied into docs/gpu).
 
-One row per figure: check, implementation, measure, value, unit, gpu. Standard library
-only.
+One row per figure: check, implementation, measure, value, unit, gpu, run, log. Standard
+library only. The first logs (bench_train, bench_embed, smollm2) are of commit 9b876a7. The A/B logs (ab_*.log) hold several runs of `bench train` / `bench embed`,
+each headed `== BINARY`: `posenc-old` is the build of commit 9b876a7 (the first check);
+`posenc` is, in ab_train_1/2 and ab_embed, commit 9156433 (AdamW stepping all weights at
+once; that build also had cudarc's event tracking off, which changed nothing measurable
+and was not kept), and in ab_train_3 commit 523f480 (that, and `ops::with_grad`).
 
     python3 scripts/gpu_results.py docs/gpu
 """
@@ -13,36 +17,59 @@ import sys
 from pathlib import Path
 
 
+OLD = "posenc 9b876a7"
+
+
 def gpu_of(text):
     """The GPU's name, from the nvidia-smi line run_cuda.sh prints first."""
     return text.splitlines()[0].split(",")[0].strip()
 
 
-def rows_of_train(text, gpu):
+def rows_of_train(text, gpu, posenc=OLD, run=1):
     phases = ["forward", "backward", "optimizer", "step"]
     for line in text.splitlines():
         cells = [c.strip() for c in line.strip("|").split("|")]
         if len(cells) != 5 or not re.fullmatch(r"[\d.]+", cells[1]):
             continue
         name = cells[0]
-        who = "PyTorch" if name.startswith("PyTorch") else "posenc"
+        who = f"PyTorch beside {posenc}" if name.startswith("PyTorch") else posenc
         config = "reference" if "reference" in name else "toy"
         for phase, value in zip(phases, cells[1:]):
-            yield ["train " + config, who, phase, float(value), "ms", gpu]
+            yield ["train " + config, who, phase, float(value), "ms", gpu, run]
 
 
-def rows_of_embed(text, gpu):
+AB = {  # log: (build of `posenc`, first run number)
+    "ab_train_1.log": ("posenc 9156433", 1),
+    "ab_train_2.log": ("posenc 9156433", 3),
+    "ab_embed.log": ("posenc 9156433", 1),
+    "ab_train_3.log": ("posenc 523f480", 1),
+}
+
+
+def runs_of(text, new, first):
+    """The `== BINARY` sections of an A/B log: (build, run number, text); `first` numbers
+    the first run of `new` (9b876a7's runs are numbered within each log)."""
+    seen = {}
+    for part in text.split("== ")[1:]:
+        name, _, body = part.partition("\n")
+        build = OLD if name.strip() == "posenc-old" else new
+        seen[build] = seen.get(build, 0) + 1
+        yield build, first + seen[build] - 1, body
+
+
+def rows_of_embed(text, gpu, posenc=OLD, run=1):
     for line in text.splitlines():
         m = re.match(r"\| (posenc|PyTorch)[^|]* \| (\d+) \|", line)
         if m:
-            yield ["embed all-MiniLM-L6-v2", m.group(1), "pass", float(m.group(2)), "ms", gpu]
+            who = posenc if m.group(1) == "posenc" else f"PyTorch beside {posenc}"
+            yield ["embed all-MiniLM-L6-v2", who, "pass", float(m.group(2)), "ms", gpu, run]
         m = re.search(r"largest absolute difference ([\d.e+-]+), smallest cosine similarity "
                       r"([\d.]+)", line)
         if m:
-            yield ["embed all-MiniLM-L6-v2", "posenc vs PyTorch", "max abs difference",
-                   float(m.group(1)), "", gpu]
-            yield ["embed all-MiniLM-L6-v2", "posenc vs PyTorch", "min cosine",
-                   float(m.group(2)), "", gpu]
+            yield ["embed all-MiniLM-L6-v2", f"{posenc} vs PyTorch", "max abs difference",
+                   float(m.group(1)), "", gpu, run]
+            yield ["embed all-MiniLM-L6-v2", f"{posenc} vs PyTorch", "min cosine",
+                   float(m.group(2)), "", gpu, run]
 
 
 # SmolLM2's GGUF ends a sequence at `<|im_end|>`, where posenc stops; the run in docs/gpu
@@ -61,24 +88,31 @@ def rows_of_smollm2(text):
         reference = r["transformers_cuda"].split(END)[0]
         for key in ["posenc_cuda_f32", "posenc_cuda_quantized", "posenc_cpu_f32"]:
             yield ["smollm2 greedy " + r["prompt"], key, "same text as transformers",
-                   int(r[key] == reference), "", gpu]
+                   int(r[key] == reference), "", gpu, 1]
     for who in ["transformers", "posenc_f32", "posenc_quantized"]:
         for measure in ["prompt_tok_s", "decode_tok_s"]:
             yield ["smollm2 speed", who, measure.removesuffix("_tok_s"),
-                   round(speed[who][measure], 1), "tokens/s", gpu]
+                   round(speed[who][measure], 1), "tokens/s", gpu, 1]
 
 
 def main():
     d = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/gpu")
     rows = []
     train = (d / "bench_train.log").read_text()
-    rows += rows_of_train(train, gpu_of(train))
+    rows += [r + ["bench_train.log"] for r in rows_of_train(train, gpu_of(train))]
     embed = (d / "bench_embed.log").read_text()
-    rows += rows_of_embed(embed, gpu_of(embed))
-    rows += rows_of_smollm2((d / "smollm2.log").read_text())
+    rows += [r + ["bench_embed.log"] for r in rows_of_embed(embed, gpu_of(embed))]
+    rows += [r + ["smollm2.log"] for r in rows_of_smollm2((d / "smollm2.log").read_text())]
+    # The A/B logs (ab_train_2/3 and ab_embed with OMP_WAIT_POLICY=PASSIVE, so that
+    # neither side's idle threads spin while the other works). Runs of 9b876a7 are
+    # numbered per log.
+    for name, (new, first) in AB.items():
+        parse = rows_of_embed if "embed" in name else rows_of_train
+        for build, run, body in runs_of((d / name).read_text(), new, first):
+            rows += [r + [name] for r in parse(body, gpu_of(train), build, run)]
     with open(d / "results.csv", "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["check", "implementation", "measure", "value", "unit", "gpu"])
+        w.writerow(["check", "implementation", "measure", "value", "unit", "gpu", "run", "log"])
         w.writerows(rows)
     print(f"{len(rows)} rows in {d / 'results.csv'}")
 
