@@ -1013,7 +1013,8 @@ fn fake_torch(dir: &Path, serve: usize, then: &str) -> PathBuf {
     let path = dir.join("python");
     let step = r#"{"forward_ms": 1.0, "backward_ms": 2.0, "optimizer_ms": 0.5, "total_ms": 3.5}"#;
     let script = format!(
-        "#!/bin/sh\necho '{{\"torch\": \"fake\", \"threads\": 2}}'\ni=0\nwhile read line; do\n  \
+        "#!/bin/sh\ndev=none\nwhile [ $# -gt 0 ]; do [ \"$1\" = --device ] && dev=$2; shift; done\n\
+         echo '{{\"torch\": \"fake\", \"threads\": 2, \"device\": \"'$dev'\"}}'\ni=0\nwhile read line; do\n  \
          if [ $i -ge {serve} ]; then {then}; fi\n  \
          echo '{step}'\n  i=$((i + 1))\ndone\n"
     );
@@ -1046,7 +1047,8 @@ fn bench_train_alternates_with_the_torch_script_and_survives_its_death() {
     // 2 warm-up steps and 2 timed ones: all served.
     let served = run(4, DIE);
     assert!(
-        served.contains("| PyTorch fake (2 threads), reference | 1.0 | 2.0 | 0.5 | 3.5 |"),
+        // The script was asked for the device the bench ran on.
+        served.contains("| PyTorch fake (cpu, 2 threads), reference | 1.0 | 2.0 | 0.5 | 3.5 |"),
         "{served}"
     );
     assert!(served.contains("median of 2 alternating steps"), "{served}");

@@ -13,8 +13,9 @@
 //!
 //! Attention softmax (with its scale and mask) and, when training, LayerNorm run as the
 //! fused kernels of [`ops`], which carry their own backward; inference uses candle's fused
-//! LayerNorm and rotary kernels. Other dtypes than f32 take the differentiable
-//! compositions.
+//! LayerNorm and rotary kernels. Off the CPU's f32 (on a GPU), a tracked softmax or norm
+//! is candle's fused kernel with the backward of [`ops::with_grad`], and other ops take
+//! the differentiable compositions.
 
 #![warn(missing_docs)]
 
