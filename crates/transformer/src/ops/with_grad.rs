@@ -86,26 +86,39 @@ fn metal(s: &Storage) -> Option<&MetalStorage> {
     }
 }
 
+/// A custom op's three forwards (CPU, CUDA, Metal) for inputs named `$arg`: each a copy
+/// of the fused output (the inputs are read by the backward only).
+macro_rules! forward_is_a_copy {
+    ($($arg:ident),+) => {
+        fn cpu_fwd(
+            &self,
+            $($arg: &CpuStorage, _: &Layout),+
+        ) -> candle_core::Result<(CpuStorage, Shape)> {
+            self.output(cpu)
+        }
+
+        fn cuda_fwd(
+            &self,
+            $($arg: &CudaStorage, _: &Layout),+
+        ) -> candle_core::Result<(CudaStorage, Shape)> {
+            self.output(cuda)
+        }
+
+        fn metal_fwd(
+            &self,
+            $($arg: &MetalStorage, _: &Layout),+
+        ) -> candle_core::Result<(MetalStorage, Shape)> {
+            self.output(metal)
+        }
+    };
+}
+
 impl CustomOp1 for Computed {
     fn name(&self) -> &'static str {
         Computed::name(self)
     }
 
-    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        self.output(cpu)
-    }
-
-    fn cuda_fwd(&self, _: &CudaStorage, _: &Layout) -> candle_core::Result<(CudaStorage, Shape)> {
-        self.output(cuda)
-    }
-
-    fn metal_fwd(
-        &self,
-        _: &MetalStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(MetalStorage, Shape)> {
-        self.output(metal)
-    }
+    forward_is_a_copy!(_x);
 
     fn bwd(&self, _: &Tensor, y: &Tensor, dy: &Tensor) -> candle_core::Result<Option<Tensor>> {
         let dot = (dy * y)?.sum_keepdim(D::Minus1)?;
@@ -118,35 +131,7 @@ impl CustomOp2 for Computed {
         Computed::name(self)
     }
 
-    fn cpu_fwd(
-        &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        self.output(cpu)
-    }
-
-    fn cuda_fwd(
-        &self,
-        _: &CudaStorage,
-        _: &Layout,
-        _: &CudaStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(CudaStorage, Shape)> {
-        self.output(cuda)
-    }
-
-    fn metal_fwd(
-        &self,
-        _: &MetalStorage,
-        _: &Layout,
-        _: &MetalStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(MetalStorage, Shape)> {
-        self.output(metal)
-    }
+    forward_is_a_copy!(_x, _w);
 
     fn bwd(
         &self,
@@ -165,41 +150,7 @@ impl CustomOp3 for Computed {
         Computed::name(self)
     }
 
-    fn cpu_fwd(
-        &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        self.output(cpu)
-    }
-
-    fn cuda_fwd(
-        &self,
-        _: &CudaStorage,
-        _: &Layout,
-        _: &CudaStorage,
-        _: &Layout,
-        _: &CudaStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(CudaStorage, Shape)> {
-        self.output(cuda)
-    }
-
-    fn metal_fwd(
-        &self,
-        _: &MetalStorage,
-        _: &Layout,
-        _: &MetalStorage,
-        _: &Layout,
-        _: &MetalStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(MetalStorage, Shape)> {
-        self.output(metal)
-    }
+    forward_is_a_copy!(_x, _w, _b);
 
     fn bwd(
         &self,
