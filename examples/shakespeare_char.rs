@@ -60,7 +60,7 @@ fn run() -> anyhow::Result<()> {
         train,
         valid: valid.clone(),
     };
-    let run = train_lm(&cfg, &data, |state, loss| {
+    let run = train_lm(&cfg, &data, &candle_core::Device::Cpu, |state, loss| {
         if state.step % 200 == 0 || state.step == steps {
             println!(
                 "step {:>5}  train loss {loss:.4}  ({:.0} s)",

@@ -8,6 +8,12 @@
 #   scripts/gpu_check.sh embed      # all-MiniLM-L6-v2 (.cache/all-MiniLM-L6-v2):
 #                                   # `bench embed --device cuda` against transformers there
 #   scripts/gpu_check.sh generate   # SmolLM2 (.cache/smollm2): scripts/gpu_smollm2.py
+#   scripts/gpu_check.sh lm         # the Shakespeare corpus (.cache/shakespeare): 20 steps
+#                                   # of `lm train` on the GPU and on the CPU (their losses
+#                                   # should agree to float tolerance), then
+#   scripts/gpu_check.sh lm-experiment  # the LM extrapolation experiment at a size the CPU
+#                                   # cannot reach (scripts/gpu_lm_base.json: width 512, 8
+#                                   # layers, context 256, evaluated to 8 × 256), 2 seeds
 #
 # PyTorch and transformers are the machine's own `python3` (POSENC_PYTHON overrides it);
 # the SmolLM2 stage needs the `gguf` package too (transformers reads the GGUF with it).
@@ -32,7 +38,7 @@ step() {
   "$@" 2>&1 | tee "$logs/$log" || { echo "FAILED: $*" >&2; status=1; }
 }
 
-stage=${1:?"which stage: tests, embed or generate"}
+stage=${1:?"which stage: tests, embed, generate, lm or lm-experiment"}
 case $stage in
   tests)
     step devices.log scripts/run_cuda.sh
@@ -45,8 +51,19 @@ case $stage in
   generate)
     step smollm2.log python3 scripts/gpu_smollm2.py
     ;;
+  lm)
+    for device in cuda cpu; do
+      step "lm_train_$device.log" scripts/run_cuda.sh posenc lm train --quiet --force \
+        --out "target/cuda/lm-$device" --steps 20 --device "$device"
+    done
+    ;;
+  lm-experiment)
+    step lm_experiment.log scripts/run_cuda.sh posenc lm experiment --device cuda \
+      --base scripts/gpu_lm_base.json --seeds 2 --out target/cuda/lm-experiment \
+      --encodings none,sinusoidal,rope,alibi,t5,kerple,fire
+    ;;
   *)
-    echo "unknown stage $stage: tests, embed or generate" >&2
+    echo "unknown stage $stage: tests, embed, generate, lm or lm-experiment" >&2
     exit 2
     ;;
 esac

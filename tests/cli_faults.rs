@@ -587,11 +587,23 @@ fn bad_input_to_every_subcommand_is_named_and_writes_nothing() {
     check(&cases, root);
     // A backend this binary was built without is named, with the build that has it.
     if !cfg!(feature = "cuda") {
-        let cuda = [case(
-            &[&"generate", &"--device", &"cuda", &"hi"],
-            "--features cuda",
-            2,
-        )];
+        let cuda = [
+            case(
+                &[&"generate", &"--device", &"cuda", &"hi"],
+                "--features cuda",
+                2,
+            ),
+            case(
+                &[&"lm", &"train", &"--out", &"r", &"--device", &"cuda"],
+                "--features cuda",
+                2,
+            ),
+            case(
+                &[&"lm", &"experiment", &"--device", &"cuda"],
+                "--features cuda",
+                2,
+            ),
+        ];
         check(&cuda, root);
     }
 }

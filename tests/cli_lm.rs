@@ -343,6 +343,61 @@ fn quick_lm_experiment(encodings: &str, out: &std::path::Path) -> std::process::
     command
 }
 
+/// `lm experiment --base` trains every run with the given config (here a smaller model),
+/// the flags overriding it; a file that does not parse is named before anything runs.
+#[test]
+fn the_experiment_takes_a_base_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("base.json");
+    std::fs::write(
+        &base,
+        r#"{"model": {"d_model": 24, "heads": 2, "d_ff": 48, "layers": 1, "context": 64},
+            "batch_size": 4, "eval_every": 1000}"#,
+    )
+    .unwrap();
+    let out = dir.path().join("exp");
+    let o = posenc()
+        .args([
+            "lm",
+            "experiment",
+            "--quiet",
+            "--steps",
+            "2",
+            "--context",
+            "16",
+        ])
+        .args(["--encodings", "alibi", "--base"])
+        .arg(&base)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o).1);
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("alibi/config.json")).unwrap())
+            .unwrap();
+    assert_eq!(config["d_model"], 24, "{config}");
+    assert_eq!(config["layers"], 1, "{config}");
+    assert_eq!(
+        config["context"], 16,
+        "--context overrides the base: {config}"
+    );
+    std::fs::write(&base, "{ not json").unwrap();
+    let o = posenc()
+        .args(["lm", "experiment", "--quiet", "--base"])
+        .arg(&base)
+        .arg("--out")
+        .arg(dir.path().join("other"))
+        .output()
+        .unwrap();
+    let stderr = text(&o).1;
+    assert!(
+        !o.status.success() && stderr.contains("base.json"),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("other").exists(), "nothing written");
+}
+
 #[test]
 fn the_experiment_tabulates_every_length_and_draws_both_figures() {
     let dir = tempfile::tempdir().unwrap();
@@ -429,18 +484,15 @@ fn the_experiment_compares_labels_over_seeds() {
 
 #[test]
 fn the_shipped_model_generates_and_keeps_its_loss_past_its_context() {
-    let o = posenc()
-        .args([
-            "lm",
-            "generate",
-            "--max-tokens",
-            "60",
-            "--seed",
-            "1",
-            "HAMLET.\n",
-        ])
-        .output()
-        .unwrap();
+    let generate = |extra: &[&str]| {
+        posenc()
+            .args(["lm", "generate", "--max-tokens", "60", "--seed", "1"])
+            .args(extra)
+            .arg("HAMLET.\n")
+            .output()
+            .unwrap()
+    };
+    let o = generate(&[]);
     let (stdout, stderr) = text(&o);
     assert!(o.status.success(), "{stderr}");
     assert!(
@@ -456,19 +508,7 @@ fn the_shipped_model_generates_and_keeps_its_loss_past_its_context() {
     assert_eq!(text(&piped).0, stdout);
     // --timing adds one line on standard error and changes nothing else: the prompt is 8
     // characters, and the 60 tokens are the first and 59 more.
-    let timed = posenc()
-        .args([
-            "lm",
-            "generate",
-            "--max-tokens",
-            "60",
-            "--seed",
-            "1",
-            "--timing",
-            "HAMLET.\n",
-        ])
-        .output()
-        .unwrap();
+    let timed = generate(&["--timing"]);
     let (timed_out, timing) = text(&timed);
     assert!(timed.status.success(), "{timing}");
     assert_eq!(timed_out, stdout);

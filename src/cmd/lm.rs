@@ -115,6 +115,10 @@ pub struct TrainArgs {
     /// The share of --text held out for validation.
     #[arg(long, default_value_t = 0.1, requires = "text")]
     valid_fraction: f64,
+    /// Where to train: cpu, cuda[:N] (built with --features cuda) or metal[:N]
+    /// (--features metal). The run directory is the same on any device.
+    #[arg(long, default_value = "cpu")]
+    device: super::DeviceArg,
     /// No progress lines.
     #[arg(long)]
     quiet: bool,
@@ -217,9 +221,17 @@ pub struct ExperimentArgs {
     /// A smaller budget: minutes, not half an hour.
     #[arg(long)]
     quick: bool,
+    /// A JSON training config for every run (model size, steps, batch, schedule), as
+    /// `lm train --config` takes; the flags above override it.
+    #[arg(long, conflicts_with = "quick")]
+    base: Option<PathBuf>,
     /// The corpus directory [default: .cache/shakespeare].
     #[arg(long)]
     corpus: Option<PathBuf>,
+    /// Where to train and evaluate: cpu, cuda[:N] (built with --features cuda) or
+    /// metal[:N] (--features metal).
+    #[arg(long, default_value = "cpu")]
+    device: super::DeviceArg,
     /// No progress lines.
     #[arg(long)]
     quiet: bool,
@@ -279,15 +291,11 @@ fn train(a: TrainArgs, out: &mut impl Write) -> Result<()> {
                 LmData::from_corpus(&corpus, t)
             },
             opts,
+            &a.device.0,
         )?
     } else {
         let mut cfg = match &a.config {
-            Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .with_context(|| format!("reading {}", path.display()))?;
-                serde_json::from_str(&text)
-                    .with_context(|| format!("parsing {}", path.display()))?
-            }
+            Some(path) => read_config(path)?,
             None => LmTrainConfig::default(),
         };
         let mut source = None;
@@ -341,9 +349,16 @@ fn train(a: TrainArgs, out: &mut impl Write) -> Result<()> {
         };
         cfg.model.vocab_size = tokenizer.get_vocab_size(true);
         let data = LmData::from_corpus(&corpus, &tokenizer)?;
-        lm_run::start(&cfg, &tokenizer, &data, &a.out, opts)?
+        lm_run::start(&cfg, &tokenizer, &data, &a.out, opts, &a.device.0)?
     };
     report(&state, &a.out, out)
+}
+
+/// A JSON training config.
+fn read_config(path: &Path) -> Result<LmTrainConfig> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
 }
 
 fn report(state: &LmState, dir: &Path, out: &mut impl Write) -> Result<()> {
@@ -689,6 +704,9 @@ fn experiment(a: ExperimentArgs, out: &mut impl Write) -> Result<()> {
     } else {
         LmExperimentConfig::full()
     };
+    if let Some(path) = &a.base {
+        cfg.base = read_config(path)?;
+    }
     if let Some(c) = a.context {
         cfg.base.model.context = c;
     }
@@ -710,7 +728,7 @@ fn experiment(a: ExperimentArgs, out: &mut impl Write) -> Result<()> {
         force: false,
         stop_after: None,
     };
-    let result = lm_experiment::run(&cfg, &corpus, &a.out, opts)?;
+    let result = lm_experiment::run(&cfg, &corpus, &a.out, opts, &a.device.0)?;
     let plots = posenc_plot::lm_experiment(&result, &a.out)?;
     super::report_experiment(out, &result.table(), &a.out, &plots)
 }

@@ -34,7 +34,7 @@ pub struct ModelArgs {
     #[arg(long, value_enum)]
     kv_cache: Option<CacheDtype>,
     /// Where to compute: cpu, cuda[:N] (built with --features cuda) or metal[:N]
-    /// (--features metal). Runs of `posenc lm train` load on the CPU.
+    /// (--features metal).
     #[arg(long, default_value = "cpu")]
     device: DeviceArg,
     #[command(flatten)]
@@ -93,11 +93,7 @@ impl ModelArgs {
         let spec = self.spec(default);
         let path = PathBuf::from(spec);
         let mut lm = if is_run(&path) {
-            anyhow::ensure!(
-                self.device.0.is_cpu(),
-                "{spec} is a run of `posenc lm train`, which loads on the CPU only"
-            );
-            let saved = lm_run::load(&path)?;
+            let saved = lm_run::load(&path, &self.device.0)?;
             CausalLm {
                 model: saved.model,
                 tokenizer: saved.tokenizer,

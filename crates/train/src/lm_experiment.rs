@@ -239,8 +239,8 @@ pub struct LmExperiment {
     pub records: Vec<LmLengthRecord>,
 }
 
-/// Trains and evaluates every entry and seed of `cfg` on `corpus` under `out`, writing
-/// `results.json` and `results.md` after each run.
+/// Trains and evaluates every entry and seed of `cfg` on `corpus` under `out`, on
+/// `device`, writing `results.json` and `results.md` after each run.
 ///
 /// # Errors
 /// Bad settings (before anything is written), two entries sharing a label, a run
@@ -251,6 +251,7 @@ pub fn run(
     corpus: &Corpus,
     out: &Path,
     opts: RunOptions,
+    device: &candle_core::Device,
 ) -> Result<LmExperiment> {
     check_unique(&cfg.encodings)?;
     ensure!(
@@ -286,8 +287,8 @@ pub fn run(
             }
             let run_cfg = cfg.run_config(entry, seed, &tokenizer);
             let dir = cfg.run_dir(out, entry, seed);
-            let state = train_or_reuse(&run_cfg, &tokenizer, &data, &dir, opts)?;
-            let model = lm_run::load(&dir)?.model;
+            let state = train_or_reuse(&run_cfg, &tokenizer, &data, &dir, opts, device)?;
+            let model = lm_run::load(&dir, device)?.model;
             let context = run_cfg.model.context;
             let mut lengths = Vec::new();
             for f in &cfg.factors {
@@ -325,13 +326,16 @@ fn train_or_reuse(
     data: &LmData,
     dir: &Path,
     opts: RunOptions,
+    device: &candle_core::Device,
 ) -> Result<LmState> {
     match find_run(dir, cfg, |previous: &LmState| {
         differences(&previous.config, cfg)
     })? {
         Found::Finished(previous) => Ok(previous),
-        Found::Unfinished => lm_run::resume(dir, Some(cfg.steps), |_, _| Ok(data.clone()), opts),
-        Found::Nothing => lm_run::start(cfg, tokenizer, data, dir, opts),
+        Found::Unfinished => {
+            lm_run::resume(dir, Some(cfg.steps), |_, _| Ok(data.clone()), opts, device)
+        }
+        Found::Nothing => lm_run::start(cfg, tokenizer, data, dir, opts, device),
     }
 }
 

@@ -28,8 +28,9 @@ use crate::lm_train::{InitFrom, LmData, LmState, LmTask, LmTrainConfig};
 use crate::rundir::{self, FixedFiles, RunDir, TOKENIZER, TRAINER_FILE};
 use crate::trainer::RunOptions;
 
-/// Trains a new model of `cfg` on `data` into `out`, which must be new or empty (or hold a
-/// run, with `opts.force`); returns the final state.
+/// Trains a new model of `cfg` on `data`, on `device`, into `out`, which must be new or
+/// empty (or hold a run, with `opts.force`); returns the final state. The files written are
+/// the same on any device.
 ///
 /// # Errors
 /// Bad settings or data (before anything is written), another writer, a directory holding
@@ -40,6 +41,7 @@ pub fn start(
     data: &LmData,
     out: &Path,
     opts: RunOptions,
+    device: &Device,
 ) -> Result<LmState> {
     ensure!(
         tokenizer.get_vocab_size(true) == cfg.model.vocab_size,
@@ -47,7 +49,7 @@ pub fn start(
         tokenizer.get_vocab_size(true),
         cfg.model.vocab_size
     );
-    let task = LmTask::new(cfg, data)?;
+    let task = LmTask::new(cfg, data, device)?;
     let state = LmState::new(rundir::new_run_id(), cfg.clone());
     let tokenizer_json = tokenizer
         .to_string(true)
@@ -146,7 +148,8 @@ pub fn state(dir: &Path) -> Result<LmState> {
 }
 
 /// Continues the run in `out` up to `steps` (default: its own) steps in all, on the data
-/// `data(config, tokenizer)` gives (the same data it started on, for an identical run).
+/// `data(config, tokenizer)` gives (the same data it started on, for an identical run), on
+/// `device` (any: a run started on the CPU may go on on a GPU, no longer bit-identically).
 ///
 /// # Errors
 /// As [`start`]; also a directory holding no complete run, or `steps` below the run's step.
@@ -155,6 +158,7 @@ pub fn resume(
     steps: Option<usize>,
     data: impl FnOnce(&LmTrainConfig, &Tokenizer) -> Result<LmData>,
     opts: RunOptions,
+    device: &Device,
 ) -> Result<LmState> {
     let (dir, state): (RunDir, LmState) = rundir::resume_state(out, steps)?;
     let (model, tokenizer) = read_fixed(out)?;
@@ -165,7 +169,7 @@ pub fn resume(
         out.join(TRAINER_FILE).display()
     );
     let data = data(&state.config, &tokenizer)?;
-    let task = LmTask::new(&state.config, &data)?;
+    let task = LmTask::new(&state.config, &data, device)?;
     let cfg = state.config.clone();
     Trainer::new(task, &cfg)?.resume(dir, state, opts, |v| initialize(v, &cfg))
 }
@@ -215,20 +219,20 @@ pub struct Saved {
     pub model: LanguageModel,
 }
 
-/// Loads the model in `dir` (its last checkpoint); every problem names its file.
+/// Loads the model in `dir` (its last checkpoint) onto `device`; every problem names its
+/// file.
 ///
 /// # Errors
 /// A directory that is not a complete run, files from different runs, a tokenizer that
 /// does not fit the config, or missing, mis-shaped or non-finite weights.
-pub fn load(dir: &Path) -> Result<Saved> {
+pub fn load(dir: &Path, device: &Device) -> Result<Saved> {
     let manifest = rundir::verify(dir)?;
     let weights = dir.join(WEIGHTS_FILE);
     rundir::check_weights(&weights, &manifest.run)?;
     let (cfg, tokenizer) = read_fixed(dir)?;
-    let device = Device::Cpu;
     let varmap = VarMap::new();
-    LanguageModel::new(&cfg, VarBuilder::from_varmap(&varmap, DType::F32, &device))?;
+    LanguageModel::new(&cfg, VarBuilder::from_varmap(&varmap, DType::F32, device))?;
     checkpoint::load_into(&varmap, &weights)?;
-    let model = LanguageModel::frozen(&cfg, &varmap, &device)?;
+    let model = LanguageModel::frozen(&cfg, &varmap, device)?;
     Ok(Saved { tokenizer, model })
 }

@@ -166,12 +166,13 @@ pub(crate) fn fits_in_memory(rows: usize, heads: usize, len: usize, what: &str) 
 const EVAL_WINDOWS_LIMIT: usize = 1 << 20;
 
 /// `count` windows of `len + 1` tokens starting at random offsets of `stream`: the inputs
-/// `(count, len)` and the next tokens `(count · len)`.
+/// `(count, len)` and the next tokens `(count · len)`, on `device`.
 pub fn random_windows(
     stream: &[u32],
     len: usize,
     count: usize,
     rng: &mut impl Rng,
+    device: &Device,
 ) -> Result<(Tensor, Tensor)> {
     ensure!(
         stream.len() > len + 1,
@@ -182,11 +183,15 @@ pub fn random_windows(
     let starts: Vec<usize> = (0..count)
         .map(|_| rng.random_range(0..stream.len() - len - 1))
         .collect();
-    windows(stream, len, &starts)
+    windows(stream, len, &starts, device)
 }
 
-fn windows(stream: &[u32], len: usize, starts: &[usize]) -> Result<(Tensor, Tensor)> {
-    let device = Device::Cpu;
+fn windows(
+    stream: &[u32],
+    len: usize,
+    starts: &[usize],
+    device: &Device,
+) -> Result<(Tensor, Tensor)> {
     let inputs: Vec<u32> = starts
         .iter()
         .flat_map(|&s| stream[s..s + len].iter().copied())
@@ -196,8 +201,8 @@ fn windows(stream: &[u32], len: usize, starts: &[usize]) -> Result<(Tensor, Tens
         .flat_map(|&s| stream[s + 1..s + len + 1].iter().copied())
         .collect();
     Ok((
-        Tensor::from_vec(inputs, (starts.len(), len), &device)?,
-        Tensor::from_vec(targets, starts.len() * len, &device)?,
+        Tensor::from_vec(inputs, (starts.len(), len), device)?,
+        Tensor::from_vec(targets, starts.len() * len, device)?,
     ))
 }
 
@@ -341,7 +346,7 @@ pub fn evaluate_observed(
     let starts: Vec<usize> = (0..count).map(|i| i * slots / count * len).collect();
     let mut sums = vec![0.0f64; len];
     for chunk in starts.chunks(batch) {
-        let (x, y) = windows(stream, len, chunk)?;
+        let (x, y) = windows(stream, len, chunk, &model.device())?;
         let nll = window_losses(model, &x, &y.reshape((chunk.len(), len))?, &mut on_tokens)?;
         for (s, v) in sums.iter_mut().zip(nll.sum(0)?.to_vec1::<f64>()?) {
             *s += v;
@@ -468,7 +473,7 @@ pub fn evaluate_strided(
         .map(|c| (c, len))
         .chain([(last, short.min(len))]);
     for (chunk, n) in groups {
-        let (x, y) = windows(stream, n, chunk)?;
+        let (x, y) = windows(stream, n, chunk, &model.device())?;
         let y = y.reshape((chunk.len(), n))?;
         let rows = window_losses(model, &x, &y, &mut on_tokens)?.to_vec2::<f64>()?;
         for (&start, row) in chunk.iter().zip(rows) {
@@ -562,8 +567,8 @@ pub(crate) struct LmTask<'a> {
 }
 
 impl<'a> LmTask<'a> {
-    /// A fresh model of `cfg` (weights not yet initialised or restored).
-    pub(crate) fn new(cfg: &LmTrainConfig, data: &'a LmData) -> Result<Self> {
+    /// A fresh model of `cfg` on `device` (weights not yet initialised or restored).
+    pub(crate) fn new(cfg: &LmTrainConfig, data: &'a LmData, device: &Device) -> Result<Self> {
         cfg.validate()?;
         ensure!(
             data.train.len() > cfg.model.context + 1,
@@ -571,11 +576,10 @@ impl<'a> LmTask<'a> {
             data.train.len(),
             cfg.model.context
         );
-        let device = Device::Cpu;
         let varmap = VarMap::new();
         let model = LanguageModel::new(
             &cfg.model,
-            VarBuilder::from_varmap(&varmap, DType::F32, &device),
+            VarBuilder::from_varmap(&varmap, DType::F32, device),
         )?;
         if let Some(max) = model.max_positions() {
             ensure!(
@@ -613,6 +617,7 @@ impl Task for LmTask<'_> {
             cfg.model.context,
             cfg.batch_size,
             &mut rng,
+            &self.model.device(),
         )?;
         let positions = cfg
             .randomized_positions
@@ -639,7 +644,7 @@ impl Task for LmTask<'_> {
         if self.data.valid.is_empty() {
             return Ok(None);
         }
-        let view = LanguageModel::frozen(&cfg.model, &self.varmap, &Device::Cpu)?;
+        let view = LanguageModel::frozen(&cfg.model, &self.varmap, &self.model.device())?;
         let valid = evaluate(
             &view,
             &self.data.valid,
@@ -668,17 +673,18 @@ pub struct LmRun {
     pub losses: Vec<f64>,
 }
 
-/// Trains a fresh model in memory (nothing is written; [`crate::lm_run::start`] trains
-/// into a run directory), calling `progress(state, loss)` after every step.
+/// Trains a fresh model in memory on `device` (nothing is written; [`crate::lm_run::start`]
+/// trains into a run directory), calling `progress(state, loss)` after every step.
 ///
 /// # Errors
 /// Bad settings, a stream shorter than one window, or a loss that is not finite.
 pub fn train_lm(
     cfg: &LmTrainConfig,
     data: &LmData,
+    device: &Device,
     mut progress: impl FnMut(&LmState, f64),
 ) -> Result<LmRun> {
-    let task = LmTask::new(cfg, data)?;
+    let task = LmTask::new(cfg, data, device)?;
     crate::init::initialize(&task.varmap, cfg.seed)?;
     let varmap = task.varmap.clone();
     let mut state = LmState::new(String::new(), cfg.clone());
@@ -687,7 +693,7 @@ pub fn train_lm(
         losses.push(stepped.loss);
         progress(s, stepped.loss);
     })?;
-    let model = LanguageModel::frozen(&cfg.model, &varmap, &Device::Cpu)?;
+    let model = LanguageModel::frozen(&cfg.model, &varmap, device)?;
     Ok(LmRun {
         model,
         varmap,

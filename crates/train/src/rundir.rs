@@ -562,7 +562,12 @@ pub(crate) fn last_state<S: Progress>(dir: &Path, manifest: &Manifest) -> Result
 /// A missing, mis-shaped or non-finite tensor, named with the file.
 pub fn restore(dir: &Path, varmap: &VarMap, opt: &mut AdamW, step: usize) -> Result<()> {
     let path = dir.join(STATE_FILE);
-    let mut tensors = candle_core::safetensors::load(&path, &Device::Cpu)
+    // Onto the variables' device: a run may resume on another one.
+    let device = varmap
+        .all_vars()
+        .first()
+        .map_or(Device::Cpu, |v| v.device().clone());
+    let mut tensors = candle_core::safetensors::load(&path, &device)
         .with_context(|| format!("reading {}", path.display()))?;
     let weights: HashMap<String, Tensor> = tensors
         .iter()

@@ -8,6 +8,9 @@ use posenc_train::{lm_run, text_tokenizer::TextTokenizer};
 use posenc_transformer::LmConfig;
 use rand::SeedableRng;
 
+/// Where these tests train.
+const CPU: &candle_core::Device = &candle_core::Device::Cpu;
+
 fn tiny(encoding: &str, steps: usize) -> LmTrainConfig {
     LmTrainConfig {
         model: LmConfig {
@@ -59,7 +62,7 @@ fn the_loss_falls_on_a_learnable_stream() {
         eval_every: 20,
         ..tiny("sinusoidal", 60)
     };
-    let run = train_lm(&cfg, &data(2000), |_, _| {}).unwrap();
+    let run = train_lm(&cfg, &data(2000), CPU, |_, _| {}).unwrap();
     let first: f64 = run.losses[..5].iter().sum::<f64>() / 5.0;
     let last: f64 = run.losses[55..].iter().sum::<f64>() / 5.0;
     assert!(last < 0.3 * first, "{first} → {last}");
@@ -72,7 +75,7 @@ fn the_loss_falls_on_a_learnable_stream() {
         "{h:?}"
     );
     // The same seed trains the same model.
-    let again = train_lm(&cfg, &data(2000), |_, _| {}).unwrap();
+    let again = train_lm(&cfg, &data(2000), CPU, |_, _| {}).unwrap();
     assert_eq!(run.losses, again.losses);
 }
 
@@ -80,7 +83,7 @@ fn the_loss_falls_on_a_learnable_stream() {
 fn dropout_is_drawn_from_the_run_seed() {
     let mut cfg = tiny("rope", 8);
     cfg.model.dropout = 0.2;
-    let losses = |cfg: &LmTrainConfig| train_lm(cfg, &data(500), |_, _| {}).unwrap().losses;
+    let losses = |cfg: &LmTrainConfig| train_lm(cfg, &data(500), CPU, |_, _| {}).unwrap().losses;
     let dropped = losses(&cfg);
     // The same seed drops the same units, on this thread or another.
     assert_eq!(losses(&cfg), dropped);
@@ -105,7 +108,7 @@ fn evaluation_past_the_context_is_an_error_only_for_a_learned_table() {
         },
         ..tiny("none", 1)
     };
-    let run = train_lm(&learned, &data, |_, _| {}).unwrap();
+    let run = train_lm(&learned, &data, CPU, |_, _| {}).unwrap();
     assert!(evaluate(&run.model, &stream, 16, 4, 16).is_ok());
     let e = format!(
         "{:#}",
@@ -113,7 +116,7 @@ fn evaluation_past_the_context_is_an_error_only_for_a_learned_table() {
     );
     assert!(e.contains("max_positions = 16"), "{e}");
     for kind in ["sinusoidal", "rope", "alibi", "t5", "none"] {
-        let run = train_lm(&tiny(kind, 1), &data, |_, _| {}).unwrap();
+        let run = train_lm(&tiny(kind, 1), &data, CPU, |_, _| {}).unwrap();
         let e = evaluate(&run.model, &stream, 128, 2, 16).unwrap();
         assert!(
             e.loss.is_finite() && e.tail_loss.unwrap().is_finite(),
@@ -126,14 +129,14 @@ fn evaluation_past_the_context_is_an_error_only_for_a_learned_table() {
 fn windows_are_inputs_and_next_tokens() {
     let stream = counting(100);
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
-    let (x, y) = random_windows(&stream, 5, 3, &mut rng).unwrap();
+    let (x, y) = random_windows(&stream, 5, 3, &mut rng, CPU).unwrap();
     let (x, y): (Vec<Vec<u32>>, Vec<u32>) = (x.to_vec2().unwrap(), y.to_vec1().unwrap());
     for (row, next) in x.iter().zip(y.chunks(5)) {
         for (a, b) in row.iter().zip(next) {
             assert_eq!(*b, (a + 1) % 10);
         }
     }
-    let e = random_windows(&stream[..4], 5, 1, &mut rng)
+    let e = random_windows(&stream[..4], 5, 1, &mut rng, CPU)
         .unwrap_err()
         .to_string();
     assert!(e.contains("no window"), "{e}");
@@ -141,7 +144,7 @@ fn windows_are_inputs_and_next_tokens() {
 
 #[test]
 fn evaluation_counts_every_position_of_non_overlapping_windows() {
-    let run = train_lm(&tiny("alibi", 20), &data(1000), |_, _| {}).unwrap();
+    let run = train_lm(&tiny("alibi", 20), &data(1000), CPU, |_, _| {}).unwrap();
     let stream = counting(201);
     // 200 next tokens hold exactly 6 windows of 32: all are taken, none overlap.
     let e = evaluate(&run.model, &stream, 32, 100, 16).unwrap();
@@ -222,16 +225,16 @@ fn a_resumed_run_is_bit_identical_to_one_that_never_stopped() {
     cfg.eval_every = 4;
     cfg.save_every = 4;
     let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let straight = lm_run::start(&cfg, &tokenizer, &data, a.path(), quiet).unwrap();
+    let straight = lm_run::start(&cfg, &tokenizer, &data, a.path(), quiet, CPU).unwrap();
     // Stopped at step 6, between checkpoints: it saves there, as a killed run's last
     // checkpoint would be.
     let interrupted = RunOptions {
         stop_after: Some(6),
         ..quiet
     };
-    let stopped = lm_run::start(&cfg, &tokenizer, &data, b.path(), interrupted).unwrap();
+    let stopped = lm_run::start(&cfg, &tokenizer, &data, b.path(), interrupted, CPU).unwrap();
     assert_eq!(stopped.step, 6);
-    let resumed = lm_run::resume(b.path(), None, |_, _| Ok(data.clone()), quiet).unwrap();
+    let resumed = lm_run::resume(b.path(), None, |_, _| Ok(data.clone()), quiet, CPU).unwrap();
     assert_eq!(resumed.step, 12);
     let losses = |s: &posenc_train::lm_train::LmState| -> Vec<(usize, f64, f64)> {
         s.history
@@ -243,14 +246,14 @@ fn a_resumed_run_is_bit_identical_to_one_that_never_stopped() {
     assert!(same_files(a.path(), b.path(), "model.safetensors"));
     assert!(same_files(a.path(), b.path(), "training.safetensors"));
     // The saved model loads and is the trained one.
-    let saved = lm_run::load(b.path()).unwrap();
+    let saved = lm_run::load(b.path(), CPU).unwrap();
     assert_eq!(saved.model.config().context, 16);
 
     // A second start into a run is refused and changes nothing; a changed tokenizer is named.
     let before = std::fs::read(b.path().join("model.safetensors")).unwrap();
     let e = format!(
         "{:#}",
-        lm_run::start(&cfg, &tokenizer, &data, b.path(), quiet).unwrap_err()
+        lm_run::start(&cfg, &tokenizer, &data, b.path(), quiet, CPU).unwrap_err()
     );
     assert!(e.contains("--resume"), "{e}");
     assert_eq!(
@@ -258,7 +261,7 @@ fn a_resumed_run_is_bit_identical_to_one_that_never_stopped() {
         before
     );
     std::fs::write(b.path().join("tokenizer.json"), b"{}").unwrap();
-    let e = format!("{:#}", lm_run::load(b.path()).err().unwrap());
+    let e = format!("{:#}", lm_run::load(b.path(), CPU).err().unwrap());
     assert!(e.contains("tokenizer.json"), "{e}");
 }
 
@@ -274,11 +277,11 @@ fn randomized_positions_train_every_row_of_a_learned_table() {
         randomized_positions: Some(64),
         ..tiny("none", 150)
     };
-    let run = train_lm(&cfg, &data(2000), |_, _| {}).unwrap();
+    let run = train_lm(&cfg, &data(2000), CPU, |_, _| {}).unwrap();
     let at_64 = evaluate(&run.model, &counting(500), 64, 4, 16).unwrap();
     assert!(at_64.tail_loss.unwrap() < 1.0, "{at_64:?}");
     // The same seed draws the same positions.
-    let again = train_lm(&cfg, &data(2000), |_, _| {}).unwrap();
+    let again = train_lm(&cfg, &data(2000), CPU, |_, _| {}).unwrap();
     assert_eq!(run.losses, again.losses);
     // A range shorter than the context, or past the table, is refused.
     for (range, named) in [
@@ -291,7 +294,7 @@ fn randomized_positions_train_every_row_of_a_learned_table() {
         };
         let e = format!(
             "{:#}",
-            train_lm(&bad, &data(2000), |_, _| {}).err().unwrap()
+            train_lm(&bad, &data(2000), CPU, |_, _| {}).err().unwrap()
         );
         assert!(e.contains(named), "{range}: {e}");
     }
@@ -307,10 +310,9 @@ fn a_run_started_from_another_begins_at_its_weights_and_resumes_from_them() {
         tempfile::tempdir().unwrap(),
         tempfile::tempdir().unwrap(),
     );
-    lm_run::start(&cfg, &tokenizer, &data, source.path(), quiet).unwrap();
+    lm_run::start(&cfg, &tokenizer, &data, source.path(), quiet, CPU).unwrap();
     let weights = |dir: &std::path::Path| {
-        candle_core::safetensors::load(dir.join("model.safetensors"), &candle_core::Device::Cpu)
-            .unwrap()
+        candle_core::safetensors::load(dir.join("model.safetensors"), CPU).unwrap()
     };
     // The largest difference between two runs' weights.
     let distance = |a: &std::path::Path, b: &std::path::Path| {
@@ -332,7 +334,7 @@ fn a_run_started_from_another_begins_at_its_weights_and_resumes_from_them() {
     let mut from = lm_run::from_run(source.path(), base.clone()).unwrap().0;
     from.adam.weight_decay = 0.0;
     assert_eq!(from.model, cfg.model);
-    lm_run::start(&from, &tokenizer, &data, tuned.path(), quiet).unwrap();
+    lm_run::start(&from, &tokenizer, &data, tuned.path(), quiet, CPU).unwrap();
     assert!(distance(source.path(), tuned.path()) < 1e-6);
     // Without --from, the same settings start elsewhere.
     let fresh = tempfile::tempdir().unwrap();
@@ -341,7 +343,7 @@ fn a_run_started_from_another_begins_at_its_weights_and_resumes_from_them() {
         ..base
     };
     scratch.adam.weight_decay = 0.0;
-    lm_run::start(&scratch, &tokenizer, &data, fresh.path(), quiet).unwrap();
+    lm_run::start(&scratch, &tokenizer, &data, fresh.path(), quiet, CPU).unwrap();
     assert!(distance(source.path(), fresh.path()) > 1e-2);
 
     // A run stopped before its first step resumes from the source's weights too, and is
@@ -350,19 +352,27 @@ fn a_run_started_from_another_begins_at_its_weights_and_resumes_from_them() {
         stop_after: Some(0),
         ..quiet
     };
-    lm_run::start(&from, &tokenizer, &data, stopped.path(), before_any_step).unwrap();
-    lm_run::resume(stopped.path(), None, |_, _| Ok(data.clone()), quiet).unwrap();
+    lm_run::start(
+        &from,
+        &tokenizer,
+        &data,
+        stopped.path(),
+        before_any_step,
+        CPU,
+    )
+    .unwrap();
+    lm_run::resume(stopped.path(), None, |_, _| Ok(data.clone()), quiet, CPU).unwrap();
     assert!(distance(source.path(), stopped.path()) < 1e-6);
     let again = tempfile::tempdir().unwrap();
-    lm_run::start(&from, &tokenizer, &data, again.path(), before_any_step).unwrap();
+    lm_run::start(&from, &tokenizer, &data, again.path(), before_any_step, CPU).unwrap();
     let replaced = RunOptions {
         force: true,
         ..quiet
     };
-    lm_run::start(&cfg, &tokenizer, &data, source.path(), replaced).unwrap();
+    lm_run::start(&cfg, &tokenizer, &data, source.path(), replaced, CPU).unwrap();
     let e = format!(
         "{:#}",
-        lm_run::resume(again.path(), None, |_, _| Ok(data.clone()), quiet).unwrap_err()
+        lm_run::resume(again.path(), None, |_, _| Ok(data.clone()), quiet, CPU).unwrap_err()
     );
     assert!(e.contains("now holds run"), "{e}");
 }
@@ -439,11 +449,7 @@ fn strided_evaluation_scores_every_token_once_as_transformers_guide_does() {
     use posenc_train::lm_train::evaluate_strided;
     let cfg = tiny("rope", 1);
     let varmap = candle_nn::VarMap::new();
-    let vb = candle_nn::VarBuilder::from_varmap(
-        &varmap,
-        candle_core::DType::F32,
-        &candle_core::Device::Cpu,
-    );
+    let vb = candle_nn::VarBuilder::from_varmap(&varmap, candle_core::DType::F32, CPU);
     let model = posenc_transformer::LanguageModel::new(&cfg.model, vb).unwrap();
     posenc_train::init::initialize(&varmap, 5).unwrap();
     let stream: Vec<u32> = (0..203u32).map(|i| (i * 7 + i / 5) % 12).collect();
@@ -453,7 +459,7 @@ fn strided_evaluation_scores_every_token_once_as_transformers_guide_does() {
         while begin < seq_len {
             let end = (begin + max_length).min(seq_len);
             let trg_len = end - prev_end;
-            let ids = candle_core::Tensor::new(&stream[begin..end], &candle_core::Device::Cpu)
+            let ids = candle_core::Tensor::new(&stream[begin..end], CPU)
                 .unwrap()
                 .unsqueeze(0)
                 .unwrap();
