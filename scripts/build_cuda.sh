@@ -17,9 +17,10 @@
 #   symbols. The binaries then load the real libraries of the machine they run on, binding
 #   each function at its first call (`-C relro-level=partial`), so a function that machine's
 #   libraries lack fails only if it is called.
-# - The binaries (`posenc`, and the test binary of the device tests) are stripped into
+# - The binaries (`posenc`, and the test binaries of the device tests and of the fused
+#   ops, whose `with_grad` test also runs on each GPU present) are stripped into
 #   target/cuda/bin and packed, xz-compressed, into target/cuda/carry/binaries.tar.xz,
-#   checked against the 64 MiB that a device run can carry (140 MB stripped, 17 packed).
+#   checked against the 64 MiB that a device run can carry (200 MB stripped, 23 packed).
 #
 # A fresh build takes about 17 minutes on two cores (candle's kernels in nvcc are a third),
 # 400 MB of wheels and several GB of target/cuda. Run the carried binaries with
@@ -74,7 +75,8 @@ stub cublas libcublas.so.13 '^cublas' '^cublasLt'
 rm -f "$syms"
 
 cargo build --release --features cuda -p posenc-cli --bin posenc
-tests=$(cargo test --release --features cuda -p posenc-transformer --test devices --no-run \
+tests=$(cargo test --release --features cuda -p posenc-transformer --test devices \
+  --test fused_ops --no-run \
   --message-format=json | python3 -c '
 import json, sys
 for line in sys.stdin:
@@ -88,7 +90,7 @@ for t in $tests; do
   cp "$t" "$bin/$(basename "$t" | sed 's/-[0-9a-f]*$//')"
 done
 strip "$bin"/*
-# Stripped, they are 140 MB (candle's kernels for the GPU are most of it); compressed, what
+# Stripped, they are 200 MB (candle's kernels for the GPU are most of it); compressed, what
 # a device run carries.
 carry=$CARGO_TARGET_DIR/carry
 rm -rf "$carry" && mkdir -p "$carry"

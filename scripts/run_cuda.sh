@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs, on a machine with an NVIDIA GPU, what scripts/build_cuda.sh built elsewhere
 # (target/cuda/carry/binaries.tar.xz, unpacked into target/cuda/bin): first whether the binaries find CUDA 13's libraries there, then the
-# device tests, which run the models on the GPU and compare them with the CPU.
+# device tests, which run the models on the GPU and compare them with the CPU, and the
+# test of `ops::with_grad` (the GPU's softmax and norms with their backward).
 #
 #   scripts/run_cuda.sh                 # the device tests
 #   scripts/run_cuda.sh posenc ARGS…    # the carried posenc, e.g. `generate --device cuda`
@@ -39,3 +40,4 @@ if [ $# -gt 0 ]; then
   exec "$carry/$exe" "$@"
 fi
 "$carry/devices" --test-threads 1
+"$carry/fused_ops" --test-threads 1 with_grad

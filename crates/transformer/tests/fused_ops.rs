@@ -245,8 +245,9 @@ fn layer_norm_equals_the_composition_forward_and_backward() {
 /// The training paths off the CPU's f32 kernels (`ops::with_grad`: candle's fused forward
 /// kernel, a backward of tensor ops) against the compositions they replace, in f64: the
 /// outputs and the gradient of every input, for f32 and f64 inputs, on a transposed
-/// (non-contiguous) input whose rows are shorter and longer than a warp. (candle's norm
-/// kernels take no f64 on the CPU.)
+/// (non-contiguous) input whose rows are shorter and longer than a warp; then in f32 on
+/// each GPU present (the path these ops serve). (candle's norm kernels take no f64 on the
+/// CPU.)
 #[test]
 fn with_grad_ops_equal_the_compositions_forward_and_backward() {
     use posenc_transformer::ops::with_grad;
@@ -274,34 +275,42 @@ fn with_grad_ops_equal_the_compositions_forward_and_backward() {
             |t| candle_nn::ops::rms_norm_slow(t[0], t[1], 1e-5),
         ),
     ];
+    let gpus = posenc_testkit::devices().into_iter().skip(1);
+    let gpus: Vec<(DType, Device)> = gpus.map(|d| (DType::F32, d)).collect();
     for (name, dtypes, inputs, op, composite) in cases {
-        for &dtype in dtypes {
+        let cpu = dtypes.iter().map(|&t| (t, Device::Cpu));
+        for (dtype, device) in cpu.chain(gpus.iter().cloned()) {
             for d in [12, 45] {
                 // x is (2, d, 5) transposed to (2, 5, d); w and b are (d).
                 let x = randn(&[2, d, 5], 11).affine(3.0, 1.5).unwrap();
                 let all = [x, randn(&[d], 12), randn(&[d], 13)];
                 let r = randn(&[2, 5, d], 14).to_dtype(DType::F64).unwrap();
-                let run = |dtype: DType, f: Op| {
+                let run = |dtype: DType, device: &Device, f: Op| {
                     let vars: Vec<Var> = all[..inputs]
                         .iter()
-                        .map(|t| Var::from_tensor(&t.to_dtype(dtype).unwrap()).unwrap())
+                        .map(|t| {
+                            let t = t.to_dtype(dtype).unwrap().to_device(device).unwrap();
+                            Var::from_tensor(&t).unwrap()
+                        })
                         .collect();
                     let x = vars[0].as_tensor().transpose(1, 2).unwrap();
                     let rest: Vec<&Tensor> = vars[1..].iter().map(Var::as_tensor).collect();
                     let args: Vec<&Tensor> = std::iter::once(&x).chain(rest).collect();
                     let y = f(&args).unwrap();
+                    let r = r.to_device(device).unwrap();
                     let loss = (y.to_dtype(DType::F64).unwrap() * &r).unwrap();
                     let grads = loss.sum_all().unwrap().backward().unwrap();
+                    let cpu = |t: &Tensor| t.to_device(&Device::Cpu).unwrap();
                     let g: Vec<Tensor> = vars
                         .iter()
-                        .map(|v| grads.get(v.as_tensor()).unwrap().clone())
+                        .map(|v| cpu(grads.get(v.as_tensor()).unwrap()))
                         .collect();
-                    (y, g)
+                    (cpu(&y), g)
                 };
-                let (y, g) = run(dtype, op);
-                let (y64, g64) = run(DType::F64, composite);
+                let (y, g) = run(dtype, &device, op);
+                let (y64, g64) = run(DType::F64, &Device::Cpu, composite);
                 assert_eq!(y.dtype(), dtype);
-                let what = format!("{name}, {dtype:?}, width {d}");
+                let what = format!("{name}, {dtype:?} on {device:?}, width {d}");
                 assert!(
                     max_diff(&y, &y64) < 1e-5,
                     "{what}: forward {}",
