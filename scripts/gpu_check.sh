@@ -13,7 +13,9 @@
 #                                   # should agree to float tolerance), then
 #   scripts/gpu_check.sh lm-experiment  # the LM extrapolation experiment at a size the CPU
 #                                   # cannot reach (scripts/gpu_lm_base.json: width 512, 8
-#                                   # layers, context 256, evaluated to 8 × 256), 2 seeds
+#                                   # layers, context 256, 1 000 steps, evaluated to 8 ×
+#                                   # 256): 4 encodings × 2 seeds, sized (by an estimate of
+#                                   # 60 ms a step, not yet measured) for one 10-minute call
 #
 # PyTorch and transformers are the machine's own `python3` (POSENC_PYTHON overrides it);
 # the SmolLM2 stage needs the `gguf` package too (transformers reads the GGUF with it).
@@ -60,7 +62,7 @@ case $stage in
   lm-experiment)
     step lm_experiment.log scripts/run_cuda.sh posenc lm experiment --device cuda \
       --base scripts/gpu_lm_base.json --seeds 2 --out target/cuda/lm-experiment \
-      --encodings none,sinusoidal,rope,alibi,t5,kerple,fire
+      --encodings none,rope,alibi,fire
     ;;
   *)
     echo "unknown stage $stage: tests, embed, generate, lm or lm-experiment" >&2
