@@ -17,6 +17,8 @@
 #                                   # 256): 4 encodings × 2 seeds, sized (by an estimate of
 #                                   # 60 ms a step, not yet measured) for one 10-minute call
 #
+# Where a call cannot carry a model whole (64 MiB, the repository included),
+# scripts/carry_pieces.py cuts it into pieces here and joins them there.
 # PyTorch and transformers are the machine's own `python3` (POSENC_PYTHON overrides it);
 # the SmolLM2 stage needs the `gguf` package too (transformers reads the GGUF with it).
 # posenc finds the repository's scripts and caches at the path it was built in: when the
