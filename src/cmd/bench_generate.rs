@@ -64,7 +64,7 @@ fn run_watched(cmd: &mut Command) -> Result<(std::process::Output, Option<f64>)>
         .stderr(Stdio::piped())
         .spawn()
         .with_context(|| format!("running {name}"))?;
-    let status_file = format!("/proc/{}/status", child.id());
+    let status_file = std::path::PathBuf::from(format!("/proc/{}/status", child.id()));
     // The pipes are drained by threads, so that a full pipe cannot stall the child.
     let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
         std::thread::spawn(move || {
@@ -82,11 +82,7 @@ fn run_watched(cmd: &mut Command) -> Result<(std::process::Output, Option<f64>)>
         if let Some(status) = child.try_wait()? {
             break status;
         }
-        let hwm = std::fs::read_to_string(&status_file).ok().and_then(|s| {
-            let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
-            line.split_whitespace().nth(1)?.parse::<f64>().ok()
-        });
-        peak = hwm.map(|kb| kb / 1024.0).or(peak);
+        peak = posenc_train::passkey::peak_rss_mb_in(&status_file).or(peak);
         std::thread::sleep(std::time::Duration::from_millis(20));
     };
     let output = std::process::Output {

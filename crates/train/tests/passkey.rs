@@ -227,3 +227,24 @@ fn a_run_records_every_trial_as_the_model_answered_it() {
     assert_eq!(ran, 0);
     assert!(format!("{e:#}").contains("length"), "{e:#}");
 }
+
+/// The peak resident memory reads this process's `VmHWM` in MB: at least a buffer just
+/// touched (other tests in this process only add to it), far below a terabyte (the kB of
+/// the file are converted), and a status file that is not there reads as nothing. (Linux
+/// only.)
+#[cfg(target_os = "linux")]
+#[test]
+fn peak_memory_is_read_from_the_status_file() {
+    use posenc_train::passkey::{peak_rss_mb, peak_rss_mb_in};
+    let before = peak_rss_mb().expect("Linux reports VmHWM");
+    // 64 MB, every page written.
+    let buffer = vec![1u8; 64 << 20];
+    let after = peak_rss_mb().unwrap();
+    assert!(
+        after >= 64.0 && after >= before && after < 1e6,
+        "{before} MB, then {after} MB"
+    );
+    assert_eq!(buffer.iter().map(|&b| b as usize).sum::<usize>(), 64 << 20);
+    let gone = std::path::Path::new("/proc/this-process-does-not-exist/status");
+    assert_eq!(peak_rss_mb_in(gone), None);
+}
