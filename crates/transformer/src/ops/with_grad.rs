@@ -33,19 +33,33 @@ enum Kind {
 }
 
 /// A node whose output `y` was computed outside the graph, by a fused kernel, from the
-/// node's inputs; its backward is `kind`'s.
+/// node's inputs; its backward is `kind`'s. The forward hands `y` over and lets go of it,
+/// so that the graph (which keeps the node until the backward) holds one copy, not two.
 struct Computed {
     kind: Kind,
-    y: Tensor,
+    y: std::sync::Mutex<Option<Tensor>>,
 }
 
 impl Computed {
-    /// The node's output: a copy of `y`'s storage, which `pick` takes out of a `Storage`.
+    /// A node of `kind` whose output is `y`.
+    fn new(kind: Kind, y: Tensor) -> Self {
+        Self {
+            kind,
+            y: std::sync::Mutex::new(Some(y)),
+        }
+    }
+
+    /// The node's output: a copy of `y`'s storage, which `pick` takes out of a `Storage`;
+    /// `y` itself is dropped.
     fn output<S: BackendStorage>(
         &self,
         pick: fn(&Storage) -> Option<&S>,
     ) -> candle_core::Result<(S, Shape)> {
-        let (storage, layout) = self.y.storage_and_layout();
+        let taken = self.y.lock().ok().and_then(|mut y| y.take());
+        let Some(y) = taken else {
+            candle_core::bail!("{}: the forward ran twice", self.name())
+        };
+        let (storage, layout) = y.storage_and_layout();
         // A storage clone copies the whole buffer: `y` must be all of it, in order.
         if !layout.is_contiguous() || layout.start_offset() != 0 {
             candle_core::bail!("{}: the fused output is not a fresh tensor", self.name())
@@ -195,11 +209,6 @@ impl Computed {
     }
 }
 
-/// A node computed by `kind` with the fused output `y`.
-fn node(kind: Kind, y: Tensor) -> Computed {
-    Computed { kind, y }
-}
-
 /// Softmax over the last dimension, differentiable, one fused kernel forward.
 ///
 /// # Shapes
@@ -210,7 +219,7 @@ fn node(kind: Kind, y: Tensor) -> Computed {
 pub fn softmax_last_dim(x: &Tensor) -> candle_core::Result<Tensor> {
     let x = x.contiguous()?;
     let y = candle_nn::ops::softmax_last_dim(&x.detach())?;
-    x.apply_op1(node(Kind::Softmax, y))
+    x.apply_op1(Computed::new(Kind::Softmax, y))
 }
 
 /// LayerNorm over the last dimension, differentiable in `x`, `w` and `b`, one fused kernel
@@ -224,7 +233,7 @@ pub fn softmax_last_dim(x: &Tensor) -> candle_core::Result<Tensor> {
 pub fn layer_norm(x: &Tensor, w: &Tensor, b: &Tensor, eps: f32) -> candle_core::Result<Tensor> {
     let x = x.contiguous()?;
     let y = candle_nn::ops::layer_norm(&x.detach(), &w.detach(), &b.detach(), eps)?;
-    x.apply_op3(w, b, node(Kind::LayerNorm { eps }, y))
+    x.apply_op3(w, b, Computed::new(Kind::LayerNorm { eps }, y))
 }
 
 /// RMSNorm over the last dimension, differentiable in `x` and `w`, one fused kernel
@@ -238,5 +247,5 @@ pub fn layer_norm(x: &Tensor, w: &Tensor, b: &Tensor, eps: f32) -> candle_core::
 pub fn rms_norm(x: &Tensor, w: &Tensor, eps: f32) -> candle_core::Result<Tensor> {
     let x = x.contiguous()?;
     let y = candle_nn::ops::rms_norm(&x.detach(), &w.detach(), eps)?;
-    x.apply_op2(w, node(Kind::RmsNorm { eps }, y))
+    x.apply_op2(w, Computed::new(Kind::RmsNorm { eps }, y))
 }
