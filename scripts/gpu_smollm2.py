@@ -100,7 +100,6 @@ def main():
     # Speed on the long prompt.
     text = fx.PROMPTS["long"]
     ids = fx.encode(tok, text)
-    x = torch.tensor([ids], device=device)
     theirs(ids, 2)
 
     def timed(new):
@@ -116,7 +115,6 @@ def main():
              "transformers": {"prompt_tok_s": len(ids) / first,
                               "decode_tok_s": DECODE / (whole - first)},
              "torch": torch.__version__, "gpu": torch.cuda.get_device_name()}
-    del x
     for label, flags in [("posenc_f32", ["--f32", "--device", "cuda"]),
                          ("posenc_quantized", ["--device", "cuda"])]:
         posenc(text, DECODE + 1, *flags)
