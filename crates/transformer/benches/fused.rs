@@ -8,8 +8,8 @@
 use candle_core::{DType, Device, Tensor, Var, D};
 use criterion::{criterion_group, criterion_main, Criterion};
 use posenc_transformer::ops::{
-    add_bias, add_layer_norm, attention, gelu, layer_norm, linear, linear_gelu, masked_softmax,
-    matmul, packed_attention,
+    add_bias, add_layer_norm, attention, flash_attention, gelu, layer_norm, linear, linear_gelu,
+    masked_softmax, matmul, packed_attention,
 };
 
 fn randn(shape: &[usize]) -> Tensor {
@@ -212,6 +212,31 @@ fn bench(c: &mut Criterion) {
     g.bench_function("padded, masked", |bench| {
         let (q, k, v) = (qkv(&padded, 0), qkv(&padded, 1), qkv(&padded, 2));
         bench.iter(|| attention(&q, &k, &v, 32, Some(&keep), scale, None).unwrap())
+    });
+    g.finish();
+
+    // A decode step over a long cache: SmolLM2's 9 query heads of 64 over 3 key/value
+    // heads, one new token after 4 095 cached ones kept in f16 (as generation keeps them),
+    // against the same keys and values widened to f32 and multiplied as matrices.
+    let (h, kv, d, keys) = (9, 3, 64, 4096);
+    let q = randn(&[1, h, 1, d]);
+    let cache = |_| randn(&[1, kv, keys, d]).to_dtype(DType::F16).unwrap();
+    let (k, v) = (cache(0), cache(1));
+    let scale = 1.0 / (d as f32).sqrt();
+    let mut g = c.benchmark_group("attention of one token over 4096 cached in f16");
+    g.sample_size(30);
+    g.bench_function("flash_attention", |bench| {
+        bench.iter(|| flash_attention(&q, &k, &v, d, scale, Some(keys - 1), None).unwrap())
+    });
+    g.bench_function("widened, matmul, softmax, matmul", |bench| {
+        bench.iter(|| {
+            let wide = |t: &Tensor| t.to_dtype(DType::F32).unwrap();
+            let (k, v) = (wide(&k), wide(&v));
+            let q = q.reshape((1, kv, h / kv, d)).unwrap();
+            let s = (matmul(&q, &k.t().unwrap()).unwrap() * f64::from(scale)).unwrap();
+            let w = candle_nn::ops::softmax_last_dim(&s).unwrap();
+            matmul(&w, &v).unwrap()
+        })
     });
     g.finish();
 }

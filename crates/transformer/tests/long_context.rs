@@ -74,7 +74,21 @@ fn reference(
 fn the_tiled_kernel_follows_the_formula() {
     // 70 queries (a full tile of 64 and a ragged one), after 300 cached keys: 370 keys, a
     // full key tile of 256 and a ragged one; 6 query heads over 2 key/value heads.
-    let (b, h, kv, d, tq, offset) = (2, 6, 2, 5, 70, 300);
+    follows_the_formula(2, 6, 2, 5, 70, 300);
+}
+
+/// A decode step: one query per head, and fewer key/value heads than the cores could
+/// take, so the key tiles are split among parts whose results are merged. 1 000 keys are
+/// four tiles, the last one ragged.
+#[test]
+fn the_tiled_kernel_split_over_the_keys_follows_the_formula() {
+    follows_the_formula(1, 3, 1, 8, 1, 999);
+    follows_the_formula(1, 4, 2, 8, 2, 700);
+}
+
+/// The kernel against [`reference`] with and without a bias, causal after `offset`
+/// cached keys, and over every key.
+fn follows_the_formula(b: usize, h: usize, kv: usize, d: usize, tq: usize, offset: usize) {
     let tk = offset + tq;
     // Q as a view into a packed projection; K and V as views into buffers longer than
     // their keys, as the cache hands them on.
@@ -150,10 +164,16 @@ fn the_tiled_kernel_follows_the_formula() {
 
 /// Keys and values kept in f16 are widened to f32 tile by tile: the kernel's output
 /// equals its output on the same (rounded) values given in f32, for contiguous rows and
-/// for a layout whose columns are strided.
+/// for a layout whose columns are strided; with many query rows, and with one (a decode
+/// step, whose keys are split among parts).
 #[test]
 fn the_tiled_kernel_reads_half_precision_keys_and_values() {
-    let (b, h, kv, d, tq, offset) = (1, 4, 2, 8, 9, 300);
+    reads_half_precision(9);
+    reads_half_precision(1);
+}
+
+fn reads_half_precision(tq: usize) {
+    let (b, h, kv, d, offset) = (1, 4, 2, 8, 300);
     let tk = offset + tq;
     let q = filled(&[b, h, tq, d], 21);
     let half = |seed| filled(&[b, kv, tk, d], seed).to_dtype(DType::F16).unwrap();

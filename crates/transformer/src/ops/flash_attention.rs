@@ -132,12 +132,39 @@ pub fn flash_attention(
     };
     let dst = OutPtr(out.as_mut_ptr());
     let q_tiles = tq.div_ceil(QUERY_TILE);
-    // One task per (batch entry, key/value head, query tile).
-    (0..b * kv * q_tiles).into_par_iter().try_for_each(|task| {
+    // One task per (batch entry, key/value head, query tile), each over all its key tiles;
+    // or, when that leaves cores idle (a decode step: one query row per head, and fewer
+    // key/value heads than twice the cores), the key tiles are split into parts whose
+    // results are then merged, as flash-decoding does (Dao et al. 2023).
+    let tasks = b * kv * q_tiles;
+    let parts = (2 * rayon::current_num_threads())
+        .div_ceil(tasks)
+        .clamp(1, tk.div_ceil(KEY_TILE).max(1));
+    let at = |task: usize| {
         let (bi, rest) = (task / (kv * q_tiles), task % (kv * q_tiles));
-        let (g, qt) = (rest / q_tiles, rest % q_tiles);
-        tiles.task(bi, g, qt * QUERY_TILE, (&qh, &kh, &vh), bias, dst)
-    })?;
+        (bi, rest / q_tiles, rest % q_tiles * QUERY_TILE)
+    };
+    let inputs = (&qh, &kh, &vh);
+    if parts == 1 {
+        (0..tasks).into_par_iter().try_for_each(|task| {
+            let (bi, g, q0) = at(task);
+            let part = tiles.part(bi, g, q0, (0, 1), inputs, bias)?;
+            tiles.write(bi, g, q0, &[part], dst);
+            Ok::<_, candle_core::Error>(())
+        })?;
+    } else {
+        let done: Vec<Part> = (0..tasks * parts)
+            .into_par_iter()
+            .map(|i| {
+                let (bi, g, q0) = at(i / parts);
+                tiles.part(bi, g, q0, (i % parts, parts), inputs, bias)
+            })
+            .collect::<Result<_>>()?;
+        for (task, parts) in done.chunks_exact(parts).enumerate() {
+            let (bi, g, q0) = at(task);
+            tiles.write(bi, g, q0, parts, dst);
+        }
+    }
     drop(guards);
     Tensor::from_vec(out, (b, tq, h * d), q.device())
 }
@@ -206,6 +233,14 @@ impl<'a> Stored<'a> {
     }
 }
 
+/// One query tile's result over some of its key tiles: the output rows `acc` (`n × d`)
+/// before they are divided by the sums, and each row's running maximum and sum.
+struct Part {
+    acc: Vec<f32>,
+    max: Vec<f32>,
+    sum: Vec<f32>,
+}
+
 /// The sizes every task shares.
 struct Tiles {
     h: usize,
@@ -219,16 +254,18 @@ struct Tiles {
 
 impl Tiles {
     /// The query tile from row `q0` of the `group` query heads of key/value head `g` in batch
-    /// entry `bi`: every key tile it may see, then its rows of the output.
-    fn task(
+    /// entry `bi`, over part `p` of `parts` of the key tiles it may see (all of them when
+    /// `parts` is 1): its output rows before they are divided by their sums, their maxima
+    /// and their sums.
+    fn part(
         &self,
         bi: usize,
         g: usize,
         q0: usize,
+        (p, parts): (usize, usize),
         (qh, kh, vh): (&Heads, &Stored, &Stored),
         bias: Option<&TileBias>,
-        dst: OutPtr,
-    ) -> Result<()> {
+    ) -> Result<Part> {
         let Self { group, d, .. } = *self;
         let rows = QUERY_TILE.min(self.tq - q0);
         let n = group * rows;
@@ -252,7 +289,9 @@ impl Tiles {
         let tile = KEY_TILE.min(end) * d;
         let scratch = |kept: &Stored| vec![0f32; if kept.widened() { tile } else { 0 }];
         let (mut kbuf, mut vbuf) = (scratch(kh), scratch(vh));
-        for k0 in (0..end).step_by(KEY_TILE) {
+        let key_tiles = end.div_ceil(KEY_TILE);
+        let (first, last) = (key_tiles * p / parts, key_tiles * (p + 1) / parts);
+        for k0 in (first * KEY_TILE..(last * KEY_TILE).min(end)).step_by(KEY_TILE) {
             let cols = KEY_TILE.min(end - k0);
             let km = kh.rows(bi, g, k0, cols, d, &mut kbuf);
             let vm = vh.rows(bi, g, k0, cols, d, &mut vbuf);
@@ -331,21 +370,42 @@ impl Tiles {
                 )
             };
         }
+        Ok(Part { acc, max, sum })
+    }
+
+    /// Merges the parts of one query tile and writes its rows of the output:
+    /// `O_r = Σ_p e^(m_pr − m_r) O_pr / Σ_p e^(m_pr − m_r) ℓ_pr` with `m_r = max_p m_pr`
+    /// (a row that saw no key is 0; a part that saw none of a row's keys weighs nothing).
+    fn write(&self, bi: usize, g: usize, q0: usize, parts: &[Part], dst: OutPtr) {
+        let Self { group, d, .. } = *self;
+        let rows = QUERY_TILE.min(self.tq - q0);
         let width = self.h * d;
         for hh in 0..group {
             for r in 0..rows {
                 let row = hh * rows + r;
-                let inv = if sum[row] > 0.0 { 1.0 / sum[row] } else { 0.0 };
+                let top = parts
+                    .iter()
+                    .map(|p| p.max[row])
+                    .fold(f32::NEG_INFINITY, f32::max);
+                let weight = |p: &Part| match p.max[row] {
+                    f32::NEG_INFINITY => 0.0,
+                    m => (m - top).exp(),
+                };
+                let sum: f32 = parts.iter().map(|p| weight(p) * p.sum[row]).sum();
+                let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
                 let at = (bi * self.tq + q0 + r) * width + (g * group + hh) * d;
                 // SAFETY: this task alone writes row `q0 + r` of its batch entry, columns of
                 // head `g·group + hh`, inside the `(b, tq, h·d)` output.
                 let out = unsafe { std::slice::from_raw_parts_mut(dst.at(at), d) };
-                out.iter_mut()
-                    .zip(&acc[row * d..][..d])
-                    .for_each(|(o, a)| *o = a * inv);
+                for (i, part) in parts.iter().enumerate() {
+                    let (w, acc) = (weight(part) * inv, &part.acc[row * d..][..d]);
+                    match i {
+                        0 => out.iter_mut().zip(acc).for_each(|(o, a)| *o = a * w),
+                        _ => out.iter_mut().zip(acc).for_each(|(o, a)| *o += a * w),
+                    }
+                }
             }
         }
-        Ok(())
     }
 
     /// The tile's bias as a contiguous f32 `(heads, rows, cols)` on the CPU, or an error
