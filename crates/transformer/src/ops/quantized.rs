@@ -408,11 +408,9 @@ mod x86 {
     #[inline(always)]
     unsafe fn nibbles(p: *const u8) -> __m256i {
         unsafe {
-            let b = _mm_loadu_si128(p as *const __m128i);
-            let m = _mm_set1_epi8(0x0f);
-            let lo = _mm_and_si128(b, m);
-            let hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
-            _mm256_set_m128i(hi, lo)
+            let b = _mm256_broadcastsi128_si256(_mm_loadu_si128(p as *const __m128i));
+            let b = _mm256_srlv_epi64(b, _mm256_setr_epi64x(0, 0, 4, 4));
+            _mm256_and_si256(b, _mm256_set1_epi8(0x0f))
         }
     }
 
