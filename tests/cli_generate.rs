@@ -282,7 +282,7 @@ fn lm_eval_measures_a_pretrained_model_past_one_chunk() {
 fn bench_generate_reports_our_figures_and_names_bad_settings() {
     let run = posenc()
         .args(["bench", "generate", "--no-llama-cpp", "--rounds", "1"])
-        .args(["--prompts", "40,33", "--decode", "3"])
+        .args(["--prompts", "40,33", "--decode", "3", "--depths", "0,20"])
         .output()
         .unwrap();
     let (stdout, stderr) = text(&run);
@@ -291,6 +291,7 @@ fn bench_generate_reports_our_figures_and_names_bad_settings() {
         "| prefill, 40-token prompt | ",
         "| prefill, 33-token prompt | ",
         "| decode, 3 tokens | ",
+        "| decode, 3 tokens after 20 cached | ",
         "| time to first token (whole process) | ",
         "| peak resident memory | ",
     ] {
@@ -311,6 +312,7 @@ fn bench_generate_reports_our_figures_and_names_bad_settings() {
         (vec!["--rounds", "0"], "rounds"),
         (vec!["--decode", "0"], "decode tokens"),
         (vec!["--prompts", "0"], "prompt length"),
+        (vec!["--depths", "40000"], "depth"),
         (
             vec!["--model", "/nonexistent/model.gguf"],
             "/nonexistent/model.gguf",

@@ -53,8 +53,8 @@ pub enum BenchCommand {
         device: super::DeviceArg,
     },
     /// A quantized GGUF model generating (default: SmolLM2-135M-Instruct Q4_1, fetched by
-    /// scripts/fetch_smollm2.sh): prefill tokens/s at each prompt length, decode tokens/s,
-    /// time to first token and peak memory, ours against llama.cpp's `llama-bench` and
+    /// scripts/fetch_smollm2.sh): prefill tokens/s at each prompt length, decode tokens/s
+    /// after each depth of cache, time to first token and peak memory, ours against llama.cpp's `llama-bench` and
     /// `llama-simple` (scripts/build_llama_cpp.sh) on the same file and threads. Rounds
     /// alternate, and each ratio is the median of the per-round ratios. Without llama.cpp
     /// it says how to build it and reports ours alone.
@@ -68,6 +68,10 @@ pub enum BenchCommand {
         /// Tokens to generate one at a time (decode).
         #[arg(long, default_value_t = 128)]
         decode: usize,
+        /// Cached positions each decode starts after, comma-separated (llama-bench's
+        /// `-d`): 0 is an empty cache; a long one shows what attention over it costs.
+        #[arg(long, value_delimiter = ',', default_value = "0,4096")]
+        depths: Vec<usize>,
         /// Alternating rounds.
         #[arg(long, default_value_t = 3)]
         rounds: usize,
@@ -101,6 +105,7 @@ impl BenchCommand {
                 model,
                 prompts,
                 decode,
+                depths,
                 rounds,
                 no_llama_cpp,
             } => {
@@ -113,6 +118,7 @@ impl BenchCommand {
                         model,
                         prompts,
                         decode,
+                        depths,
                         rounds,
                         no_llama_cpp,
                     },

@@ -20,17 +20,20 @@ pub struct GenerateBench {
     pub prompts: Vec<usize>,
     /// Tokens generated one at a time in the decode measurement.
     pub decode: usize,
+    /// Cached positions each decode measurement starts after (0: an empty cache).
+    pub depths: Vec<usize>,
     /// Alternating rounds.
     pub rounds: usize,
     /// Skip llama.cpp.
     pub no_llama_cpp: bool,
 }
 
-/// One side's figures for one round: prefill tokens/s per prompt length, decode tokens/s.
+/// One side's figures for one round: prefill tokens/s per prompt length, decode tokens/s
+/// per depth.
 #[derive(Debug, Clone, Default)]
 struct Round {
     prefill: Vec<f64>,
-    decode: f64,
+    decode: Vec<f64>,
 }
 
 /// llama.cpp's tools, where scripts/build_llama_cpp.sh puts them.
@@ -98,42 +101,69 @@ fn run_watched(cmd: &mut Command) -> Result<(std::process::Output, Option<f64>)>
     Ok((output, peak))
 }
 
-/// One `llama-bench` run of every prompt length and the decode, one repetition each;
-/// with its peak memory.
+/// One `llama-bench` run of every prompt length and the decode from an empty cache, then
+/// (for depths past 0) one of the decode after each depth, one repetition each; with the
+/// larger peak memory of the two.
 fn llama_cpp_round(
     bench: &Path,
     cfg: &GenerateBench,
     threads: usize,
 ) -> Result<(Round, Option<f64>)> {
-    let prompts: Vec<String> = cfg.prompts.iter().map(usize::to_string).collect();
-    let (out, peak) = run_watched(
-        Command::new(bench)
-            .arg("-m")
-            .arg(&cfg.model)
-            .args(["-p", &prompts.join(","), "-n", &cfg.decode.to_string()])
-            .args(["-r", "1", "-o", "json", "-t", &threads.to_string()]),
-    )?;
-    let runs: Vec<serde_json::Value> =
-        serde_json::from_slice(&out.stdout).context("reading llama-bench's JSON")?;
-    let rate = |prompt: usize, gen: usize| -> Result<f64> {
+    let list = |ns: &[usize]| {
+        ns.iter()
+            .map(usize::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let run = |args: &[&str]| -> Result<(Vec<serde_json::Value>, Option<f64>)> {
+        let (out, peak) = run_watched(
+            Command::new(bench)
+                .arg("-m")
+                .arg(&cfg.model)
+                .args(args)
+                .args(["-r", "1", "-o", "json", "-t", &threads.to_string()]),
+        )?;
+        let runs = serde_json::from_slice(&out.stdout).context("reading llama-bench's JSON")?;
+        Ok((runs, peak))
+    };
+    let decode = cfg.decode.to_string();
+    let (mut runs, mut peak) = run(&["-p", &list(&cfg.prompts), "-n", &decode])?;
+    let deep: Vec<usize> = cfg.depths.iter().copied().filter(|&d| d > 0).collect();
+    if !deep.is_empty() {
+        let (more, deep_peak) = run(&["-p", "0", "-n", &decode, "-d", &list(&deep)])?;
+        runs.extend(more);
+        peak = [peak, deep_peak].into_iter().flatten().reduce(f64::max);
+    }
+    let rate = |prompt: usize, gen: usize, depth: usize| -> Result<f64> {
         runs.iter()
-            .find(|r| r["n_prompt"] == prompt && r["n_gen"] == gen)
+            .find(|r| {
+                r["n_prompt"] == prompt
+                    && r["n_gen"] == gen
+                    && r["n_depth"].as_u64().unwrap_or(0) == depth as u64
+            })
             .and_then(|r| r["avg_ts"].as_f64())
-            .with_context(|| format!("llama-bench printed no run of -p {prompt} -n {gen}"))
+            .with_context(|| {
+                format!("llama-bench printed no run of -p {prompt} -n {gen} -d {depth}")
+            })
     };
     let round = Round {
         prefill: cfg
             .prompts
             .iter()
-            .map(|&n| rate(n, 0))
+            .map(|&n| rate(n, 0, 0))
             .collect::<Result<_>>()?,
-        decode: rate(0, cfg.decode)?,
+        decode: cfg
+            .depths
+            .iter()
+            .map(|&d| rate(0, cfg.decode, d))
+            .collect::<Result<_>>()?,
     };
     Ok((round, peak))
 }
 
-/// One round of ours: each prefill into a fresh cache, then `decode` single-token steps
-/// from an empty cache (as llama-bench's `tg` test: fixed tokens, no sampling).
+/// One round of ours: each prefill into a fresh cache; then, for each depth, that many
+/// tokens read into a fresh cache (not timed) and `decode` single-token steps after them
+/// (as llama-bench's `tg` test: fixed tokens, no sampling).
 fn our_round(llama: &Llama, ids: &[u32], cfg: &GenerateBench) -> Result<Round> {
     let dev = Device::Cpu;
     let mut prefill = Vec::new();
@@ -144,13 +174,21 @@ fn our_round(llama: &Llama, ids: &[u32], cfg: &GenerateBench) -> Result<Round> {
         llama.model.step(&x, &mut cache)?;
         prefill.push(n as f64 / t.elapsed().as_secs_f64());
     }
-    let mut cache = llama.model.cache(cfg.decode);
-    let t = Instant::now();
-    for &id in &ids[..cfg.decode] {
-        let x = Tensor::new(&[id], &dev)?.unsqueeze(0)?;
-        llama.model.step(&x, &mut cache)?;
+    let mut decode = Vec::new();
+    for &depth in &cfg.depths {
+        let mut cache = llama.model.cache(depth + cfg.decode);
+        if depth > 0 {
+            llama
+                .model
+                .step(&Tensor::new(&ids[..depth], &dev)?.unsqueeze(0)?, &mut cache)?;
+        }
+        let t = Instant::now();
+        for &id in &ids[depth..depth + cfg.decode] {
+            let x = Tensor::new(&[id], &dev)?.unsqueeze(0)?;
+            llama.model.step(&x, &mut cache)?;
+        }
+        decode.push(cfg.decode as f64 / t.elapsed().as_secs_f64());
     }
-    let decode = cfg.decode as f64 / t.elapsed().as_secs_f64();
     Ok(Round { prefill, decode })
 }
 
@@ -172,6 +210,13 @@ pub fn bench_generate(cfg: GenerateBench, out: &mut impl Write) -> Result<()> {
     for &n in &cfg.prompts {
         posenc::limits::check_positive("prompt length", n, 32_768)?;
     }
+    ensure!(
+        !cfg.depths.is_empty(),
+        "give at least one depth (0: an empty cache)"
+    );
+    for &d in &cfg.depths {
+        posenc::limits::check("depth", d, 32_768)?;
+    }
     let threads = candle_core::utils::get_num_threads();
     let llama = Llama::from_gguf(
         &cfg.model,
@@ -190,13 +235,14 @@ pub fn bench_generate(cfg: GenerateBench, out: &mut impl Write) -> Result<()> {
         )?;
     }
     // llama-bench's prompt is random tokens; ours is text, which costs the same per token.
+    let deepest = cfg.depths.iter().copied().max().unwrap_or(0);
     let longest = cfg
         .prompts
         .iter()
         .copied()
         .max()
         .unwrap_or(0)
-        .max(cfg.decode);
+        .max(deepest + cfg.decode);
     let sentence = "The positional encoding tells each attention head where a token stands. ";
     let ids = llama.encode(&sentence.repeat(longest / 10 + 1))?;
     ensure!(
@@ -298,13 +344,19 @@ pub fn bench_generate(cfg: GenerateBench, out: &mut impl Write) -> Result<()> {
             true,
         )?;
     }
-    row(
-        format!("decode, {} tokens", cfg.decode),
-        mine.iter().map(|r| r.decode).collect(),
-        theirs.iter().map(|r| r.decode).collect(),
-        "tokens/s",
-        true,
-    )?;
+    for (i, depth) in cfg.depths.iter().enumerate() {
+        let after = match depth {
+            0 => String::new(),
+            d => format!(" after {d} cached"),
+        };
+        row(
+            format!("decode, {} tokens{after}", cfg.decode),
+            mine.iter().map(|r| r.decode[i]).collect(),
+            theirs.iter().map(|r| r.decode[i]).collect(),
+            "tokens/s",
+            true,
+        )?;
+    }
     row(
         "time to first token (whole process)".into(),
         ttft_mine,
