@@ -84,6 +84,9 @@ fn the_tiled_kernel_follows_the_formula() {
 fn the_tiled_kernel_split_over_the_keys_follows_the_formula() {
     follows_the_formula(1, 3, 1, 8, 1, 999);
     follows_the_formula(1, 4, 2, 8, 2, 700);
+    // Rows of 64 (a multiple of 16): the few-row products where the CPU has AVX-512.
+    follows_the_formula(1, 3, 1, 64, 1, 999);
+    follows_the_formula(2, 6, 2, 32, 1, 301);
 }
 
 /// The kernel against [`reference`] with and without a bias, causal after `offset`
@@ -168,12 +171,13 @@ fn follows_the_formula(b: usize, h: usize, kv: usize, d: usize, tq: usize, offse
 /// step, whose keys are split among parts).
 #[test]
 fn the_tiled_kernel_reads_half_precision_keys_and_values() {
-    reads_half_precision(9);
-    reads_half_precision(1);
+    reads_half_precision(9, 8);
+    reads_half_precision(1, 8);
+    reads_half_precision(1, 64);
 }
 
-fn reads_half_precision(tq: usize) {
-    let (b, h, kv, d, offset) = (1, 4, 2, 8, 300);
+fn reads_half_precision(tq: usize, d: usize) {
+    let (b, h, kv, offset) = (1, 4, 2, 300);
     let tk = offset + tq;
     let q = filled(&[b, h, tq, d], 21);
     let half = |seed| filled(&[b, kv, tk, d], seed).to_dtype(DType::F16).unwrap();
@@ -194,6 +198,7 @@ fn reads_half_precision(tq: usize) {
         (k.clone(), v.clone()),
         (strided(&k), strided(&v)),
         (k.clone(), wide(&v)),
+        (strided(&k), v.clone()),
     ] {
         let got = flash_attention(&q, &k, &v, d, 0.3, Some(offset), None).unwrap();
         let diff = max_abs_diff(&got, &want);

@@ -20,6 +20,12 @@
 //! tile is loaded once for the group. Keys and values may be kept in f16 (a cache of half
 //! the memory, as llama.cpp keeps its own): each tile is then widened to f32 as it is read,
 //! and every product and sum stays f32.
+//!
+//! A decode step has one query row per head. When the tasks are fewer than the cores could
+//! take, each task's key tiles are split into parts, each with its own running maximum and
+//! sum, merged at the end (flash-decoding). A task of few rows does no matrix product: on
+//! AVX-512 its scores are dot products over key rows read where they lie, f16 widened as it
+//! is loaded, and its weighted sum adds each value row to every row's accumulator.
 
 use std::ops::Range;
 
@@ -227,6 +233,32 @@ impl<'a> Stored<'a> {
         }
     }
 
+    /// Rows `k0 ..` of matrix `(bi, g)` where they lie, for [`few_rows`]: `None` unless
+    /// each row's values are side by side.
+    fn in_place(&self, bi: usize, g: usize, k0: usize) -> Option<few_rows::Rows> {
+        let (ptr, stride, cs, half) = match self {
+            Self::F32(h) => {
+                let (p, rs, cs) = h.strided(bi, g);
+                (
+                    p.wrapping_offset(k0 as isize * rs).cast::<u8>(),
+                    rs * 4,
+                    cs,
+                    false,
+                )
+            }
+            Self::F16(h) => {
+                let (p, rs, cs) = h.strided(bi, g);
+                (
+                    p.wrapping_offset(k0 as isize * rs).cast::<u8>(),
+                    rs * 2,
+                    cs,
+                    true,
+                )
+            }
+        };
+        (cs == 1).then_some(few_rows::Rows { ptr, stride, half })
+    }
+
     /// Whether tiles are widened into a buffer of their own.
     fn widened(&self) -> bool {
         matches!(self, Self::F16(_))
@@ -287,28 +319,53 @@ impl Tiles {
             .causal
             .map_or(self.tk, |o| (o + q0 + rows).min(self.tk));
         let tile = KEY_TILE.min(end) * d;
-        let scratch = |kept: &Stored| vec![0f32; if kept.widened() { tile } else { 0 }];
+        // Few query rows (a decode step), on a CPU that runs `few_rows`, over keys and
+        // values whose rows can be read where they lie: dot products over each key row
+        // (f16 widened as it is loaded), where a matrix product would first widen the tile
+        // into a buffer of its own and then spend most of its time packing it.
+        let few = n <= few_rows::ROWS
+            && few_rows::runs(d)
+            && kh.in_place(bi, g, 0).is_some()
+            && vh.in_place(bi, g, 0).is_some();
+        let scratch = |kept: &Stored| {
+            let widened = kept.widened() && !few;
+            vec![0f32; if widened { tile } else { 0 }]
+        };
         let (mut kbuf, mut vbuf) = (scratch(kh), scratch(vh));
         let key_tiles = end.div_ceil(KEY_TILE);
         let (first, last) = (key_tiles * p / parts, key_tiles * (p + 1) / parts);
         for k0 in (first * KEY_TILE..(last * KEY_TILE).min(end)).step_by(KEY_TILE) {
             let cols = KEY_TILE.min(end - k0);
-            let km = kh.rows(bi, g, k0, cols, d, &mut kbuf);
-            let vm = vh.rows(bi, g, k0, cols, d, &mut vbuf);
-            // SAFETY: `s` holds `n` rows of `cols ≤ KEY_TILE`; K's rows `k0 .. k0 + cols`
-            // exist (`end ≤ tk`).
-            unsafe {
-                gemm_into(
-                    (n, cols, d),
-                    s.as_mut_ptr(),
-                    cols,
-                    false,
-                    Mat::rows(&qs, d),
-                    km.t(),
-                    self.scale,
-                    Parallelism::None,
-                )
+            let in_place = match few {
+                true => kh.in_place(bi, g, k0).zip(vh.in_place(bi, g, k0)),
+                false => None,
             };
+            let (km, vm) = match in_place {
+                Some(_) => (Mat::rows(&[], d), Mat::rows(&[], d)),
+                None => (
+                    kh.rows(bi, g, k0, cols, d, &mut kbuf),
+                    vh.rows(bi, g, k0, cols, d, &mut vbuf),
+                ),
+            };
+            if let Some((kr, _)) = in_place {
+                // SAFETY: K's rows `k0 .. k0 + cols` exist (`end ≤ tk`), `d` values each.
+                unsafe { few_rows::scores(&qs, d, kr, cols, self.scale, &mut s) };
+            } else {
+                // SAFETY: `s` holds `n` rows of `cols ≤ KEY_TILE`; K's rows `k0 .. k0 + cols`
+                // exist (`end ≤ tk`).
+                unsafe {
+                    gemm_into(
+                        (n, cols, d),
+                        s.as_mut_ptr(),
+                        cols,
+                        false,
+                        Mat::rows(&qs, d),
+                        km.t(),
+                        self.scale,
+                        Parallelism::None,
+                    )
+                };
+            }
             let tile_bias = bias
                 .map(|f| f(q0..q0 + rows, k0..k0 + cols))
                 .transpose()?
@@ -355,6 +412,11 @@ impl Tiles {
                     }
                 },
             );
+            if let Some((_, vr)) = in_place {
+                // SAFETY: V's rows `k0 .. k0 + cols` exist, `d` values each.
+                unsafe { few_rows::weighted(&s, cols, vr, d, &mut acc) };
+                continue;
+            }
             // SAFETY: `acc` is `n × d`; `s` holds the tile's `n × cols` weights; V's rows
             // `k0 .. k0 + cols` exist.
             unsafe {
@@ -420,5 +482,184 @@ impl Tiles {
             );
         }
         t.contiguous()
+    }
+}
+
+/// Attention products for a task of few stacked query rows (a decode step), on AVX-512:
+/// each score a dot product over a row of keys, four keys at a time, and the weighted sum
+/// of values one value row at a time, broadcast over each query row's accumulator; keys
+/// and values are read where they lie, f16 widened sixteen at a time as it is loaded.
+mod few_rows {
+    /// The most stacked query rows these kernels take.
+    pub(super) const ROWS: usize = 8;
+
+    /// Rows of f32 or (`half`) f16 values: the first at `ptr`, each `stride` bytes after the
+    /// one before, its values side by side.
+    #[derive(Clone, Copy)]
+    pub(super) struct Rows {
+        pub(super) ptr: *const u8,
+        pub(super) stride: isize,
+        pub(super) half: bool,
+    }
+
+    /// Whether they run here for rows of `d` values: AVX-512F, and `d` a multiple of 16.
+    pub(super) fn runs(d: usize) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            static AVX512: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+            let has = *AVX512.get_or_init(|| std::arch::is_x86_feature_detected!("avx512f"));
+            has && d > 0 && d.is_multiple_of(16)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = d;
+            false
+        }
+    }
+
+    /// `s[r·cols + j] = scale · q_r · k_j` for the rows `q_r` of `q` (`d` each) and the
+    /// rows `k_j`, `j < cols`, of `k`.
+    ///
+    /// # Safety
+    /// [`runs`]`(d)`; `k` has `cols` rows of `d` values; `s` holds `q.len() / d` rows of
+    /// `cols`.
+    pub(super) unsafe fn scores(
+        q: &[f32],
+        d: usize,
+        k: Rows,
+        cols: usize,
+        scale: f32,
+        s: &mut [f32],
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the caller's promise.
+        unsafe {
+            match k.half {
+                true => x86::scores::<true>(q, d, k, cols, scale, s),
+                false => x86::scores::<false>(q, d, k, cols, scale, s),
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        unreachable!(
+            "runs() is false off x86-64: {:?}",
+            (q.len(), d, k.half, cols, scale, s.len())
+        )
+    }
+
+    /// `acc_r += Σ_j w[r·cols + j] v_j` for the rows `acc_r` of `acc` (`d` each) and the
+    /// rows `v_j`, `j < cols`, of `v`.
+    ///
+    /// # Safety
+    /// As [`scores`], for `v`, `w` (`acc.len() / d` rows of `cols`) and `acc`.
+    pub(super) unsafe fn weighted(w: &[f32], cols: usize, v: Rows, d: usize, acc: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the caller's promise.
+        unsafe {
+            match v.half {
+                true => x86::weighted::<true>(w, cols, v, d, acc),
+                false => x86::weighted::<false>(w, cols, v, d, acc),
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        unreachable!(
+            "runs() is false off x86-64: {:?}",
+            (w.len(), cols, v.half, d, acc.len())
+        )
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    mod x86 {
+        use super::Rows;
+        use std::arch::x86_64::*;
+
+        /// Values `i .. i + 16` of the row at `p`, as f32.
+        #[target_feature(enable = "avx512f")]
+        #[inline]
+        unsafe fn load16<const HALF: bool>(p: *const u8, i: usize) -> __m512 {
+            // SAFETY: the caller's 16 values.
+            unsafe {
+                match HALF {
+                    true => _mm512_cvtph_ps(_mm256_loadu_si256(p.add(2 * i).cast())),
+                    false => _mm512_loadu_ps(p.add(4 * i).cast()),
+                }
+            }
+        }
+
+        #[target_feature(enable = "avx512f")]
+        pub(super) unsafe fn scores<const HALF: bool>(
+            q: &[f32],
+            d: usize,
+            k: Rows,
+            cols: usize,
+            scale: f32,
+            s: &mut [f32],
+        ) {
+            let n = q.len() / d;
+            assert!(s.len() >= n * cols);
+            let row = |j: usize| k.ptr.wrapping_offset(j as isize * k.stride);
+            // SAFETY (all of this function): rows `j < cols` of `k` and `r < n` of `q`,
+            // `d` values each, `c + 16 ≤ d`; `r·cols + j < s.len()`.
+            unsafe {
+                let mut j = 0;
+                while j + 4 <= cols {
+                    let ks = [row(j), row(j + 1), row(j + 2), row(j + 3)];
+                    for r in 0..n {
+                        let qr = q.as_ptr().add(r * d);
+                        let mut acc = [_mm512_setzero_ps(); 4];
+                        for c in (0..d).step_by(16) {
+                            let qv = _mm512_loadu_ps(qr.add(c));
+                            for t in 0..4 {
+                                let kv = load16::<HALF>(ks[t], c);
+                                acc[t] = _mm512_fmadd_ps(qv, kv, acc[t]);
+                            }
+                        }
+                        for (t, acc) in acc.iter().enumerate() {
+                            *s.get_unchecked_mut(r * cols + j + t) =
+                                scale * _mm512_reduce_add_ps(*acc);
+                        }
+                    }
+                    j += 4;
+                }
+                for j in j..cols {
+                    for r in 0..n {
+                        let qr = q.as_ptr().add(r * d);
+                        let mut acc = _mm512_setzero_ps();
+                        for c in (0..d).step_by(16) {
+                            let kv = load16::<HALF>(row(j), c);
+                            acc = _mm512_fmadd_ps(_mm512_loadu_ps(qr.add(c)), kv, acc);
+                        }
+                        *s.get_unchecked_mut(r * cols + j) = scale * _mm512_reduce_add_ps(acc);
+                    }
+                }
+            }
+        }
+
+        #[target_feature(enable = "avx512f")]
+        pub(super) unsafe fn weighted<const HALF: bool>(
+            w: &[f32],
+            cols: usize,
+            v: Rows,
+            d: usize,
+            acc: &mut [f32],
+        ) {
+            let n = acc.len() / d;
+            assert!(w.len() >= n * cols);
+            // SAFETY (all of this function): rows `j < cols` of `v` and `r < n` of `acc`,
+            // `d` values each, `c + 16 ≤ d`; `r·cols + j < w.len()`.
+            unsafe {
+                for r in 0..n {
+                    for c in (0..d).step_by(16) {
+                        let out = acc.as_mut_ptr().add(r * d + c);
+                        let mut a = _mm512_loadu_ps(out);
+                        for j in 0..cols {
+                            let wj = _mm512_set1_ps(*w.get_unchecked(r * cols + j));
+                            let vj = v.ptr.wrapping_offset(j as isize * v.stride);
+                            a = _mm512_fmadd_ps(wj, load16::<HALF>(vj, c), a);
+                        }
+                        _mm512_storeu_ps(out, a);
+                    }
+                }
+            }
+        }
     }
 }
