@@ -236,27 +236,20 @@ impl<'a> Stored<'a> {
     /// Rows `k0 ..` of matrix `(bi, g)` where they lie, for [`few_rows`]: `None` unless
     /// each row's values are side by side.
     fn in_place(&self, bi: usize, g: usize, k0: usize) -> Option<few_rows::Rows> {
-        let (ptr, stride, cs, half) = match self {
-            Self::F32(h) => {
-                let (p, rs, cs) = h.strided(bi, g);
-                (
-                    p.wrapping_offset(k0 as isize * rs).cast::<u8>(),
-                    rs * 4,
-                    cs,
-                    false,
-                )
-            }
-            Self::F16(h) => {
-                let (p, rs, cs) = h.strided(bi, g);
-                (
-                    p.wrapping_offset(k0 as isize * rs).cast::<u8>(),
-                    rs * 2,
-                    cs,
-                    true,
-                )
-            }
-        };
-        (cs == 1).then_some(few_rows::Rows { ptr, stride, half })
+        fn rows<T>(
+            h: &Heads<T>,
+            (bi, g, k0): (usize, usize, usize),
+            half: bool,
+        ) -> Option<few_rows::Rows> {
+            let (p, rs, cs) = h.strided(bi, g);
+            let ptr = p.wrapping_offset(k0 as isize * rs).cast::<u8>();
+            let stride = rs * std::mem::size_of::<T>() as isize;
+            (cs == 1).then_some(few_rows::Rows { ptr, stride, half })
+        }
+        match self {
+            Self::F32(h) => rows(h, (bi, g, k0), false),
+            Self::F16(h) => rows(h, (bi, g, k0), true),
+        }
     }
 
     /// Whether tiles are widened into a buffer of their own.
