@@ -266,6 +266,12 @@ struct Part {
     sum: Vec<f32>,
 }
 
+/// Where a tile's values are read from: in place (by `few_rows`), or as a matrix.
+enum Values {
+    InPlace(few_rows::Rows),
+    Tile(Mat),
+}
+
 /// The sizes every task shares.
 struct Tiles {
     h: usize,
@@ -333,32 +339,31 @@ impl Tiles {
                 true => kh.in_place(bi, g, k0).zip(vh.in_place(bi, g, k0)),
                 false => None,
             };
-            let (km, vm) = match in_place {
-                Some(_) => (Mat::rows(&[], d), Mat::rows(&[], d)),
-                None => (
-                    kh.rows(bi, g, k0, cols, d, &mut kbuf),
-                    vh.rows(bi, g, k0, cols, d, &mut vbuf),
-                ),
+            let values = match in_place {
+                Some((kr, vr)) => {
+                    // SAFETY: K's rows `k0 .. k0 + cols` exist (`end ≤ tk`), `d` values each.
+                    unsafe { few_rows::scores(&qs, d, kr, cols, self.scale, &mut s) };
+                    Values::InPlace(vr)
+                }
+                None => {
+                    let km = kh.rows(bi, g, k0, cols, d, &mut kbuf);
+                    // SAFETY: `s` holds `n` rows of `cols ≤ KEY_TILE`; K's rows
+                    // `k0 .. k0 + cols` exist (`end ≤ tk`).
+                    unsafe {
+                        gemm_into(
+                            (n, cols, d),
+                            s.as_mut_ptr(),
+                            cols,
+                            false,
+                            Mat::rows(&qs, d),
+                            km.t(),
+                            self.scale,
+                            Parallelism::None,
+                        )
+                    };
+                    Values::Tile(vh.rows(bi, g, k0, cols, d, &mut vbuf))
+                }
             };
-            if let Some((kr, _)) = in_place {
-                // SAFETY: K's rows `k0 .. k0 + cols` exist (`end ≤ tk`), `d` values each.
-                unsafe { few_rows::scores(&qs, d, kr, cols, self.scale, &mut s) };
-            } else {
-                // SAFETY: `s` holds `n` rows of `cols ≤ KEY_TILE`; K's rows `k0 .. k0 + cols`
-                // exist (`end ≤ tk`).
-                unsafe {
-                    gemm_into(
-                        (n, cols, d),
-                        s.as_mut_ptr(),
-                        cols,
-                        false,
-                        Mat::rows(&qs, d),
-                        km.t(),
-                        self.scale,
-                        Parallelism::None,
-                    )
-                };
-            }
             let tile_bias = bias
                 .map(|f| f(q0..q0 + rows, k0..k0 + cols))
                 .transpose()?
@@ -405,25 +410,24 @@ impl Tiles {
                     }
                 },
             );
-            if let Some((_, vr)) = in_place {
+            match values {
                 // SAFETY: V's rows `k0 .. k0 + cols` exist, `d` values each.
-                unsafe { few_rows::weighted(&s, cols, vr, d, &mut acc) };
-                continue;
+                Values::InPlace(vr) => unsafe { few_rows::weighted(&s, cols, vr, d, &mut acc) },
+                // SAFETY: `acc` is `n × d`; `s` holds the tile's `n × cols` weights; V's rows
+                // `k0 .. k0 + cols` exist.
+                Values::Tile(vm) => unsafe {
+                    gemm_into(
+                        (n, d, cols),
+                        acc.as_mut_ptr(),
+                        d,
+                        true,
+                        Mat::rows(&s, cols),
+                        vm,
+                        1.0,
+                        Parallelism::None,
+                    )
+                },
             }
-            // SAFETY: `acc` is `n × d`; `s` holds the tile's `n × cols` weights; V's rows
-            // `k0 .. k0 + cols` exist.
-            unsafe {
-                gemm_into(
-                    (n, d, cols),
-                    acc.as_mut_ptr(),
-                    d,
-                    true,
-                    Mat::rows(&s, cols),
-                    vm,
-                    1.0,
-                    Parallelism::None,
-                )
-            };
         }
         Ok(Part { acc, max, sum })
     }
