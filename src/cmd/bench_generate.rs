@@ -127,7 +127,12 @@ fn llama_cpp_round(
         Ok((runs, peak))
     };
     let decode = cfg.decode.to_string();
-    let (mut runs, mut peak) = run(&["-p", &list(&cfg.prompts), "-n", &decode])?;
+    // The decode from an empty cache only where a depth of 0 is asked for.
+    let empty = match cfg.depths.contains(&0) {
+        true => decode.as_str(),
+        false => "0",
+    };
+    let (mut runs, mut peak) = run(&["-p", &list(&cfg.prompts), "-n", empty])?;
     let deep: Vec<usize> = cfg.depths.iter().copied().filter(|&d| d > 0).collect();
     if !deep.is_empty() {
         let (more, deep_peak) = run(&["-p", "0", "-n", &decode, "-d", &list(&deep)])?;
