@@ -5,6 +5,9 @@
 #
 #   scripts/gpu_check.sh tests      # the device tests, then `bench train --device cuda`
 #                                   # against PyTorch on the same GPU
+#   scripts/gpu_check.sh train-ab OLD.tar.xz [ROUNDS]  # `bench train --device cuda` of an
+#                                   # older posenc (the archive holds its `posenc`) and of
+#                                   # this one, alternating, ROUNDS (default 2) each
 #   scripts/gpu_check.sh embed      # all-MiniLM-L6-v2 (.cache/all-MiniLM-L6-v2):
 #                                   # `bench embed --device cuda` against transformers there
 #   scripts/gpu_check.sh generate   # SmolLM2 (.cache/smollm2): scripts/gpu_smollm2.py
@@ -42,11 +45,25 @@ step() {
   "$@" 2>&1 | tee "$logs/$log" || { echo "FAILED: $*" >&2; status=1; }
 }
 
-stage=${1:?"which stage: tests, embed, generate, lm or lm-experiment"}
+stage=${1:?"which stage: tests, train-ab, embed, generate, lm or lm-experiment"}
 case $stage in
   tests)
     step devices.log scripts/run_cuda.sh
     step bench_train.log scripts/run_cuda.sh posenc bench train --device cuda --steps 20
+    ;;
+  train-ab)
+    old=${2:?"the archive of the older posenc"}
+    mkdir -p target/cuda/old
+    tar -xJf "$old" -C target/cuda/old
+    for round in $(seq "${3:-2}"); do
+      for which in old new; do
+        exe=posenc
+        [ $which = old ] && exe=target/cuda/old/posenc
+        echo "== $which, round $round" | tee -a "$logs/train_ab.log"
+        step train_ab_run.log scripts/run_cuda.sh "$exe" bench train --device cuda --steps 40
+        cat "$logs/train_ab_run.log" >> "$logs/train_ab.log"
+      done
+    done
     ;;
   embed)
     step bench_embed.log scripts/run_cuda.sh posenc bench embed --device cuda --rounds 5 \
@@ -67,7 +84,7 @@ case $stage in
       --encodings none,rope,alibi,fire
     ;;
   *)
-    echo "unknown stage $stage: tests, embed, generate, lm or lm-experiment" >&2
+    echo "unknown stage $stage: tests, train-ab, embed, generate, lm or lm-experiment" >&2
     exit 2
     ;;
 esac

@@ -2,10 +2,12 @@
 # Runs, on a machine with an NVIDIA GPU, what scripts/build_cuda.sh built elsewhere
 # (target/cuda/carry/binaries.tar.xz, unpacked into target/cuda/bin): first whether the binaries find CUDA 13's libraries there, then the
 # device tests, which run the models on the GPU and compare them with the CPU, and the
-# test of `ops::with_grad` (the GPU's softmax and norms with their backward).
+# fused ops' tests, which run `ops::with_grad` (the GPU's softmax, norms, linear layer and
+# attention, each one node with its backward) on the GPU against f64 compositions.
 #
 #   scripts/run_cuda.sh                 # the device tests
 #   scripts/run_cuda.sh posenc ARGS…    # the carried posenc, e.g. `generate --device cuda`
+#   scripts/run_cuda.sh PATH ARGS…      # another binary, with the same libraries
 #
 # The libraries are looked for in the system toolkit (/usr/local/cuda) and in the `nvidia`
 # wheels of the machine's Python (PyTorch's). Exits non-zero, naming what is missing, when a
@@ -37,7 +39,11 @@ done
 if [ $# -gt 0 ]; then
   exe=$1
   shift
-  exec "$carry/$exe" "$@"
+  # A carried binary by name, or any other (an older build, say) by its path.
+  case $exe in
+    */*) exec "$exe" "$@" ;;
+    *) exec "$carry/$exe" "$@" ;;
+  esac
 fi
 "$carry/devices" --test-threads 1
-"$carry/fused_ops" --test-threads 1 with_grad
+"$carry/fused_ops" --test-threads 1

@@ -12,10 +12,11 @@
 //!
 //! The weights follow PyTorch's `nn.MultiheadAttention`: `in_proj_weight (3d, d)` packs
 //! `W^Q, W^K, W^V`, with `in_proj_bias` and `out_proj`; a checkpoint that holds them apart
-//! (`q_proj`, `k_proj`, `v_proj`, as Hugging Face's) loads as it is. In f32 on the CPU, attention
-//! without a score bias is one op with its own backward ([`ops::attention`]), which reads
-//! the projections with their heads still merged; with a bias, the scale, bias, mask and
-//! softmax are one fused kernel ([`ops::masked_softmax`]); other dtypes take the
+//! (`q_proj`, `k_proj`, `v_proj`, as Hugging Face's) loads as it is. Attention without a
+//! score bias is one op with its own backward ([`ops::attention`]: the CPU's kernel in f32,
+//! candle's ops under one graph node elsewhere), which reads the projections with their
+//! heads still merged; with a bias, in f32 on the CPU, the scale, bias, mask and softmax
+//! are one fused kernel ([`ops::masked_softmax`]); other dtypes and devices take the
 //! differentiable composition.
 
 use std::ops::Range;
@@ -493,8 +494,9 @@ impl MultiHeadAttention {
         let k_len = self.split(k)?.dim(2)?;
         let dropout = dropout::active(q, self.dropout);
         let content = own && self.reads_scores();
-        if bias.is_none() && !content && q.dtype() == DType::F32 && q.device().is_cpu() {
-            // One op for scores, mask, softmax, dropout and weighted sum, heads merged.
+        if bias.is_none() && !content {
+            // One op for scores, mask, softmax, dropout and weighted sum, heads merged: the
+            // CPU's kernel in f32, candle's ops under one node elsewhere.
             let sample = dropout
                 .then(|| dropout::uniform((b, h, tq, k_len), q.device()))
                 .transpose()?
@@ -601,10 +603,7 @@ fn packed(d_model: usize, kv_dim: usize, bias: bool, vb: &VarBuilder) -> Result<
     let b = bias
         .then(|| vb.get_with_hints(rows, "in_proj_bias", init::ZERO))
         .transpose()?;
-    let part = |start: usize, len: usize| -> Result<Proj> {
-        let bias = b.as_ref().map(|b| b.narrow(0, start, len)).transpose()?;
-        Ok(Proj::new(w.narrow(0, start, len)?, bias))
-    };
+    let part = |start: usize, len: usize| Proj::rows_of(&w, b.as_ref(), start..start + len);
     Ok([
         part(0, d_model)?,
         part(d_model, kv_dim)?,

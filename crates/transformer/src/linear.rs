@@ -17,6 +17,7 @@
 //! hands batches of 32 or more to BLAS: a quantized kernel runs a dot product per row and
 //! output.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use candle_core::quantized::{QMatMul, QTensor};
@@ -48,6 +49,15 @@ fn flat(x: &Tensor, f: impl FnOnce(&Tensor) -> Result<Tensor>) -> Result<Tensor>
 pub struct Proj {
     weight: Weight,
     bias: Option<Tensor>,
+    packed: Option<Packed>,
+}
+
+/// The packed weight and bias whose rows `rows` a dense projection's are.
+#[derive(Debug, Clone)]
+struct Packed {
+    weight: Tensor,
+    bias: Option<Tensor>,
+    rows: Range<usize>,
 }
 
 #[derive(Debug, Clone)]
@@ -65,7 +75,25 @@ impl Proj {
         Self {
             weight: Weight::Dense(Linear::new(weight, bias.clone())),
             bias,
+            packed: None,
         }
+    }
+
+    /// The projection whose weight and bias are the rows `rows` of the packed `weight
+    /// (packed, in)` and `bias (packed,)`: views of them, and trained as rows of them
+    /// ([`ops::linear_rows`]).
+    ///
+    /// # Errors
+    /// `rows` past the packed tensors.
+    pub fn rows_of(weight: &Tensor, bias: Option<&Tensor>, rows: Range<usize>) -> Result<Self> {
+        let part = |t: &Tensor| t.narrow(0, rows.start, rows.len());
+        let mut proj = Self::new(part(weight)?, bias.map(part).transpose()?);
+        proj.packed = Some(Packed {
+            weight: weight.clone(),
+            bias: bias.cloned(),
+            rows,
+        });
+        Ok(proj)
     }
 
     /// Loads or creates `weight (out, in)` and, with `bias`, `bias (out,)` under `vb`,
@@ -111,6 +139,7 @@ impl Proj {
             );
         }
         self.weight = Weight::Quantized(QMatMul::from_arc(weight.clone())?, weight);
+        self.packed = None;
         Ok(())
     }
 
@@ -186,7 +215,12 @@ impl Proj {
 
     fn forward_with(&self, x: &Tensor, relu: bool) -> Result<Tensor> {
         let y = match &self.weight {
-            Weight::Dense(linear) => return ops::linear(x, linear.weight(), self.bias(), relu),
+            Weight::Dense(linear) => match &self.packed {
+                Some(p) => {
+                    return ops::linear_rows(x, &p.weight, p.bias.as_ref(), p.rows.clone(), relu)
+                }
+                None => return ops::linear(x, linear.weight(), self.bias(), relu),
+            },
             Weight::Quantized(q, w) => {
                 let y = flat(x, |x| {
                     if x.dim(0)? >= DEQUANTIZE_FROM_ROWS {

@@ -78,13 +78,7 @@ impl Mask {
     /// Replaces masked `scores (batch, heads, q, k)` by the most negative finite value.
     pub(crate) fn fill(&self, scores: &Tensor) -> Result<Tensor> {
         let keep = self.broadcast_to(scores)?;
-        let lowest = match scores.dtype() {
-            DType::F16 => -65504.0,
-            DType::BF16 => -3.38e38,
-            DType::F64 => f64::MIN,
-            _ => f64::from(f32::MIN),
-        };
-        let fill = Tensor::new(lowest, scores.device())?
+        let fill = Tensor::new(lowest(scores.dtype()), scores.device())?
             .to_dtype(scores.dtype())?
             .broadcast_as(scores.shape())?;
         Ok(keep.where_cond(scores, &fill)?)
@@ -114,5 +108,16 @@ impl Mask {
                 scores
             ))
         })
+    }
+}
+
+/// The most negative finite value of `dtype`: what a masked score becomes, so that a row
+/// with every key masked is still finite (and then zeroed), never NaN.
+pub(crate) fn lowest(dtype: DType) -> f64 {
+    match dtype {
+        DType::F16 => -65504.0,
+        DType::BF16 => -3.38e38,
+        DType::F64 => f64::MIN,
+        _ => f64::from(f32::MIN),
     }
 }

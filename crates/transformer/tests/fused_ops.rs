@@ -4,7 +4,8 @@
 
 use candle_core::{DType, Device, Tensor, Var, D};
 use posenc_transformer::ops::{
-    add_layer_norm, attention, gelu, layer_norm, linear, linear_gelu, masked_softmax, matmul,
+    add_layer_norm, attention, gelu, layer_norm, linear, linear_gelu, linear_rows, masked_softmax,
+    matmul,
 };
 
 fn randn(shape: &[usize], seed: u64) -> Tensor {
@@ -27,7 +28,14 @@ fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
     if a.elem_count() == 0 {
         return 0.0;
     }
-    (a.to_dtype(DType::F64).unwrap() - b.to_dtype(DType::F64).unwrap())
+    // Either may live on a GPU: both are compared on the CPU.
+    let f64_cpu = |t: &Tensor| {
+        t.to_dtype(DType::F64)
+            .unwrap()
+            .to_device(&Device::Cpu)
+            .unwrap()
+    };
+    (f64_cpu(a) - f64_cpu(b))
         .unwrap()
         .abs()
         .unwrap()
@@ -551,6 +559,20 @@ fn linear_composite(x: &Tensor, w: &Tensor, b: Option<&Tensor>, relu: bool) -> T
     }
 }
 
+/// Where the ops run: f32 on the CPU (their kernels), then f64 on the CPU and f32 on
+/// each GPU present, which take candle's ops under one node (`ops::with_grad`).
+fn placements() -> Vec<(DType, Device)> {
+    let gpus = posenc_testkit::devices().into_iter().skip(1);
+    let mut all = vec![(DType::F32, Device::Cpu), (DType::F64, Device::Cpu)];
+    all.extend(gpus.map(|d| (DType::F32, d)));
+    all
+}
+
+/// `t` as a variable of `dtype` on `device`.
+fn var_on(t: &Tensor, dtype: DType, device: &Device) -> Var {
+    Var::from_tensor(&t.to_dtype(dtype).unwrap().to_device(device).unwrap()).unwrap()
+}
+
 #[test]
 fn linear_equals_the_composition_forward_and_backward() {
     let x = randn(&[3, 7, 20], 50);
@@ -558,59 +580,118 @@ fn linear_equals_the_composition_forward_and_backward() {
     let packed = randn(&[3 * 19, 20], 51);
     let b = randn(&[19], 52);
     let r = randn(&[3, 7, 19], 53);
-    for (name, with_bias, relu) in [
-        ("bias", true, false),
-        ("no bias", false, false),
-        ("bias, ReLU", true, true),
-        ("ReLU", false, true),
-    ] {
-        let (xv, pv, bv) = (
-            Var::from_tensor(&x).unwrap(),
-            Var::from_tensor(&packed).unwrap(),
-            Var::from_tensor(&b).unwrap(),
-        );
-        let w = pv.as_tensor().narrow(0, 19, 19).unwrap();
-        let bias = with_bias.then(|| bv.as_tensor());
-        let y = linear(xv.as_tensor(), &w, bias, relu).unwrap();
-        let grads = (&y * &r).unwrap().sum_all().unwrap().backward().unwrap();
+    for (dtype, device) in placements() {
+        for (case, with_bias, relu) in [
+            ("bias", true, false),
+            ("no bias", false, false),
+            ("bias, ReLU", true, true),
+            ("ReLU", false, true),
+        ] {
+            let name = format!("{case}, {dtype:?} on {device:?}");
+            let (xv, pv, bv) = (
+                var_on(&x, dtype, &device),
+                var_on(&packed, dtype, &device),
+                var_on(&b, dtype, &device),
+            );
+            let w = pv.as_tensor().narrow(0, 19, 19).unwrap();
+            let bias = with_bias.then(|| bv.as_tensor());
+            let y = linear(xv.as_tensor(), &w, bias, relu).unwrap();
+            let r_on = r.to_dtype(dtype).unwrap().to_device(&device).unwrap();
+            let grads = (&y * &r_on).unwrap().sum_all().unwrap().backward().unwrap();
 
-        let f64_var = |t: &Tensor| Var::from_tensor(&t.to_dtype(DType::F64).unwrap()).unwrap();
-        let (xv64, pv64, bv64) = (f64_var(&x), f64_var(&packed), f64_var(&b));
-        let w64 = pv64.as_tensor().narrow(0, 19, 19).unwrap();
-        let y64 = linear_composite(
-            xv64.as_tensor(),
-            &w64,
-            with_bias.then(|| bv64.as_tensor()),
-            relu,
-        );
-        let grads64 = (&y64 * &r.to_dtype(DType::F64).unwrap())
-            .unwrap()
-            .sum_all()
-            .unwrap()
-            .backward()
-            .unwrap();
-        assert_eq!(y.dims(), &[3, 7, 19], "{name}");
-        assert!(
-            max_diff(&y, &y64) < 1e-5,
-            "{name}: forward {}",
-            max_diff(&y, &y64)
-        );
-        let mut pairs = vec![("x", &xv, &xv64), ("packed weight", &pv, &pv64)];
-        if with_bias {
-            pairs.push(("bias", &bv, &bv64));
-        }
-        for (what, v, v64) in pairs {
-            let (g, g64) = (
-                grads.get(v.as_tensor()).unwrap(),
-                grads64.get(v64.as_tensor()).unwrap(),
+            let f64_var = |t: &Tensor| var_on(t, DType::F64, &Device::Cpu);
+            let (xv64, pv64, bv64) = (f64_var(&x), f64_var(&packed), f64_var(&b));
+            let w64 = pv64.as_tensor().narrow(0, 19, 19).unwrap();
+            let y64 = linear_composite(
+                xv64.as_tensor(),
+                &w64,
+                with_bias.then(|| bv64.as_tensor()),
+                relu,
             );
+            let grads64 = (&y64 * &r.to_dtype(DType::F64).unwrap())
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .backward()
+                .unwrap();
+            assert_eq!(y.dims(), &[3, 7, 19], "{name}");
+            assert_eq!(y.dtype(), dtype, "{name}");
             assert!(
-                max_diff(g, g64) < 1e-4,
-                "{name}: ∂/∂{what} {}",
-                max_diff(g, g64)
+                max_diff(&y, &y64) < 1e-5,
+                "{name}: forward {}",
+                max_diff(&y, &y64)
             );
+            let mut pairs = vec![("x", &xv, &xv64), ("packed weight", &pv, &pv64)];
+            if with_bias {
+                pairs.push(("bias", &bv, &bv64));
+            }
+            for (what, v, v64) in pairs {
+                let (g, g64) = (
+                    grads.get(v.as_tensor()).unwrap(),
+                    grads64.get(v64.as_tensor()).unwrap(),
+                );
+                assert!(
+                    max_diff(g, g64) < 1e-4,
+                    "{name}: ∂/∂{what} {}",
+                    max_diff(g, g64)
+                );
+            }
         }
     }
+}
+
+/// `linear_rows` (attention's `W^Q, W^K, W^V` as rows of `in_proj_weight`) equals the
+/// composition of the packed tensors' `narrow`s, forward and backward, the packed weight's
+/// and bias's gradients zero outside the rows, wherever the op runs.
+#[test]
+fn linear_rows_equals_the_composition_of_the_narrows() {
+    let x = randn(&[3, 7, 20], 60);
+    let packed = randn(&[3 * 19, 20], 61);
+    let packed_b = randn(&[3 * 19], 62);
+    let r = randn(&[3, 7, 19], 63);
+    let rows = 19..38;
+    let narrow = |t: &Tensor| t.narrow(0, 19, 19).unwrap();
+    for (dtype, device) in placements() {
+        for relu in [false, true] {
+            let name = format!("relu {relu}, {dtype:?} on {device:?}");
+            let vars = [&x, &packed, &packed_b].map(|t| var_on(t, dtype, &device));
+            let [xv, wv, bv] = vars.each_ref().map(Var::as_tensor);
+            let y = linear_rows(xv, wv, Some(bv), rows.clone(), relu).unwrap();
+            let r_on = r.to_dtype(dtype).unwrap().to_device(&device).unwrap();
+            let grads = (&y * &r_on).unwrap().sum_all().unwrap().backward().unwrap();
+
+            let vars64 = [&x, &packed, &packed_b].map(|t| var_on(t, DType::F64, &Device::Cpu));
+            let [xv64, wv64, bv64] = vars64.each_ref().map(Var::as_tensor);
+            let y64 = linear_composite(xv64, &narrow(wv64), Some(&narrow(bv64)), relu);
+            let grads64 = (&y64 * &r.to_dtype(DType::F64).unwrap())
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .backward()
+                .unwrap();
+            assert!(
+                max_diff(&y, &y64) < 1e-5,
+                "{name}: forward {}",
+                max_diff(&y, &y64)
+            );
+            for (what, (v, v64)) in ["x", "packed weight", "packed bias"]
+                .iter()
+                .zip(vars.iter().zip(&vars64))
+            {
+                let (g, g64) = (
+                    grads.get(v.as_tensor()).unwrap(),
+                    grads64.get(v64.as_tensor()).unwrap(),
+                );
+                assert!(
+                    max_diff(g, g64) < 1e-4,
+                    "{name}: ∂/∂{what} {}",
+                    max_diff(g, g64)
+                );
+            }
+        }
+    }
+    // Rows past the packed weight are an error.
+    assert!(linear_rows(&x, &packed, None, 50..60, false).is_err());
 }
 
 #[test]
@@ -758,63 +839,81 @@ fn attention_equals_the_composition_forward_and_backward() {
     let scale = 0.35;
     let all = Tensor::ones((1, 1, tq, tk), DType::U8, &Device::Cpu).unwrap();
     let masked = mask(tk);
-    for (name, keep, drop, merged) in [
+    let cases = [
         ("masked", Some(&masked), None, false),
         ("unmasked", None, None, false),
         ("masked, dropout", Some(&masked), Some(0.3), false),
         ("masked, q and v merged", Some(&masked), None, true),
         ("dropout, q and v merged", None, Some(0.3), true),
-    ] {
-        let vars = [&q, &k, &v].map(|t| Var::from_tensor(t).unwrap());
-        let sample = drop.map(|p| (p as f32, u.clone()));
-        let [qa, ka, va] = vars.each_ref().map(|v| split(v.as_tensor()));
-        let (qa, va) = match merged {
-            true => (vars[0].as_tensor().clone(), vars[2].as_tensor().clone()),
-            false => (qa, va),
-        };
-        let (out, w) = attention(&qa, &ka, &va, d, keep, scale as f32, sample).unwrap();
-        let grads = (&out * &r).unwrap().sum_all().unwrap().backward().unwrap();
+    ];
+    for (dtype, device) in placements() {
+        for (case, keep, drop, merged) in cases {
+            let name = format!("{case}, {dtype:?} on {device:?}");
+            let on = |t: &Tensor| t.to_dtype(dtype).unwrap().to_device(&device).unwrap();
+            let vars = [&q, &k, &v].map(|t| var_on(t, dtype, &device));
+            let sample = drop.map(|p| (p as f32, u.to_device(&device).unwrap()));
+            let [qa, ka, va] = vars.each_ref().map(|v| split(v.as_tensor()));
+            let (qa, va) = match merged {
+                true => (vars[0].as_tensor().clone(), vars[2].as_tensor().clone()),
+                false => (qa, va),
+            };
+            let keep_on = keep.map(|m| m.to_device(&device).unwrap());
+            let (out, w) =
+                attention(&qa, &ka, &va, d, keep_on.as_ref(), scale as f32, sample).unwrap();
+            let grads = (&out * on(&r))
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .backward()
+                .unwrap();
 
-        let f64_var = |t: &Tensor| Var::from_tensor(&t.to_dtype(DType::F64).unwrap()).unwrap();
-        let vars64 = [&q, &k, &v].map(f64_var);
-        let u64 = u.to_dtype(DType::F64).unwrap();
-        let (out64, w64) = attention_composite(
-            &split(vars64[0].as_tensor()).contiguous().unwrap(),
-            &split(vars64[1].as_tensor()).contiguous().unwrap(),
-            &split(vars64[2].as_tensor()).contiguous().unwrap(),
-            keep.unwrap_or(&all),
-            scale,
-            drop.map(|p| (p, &u64)),
-        );
-        let grads64 = (&out64 * &r.to_dtype(DType::F64).unwrap())
-            .unwrap()
-            .sum_all()
-            .unwrap()
-            .backward()
-            .unwrap();
-        assert!(
-            max_diff(&out, &out64) < 1e-5,
-            "{name}: output {}",
-            max_diff(&out, &out64)
-        );
-        assert!(
-            max_diff(&w, &w64) < 1e-6,
-            "{name}: weights {}",
-            max_diff(&w, &w64)
-        );
-        for (what, (v, v64)) in ["q", "k", "v"].iter().zip(vars.iter().zip(&vars64)) {
-            let (g, g64) = (
-                grads.get(v.as_tensor()).unwrap(),
-                grads64.get(v64.as_tensor()).unwrap(),
+            let vars64 = [&q, &k, &v].map(|t| var_on(t, DType::F64, &Device::Cpu));
+            let u64 = u.to_dtype(DType::F64).unwrap();
+            let (out64, w64) = attention_composite(
+                &split(vars64[0].as_tensor()).contiguous().unwrap(),
+                &split(vars64[1].as_tensor()).contiguous().unwrap(),
+                &split(vars64[2].as_tensor()).contiguous().unwrap(),
+                keep.unwrap_or(&all),
+                scale,
+                drop.map(|p| (p, &u64)),
+            );
+            let grads64 = (&out64 * &r.to_dtype(DType::F64).unwrap())
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .backward()
+                .unwrap();
+            assert_eq!(out.dtype(), dtype, "{name}");
+            assert!(
+                max_diff(&out, &out64) < 1e-5,
+                "{name}: output {}",
+                max_diff(&out, &out64)
             );
             assert!(
-                max_diff(g, g64) < 1e-5,
-                "{name}: ∂/∂{what} {}",
-                max_diff(g, g64)
+                max_diff(&w, &w64) < 1e-6,
+                "{name}: weights {}",
+                max_diff(&w, &w64)
             );
+            for (what, (v, v64)) in ["q", "k", "v"].iter().zip(vars.iter().zip(&vars64)) {
+                let (g, g64) = (
+                    grads.get(v.as_tensor()).unwrap(),
+                    grads64.get(v64.as_tensor()).unwrap(),
+                );
+                assert!(
+                    max_diff(g, g64) < 1e-5,
+                    "{name}: ∂/∂{what} {}",
+                    max_diff(g, g64)
+                );
+            }
+            let values: Vec<f64> = out
+                .to_dtype(DType::F64)
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .to_vec1()
+                .unwrap();
+            assert!(values.iter().all(|v| v.is_finite()), "{name}");
         }
-        let values: Vec<f32> = out.flatten_all().unwrap().to_vec1().unwrap();
-        assert!(values.iter().all(|v| v.is_finite()), "{name}");
     }
 }
 

@@ -19,6 +19,9 @@
 //! the graph either, and their gradients are written merged. The weights `P` are kept for
 //! the backward and returned to the caller. Grouped-query attention reads key and value
 //! head `i / (heads / kv_heads)` for query head `i`.
+//!
+//! Off the CPU's f32, the same op is candle's ops under one node with this backward
+//! ([`super::with_grad`]).
 
 use std::mem::MaybeUninit;
 use std::sync::{Arc, Mutex};
@@ -30,6 +33,7 @@ use rayon::prelude::*;
 use super::matmul::{gemm_into, Mat, OutPtr};
 use super::simd::{self, vectorized};
 use super::softmax::{softmax_row, MaskIndex};
+use super::with_grad;
 use super::{assume_init, par_output_uninit};
 
 /// `(O, P)`: the attention of queries `q (b, h, tq, d)` over keys and values
@@ -38,11 +42,14 @@ use super::{assume_init, par_output_uninit};
 /// `(b, h, tq, tk)`) masking keys, scores scaled by `scale`, and, when `dropout` is
 /// `Some((p, u))`, weights dropped where the uniform sample `u (b, h, tq, tk)` is below
 /// `p`. `O` is `(b, tq, h·d)`, heads merged; `P (b, h, tq, tk)` are the weights before
-/// dropout (not differentiable). `O` is differentiable in `q`, `k` and `v`. f32, CPU.
+/// dropout (not differentiable). `O` is differentiable in `q`, `k` and `v`.
+///
+/// In f32 on the CPU this op's own kernel; in other dtypes and on other devices candle's
+/// ops, as one node with the same backward ([`with_grad`](super::with_grad)'s attention).
 ///
 /// # Errors
-/// Other dtypes or devices, shapes that do not fit together, a head count not a multiple
-/// of the key/value heads.
+/// Shapes that do not fit together, a head count not a multiple of the key/value heads,
+/// a dtype candle's ops do not take.
 pub fn attention(
     q: &Tensor,
     k: &Tensor,
@@ -69,12 +76,22 @@ pub fn attention(
             v.dims()
         );
     }
-    for t in [q, k, v] {
-        if t.dtype() != DType::F32 || !t.device().is_cpu() {
-            candle_core::bail!("attention takes f32 tensors on the CPU");
-        }
-    }
     let shape = (b, h, tq, tk);
+    if [q, k, v]
+        .iter()
+        .any(|t| t.dtype() != DType::F32 || !t.device().is_cpu())
+    {
+        let keep = keep.map(|m| m.broadcast_as(shape)).transpose()?;
+        let dims = with_grad::Dims {
+            b,
+            h,
+            kv,
+            tq,
+            tk,
+            d,
+        };
+        return with_grad::attention((q, k, v), dims, keep.as_ref(), scale, dropout);
+    }
     if b * h * tq * tk * d == 0 {
         // Nothing to attend to, or nothing to attend with: zero output and weights.
         let zeros = |s: Shape| Tensor::zeros(s, DType::F32, q.device());

@@ -30,19 +30,14 @@ use super::softmax::{contiguous_f32, rows_per_task};
 
 /// `x Wᵀ + b`, then ReLU if `relu`, over the last dimension of `x (…, in)` with
 /// `w (out, in)` and `b (out,)`. Differentiable in all three. Other dtypes and devices
-/// take candle's ops.
+/// take candle's ops, as one node with the same backward ([`super::with_grad`]).
 ///
 /// # Errors
 /// If the shapes do not fit together.
 pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>, relu: bool) -> Result<Tensor> {
     check_shapes(x, w, b)?;
     if !all_cpu_f32(x, w, b) {
-        let y = x.broadcast_matmul(&w.t()?)?;
-        let y = match b {
-            Some(b) => y.broadcast_add(b)?,
-            None => y,
-        };
-        return if relu { y.relu() } else { Ok(y) };
+        return super::with_grad::linear(x, (w, b), 0..w.dim(0)?, relu);
     }
     // The op reads `x` as `(rows, in)` whatever its rank, so no reshape enters the graph.
     let x = x.contiguous()?;
@@ -53,6 +48,32 @@ pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>, relu: bool) -> Result<
         Some(b) => x.apply_op3(w, b, op),
         None => x.apply_op2(w, op),
     }
+}
+
+/// [`linear`] with `W` and `b` the rows `rows` of the packed `w (packed, in)` and
+/// `b (packed,)`, as attention's `W^Q, W^K, W^V` are rows of `in_proj_weight`.
+/// Differentiable in `x` and in the packed tensors. In f32 on the CPU, [`linear`] of their
+/// `narrow`s; elsewhere one node whose gradients are the packed tensors' own, zero outside
+/// `rows` ([`super::with_grad`]), with no `narrow` node to pad and accumulate them.
+///
+/// # Errors
+/// If the shapes do not fit together, or `rows` reaches past `w`.
+pub fn linear_rows(
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+    rows: std::ops::Range<usize>,
+    relu: bool,
+) -> Result<Tensor> {
+    check_shapes(x, w, b)?;
+    if rows.start > rows.end || rows.end > w.dim(0)? {
+        candle_core::bail!("linear: rows {rows:?} of a weight {:?}", w.dims());
+    }
+    if all_cpu_f32(x, w, b) {
+        let part = |t: &Tensor| t.narrow(0, rows.start, rows.len());
+        return linear(x, &part(w)?, b.map(part).transpose()?.as_ref(), relu);
+    }
+    super::with_grad::linear(x, (w, b), rows, relu)
 }
 
 /// `GELU(x Wᵀ + b)` (erf form) over the last dimension of `x (…, in)`, with `w (out, in)`

@@ -22,7 +22,7 @@ pub use flash_attention::{flash_attention, TileBias};
 pub use gelu::gelu;
 pub(crate) use gelu::gelu_anywhere;
 pub use layer_norm::{add_layer_norm, layer_norm};
-pub use linear::{linear, linear_gelu};
+pub use linear::{linear, linear_gelu, linear_rows};
 pub use matmul::matmul;
 pub use packed_attention::packed_attention;
 pub use softmax::masked_softmax;

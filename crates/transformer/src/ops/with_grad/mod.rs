@@ -1,5 +1,6 @@
-//! Softmax, LayerNorm and RMSNorm for training off the CPU's f32 kernels: candle's fused
-//! forward kernel (one launch, but no backward), given a backward of a few tensor ops.
+//! Softmax, LayerNorm, RMSNorm, the linear layer and attention for training off the CPU's
+//! f32 kernels: the forward is candle's (a fused kernel, or a few ops on detached inputs)
+//! and one graph node carries a backward of a few tensor ops.
 //!
 //! On a GPU the training step is bound by kernel launches, not arithmetic. candle-nn's
 //! `softmax_last_dim`, `layer_norm` and `rms_norm` are one kernel each but carry no
@@ -15,6 +16,9 @@
 //! RMSNorm    y = x̂ ⊙ w,     x̂ = x/σ          dx = (g − x̂ ⊙ mean(g ⊙ x̂)) / σ
 //!            g = dy ⊙ w,  dw = Σ dy ⊙ x̂,  db = Σ dy
 //! ```
+//!
+//! The linear layer and attention ([`crate::ops::linear`] and [`crate::ops::attention`]
+//! off the CPU's f32) are one node each in the same way; their formulas are in their files.
 //!
 //! Each is tested against the composition it replaces, forward and backward.
 
@@ -32,19 +36,20 @@ enum Kind {
     RmsNorm { eps: f32 },
 }
 
-/// A node whose output `y` was computed outside the graph, by a fused kernel, from the
-/// node's inputs; its backward is `kind`'s. The forward hands `y` over and lets go of it,
-/// so that the graph (which keeps the node until the backward) holds one copy, not two.
-struct Computed {
-    kind: Kind,
+/// An output `y` computed outside the graph, by fused kernels or by candle's ops on
+/// detached inputs, waiting to be handed to the one node that stands for all of them.
+/// The node's forward takes it and lets go of it, so that the graph (which keeps the node
+/// until the backward) holds one copy, not two.
+struct Handed {
+    name: &'static str,
     y: std::sync::Mutex<Option<Tensor>>,
 }
 
-impl Computed {
-    /// A node of `kind` whose output is `y`.
-    fn new(kind: Kind, y: Tensor) -> Self {
+impl Handed {
+    /// `y`, for the node called `name`.
+    fn new(name: &'static str, y: Tensor) -> Self {
         Self {
-            kind,
+            name,
             y: std::sync::Mutex::new(Some(y)),
         }
     }
@@ -55,26 +60,41 @@ impl Computed {
         &self,
         pick: fn(&Storage) -> Option<&S>,
     ) -> candle_core::Result<(S, Shape)> {
+        let name = self.name;
         let taken = self.y.lock().ok().and_then(|mut y| y.take());
         let Some(y) = taken else {
-            candle_core::bail!("{}: the forward ran twice", self.name())
+            candle_core::bail!("{name}: the forward ran twice")
         };
         let (storage, layout) = y.storage_and_layout();
         // A storage clone copies the whole buffer: `y` must be all of it, in order.
         if !layout.is_contiguous() || layout.start_offset() != 0 {
-            candle_core::bail!("{}: the fused output is not a fresh tensor", self.name())
+            candle_core::bail!("{name}: the fused output is not a fresh tensor")
         }
         let Some(y) = pick(&storage) else {
-            candle_core::bail!("{}: the fused output is on another device", self.name())
+            candle_core::bail!("{name}: the fused output is on another device")
         };
         Ok((y.try_clone(layout)?, layout.shape().clone()))
     }
+}
 
-    fn name(&self) -> &'static str {
-        match self.kind {
+/// A node whose output was computed outside the graph, by a fused kernel, from the
+/// node's inputs; its backward is `kind`'s.
+struct Computed {
+    kind: Kind,
+    y: Handed,
+}
+
+impl Computed {
+    /// A node of `kind` whose output is `y`.
+    fn new(kind: Kind, y: Tensor) -> Self {
+        let name = match kind {
             Kind::Softmax => "softmax-with-grad",
             Kind::LayerNorm { .. } => "layer-norm-with-grad",
             Kind::RmsNorm { .. } => "rms-norm-with-grad",
+        };
+        Self {
+            kind,
+            y: Handed::new(name, y),
         }
     }
 }
@@ -108,28 +128,35 @@ macro_rules! forward_is_a_copy {
             &self,
             $($arg: &CpuStorage, _: &Layout),+
         ) -> candle_core::Result<(CpuStorage, Shape)> {
-            self.output(cpu)
+            self.y.output(cpu)
         }
 
         fn cuda_fwd(
             &self,
             $($arg: &CudaStorage, _: &Layout),+
         ) -> candle_core::Result<(CudaStorage, Shape)> {
-            self.output(cuda)
+            self.y.output(cuda)
         }
 
         fn metal_fwd(
             &self,
             $($arg: &MetalStorage, _: &Layout),+
         ) -> candle_core::Result<(MetalStorage, Shape)> {
-            self.output(metal)
+            self.y.output(metal)
         }
     };
 }
 
+// After the macro, which they use.
+mod attention;
+mod linear;
+
+pub(super) use attention::{attention, Dims};
+pub(super) use linear::linear;
+
 impl CustomOp1 for Computed {
     fn name(&self) -> &'static str {
-        Computed::name(self)
+        self.y.name
     }
 
     forward_is_a_copy!(_x);
@@ -142,7 +169,7 @@ impl CustomOp1 for Computed {
 
 impl CustomOp2 for Computed {
     fn name(&self) -> &'static str {
-        Computed::name(self)
+        self.y.name
     }
 
     forward_is_a_copy!(_x, _w);
@@ -161,7 +188,7 @@ impl CustomOp2 for Computed {
 
 impl CustomOp3 for Computed {
     fn name(&self) -> &'static str {
-        Computed::name(self)
+        self.y.name
     }
 
     forward_is_a_copy!(_x, _w, _b);
