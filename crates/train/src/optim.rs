@@ -182,14 +182,19 @@ impl AdamW {
                 1,
             )?,
         };
-        let g = Tensor::cat(&rest_grads, 0)?;
+        // Detached: a gradient is the output of ops on the forward's activations, and a
+        // moment built from it would hold that step's whole graph, and through the moment
+        // of the step before, every earlier step's (on a GPU: one step's activations more
+        // memory per step).
+        let g = Tensor::cat(&rest_grads, 0)?.detach();
         let theta = Tensor::cat(
             &rest
                 .iter()
                 .map(|&i| self.slots[i].var.flatten_all())
                 .collect::<candle_core::Result<Vec<_>>>()?,
             0,
-        )?;
+        )?
+        .detach();
         let m = ((mv.get(0)? * beta1)? + (&g * (1.0 - beta1))?)?;
         let v = ((mv.get(1)? * beta2)? + (g.sqr()? * (1.0 - beta2))?)?;
         let update = ((&m / c1)? / ((&v / c2)?.sqrt()? + eps)?)?;

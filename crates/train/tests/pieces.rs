@@ -78,6 +78,32 @@ fn adamw_steps_match_the_formula() {
     }
 }
 
+/// The moments hold numbers, not a graph: a gradient is the output of ops on the
+/// forward's activations, and a moment built from it without detaching kept that step's
+/// whole graph, and through the moment before it every earlier step's (on a GPU, one
+/// step's activations more memory per step, until it ran out). f64 takes the tensor ops
+/// a GPU runs.
+#[test]
+fn adamw_moments_keep_no_graph() {
+    let dev = Device::Cpu;
+    let varmap = VarMap::new();
+    let dtype = candle_core::DType::F64;
+    let w = varmap
+        .get((3, 3), "w", candle_nn::init::ZERO, dtype, &dev)
+        .unwrap();
+    let x = Tensor::ones((2, 3), dtype, &dev).unwrap();
+    let mut opt = AdamW::new(&varmap, AdamWConfig::default()).unwrap();
+    for _ in 0..2 {
+        let h = x.matmul(&w).unwrap().matmul(&w).unwrap();
+        let loss = h.sqr().unwrap().sum_all().unwrap();
+        opt.step(&loss.backward().unwrap(), 0.01).unwrap();
+    }
+    let state = opt.state().unwrap();
+    for key in ["m.w", "v.w"] {
+        assert!(!state[key].track_op(), "{key} holds a graph");
+    }
+}
+
 /// Three variables of different shapes; `b` has no gradient at step 2 (it is skipped, and
 /// the others are stepped without it), and `c` never has one.
 fn adamw_matches_the_formula(dtype: candle_core::DType) {
