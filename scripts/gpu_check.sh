@@ -14,11 +14,13 @@
 #   scripts/gpu_check.sh lm         # the Shakespeare corpus (.cache/shakespeare): 20 steps
 #                                   # of `lm train` on the GPU and on the CPU (their losses
 #                                   # should agree to float tolerance), then
-#   scripts/gpu_check.sh lm-experiment  # the LM extrapolation experiment at a size the CPU
-#                                   # cannot reach (scripts/gpu_lm_base.json: width 512, 8
-#                                   # layers, context 256, 1 000 steps, evaluated to 8 ×
-#                                   # 256): 4 encodings × 2 seeds, sized (by an estimate of
-#                                   # 60 ms a step, not yet measured) for one 10-minute call
+#   scripts/gpu_check.sh lm-experiment [ARGS…]  # the LM extrapolation experiment at a size
+#                                   # the CPU cannot reach (scripts/gpu_lm_base.json: width
+#                                   # 512, 8 layers, context 256, 1 000 steps, evaluated to
+#                                   # 8 × 256): 4 encodings × 2 seeds; ARGS are added to
+#                                   # `lm experiment` (e.g. --steps 300). 300-step runs took
+#                                   # 35–49 s each on an H200, so the whole of it takes two
+#                                   # 10-minute calls: the second reuses the finished runs
 #
 # Where a call cannot carry a model whole (64 MiB, the repository included),
 # scripts/carry_pieces.py cuts it into pieces here and joins them there.
@@ -81,7 +83,7 @@ case $stage in
   lm-experiment)
     step lm_experiment.log scripts/run_cuda.sh posenc lm experiment --device cuda \
       --base scripts/gpu_lm_base.json --seeds 2 --out target/cuda/lm-experiment \
-      --encodings none,rope,alibi,fire
+      --encodings none,rope,alibi,fire "${@:2}"
     ;;
   *)
     echo "unknown stage $stage: tests, train-ab, embed, generate, lm or lm-experiment" >&2

@@ -38,21 +38,23 @@ def rows_of_train(text, gpu, posenc=OLD, run=1):
             yield ["train " + config, who, phase, float(value), "ms", gpu, run]
 
 
-AB = {  # log: (build of `posenc`, first run number)
-    "ab_train_1.log": ("posenc 9156433", 1),
-    "ab_train_2.log": ("posenc 9156433", 3),
-    "ab_embed.log": ("posenc 9156433", 1),
-    "ab_train_3.log": ("posenc 523f480", 1),
+AB = {  # log: (build of `posenc`, first run number, build of `posenc-old`)
+    "ab_train_1.log": ("posenc 9156433", 1, OLD),
+    "ab_train_2.log": ("posenc 9156433", 3, OLD),
+    "ab_embed.log": ("posenc 9156433", 1, OLD),
+    "ab_train_3.log": ("posenc 523f480", 1, OLD),
+    # scripts/gpu_check.sh train-ab: sections `== old, round N` and `== new, round N`.
+    "ab_train_4.log": ("posenc 42551d8", 1, "posenc 68721ae"),
 }
 
 
-def runs_of(text, new, first):
+def runs_of(text, new, first, old=OLD):
     """The `== BINARY` sections of an A/B log: (build, run number, text); `first` numbers
-    the first run of `new` (9b876a7's runs are numbered within each log)."""
+    the first run of `new` (the old build's runs are numbered within each log)."""
     seen = {}
     for part in text.split("== ")[1:]:
         name, _, body = part.partition("\n")
-        build = OLD if name.strip() == "posenc-old" else new
+        build = old if name.split(",")[0].strip() in ("posenc-old", "old") else new
         seen[build] = seen.get(build, 0) + 1
         yield build, first + seen[build] - 1, body
 
@@ -106,9 +108,9 @@ def main():
     # The A/B logs (ab_train_2/3 and ab_embed with OMP_WAIT_POLICY=PASSIVE, so that
     # neither side's idle threads spin while the other works). Runs of 9b876a7 are
     # numbered per log.
-    for name, (new, first) in AB.items():
+    for name, (new, first, old) in AB.items():
         parse = rows_of_embed if "embed" in name else rows_of_train
-        for build, run, body in runs_of((d / name).read_text(), new, first):
+        for build, run, body in runs_of((d / name).read_text(), new, first, old):
             rows += [r + [name] for r in parse(body, gpu_of(train), build, run)]
     with open(d / "results.csv", "w", newline="") as f:
         w = csv.writer(f)
