@@ -2,6 +2,7 @@
 //! backward: the composition runs in f64 (so it is the reference, not a copy of the same
 //! f32 rounding), and central finite differences check the fused backward on its own.
 
+use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor, Var, D};
 use posenc_transformer::ops::{
     add_layer_norm, attention, gelu, layer_norm, linear, linear_gelu, linear_rows, masked_softmax,
@@ -45,6 +46,36 @@ fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
         .unwrap()
         .to_scalar::<f64>()
         .unwrap()
+}
+
+/// The gradients of `Σ y ⊙ r`, with `r` taken to `y`'s dtype and device.
+fn grads_of(y: &Tensor, r: &Tensor) -> GradStore {
+    let r = r
+        .to_dtype(y.dtype())
+        .unwrap()
+        .to_device(y.device())
+        .unwrap();
+    (y * r).unwrap().sum_all().unwrap().backward().unwrap()
+}
+
+/// Asserts that each named variable's gradient in `grads` is within `tol` of its f64
+/// twin's in `grads64`.
+fn assert_grads_close(
+    name: &str,
+    tol: f64,
+    pairs: &[(&str, &Var, &Var)],
+    grads: &GradStore,
+    grads64: &GradStore,
+) {
+    for (what, v, v64) in pairs {
+        let (g, g64) = (
+            grads.get(v.as_tensor()).unwrap(),
+            grads64.get(v64.as_tensor()).unwrap(),
+        );
+        assert_eq!(g.dims(), v.dims(), "{name}: ∂/∂{what} shape");
+        let diff = max_diff(g, g64);
+        assert!(diff < tol, "{name}: ∂/∂{what} {diff}");
+    }
 }
 
 /// The composition the attention used before: scale, fill masked scores, softmax, zero
@@ -229,12 +260,7 @@ fn layer_norm_equals_the_composition_forward_and_backward() {
             eps,
         )
         .unwrap();
-        let grads64 = (&y64 * &r.to_dtype(DType::F64).unwrap())
-            .unwrap()
-            .sum_all()
-            .unwrap()
-            .backward()
-            .unwrap();
+        let grads64 = grads_of(&y64, &r);
         assert!(max_diff(&y, &y64) < 1e-5, "forward {}", max_diff(&y, &y64));
         for (name, (v, v64)) in ["x", "weight", "bias"].iter().zip(vars.iter().zip(&vars64)) {
             let (g, g64) = (
@@ -429,12 +455,7 @@ fn gelu_equals_the_erf_form_forward_and_backward() {
     // The composition it replaces: candle's erf GELU, here in f64.
     let xv64 = Var::from_tensor(&x.to_dtype(DType::F64).unwrap()).unwrap();
     let y64 = xv64.as_tensor().gelu_erf().unwrap();
-    let grads64 = (&y64 * &r.to_dtype(DType::F64).unwrap())
-        .unwrap()
-        .sum_all()
-        .unwrap()
-        .backward()
-        .unwrap();
+    let grads64 = grads_of(&y64, &r);
     assert!(max_diff(&y, &y64) < 1e-5, "forward {}", max_diff(&y, &y64));
     let (g, g64) = (
         grads.get(xv.as_tensor()).unwrap(),
@@ -596,8 +617,7 @@ fn linear_equals_the_composition_forward_and_backward() {
             let w = pv.as_tensor().narrow(0, 19, 19).unwrap();
             let bias = with_bias.then(|| bv.as_tensor());
             let y = linear(xv.as_tensor(), &w, bias, relu).unwrap();
-            let r_on = r.to_dtype(dtype).unwrap().to_device(&device).unwrap();
-            let grads = (&y * &r_on).unwrap().sum_all().unwrap().backward().unwrap();
+            let grads = grads_of(&y, &r);
 
             let f64_var = |t: &Tensor| var_on(t, DType::F64, &Device::Cpu);
             let (xv64, pv64, bv64) = (f64_var(&x), f64_var(&packed), f64_var(&b));
@@ -608,12 +628,7 @@ fn linear_equals_the_composition_forward_and_backward() {
                 with_bias.then(|| bv64.as_tensor()),
                 relu,
             );
-            let grads64 = (&y64 * &r.to_dtype(DType::F64).unwrap())
-                .unwrap()
-                .sum_all()
-                .unwrap()
-                .backward()
-                .unwrap();
+            let grads64 = grads_of(&y64, &r);
             assert_eq!(y.dims(), &[3, 7, 19], "{name}");
             assert_eq!(y.dtype(), dtype, "{name}");
             assert!(
@@ -625,17 +640,7 @@ fn linear_equals_the_composition_forward_and_backward() {
             if with_bias {
                 pairs.push(("bias", &bv, &bv64));
             }
-            for (what, v, v64) in pairs {
-                let (g, g64) = (
-                    grads.get(v.as_tensor()).unwrap(),
-                    grads64.get(v64.as_tensor()).unwrap(),
-                );
-                assert!(
-                    max_diff(g, g64) < 1e-4,
-                    "{name}: ∂/∂{what} {}",
-                    max_diff(g, g64)
-                );
-            }
+            assert_grads_close(&name, 1e-4, &pairs, &grads, &grads64);
         }
     }
 }
@@ -657,37 +662,23 @@ fn linear_rows_equals_the_composition_of_the_narrows() {
             let vars = [&x, &packed, &packed_b].map(|t| var_on(t, dtype, &device));
             let [xv, wv, bv] = vars.each_ref().map(Var::as_tensor);
             let y = linear_rows(xv, wv, Some(bv), rows.clone(), relu).unwrap();
-            let r_on = r.to_dtype(dtype).unwrap().to_device(&device).unwrap();
-            let grads = (&y * &r_on).unwrap().sum_all().unwrap().backward().unwrap();
+            let grads = grads_of(&y, &r);
 
             let vars64 = [&x, &packed, &packed_b].map(|t| var_on(t, DType::F64, &Device::Cpu));
             let [xv64, wv64, bv64] = vars64.each_ref().map(Var::as_tensor);
             let y64 = linear_composite(xv64, &narrow(wv64), Some(&narrow(bv64)), relu);
-            let grads64 = (&y64 * &r.to_dtype(DType::F64).unwrap())
-                .unwrap()
-                .sum_all()
-                .unwrap()
-                .backward()
-                .unwrap();
+            let grads64 = grads_of(&y64, &r);
             assert!(
                 max_diff(&y, &y64) < 1e-5,
                 "{name}: forward {}",
                 max_diff(&y, &y64)
             );
-            for (what, (v, v64)) in ["x", "packed weight", "packed bias"]
-                .iter()
-                .zip(vars.iter().zip(&vars64))
-            {
-                let (g, g64) = (
-                    grads.get(v.as_tensor()).unwrap(),
-                    grads64.get(v64.as_tensor()).unwrap(),
-                );
-                assert!(
-                    max_diff(g, g64) < 1e-4,
-                    "{name}: ∂/∂{what} {}",
-                    max_diff(g, g64)
-                );
-            }
+            let pairs = [
+                ("x", &vars[0], &vars64[0]),
+                ("packed weight", &vars[1], &vars64[1]),
+                ("packed bias", &vars[2], &vars64[2]),
+            ];
+            assert_grads_close(&name, 1e-4, &pairs, &grads, &grads64);
         }
     }
     // Rows past the packed weight are an error.
@@ -849,7 +840,6 @@ fn attention_equals_the_composition_forward_and_backward() {
     for (dtype, device) in placements() {
         for (case, keep, drop, merged) in cases {
             let name = format!("{case}, {dtype:?} on {device:?}");
-            let on = |t: &Tensor| t.to_dtype(dtype).unwrap().to_device(&device).unwrap();
             let vars = [&q, &k, &v].map(|t| var_on(t, dtype, &device));
             let sample = drop.map(|p| (p as f32, u.to_device(&device).unwrap()));
             let [qa, ka, va] = vars.each_ref().map(|v| split(v.as_tensor()));
@@ -860,12 +850,7 @@ fn attention_equals_the_composition_forward_and_backward() {
             let keep_on = keep.map(|m| m.to_device(&device).unwrap());
             let (out, w) =
                 attention(&qa, &ka, &va, d, keep_on.as_ref(), scale as f32, sample).unwrap();
-            let grads = (&out * on(&r))
-                .unwrap()
-                .sum_all()
-                .unwrap()
-                .backward()
-                .unwrap();
+            let grads = grads_of(&out, &r);
 
             let vars64 = [&q, &k, &v].map(|t| var_on(t, DType::F64, &Device::Cpu));
             let u64 = u.to_dtype(DType::F64).unwrap();
@@ -877,12 +862,7 @@ fn attention_equals_the_composition_forward_and_backward() {
                 scale,
                 drop.map(|p| (p, &u64)),
             );
-            let grads64 = (&out64 * &r.to_dtype(DType::F64).unwrap())
-                .unwrap()
-                .sum_all()
-                .unwrap()
-                .backward()
-                .unwrap();
+            let grads64 = grads_of(&out64, &r);
             assert_eq!(out.dtype(), dtype, "{name}");
             assert!(
                 max_diff(&out, &out64) < 1e-5,
@@ -894,17 +874,12 @@ fn attention_equals_the_composition_forward_and_backward() {
                 "{name}: weights {}",
                 max_diff(&w, &w64)
             );
-            for (what, (v, v64)) in ["q", "k", "v"].iter().zip(vars.iter().zip(&vars64)) {
-                let (g, g64) = (
-                    grads.get(v.as_tensor()).unwrap(),
-                    grads64.get(v64.as_tensor()).unwrap(),
-                );
-                assert!(
-                    max_diff(g, g64) < 1e-5,
-                    "{name}: ∂/∂{what} {}",
-                    max_diff(g, g64)
-                );
-            }
+            let pairs = [
+                ("q", &vars[0], &vars64[0]),
+                ("k", &vars[1], &vars64[1]),
+                ("v", &vars[2], &vars64[2]),
+            ];
+            assert_grads_close(&name, 1e-5, &pairs, &grads, &grads64);
             let values: Vec<f64> = out
                 .to_dtype(DType::F64)
                 .unwrap()

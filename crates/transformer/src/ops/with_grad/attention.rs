@@ -147,10 +147,6 @@ pub(in crate::ops) fn attention(
 }
 
 impl CustomOp3 for Attention {
-    fn name(&self) -> &'static str {
-        self.y.name
-    }
-
     forward_is_a_copy!(_q, _k, _v);
 
     fn bwd(

@@ -115,10 +115,6 @@ impl Linear {
 }
 
 impl CustomOp2 for Linear {
-    fn name(&self) -> &'static str {
-        self.y.name
-    }
-
     forward_is_a_copy!(_x, _w);
 
     fn bwd(
@@ -134,10 +130,6 @@ impl CustomOp2 for Linear {
 }
 
 impl CustomOp3 for Linear {
-    fn name(&self) -> &'static str {
-        self.y.name
-    }
-
     forward_is_a_copy!(_x, _w, _b);
 
     fn bwd(

@@ -120,10 +120,15 @@ fn metal(s: &Storage) -> Option<&MetalStorage> {
     }
 }
 
-/// A custom op's three forwards (CPU, CUDA, Metal) for inputs named `$arg`: each a copy
-/// of the fused output (the inputs are read by the backward only).
+/// A custom op's name (its `Handed`'s) and three forwards (CPU, CUDA, Metal) for inputs
+/// named `$arg`: each a copy of the fused output (the inputs are read by the backward
+/// only).
 macro_rules! forward_is_a_copy {
     ($($arg:ident),+) => {
+        fn name(&self) -> &'static str {
+            self.y.name
+        }
+
         fn cpu_fwd(
             &self,
             $($arg: &CpuStorage, _: &Layout),+
@@ -155,10 +160,6 @@ pub(super) use attention::{attention, Dims};
 pub(super) use linear::linear;
 
 impl CustomOp1 for Computed {
-    fn name(&self) -> &'static str {
-        self.y.name
-    }
-
     forward_is_a_copy!(_x);
 
     fn bwd(&self, _: &Tensor, y: &Tensor, dy: &Tensor) -> candle_core::Result<Option<Tensor>> {
@@ -168,10 +169,6 @@ impl CustomOp1 for Computed {
 }
 
 impl CustomOp2 for Computed {
-    fn name(&self) -> &'static str {
-        self.y.name
-    }
-
     forward_is_a_copy!(_x, _w);
 
     fn bwd(
@@ -187,10 +184,6 @@ impl CustomOp2 for Computed {
 }
 
 impl CustomOp3 for Computed {
-    fn name(&self) -> &'static str {
-        self.y.name
-    }
-
     forward_is_a_copy!(_x, _w, _b);
 
     fn bwd(
