@@ -81,7 +81,9 @@ pub fn attention(
         .iter()
         .any(|t| t.dtype() != DType::F32 || !t.device().is_cpu())
     {
-        let keep = keep.map(|m| m.broadcast_as(shape)).transpose()?;
+        let keep = keep
+            .map(|m| m.to_dtype(DType::U8)?.broadcast_as(shape))
+            .transpose()?;
         let dims = with_grad::Dims {
             b,
             h,
