@@ -16,11 +16,13 @@
 #                                   # should agree to float tolerance), then
 #   scripts/gpu_check.sh lm-experiment [ARGS…]  # the LM extrapolation experiment at a size
 #                                   # the CPU cannot reach (scripts/gpu_lm_base.json: width
-#                                   # 512, 8 layers, context 256, 1 000 steps, evaluated to
+#                                   # 512, 8 layers, context 256, 300 steps, evaluated to
 #                                   # 8 × 256): 4 encodings × 2 seeds; ARGS are added to
-#                                   # `lm experiment` (e.g. --steps 300). 300-step runs took
-#                                   # 35–49 s each on an H200, so the whole of it takes two
-#                                   # 10-minute calls: the second reuses the finished runs
+#                                   # `lm experiment` (e.g. --steps 1000). On an H200 a run
+#                                   # took about 55 s (35 s of it before the first step,
+#                                   # once per process): the 8 runs fit one 10-minute call.
+#                                   # Longer runs take several calls, each reusing the runs
+#                                   # the one before finished (same machine only)
 #
 # Where a call cannot carry a model whole (64 MiB, the repository included),
 # scripts/carry_pieces.py cuts it into pieces here and joins them there.
