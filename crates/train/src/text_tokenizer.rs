@@ -92,7 +92,7 @@ impl TextTokenizer {
 /// (right for measuring a corpus, where it is one more token to predict).
 pub fn encode(tokenizer: &Tokenizer, text: &str) -> Result<Vec<u32>> {
     Ok(tokenizer
-        .encode(text, false)
+        .encode_fast(text, false)
         .map_err(crate::Error::Tokenizer)?
         .get_ids()
         .to_vec())
