@@ -18,9 +18,10 @@
 #                                   # the CPU cannot reach (scripts/gpu_lm_base.json: width
 #                                   # 512, 8 layers, context 256, 300 steps, evaluated to
 #                                   # 8 × 256): 4 encodings × 2 seeds; ARGS are added to
-#                                   # `lm experiment` (e.g. --steps 1000). On an H200 a run
-#                                   # took about 55 s (35 s of it before the first step,
-#                                   # once per process): the 8 runs fit one 10-minute call.
+#                                   # `lm experiment` (e.g. --steps 1000). On an H200 three
+#                                   # runs and the start of a fourth took 212 s in one
+#                                   # process, its start included (about 55 s a run): the 8
+#                                   # runs should fit one 10-minute call.
 #                                   # Longer runs take several calls, each reusing the runs
 #                                   # the one before finished (same machine only)
 #
@@ -57,6 +58,7 @@ case $stage in
     ;;
   train-ab)
     old=${2:?"the archive of the older posenc"}
+    [ -f "$old" ] || { echo "no archive $old (a tar.xz holding an older posenc)" >&2; exit 2; }
     mkdir -p target/cuda/old
     tar -xJf "$old" -C target/cuda/old
     for round in $(seq "${3:-2}"); do

@@ -215,12 +215,14 @@ impl Proj {
 
     fn forward_with(&self, x: &Tensor, relu: bool) -> Result<Tensor> {
         let y = match &self.weight {
-            Weight::Dense(linear) => match &self.packed {
-                Some(p) => {
-                    return ops::linear_rows(x, &p.weight, p.bias.as_ref(), p.rows.clone(), relu)
+            Weight::Dense(linear) => {
+                return match &self.packed {
+                    Some(p) => {
+                        ops::linear_rows(x, &p.weight, p.bias.as_ref(), p.rows.clone(), relu)
+                    }
+                    None => ops::linear(x, linear.weight(), self.bias(), relu),
                 }
-                None => return ops::linear(x, linear.weight(), self.bias(), relu),
-            },
+            }
             Weight::Quantized(q, w) => {
                 let y = flat(x, |x| {
                     if x.dim(0)? >= DEQUANTIZE_FROM_ROWS {

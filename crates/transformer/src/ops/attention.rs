@@ -77,13 +77,21 @@ pub fn attention(
         );
     }
     let shape = (b, h, tq, tk);
+    let keep = keep
+        .map(|m| m.to_dtype(DType::U8)?.broadcast_as(shape))
+        .transpose()?;
+    let dropout = dropout
+        .map(|(p, u)| -> Result<_> {
+            if u.dims() != [b, h, tq, tk] || u.dtype() != DType::F32 {
+                candle_core::bail!("attention: the dropout sample must be f32 {shape:?}");
+            }
+            Ok((p, u.contiguous()?))
+        })
+        .transpose()?;
     if [q, k, v]
         .iter()
         .any(|t| t.dtype() != DType::F32 || !t.device().is_cpu())
     {
-        let keep = keep
-            .map(|m| m.to_dtype(DType::U8)?.broadcast_as(shape))
-            .transpose()?;
         let dims = with_grad::Dims {
             b,
             h,
@@ -99,17 +107,6 @@ pub fn attention(
         let zeros = |s: Shape| Tensor::zeros(s, DType::F32, q.device());
         return Ok((zeros((b, tq, h * d).into())?, zeros(shape.into())?));
     }
-    let keep = keep
-        .map(|m| m.to_dtype(DType::U8)?.broadcast_as(shape))
-        .transpose()?;
-    let dropout = dropout
-        .map(|(p, u)| -> Result<_> {
-            if u.dims() != [b, h, tq, tk] || u.dtype() != DType::F32 {
-                candle_core::bail!("attention: the dropout sample must be f32 {shape:?}");
-            }
-            Ok((p, u.contiguous()?))
-        })
-        .transpose()?;
     let weights = Arc::new(Mutex::new(None));
     let op = Attention {
         head_dim,
