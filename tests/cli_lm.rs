@@ -398,6 +398,37 @@ fn the_experiment_takes_a_base_config() {
     assert!(!dir.path().join("other").exists(), "nothing written");
 }
 
+/// `--factors` picks the evaluation lengths; a length the test works cannot hold is named
+/// before anything is trained or written.
+#[test]
+fn the_experiment_evaluates_the_factors_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("exp");
+    let o = quick_lm_experiment("alibi", &out)
+        .args(["--context", "16", "--factors", "1,3"])
+        .output()
+        .unwrap();
+    let (table, stderr) = text(&o);
+    assert!(o.status.success(), "{stderr}");
+    assert!(
+        table.contains("ppl @ 48") && !table.contains("ppl @ 32"),
+        "{table}"
+    );
+    let far = dir.path().join("far");
+    let o = quick_lm_experiment("alibi", &far)
+        .args(["--context", "16", "--factors", "1,100000000000"])
+        .output()
+        .unwrap();
+    let stderr = text(&o).1;
+    assert!(
+        !o.status.success()
+            && stderr.contains("factor 100000000000")
+            && !stderr.contains("panicked"),
+        "{stderr}"
+    );
+    assert!(!far.exists(), "nothing written");
+}
+
 #[test]
 fn the_experiment_tabulates_every_length_and_draws_both_figures() {
     let dir = tempfile::tempdir().unwrap();

@@ -214,6 +214,10 @@ pub struct ExperimentArgs {
     /// Seed of weights and windows.
     #[arg(long)]
     seed: Option<u64>,
+    /// Comma-separated evaluation lengths, as multiples of the trained context
+    /// [default: 1,2,4,8].
+    #[arg(long, value_delimiter = ',')]
+    factors: Option<Vec<usize>>,
     /// Randomized positions: train at sorted random positions below this (Ruoss et al.
     /// 2023); the default learned table then has this many rows.
     #[arg(long)]
@@ -721,6 +725,7 @@ fn experiment(a: ExperimentArgs, out: &mut impl Write) -> Result<()> {
     cfg.base.steps = a.steps.unwrap_or(cfg.base.steps);
     cfg.base.seed = a.seed.unwrap_or(cfg.base.seed);
     cfg.seeds = a.seeds.unwrap_or(cfg.seeds);
+    cfg.factors = a.factors.unwrap_or(cfg.factors);
     cfg.base.validate()?;
     let corpus = load_corpus(a.corpus)?;
     let opts = RunOptions {

@@ -268,6 +268,15 @@ pub fn run(
     let tokenizer = cfg.base.tokenizer.train(&Corpus::stream(&corpus.train))?;
     let data = LmData::from_corpus(corpus, &tokenizer)?;
     let test = encode(&tokenizer, &Corpus::stream(&corpus.test))?;
+    for f in &cfg.factors {
+        let context = cfg.base.model.context;
+        let len = f.checked_mul(context).filter(|&len| len < test.len());
+        ensure!(
+            len.is_some(),
+            "evaluation factor {f} asks for windows of {f} × {context} tokens, but the test works hold {} tokens",
+            test.len()
+        );
+    }
     for entry in &cfg.encodings {
         cfg.run_config(entry, cfg.base.seed, &tokenizer)
             .validate()
