@@ -223,12 +223,14 @@ impl AdamW {
     /// # Errors
     /// Only if a copy fails (out of memory).
     pub fn state(&self) -> Result<HashMap<String, Tensor>> {
-        // Copies: the step updates the moments in place.
+        // Copies, as the step updates the moments in place; each of its own values only,
+        // since off the CPU's f32 a moment is a view into the buffer all share, which
+        // `Tensor::copy` would clone whole (and moving it to the CPU would move it whole).
         self.slots
             .iter()
             .flat_map(|s| {
                 ["m", "v"].into_iter().enumerate().map(move |(i, key)| {
-                    let t = s.moment(i).and_then(|t| Ok(t.copy()?));
+                    let t = s.moment(i).and_then(|t| Ok(t.force_contiguous()?));
                     t.map(|t| (format!("{key}.{}", s.name), t))
                 })
             })
