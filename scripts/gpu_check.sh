@@ -17,13 +17,14 @@
 #   scripts/gpu_check.sh lm-experiment [ARGS…]  # the LM extrapolation experiment at a size
 #                                   # the CPU cannot reach (scripts/gpu_lm_base.json: width
 #                                   # 512, 8 layers, context 256, 300 steps, evaluated to
-#                                   # 8 × 256): 4 encodings × 2 seeds; ARGS are added to
-#                                   # `lm experiment` (e.g. --steps 1000). On an H200 three
-#                                   # runs and the start of a fourth took 212 s in one
-#                                   # process, its start included (about 55 s a run): the 8
-#                                   # runs should fit one 10-minute call.
-#                                   # Longer runs take several calls, each reusing the runs
-#                                   # the one before finished (same machine only)
+#                                   # 16 × 256): 4 encodings × 2 seeds; ARGS are added to
+#                                   # `lm experiment` (e.g. --steps 1000). On an H200 a run
+#                                   # took 57–76 s, 26–35 s of it training and about 26 s
+#                                   # its final checkpoint, which AdamW::state's fix since
+#                                   # should remove (docs/gpu/lm_experiment/log.txt); the 8
+#                                   # runs took two calls. A call that stops leaves the runs
+#                                   # it finished, which the next call reuses (same machine
+#                                   # only)
 #
 # Where a call cannot carry a model whole (64 MiB, the repository included),
 # scripts/carry_pieces.py cuts it into pieces here and joins them there.
@@ -87,7 +88,7 @@ case $stage in
   lm-experiment)
     step lm_experiment.log scripts/run_cuda.sh posenc lm experiment --device cuda \
       --base scripts/gpu_lm_base.json --seeds 2 --out target/cuda/lm-experiment \
-      --encodings none,rope,alibi,fire "${@:2}"
+      --encodings none,rope,alibi,fire --factors 1,2,4,8,16 "${@:2}"
     ;;
   *)
     echo "unknown stage $stage: tests, train-ab, embed, generate, lm or lm-experiment" >&2

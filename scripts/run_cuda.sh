@@ -27,6 +27,11 @@ print(":".join(sorted(libs)))
 EOF
 )
 export LD_LIBRARY_PATH=${wheels:+$wheels:}/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+# The driver compiles candle's PTX kernels for this GPU as a process first loads them
+# (13 s of `lm train` on an H200, docs/gpu/startup.log); a cache of 4 GiB here keeps them for
+# the next process on this machine.
+export CUDA_CACHE_PATH=${CUDA_CACHE_PATH:-$PWD/target/cuda/jit-cache}
+export CUDA_CACHE_MAXSIZE=${CUDA_CACHE_MAXSIZE:-4294967296}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 missing=0
 for b in "$carry"/*; do

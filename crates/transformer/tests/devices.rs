@@ -151,66 +151,123 @@ fn the_language_model_runs_the_same_off_its_kernels() {
     }
 }
 
+/// The variables of `varmap`, by name.
+fn vars(varmap: &VarMap) -> Vec<(String, Var)> {
+    let data = varmap.data().lock().unwrap();
+    data.iter().map(|(n, v)| (n.clone(), v.clone())).collect()
+}
+
+/// Gives the variables of `target` the values of `source`'s of the same name, as their
+/// own dtype and device: the same weights as variables of their own, so that gradients
+/// reach them.
+fn copy_weights(source: &VarMap, target: &VarMap) {
+    let source = source.data().lock().unwrap();
+    for (name, var) in target.data().lock().unwrap().iter() {
+        let t = source[name].as_tensor();
+        var.set(
+            &t.to_dtype(var.dtype())
+                .unwrap()
+                .to_device(var.device())
+                .unwrap(),
+        )
+        .unwrap();
+    }
+}
+
+/// `loss` and the gradient of each of `vars` by name (every one must have one).
+fn loss_and_grads(loss: Tensor, vars: &[(String, Var)]) -> (Tensor, HashMap<String, Tensor>) {
+    let grads = loss.backward().unwrap();
+    let named = vars
+        .iter()
+        .map(|(n, v)| {
+            let g = grads.get(v);
+            (
+                n.clone(),
+                g.unwrap_or_else(|| panic!("∂/∂{n}: no gradient")).clone(),
+            )
+        })
+        .collect();
+    (loss, named)
+}
+
+/// Asserts the loss and every gradient of `got` are those of `want` (the kernels' f32).
+fn assert_same_grads(
+    what: &str,
+    got: &(Tensor, HashMap<String, Tensor>),
+    want: &(Tensor, HashMap<String, Tensor>),
+) {
+    let loss = max_abs_diff(&got.0, &want.0);
+    assert!(loss < 1e-5, "{what}: the loss differs by {loss}");
+    for (name, g) in &want.1 {
+        let diff = max_abs_diff(&got.1[name], g);
+        assert!(diff < 1e-4, "{what}: ∂/∂{name} differs by {diff}");
+    }
+}
+
 /// A gradient flows through the composition as through the fused backward: the same loss
 /// and the same gradient of every weight, f64 on the CPU (and f32 on a GPU) against the
 /// kernels' f32.
 #[test]
 fn gradients_are_the_same_off_the_kernels() {
     let (cfg, varmap, model) = tiny(EncodingConfig::from_kind("rope").unwrap());
-    let grads_of = |model: &Transformer, vars: &[(String, Var)], device: &Device| {
+    let run = |model: &Transformer, vars: &[(String, Var)], device: &Device| {
         let src = ids(&[&[3, 4, 5, 6], &[7, 8, PAD, PAD]], device);
         let tgt = ids(&[&[1, 3, 4], &[1, 7, PAD]], device);
         let src_mask = Mask::padding(&src, PAD).unwrap();
         let tgt_mask = Transformer::target_mask(&tgt, PAD).unwrap();
-        let loss = model
+        let out = model
             .forward(&src, &tgt, Some(&src_mask), Some(&tgt_mask))
-            .unwrap()
-            .sqr()
-            .unwrap()
-            .mean_all()
             .unwrap();
-        let grads = loss.backward().unwrap();
-        let named: HashMap<String, Tensor> = vars
-            .iter()
-            .map(|(n, v)| {
-                (
-                    n.clone(),
-                    grads.get(v).expect("every weight has a gradient").clone(),
-                )
-            })
-            .collect();
-        (loss, named)
+        loss_and_grads(out.sqr().unwrap().mean_all().unwrap(), vars)
     };
-    let vars = |m: &VarMap| -> Vec<(String, Var)> {
-        m.data()
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(n, v)| (n.clone(), v.clone()))
-            .collect()
-    };
-    let (loss, grads) = grads_of(&model, &vars(&varmap), &Device::Cpu);
+    let want = run(&model, &vars(&varmap), &Device::Cpu);
     for (dtype, device) in elsewhere() {
-        // The same weights as variables of their own, so that gradients reach them.
         let other_map = VarMap::new();
         let other =
             Transformer::new(&cfg, VarBuilder::from_varmap(&other_map, dtype, &device)).unwrap();
-        for (name, var) in other_map.data().lock().unwrap().iter() {
-            let source = varmap.data().lock().unwrap()[name].as_tensor().clone();
-            var.set(&source.to_dtype(dtype).unwrap().to_device(&device).unwrap())
-                .unwrap();
-        }
-        let (l, g) = grads_of(&other, &vars(&other_map), &device);
-        assert!(
-            max_abs_diff(&l, &loss) < 1e-5,
-            "{dtype:?} on {device:?}: loss"
-        );
-        for (name, want) in &grads {
-            let diff = max_abs_diff(&g[name], want);
-            assert!(
-                diff < 1e-4,
-                "{dtype:?} on {device:?}: ∂/∂{name} differs by {diff}"
+        copy_weights(&varmap, &other_map);
+        let got = run(&other, &vars(&other_map), &device);
+        assert_same_grads(&format!("{dtype:?} on {device:?}"), &got, &want);
+    }
+}
+
+/// The same for the language model with every encoding, the learned ones' weights
+/// included: a score bias (ALiBi, T5, Kerple, FIRE), the rotation, CoPE's gates. A GPU
+/// runs this composition when it trains; a weight it leaves without its gradient would
+/// train there as if it were not in the model.
+#[test]
+fn language_model_gradients_are_the_same_off_the_kernels() {
+    for encoding in all_encodings() {
+        let kind = encoding.kind().to_string();
+        let cfg = tiny_lm_config(encoding, 16);
+        let varmap = lm_weights(&cfg);
+        let run = |model: &LanguageModel, vars: &[(String, Var)], device: &Device| {
+            let x = ids(
+                &[&[3, 7, 1, 4, 9, 2, 8, 5], &[6, 11, 12, 13, 3, 2, 1, 0]],
+                device,
             );
+            let logits = model.logits(&x).unwrap();
+            loss_and_grads(logits.sqr().unwrap().mean_all().unwrap(), vars)
+        };
+        let (model, vars_f32) = {
+            let map = VarMap::new();
+            let model = LanguageModel::new(
+                &cfg,
+                VarBuilder::from_varmap(&map, DType::F32, &Device::Cpu),
+            )
+            .unwrap();
+            copy_weights(&varmap, &map);
+            (model, vars(&map))
+        };
+        let want = run(&model, &vars_f32, &Device::Cpu);
+        for (dtype, device) in elsewhere() {
+            let other_map = VarMap::new();
+            let other =
+                LanguageModel::new(&cfg, VarBuilder::from_varmap(&other_map, dtype, &device))
+                    .unwrap();
+            copy_weights(&varmap, &other_map);
+            let got = run(&other, &vars(&other_map), &device);
+            assert_same_grads(&format!("{kind}: {dtype:?} on {device:?}"), &got, &want);
         }
     }
 }
