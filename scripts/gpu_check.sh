@@ -25,6 +25,12 @@
 #                                   # runs took two calls. A call that stops leaves the runs
 #                                   # it finished, which the next call reuses (same machine
 #                                   # only)
+#   scripts/gpu_check.sh startup    # three two-step `lm train` processes at the experiment's
+#                                   # size (CUDA's JIT cache emptied first, then warm, then
+#                                   # warm at batch 1), each line of output and each change
+#                                   # in the GPU's memory (nvidia-smi, about every 50 ms)
+#                                   # with its time: where a process's time and memory go
+#                                   # (docs/gpu/startup.log)
 #
 # Where a call cannot carry a model whole (64 MiB, the repository included),
 # scripts/carry_pieces.py cuts it into pieces here and joins them there.
@@ -51,7 +57,33 @@ step() {
   "$@" 2>&1 | tee "$logs/$log" || { echo "FAILED: $*" >&2; status=1; }
 }
 
-stage=${1:?"which stage: tests, train-ab, embed, generate, lm or lm-experiment"}
+# The `startup` stage's three processes, into $1; fails if one of them did.
+startup() {
+  local logs=$1 failed=0 probe name sampler t0
+  for probe in "cold JIT cache, batch 32:" "warm JIT cache, batch 32:" "warm JIT cache, batch 1:--batch-size 1"; do
+    name=${probe%%:*}
+    # The memory in use and each output line, stamped with the wall clock, merged by time.
+    while :; do
+      echo "$EPOCHREALTIME [GPU memory $(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits) MiB]"
+      sleep 0.03
+    done > "$logs/startup_memory.log" &
+    sampler=$!
+    t0=$EPOCHREALTIME
+    # shellcheck disable=SC2086 # the probe's extra flags, split on purpose
+    scripts/run_cuda.sh posenc lm train --config scripts/gpu_lm_base.json --device cuda \
+      --steps 2 --force --out target/cuda/startup ${probe#*:} 2>&1 |
+      while IFS= read -r line; do echo "$EPOCHREALTIME $line"; done > "$logs/startup_output.log" ||
+      { echo "FAILED: lm train, $name" >&2; failed=1; }
+    kill "$sampler"
+    echo "== $name"
+    sort -n "$logs/startup_memory.log" "$logs/startup_output.log" |
+      awk -v t0="$t0" '/^[0-9.]+ \[GPU memory / { if (seen && $4 == last) next; seen = 1; last = $4 }
+        { t = $1; $1 = ""; printf "%7.2f s %s\n", t - t0, $0 }'
+  done
+  return $failed
+}
+
+stage=${1:?"which stage: tests, train-ab, embed, generate, lm, lm-experiment or startup"}
 case $stage in
   tests)
     step devices.log scripts/run_cuda.sh
@@ -85,13 +117,18 @@ case $stage in
         --out "target/cuda/lm-$device" --steps 20 --device "$device"
     done
     ;;
+  startup)
+    rm -rf target/cuda/jit-cache
+    startup "$logs" 2>&1 | tee "$logs/startup.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+    ;;
   lm-experiment)
     step lm_experiment.log scripts/run_cuda.sh posenc lm experiment --device cuda \
       --base scripts/gpu_lm_base.json --seeds 2 --out target/cuda/lm-experiment \
       --encodings none,rope,alibi,fire --factors 1,2,4,8,16 "${@:2}"
     ;;
   *)
-    echo "unknown stage $stage: tests, train-ab, embed, generate, lm or lm-experiment" >&2
+    echo "unknown stage $stage: tests, train-ab, embed, generate, lm, lm-experiment or startup" >&2
     exit 2
     ;;
 esac
