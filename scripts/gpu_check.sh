@@ -24,7 +24,11 @@
 #                                   # should remove (docs/gpu/lm_experiment/log.txt); the 8
 #                                   # runs took two calls. A call that stops leaves the runs
 #                                   # it finished, which the next call reuses (same machine
-#                                   # only)
+#                                   # only). ENCODINGS and EXPERIMENT_OUT replace the
+#                                   # encodings and the output directory: NoPE and FIRE
+#                                   # need more than 300 steps to leave the plateau (README),
+#                                   # e.g. ENCODINGS=none,fire EXPERIMENT_OUT=target/cuda/lm-1200
+#                                   # scripts/gpu_check.sh lm-experiment --steps 1200
 #   scripts/gpu_check.sh startup    # three two-step `lm train` processes at the experiment's
 #                                   # size (CUDA's JIT cache emptied first, then warm, then
 #                                   # warm at batch 1), each line of output and each change
@@ -124,8 +128,8 @@ case $stage in
     ;;
   lm-experiment)
     step lm_experiment.log scripts/run_cuda.sh posenc lm experiment --device cuda \
-      --base scripts/gpu_lm_base.json --seeds 2 --out target/cuda/lm-experiment \
-      --encodings none,rope,alibi,fire --factors 1,2,4,8,16 "${@:2}"
+      --base scripts/gpu_lm_base.json --seeds 2 --out "${EXPERIMENT_OUT:-target/cuda/lm-experiment}" \
+      --encodings "${ENCODINGS:-none,rope,alibi,fire}" --factors 1,2,4,8,16 "${@:2}"
     ;;
   *)
     echo "unknown stage $stage: tests, train-ab, embed, generate, lm, lm-experiment or startup" >&2
