@@ -38,26 +38,30 @@ fn reference_answer() -> String {
 /// Byte-level tokens can end inside a character (the reference's continuation of the
 /// non-ASCII prompt has such tokens): streamed text holds them back until the character is
 /// whole, so what is printed is the whole continuation, never a replacement character.
+/// The prompt read three tokens a pass gives the same text.
 #[test]
 fn streamed_text_is_the_whole_continuation_across_split_characters() {
     let (continuation, prompt) = reference_continuation("non_ascii");
-    let run = posenc()
-        .args([
-            "generate",
-            "--f32",
-            "--temperature",
-            "0",
-            "--max-tokens",
-            "32",
-        ])
-        .arg(&prompt)
-        .output()
-        .unwrap();
-    let (stdout, stderr) = text(&run);
-    assert!(run.status.success(), "{stderr}");
-    let whole = continuation.trim_end_matches('\u{FFFD}');
-    assert_eq!(stdout, format!("{prompt}{whole}\n"));
-    assert!(!stdout.contains('\u{FFFD}'), "{stdout}");
+    for chunk in ["512", "3"] {
+        let run = posenc()
+            .args([
+                "generate",
+                "--f32",
+                "--temperature",
+                "0",
+                "--max-tokens",
+                "32",
+            ])
+            .args(["--prompt-chunk", chunk])
+            .arg(&prompt)
+            .output()
+            .unwrap();
+        let (stdout, stderr) = text(&run);
+        assert!(run.status.success(), "{stderr}");
+        let whole = continuation.trim_end_matches('\u{FFFD}');
+        assert_eq!(stdout, format!("{prompt}{whole}\n"), "chunks of {chunk}");
+        assert!(!stdout.contains('\u{FFFD}'), "{stdout}");
+    }
 }
 
 const QUESTION: &str = "What is the capital of France?";
@@ -158,6 +162,10 @@ fn bad_input_is_named() {
             "no/such/model",
         ),
         (vec!["generate", "--top-p", "0", "hi"], "top-p"),
+        (
+            vec!["generate", "--prompt-chunk", "0", "hi"],
+            "prompt chunk",
+        ),
         (vec!["generate", ""], "empty"),
         (
             vec!["convert", "--model", "no/such.gguf", "--out", "/tmp/x"],

@@ -8,6 +8,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use posenc_llama::chat::Message;
 use posenc_train::sample::generate_observed;
+use posenc_transformer::lm;
 
 use super::model::{CausalLm, ModelArgs};
 use super::{read_prompt, SamplingArgs};
@@ -33,6 +34,10 @@ pub struct GenerateArgs {
     window: Option<usize>,
     #[command(flatten)]
     sampling: SamplingArgs,
+    /// Prompt tokens read per pass through the model: fewer, larger passes over a long
+    /// prompt, at memory that grows with the chunk (llama.cpp's --ubatch-size).
+    #[arg(long, default_value_t = lm::PREFILL_CHUNK)]
+    prompt_chunk: usize,
     /// After the text, print to standard error how long loading, reading the prompt and
     /// each generated token took.
     #[arg(long)]
@@ -49,10 +54,13 @@ impl GenerateArgs {
         let sampling: posenc_train::sample::Sampling = self.sampling.into();
         sampling.validate()?;
         posenc::limits::check("tokens", self.max_tokens, posenc::limits::MAX_POSITIONS)?;
+        let chunk = self.prompt_chunk;
+        posenc::limits::check_positive("the prompt chunk", chunk, lm::MAX_PREFILL_CHUNK)?;
         // The model before the prompt: a model that does not load is named without waiting
         // on standard input.
         let loading = std::time::Instant::now();
-        let lm = self.model.load(default)?;
+        let mut lm = self.model.load(default)?;
+        lm.model.read_prompts_by(chunk)?;
         let loaded = loading.elapsed();
         let prompt = read_prompt(self.prompt)?;
         // A plain prompt is printed before its continuation, once generation has started

@@ -15,7 +15,6 @@ use candle_core::{DType, Device, Tensor, D};
 use candle_nn::{VarBuilder, VarMap};
 use posenc::Positions;
 use posenc_error::ensure;
-use posenc_transformer::lm::PREFILL_CHUNK;
 use posenc_transformer::{LanguageModel, LmConfig};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -323,7 +322,7 @@ pub fn evaluate_observed(
         len > 0,
         "a window must hold at least one token, got length 0"
     );
-    let long = len > PREFILL_CHUNK;
+    let long = len > model.prefill_chunk();
     // Long windows go as many at a time as keep their caches within LONG_EVAL_BYTES.
     let batch = match long {
         true => {
@@ -364,7 +363,7 @@ pub fn evaluate_observed(
 }
 
 /// The next-token losses of windows `x (batch, n)` against their next tokens `y (batch, n)`:
-/// `(batch, n)` in f64. Windows past [`PREFILL_CHUNK`] go chunk by chunk through the
+/// `(batch, n)` in f64. Windows past [`LanguageModel::prefill_chunk`] go chunk by chunk through the
 /// key/value cache, memory linear in the length, as a generation reads its prompt;
 /// `on_tokens` sees each chunk's token count.
 fn window_losses(
@@ -374,7 +373,8 @@ fn window_losses(
     on_tokens: &mut impl FnMut(usize),
 ) -> Result<Tensor> {
     let (b, n) = x.dims2()?;
-    if n <= PREFILL_CHUNK {
+    let size = model.prefill_chunk();
+    if n <= size {
         let nll = nll(&model.logits(x)?, y)?;
         on_tokens(b * n);
         return Ok(nll);
@@ -382,8 +382,8 @@ fn window_losses(
     let mut cache = model.cache(n);
     cache.read_until(n);
     let mut parts = Vec::new();
-    for start in (0..n).step_by(PREFILL_CHUNK) {
-        let k = PREFILL_CHUNK.min(n - start);
+    for start in (0..n).step_by(size) {
+        let k = size.min(n - start);
         let logits = model.logits_cached(&x.narrow(1, start, k)?, &mut cache)?;
         parts.push(nll(&logits, &y.narrow(1, start, k)?)?);
         on_tokens(b * k);
@@ -448,7 +448,7 @@ pub fn evaluate_strided(
         "a stream of {} tokens has no window of {len} + 1",
         stream.len()
     );
-    let batch = match len > PREFILL_CHUNK {
+    let batch = match len > model.prefill_chunk() {
         true => {
             model.check_cache(1, len)?;
             1

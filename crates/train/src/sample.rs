@@ -12,7 +12,6 @@
 use crate::error::Result;
 use candle_core::Tensor;
 use posenc_error::ensure;
-use posenc_transformer::lm::PREFILL_CHUNK;
 use posenc_transformer::LanguageModel;
 use posenc_transformer::StackCache;
 use rand::{Rng, SeedableRng};
@@ -171,7 +170,8 @@ pub(crate) fn generate_with(
 }
 
 /// As [`generate_with`], also calling `on_prompt(n)` each time `n` more tokens of the
-/// prompt have been read ([`PREFILL_CHUNK`] at a time): a progress bar for long prompts.
+/// prompt have been read ([`LanguageModel::prefill_chunk`] at a time): a progress bar for
+/// long prompts.
 /// With a `window`, every token is drawn from the last `window` tokens only (nanoGPT's crop
 /// at `block_size`): the prompt is cropped to it, and once the sequence fills it, the last
 /// `window` tokens are read again from position 0 for each new token.
@@ -234,7 +234,7 @@ fn read(
     // One sequence, read in chunks for the progress hook's sake.
     cache.read_until(cache.len() + ids.len());
     let mut logits = None;
-    for chunk in ids.chunks(PREFILL_CHUNK) {
+    for chunk in ids.chunks(model.prefill_chunk()) {
         let x = Tensor::new(chunk, &model.device())?.unsqueeze(0)?;
         logits = Some(model.step(&x, cache)?);
         on_chunk(chunk.len());

@@ -123,9 +123,14 @@ impl LmConfig {
     }
 }
 
-/// How many prompt tokens [`LanguageModel::step`] runs through the stack at once: the
-/// activations of a prompt of any length are those of this many tokens.
+/// How many prompt tokens [`LanguageModel::step`] runs through the stack at once unless
+/// told otherwise ([`LanguageModel::read_prompts_by`]): the activations of a prompt of any
+/// length are those of this many tokens.
 pub const PREFILL_CHUNK: usize = 512;
+
+/// The largest prompt chunk [`LanguageModel::read_prompts_by`] takes: the attention
+/// scores of one head over it and as many cached positions fit in 16 GiB of f32.
+pub const MAX_PREFILL_CHUNK: usize = 1 << 16;
 
 /// The largest key/value cache [`LanguageModel::check_cache`] lets a generation or an
 /// evaluation allocate: 12 GiB, half of a 24 GiB machine.
@@ -140,6 +145,8 @@ pub struct LanguageModel {
     head: Proj,
     /// The dtype [`LanguageModel::cache`] keeps keys and values in.
     cache_dtype: DType,
+    /// Tokens [`LanguageModel::step`] reads per pass.
+    prefill_chunk: usize,
 }
 
 impl LanguageModel {
@@ -163,6 +170,7 @@ impl LanguageModel {
             stack: Stack::new(&cfg.block(), cfg.layers, encoding, vb.pp("stack"))?,
             head,
             cache_dtype: DType::F32,
+            prefill_chunk: PREFILL_CHUNK,
         })
     }
 
@@ -215,6 +223,23 @@ impl LanguageModel {
         }
         self.cache_dtype = dtype;
         Ok(())
+    }
+
+    /// Reads prompts `tokens` at a time ([`PREFILL_CHUNK`] at first): fewer, larger passes
+    /// over a long prompt, at activations (and, off the CPU's tiled kernel, attention
+    /// scores) that grow with the chunk, as llama.cpp's `--ubatch-size`.
+    ///
+    /// # Errors
+    /// A chunk of 0 or past [`MAX_PREFILL_CHUNK`].
+    pub fn read_prompts_by(&mut self, tokens: usize) -> Result<()> {
+        posenc::limits::check_positive("the prompt chunk", tokens, MAX_PREFILL_CHUNK)?;
+        self.prefill_chunk = tokens;
+        Ok(())
+    }
+
+    /// Tokens [`LanguageModel::step`] reads per pass.
+    pub fn prefill_chunk(&self) -> usize {
+        self.prefill_chunk
     }
 
     /// The dtype the caches of [`LanguageModel::cache`] keep keys and values in.
@@ -286,8 +311,8 @@ impl LanguageModel {
     /// Runs `ids (batch, new)` after the positions in `cache` and returns the next-token
     /// scores `(batch, vocab)` after the last of them; the cache grows by `new`. Only that
     /// position goes through the head, so a long prompt costs no `new × vocab` product, and
-    /// the prompt is read [`PREFILL_CHUNK`] tokens at a time, so the activations stay
-    /// `O(chunk × d_model)` whatever its length (chunked prefill).
+    /// the prompt is read [`LanguageModel::prefill_chunk`] tokens at a time, so the
+    /// activations stay `O(chunk × d_model)` whatever its length (chunked prefill).
     ///
     /// # Shapes
     /// - `ids`: `(batch, new)`, `u32`
@@ -302,8 +327,9 @@ impl LanguageModel {
         // longer one, when the caller reads it in pieces and has said how long).
         cache.read_until(cache.reach().max(cache.len() + new));
         let mut last = None;
-        for start in (0..new).step_by(PREFILL_CHUNK) {
-            let chunk = ids.narrow(1, start, PREFILL_CHUNK.min(new - start))?;
+        let size = self.prefill_chunk;
+        for start in (0..new).step_by(size) {
+            let chunk = ids.narrow(1, start, size.min(new - start))?;
             last = Some(self.hidden_cached(&chunk, cache)?);
         }
         let h = last.ok_or_else(|| Error::Input("no tokens to run".into()))?;

@@ -444,6 +444,34 @@ fn chunked_reading_equals_the_one_shot_forward_for_every_encoding() {
     }
 }
 
+/// A prompt read 7, 64 or 1 000 tokens at a time gives the last scores of the one-shot
+/// forward, for a rotation and a bias; a chunk of 0 or past the limit is refused by name.
+#[test]
+fn any_prompt_chunk_reads_the_same() {
+    let len = 150;
+    for kind in ["rope", "alibi"] {
+        let mut model = lm(EncodingConfig::from_kind(kind).unwrap(), len);
+        let ids = long_ids(2, len);
+        let full = model.logits(&ids).unwrap().i((.., len - 1)).unwrap();
+        for chunk in [7, 64, 1000] {
+            model.read_prompts_by(chunk).unwrap();
+            assert_eq!(model.prefill_chunk(), chunk);
+            let last = model.step(&ids, &mut StackCache::default()).unwrap();
+            let diff = max_abs_diff(&last, &full);
+            assert!(diff < 1e-4, "{kind}, chunks of {chunk}: differs by {diff}");
+        }
+        for bad in [0, posenc_transformer::lm::MAX_PREFILL_CHUNK + 1] {
+            let e = model.read_prompts_by(bad).unwrap_err().to_string();
+            assert!(e.contains("prompt chunk"), "{e}");
+        }
+        assert_eq!(
+            model.prefill_chunk(),
+            1000,
+            "a refused chunk changes nothing"
+        );
+    }
+}
+
 #[test]
 fn a_cache_past_the_limit_is_refused_by_its_size() {
     let model = lm(EncodingConfig::from_kind("rope").unwrap(), 8);
