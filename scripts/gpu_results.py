@@ -91,7 +91,7 @@ def rows_of_smollm2(text):
         for key in ["posenc_cuda_f32", "posenc_cuda_quantized", "posenc_cpu_f32"]:
             yield ["smollm2 greedy " + r["prompt"], key, "same text as transformers",
                    int(r[key] == reference), "", gpu, 1]
-    for who in ["transformers", "posenc_f32", "posenc_quantized"]:
+    for who in [k for k in speed if isinstance(speed[k], dict)]:
         for measure in ["prompt_tok_s", "decode_tok_s"]:
             yield ["smollm2 speed", who, measure.removesuffix("_tok_s"),
                    round(speed[who][measure], 1), "tokens/s", gpu, 1]

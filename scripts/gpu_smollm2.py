@@ -13,7 +13,8 @@ scripts/build_cuda.sh, run through scripts/run_cuda.sh). Needs the GGUF in .cach
 - Speed: the 1 191-token prompt read, then 128 tokens generated one at a time, by both on
   the GPU. transformers is timed in this process with the GPU synchronized (after one
   untimed run); posenc's `--timing` line of its second run is read (the first loads and
-  compiles its CUDA kernels).
+  compiles its CUDA kernels). posenc's f32 path runs twice: in its default prompt chunks
+  of 512 tokens, and in one pass (`--prompt-chunk 2048`).
 
 Prints one JSON line per result, then a table.
 """
@@ -115,7 +116,10 @@ def main():
              "transformers": {"prompt_tok_s": len(ids) / first,
                               "decode_tok_s": DECODE / (whole - first)},
              "torch": torch.__version__, "gpu": torch.cuda.get_device_name()}
+    # The prompt in one pass as well as in posenc's default chunks of 512 tokens.
     for label, flags in [("posenc_f32", ["--f32", "--device", "cuda"]),
+                         ("posenc_f32_one_pass", ["--f32", "--device", "cuda",
+                                                  "--prompt-chunk", "2048"]),
                          ("posenc_quantized", ["--device", "cuda"])]:
         posenc(text, DECODE + 1, *flags)
         _, line = posenc(text, DECODE + 1, *flags)
@@ -130,7 +134,7 @@ def main():
               f"{r['posenc_cuda_quantized_same']} | {r['posenc_cpu_f32_same']} |")
     print(f"\n{speed['gpu']}, torch {speed['torch']}: prompt of {len(ids)} tokens, then {DECODE}")
     print("| implementation | prompt tokens/s | generated tokens/s |\n|---|---:|---:|")
-    for label in ["transformers", "posenc_f32", "posenc_quantized"]:
+    for label in [k for k in speed if isinstance(speed[k], dict)]:
         s = speed[label]
         fmt = lambda v: "—" if v is None else f"{v:.0f}"
         print(f"| {label} | {fmt(s['prompt_tok_s'])} | {fmt(s['decode_tok_s'])} |")
