@@ -405,15 +405,20 @@ fn the_experiment_evaluates_the_factors_asked() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("exp");
     let o = quick_lm_experiment("alibi", &out)
-        .args(["--context", "16", "--factors", "1,3"])
+        .args(["--context", "16", "--factors", "3,1,3"])
         .output()
         .unwrap();
     let (table, stderr) = text(&o);
     assert!(o.status.success(), "{stderr}");
+    let header = table
+        .lines()
+        .find(|l| l.contains("ppl @"))
+        .unwrap_or_default();
     assert!(
-        table.contains("ppl @ 48") && !table.contains("ppl @ 32"),
-        "{table}"
+        header.contains("ppl @ 16 | ppl @ 48 |") && header.matches("ppl @ 48").count() == 1,
+        "sorted, each once: {table}"
     );
+    assert!(!table.contains("ppl @ 32"), "{table}");
     let far = dir.path().join("far");
     let o = quick_lm_experiment("alibi", &far)
         .args(["--context", "16", "--factors", "1,100000000000"])

@@ -214,8 +214,8 @@ pub struct ExperimentArgs {
     /// Seed of weights and windows.
     #[arg(long)]
     seed: Option<u64>,
-    /// Comma-separated evaluation lengths, as multiples of the trained context
-    /// [default: 1,2,4,8].
+    /// Comma-separated evaluation lengths, as multiples of the trained context, in any
+    /// order [default: 1,2,4,8].
     #[arg(long, value_delimiter = ',')]
     factors: Option<Vec<usize>>,
     /// Randomized positions: train at sorted random positions below this (Ruoss et al.
@@ -725,7 +725,11 @@ fn experiment(a: ExperimentArgs, out: &mut impl Write) -> Result<()> {
     cfg.base.steps = a.steps.unwrap_or(cfg.base.steps);
     cfg.base.seed = a.seed.unwrap_or(cfg.base.seed);
     cfg.seeds = a.seeds.unwrap_or(cfg.seeds);
-    cfg.factors = a.factors.unwrap_or(cfg.factors);
+    if let Some(mut factors) = a.factors {
+        factors.sort_unstable();
+        factors.dedup();
+        cfg.factors = factors;
+    }
     cfg.base.validate()?;
     let corpus = load_corpus(a.corpus)?;
     let opts = RunOptions {

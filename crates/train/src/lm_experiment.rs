@@ -264,6 +264,11 @@ pub fn run(
         "evaluation factors must be at least 1, got {:?}",
         cfg.factors
     );
+    ensure!(
+        cfg.factors.windows(2).all(|w| w[0] < w[1]),
+        "evaluation factors must increase, each once, got {:?}",
+        cfg.factors
+    );
     crate::results::check_out_dir::<LmExperiment>(out, "a language-model experiment")?;
     let tokenizer = cfg.base.tokenizer.train(&Corpus::stream(&corpus.train))?;
     let data = LmData::from_corpus(corpus, &tokenizer)?;

@@ -537,3 +537,41 @@ fn octaves_split_a_window_at_half_the_context_then_at_its_doublings() {
     assert_eq!(edges(&short, 16), [(0, 8), (8, 12)]);
     assert_eq!(edges(&short, 1), [(0, 1), (1, 2), (2, 4), (4, 8), (8, 12)]);
 }
+
+/// The experiment's evaluation lengths are checked before anything is trained or written:
+/// factors that do not increase, and a length the test works cannot hold, are named.
+#[test]
+fn the_experiments_factors_are_checked_before_anything_runs() {
+    use posenc_train::corpus::{Corpus, Work};
+    use posenc_train::lm_experiment::{self, LmExperimentConfig};
+    let work = |name: &str, n: usize| Work {
+        name: name.into(),
+        text: "to be or not to be, that is the question\n".repeat(n),
+    };
+    let corpus = Corpus {
+        train: vec![work("a", 50)],
+        valid: vec![work("b", 5)],
+        test: vec![work("c", 5)],
+    };
+    let dir = tempfile::tempdir().unwrap();
+    for (factors, expected) in [
+        (vec![4, 1], "must increase"),
+        (vec![1, 1], "must increase"),
+        (vec![1, 1000], "factor 1000"),
+    ] {
+        let mut cfg = LmExperimentConfig::quick();
+        cfg.factors = factors.clone();
+        let out = dir.path().join("exp");
+        let opts = RunOptions {
+            quiet: true,
+            force: false,
+            stop_after: None,
+        };
+        let e = match lm_experiment::run(&cfg, &corpus, &out, opts, CPU) {
+            Ok(_) => panic!("{factors:?} ran"),
+            Err(e) => e.to_string(),
+        };
+        assert!(e.contains(expected), "{factors:?}: {e}");
+        assert!(!out.exists(), "{factors:?}: nothing written");
+    }
+}
