@@ -67,7 +67,7 @@ enum Weight {
 }
 
 /// From this many rows on, a quantized product dequantizes its weight and runs the GEMM.
-pub const DEQUANTIZE_FROM_ROWS: usize = 32;
+pub const DEQUANTIZE_FROM_ROWS: usize = 128;
 
 impl Proj {
     /// Wraps a dense `(out, in)` weight and an optional `(out,)` bias.

@@ -284,19 +284,65 @@ impl QuantizedRows {
     }
 }
 
-/// `y[r] = Σ_j W[r, j] x[j]` for each row `r` of `w` (whole rows of `format` blocks, one
-/// after another) against one quantized row of activations; `y.len()` rows.
-fn dot_rows(kernel: Kernel, format: Format, w: &[u8], x: Row, y: &mut [f32]) {
+/// The bytes of one row of `format` blocks that meets `x`, after checking that `w` holds
+/// `rows` of them and that `x`'s parts hold its blocks (the kernels read unchecked).
+fn row_bytes(format: Format, w: &[u8], x: Row, rows: usize) -> usize {
     let blocks = x.d.len();
     let row_bytes = blocks * BLOCK / format.values() * format.block_bytes();
     assert!(
         (blocks * BLOCK).is_multiple_of(format.values())
-            && w.len() >= y.len() * row_bytes
+            && w.len() >= rows * row_bytes
             && x.s.len() == blocks
             && x.sum.len() == blocks
             && x.halves.len() == 2 * blocks
             && x.q.len() == blocks * BLOCK
     );
+    row_bytes
+}
+
+/// Rows of activations the many-row kernels take at once.
+const ROWS: usize = 4;
+
+/// `y[r][i] = Σ_j W[r, j] x_i[j]` for each row `r` of `w` against [`ROWS`] quantized rows
+/// of activations at once: each weight block unpacked once for all of them. `false` (and
+/// `y` untouched) where `kernel` has no such loop for `format` (the scalar kernel, the
+/// K-quants): the caller then takes the rows one at a time.
+fn dot_rows_many(
+    kernel: Kernel,
+    format: Format,
+    w: &[u8],
+    x: &[Row; ROWS],
+    y: &mut [[f32; ROWS]],
+) -> bool {
+    if kernel == Kernel::Scalar || format.values() != BLOCK {
+        return false;
+    }
+    let bytes = x.map(|x| row_bytes(format, w, x, y.len()));
+    assert!(bytes.iter().all(|&b| b == bytes[0]));
+    for (r, y) in y.iter_mut().enumerate() {
+        let w = &w[r * bytes[0]..(r + 1) * bytes[0]];
+        let many = match kernel {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: a kernel is only chosen on a CPU that has its instructions; the
+            // lengths were checked above.
+            Kernel::Vnni => unsafe { x86::vnni::dot_many(format, w, x) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: as above.
+            Kernel::Avx2 => unsafe { x86::avx2::dot_many(format, w, x) },
+            _ => None,
+        };
+        match many {
+            Some(v) => *y = v,
+            None => return false,
+        }
+    }
+    true
+}
+
+/// `y[r] = Σ_j W[r, j] x[j]` for each row `r` of `w` (whole rows of `format` blocks, one
+/// after another) against one quantized row of activations; `y.len()` rows.
+fn dot_rows(kernel: Kernel, format: Format, w: &[u8], x: Row, y: &mut [f32]) {
+    let row_bytes = row_bytes(format, w, x, y.len());
     for (r, y) in y.iter_mut().enumerate() {
         let w = &w[r * row_bytes..(r + 1) * row_bytes];
         *y = match kernel {
@@ -426,7 +472,7 @@ mod x86 {
     macro_rules! dot {
         ($name:ident, $features:literal, $dot:expr) => {
             pub(super) mod $name {
-                use super::super::{scales_mins_k4, Format, Row, BLOCK, K_BLOCK};
+                use super::super::{scales_mins_k4, Format, Row, BLOCK, K_BLOCK, ROWS};
                 use super::{half, nibbles, Q4_0, Q4_1, Q8_0};
                 use std::arch::x86_64::*;
 
@@ -552,6 +598,84 @@ mod x86 {
                         }
                     }
                     total([_mm256_add_ps(acc[0], rest8), acc[1]], rest)
+                }
+
+                /// [`ROWS`] rows of activations against one weight row, each as [`blocks`]
+                /// computes it: the weight's bytes are unpacked, and its scales read, once
+                /// for all of them.
+                #[target_feature(enable = $features)]
+                #[inline]
+                unsafe fn blocks_rows<const F: u8>(w: &[u8], x: &[Row; ROWS]) -> [f32; ROWS] {
+                    let n = x[0].d.len();
+                    let zero = _mm256_setzero_ps();
+                    let (mut acc, mut rest8, mut rest) = ([zero; ROWS], [zero; ROWS], [0f32; ROWS]);
+                    let stride = _mm256_set1_epi32(bytes::<F>() as i32);
+                    let at = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), stride);
+                    let mut b = 0;
+                    // SAFETY: blocks below `n` of `w` and of every row (the caller checked
+                    // the lengths); the gather reads the first 4 bytes of blocks `b..b + 8`.
+                    unsafe {
+                        while b + 8 <= n {
+                            let base = w.as_ptr().add(b * bytes::<F>()) as *const i32;
+                            let lanes = _mm256_i32gather_epi32::<1>(base, at);
+                            let wd = halves::<false>(lanes);
+                            let wm = halves::<true>(lanes);
+                            let mut scales = [zero; ROWS];
+                            for (r, x) in x.iter().enumerate() {
+                                scales[r] = _mm256_mul_ps(wd, _mm256_loadu_ps(x.d.as_ptr().add(b)));
+                                match F {
+                                    Q4_0 => {
+                                        let sum = _mm256_loadu_si256(
+                                            x.sum.as_ptr().add(b) as *const __m256i
+                                        );
+                                        let eight = _mm256_mul_ps(_mm256_set1_ps(8.0), scales[r]);
+                                        rest8[r] = _mm256_fnmadd_ps(
+                                            eight,
+                                            _mm256_cvtepi32_ps(sum),
+                                            rest8[r],
+                                        );
+                                    }
+                                    Q4_1 => {
+                                        let s = _mm256_loadu_ps(x.s.as_ptr().add(b));
+                                        rest8[r] = _mm256_fmadd_ps(wm, s, rest8[r]);
+                                    }
+                                    _ => {}
+                                }
+                            }
+                            for j in 0..8 {
+                                let blk = w.as_ptr().add((b + j) * bytes::<F>());
+                                let wq = match F {
+                                    Q4_0 => nibbles(blk.add(2)),
+                                    Q4_1 => nibbles(blk.add(4)),
+                                    _ => _mm256_loadu_si256(blk.add(2) as *const __m256i),
+                                };
+                                for (r, x) in x.iter().enumerate() {
+                                    let q = _mm256_loadu_si256(
+                                        x.q.as_ptr().add((b + j) * BLOCK) as *const __m256i
+                                    );
+                                    let sum = match F {
+                                        Q8_0 => signed(wq, q),
+                                        _ => $dot(wq, q),
+                                    };
+                                    acc[r] = _mm256_fmadd_ps(
+                                        lane(scales[r], j as i32),
+                                        _mm256_cvtepi32_ps(sum),
+                                        acc[r],
+                                    );
+                                }
+                            }
+                            b += 8;
+                        }
+                        while b < n {
+                            for (r, x) in x.iter().enumerate() {
+                                let (s0, v0, r0) = block::<F>(w, *x, b);
+                                acc[r] = _mm256_fmadd_ps(s0, v0, acc[r]);
+                                rest[r] += r0;
+                            }
+                            b += 1;
+                        }
+                    }
+                    std::array::from_fn(|r| total([acc[r], rest8[r]], rest[r]))
                 }
 
                 /// The 8 lanes of `acc` and `rest` summed.
@@ -736,6 +860,25 @@ mod x86 {
                     total(acc, 0.0)
                 }
 
+                /// One weight row against [`ROWS`] quantized rows of activations, for the
+                /// formats of 32-value blocks; `None` for the K-quants.
+                #[target_feature(enable = $features)]
+                pub(in super::super) unsafe fn dot_many(
+                    format: Format,
+                    w: &[u8],
+                    x: &[Row; ROWS],
+                ) -> Option<[f32; ROWS]> {
+                    // SAFETY: the caller's promise, passed on.
+                    unsafe {
+                        match format {
+                            Format::Q4_0 => Some(blocks_rows::<Q4_0>(w, x)),
+                            Format::Q4_1 => Some(blocks_rows::<Q4_1>(w, x)),
+                            Format::Q8_0 => Some(blocks_rows::<Q8_0>(w, x)),
+                            Format::Q4K | Format::Q6K => None,
+                        }
+                    }
+                }
+
                 /// One weight row against one quantized row of activations.
                 #[target_feature(enable = $features)]
                 pub(in super::super) unsafe fn dot(format: Format, w: &[u8], x: Row) -> f32 {
@@ -824,8 +967,21 @@ impl CustomOp1 for QMatMul {
                 dot_rows(self.kernel, format, w, xq.row(0, blocks), yt);
                 return;
             }
-            let mut col = vec![0f32; yt.len() / m];
-            for i in 0..m {
+            let n = yt.len() / m;
+            let mut i = 0;
+            let mut cols = vec![[0f32; ROWS]; n];
+            while i + ROWS <= m {
+                let x = std::array::from_fn(|t| xq.row(i + t, blocks));
+                if !dot_rows_many(self.kernel, format, w, &x, &mut cols) {
+                    break;
+                }
+                for (j, v) in cols.iter().enumerate() {
+                    yt[j * m + i..j * m + i + ROWS].copy_from_slice(v);
+                }
+                i += ROWS;
+            }
+            let mut col = vec![0f32; n];
+            for i in i..m {
                 dot_rows(self.kernel, format, w, xq.row(i, blocks), &mut col);
                 for (j, &v) in col.iter().enumerate() {
                     yt[j * m + i] = v;
