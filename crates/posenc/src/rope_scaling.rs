@@ -81,10 +81,10 @@ pub struct RopeScaling {
     /// The context the model was trained on, `L` [default: the model's context].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub original_max_position_embeddings: Option<usize>,
-    /// YaRN: rotations in `L` above which a dimension is left alone [32].
+    /// YaRN: rotations in `L` above which a dimension is left alone (default 32).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub beta_fast: Option<f64>,
-    /// YaRN: rotations in `L` below which a dimension is interpolated fully [1].
+    /// YaRN: rotations in `L` below which a dimension is interpolated fully (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub beta_slow: Option<f64>,
     /// YaRN, LongRoPE: the factor on cos and sin [from `factor`].

@@ -1,4 +1,4 @@
-//! A language model's run directory: the same [`RunDir`] as translation's, with one
+//! A language model's run directory: the same `RunDir` as translation's, with one
 //! tokenizer.
 //!
 //! | file | holds |

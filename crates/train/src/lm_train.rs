@@ -55,7 +55,7 @@ pub struct LmTrainConfig {
     pub save_every: usize,
     /// Validation windows of `context` tokens.
     pub eval_windows: usize,
-    /// Randomized positions ([`crate::randomized`]): train each step's windows at a sorted
+    /// Randomized positions (`crate::randomized`): train each step's windows at a sorted
     /// random subset of `0..range` instead of `0..context`. `None`: consecutive positions.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub randomized_positions: Option<usize>,

@@ -18,7 +18,7 @@
 //! another process or a half-replaced directory is an error naming the file, never a
 //! silently wrong model.
 //!
-//! Nothing is written before everything is validated: [`RunDir::create`] runs after the
+//! Nothing is written before everything is validated: `RunDir::create` runs after the
 //! config, the data and the model have been checked, and it refuses a directory holding
 //! another run (unless forced) or files posenc did not write (always).
 
@@ -105,7 +105,7 @@ fn sha256_hex(bytes: &[u8]) -> String {
 pub enum Contents {
     /// It does not exist, or holds nothing but a lock and stale temporaries.
     Empty,
-    /// A run: it has a manifest (checked by [`verify`]).
+    /// A run: it has a manifest (checked by `verify`).
     Run,
     /// Files a run writes but no manifest: a run stopped before it had started, or one
     /// written by a posenc older than the manifest. `weights` says whether it holds any.

@@ -169,7 +169,7 @@ pub(crate) fn generate_with(
     generate_observed(model, prompt, max_new, sampling, None, |_| {}, on_token)
 }
 
-/// As [`generate_with`], also calling `on_prompt(n)` each time `n` more tokens of the
+/// As `generate_with`, also calling `on_prompt(n)` each time `n` more tokens of the
 /// prompt have been read ([`LanguageModel::prefill_chunk`] at a time): a progress bar for
 /// long prompts.
 /// With a `window`, every token is drawn from the last `window` tokens only (nanoGPT's crop
@@ -177,7 +177,7 @@ pub(crate) fn generate_with(
 /// `window` tokens are read again from position 0 for each new token.
 ///
 /// # Errors
-/// As [`generate_with`]; a window of 0.
+/// As `generate_with`; a window of 0.
 pub fn generate_observed(
     model: &LanguageModel,
     prompt: &[u32],

@@ -71,7 +71,7 @@ pub struct TrainConfig {
     pub eval_sentences: usize,
     /// Save a checkpoint every this many steps (and at the end).
     pub save_every: usize,
-    /// Randomized positions ([`crate::randomized`]): train each batch's sources and targets
+    /// Randomized positions (`crate::randomized`): train each batch's sources and targets
     /// at sorted random subsets of `0..range`. `None`: consecutive positions.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub randomized_positions: Option<usize>,
@@ -556,7 +556,7 @@ pub struct Translator {
 
 impl Translator {
     /// Loads a model directory written by [`train`], after checking that its files belong
-    /// together ([`rundir::verify`]) and its weights are complete and finite.
+    /// together (`rundir::verify`) and its weights are complete and finite.
     pub fn load(dir: &Path) -> Result<Self> {
         let manifest = rundir::verify(dir)?;
         rundir::check_weights(&dir.join(WEIGHTS_FILE), &manifest.run)?;

@@ -9,7 +9,7 @@
 //! The encoder's blocks have no cross-attention and attend under a padding mask; the
 //! decoder's have cross-attention and a causal mask; a decoder-only model's are the
 //! encoder's under a causal mask. The stack holds the positional encoding of its
-//! self-attention ([`LayerEncodings`]: one for every block, or one per block): its bias is
+//! self-attention (`LayerEncodings`: one for every block, or one per block): its bias is
 //! computed once per forward and handed to every block. A [`StackCache`] runs the stack
 //! one step at a time. Weights named as PyTorch's `nn.TransformerEncoder` /
 //! `nn.TransformerDecoder`: `layers.N.…` and the final `norm`.
