@@ -35,6 +35,14 @@
 #                                   # in the GPU's memory (nvidia-smi, about every 50 ms)
 #                                   # with its time: where a process's time and memory go
 #                                   # (docs/gpu/startup.log)
+#   scripts/gpu_check.sh all SECONDS   # what a lent session still has to check, in one call
+#                                   # ending before SECONDS have passed, in this order:
+#                                   # tests (the device tests and the training ratio),
+#                                   # startup, generate (where the GGUF is in .cache), then
+#                                   # lm-experiment with ENCODINGS (default none,fire) and
+#                                   # STEPS (default 1200) with the time left; each stage is
+#                                   # cut at the deadline, and the logs (and the experiment's
+#                                   # results) are packed into $OUT/gpu.tar.gz when $OUT is set
 #
 # Where a call cannot carry a model whole (64 MiB, the repository included),
 # scripts/carry_pieces.py cuts it into pieces here and joins them there.
@@ -87,8 +95,37 @@ startup() {
   return $failed
 }
 
-stage=${1:?"which stage: tests, train-ab, embed, generate, lm, lm-experiment or startup"}
+stage=${1:?"which stage: tests, train-ab, embed, generate, lm, lm-experiment, startup or all"}
 case $stage in
+  all)
+    seconds=${2:?"how many seconds the stages may take"}
+    deadline=$((SECONDS + seconds))
+    pack() {
+      [ -n "${OUT:-}" ] || return 0
+      tar -czf "$OUT/gpu.tar.gz" "$logs" $(ls -d target/cuda/lm-experiment* 2> /dev/null) 2> /dev/null || true
+    }
+    # Each stage in a process of its own, cut at the deadline; 124 is a stage that ran out.
+    within() {
+      local left=$((deadline - SECONDS))
+      if [ "$left" -le 10 ]; then
+        echo "== skipped (out of time): $*" | tee -a "$logs/all.log"
+        return 0
+      fi
+      echo "== $* ($left s left, $(date +%T))" | tee -a "$logs/all.log"
+      timeout "$left" "$PWD/scripts/gpu_check.sh" "$@" || { echo "== exit $?: $*" | tee -a "$logs/all.log"; status=1; }
+      pack
+    }
+    within tests
+    within startup
+    if ls .cache/smollm2/*.gguf > /dev/null 2>&1; then
+      within generate
+    else
+      echo "== skipped (no GGUF in .cache/smollm2): generate" | tee -a "$logs/all.log"
+    fi
+    ENCODINGS=${ENCODINGS:-none,fire} EXPERIMENT_OUT=${EXPERIMENT_OUT:-target/cuda/lm-experiment-${STEPS:-1200}} \
+      within lm-experiment --steps "${STEPS:-1200}"
+    pack
+    ;;
   tests)
     step devices.log scripts/run_cuda.sh
     step bench_train.log scripts/run_cuda.sh posenc bench train --device cuda --steps 20
@@ -132,7 +169,7 @@ case $stage in
       --encodings "${ENCODINGS:-none,rope,alibi,fire}" --factors 1,2,4,8,16 "${@:2}"
     ;;
   *)
-    echo "unknown stage $stage: tests, train-ab, embed, generate, lm, lm-experiment or startup" >&2
+    echo "unknown stage $stage: tests, train-ab, embed, generate, lm, lm-experiment, startup or all" >&2
     exit 2
     ;;
 esac

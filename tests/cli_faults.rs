@@ -603,6 +603,11 @@ fn bad_input_to_every_subcommand_is_named_and_writes_nothing() {
                 "--features cuda",
                 2,
             ),
+            case(
+                &[&"bench", &"generate", &"--device", &"cuda"],
+                "--features cuda",
+                2,
+            ),
         ];
         check(&cuda, root);
     }

@@ -27,7 +27,7 @@ pub enum BenchCommand {
         /// Do not run the PyTorch comparison.
         #[arg(long)]
         no_torch: bool,
-        /// Where to compute: cpu, cuda[:N] (built with --features cuda) or metal[:N]
+        /// Where to compute: cpu; cuda or cuda:N (built with --features cuda); metal or metal:N
         /// (--features metal). The PyTorch comparison runs on the same device.
         #[arg(long, default_value = "cpu")]
         device: super::DeviceArg,
@@ -47,17 +47,19 @@ pub enum BenchCommand {
         /// Do not run the PyTorch comparison.
         #[arg(long)]
         no_torch: bool,
-        /// Where to compute: cpu, cuda[:N] (built with --features cuda) or metal[:N]
+        /// Where to compute: cpu; cuda or cuda:N (built with --features cuda); metal or metal:N
         /// (--features metal). The PyTorch comparison runs on the same device.
         #[arg(long, default_value = "cpu")]
         device: super::DeviceArg,
     },
-    /// A quantized GGUF model generating (default: SmolLM2-135M-Instruct Q4_1, fetched by
+    /// A GGUF model generating, quantized or `--f32` (default: SmolLM2-135M-Instruct Q4_1, fetched by
     /// scripts/fetch_smollm2.sh): prefill tokens/s at each prompt length, decode tokens/s
     /// after each depth of cache, time to first token and peak memory, ours against llama.cpp's `llama-bench` and
     /// `llama-simple` (scripts/build_llama_cpp.sh) on the same file and threads. Rounds
     /// alternate, and each ratio is the median of the per-round ratios. Without llama.cpp
-    /// it says how to build it and reports ours alone.
+    /// it says how to build it and reports ours alone. On a GPU (`--device cuda`) ours runs
+    /// alone, after one untimed round (the first use of each kernel loads it), the device
+    /// synchronized before each clock is read.
     Generate {
         /// The GGUF file [default: the fetched SmolLM2-135M-Instruct Q4_1].
         #[arg(long)]
@@ -78,6 +80,13 @@ pub enum BenchCommand {
         /// Do not run llama.cpp.
         #[arg(long)]
         no_llama_cpp: bool,
+        /// Dequantize the weights to f32 instead of multiplying them quantized.
+        #[arg(long)]
+        f32: bool,
+        /// Where ours computes: cpu; cuda or cuda:N (built with --features cuda); metal or
+        /// metal:N (--features metal). llama.cpp (a CPU build) runs only against the CPU.
+        #[arg(long, default_value = "cpu")]
+        device: super::DeviceArg,
     },
 }
 
@@ -108,6 +117,8 @@ impl BenchCommand {
                 depths,
                 rounds,
                 no_llama_cpp,
+                f32,
+                device,
             } => {
                 let model = match model {
                     Some(path) => path,
@@ -121,6 +132,11 @@ impl BenchCommand {
                         depths,
                         rounds,
                         no_llama_cpp,
+                        precision: match f32 {
+                            true => posenc_llama::Precision::F32,
+                            false => posenc_llama::Precision::Quantized,
+                        },
+                        device: device.0,
                     },
                     out,
                 )

@@ -1,6 +1,7 @@
-//! `posenc bench generate`: a quantized GGUF model generating, ours against llama.cpp's
+//! `posenc bench generate`: a GGUF model generating, ours against llama.cpp's
 //! `llama-bench` and `llama-simple` (built by scripts/build_llama_cpp.sh) on the same file
 //! and thread count, in one invocation, rounds alternating so that machine noise hits both.
+//! On a GPU, ours alone (llama.cpp's build here is the CPU's), after one untimed round.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -26,6 +27,10 @@ pub struct GenerateBench {
     pub rounds: usize,
     /// Skip llama.cpp.
     pub no_llama_cpp: bool,
+    /// Quantized weights (llama.cpp's way) or dequantized to f32.
+    pub precision: Precision,
+    /// Where ours computes.
+    pub device: Device,
 }
 
 /// One side's figures for one round: prefill tokens/s per prompt length, decode tokens/s
@@ -168,15 +173,18 @@ fn llama_cpp_round(
 
 /// One round of ours: each prefill into a fresh cache; then, for each depth, that many
 /// tokens read into a fresh cache (not timed) and `decode` single-token steps after them
-/// (as llama-bench's `tg` test: fixed tokens, no sampling).
+/// (as llama-bench's `tg` test: fixed tokens, no sampling). A GPU computes asynchronously:
+/// each clock is read after the device has finished.
 fn our_round(llama: &Llama, ids: &[u32], cfg: &GenerateBench) -> Result<Round> {
-    let dev = Device::Cpu;
+    let dev = &cfg.device;
     let mut prefill = Vec::new();
     for &n in &cfg.prompts {
-        let x = Tensor::new(&ids[..n], &dev)?.unsqueeze(0)?;
+        let x = Tensor::new(&ids[..n], dev)?.unsqueeze(0)?;
         let mut cache = llama.model.cache(n);
+        dev.synchronize()?;
         let t = Instant::now();
         llama.model.step(&x, &mut cache)?;
+        dev.synchronize()?;
         prefill.push(n as f64 / t.elapsed().as_secs_f64());
     }
     let mut decode = Vec::new();
@@ -185,13 +193,15 @@ fn our_round(llama: &Llama, ids: &[u32], cfg: &GenerateBench) -> Result<Round> {
         if depth > 0 {
             llama
                 .model
-                .step(&Tensor::new(&ids[..depth], &dev)?.unsqueeze(0)?, &mut cache)?;
+                .step(&Tensor::new(&ids[..depth], dev)?.unsqueeze(0)?, &mut cache)?;
         }
+        dev.synchronize()?;
         let t = Instant::now();
         for &id in &ids[depth..depth + cfg.decode] {
-            let x = Tensor::new(&[id], &dev)?.unsqueeze(0)?;
+            let x = Tensor::new(&[id], dev)?.unsqueeze(0)?;
             llama.model.step(&x, &mut cache)?;
         }
+        dev.synchronize()?;
         decode.push(cfg.decode as f64 / t.elapsed().as_secs_f64());
     }
     Ok(Round { prefill, decode })
@@ -202,6 +212,24 @@ fn wall(cmd: &mut Command) -> Result<f64> {
     let t = Instant::now();
     run_watched(cmd)?;
     Ok(t.elapsed().as_secs_f64())
+}
+
+/// The device in the report: the CPU's model name, or the GPU's kind and number.
+fn device_name(device: &Device) -> String {
+    match device.location() {
+        candle_core::DeviceLocation::Cpu => cpu_name(),
+        candle_core::DeviceLocation::Cuda { gpu_id } => format!("CUDA device {gpu_id}"),
+        candle_core::DeviceLocation::Metal { gpu_id } => format!("Metal device {gpu_id}"),
+    }
+}
+
+/// `--device` as `posenc generate` takes it, for the time-to-first-token processes.
+fn device_arg(device: &Device) -> String {
+    match device.location() {
+        candle_core::DeviceLocation::Cpu => "cpu".into(),
+        candle_core::DeviceLocation::Cuda { gpu_id } => format!("cuda:{gpu_id}"),
+        candle_core::DeviceLocation::Metal { gpu_id } => format!("metal:{gpu_id}"),
+    }
 }
 
 /// A prompt for the time-to-first-token measurement.
@@ -225,15 +253,22 @@ pub fn bench_generate(cfg: GenerateBench, out: &mut impl Write) -> Result<()> {
     let threads = candle_core::utils::get_num_threads();
     let llama = Llama::from_gguf(
         &cfg.model,
-        Precision::Quantized,
+        cfg.precision,
         posenc::PairLayout::Interleaved,
-        &Device::Cpu,
+        &cfg.device,
     )?;
-    let bench = match cfg.no_llama_cpp {
+    let on_cpu = cfg.device.is_cpu();
+    let bench = match cfg.no_llama_cpp || !on_cpu {
         true => None,
         false => llama_cpp_tool("llama-bench"),
     };
-    if !cfg.no_llama_cpp && bench.is_none() {
+    if !on_cpu && !cfg.no_llama_cpp {
+        writeln!(
+            out,
+            "llama.cpp's build here runs on the CPU: ours on {} is timed alone",
+            device_name(&cfg.device)
+        )?;
+    } else if !cfg.no_llama_cpp && bench.is_none() {
         writeln!(
             out,
             "llama.cpp is not built: run scripts/build_llama_cpp.sh to compare against it"
@@ -257,13 +292,22 @@ pub fn bench_generate(cfg: GenerateBench, out: &mut impl Write) -> Result<()> {
     );
     writeln!(
         out,
-        "{}, {threads} threads, posenc quantized on {}: {} alternating rounds, medians",
+        "{}, {threads} threads, posenc {} on {}: {} alternating rounds, medians",
         cfg.model
             .file_name()
             .map_or("model".into(), |n| n.to_string_lossy()),
-        cpu_name(),
+        match cfg.precision {
+            Precision::F32 => "f32",
+            Precision::Quantized => "quantized",
+        },
+        device_name(&cfg.device),
         cfg.rounds
     )?;
+    // A GPU loads each kernel (and cuBLAS picks its own for each shape) on first use: an
+    // untimed round first, so that the rounds time the work, not the loading.
+    if !on_cpu {
+        our_round(&llama, &ids, &cfg)?;
+    }
     let (mut mine, mut theirs, mut llama_peak) = (Vec::new(), Vec::new(), None::<f64>);
     let mut our_peak = None::<f64>;
     for _ in 0..cfg.rounds {
@@ -294,6 +338,8 @@ pub fn bench_generate(cfg: GenerateBench, out: &mut impl Write) -> Result<()> {
                 .arg("generate")
                 .arg("--model")
                 .arg(&cfg.model)
+                .args(["--device", &device_arg(&cfg.device)])
+                .args((cfg.precision == Precision::F32).then_some("--f32"))
                 .args(["--max-tokens", "1", "--top-k", "1", SHORT_PROMPT]),
         )?);
         if let Some(bench) = &bench {

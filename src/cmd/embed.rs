@@ -17,7 +17,7 @@ pub struct EmbedArgs {
     /// Sentences per forward pass.
     #[arg(long, default_value_t = 32)]
     batch_size: usize,
-    /// Where to compute: cpu, cuda[:N] (built with --features cuda) or metal[:N]
+    /// Where to compute: cpu; cuda or cuda:N (built with --features cuda); metal or metal:N
     /// (--features metal).
     #[arg(long, default_value = "cpu")]
     device: super::DeviceArg,

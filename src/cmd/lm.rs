@@ -115,7 +115,7 @@ pub struct TrainArgs {
     /// The share of --text held out for validation.
     #[arg(long, default_value_t = 0.1, requires = "text")]
     valid_fraction: f64,
-    /// Where to train: cpu, cuda[:N] (built with --features cuda) or metal[:N]
+    /// Where to train: cpu; cuda or cuda:N (built with --features cuda); metal or metal:N
     /// (--features metal). The run directory is the same on any device.
     #[arg(long, default_value = "cpu")]
     device: super::DeviceArg,
@@ -232,8 +232,8 @@ pub struct ExperimentArgs {
     /// The corpus directory [default: .cache/shakespeare].
     #[arg(long)]
     corpus: Option<PathBuf>,
-    /// Where to train and evaluate: cpu, cuda[:N] (built with --features cuda) or
-    /// metal[:N] (--features metal).
+    /// Where to train and evaluate: cpu; cuda or cuda:N (built with --features cuda);
+    /// metal or metal:N (--features metal).
     #[arg(long, default_value = "cpu")]
     device: super::DeviceArg,
     /// No progress lines.

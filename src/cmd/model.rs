@@ -33,7 +33,7 @@ pub struct ModelArgs {
     /// f32 otherwise].
     #[arg(long, value_enum)]
     kv_cache: Option<CacheDtype>,
-    /// Where to compute: cpu, cuda[:N] (built with --features cuda) or metal[:N]
+    /// Where to compute: cpu; cuda or cuda:N (built with --features cuda); metal or metal:N
     /// (--features metal).
     #[arg(long, default_value = "cpu")]
     device: DeviceArg,
