@@ -38,7 +38,8 @@
 #   scripts/gpu_check.sh all SECONDS   # what a lent session still has to check, in one call
 #                                   # ending before SECONDS have passed, in this order:
 #                                   # tests (the device tests and the training ratio),
-#                                   # startup, generate (where the GGUF is in .cache), then
+#                                   # startup, generate and embed (where their models are
+#                                   # in .cache), then
 #                                   # lm-experiment with ENCODINGS (default none,fire) and
 #                                   # STEPS (default 1200) with the time left; each stage is
 #                                   # cut at the deadline, and the logs (and the experiment's
@@ -122,13 +123,18 @@ case $stage in
     else
       echo "== skipped (no GGUF in .cache/smollm2): generate" | tee -a "$logs/all.log"
     fi
+    if [ -f .cache/all-MiniLM-L6-v2/model.safetensors ]; then
+      within embed
+    else
+      echo "== skipped (no .cache/all-MiniLM-L6-v2): embed" | tee -a "$logs/all.log"
+    fi
     ENCODINGS=${ENCODINGS:-none,fire} EXPERIMENT_OUT=${EXPERIMENT_OUT:-target/cuda/lm-experiment-${STEPS:-1200}} \
       within lm-experiment --steps "${STEPS:-1200}"
     pack
     ;;
   tests)
     step devices.log scripts/run_cuda.sh
-    step bench_train.log scripts/run_cuda.sh posenc bench train --device cuda --steps 20
+    step bench_train.log scripts/run_cuda.sh posenc bench train --device cuda --steps 40
     ;;
   train-ab)
     old=${2:?"the archive of the older posenc"}
