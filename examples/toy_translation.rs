@@ -41,9 +41,12 @@ fn run() -> anyhow::Result<()> {
     };
     let state = train(cfg.clone(), out, opts)?;
     println!(
-        "trained in {:.0} s at {:.0} tokens/s\n",
+        "trained in {:.0} s at {:.0} tokens/s, peak memory {}\n",
         state.elapsed_s,
-        state.tokens_per_second()
+        state.tokens_per_second(),
+        state
+            .peak_rss_mb
+            .map_or("unknown".into(), |mb| format!("{mb:.0} MB"))
     );
 
     let translator = Translator::load(out)?;

@@ -90,7 +90,7 @@ fn run_watched(cmd: &mut Command) -> Result<(std::process::Output, Option<f64>)>
         if let Some(status) = child.try_wait()? {
             break status;
         }
-        peak = posenc_train::passkey::peak_rss_mb_in(&status_file).or(peak);
+        peak = posenc_train::memory::peak_rss_mb_in(&status_file).or(peak);
         std::thread::sleep(std::time::Duration::from_millis(20));
     };
     let output = std::process::Output {
@@ -314,9 +314,9 @@ pub fn bench_generate(cfg: GenerateBench, out: &mut impl Write) -> Result<()> {
         // Each round's own peak, as each of llama-bench's processes has: what earlier
         // rounds freed is given back first (the binary keeps freed memory for reuse).
         posenc_transformer::give_back_freed_memory();
-        posenc_train::passkey::reset_peak_rss();
+        posenc_train::memory::reset_peak_rss();
         mine.push(our_round(&llama, &ids, &cfg)?);
-        let peak = posenc_train::passkey::peak_rss_mb();
+        let peak = posenc_train::memory::peak_rss_mb();
         our_peak = [our_peak, peak].into_iter().flatten().reduce(f64::max);
         if let Some(bench) = &bench {
             let (round, peak) = llama_cpp_round(bench, &cfg, threads)?;

@@ -369,7 +369,7 @@ fn report(state: &LmState, dir: &Path, out: &mut impl Write) -> Result<()> {
     let cfg = &state.config;
     writeln!(
         out,
-        "{} ({}): validation loss {} after {} steps in {:.0} s; saved in {}",
+        "{} ({}): validation loss {} after {} steps in {:.0} s{}; saved in {}",
         cfg.model.encoding.kind(),
         cfg.tokenizer.describe(),
         state
@@ -377,6 +377,7 @@ fn report(state: &LmState, dir: &Path, out: &mut impl Write) -> Result<()> {
             .map_or("–".to_string(), |v| format!("{v:.4}")),
         state.step,
         state.elapsed_s,
+        super::peak_note(state.peak_rss_mb),
         dir.display()
     )?;
     Ok(())

@@ -62,6 +62,12 @@ pub fn sentences_or_stdin(args: Vec<String>) -> Result<Vec<String>> {
         .collect()
 }
 
+/// `, peak N MB`: a run's peak resident memory for a report line, or nothing where it is
+/// not known.
+fn peak_note(peak_rss_mb: Option<f64>) -> String {
+    peak_rss_mb.map_or(String::new(), |mb| format!(", peak {mb:.0} MB"))
+}
+
 /// Where a command computes: `cpu` (the default), `cuda` / `cuda:N` (a build with
 /// `--features cuda`) or `metal` / `metal:N` (`--features metal`). The fused kernels are
 /// the CPU's; on a GPU every op is candle's.

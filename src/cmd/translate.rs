@@ -76,10 +76,11 @@ impl TrainArgs {
         if let Some(last) = state.history.last() {
             writeln!(
                 out,
-                "{} steps in {:.0} s ({:.0} tokens/s); valid loss {:.4}, valid exact match {:.1}%; model in {}",
+                "{} steps in {:.0} s ({:.0} tokens/s{}); valid loss {:.4}, valid exact match {:.1}%; model in {}",
                 state.step,
                 state.elapsed_s,
                 state.tokens_per_second(),
+                super::peak_note(state.peak_rss_mb),
                 last.valid_loss,
                 100.0 * last.valid_exact,
                 self.out.display()

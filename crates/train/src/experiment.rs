@@ -187,6 +187,10 @@ pub struct EncodingResult {
     pub train_s: f64,
     /// Training throughput.
     pub tokens_per_s: f64,
+    /// Peak resident memory while it trained, MB (`RunState::peak_rss_mb`; absent in
+    /// results written before it was recorded).
+    #[serde(default)]
+    pub peak_rss_mb: Option<f64>,
 }
 
 /// One run's evaluation: a tidy record (fractions; `None` where the run diverged).
@@ -217,6 +221,8 @@ pub struct TranslationRecord {
     pub valid_loss: Option<f64>,
     /// Training seconds.
     pub train_s: f64,
+    /// Peak resident memory while it trained, MB.
+    pub peak_rss_mb: Option<f64>,
     /// Why the run has no evaluation.
     pub diverged: Option<String>,
 }
@@ -286,6 +292,7 @@ pub fn run(cfg: &ExperimentConfig, out: &Path, opts: RunOptions) -> Result<Exper
                     .unwrap_or_default(),
                 train_s: state.as_ref().map_or(0.0, |s| s.elapsed_s),
                 tokens_per_s: state.as_ref().map_or(0.0, |s| s.tokens_per_second()),
+                peak_rss_mb: state.as_ref().and_then(|s| s.peak_rss_mb),
             });
             experiment.records = experiment.tidy();
             experiment.save(out)?;
@@ -363,6 +370,7 @@ impl Experiment {
                     exact_4_clauses: clause(3),
                     valid_loss: m.map(|m| m.valid_loss),
                     train_s: r.train_s,
+                    peak_rss_mb: r.peak_rss_mb,
                     diverged: r.diverged.clone(),
                 }
             })
@@ -460,7 +468,7 @@ impl Experiment {
              positional encoding swapped. Greedy decoding.\n\n## Results\n\n{}\n\
              ## Exact match by number of clauses\n\n\
              1–2 clauses are the test split; 3–4 clauses (test-long) are longer than anything \
-             trained on.\n\n{}\n## Time\n\n| encoding | seed | training | tokens/s |\n|---|---:|---:|---:|\n",
+             trained on.\n\n{}\n## Time\n\n| encoding | seed | training | tokens/s | peak memory |\n|---|---:|---:|---:|---:|\n",
             m.d_model,
             m.heads,
             m.d_ff,
@@ -476,8 +484,12 @@ impl Experiment {
         );
         for r in &self.results {
             s += &format!(
-                "| {} | {} | {:.0} s | {:.0} |\n",
-                r.label, r.seed, r.train_s, r.tokens_per_s
+                "| {} | {} | {:.0} s | {:.0} | {} |\n",
+                r.label,
+                r.seed,
+                r.train_s,
+                r.tokens_per_s,
+                r.peak_rss_mb.map_or("n/a".into(), |m| format!("{m:.0} MB"))
             );
         }
         s

@@ -161,6 +161,12 @@ pub struct RunState<C, R> {
     /// written before it was saved: then zero).
     #[serde(default)]
     pub pending: (f64, usize),
+    /// The process's peak resident memory while it trained this run, in MB: the largest
+    /// over every resumption (Linux's `VmHWM`, reset as the loop starts, after the memory
+    /// freed before is given back; on a GPU, the host's side only). None where it cannot
+    /// be read, and in runs written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_rss_mb: Option<f64>,
 }
 
 impl<C, R> RunState<C, R> {
@@ -174,6 +180,7 @@ impl<C, R> RunState<C, R> {
             elapsed_s: 0.0,
             tokens: 0,
             pending: (0.0, 0),
+            peak_rss_mb: None,
         }
     }
 
@@ -294,6 +301,10 @@ impl<T: Task> Trainer<T> {
             .is_some_and(|d| d.join(rundir::STATE_FILE).exists())
             .then_some(state.step);
         let until = stop_after.map_or(cfg.steps(), |s| s.min(cfg.steps()));
+        // This run's own peak memory, not what the process held before it.
+        posenc_transformer::give_back_freed_memory();
+        crate::memory::reset_peak_rss();
+        let peak_before = state.peak_rss_mb;
         while state.step < until {
             let step = state.step + 1;
             posenc_transformer::dropout::seed(cfg.seed(), step as u64);
@@ -310,6 +321,14 @@ impl<T: Task> Trainer<T> {
             state.pending.0 += f64::from(value);
             state.pending.1 += 1;
             let last = step == cfg.steps();
+            // The high-water mark, read where it is saved (and at the end).
+            let saving = dir.is_some() && (step.is_multiple_of(cfg.save_every()) || last);
+            if saving || step == until {
+                state.peak_rss_mb = [peak_before, crate::memory::peak_rss_mb()]
+                    .into_iter()
+                    .flatten()
+                    .reduce(f64::max);
+            }
             if step.is_multiple_of(cfg.eval_every()) || last {
                 let train_loss = state.pending.0 / state.pending.1.max(1) as f64;
                 if let Some(record) = self

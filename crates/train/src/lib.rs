@@ -2,7 +2,7 @@
 //!
 //! | part | modules |
 //! |---|---|
-//! | the shared core | [`fit`] (the one loop, and the [`fit::Task`] a task implements), [`loss`], [`schedule`], [`optim`], [`init`], [`rundir`] (a run's files as one unit), [`results`] (an experiment's files and the runs it finds), [`labelled`] (what an experiment compares), `randomized` positions |
+//! | the shared core | [`fit`] (the one loop, and the [`fit::Task`] a task implements), [`loss`], [`schedule`], [`optim`], [`init`], [`rundir`] (a run's files as one unit), [`results`] (an experiment's files and the runs it finds), [`memory`] (peak resident memory), [`labelled`] (what an experiment compares), `randomized` positions |
 //! | English → Kotoba translation | [`kotoba`], [`data`], [`vocab`], `batch`, [`trainer`], [`decode`], [`metrics`], [`eval`], [`experiment`], [`inspect`], [`bench`](mod@bench) |
 //! | a causal language model | [`corpus`], [`text_tokenizer`], [`lm_train`], [`lm_run`], [`sample`], [`passkey`], [`lm_experiment`] |
 //! | length generalization | [`lengthgen`] (the algorithmic problems and their experiment) |
@@ -31,6 +31,7 @@ pub mod lm_experiment;
 pub mod lm_run;
 pub mod lm_train;
 pub mod loss;
+pub mod memory;
 pub mod metrics;
 pub mod optim;
 pub mod passkey;

@@ -222,6 +222,8 @@ pub struct LmLengthRecord {
     pub valid_loss: Option<f64>,
     /// Training seconds.
     pub train_s: f64,
+    /// Peak resident memory while it trained, MB (`RunState::peak_rss_mb`).
+    pub peak_rss_mb: Option<f64>,
 }
 
 /// A whole experiment: `results.json`.
@@ -393,6 +395,7 @@ impl LmExperiment {
                     loss_past_context: row.eval.as_ref().and_then(|e| e.tail_loss),
                     valid_loss: r.state.valid_loss(),
                     train_s: r.state.elapsed_s,
+                    peak_rss_mb: r.state.peak_rss_mb,
                 })
             })
             .collect()
@@ -416,8 +419,8 @@ impl LmExperiment {
         for l in &past {
             s += &format!(" loss past {context} @ {l} |");
         }
-        s += " train s |\n|---|---:|---:|";
-        s += &"---:|".repeat(lens.len() + past.len() + 1);
+        s += " train s | peak MB |\n|---|---:|---:|";
+        s += &"---:|".repeat(lens.len() + past.len() + 2);
         s += "\n";
         for label in self.labels() {
             let records: Vec<&LmLengthRecord> = self
@@ -443,7 +446,8 @@ impl LmExperiment {
                 s += &format!(" {} |", spread(&at(l, |r| r.loss_past_context), 3));
             }
             let train: Vec<f64> = runs.iter().map(|r| r.state.elapsed_s).collect();
-            s += &format!(" {} |\n", spread(&train, 0));
+            let peak: Vec<f64> = runs.iter().filter_map(|r| r.state.peak_rss_mb).collect();
+            s += &format!(" {} | {} |\n", spread(&train, 0), spread(&peak, 0));
         }
         s
     }

@@ -235,7 +235,7 @@ fn a_run_records_every_trial_as_the_model_answered_it() {
 #[cfg(target_os = "linux")]
 #[test]
 fn peak_memory_is_read_from_the_status_file() {
-    use posenc_train::passkey::{peak_rss_mb, peak_rss_mb_in};
+    use posenc_train::memory::{peak_rss_mb, peak_rss_mb_in};
     let before = peak_rss_mb().expect("Linux reports VmHWM");
     // 64 MB, every page written.
     let buffer = vec![1u8; 64 << 20];

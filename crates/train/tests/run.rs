@@ -255,3 +255,32 @@ fn a_run_written_before_the_one_loop_resumes() {
     assert_eq!(resumed.history.last().unwrap().step, before.step + 2);
     Translator::load(dir.path()).unwrap();
 }
+
+/// A run records the process's peak memory while it trained, reset as training starts:
+/// half a gigabyte touched and freed just before does not count; a checkpoint keeps the
+/// figure, and a resumption keeps the larger.
+#[test]
+fn a_run_records_its_own_peak_memory() {
+    if !cfg!(target_os = "linux") {
+        return;
+    }
+    let before = vec![1u8; 512 << 20];
+    assert_eq!(
+        before
+            .iter()
+            .step_by(4096)
+            .map(|&b| b as usize)
+            .sum::<usize>(),
+        1 << 17
+    );
+    drop(before);
+    let dir = tempfile::tempdir().unwrap();
+    let state = train(tiny(6, 1), dir.path(), QUIET).unwrap();
+    let peak = state.peak_rss_mb.expect("a peak on Linux");
+    assert!(peak > 1.0 && peak < 512.0, "{peak} MB");
+    let saved = posenc_train::trainer::TrainerState::load(dir.path()).unwrap();
+    assert_eq!(saved.peak_rss_mb, Some(peak));
+    let resumed = resume(dir.path(), Some(12), QUIET).unwrap();
+    let again = resumed.peak_rss_mb;
+    assert!(again.is_some_and(|p| p >= peak), "{again:?} after {peak}");
+}

@@ -13,7 +13,7 @@
 //! {"task": "copy", "train_lengths": [1, 20], "config": {…},
 //!  "records": [{"task", "label", "encoding", "seed", "randomized_positions", "length",
 //!               "trained", "instances", "accuracy", "token_accuracy"}, …],
-//!  "runs": [{"label", "seed", "steps", "train_s", "valid_exact", "diverged"}, …]}
+//!  "runs": [{"label", "seed", "steps", "train_s", "peak_rss_mb", "valid_exact", "diverged"}, …]}
 //! ```
 //!
 //! so `pandas.DataFrame(json.load(f)["records"])` is the whole table.
@@ -210,6 +210,10 @@ pub struct RunRecord {
     pub steps: usize,
     /// Training seconds.
     pub train_s: f64,
+    /// Peak resident memory while it trained, MB (`RunState::peak_rss_mb`; absent in
+    /// results written before it was recorded).
+    #[serde(default)]
+    pub peak_rss_mb: Option<f64>,
     /// The last validation's exact match (held-out instances of the trained lengths).
     pub valid_exact: Option<f64>,
     /// Why the run stopped early, if its loss diverged (it then has no test records).
@@ -281,6 +285,7 @@ pub fn run(
                             seed,
                             steps: d.step,
                             train_s: 0.0,
+                            peak_rss_mb: None,
                             valid_exact: None,
                             diverged: Some(d.to_string()),
                         });
@@ -319,6 +324,7 @@ pub fn run(
                 seed,
                 steps: state.step,
                 train_s: state.elapsed_s,
+                peak_rss_mb: state.peak_rss_mb,
                 valid_exact: state.history.last().map(|r| r.valid_exact),
                 diverged: None,
             });
