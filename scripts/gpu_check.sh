@@ -103,7 +103,8 @@ case $stage in
     deadline=$((SECONDS + seconds))
     pack() {
       [ -n "${OUT:-}" ] || return 0
-      tar -czf "$OUT/gpu.tar.gz" "$logs" $(ls -d target/cuda/lm-experiment* 2> /dev/null) 2> /dev/null || true
+      # The experiments' results and figures, not their runs' weights.
+      tar -czf "$OUT/gpu.tar.gz" "$logs" $(ls target/cuda/lm-experiment*/results.* target/cuda/lm-experiment*/*.png 2> /dev/null) 2> /dev/null || true
     }
     # Each stage in a process of its own, cut at the deadline; 124 is a stage that ran out.
     within() {
