@@ -464,7 +464,7 @@ impl Experiment {
         let mut s = format!(
             "# Positional encodings on the English → Kotoba toy task\n\n\
              Each row is the same model (d_model {}, {} heads, d_ff {}, {}+{} layers, dropout {}) \
-             trained for {} steps of {} sentences with {} on {} pairs, with only the \
+             trained for {} steps of {} sentences with {} on {} pairs{}, with only the \
              positional encoding swapped. Greedy decoding.\n\n## Results\n\n{}\n\
              ## Exact match by number of clauses\n\n\
              1–2 clauses are the test split; 3–4 clauses (test-long) are longer than anything \
@@ -479,6 +479,9 @@ impl Experiment {
             b.batch_size,
             seeds,
             b.data.train,
+            b.randomized_positions.map_or(String::new(), |r| format!(
+                " at randomized positions (a sorted random subset of 0..{r} per step)"
+            )),
             self.table(),
             self.clauses_table()
         );

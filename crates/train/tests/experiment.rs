@@ -177,3 +177,25 @@ fn two_settings_of_one_kind_over_seeds_are_tidy_records() {
     }
     assert_eq!(Experiment::load(&path).unwrap(), exp);
 }
+
+/// `results.md` says when the runs trained at randomized positions, and over what range,
+/// and says nothing of them otherwise.
+#[test]
+fn the_report_names_randomized_positions() {
+    let report = |randomized: Option<usize>| {
+        let mut config = tiny(&["rope"]);
+        config.base.randomized_positions = randomized;
+        Experiment {
+            config,
+            results: Vec::new(),
+            records: Vec::new(),
+        }
+        .markdown()
+    };
+    let with = report(Some(64));
+    assert!(
+        with.contains("randomized positions (a sorted random subset of 0..64 per step)"),
+        "{with}"
+    );
+    assert!(!report(None).contains("randomized"));
+}
