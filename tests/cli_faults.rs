@@ -574,6 +574,11 @@ fn bad_input_to_every_subcommand_is_named_and_writes_nothing() {
             1,
         ),
         case(
+            &[&"bench", &"generate", &"--model", &model, &"--no-llama-cpp"],
+            "is a directory, not a GGUF file",
+            1,
+        ),
+        case(
             &[&"bench", &"train", &"--device", &"gpu"],
             "unknown device \"gpu\"",
             2,

@@ -214,22 +214,17 @@ fn wall(cmd: &mut Command) -> Result<f64> {
     Ok(t.elapsed().as_secs_f64())
 }
 
-/// The device in the report: the CPU's model name, or the GPU's kind and number.
+/// The device in the report: the CPU's model name, or the GPU as `--device` names it.
 fn device_name(device: &Device) -> String {
-    match device.location() {
-        candle_core::DeviceLocation::Cpu => cpu_name(),
-        candle_core::DeviceLocation::Cuda { gpu_id } => format!("CUDA device {gpu_id}"),
-        candle_core::DeviceLocation::Metal { gpu_id } => format!("Metal device {gpu_id}"),
+    match device.is_cpu() {
+        true => cpu_name(),
+        false => device_arg(device),
     }
 }
 
 /// `--device` as `posenc generate` takes it, for the time-to-first-token processes.
 fn device_arg(device: &Device) -> String {
-    match device.location() {
-        candle_core::DeviceLocation::Cpu => "cpu".into(),
-        candle_core::DeviceLocation::Cuda { gpu_id } => format!("cuda:{gpu_id}"),
-        candle_core::DeviceLocation::Metal { gpu_id } => format!("metal:{gpu_id}"),
-    }
+    super::DeviceArg(device.clone()).to_string()
 }
 
 /// A prompt for the time-to-first-token measurement.

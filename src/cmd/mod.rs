@@ -107,6 +107,17 @@ impl std::str::FromStr for DeviceArg {
     }
 }
 
+impl std::fmt::Display for DeviceArg {
+    /// The device as `--device` takes it: `cpu`, `cuda:N` or `metal:N`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.location() {
+            candle_core::DeviceLocation::Cpu => write!(f, "cpu"),
+            candle_core::DeviceLocation::Cuda { gpu_id } => write!(f, "cuda:{gpu_id}"),
+            candle_core::DeviceLocation::Metal { gpu_id } => write!(f, "metal:{gpu_id}"),
+        }
+    }
+}
+
 /// `--rope-scaling`: transformers' `rope_parameters` as JSON, applied to a causal language
 /// model's encoding (which must be `rope`), replacing any scaling it was loaded with (or,
 /// on `lm train`, the encoding it trains with).
@@ -271,4 +282,22 @@ pub fn error_text(e: &anyhow::Error) -> String {
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DeviceArg;
+
+    /// `--device` reads back what it writes (a GPU only where this build has one).
+    #[test]
+    fn a_device_reads_back_as_written() {
+        let mut names = vec!["cpu".to_string()];
+        if candle_core::utils::cuda_is_available() {
+            names.push("cuda:0".into());
+        }
+        for name in names {
+            let device: DeviceArg = name.parse().unwrap();
+            assert_eq!(device.to_string(), name);
+        }
+    }
 }

@@ -11,7 +11,7 @@ use candle_core::quantized::{ggml_file, gguf_file, QTensor};
 use candle_core::Device;
 use gguf_file::Value;
 use memmap2::Mmap;
-use posenc_error::{bail, invalid, Context};
+use posenc_error::{bail, ensure, invalid, Context};
 
 use crate::config::LlamaConfig;
 use posenc::rope_scaling::RopeScaling;
@@ -33,6 +33,12 @@ impl GgufFile {
     /// A missing file, or one that is not GGUF or is cut short, naming the file.
     #[allow(unsafe_code)]
     pub fn open(path: &Path) -> Result<Self> {
+        // A directory opens, and only its mapping would fail, with the OS's words.
+        ensure!(
+            !path.is_dir(),
+            "{} is a directory, not a GGUF file",
+            path.display()
+        );
         let file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
         // SAFETY: the mapping is read-only and lives as long as `self`. A file changed by
         // another process while it is read gives wrong weights (or SIGBUS if it is cut

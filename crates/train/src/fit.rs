@@ -305,6 +305,13 @@ impl<T: Task> Trainer<T> {
         posenc_transformer::give_back_freed_memory();
         crate::memory::reset_peak_rss();
         let peak_before = state.peak_rss_mb;
+        // The high-water mark, read where the state is saved, and at the end.
+        let note_peak = |state: &mut StateOf<T>| {
+            state.peak_rss_mb = [peak_before, crate::memory::peak_rss_mb()]
+                .into_iter()
+                .flatten()
+                .reduce(f64::max);
+        };
         while state.step < until {
             let step = state.step + 1;
             posenc_transformer::dropout::seed(cfg.seed(), step as u64);
@@ -321,14 +328,6 @@ impl<T: Task> Trainer<T> {
             state.pending.0 += f64::from(value);
             state.pending.1 += 1;
             let last = step == cfg.steps();
-            // The high-water mark, read where it is saved (and at the end).
-            let saving = dir.is_some() && (step.is_multiple_of(cfg.save_every()) || last);
-            if saving || step == until {
-                state.peak_rss_mb = [peak_before, crate::memory::peak_rss_mb()]
-                    .into_iter()
-                    .flatten()
-                    .reduce(f64::max);
-            }
             if step.is_multiple_of(cfg.eval_every()) || last {
                 let train_loss = state.pending.0 / state.pending.1.max(1) as f64;
                 if let Some(record) = self
@@ -341,6 +340,7 @@ impl<T: Task> Trainer<T> {
             }
             if let Some(dir) = dir {
                 if step.is_multiple_of(cfg.save_every()) || last {
+                    note_peak(state);
                     rundir::save_checkpoint(dir, self.task.varmap(), &self.opt, state)?;
                     saved = Some(step);
                 }
@@ -352,6 +352,9 @@ impl<T: Task> Trainer<T> {
                     lr,
                 },
             );
+        }
+        if dir.is_none() || saved != Some(state.step) {
+            note_peak(state);
         }
         if let Some(dir) = dir.filter(|_| saved != Some(state.step)) {
             rundir::save_checkpoint(dir, self.task.varmap(), &self.opt, state)?;
