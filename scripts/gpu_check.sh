@@ -10,7 +10,8 @@
 #                                   # this one, alternating, ROUNDS (default 2) each
 #   scripts/gpu_check.sh embed      # all-MiniLM-L6-v2 (.cache/all-MiniLM-L6-v2):
 #                                   # `bench embed --device cuda` against transformers there
-#   scripts/gpu_check.sh generate   # SmolLM2 (.cache/smollm2): scripts/gpu_smollm2.py
+#   scripts/gpu_check.sh generate [--speed-only]  # SmolLM2 (.cache/smollm2):
+#                                   # scripts/gpu_smollm2.py
 #   scripts/gpu_check.sh lm         # the Shakespeare corpus (.cache/shakespeare): 20 steps
 #                                   # of `lm train` on the GPU and on the CPU (their losses
 #                                   # should agree to float tolerance), then
@@ -24,8 +25,9 @@
 #                                   # should remove (docs/gpu/lm_experiment/log.txt); the 8
 #                                   # runs took two calls. A call that stops leaves the runs
 #                                   # it finished, which the next call reuses (same machine
-#                                   # only). ENCODINGS and EXPERIMENT_OUT replace the
-#                                   # encodings and the output directory: NoPE and FIRE
+#                                   # only). ENCODINGS, SEEDS and EXPERIMENT_OUT replace
+#                                   # the encodings, the number of seeds (2) and the
+#                                   # output directory: NoPE and FIRE
 #                                   # need more than 300 steps to leave the plateau (README),
 #                                   # e.g. ENCODINGS=none,fire EXPERIMENT_OUT=target/cuda/lm-1200
 #                                   # scripts/gpu_check.sh lm-experiment --steps 1200
@@ -157,7 +159,7 @@ case $stage in
       --model .cache/all-MiniLM-L6-v2
     ;;
   generate)
-    step smollm2.log python3 scripts/gpu_smollm2.py
+    step smollm2.log python3 scripts/gpu_smollm2.py "${@:2}"
     ;;
   lm)
     for device in cuda cpu; do
@@ -172,7 +174,7 @@ case $stage in
     ;;
   lm-experiment)
     step lm_experiment.log scripts/run_cuda.sh posenc lm experiment --device cuda \
-      --base scripts/gpu_lm_base.json --seeds 2 --out "${EXPERIMENT_OUT:-target/cuda/lm-experiment}" \
+      --base scripts/gpu_lm_base.json --seeds "${SEEDS:-2}" --out "${EXPERIMENT_OUT:-target/cuda/lm-experiment}" \
       --encodings "${ENCODINGS:-none,rope,alibi,fire}" --factors 1,2,4,8,16 "${@:2}"
     ;;
   *)
