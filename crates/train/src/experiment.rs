@@ -9,7 +9,8 @@
 //! | valid loss | the label-smoothed loss it was trained on, at the end |
 //!
 //! Each labelled encoding ([`crate::labelled`]) trains into `out/<label>/` (with several
-//! seeds, `out/<label>/seed-<seed>/`) with [`trainer::train`]. A finished run there
+//! seeds, `out/<label>/seed-<seed>/`; a run of the first seed stays where it is when the
+//! number of seeds changes) with [`trainer::train`]. A finished run there
 //! with the same config is reused, and an unfinished one (or one given more steps) resumed,
 //! so an interrupted experiment continues where it stopped; a run with a different config
 //! is an error rather than being overwritten. A run whose loss diverges is reported as such.
@@ -103,7 +104,13 @@ impl ExperimentConfig {
     /// Where the run of the entry labelled `label` with `seed` trains under `out`.
     pub fn run_dir(&self, out: &Path, label: &str, seed: u64) -> Option<std::path::PathBuf> {
         let entry = self.encodings.iter().find(|e| e.label == label)?;
-        Some(crate::lm_experiment::seed_dir(out, entry, self.seeds, seed))
+        Some(crate::lm_experiment::seed_dir(
+            out,
+            entry,
+            self.seeds,
+            self.base.seed,
+            seed,
+        ))
     }
 }
 
@@ -270,7 +277,7 @@ pub fn run(cfg: &ExperimentConfig, out: &Path, opts: RunOptions) -> Result<Exper
                 randomized_positions: entry.randomized_positions.or(cfg.base.randomized_positions),
                 ..cfg.base.clone()
             };
-            let dir = crate::lm_experiment::seed_dir(out, entry, cfg.seeds, seed);
+            let dir = crate::lm_experiment::seed_dir(out, entry, cfg.seeds, cfg.base.seed, seed);
             let (metrics, diverged, state) = match train_or_reuse(train_cfg, &dir, opts)? {
                 Ok(state) => {
                     let translator = Translator::load(&dir)?;

@@ -9,7 +9,8 @@
 //! | past L | the loss of the positions at or past `L` only, where extrapolation shows |
 //!
 //! Each labelled encoding ([`crate::labelled`]) trains into `out/<label>/` (with several
-//! seeds, `out/<label>/seed-<seed>/`; [`crate::lm_run`]). A finished run there with
+//! seeds, `out/<label>/seed-<seed>/`; [`crate::lm_run`]; a run of the first seed stays
+//! where it is when the number of seeds changes). A finished run there with
 //! the same settings is reused and an unfinished one resumed, so an interrupted experiment
 //! continues where it stopped; a run with other settings is an error, never overwritten.
 //! A table of learned positions has no row past its end: it shows as n/a.
@@ -27,6 +28,7 @@ use crate::labelled::{check_unique, distinct, Labelled, RunKey};
 use crate::lm_run;
 use crate::lm_train::{evaluate, LengthEval, LmData, LmState, LmTrainConfig};
 use crate::results::{differences, find_run, spread, Found};
+use crate::rundir::{self, Contents};
 use crate::text_tokenizer::encode;
 use crate::trainer::RunOptions;
 
@@ -99,25 +101,37 @@ impl LmExperimentConfig {
         (0..self.seeds as u64).map(|i| self.base.seed + i).collect()
     }
 
-    /// Where the run of `entry` with `seed` trains: `out/<label>` for one seed,
-    /// `out/<label>/seed-<seed>` for several.
+    /// Where the run of `entry` with `seed` trains ([`seed_dir`]).
     fn run_dir(&self, out: &Path, entry: &Labelled, seed: u64) -> std::path::PathBuf {
-        seed_dir(out, entry, self.seeds, seed)
+        seed_dir(out, entry, self.seeds, self.base.seed, seed)
     }
 }
 
 /// A run directory of an experiment: `out/<label>` when there is one seed,
-/// `out/<label>/seed-<seed>` when there are several.
+/// `out/<label>/seed-<seed>` when there are several. The first seed's run is found where it
+/// already is when the number of seeds changed since it trained: an experiment of one seed
+/// given more keeps its run in `out/<label>` (the other seeds' go into `seed-<seed>` beside
+/// its files), and one cut to a single seed reads `out/<label>/seed-<first>`.
 pub(crate) fn seed_dir(
     out: &Path,
     entry: &Labelled,
     seeds: usize,
+    first: u64,
     seed: u64,
 ) -> std::path::PathBuf {
     let dir = out.join(entry.dir_name());
-    match seeds {
-        1 => dir,
-        _ => dir.join(format!("seed-{seed}")),
+    let nested = dir.join(rundir::seed_dir_name(seed));
+    if seed != first {
+        return nested;
+    }
+    let (usual, other) = match seeds {
+        1 => (dir, nested),
+        _ => (nested, dir),
+    };
+    let holds = |d: &Path, what: Contents| rundir::inspect(d).is_ok_and(|c| c == what);
+    match holds(&usual, Contents::Empty) && holds(&other, Contents::Run) {
+        true => other,
+        false => usual,
     }
 }
 

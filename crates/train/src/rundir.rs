@@ -100,6 +100,18 @@ fn sha256_hex(bytes: &[u8]) -> String {
         .collect()
 }
 
+/// The directory of one seed's run inside an experiment entry's directory: `seed-<seed>`.
+pub(crate) fn seed_dir_name(seed: u64) -> String {
+    format!("seed-{seed}")
+}
+
+/// Whether `name` is a [`seed_dir_name`]: an experiment may keep its other seeds' runs
+/// beside the files of its first (see `lm_experiment::seed_dir`).
+fn is_seed_dir_name(name: &str) -> bool {
+    name.strip_prefix("seed-")
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
 /// What a directory holds, as far as training is concerned.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Contents {
@@ -133,10 +145,12 @@ pub fn inspect(dir: &Path) -> Result<Contents> {
     let mut ours = Vec::new();
     let mut foreign = Vec::new();
     for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
-        let name = entry?.file_name().to_string_lossy().into_owned();
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
         if name == LOCK
             || name == ATTENTION_PLOT
             || (name.starts_with('.') && name.contains(TEMP_MARKER))
+            || (is_seed_dir_name(&name) && entry.file_type()?.is_dir())
         {
             continue;
         }

@@ -87,6 +87,42 @@ fn the_same_seed_gives_the_same_table_and_finished_runs_are_reused() {
 }
 
 #[test]
+fn changing_the_number_of_seeds_reuses_the_first_seeds_run_where_it_is() {
+    let one = tiny(&["sinusoidal"]);
+    let mut two = one.clone();
+    two.seeds = 2;
+    let modified = |p: &std::path::Path| std::fs::metadata(p).unwrap().modified().unwrap();
+
+    // One seed, then two: the first seed's run stays in `sinusoidal/` and is reused (the
+    // same record, its clocks included), the second trains into `seed-43` beside it.
+    let dir = tempfile::tempdir().unwrap();
+    let first = experiment::run(&one, dir.path(), QUIET).unwrap();
+    let weights = dir.path().join("sinusoidal/model.safetensors");
+    let trained = modified(&weights);
+    let grown = experiment::run(&two, dir.path(), QUIET).unwrap();
+    assert_eq!(grown.results[0], first.results[0]);
+    assert_eq!(modified(&weights), trained);
+    assert!(!dir.path().join("sinusoidal/seed-42").exists());
+    assert!(dir
+        .path()
+        .join("sinusoidal/seed-43/model.safetensors")
+        .is_file());
+    // Both layouts read back: two seeds again, and one again, retrain nothing.
+    assert_eq!(experiment::run(&two, dir.path(), QUIET).unwrap(), grown);
+    assert_eq!(
+        experiment::run(&one, dir.path(), QUIET).unwrap().results,
+        first.results
+    );
+
+    // Two seeds, then one: the first seed's run is read from `seed-42`.
+    let dir = tempfile::tempdir().unwrap();
+    let both = experiment::run(&two, dir.path(), QUIET).unwrap();
+    let cut = experiment::run(&one, dir.path(), QUIET).unwrap();
+    assert_eq!(cut.results[..], both.results[..1]);
+    assert!(!dir.path().join("sinusoidal/model.safetensors").exists());
+}
+
+#[test]
 fn a_different_config_in_the_same_directory_is_refused_not_overwritten() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = tiny(&["sinusoidal"]);

@@ -275,7 +275,9 @@ pub fn run(
                 crate::log(&format!("── {} (seed {seed}) ──", entry.label));
             }
             let run_cfg = cfg.run_config(entry, seed);
-            let dir = out.join(entry.dir_name()).join(format!("seed-{seed}"));
+            let dir = out
+                .join(entry.dir_name())
+                .join(crate::rundir::seed_dir_name(seed));
             let state = match train_or_reuse(&run_cfg, &dir, opts) {
                 Ok(state) => state,
                 Err(e) => match e.diverged() {
