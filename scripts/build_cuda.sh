@@ -20,7 +20,8 @@
 # - The binaries (`posenc`, and the test binaries of the device tests and of the fused
 #   ops, whose `with_grad` test also runs on each GPU present) are stripped into
 #   target/cuda/bin and packed, xz-compressed, into target/cuda/carry/binaries.tar.xz,
-#   checked against the 64 MiB that a device run can carry (200 MB stripped, 23 packed).
+#   checked against the 64 MiB that a device run can carry (200 MB stripped, 23 packed),
+#   with the wheel of the `gguf` package that scripts/gpu_check.sh installs there.
 #
 # A fresh build takes about 17 minutes on two cores (candle's kernels in nvcc are a third),
 # 400 MB of wheels and several GB of target/cuda. Run the carried binaries with
@@ -97,6 +98,10 @@ rm -rf "$carry" && mkdir -p "$carry"
 tar -C "$bin" -cf - . | xz -T2 -6 > "$carry/binaries.tar.xz"
 # Where posenc looks for the repository's scripts and caches (scripts/gpu_check.sh links it).
 echo "$PWD" > "$carry/built-in"
-du -b "$bin"/* "$carry"/* | awk '{ printf "%6.1f MiB  %s\n", $1 / 1048576, $2; last = $1 }
-  END { exit last > 64 * 1048576 }' || { echo "the archive is past the 64 MiB a device run carries" >&2; exit 1; }
+# transformers reads a GGUF with the `gguf` package, which the GPU machine's Python lacks
+# and cannot fetch (gpu_check.sh installs it from here): pure Python, 120 kB.
+python3 -m pip download --quiet --no-deps gguf==0.19.0 -d "$carry"
+du -b "$bin"/* "$carry"/* | awk '{ printf "%6.1f MiB  %s\n", $1 / 1048576, $2 }
+  index($2, "/carry/") { carried += $1 } END { exit carried > 64 * 1048576 }' ||
+  { echo "target/cuda/carry is past the 64 MiB a device run carries" >&2; exit 1; }
 echo "linked against stubs; carry target/cuda/carry, then on the GPU machine: scripts/run_cuda.sh"

@@ -50,7 +50,8 @@
 # Where a call cannot carry a model whole (64 MiB, the repository included),
 # scripts/carry_pieces.py cuts it into pieces here and joins them there.
 # PyTorch and transformers are the machine's own `python3` (POSENC_PYTHON overrides it);
-# the SmolLM2 stage needs the `gguf` package too (transformers reads the GGUF with it).
+# the SmolLM2 stage needs the `gguf` package too (transformers reads the GGUF with it),
+# installed from the wheel in target/cuda/carry.
 # posenc finds the repository's scripts and caches at the path it was built in: when the
 # checkout here is elsewhere, that path is made a link to it.
 set -euo pipefail
@@ -159,6 +160,13 @@ case $stage in
       --model .cache/all-MiniLM-L6-v2
     ;;
   generate)
+    # The machine's python3 has no `gguf` (transformers reads the GGUF with it): the wheel
+    # scripts/build_cuda.sh put beside the binaries, into that python3 (not a `pip` on the
+    # path, which may be another Python's: on the H100 it was).
+    if ! python3 -c "import gguf" 2> /dev/null; then
+      python3 -m pip install --quiet --no-deps target/cuda/carry/gguf-*.whl ||
+        { echo "python3 has no gguf package, and none is in target/cuda/carry (scripts/build_cuda.sh)" >&2; exit 1; }
+    fi
     step smollm2.log python3 scripts/gpu_smollm2.py "${@:2}"
     ;;
   lm)
