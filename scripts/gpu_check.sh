@@ -22,10 +22,12 @@
 #                                   # `lm experiment` (e.g. --steps 1000). On an H200 a run
 #                                   # took 57–76 s, 26–35 s of it training and about 26 s
 #                                   # its final checkpoint, which AdamW::state's fix since
-#                                   # should remove (docs/gpu/lm_experiment/log.txt); the 8
-#                                   # runs took two calls. A call that stops leaves the runs
-#                                   # it finished, which the next call reuses (same machine
-#                                   # only). ENCODINGS, SEEDS and EXPERIMENT_OUT replace
+#                                   # removed (docs/gpu/h100/startup.log); the 8 runs took
+#                                   # two calls. On the H100 a 1 200-step run trained in
+#                                   # 112–151 s. A call that stops leaves the runs it
+#                                   # finished and the checkpoints (every 500 steps) of
+#                                   # the one it was in, which the next call reuses or
+#                                   # resumes (same machine only). ENCODINGS, SEEDS and EXPERIMENT_OUT replace
 #                                   # the encodings, the number of seeds (2) and the
 #                                   # output directory: NoPE and FIRE
 #                                   # need more than 300 steps to leave the plateau (README),
@@ -40,10 +42,11 @@
 #   scripts/gpu_check.sh all SECONDS   # what a lent session still has to check, in one call
 #                                   # ending before SECONDS have passed, in this order:
 #                                   # tests (the device tests and the training ratio),
-#                                   # startup, generate and embed (where their models are
-#                                   # in .cache), then
-#                                   # lm-experiment with ENCODINGS (default none,fire) and
-#                                   # STEPS (default 1200) with the time left; each stage is
+#                                   # generate and embed (where their models are in
+#                                   # .cache), then lm-experiment with ENCODINGS (default
+#                                   # fire: its second seed; NoPE's two are in
+#                                   # docs/gpu/h100) and STEPS (default 1200) with the time
+#                                   # left; each stage is
 #                                   # cut at the deadline, and the logs (and the experiment's
 #                                   # results) are packed into $OUT/gpu.tar.gz when $OUT is set
 #
@@ -121,7 +124,6 @@ case $stage in
       pack
     }
     within tests
-    within startup
     if ls .cache/smollm2/*.gguf > /dev/null 2>&1; then
       within generate
     else
@@ -132,7 +134,7 @@ case $stage in
     else
       echo "== skipped (no .cache/all-MiniLM-L6-v2): embed" | tee -a "$logs/all.log"
     fi
-    ENCODINGS=${ENCODINGS:-none,fire} EXPERIMENT_OUT=${EXPERIMENT_OUT:-target/cuda/lm-experiment-${STEPS:-1200}} \
+    ENCODINGS=${ENCODINGS:-fire} EXPERIMENT_OUT=${EXPERIMENT_OUT:-target/cuda/lm-experiment-${STEPS:-1200}} \
       within lm-experiment --steps "${STEPS:-1200}"
     pack
     ;;

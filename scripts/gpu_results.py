@@ -6,7 +6,9 @@ library only. The first logs (bench_train, bench_embed, smollm2) are of commit 9
 each headed `== BINARY`: `posenc-old` is the build of commit 9b876a7 (the first check);
 `posenc` is, in ab_train_1/2 and ab_embed, commit 9156433 (AdamW stepping all weights at
 once; that build also had cudarc's event tracking off, which changed nothing measurable
-and was not kept), and in ab_train_3 commit 523f480 (that, and `ops::with_grad`).
+and was not kept), and in ab_train_3 commit 523f480 (that, and `ops::with_grad`). The
+logs in h100/ are of one H100 lease and commit 56f6461. The `× ` rows are the logs' own
+"speed relative to PyTorch" (the median of per-step or per-pass ratios, > 1: posenc faster).
 
     python3 scripts/gpu_results.py docs/gpu
 """
@@ -36,6 +38,13 @@ def rows_of_train(text, gpu, posenc=OLD, run=1):
         config = "reference" if "reference" in name else "toy"
         for phase, value in zip(phases, cells[1:]):
             yield ["train " + config, who, phase, float(value), "ms", gpu, run]
+    # The median of the per-step ratios, PyTorch's time over ours (> 1: posenc faster).
+    for phase, value in re.findall(r"(step|forward|backward) ([\d.]+)×", ratio_line(text)):
+        yield ["train reference", posenc, f"{phase} speed vs PyTorch", float(value), "×", gpu, run]
+
+
+def ratio_line(text):
+    return next((l for l in text.splitlines() if l.startswith("speed relative to PyTorch")), "")
 
 
 AB = {  # log: (build of `posenc`, first run number, build of `posenc-old`)
@@ -72,6 +81,10 @@ def rows_of_embed(text, gpu, posenc=OLD, run=1):
                    float(m.group(1)), "", gpu, run]
             yield ["embed all-MiniLM-L6-v2", f"{posenc} vs PyTorch", "min cosine",
                    float(m.group(2)), "", gpu, run]
+    m = re.search(r": ([\d.]+)×", ratio_line(text))
+    if m:
+        yield ["embed all-MiniLM-L6-v2", posenc, "pass speed vs PyTorch", float(m.group(1)), "×",
+               gpu, run]
 
 
 # SmolLM2's GGUF ends a sequence at `<|im_end|>`, where posenc stops; the run in docs/gpu
@@ -112,6 +125,11 @@ def main():
         parse = rows_of_embed if "embed" in name else rows_of_train
         for build, run, body in runs_of((d / name).read_text(), new, first, old):
             rows += [r + [name] for r in parse(body, gpu_of(train), build, run)]
+    # The H100 lease (h100/): `bench train` twice, build 56f6461.
+    for run in (1, 2):
+        name = f"h100/bench_train_{run}.log"
+        text = (d / name).read_text()
+        rows += [r + [name] for r in rows_of_train(text, gpu_of(text), "posenc 56f6461", run)]
     with open(d / "results.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["check", "implementation", "measure", "value", "unit", "gpu", "run", "log"])
