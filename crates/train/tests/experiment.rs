@@ -123,6 +123,24 @@ fn changing_the_number_of_seeds_reuses_the_first_seeds_run_where_it_is() {
 }
 
 #[test]
+fn only_seed_directories_may_stand_beside_a_runs_files() {
+    use posenc_train::rundir::{inspect, Contents};
+    let dir = tempfile::tempdir().unwrap();
+    experiment::run(&tiny(&["none"]), dir.path(), QUIET).unwrap();
+    let run = dir.path().join("none");
+    assert_eq!(inspect(&run).unwrap(), Contents::Run);
+    std::fs::create_dir(run.join("seed-43")).unwrap();
+    assert_eq!(inspect(&run).unwrap(), Contents::Run);
+    // Another directory, or a file with a seed directory's name, is not ours.
+    std::fs::create_dir(run.join("seed-x")).unwrap();
+    std::fs::write(run.join("seed-44"), "").unwrap();
+    assert_eq!(
+        inspect(&run).unwrap(),
+        Contents::Foreign(vec!["seed-44".into(), "seed-x".into()])
+    );
+}
+
+#[test]
 fn a_different_config_in_the_same_directory_is_refused_not_overwritten() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = tiny(&["sinusoidal"]);
