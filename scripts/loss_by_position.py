@@ -13,6 +13,8 @@ Standard library only.
 """
 import csv
 import json
+import os
+import signal
 import statistics
 import sys
 
@@ -35,18 +37,36 @@ def main(out, runs):
     evals = {}  # (model, length) -> (windows, by_position)
     for run in runs:
         label, sep, path = run.partition("=")
-        if not sep:
-            raise SystemExit(f"{run}: expected LABEL=EVAL.json")
-        with open(path) as f:
-            for row in json.load(f):
-                evals[(label, row["len"])] = (row["windows"], row["by_position"])
+        if not sep or not label or not path:
+            raise SystemExit(f"{run!r}: expected LABEL=EVAL.json")
+        try:
+            with open(path) as f:
+                rows = json.load(f)
+            for row in rows:
+                losses = [float(x) for x in row["by_position"]]
+                if len(losses) != row["len"]:
+                    raise ValueError(f"{len(losses)} losses in a window of {row['len']}")
+                evals[(label, int(row["len"]))] = (int(row["windows"]), losses)
+        except (OSError, ValueError, TypeError, KeyError) as e:
+            raise SystemExit(f"{path}: not the output of `posenc lm eval --format json` "
+                             f"({type(e).__name__}: {e})")
+    if not evals:
+        raise SystemExit("no window lengths in the inputs")
     models = list(dict.fromkeys(m for m, _ in evals))
     lengths = sorted({n for _, n in evals})
-    with open(out, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["model", "length", "windows", "position", "loss"])
-        for (model, length), (windows, losses) in evals.items():
-            w.writerows([model, length, windows, i, loss] for i, loss in enumerate(losses))
+    # Everything read and checked first; the CSV then replaces OUT whole.
+    tmp = f"{out}.tmp"
+    try:
+        with open(tmp, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["model", "length", "windows", "position", "loss"])
+            for (model, length), (windows, losses) in evals.items():
+                w.writerows([model, length, windows, i, loss] for i, loss in enumerate(losses))
+        os.replace(tmp, out)
+    except OSError as e:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise SystemExit(f"writing {out}: {e}")
     columns = octaves(max(lengths))
     print(f"mean loss by position (nats), {len(models)} models: {', '.join(models)}\n")
     print("| window | " + " | ".join(f"{a}–{b - 1}" for a, b in columns) + " |")
@@ -64,6 +84,8 @@ def main(out, runs):
 
 
 if __name__ == "__main__":
+    # A closed pipe (`| head`) ends the table quietly, as a shell tool does.
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     if len(sys.argv) < 3:
         raise SystemExit(__doc__)
     main(sys.argv[1], sys.argv[2:])

@@ -216,9 +216,10 @@ fn wall(cmd: &mut Command) -> Result<f64> {
 
 /// The device in the report: the CPU's model name, or the GPU as `--device` names it.
 fn device_name(device: &Device) -> String {
-    match device.is_cpu() {
-        true => cpu_name(),
-        false => device_arg(device),
+    if device.is_cpu() {
+        cpu_name()
+    } else {
+        device_arg(device)
     }
 }
 

@@ -100,15 +100,18 @@ fn sha256_hex(bytes: &[u8]) -> String {
         .collect()
 }
 
+/// How the directory of one seed's run inside an experiment entry's directory begins.
+const SEED_DIR_PREFIX: &str = "seed-";
+
 /// The directory of one seed's run inside an experiment entry's directory: `seed-<seed>`.
 pub(crate) fn seed_dir_name(seed: u64) -> String {
-    format!("seed-{seed}")
+    format!("{SEED_DIR_PREFIX}{seed}")
 }
 
 /// Whether `name` is a [`seed_dir_name`]: an experiment may keep its other seeds' runs
 /// beside the files of its first (see `lm_experiment::seed_dir`).
 fn is_seed_dir_name(name: &str) -> bool {
-    name.strip_prefix("seed-")
+    name.strip_prefix(SEED_DIR_PREFIX)
         .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
