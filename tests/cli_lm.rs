@@ -122,6 +122,17 @@ fn train_generate_and_evaluate_a_tiny_language_model() {
     );
     let ppl = rows[1]["perplexity"].as_f64().unwrap();
     assert!((ppl - rows[1]["loss"].as_f64().unwrap().exp()).abs() < 1e-9);
+    // Each window's own loss and start, whose mean is the row's loss.
+    let per_window: Vec<f64> = rows[1]["window_losses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    assert_eq!(per_window.len(), 2, "{rows}");
+    assert_eq!(rows[1]["starts"].as_array().unwrap().len(), 2, "{rows}");
+    let mean = per_window.iter().sum::<f64>() / 2.0;
+    assert!((mean - rows[1]["loss"].as_f64().unwrap()).abs() < 1e-9);
 
     // Absurd and malformed values are errors naming them: no panic, no output, no abort.
     for (args, named) in [

@@ -460,8 +460,8 @@ fn eval(a: EvalArgs, out: &mut impl Write) -> Result<()> {
         out,
         "{}{}
 
-| window | windows | loss | perplexity | loss past L |
-|---:|---:|---:|---:|---:|",
+| window | windows | loss | sd over windows | perplexity | loss past L |
+|---:|---:|---:|---:|---:|---:|",
         lm.describe(),
         scaling_note(&a.model)
     )?;
@@ -469,16 +469,17 @@ fn eval(a: EvalArgs, out: &mut impl Write) -> Result<()> {
         match (&r.eval, &r.unavailable) {
             (Some(e), _) => writeln!(
                 out,
-                "| {} | {} | {:.4} | {:.3} | {} |",
+                "| {} | {} | {:.4} | {} | {:.3} | {} |",
                 e.len,
                 e.windows,
                 e.loss,
+                e.window_sd().map_or("–".to_string(), |s| format!("{s:.4}")),
                 e.perplexity(),
                 e.tail_loss.map_or("–".to_string(), |t| format!("{t:.4}"))
             )?,
             (None, why) => writeln!(
                 out,
-                "| {} | – | n/a | n/a | n/a ({}) |",
+                "| {} | – | n/a | n/a | n/a | n/a ({}) |",
                 r.len.unwrap_or_default(),
                 why.as_deref().unwrap_or("")
             )?,

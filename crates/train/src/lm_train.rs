@@ -239,12 +239,36 @@ pub struct LengthEval {
     pub tail_loss: Option<f64>,
     /// Mean loss at each position `0..len`, over the windows.
     pub by_position: Vec<f64>,
+    /// Where each window starts in the token stream (empty in records written before it
+    /// was kept).
+    #[serde(default)]
+    pub starts: Vec<usize>,
+    /// Each window's mean loss, in the order of `starts`: how much the text, not the
+    /// model, moves `loss` (empty in records written before it was kept).
+    #[serde(default)]
+    pub window_losses: Vec<f64>,
+    /// Each window's mean loss over the positions at or past `trained`, in the order of
+    /// `starts` (empty where the window is no longer, or in older records).
+    #[serde(default)]
+    pub window_tail_losses: Vec<f64>,
 }
 
 impl LengthEval {
     /// Perplexity: `exp(loss)`.
     pub fn perplexity(&self) -> f64 {
         self.loss.exp()
+    }
+
+    /// The sample standard deviation of [`LengthEval::window_losses`]: none with fewer
+    /// than two windows.
+    pub fn window_sd(&self) -> Option<f64> {
+        sample_sd(&self.window_losses)
+    }
+
+    /// The sample standard deviation of [`LengthEval::window_tail_losses`]: none with
+    /// fewer than two windows, or no tail.
+    pub fn window_tail_sd(&self) -> Option<f64> {
+        sample_sd(&self.window_tail_losses)
     }
 
     /// The mean loss over the positions of each octave of the trained context `trained` = L:
@@ -272,6 +296,10 @@ impl LengthEval {
             })
             .collect()
     }
+}
+
+fn sample_sd(xs: &[f64]) -> Option<f64> {
+    (xs.len() >= 2).then(|| crate::results::mean_sd(xs).1)
 }
 
 /// The mean loss over the positions `from..to` of a window.
@@ -344,11 +372,21 @@ pub fn evaluate_observed(
     let count = max_windows.min(slots);
     let starts: Vec<usize> = (0..count).map(|i| i * slots / count * len).collect();
     let mut sums = vec![0.0f64; len];
+    let mut per_window = Vec::with_capacity(count);
+    let mut per_tail = Vec::new();
     for chunk in starts.chunks(batch) {
         let (x, y) = windows(stream, len, chunk, &model.device())?;
         let nll = window_losses(model, &x, &y.reshape((chunk.len(), len))?, &mut on_tokens)?;
         for (s, v) in sums.iter_mut().zip(nll.sum(0)?.to_vec1::<f64>()?) {
             *s += v;
+        }
+        per_window.extend(nll.mean(1)?.to_vec1::<f64>()?);
+        if len > trained {
+            per_tail.extend(
+                nll.narrow(1, trained, len - trained)?
+                    .mean(1)?
+                    .to_vec1::<f64>()?,
+            );
         }
     }
     let by_position: Vec<f64> = sums.iter().map(|s| s / count as f64).collect();
@@ -359,6 +397,9 @@ pub fn evaluate_observed(
         loss: mean(&by_position),
         tail_loss: (len > trained).then(|| mean(&by_position[trained..])),
         by_position,
+        starts,
+        window_losses: per_window,
+        window_tail_losses: per_tail,
     })
 }
 

@@ -175,6 +175,28 @@ fn evaluation_counts_every_position_of_non_overlapping_windows() {
         "{} vs {objective}",
         e.loss
     );
+    // Each window's own loss is the objective's on that window alone, in stream order.
+    assert_eq!(e.starts, [0, 32, 64, 96, 128, 160]);
+    assert_eq!(e.window_losses.len(), 6);
+    for (i, &start) in e.starts.iter().enumerate() {
+        let d = candle_core::Device::Cpu;
+        let x = candle_core::Tensor::new(&stream[start..start + 32], &d)
+            .unwrap()
+            .unsqueeze(0)
+            .unwrap();
+        let y = candle_core::Tensor::new(&stream[start + 1..start + 33], &d).unwrap();
+        let one: f32 = posenc_train::lm_train::loss(&run.model, &x, &y, 0.into())
+            .unwrap()
+            .to_scalar()
+            .unwrap();
+        assert!(
+            (e.window_losses[i] - f64::from(one)).abs() < 1e-4,
+            "window {i}: {} vs {one}",
+            e.window_losses[i]
+        );
+    }
+    assert!((e.loss - mean(&e.window_losses)).abs() < 1e-9);
+    assert!((e.tail_loss.unwrap() - mean(&e.window_tail_losses)).abs() < 1e-9);
     // At the trained length there is no tail.
     assert_eq!(
         evaluate(&run.model, &stream, 16, 3, 16).unwrap().tail_loss,
@@ -510,6 +532,9 @@ fn octaves_split_a_window_at_half_the_context_then_at_its_doublings() {
         loss: 49.5,
         tail_loss: None,
         by_position,
+        starts: vec![0],
+        window_losses: vec![49.5],
+        window_tail_losses: vec![],
     };
     let got: Vec<(usize, usize, f64)> = eval
         .by_octave(16)
@@ -536,6 +561,28 @@ fn octaves_split_a_window_at_half_the_context_then_at_its_doublings() {
     };
     assert_eq!(edges(&short, 16), [(0, 8), (8, 12)]);
     assert_eq!(edges(&short, 1), [(0, 1), (1, 2), (2, 4), (4, 8), (8, 12)]);
+}
+
+#[test]
+fn the_spread_over_windows_is_their_sample_standard_deviation() {
+    use posenc_train::lm_train::LengthEval;
+    let eval = |window_losses: Vec<f64>| LengthEval {
+        len: 4,
+        windows: window_losses.len(),
+        loss: 0.0,
+        tail_loss: None,
+        by_position: vec![0.0; 4],
+        starts: (0..window_losses.len()).map(|i| 4 * i).collect(),
+        window_tail_losses: window_losses.iter().map(|x| 2.0 * x).collect(),
+        window_losses,
+    };
+    assert_eq!(eval(vec![2.0]).window_sd(), None);
+    assert_eq!(eval(vec![]).window_tail_sd(), None);
+    // Σ(x − 2.5)² = 5, over n − 1 = 3; twice each value, twice the spread.
+    let four = eval(vec![1.0, 2.0, 3.0, 4.0]);
+    let sd = four.window_sd().unwrap();
+    assert!((sd - (5.0f64 / 3.0).sqrt()).abs() < 1e-12, "{sd}");
+    assert!((four.window_tail_sd().unwrap() - 2.0 * sd).abs() < 1e-12);
 }
 
 /// The experiment's evaluation lengths are checked before anything is trained or written:
