@@ -11,12 +11,11 @@ loss over positions 0–31, 32–63, 64–127, 128–255, … (each model's own 
 range), as the mean ± sample standard deviation over the models (posenc's `spread`).
 Standard library only.
 """
-import csv
-import json
-import os
 import signal
 import statistics
 import sys
+
+import eval_records
 
 
 def octaves(length):
@@ -39,34 +38,18 @@ def main(out, runs):
         label, sep, path = run.partition("=")
         if not sep or not label or not path:
             raise SystemExit(f"{run!r}: expected LABEL=EVAL.json")
-        try:
-            with open(path) as f:
-                rows = json.load(f)
-            for row in rows:
-                losses = [float(x) for x in row["by_position"]]
-                if len(losses) != row["len"]:
-                    raise ValueError(f"{len(losses)} losses in a window of {row['len']}")
-                evals[(label, int(row["len"]))] = (int(row["windows"]), losses)
-        except (OSError, ValueError, TypeError, KeyError) as e:
-            raise SystemExit(f"{path}: not the output of `posenc lm eval --format json` "
-                             f"({type(e).__name__}: {e})")
+        for row in eval_records.load(path, ["len", "windows", "by_position"]):
+            losses = [float(x) for x in row["by_position"]]
+            evals[(label, int(row["len"]))] = (int(row["windows"]), losses)
     if not evals:
         raise SystemExit("no window lengths in the inputs")
     models = list(dict.fromkeys(m for m, _ in evals))
     lengths = sorted({n for _, n in evals})
     # Everything read and checked first; the CSV then replaces OUT whole.
-    tmp = f"{out}.tmp"
-    try:
-        with open(tmp, "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(["model", "length", "windows", "position", "loss"])
-            for (model, length), (windows, losses) in evals.items():
-                w.writerows([model, length, windows, i, loss] for i, loss in enumerate(losses))
-        os.replace(tmp, out)
-    except OSError as e:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise SystemExit(f"writing {out}: {e}")
+    eval_records.write_csv(out, ["model", "length", "windows", "position", "loss"],
+                           [[model, length, windows, i, loss]
+                            for (model, length), (windows, losses) in evals.items()
+                            for i, loss in enumerate(losses)])
     columns = octaves(max(lengths))
     print(f"mean loss by position (nats), {len(models)} models: {', '.join(models)}\n")
     print("| window | " + " | ".join(f"{a}–{b - 1}" for a, b in columns) + " |")

@@ -1,0 +1,41 @@
+"""What the scripts that read `posenc lm eval --format json` share: reading its records,
+and writing a tidy CSV whole or not at all. Standard library only."""
+import csv
+import json
+import os
+
+
+def load(path, fields):
+    """The records of one `posenc lm eval --format json` output, each checked to hold
+    `fields` and a `by_position` as long as its window; exits naming the file otherwise."""
+    try:
+        with open(path) as f:
+            rows = json.load(f)
+        if not isinstance(rows, list):
+            raise ValueError("not a list of records")
+        for row in rows:
+            missing = [k for k in fields if k not in row]
+            if missing:
+                raise KeyError(", ".join(missing))
+            if len(row["by_position"]) != row["len"]:
+                raise ValueError(f"{len(row['by_position'])} losses in a window of {row['len']}")
+        return rows
+    except (OSError, ValueError, TypeError, KeyError) as e:
+        raise SystemExit(f"{path}: not the output of `posenc lm eval --format json` "
+                         f"({type(e).__name__}: {e})")
+
+
+def write_csv(out, header, rows):
+    """Writes `rows` under `header` to `out` through a temporary file, replacing `out`
+    only once all of it is written (`pandas.read_csv` loads it)."""
+    tmp = f"{out}.tmp"
+    try:
+        with open(tmp, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(header)
+            w.writerows(rows)
+        os.replace(tmp, out)
+    except OSError as e:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise SystemExit(f"writing {out}: {e}")
