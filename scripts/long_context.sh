@@ -53,6 +53,9 @@ one() { # task kind len depths
   case $1 in
     passkey) run "passkey-$2-$3" lm passkey "${flags[@]}" --lengths "$3" --depths "$4" ;;
     ppl) run "ppl-$2-$3" lm eval "${flags[@]}" --lengths "$3" --windows 1 ;;
+    # Three windows spread over the test plays (their first is the one window of `ppl`):
+    # how much the text, not the scaling, moves a perplexity.
+    ppl3) run "ppl3-$2-$3" lm eval "${flags[@]}" --lengths "$3" --windows 3 ;;
   esac
 }
 
@@ -75,4 +78,10 @@ for kind in none yarn linear dynamic llama3; do
 done
 for kind in none yarn linear dynamic llama3; do
   one passkey $kind 32768 0.5
+done
+# Last, three windows where one was the table's: unscaled at 8 192, every scaling at 16 384
+# (scripts/window_spread.py tabulates them; docs/long-context/more-windows).
+one ppl3 none 8192
+for kind in none yarn linear dynamic llama3; do
+  one ppl3 $kind 16384
 done
