@@ -6,13 +6,15 @@ import os
 
 
 def load(path, fields):
-    """The records of one `posenc lm eval --format json` output, each checked to hold
-    `fields` and a `by_position` as long as its window; exits naming the file otherwise."""
+    """The records of one `posenc lm eval --format json` output that have an evaluation
+    (a length past a learned table has none, only why), each checked to hold `fields` and
+    a `by_position` as long as its window; exits naming the file otherwise."""
     try:
         with open(path) as f:
             rows = json.load(f)
-        if not isinstance(rows, list):
+        if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
             raise ValueError("not a list of records")
+        rows = [r for r in rows if r.get("unavailable") is None]
         for row in rows:
             missing = [k for k in fields if k not in row]
             if missing:

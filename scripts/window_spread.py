@@ -23,7 +23,7 @@ import sys
 
 import eval_records
 
-FIELDS = ["len", "windows", "by_position", "rope_scaling", "starts", "window_losses"]
+FIELDS = ["len", "windows", "by_position", "rope_scaling"]
 
 
 def spread(xs):
@@ -41,7 +41,7 @@ def main(out, paths):
     runs = []  # (scaling, length, starts, losses, tail losses)
     for path in paths:
         for row in eval_records.load(path, FIELDS):
-            starts, losses = row["starts"], row["window_losses"]
+            starts, losses = row.get("starts") or [], row.get("window_losses") or []
             tails = row.get("window_tail_losses") or []
             if not losses or len(starts) != len(losses) or tails and len(tails) != len(losses):
                 raise SystemExit(f"{path}: a record without one loss per window (written by "
