@@ -3,6 +3,7 @@ and writing a tidy CSV whole or not at all. Standard library only."""
 import csv
 import json
 import os
+import statistics
 
 
 def load(path, fields):
@@ -41,3 +42,10 @@ def write_csv(out, header, rows):
         if os.path.exists(tmp):
             os.remove(tmp)
         raise SystemExit(f"writing {out}: {e}")
+
+
+def spread(xs):
+    """`mean ± sample standard deviation` with three decimals (the mean alone for one
+    value), as posenc's tables write it."""
+    mean = statistics.fmean(xs)
+    return f"{mean:.3f}" if len(xs) == 1 else f"{mean:.3f} ± {statistics.stdev(xs):.3f}"

@@ -4,12 +4,13 @@
     python3 scripts/loss_by_position.py OUT.csv LABEL=EVAL.json [LABEL=EVAL.json …]
 
 Each EVAL.json is what `posenc lm eval --format json` printed for one model (LABEL names
-it, e.g. its seed) at one or more window lengths. Writes OUT.csv, one row per model,
-window length and position (model, length, windows, position, loss: tidy records that
-`pandas.read_csv` loads), and prints a Markdown table: for each window length, the mean
-loss over positions 0–31, 32–63, 64–127, 128–255, … (each model's own mean over the
-range), as the mean ± sample standard deviation over the models (posenc's `spread`).
-Standard library only.
+it, e.g. its seed, or GROUP/NAME, e.g. rope/1337, to compare groups of models) at one or
+more window lengths. Writes OUT.csv, one row per model, window length and position
+(model, length, windows, position, loss: tidy records that `pandas.read_csv` loads; model
+is the LABEL), and prints a Markdown table: for each group (if any) and window length,
+the mean loss over positions 0–31, 32–63, 64–127, 128–255, … (each model's own mean over
+the range), as the mean ± sample standard deviation over the group's models (posenc's
+`spread`). Standard library only.
 """
 import signal
 import statistics
@@ -25,11 +26,6 @@ def octaves(length):
         ranges.append((first, min(end, length)))
         first, end = end, end * 2
     return ranges
-
-
-def spread(xs):
-    mean = statistics.fmean(xs)
-    return f"{mean:.3f}" if len(xs) == 1 else f"{mean:.3f} ± {statistics.stdev(xs):.3f}"
 
 
 def main(out, runs):
@@ -50,20 +46,27 @@ def main(out, runs):
                            [[model, length, windows, i, loss]
                             for (model, length), (windows, losses) in evals.items()
                             for i, loss in enumerate(losses)])
+    # GROUP/NAME labels make one row per group; plain labels one group of every model.
+    groups = {}
+    for m in models:
+        group, sep, _ = m.rpartition("/")
+        groups.setdefault(group if sep else None, []).append(m)
+    grouped = None not in groups
     columns = octaves(max(lengths))
     print(f"mean loss by position (nats), {len(models)} models: {', '.join(models)}\n")
-    print("| window | " + " | ".join(f"{a}–{b - 1}" for a, b in columns) + " |")
-    print("|---:|" + "---:|" * len(columns))
-    for length in lengths:
-        cells = []
-        for a, b in columns:
-            if a >= length:
-                cells.append("")
+    print(("| model " if grouped else "") + "| window | "
+          + " | ".join(f"{a}–{b - 1}" for a, b in columns) + " |")
+    print(("|---" if grouped else "") + "|---:|" + "---:|" * len(columns))
+    for group, members in groups.items():
+        for length in lengths:
+            have = [m for m in members if (m, length) in evals]
+            if not have:
                 continue
-            means = [statistics.fmean(evals[(m, length)][1][a:b]) for m in models
-                     if (m, length) in evals]
-            cells.append(spread(means))
-        print(f"| {length} | " + " | ".join(cells) + " |")
+            cells = [eval_records.spread([statistics.fmean(evals[(m, length)][1][a:b])
+                                          for m in have]) if a < length else ""
+                     for a, b in columns]
+            print((f"| {group} " if grouped else "") + f"| {length} | "
+                  + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

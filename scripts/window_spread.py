@@ -26,11 +26,6 @@ import eval_records
 FIELDS = ["len", "windows", "by_position", "rope_scaling"]
 
 
-def spread(xs):
-    mean = statistics.fmean(xs)
-    return f"{mean:.3f}" if len(xs) == 1 else f"{mean:.3f} ± {statistics.stdev(xs):.3f}"
-
-
 def scaling(row):
     """The record's rope_type, `none` without a scaling."""
     raw = row["rope_scaling"]
@@ -58,8 +53,8 @@ def main(out, paths):
           "trained context | first window's perplexity |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for s, n, _, losses, tails in runs:
-        tail = spread(tails) if tails else "–"
-        print(f"| {s} | {n} | {len(losses)} | {spread(losses)} | "
+        tail = eval_records.spread(tails) if tails else "–"
+        print(f"| {s} | {n} | {len(losses)} | {eval_records.spread(losses)} | "
               f"{math.exp(statistics.fmean(losses)):.2f} | {tail} | {math.exp(losses[0]):.2f} |")
     # Window by window: runs over the same windows compare on the same text.
     for n in sorted({n for _, n, *_ in runs}):
