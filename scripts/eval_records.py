@@ -6,10 +6,11 @@ import os
 import statistics
 
 
-def load(path, fields):
-    """The records of one `posenc lm eval --format json` output that have an evaluation
-    (a length past a learned table has none, only why), each checked to hold `fields` and
-    a `by_position` as long as its window; exits naming the file otherwise."""
+def load(path, fields, parse):
+    """`parse(record)` of each record of one `posenc lm eval --format json` output that has
+    an evaluation (a length past a learned table has none, only why), each checked to hold
+    `fields` and a `by_position` as long as its window; exits naming the file where a
+    record is not so, or `parse` finds it malformed (a ValueError, TypeError or KeyError)."""
     try:
         with open(path) as f:
             rows = json.load(f)
@@ -22,7 +23,7 @@ def load(path, fields):
                 raise KeyError(", ".join(missing))
             if len(row["by_position"]) != row["len"]:
                 raise ValueError(f"{len(row['by_position'])} losses in a window of {row['len']}")
-        return rows
+        return [parse(row) for row in rows]
     except (OSError, ValueError, TypeError, KeyError) as e:
         raise SystemExit(f"{path}: not the output of `posenc lm eval --format json` "
                          f"({type(e).__name__}: {e})")

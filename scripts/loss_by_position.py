@@ -34,9 +34,11 @@ def main(out, runs):
         label, sep, path = run.partition("=")
         if not sep or not label or not path:
             raise SystemExit(f"{run!r}: expected LABEL=EVAL.json")
-        for row in eval_records.load(path, ["len", "windows", "by_position"]):
-            losses = [float(x) for x in row["by_position"]]
-            evals[(label, int(row["len"]))] = (int(row["windows"]), losses)
+        parse = lambda row: (int(row["len"]), int(row["windows"]),
+                             [float(x) for x in row["by_position"]])
+        for length, windows, losses in eval_records.load(path, ["len", "windows", "by_position"],
+                                                         parse):
+            evals[(label, length)] = (windows, losses)
     if not evals:
         raise SystemExit("no window lengths in the inputs")
     models = list(dict.fromkeys(m for m, _ in evals))

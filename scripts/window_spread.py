@@ -32,16 +32,21 @@ def scaling(row):
     return "none" if raw is None else json.loads(raw)["rope_type"]
 
 
+def parse(row):
+    """(scaling, length, starts, losses, tail losses) of one record."""
+    starts = [int(x) for x in row.get("starts") or []]
+    losses = [float(x) for x in row.get("window_losses") or []]
+    tails = [float(x) for x in row.get("window_tail_losses") or []]
+    if not losses or len(starts) != len(losses) or tails and len(tails) != len(losses):
+        raise ValueError("a record without one loss per window (written by a posenc older "
+                         "than `window_losses`?)")
+    return scaling(row), int(row["len"]), starts, losses, tails
+
+
 def main(out, paths):
     runs = []  # (scaling, length, starts, losses, tail losses)
     for path in paths:
-        for row in eval_records.load(path, FIELDS):
-            starts, losses = row.get("starts") or [], row.get("window_losses") or []
-            tails = row.get("window_tail_losses") or []
-            if not losses or len(starts) != len(losses) or tails and len(tails) != len(losses):
-                raise SystemExit(f"{path}: a record without one loss per window (written by "
-                                 "a posenc older than `window_losses`?)")
-            runs.append((scaling(row), int(row["len"]), starts, losses, tails))
+        runs += eval_records.load(path, FIELDS, parse)
     if not runs:
         raise SystemExit("no window lengths in the inputs")
     eval_records.write_csv(
