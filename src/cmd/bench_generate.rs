@@ -309,7 +309,6 @@ pub fn bench_generate(cfg: GenerateBench, out: &mut impl Write) -> Result<()> {
     for _ in 0..cfg.rounds {
         // Each round's own peak, as each of llama-bench's processes has: what earlier
         // rounds freed is given back first (the binary keeps freed memory for reuse).
-        posenc_transformer::give_back_freed_memory();
         posenc_train::memory::reset_peak_rss();
         mine.push(our_round(&llama, &ids, &cfg)?);
         let peak = posenc_train::memory::peak_rss_mb();

@@ -302,7 +302,6 @@ impl<T: Task> Trainer<T> {
             .then_some(state.step);
         let until = stop_after.map_or(cfg.steps(), |s| s.min(cfg.steps()));
         // This run's own peak memory, not what the process held before it.
-        posenc_transformer::give_back_freed_memory();
         crate::memory::reset_peak_rss();
         let peak_before = state.peak_rss_mb;
         // The high-water mark, read where the state is saved, and at the end.

@@ -2,8 +2,16 @@
 //! passkey sweeps, benchmarks): Linux's high-water mark `VmHWM`, which can be reset.
 //! Elsewhere the reads answer `None` and the reset does nothing.
 
-/// Resets the kernel's peak-resident-memory mark of this process (Linux; elsewhere a no-op).
+/// Starts a fresh peak: hands what the process has freed back to the kernel, then resets
+/// its peak-resident-memory mark (Linux; elsewhere a no-op), so that the next
+/// [`peak_rss_mb`] is the peak of what runs from here on.
+///
+/// The binary keeps freed memory for reuse ([`posenc_transformer::keep_freed_memory`]),
+/// and that memory stays resident: without giving it back, the mark would restart at
+/// whatever an earlier piece of work (a passkey trial, a benchmark round, a training run
+/// before a resumed one) left in the heap.
 pub fn reset_peak_rss() {
+    posenc_transformer::give_back_freed_memory();
     let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 

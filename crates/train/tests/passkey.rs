@@ -248,3 +248,27 @@ fn peak_memory_is_read_from_the_status_file() {
     let gone = std::path::Path::new("/proc/this-process-does-not-exist/status");
     assert_eq!(peak_rss_mb_in(gone), None);
 }
+
+/// A fresh peak starts from what is in use, not from what the process freed and kept
+/// (`keep_freed_memory`, which every posenc program sets): 256 MB freed in 1 MB pieces
+/// between 256 MB still held, every page written, is given back before the mark is reset,
+/// so that the next trial's peak is its own. (Linux with glibc only.)
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[test]
+fn a_fresh_peak_leaves_out_the_memory_freed_before_it() {
+    use posenc_train::memory::{peak_rss_mb, reset_peak_rss};
+    posenc_train::keep_freed_memory();
+    const MB: usize = 1 << 20;
+    let mut pieces: Vec<Vec<u8>> = (0..512).map(|i| vec![i as u8 | 1; MB]).collect();
+    let held = peak_rss_mb().unwrap();
+    // Every other piece freed: holes in the heap that no trimming of its top reaches.
+    let kept: Vec<Vec<u8>> = pieces.drain(..).step_by(2).collect();
+    reset_peak_rss();
+    let fresh = peak_rss_mb().unwrap();
+    assert!(
+        fresh < held - 128.0,
+        "{held:.0} MB held, {fresh:.0} MB after freeing half of it and resetting the peak"
+    );
+    assert_eq!(kept.len(), 256);
+    assert!(kept.iter().all(|p| p.iter().all(|&b| b & 1 == 1)));
+}
