@@ -3,7 +3,12 @@
 # tokens) on passkey retrieval and on perplexity over the corpus's test plays, at 4k to 32k
 # tokens, without scaling and with each RoPE scaling at the factor that reaches the length.
 #
-#   scripts/long_context.sh [OUT]     (default runs/long-context/smollm2; hours on two cores)
+#   scripts/long_context.sh [OUT [PARTS]]   (default runs/long-context/smollm2; hours on two cores)
+#
+# PARTS, comma-separated (default all of them, in this order): `grid`, one key per cell (the
+# tables of results.md); `windows`, three windows where the grid has one (more-windows/);
+# `keys`, two more keys per passkey cell (more-trials/); `depths`, three keys at each tenth
+# of the depth at 2k to 8k tokens (more-trials/depths.png).
 #
 # Every run is its own process under /usr/bin/time, writing one JSON file and one .time file
 # (wall seconds, peak resident KB); a run whose files exist is skipped, so the script can be
@@ -12,6 +17,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-runs/long-context/smollm2}
+parts=",${2:-grid,windows,keys,depths},"
+for part in ${parts//,/ }; do
+  case $part in
+    grid | windows | keys | depths) ;;
+    *) echo "long_context.sh: unknown part '$part' (grid, windows, keys, depths)" >&2 && exit 2 ;;
+  esac
+done
 mkdir -p "$out"
 scripts/fetch_smollm2.sh
 scripts/fetch_shakespeare.sh
@@ -52,6 +64,10 @@ one() { # task kind len depths
   fi
   case $1 in
     passkey) run "passkey-$2-$3" lm passkey "${flags[@]}" --lengths "$3" --depths "$4" ;;
+    # Two more keys per cell (`--seed 1`; seed 0's are the grid's): whether one trial's
+    # answer is the model's or the key's.
+    passkey2) run "passkey-$2-$3-seed1" lm passkey "${flags[@]}" --lengths "$3" --depths "$4" \
+      --seed 1 --trials 2 ;;
     ppl) run "ppl-$2-$3" lm eval "${flags[@]}" --lengths "$3" --windows 1 ;;
     # Three windows spread over the test plays (their first is the one window of `ppl`):
     # how much the text, not the scaling, moves a perplexity.
@@ -59,29 +75,53 @@ one() { # task kind len depths
   esac
 }
 
-# Inside the trained window no scaling is the only row (each factor would be ≤ 1). Depths
-# 0.1, 0.5 and 0.9 where a run is cheap, the middle one only where it is not.
-for len in 4096 8192; do
-  one passkey none $len 0.1,0.5,0.9
-  one ppl none $len
-done
-# Past it: every scaling at 16k (factor 2), then 32k (factor 4), the 32k runs last and
-# their perplexities before their passkeys (one passkey trial says less than a perplexity
-# over 32 768 tokens).
-one passkey none 16384 0.1,0.5,0.9
-for kind in none yarn linear dynamic llama3; do
-  one passkey $kind 16384 0.5
-  one ppl $kind 16384
-done
-for kind in none yarn linear dynamic llama3; do
-  one ppl $kind 32768
-done
-for kind in none yarn linear dynamic llama3; do
-  one passkey $kind 32768 0.5
-done
-# Last, three windows where one was the table's: unscaled at 8 192, every scaling at 16 384
-# (scripts/window_spread.py tabulates them; docs/long-context/more-windows).
-one ppl3 none 8192
-for kind in none yarn linear dynamic llama3; do
-  one ppl3 $kind 16384
-done
+if [[ $parts == *,grid,* ]]; then
+  # Inside the trained window no scaling is the only row (each factor would be ≤ 1). Depths
+  # 0.1, 0.5 and 0.9 where a run is cheap, the middle one only where it is not.
+  for len in 4096 8192; do
+    one passkey none $len 0.1,0.5,0.9
+    one ppl none $len
+  done
+  # Past it: every scaling at 16k (factor 2), then 32k (factor 4), the 32k runs last and
+  # their perplexities before their passkeys (one passkey trial says less than a perplexity
+  # over 32 768 tokens).
+  one passkey none 16384 0.1,0.5,0.9
+  for kind in none yarn linear dynamic llama3; do
+    one passkey $kind 16384 0.5
+    one ppl $kind 16384
+  done
+  for kind in none yarn linear dynamic llama3; do
+    one ppl $kind 32768
+  done
+  for kind in none yarn linear dynamic llama3; do
+    one passkey $kind 32768 0.5
+  done
+fi
+if [[ $parts == *,windows,* ]]; then
+  # Three windows where one was the table's: unscaled at 8 192, every scaling at 16 384
+  # (scripts/window_spread.py tabulates them; docs/long-context/more-windows).
+  one ppl3 none 8192
+  for kind in none yarn linear dynamic llama3; do
+    one ppl3 $kind 16384
+  done
+fi
+# Two more keys for each passkey cell inside the window and for each scaling past it (the
+# cheapest first: the 32k runs take ten minutes a trial). Unscaled past the window is left
+# out: its three depths at 16 384 all failed alike.
+if [[ $parts == *,keys,* ]]; then
+  for len in 4096 8192; do
+    one passkey2 none $len 0.1,0.5,0.9
+  done
+  for len in 16384 32768; do
+    for kind in yarn linear dynamic llama3; do
+      one passkey2 $kind $len 0.5
+    done
+  done
+fi
+# Where in its window the model finds a key: eleven depths, three keys each (`--seed 2`), at
+# four lengths up to the trained 8 192 (about 35 minutes alone on two cores).
+if [[ $parts == *,depths,* ]]; then
+  run passkey-none-depths-seed2 lm passkey --model smollm2 --kv-cache f32 --lengths 2048,4096,6144,8192 \
+    --depths 0,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,1 --seed 2 --trials 3 \
+    --plot "$out/passkey-none-depths-seed2.png"
+fi

@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""Passkey trials of SmolLM2's long-context runs in one table: the grid's one key per cell
+(`docs/long-context/results.json`, seed 0) and the further keys of `posenc lm passkey
+--seed N` runs (`scripts/long_context.sh OUT keys` and `… depths`).
+
+    python3 scripts/passkey_trials.py [--by-depth] OUT.csv INPUT.json [INPUT.json …]
+
+Each INPUT.json is either the long-context report's `results.json` (its `smollm2-passkey`
+records are read, as seed 0) or what `posenc lm passkey --format json` printed, named
+`…-seedN.json` for the seed its keys were drawn with. Writes OUT.csv, one row per trial
+(scaling, factor, length, depth, seed, trial, key, correct, answer, seconds, peak_rss_mb:
+tidy records that `pandas.read_csv` loads), and prints a Markdown table: per scaling,
+length and depth, the keys found out of the keys tried, and what the model wrote where it
+missed; with `--by-depth`, instead, one table per scaling of keys found by length (rows)
+and depth (columns). A key found twice in one cell (a file given twice) is an error. Standard library
+only.
+"""
+import json
+import signal
+import sys
+
+import eval_records
+
+HEADER = ["scaling", "factor", "length", "depth", "seed", "trial", "key", "correct", "answer",
+          "seconds", "peak_rss_mb"]
+
+
+def read(path):
+    """The trials of one input, whichever kind it is, exiting with a message naming it
+    where it is neither."""
+    try:
+        with open(path) as f:
+            rows = json.load(f)
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"{path}: {type(e).__name__}: {e}")
+    # The report's records each name their experiment; `lm passkey`'s do not.
+    if isinstance(rows, list) and any(isinstance(r, dict) and "experiment" in r for r in rows):
+        return grid(path, rows)
+    name = path.rsplit("/", 1)[-1]
+    if not isinstance(rows, list) or "-seed" not in name:
+        raise SystemExit(f"{path}: neither the report's results.json nor the output of "
+                         "`posenc lm passkey --format json` named for its seed (…-seedN.json)")
+    try:
+        seed = int(name.rsplit("-seed", 1)[1].split(".")[0])
+    except ValueError:
+        raise SystemExit(f"{path}: no seed after `-seed` in its name")
+    return trials(path, rows, seed)
+
+
+def grid(path, records):
+    """The grid's trials (seed 0) from the report's records."""
+    rows = []
+    for r in records:
+        if not isinstance(r, dict) or r.get("experiment") != "smollm2-passkey":
+            continue
+        try:
+            rows.append([r["scaling"], r["factor"] or "", int(r["length"]), float(r["depth"]),
+                         0, int(r["trial"]), str(r["key"]), bool(r["correct"]), r["answer"],
+                         float(r["wall_s"]), float(r["peak_rss_mb"])])
+        except (KeyError, TypeError, ValueError) as e:
+            raise SystemExit(f"{path}: a passkey record without {e}")
+    return rows
+
+
+def trials(path, records, seed):
+    """The trials of one `posenc lm passkey --format json` output, drawn with `seed`."""
+    rows = []
+    for r in records:
+        try:
+            scaling = json.loads(r["rope_scaling"]) if r["rope_scaling"] else None
+            rows.append([scaling["rope_type"] if scaling else "none",
+                         scaling.get("factor", "") if scaling else "", int(r["length"]),
+                         float(r["depth"]), seed, int(r["trial"]), str(r["key"]),
+                         bool(r["correct"]), r["answer"], float(r["seconds"]),
+                         float(r["peak_rss_mb"])])
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise SystemExit(f"{path}: a passkey record without {e}")
+    return rows
+
+
+def cell_text(answer):
+    """An answer as one Markdown table cell: stripped, its line breaks and bars escaped."""
+    return answer.strip().replace("\n", "\\n").replace("|", "\\|")
+
+
+def by_depth(cells):
+    """Per scaling, a Markdown table of keys found by length (rows) and depth (columns)."""
+    for scaling in dict.fromkeys(s for s, _, _ in cells):
+        lengths = sorted({n for s, n, _ in cells if s == scaling})
+        depths = sorted({d for s, _, d in cells if s == scaling})
+        print(f"\n{scaling}: keys found, by length and depth\n")
+        print("| length | " + " | ".join(f"{d:g}" for d in depths) + " |")
+        print("|---:|" + "---:|" * len(depths))
+        for n in lengths:
+            row = [cells.get((scaling, n, d)) for d in depths]
+            print(f"| {n} | " + " | ".join(
+                f"{sum(r[7] for r in c)}/{len(c)}" if c else "–" for c in row) + " |")
+
+
+def main(out, paths, pivot=False):
+    rows = [row for path in paths for row in read(path)]
+    seen = {}
+    for r in rows:
+        cell = (r[0], r[2], r[3], r[6])
+        if cell in seen:
+            raise SystemExit(f"the key {r[6]} at {r[2]} tokens, depth {r[3]}, {r[0]}, is in "
+                             "the inputs twice")
+        seen[cell] = r
+    order = ["none", "linear", "dynamic", "yarn", "llama3"]
+    rows.sort(key=lambda r: (order.index(r[0]) if r[0] in order else len(order), r[0], r[2],
+                             r[3], r[4], r[5]))
+    eval_records.write_csv(out, HEADER, rows)
+    cells = {}
+    for r in rows:
+        cells.setdefault((r[0], r[2], r[3]), []).append(r)
+    if pivot:
+        by_depth(cells)
+        return
+    print("| scaling | length | depth | keys found | what it wrote where it missed |")
+    print("|---|---:|---:|---:|---|")
+    for (scaling, length, depth), cell in cells.items():
+        found = sum(r[7] for r in cell)
+        misses = "; ".join(f"\"{cell_text(r[8])}\"" for r in cell if not r[7])
+        print(f"| {scaling} | {length} | {depth} | {found}/{len(cell)} | {misses} |")
+
+
+if __name__ == "__main__":
+    # A closed pipe (`| head`) ends the table quietly, as a shell tool does.
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    args = sys.argv[1:]
+    pivot = args[:1] == ["--by-depth"]
+    if pivot:
+        args = args[1:]
+    if len(args) < 2:
+        raise SystemExit(__doc__)
+    main(args[0], args[1:], pivot)
