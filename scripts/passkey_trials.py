@@ -6,14 +6,14 @@
     python3 scripts/passkey_trials.py [--by-depth] OUT.csv INPUT.json [INPUT.json …]
 
 Each INPUT.json is either the long-context report's `results.json` (its `smollm2-passkey`
-records are read, as seed 0) or what `posenc lm passkey --format json` printed, named
-`…-seedN.json` for the seed its keys were drawn with. Writes OUT.csv, one row per trial
-(scaling, factor, length, depth, seed, trial, key, correct, answer, seconds, peak_rss_mb:
-tidy records that `pandas.read_csv` loads), and prints a Markdown table: per scaling,
-length and depth, the keys found out of the keys tried, and what the model wrote where it
-missed; with `--by-depth`, instead, one table per scaling of keys found by length (rows)
-and depth (columns). A key found twice in one cell (a file given twice) is an error. Standard library
-only.
+records are read, as seed 0) or what `posenc lm passkey --format json` printed (its records
+name their seed; a file from before they did is named `…-seedN.json` for it). Writes
+OUT.csv, one row per trial (scaling, factor, length, depth, seed, trial, key, correct,
+answer, seconds, peak_rss_mb: tidy records that `pandas.read_csv` loads), and prints a
+Markdown table: per scaling, length and depth, the keys found out of the keys tried, and
+what the model wrote where it missed; with `--by-depth`, instead, one table per scaling of
+keys found by length (rows) and depth (columns). A key found twice in one cell (a file
+given twice) is an error. Standard library only.
 """
 import json
 import signal
@@ -36,14 +36,17 @@ def read(path):
     # The report's records each name their experiment; `lm passkey`'s do not.
     if isinstance(rows, list) and any(isinstance(r, dict) and "experiment" in r for r in rows):
         return grid(path, rows)
-    name = path.rsplit("/", 1)[-1]
-    if not isinstance(rows, list) or "-seed" not in name:
+    if not isinstance(rows, list):
         raise SystemExit(f"{path}: neither the report's results.json nor the output of "
-                         "`posenc lm passkey --format json` named for its seed (…-seedN.json)")
-    try:
-        seed = int(name.rsplit("-seed", 1)[1].split(".")[0])
-    except ValueError:
-        raise SystemExit(f"{path}: no seed after `-seed` in its name")
+                         "`posenc lm passkey --format json`")
+    # Records carry their seed since posenc wrote it; older files are named for it.
+    name = path.rsplit("/", 1)[-1]
+    seed = None
+    if "-seed" in name:
+        try:
+            seed = int(name.rsplit("-seed", 1)[1].split(".")[0])
+        except ValueError:
+            raise SystemExit(f"{path}: no seed after `-seed` in its name")
     return trials(path, rows, seed)
 
 
@@ -63,14 +66,22 @@ def grid(path, records):
 
 
 def trials(path, records, seed):
-    """The trials of one `posenc lm passkey --format json` output, drawn with `seed`."""
+    """The trials of one `posenc lm passkey --format json` output, each drawn with the seed
+    its record names, else `seed` (the file's name's)."""
     rows = []
     for r in records:
         try:
+            if r.get("seed", seed) is None:
+                raise SystemExit(f"{path}: a record without its seed, in a file not named "
+                                 "for one (…-seedN.json)")
+            if seed is not None and r.get("seed", seed) != seed:
+                raise SystemExit(f"{path}: a record of seed {r['seed']} in a file named for "
+                                 f"seed {seed}")
             scaling = json.loads(r["rope_scaling"]) if r["rope_scaling"] else None
             rows.append([scaling["rope_type"] if scaling else "none",
                          scaling.get("factor", "") if scaling else "", int(r["length"]),
-                         float(r["depth"]), seed, int(r["trial"]), str(r["key"]),
+                         float(r["depth"]), int(r.get("seed", seed)), int(r["trial"]),
+                         str(r["key"]),
                          bool(r["correct"]), r["answer"], float(r["seconds"]),
                          float(r["peak_rss_mb"])])
         except (KeyError, TypeError, ValueError, AttributeError) as e:

@@ -605,6 +605,8 @@ fn passkey_tabulates_every_cell_and_refuses_bad_settings() {
             "0.1,0.9",
             "--trials",
             "2",
+            "--seed",
+            "7",
             "--format",
             "json",
         ])
@@ -615,6 +617,8 @@ fn passkey_tabulates_every_cell_and_refuses_bad_settings() {
     let rows: Vec<serde_json::Value> = serde_json::from_str(&stdout).unwrap();
     assert_eq!(rows.len(), 8);
     for r in &rows {
+        // Each record says which seed drew its key.
+        assert_eq!(r["seed"], 7, "{r}");
         let key = r["key"].as_str().unwrap();
         assert!(
             key.len() == 5 && key.bytes().all(|b| b.is_ascii_digit()),

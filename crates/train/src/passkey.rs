@@ -166,6 +166,8 @@ pub struct PasskeyRecord {
     pub depth: f64,
     /// The trial's number, from 0.
     pub trial: usize,
+    /// The seed the key was drawn with ([`PasskeyConfig::seed`]).
+    pub seed: u64,
     /// The hidden key.
     pub key: String,
     /// What the model wrote after the question.
@@ -271,6 +273,7 @@ pub fn run(
             tokens: p.ids.len(),
             depth,
             trial,
+            seed: cfg.seed,
             correct: first_number(&answer) == Some(key.as_str()),
             key,
             answer,

@@ -182,6 +182,7 @@ fn a_run_records_every_trial_as_the_model_answered_it() {
     assert_eq!(read, records.iter().map(|r| r.tokens).sum::<usize>());
     for r in &records {
         assert_eq!(r.key, cfg.key(r.length, r.depth, r.trial));
+        assert_eq!(r.seed, cfg.seed);
         assert!(r.tokens <= r.length && r.tokens > r.length - FILLER.len());
         assert_eq!(r.answer.chars().count(), passkey::ANSWER_TOKENS);
         assert_eq!(r.correct, first_number(&r.answer) == Some(r.key.as_str()));
