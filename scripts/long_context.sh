@@ -8,7 +8,8 @@
 # PARTS, comma-separated (default all of them, in this order): `grid`, one key per cell (the
 # tables of results.md); `windows`, three windows where the grid has one (more-windows/);
 # `keys`, two more keys per passkey cell (more-trials/); `depths`, three keys at each tenth
-# of the depth at 2k to 8k tokens (more-trials/depths.png).
+# of the depth at 2k to 8k tokens (more-trials/depths.png); `edge`, the sweep's misses again
+# with f32 weights, and with YaRN and Llama 3 at factor 2 (more-trials/).
 #
 # Every run is its own process under /usr/bin/time, writing one JSON file and one .time file
 # (wall seconds, peak resident KB); a run whose files exist is skipped, so the script can be
@@ -17,11 +18,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-runs/long-context/smollm2}
-parts=",${2:-grid,windows,keys,depths},"
+parts=",${2:-grid,windows,keys,depths,edge},"
 for part in ${parts//,/ }; do
   case $part in
-    grid | windows | keys | depths) ;;
-    *) echo "long_context.sh: unknown part '$part' (grid, windows, keys, depths)" >&2 && exit 2 ;;
+    grid | windows | keys | depths | edge) ;;
+    *) echo "long_context.sh: unknown part '$part' (grid, windows, keys, depths, edge)" >&2 && exit 2 ;;
   esac
 done
 mkdir -p "$out"
@@ -124,4 +125,19 @@ if [[ $parts == *,depths,* ]]; then
   run passkey-none-depths-seed2 lm passkey --model smollm2 --kv-cache f32 --lengths 2048,4096,6144,8192 \
     --depths 0,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,1 --seed 2 --trials 3 \
     --plot "$out/passkey-none-depths-seed2.png"
+fi
+# The sweep's misses against the quantization and the prompt's layout: its 8 192-token
+# prompts where it missed, and depths 0.9 and 1 at 256 and 2 048 tokens, with the weights
+# dequantized to f32 (the same keys, `--seed 2`). Then whether a scaling mends the misses
+# at the window's edge: the 8 192-token prompts at the depths it missed and two it did not,
+# with YaRN and Llama 3 at factor 2 (dynamic NTK does nothing within the trained length).
+if [[ $parts == *,edge,* ]]; then
+  f32=(--model smollm2 --f32 --kv-cache f32 --seed 2 --trials 3)
+  run passkey-none-8192-f32-seed2 lm passkey "${f32[@]}" --lengths 8192 --depths 0,0.7,0.8
+  run passkey-none-layout-f32-seed2 lm passkey "${f32[@]}" --lengths 256,2048 --depths 0.9,1
+  for kind in yarn llama3; do
+    flags=(--model smollm2 --kv-cache f32 --rope-scaling "$(scaling "$kind" 16384)")
+    run "passkey-$kind-8192-edge-seed2" lm passkey "${flags[@]}" --lengths 8192 \
+      --depths 0,0.1,0.5,0.7,0.8,0.9 --seed 2 --trials 3
+  done
 fi
