@@ -140,4 +140,10 @@ if [[ $parts == *,edge,* ]]; then
     run "passkey-$kind-8192-edge-seed2" lm passkey "${flags[@]}" --lengths 8192 \
       --depths 0,0.1,0.5,0.7,0.8,0.9 --seed 2 --trials 3
   done
+  # And what it costs within the window: perplexity over the three windows of 8 192 that
+  # `windows` scored unscaled (ppl3-none-8192).
+  for kind in yarn llama3; do
+    flags=(--model smollm2 --kv-cache f32 --rope-scaling "$(scaling "$kind" 16384)")
+    run "ppl3-$kind-8192-factor2" lm eval "${flags[@]}" --lengths 8192 --windows 3
+  done
 fi
