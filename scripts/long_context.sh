@@ -130,7 +130,9 @@ fi
 # prompts where it missed, and depths 0.9 and 1 at 256 and 2 048 tokens, with the weights
 # dequantized to f32 (the same keys, `--seed 2`). Then whether a scaling mends the misses
 # at the window's edge: the 8 192-token prompts at the depths it missed and two it did not,
-# with YaRN and Llama 3 at factor 2 (dynamic NTK does nothing within the trained length).
+# with YaRN and Llama 3 at factor 2 (dynamic NTK does nothing within the trained length),
+# and what that costs within the window: perplexity over the three windows of 8 192 that
+# `windows` scored unscaled (ppl3-none-8192).
 if [[ $parts == *,edge,* ]]; then
   f32=(--model smollm2 --f32 --kv-cache f32 --seed 2 --trials 3)
   run passkey-none-8192-f32-seed2 lm passkey "${f32[@]}" --lengths 8192 --depths 0,0.7,0.8
@@ -139,11 +141,6 @@ if [[ $parts == *,edge,* ]]; then
     flags=(--model smollm2 --kv-cache f32 --rope-scaling "$(scaling "$kind" 16384)")
     run "passkey-$kind-8192-edge-seed2" lm passkey "${flags[@]}" --lengths 8192 \
       --depths 0,0.1,0.5,0.7,0.8,0.9 --seed 2 --trials 3
-  done
-  # And what it costs within the window: perplexity over the three windows of 8 192 that
-  # `windows` scored unscaled (ppl3-none-8192).
-  for kind in yarn llama3; do
-    flags=(--model smollm2 --kv-cache f32 --rope-scaling "$(scaling "$kind" 16384)")
     run "ppl3-$kind-8192-factor2" lm eval "${flags[@]}" --lengths 8192 --windows 3
   done
 fi

@@ -12,7 +12,7 @@ OUT.csv, one row per trial (scaling, factor, length, depth, seed, trial, key, co
 answer, seconds, peak_rss_mb: tidy records that `pandas.read_csv` loads), and prints a
 Markdown table: per scaling, length and depth, the keys found out of the keys tried, and
 what the model wrote where it missed; with `--by-depth`, instead, one table per scaling of
-keys found by length (rows) and depth (columns). A key found twice in one cell (a file
+keys found by length (rows) and depth (columns). A key tried twice in one cell (a file
 given twice) is an error. Standard library only.
 """
 import json
@@ -50,19 +50,25 @@ def read(path):
     return trials(path, rows, seed)
 
 
+def trial(path, scaling, factor, seed, seconds, r):
+    """One CSV row: a trial's `scaling`, `factor`, `seed` and wall `seconds`, the rest read
+    from its record `r`; exits naming `path` where a field is missing or malformed."""
+    try:
+        return [scaling, factor, int(r["length"]), float(r["depth"]), int(seed),
+                int(r["trial"]), str(r["key"]), bool(r["correct"]), r["answer"],
+                float(seconds), float(r["peak_rss_mb"])]
+    except (KeyError, TypeError, ValueError) as e:
+        raise SystemExit(f"{path}: a passkey record without {e}")
+
+
 def grid(path, records):
     """The grid's trials (seed 0) from the report's records."""
-    rows = []
-    for r in records:
-        if not isinstance(r, dict) or r.get("experiment") != "smollm2-passkey":
-            continue
-        try:
-            rows.append([r["scaling"], r["factor"] or "", int(r["length"]), float(r["depth"]),
-                         0, int(r["trial"]), str(r["key"]), bool(r["correct"]), r["answer"],
-                         float(r["wall_s"]), float(r["peak_rss_mb"])])
-        except (KeyError, TypeError, ValueError) as e:
-            raise SystemExit(f"{path}: a passkey record without {e}")
-    return rows
+    try:
+        return [trial(path, r["scaling"], r["factor"] or "", 0, r["wall_s"], r)
+                for r in records
+                if isinstance(r, dict) and r.get("experiment") == "smollm2-passkey"]
+    except KeyError as e:
+        raise SystemExit(f"{path}: a passkey record without {e}")
 
 
 def trials(path, records, seed):
@@ -70,22 +76,20 @@ def trials(path, records, seed):
     its record names, else `seed` (the file's name's)."""
     rows = []
     for r in records:
+        if not isinstance(r, dict):
+            raise SystemExit(f"{path}: a record that is not an object")
+        drawn = r.get("seed", seed)
+        if drawn is None:
+            raise SystemExit(f"{path}: a record without its seed, in a file not named for one "
+                             "(…-seedN.json)")
+        if seed is not None and drawn != seed:
+            raise SystemExit(f"{path}: a record of seed {drawn} in a file named for seed {seed}")
         try:
-            if r.get("seed", seed) is None:
-                raise SystemExit(f"{path}: a record without its seed, in a file not named "
-                                 "for one (…-seedN.json)")
-            if seed is not None and r.get("seed", seed) != seed:
-                raise SystemExit(f"{path}: a record of seed {r['seed']} in a file named for "
-                                 f"seed {seed}")
-            scaling = json.loads(r["rope_scaling"]) if r["rope_scaling"] else None
-            rows.append([scaling["rope_type"] if scaling else "none",
-                         scaling.get("factor", "") if scaling else "", int(r["length"]),
-                         float(r["depth"]), int(r.get("seed", seed)), int(r["trial"]),
-                         str(r["key"]),
-                         bool(r["correct"]), r["answer"], float(r["seconds"]),
-                         float(r["peak_rss_mb"])])
+            scaling = json.loads(r["rope_scaling"]) if r["rope_scaling"] else {}
+            kind, factor = scaling.get("rope_type", "none"), scaling.get("factor", "")
         except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise SystemExit(f"{path}: a passkey record without {e}")
+            raise SystemExit(f"{path}: a passkey record without a readable rope_scaling ({e})")
+        rows.append(trial(path, kind, factor, drawn, r.get("seconds"), r))
     return rows
 
 
@@ -110,13 +114,15 @@ def by_depth(cells):
 
 def main(out, paths, pivot=False):
     rows = [row for path in paths for row in read(path)]
-    seen = {}
+    if not rows:
+        raise SystemExit("no passkey trials in the inputs")
+    seen = set()
     for r in rows:
         cell = (r[0], r[2], r[3], r[6])
         if cell in seen:
             raise SystemExit(f"the key {r[6]} at {r[2]} tokens, depth {r[3]}, {r[0]}, is in "
                              "the inputs twice")
-        seen[cell] = r
+        seen.add(cell)
     order = ["none", "linear", "dynamic", "yarn", "llama3"]
     rows.sort(key=lambda r: (order.index(r[0]) if r[0] in order else len(order), r[0], r[2],
                              r[3], r[4], r[5]))
