@@ -37,8 +37,8 @@ pub struct KvCache {
 impl KvCache {
     /// Says that what is read next belongs to a sequence that will reach `total`
     /// positions: the encoding then sees each piece as [`Positions::Within`] it (dynamic
-    /// NTK takes `total`'s frequencies, as one forward over the whole would). Positions past
-    /// `total` are read as themselves.
+    /// NTK takes `total`'s frequencies, as one forward over the whole would), and the next
+    /// allocation makes room for all of them. Positions past `total` are read as themselves.
     pub fn read_until(&mut self, total: usize) {
         self.reach = total;
     }
@@ -118,8 +118,9 @@ impl KvCache {
 
     /// Makes room for `positions` in all at the first write (or the next growth), so that
     /// a generation of known length allocates its cache once; at most [`RESERVE_AHEAD`]
-    /// positions past what is written, so that a long generation that stops early does not
-    /// hold memory it never used (past that, the cache doubles as it fills).
+    /// positions past what is written or surely read ([`KvCache::read_until`]), so that a
+    /// long generation that stops early does not hold memory it never used (past that, the
+    /// cache doubles as it fills).
     pub fn reserve(&mut self, positions: usize) {
         self.reserved = self.reserved.max(positions);
     }
@@ -170,8 +171,12 @@ impl KvCache {
         }
         let end = self.len + new;
         if end > self.capacity() {
-            let reserved = self.reserved.min(end.saturating_add(RESERVE_AHEAD));
-            let capacity = end.max(reserved).max(2 * self.capacity());
+            // The sequence surely reaches `certain`: a prompt read in pieces allocates its
+            // whole cache at the first, where growing piece by piece would leave the
+            // smaller buffers behind, freed but held by the allocator.
+            let certain = end.max(self.reach);
+            let reserved = self.reserved.min(certain.saturating_add(RESERVE_AHEAD));
+            let capacity = certain.max(reserved).max(2 * self.capacity());
             let fresh = || Tensor::zeros((b, heads, capacity, d), k.dtype(), k.device());
             let (nk, nv) = (fresh()?, fresh()?);
             if let Some((ok, ov)) = self.get()? {

@@ -309,6 +309,19 @@ fn the_cache_is_written_in_place_and_grows_geometrically() {
     far.reserve(1 << 30);
     far.append(&kv(3, 11), &kv(3, 12)).unwrap();
     assert_eq!(far.capacity(), 3 + RESERVE_AHEAD);
+    // A prompt read in pieces allocates all it will reach at its first piece, and the
+    // reservation counts ahead from there: no buffer is left behind as it grows.
+    let prompt = 2 * RESERVE_AHEAD;
+    let mut long = KvCache::default();
+    long.reserve(prompt + 10);
+    long.read_until(prompt);
+    long.append(&kv(3, 13), &kv(3, 14)).unwrap();
+    assert_eq!(long.capacity(), prompt + 10);
+    // Without a reservation, the prompt's length is still allocated at once.
+    let mut unreserved = KvCache::default();
+    unreserved.read_until(prompt);
+    unreserved.append(&kv(3, 15), &kv(3, 16)).unwrap();
+    assert_eq!(unreserved.capacity(), prompt);
     // A batch that does not fit is named.
     let e = cache
         .append(&filled(&[1, 3, 1, 4], 11), &filled(&[1, 3, 1, 4], 12))
