@@ -9,7 +9,8 @@
 # tables of results.md); `windows`, three windows where the grid has one (more-windows/);
 # `keys`, two more keys per passkey cell (more-trials/); `depths`, three keys at each tenth
 # of the depth at 2k to 8k tokens (more-trials/depths.png); `edge`, the sweep's misses again
-# with f32 weights, and with YaRN and Llama 3 at factor 2 (more-trials/).
+# with f32 weights, and with YaRN and Llama 3 at factor 2 (more-trials/); `past`, YaRN and
+# Llama 3 at six depths past the window, three keys each (more-trials/).
 #
 # Every run is its own process under /usr/bin/time, writing one JSON file and one .time file
 # (wall seconds, peak resident KB); a run whose files exist is skipped, so the script can be
@@ -18,11 +19,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-runs/long-context/smollm2}
-parts=",${2:-grid,windows,keys,depths,edge},"
+parts=",${2:-grid,windows,keys,depths,edge,past},"
 for part in ${parts//,/ }; do
   case $part in
-    grid | windows | keys | depths | edge) ;;
-    *) echo "long_context.sh: unknown part '$part' (grid, windows, keys, depths, edge)" >&2 && exit 2 ;;
+    grid | windows | keys | depths | edge | past) ;;
+    *) echo "long_context.sh: unknown part '$part' (grid, windows, keys, depths, edge, past)" >&2 && exit 2 ;;
   esac
 done
 mkdir -p "$out"
@@ -142,5 +143,16 @@ if [[ $parts == *,edge,* ]]; then
     run "passkey-$kind-8192-edge-seed2" lm passkey "${flags[@]}" --lengths 8192 \
       --depths 0,0.1,0.5,0.7,0.8,0.9 --seed 2 --trials 3
     run "ppl3-$kind-8192-factor2" lm eval "${flags[@]}" --lengths 8192 --windows 3
+  done
+fi
+# Past the window at every depth, not only the middle: the two scalings that mended the
+# window's edge, at 16 384 tokens (factor 2), six depths from the opening to just before the
+# question, with the depth sweep's keys (`--seed 2`; 1 is left out: the prompt's layout
+# fails there at every length). About half an hour a scaling alone on two cores.
+if [[ $parts == *,past,* ]]; then
+  for kind in yarn llama3; do
+    run "passkey-$kind-16384-depths-seed2" lm passkey --model smollm2 --kv-cache f32 \
+      --rope-scaling "$(scaling "$kind" 16384)" --lengths 16384 --depths 0,0.1,0.3,0.5,0.7,0.9 \
+      --seed 2 --trials 3
   done
 fi
