@@ -9,8 +9,8 @@
 # tables of results.md); `windows`, three windows where the grid has one (more-windows/);
 # `keys`, two more keys per passkey cell (more-trials/); `depths`, three keys at each tenth
 # of the depth at 2k to 8k tokens (more-trials/depths.png); `edge`, the sweep's misses again
-# with f32 weights, and with YaRN and Llama 3 at factor 2 (more-trials/); `past`, YaRN and
-# Llama 3 at six depths past the window, three keys each (more-trials/).
+# with f32 weights, and with YaRN and Llama 3 at factor 2 (more-trials/); `past`, YaRN, Llama 3
+# and dynamic NTK at six depths past the window, three keys each (more-trials/).
 #
 # Every run is its own process under /usr/bin/time, writing one JSON file and one .time file
 # (wall seconds, peak resident KB); a run whose files exist is skipped, so the script can be
@@ -146,11 +146,12 @@ if [[ $parts == *,edge,* ]]; then
   done
 fi
 # Past the window at every depth, not only the middle: the two scalings that mended the
-# window's edge, at 16 384 tokens (factor 2), six depths from the opening to just before the
-# question, with the depth sweep's keys (`--seed 2`; 1 is left out: the prompt's layout
-# fails there at every length). About half an hour a scaling alone on two cores.
+# window's edge, then dynamic NTK (which also slows the fast dimensions a little), at 16 384
+# tokens (factor 2), six depths from the opening to just before the question, with the
+# depth sweep's keys (`--seed 2`; 1 is left out: the prompt's layout fails there at every
+# length). About half an hour a scaling alone on two cores.
 if [[ $parts == *,past,* ]]; then
-  for kind in yarn llama3; do
+  for kind in yarn llama3 dynamic; do
     run "passkey-$kind-16384-depths-seed2" lm passkey --model smollm2 --kv-cache f32 \
       --rope-scaling "$(scaling "$kind" 16384)" --lengths 16384 --depths 0,0.1,0.3,0.5,0.7,0.9 \
       --seed 2 --trials 3
