@@ -7,9 +7,9 @@
 Each EVAL.json is what `posenc lm eval --format json --windows N` printed (one record per
 window length, each with its windows' `starts`, `window_losses` and, past the trained
 context, `window_tail_losses`). Each record is labelled by its `rope_scaling`'s
-`rope_type` (`none` without one). Writes OUT.csv, one row per run, length and window
-(scaling, length, window, start, loss, tail_loss: tidy records that `pandas.read_csv`
-loads), and prints a Markdown table: per scaling and length, the loss as the mean ± sample
+`rope_type` (`none` without one) and `factor` (empty without one). Writes OUT.csv, one row
+per run, length and window (scaling, factor, length, window, start, loss, tail_loss: tidy
+records that `pandas.read_csv` loads), and prints a Markdown table: per scaling and length, the loss as the mean ± sample
 standard deviation over the windows, the perplexity of that mean, the loss past the
 trained context likewise, and the first window's perplexity (the window `--windows 1`
 scores); then, for each length whose runs share their windows, each run's loss (past
@@ -27,54 +27,63 @@ FIELDS = ["len", "windows", "by_position", "rope_scaling"]
 
 
 def scaling(row):
-    """The record's rope_type, `none` without a scaling."""
+    """The record's rope_type and factor: `("none", "")` without a scaling."""
     raw = row["rope_scaling"]
-    return "none" if raw is None else json.loads(raw)["rope_type"]
+    if raw is None:
+        return "none", ""
+    settings = json.loads(raw)
+    factor = settings.get("factor")
+    return settings["rope_type"], "" if factor is None else f"{float(factor):g}"
+
+
+def label(kind, factor):
+    """How a table names a scaling: its rope_type, and its factor where it has one."""
+    return f"{kind} ×{factor}" if factor else kind
 
 
 def parse(row):
-    """(scaling, length, starts, losses, tail losses) of one record."""
+    """(scaling, factor, length, starts, losses, tail losses) of one record."""
     starts = [int(x) for x in row.get("starts") or []]
     losses = [float(x) for x in row.get("window_losses") or []]
     tails = [float(x) for x in row.get("window_tail_losses") or []]
     if not losses or len(starts) != len(losses) or tails and len(tails) != len(losses):
         raise ValueError("a record without one loss per window (written by a posenc older "
                          "than `window_losses`?)")
-    return scaling(row), int(row["len"]), starts, losses, tails
+    return (*scaling(row), int(row["len"]), starts, losses, tails)
 
 
 def main(out, paths):
-    runs = []  # (scaling, length, starts, losses, tail losses)
+    runs = []  # (scaling, factor, length, starts, losses, tail losses)
     for path in paths:
         runs += eval_records.load(path, FIELDS, parse)
     if not runs:
         raise SystemExit("no window lengths in the inputs")
     eval_records.write_csv(
-        out, ["scaling", "length", "window", "start", "loss", "tail_loss"],
-        [[s, n, i, start, loss, tails[i] if tails else ""]
-         for s, n, starts, losses, tails in runs
+        out, ["scaling", "factor", "length", "window", "start", "loss", "tail_loss"],
+        [[s, f, n, i, start, loss, tails[i] if tails else ""]
+         for s, f, n, starts, losses, tails in runs
          for i, (start, loss) in enumerate(zip(starts, losses))])
     print("| scaling | window | windows | loss | perplexity of the mean | loss past the "
           "trained context | first window's perplexity |")
     print("|---|---:|---:|---:|---:|---:|---:|")
-    for s, n, _, losses, tails in runs:
+    for s, f, n, _, losses, tails in runs:
         tail = eval_records.spread(tails) if tails else "–"
-        print(f"| {s} | {n} | {len(losses)} | {eval_records.spread(losses)} | "
+        print(f"| {label(s, f)} | {n} | {len(losses)} | {eval_records.spread(losses)} | "
               f"{math.exp(statistics.fmean(losses)):.2f} | {tail} | {math.exp(losses[0]):.2f} |")
     # Window by window: runs over the same windows compare on the same text.
-    for n in sorted({n for _, n, *_ in runs}):
-        same = [r for r in runs if r[1] == n]
-        starts = same[0][2]
-        if any(r[2] != starts for r in same):
+    for n in sorted({n for _, _, n, *_ in runs}):
+        same = [r for r in runs if r[2] == n]
+        starts = same[0][3]
+        if any(r[3] != starts for r in same):
             continue
-        past = all(r[4] for r in same)
+        past = all(r[5] for r in same)
         what = "loss past the trained context" if past else "loss"
         print(f"\n{what} at {n}, window by window (each column one window, by its first "
               "token):\n")
         print("| scaling | " + " | ".join(f"from {s}" for s in starts) + " |")
         print("|---|" + "---:|" * len(starts))
-        for s, _, _, losses, tails in same:
-            print(f"| {s} | " + " | ".join(f"{x:.3f}" for x in (tails if past else losses))
+        for s, f, _, _, losses, tails in same:
+            print(f"| {label(s, f)} | " + " | ".join(f"{x:.3f}" for x in (tails if past else losses))
                   + " |")
 
 
