@@ -3,17 +3,20 @@
 (`docs/long-context/results.json`, seed 0) and the further keys of `posenc lm passkey
 --seed N` runs (`scripts/long_context.sh OUT keys` and `… depths`).
 
-    python3 scripts/passkey_trials.py [--by-depth] OUT.csv INPUT.json [INPUT.json …]
+    python3 scripts/passkey_trials.py [--by-depth] OUT.csv [LABEL=]INPUT.json [[LABEL=]INPUT.json …]
 
 Each INPUT.json is either the long-context report's `results.json` (its `smollm2-passkey`
 records are read, as seed 0) or what `posenc lm passkey --format json` printed (its records
-name their seed; a file from before they did is named `…-seedN.json` for it). Writes
-OUT.csv, one row per trial (scaling, factor, length, depth, seed, trial, key, correct,
-answer, seconds, peak_rss_mb: tidy records that `pandas.read_csv` loads), and prints a
-Markdown table: per scaling, length and depth, the keys found out of the keys tried, and
-what the model wrote where it missed; with `--by-depth`, instead, one table per scaling of
-keys found by length (rows) and depth (columns). A key tried twice in one cell (a file
-given twice) is an error. Standard library only.
+name their seed; a file from before they did is named `…-seedN.json` for it). A trial's
+scaling is its rope_type (`none` without one), or LABEL where the input is given as
+LABEL=INPUT.json (runs of one rope_type with different settings, such as LongRoPE's
+divisors, told apart). Writes OUT.csv, one row per trial (scaling, factor, length, depth,
+seed, trial, key, correct, answer, seconds, peak_rss_mb: tidy records that
+`pandas.read_csv` loads), and prints a Markdown table: per scaling and factor, length and
+depth, the keys found out of the keys tried, and what the model wrote where it missed;
+with `--by-depth`, instead, one table per scaling and factor of keys found by length (rows)
+and depth (columns). A key tried twice in one cell (a file given twice) is an error.
+Standard library only.
 """
 import json
 import signal
@@ -25,9 +28,19 @@ HEADER = ["scaling", "factor", "length", "depth", "seed", "trial", "key", "corre
           "seconds", "peak_rss_mb"]
 
 
-def read(path):
-    """The trials of one input, whichever kind it is, exiting with a message naming it
-    where it is neither."""
+def read(arg):
+    """The trials of one input, `[LABEL=]PATH`, whichever kind it is, exiting with a message
+    naming it where it is neither."""
+    label, path = arg.split("=", 1) if "=" in arg else (None, arg)
+    rows = read_path(path)
+    if label is not None:
+        for r in rows:
+            r[0] = label
+    return rows
+
+
+def read_path(path):
+    """The trials of the input at `path`."""
     try:
         with open(path) as f:
             rows = json.load(f)
@@ -98,12 +111,18 @@ def cell_text(answer):
     return answer.strip().replace("\n", "\\n").replace("|", "\\|")
 
 
+def name(scaling, factor):
+    """How a table names a scaling: its label, and its factor where it has one."""
+    return f"{scaling} ×{factor:g}" if factor != "" else scaling
+
+
 def by_depth(cells):
-    """Per scaling, a Markdown table of keys found by length (rows) and depth (columns)."""
+    """Per scaling and factor, a Markdown table of keys found by length (rows) and depth
+    (columns)."""
     for scaling in dict.fromkeys(s for s, _, _ in cells):
         lengths = sorted({n for s, n, _ in cells if s == scaling})
         depths = sorted({d for s, _, d in cells if s == scaling})
-        print(f"\n{scaling}: keys found, by length and depth\n")
+        print(f"\n{name(*scaling)}: keys found, by length and depth\n")
         print("| length | " + " | ".join(f"{d:g}" for d in depths) + " |")
         print("|---:|" + "---:|" * len(depths))
         for n in lengths:
@@ -118,18 +137,18 @@ def main(out, paths, pivot=False):
         raise SystemExit("no passkey trials in the inputs")
     seen = set()
     for r in rows:
-        cell = (r[0], r[2], r[3], r[6])
+        cell = (r[0], r[1], r[2], r[3], r[6])
         if cell in seen:
-            raise SystemExit(f"the key {r[6]} at {r[2]} tokens, depth {r[3]}, {r[0]}, is in "
-                             "the inputs twice")
+            raise SystemExit(f"the key {r[6]} at {r[2]} tokens, depth {r[3]}, "
+                             f"{name(r[0], r[1])}, is in the inputs twice")
         seen.add(cell)
     order = ["none", "linear", "dynamic", "yarn", "llama3"]
-    rows.sort(key=lambda r: (order.index(r[0]) if r[0] in order else len(order), r[0], r[2],
-                             r[3], r[4], r[5]))
+    rows.sort(key=lambda r: (order.index(r[0]) if r[0] in order else len(order), r[0],
+                             r[1] if r[1] != "" else 0, r[2], r[3], r[4], r[5]))
     eval_records.write_csv(out, HEADER, rows)
     cells = {}
     for r in rows:
-        cells.setdefault((r[0], r[2], r[3]), []).append(r)
+        cells.setdefault(((r[0], r[1]), r[2], r[3]), []).append(r)
     if pivot:
         by_depth(cells)
         return
@@ -138,7 +157,7 @@ def main(out, paths, pivot=False):
     for (scaling, length, depth), cell in cells.items():
         found = sum(r[7] for r in cell)
         misses = "; ".join(f"\"{cell_text(r[8])}\"" for r in cell if not r[7])
-        print(f"| {scaling} | {length} | {depth} | {found}/{len(cell)} | {misses} |")
+        print(f"| {name(*scaling)} | {length} | {depth} | {found}/{len(cell)} | {misses} |")
 
 
 if __name__ == "__main__":
