@@ -10,7 +10,9 @@
 # `keys`, two more keys per passkey cell (more-trials/); `depths`, three keys at each tenth
 # of the depth at 2k to 8k tokens (more-trials/depths.png); `edge`, the sweep's misses again
 # with f32 weights, and with YaRN and Llama 3 at factor 2 (more-trials/); `past`, YaRN, Llama 3
-# and dynamic NTK at six depths past the window, three keys each (more-trials/).
+# and dynamic NTK at six depths past the window, three keys each (more-trials/); `headroom`,
+# YaRN and Llama 3 at factor 4 where factor 2 missed at 16 384, and what that costs within
+# the window (more-trials/).
 #
 # Every run is its own process under /usr/bin/time, writing one JSON file and one .time file
 # (wall seconds, peak resident KB); a run whose files exist is skipped, so the script can be
@@ -19,11 +21,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-runs/long-context/smollm2}
-parts=",${2:-grid,windows,keys,depths,edge,past},"
+parts=",${2:-grid,windows,keys,depths,edge,past,headroom},"
 for part in ${parts//,/ }; do
   case $part in
-    grid | windows | keys | depths | edge | past) ;;
-    *) echo "long_context.sh: unknown part '$part' (grid, windows, keys, depths, edge, past)" >&2 && exit 2 ;;
+    grid | windows | keys | depths | edge | past | headroom) ;;
+    *) echo "long_context.sh: unknown part '$part' (grid, windows, keys, depths, edge, past, headroom)" >&2 && exit 2 ;;
   esac
 done
 mkdir -p "$out"
@@ -32,9 +34,9 @@ scripts/fetch_shakespeare.sh
 posenc=target/release/posenc
 cargo build --release --quiet --bin posenc
 
-# The scaling that stretches 8 192 tokens to `len` (factor len / 8192).
-scaling() { # kind len
-  local factor=$(($2 / 8192))
+# The scaling that stretches 8 192 tokens to `len` (factor len / 8192, or `factor` if given).
+scaling() { # kind len [factor]
+  local factor=${3:-$(($2 / 8192))}
   case $1 in
     none) echo "" ;;
     llama3) echo "{\"rope_type\":\"llama3\",\"factor\":$factor,\"low_freq_factor\":1,\"high_freq_factor\":4}" ;;
@@ -155,5 +157,42 @@ if [[ $parts == *,past,* ]]; then
     run "passkey-$kind-16384-depths-seed2" lm passkey --model smollm2 --kv-cache f32 \
       --rope-scaling "$(scaling "$kind" 16384)" --lengths 16384 --depths 0,0.1,0.3,0.5,0.7,0.9 \
       --seed 2 --trials 3
+  done
+fi
+# Whether `past`'s misses are a matter of headroom: at 16 384 tokens dynamic NTK's base grows
+# as for a factor of 2·16 384/8 192 − 1 = 3 (transformers' formula, over the whole prompt),
+# where YaRN and Llama 3 at factor 2 stop exactly at the prompt's length. So YaRN and Llama 3
+# at factor 4, at the two depths where factor 2 found no key (the same keys, `--seed 2`), and
+# first what factor 4 costs within the window: perplexity over `edge`'s three windows of
+# 8 192. Then which of dynamic NTK's differences from YaRN lets it retrieve further, where
+# factor 2's reach ends between depths 0.1 and 0.3 (YaRN), and factor 4's perplexity over
+# `windows`' three windows of 16 384. About 90 minutes alone on two cores.
+if [[ $parts == *,headroom,* ]]; then
+  for kind in yarn llama3; do
+    flags=(--model smollm2 --kv-cache f32 --rope-scaling "$(scaling "$kind" 16384 4)")
+    run "ppl3-$kind-8192-factor4" lm eval "${flags[@]}" --lengths 8192 --windows 3
+  done
+  for kind in yarn llama3; do
+    flags=(--model smollm2 --kv-cache f32 --rope-scaling "$(scaling "$kind" 16384 4)")
+    run "passkey-$kind-16384-factor4-seed2" lm passkey "${flags[@]}" --lengths 16384 \
+      --depths 0,0.1 --seed 2 --trials 3
+  done
+  # Which of dynamic NTK's differences from YaRN buys its reach at depth 0.1 (14 700 tokens):
+  # LongRoPE's per-pair divisors set to one scaling's stretch on some pairs and to the
+  # other's on the rest, no attention factor (scripts/rope_stretch.py --mix): first the pairs
+  # that turn within 8 192 tokens (0-19) against the slower ones (20-31), then each alone
+  # (dynamic NTK, and YaRN less its attention factor), then the pairs that turn within 8 192
+  # split where YaRN starts to slow them (11): the fast ones against the middle ones.
+  for mix in dynamic:0-19,yarn:20-31 yarn:0-19,dynamic:20-31 dynamic:0-31 yarn:0-31 \
+    dynamic:0-10,yarn:11-31 yarn:0-10,dynamic:11-19,yarn:20-31; do
+    run "passkey-mix-${mix//[:,]/-}-16384-seed2" lm passkey --model smollm2 --kv-cache f32 \
+      --rope-scaling "$(python3 scripts/rope_stretch.py --mix ${mix//,/ })" --lengths 16384 \
+      --depths 0.1 --seed 2 --trials 3
+  done
+  run passkey-yarn-16384-between-seed2 lm passkey --model smollm2 --kv-cache f32 \
+    --rope-scaling "$(scaling yarn 16384)" --lengths 16384 --depths 0.15,0.2,0.25 --seed 2 --trials 3
+  for kind in yarn llama3; do
+    flags=(--model smollm2 --kv-cache f32 --rope-scaling "$(scaling "$kind" 16384 4)")
+    run "ppl3-$kind-16384-factor4" lm eval "${flags[@]}" --lengths 16384 --windows 3
   done
 fi
