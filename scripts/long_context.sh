@@ -195,4 +195,10 @@ if [[ $parts == *,headroom,* ]]; then
     flags=(--model smollm2 --kv-cache f32 --rope-scaling "$(scaling "$kind" 16384 4)")
     run "ppl3-$kind-16384-factor4" lm eval "${flags[@]}" --lengths 16384 --windows 3
   done
+  # Llama 3 at factor 4 missed every key at depth 0 of 16 384 and found every key at depth
+  # 0.5 of 32 768, about as far back. Depth 0.334 of 24 576 puts the key exactly as far back
+  # as depth 0 of 16 384 (16 354 tokens from its sentence to the prompt's end), but 8 200
+  # tokens into the prompt rather than at its start.
+  run passkey-llama3-24576-factor4-seed2 lm passkey --model smollm2 --kv-cache f32 \
+    --rope-scaling "$(scaling llama3 16384 4)" --lengths 24576 --depths 0.334 --seed 2 --trials 3
 fi
