@@ -11,8 +11,8 @@
 # of the depth at 2k to 8k tokens (more-trials/depths.png); `edge`, the sweep's misses again
 # with f32 weights, and with YaRN and Llama 3 at factor 2 (more-trials/); `past`, YaRN, Llama 3
 # and dynamic NTK at six depths past the window, three keys each (more-trials/); `headroom`,
-# YaRN and Llama 3 at factor 4 where factor 2 missed at 16 384, and what that costs within
-# the window (more-trials/).
+# YaRN and Llama 3 at factor 4 where factor 2 missed at 16 384 and what that costs, the
+# prompts read with mixed stretches, and where the reach ends (more-trials/).
 #
 # Every run is its own process under /usr/bin/time, writing one JSON file and one .time file
 # (wall seconds, peak resident KB); a run whose files exist is skipped, so the script can be
@@ -166,7 +166,7 @@ fi
 # first what factor 4 costs within the window: perplexity over `edge`'s three windows of
 # 8 192. Then which of dynamic NTK's differences from YaRN lets it retrieve further, where
 # factor 2's reach ends between depths 0.1 and 0.3 (YaRN), and factor 4's perplexity over
-# `windows`' three windows of 16 384. About 90 minutes alone on two cores.
+# `windows`' three windows of 16 384. About two hours alone on two cores.
 if [[ $parts == *,headroom,* ]]; then
   for kind in yarn llama3; do
     flags=(--model smollm2 --kv-cache f32 --rope-scaling "$(scaling "$kind" 16384 4)")
