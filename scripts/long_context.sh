@@ -207,4 +207,11 @@ if [[ $parts == *,headroom,* ]]; then
   # a find, close to the edge).
   run passkey-llama3-16384-between-seed2 lm passkey --model smollm2 --kv-cache f32 \
     --rope-scaling "$(scaling llama3 16384)" --lengths 16384 --depths 0.2,0.25 --seed 2 --trials 3
+  # The start-of-prompt test again with another scaling: dynamic NTK's frequencies at 16 384
+  # (fixed, as LongRoPE divisors, so that the longer prompt does not change them), the key as
+  # far back as at depth 0 of 16 384 (where dynamic NTK missed all three) but mid-prompt.
+  # Written before the run: pair 19's rule says a miss (8 341 trained tokens, past 7 649).
+  run passkey-mix-dynamic-0-31-24576-seed2 lm passkey --model smollm2 --kv-cache f32 \
+    --rope-scaling "$(python3 scripts/rope_stretch.py --mix dynamic:0-31)" --lengths 24576 \
+    --depths 0.334 --seed 2 --trials 3
 fi
