@@ -1,5 +1,6 @@
-"""What the scripts that read `posenc lm eval --format json` share: reading its records,
-and writing a tidy CSV whole or not at all. Standard library only."""
+"""What the scripts that read `posenc lm eval` and `lm passkey --format json` share: reading
+their records, naming a record's scaling, and writing a tidy CSV whole or not at all.
+Standard library only."""
 import csv
 import json
 import os
@@ -50,3 +51,17 @@ def spread(xs):
     value), as posenc's tables write it."""
     mean = statistics.fmean(xs)
     return f"{mean:.3f}" if len(xs) == 1 else f"{mean:.3f} ± {statistics.stdev(xs):.3f}"
+
+
+def rope_scaling(raw):
+    """`(rope_type, factor)` of a record's `rope_scaling` (its JSON text, or None):
+    `("none", "")` without one, `""` for a factor it does not give."""
+    if not raw:
+        return "none", ""
+    settings = json.loads(raw)
+    return settings.get("rope_type", "none"), settings.get("factor", "")
+
+
+def scaling_name(kind, factor):
+    """How a table names a scaling: its label, and its factor where it has one."""
+    return kind if factor == "" else f"{kind} ×{float(factor):g}"

@@ -32,6 +32,8 @@ def read(arg):
     """The trials of one input, `[LABEL=]PATH`, whichever kind it is, exiting with a message
     naming it where it is neither."""
     label, path = arg.split("=", 1) if "=" in arg else (None, arg)
+    if label == "":
+        raise SystemExit(f"{arg}: an empty LABEL before `=`")
     rows = read_path(path)
     if label is not None:
         for r in rows:
@@ -98,8 +100,7 @@ def trials(path, records, seed):
         if seed is not None and drawn != seed:
             raise SystemExit(f"{path}: a record of seed {drawn} in a file named for seed {seed}")
         try:
-            scaling = json.loads(r["rope_scaling"]) if r["rope_scaling"] else {}
-            kind, factor = scaling.get("rope_type", "none"), scaling.get("factor", "")
+            kind, factor = eval_records.rope_scaling(r["rope_scaling"])
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise SystemExit(f"{path}: a passkey record without a readable rope_scaling ({e})")
         rows.append(trial(path, kind, factor, drawn, r.get("seconds"), r))
@@ -111,18 +112,13 @@ def cell_text(answer):
     return answer.strip().replace("\n", "\\n").replace("|", "\\|")
 
 
-def name(scaling, factor):
-    """How a table names a scaling: its label, and its factor where it has one."""
-    return f"{scaling} ×{factor:g}" if factor != "" else scaling
-
-
 def by_depth(cells):
     """Per scaling and factor, a Markdown table of keys found by length (rows) and depth
     (columns)."""
     for scaling in dict.fromkeys(s for s, _, _ in cells):
         lengths = sorted({n for s, n, _ in cells if s == scaling})
         depths = sorted({d for s, _, d in cells if s == scaling})
-        print(f"\n{name(*scaling)}: keys found, by length and depth\n")
+        print(f"\n{eval_records.scaling_name(*scaling)}: keys found, by length and depth\n")
         print("| length | " + " | ".join(f"{d:g}" for d in depths) + " |")
         print("|---:|" + "---:|" * len(depths))
         for n in lengths:
@@ -140,7 +136,7 @@ def main(out, paths, pivot=False):
         cell = (r[0], r[1], r[2], r[3], r[6])
         if cell in seen:
             raise SystemExit(f"the key {r[6]} at {r[2]} tokens, depth {r[3]}, "
-                             f"{name(r[0], r[1])}, is in the inputs twice")
+                             f"{eval_records.scaling_name(r[0], r[1])}, is in the inputs twice")
         seen.add(cell)
     order = ["none", "linear", "dynamic", "yarn", "llama3"]
     rows.sort(key=lambda r: (order.index(r[0]) if r[0] in order else len(order), r[0],
@@ -157,7 +153,7 @@ def main(out, paths, pivot=False):
     for (scaling, length, depth), cell in cells.items():
         found = sum(r[7] for r in cell)
         misses = "; ".join(f"\"{cell_text(r[8])}\"" for r in cell if not r[7])
-        print(f"| {name(*scaling)} | {length} | {depth} | {found}/{len(cell)} | {misses} |")
+        print(f"| {eval_records.scaling_name(*scaling)} | {length} | {depth} | {found}/{len(cell)} | {misses} |")
 
 
 if __name__ == "__main__":

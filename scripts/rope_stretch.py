@@ -38,6 +38,7 @@ DISTANCES = [16_300, 14_700, 11_400, 8_200]
 
 
 def plain(base=BASE):
+    """RoFormer's frequencies θ_i = base^(−2i/d), one per pair."""
     return [base ** (-2 * i / DIM) for i in range(DIM // 2)]
 
 
@@ -79,11 +80,14 @@ def frequencies(kind, factor, length):
             "dynamic": lambda: dynamic(factor, length)}[kind]()
 
 
+def stretch_of(kind, factor):
+    """θ_i / θ'_i of every pair, for a scaling at a LENGTH-token sequence."""
+    return [f / g for f, g in zip(plain(), frequencies(kind, factor, LENGTH))]
+
+
 def main(out):
-    base = plain()
-    stretch = {label: [f / g for f, g in zip(base, frequencies(kind, factor, LENGTH))]
-               for label, kind, factor in SCALINGS}
-    waves = [2 * math.pi / f for f in base]
+    stretch = {label: stretch_of(kind, factor) for label, kind, factor in SCALINGS}
+    waves = [2 * math.pi / f for f in plain()]
     print(f"stretch θ_i/θ'_i at a {LENGTH}-token sequence, by dimension pair i:\n")
     print("| pair | trained wavelength (tokens) | " + " | ".join(stretch) + " |")
     print("|---:|---:|" + "---:|" * len(stretch))
@@ -107,19 +111,17 @@ def main(out):
 def mix(specs):
     """LongRoPE settings whose divisors are, on each range of pairs `SCALING:FIRST-LAST`,
     that scaling's stretch; the ranges cover every pair once."""
-    base = plain()
-    stretch = {kind: [f / g for f, g in zip(base, frequencies(kind, 2, LENGTH))]
-               for kind in ("yarn", "dynamic")}
-    long_factor = [None] * len(base)
+    stretch = {kind: stretch_of(kind, 2) for kind in ("yarn", "dynamic")}
+    long_factor = [None] * (DIM // 2)
     for spec in specs:
         try:
             kind, span = spec.split(":")
             first, last = (int(x) for x in span.split("-"))
         except ValueError:
             raise SystemExit(f"--mix: `{spec}` is not SCALING:FIRST-LAST")
-        if kind not in stretch or not 0 <= first <= last < len(base):
+        if kind not in stretch or not 0 <= first <= last < DIM // 2:
             raise SystemExit(f"--mix: `{spec}` needs yarn or dynamic, and pairs within "
-                             f"0-{len(base) - 1}")
+                             f"0-{DIM // 2 - 1}")
         for i in range(first, last + 1):
             if long_factor[i] is not None:
                 raise SystemExit(f"--mix: pair {i} is in two ranges")
@@ -127,14 +129,15 @@ def mix(specs):
     if None in long_factor:
         raise SystemExit(f"--mix: pair {long_factor.index(None)} is in no range")
     print(json.dumps({"rope_type": "longrope", "attention_factor": 1.0,
-                      "short_factor": [1.0] * len(base), "long_factor": long_factor}))
+                      "short_factor": [1.0] * (DIM // 2), "long_factor": long_factor}))
 
 
 if __name__ == "__main__":
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    if len(sys.argv) > 2 and sys.argv[1] == "--mix":
-        mix(sys.argv[2:])
-    elif len(sys.argv) <= 2:
-        main(sys.argv[1] if len(sys.argv) == 2 else None)
+    args = sys.argv[1:]
+    if args[:1] == ["--mix"] and len(args) > 1:
+        mix(args[1:])
+    elif len(args) <= 1 and not (args and args[0].startswith("-")):
+        main(args[0] if args else None)
     else:
         raise SystemExit(__doc__)

@@ -9,13 +9,12 @@ window length, each with its windows' `starts`, `window_losses` and, past the tr
 context, `window_tail_losses`). Each record is labelled by its `rope_scaling`'s
 `rope_type` (`none` without one) and `factor` (empty without one). Writes OUT.csv, one row
 per run, length and window (scaling, factor, length, window, start, loss, tail_loss: tidy
-records that `pandas.read_csv` loads), and prints a Markdown table: per scaling and length, the loss as the mean ± sample
-standard deviation over the windows, the perplexity of that mean, the loss past the
+records that `pandas.read_csv` loads), and prints a Markdown table: per scaling and
+length, the loss as the mean ± sample standard deviation over the windows, the perplexity of that mean, the loss past the
 trained context likewise, and the first window's perplexity (the window `--windows 1`
 scores); then, for each length whose runs share their windows, each run's loss (past
 the trained context where every run has one) window by window. Standard library only.
 """
-import json
 import math
 import signal
 import statistics
@@ -26,21 +25,6 @@ import eval_records
 FIELDS = ["len", "windows", "by_position", "rope_scaling"]
 
 
-def scaling(row):
-    """The record's rope_type and factor: `("none", "")` without a scaling."""
-    raw = row["rope_scaling"]
-    if raw is None:
-        return "none", ""
-    settings = json.loads(raw)
-    factor = settings.get("factor")
-    return settings["rope_type"], "" if factor is None else f"{float(factor):g}"
-
-
-def label(kind, factor):
-    """How a table names a scaling: its rope_type, and its factor where it has one."""
-    return f"{kind} ×{factor}" if factor else kind
-
-
 def parse(row):
     """(scaling, factor, length, starts, losses, tail losses) of one record."""
     starts = [int(x) for x in row.get("starts") or []]
@@ -49,7 +33,8 @@ def parse(row):
     if not losses or len(starts) != len(losses) or tails and len(tails) != len(losses):
         raise ValueError("a record without one loss per window (written by a posenc older "
                          "than `window_losses`?)")
-    return (*scaling(row), int(row["len"]), starts, losses, tails)
+    return (*eval_records.rope_scaling(row["rope_scaling"]), int(row["len"]), starts, losses,
+            tails)
 
 
 def main(out, paths):
@@ -68,7 +53,7 @@ def main(out, paths):
     print("|---|---:|---:|---:|---:|---:|---:|")
     for s, f, n, _, losses, tails in runs:
         tail = eval_records.spread(tails) if tails else "–"
-        print(f"| {label(s, f)} | {n} | {len(losses)} | {eval_records.spread(losses)} | "
+        print(f"| {eval_records.scaling_name(s, f)} | {n} | {len(losses)} | {eval_records.spread(losses)} | "
               f"{math.exp(statistics.fmean(losses)):.2f} | {tail} | {math.exp(losses[0]):.2f} |")
     # Window by window: runs over the same windows compare on the same text.
     for n in sorted({n for _, _, n, *_ in runs}):
@@ -83,8 +68,9 @@ def main(out, paths):
         print("| scaling | " + " | ".join(f"from {s}" for s in starts) + " |")
         print("|---|" + "---:|" * len(starts))
         for s, f, _, _, losses, tails in same:
-            print(f"| {label(s, f)} | " + " | ".join(f"{x:.3f}" for x in (tails if past else losses))
-                  + " |")
+            values = tails if past else losses
+            print(f"| {eval_records.scaling_name(s, f)} | "
+                  + " | ".join(f"{x:.3f}" for x in values) + " |")
 
 
 if __name__ == "__main__":
