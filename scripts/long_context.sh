@@ -168,14 +168,19 @@ fi
 # factor 2's reach ends between depths 0.1 and 0.3 (YaRN), and factor 4's perplexity over
 # `windows`' three windows of 16 384. About two hours alone on two cores.
 if [[ $parts == *,headroom,* ]]; then
+  # Three keys a cell with the depth sweep's seed, and three windows, under a scaling.
+  keys3() { # name scaling length depths
+    run "$1" lm passkey --model smollm2 --kv-cache f32 --rope-scaling "$2" --lengths "$3" \
+      --depths "$4" --seed 2 --trials 3
+  }
+  windows3() { # name scaling length
+    run "$1" lm eval --model smollm2 --kv-cache f32 --rope-scaling "$2" --lengths "$3" --windows 3
+  }
   for kind in yarn llama3; do
-    flags=(--model smollm2 --kv-cache f32 --rope-scaling "$(scaling "$kind" 16384 4)")
-    run "ppl3-$kind-8192-factor4" lm eval "${flags[@]}" --lengths 8192 --windows 3
+    windows3 "ppl3-$kind-8192-factor4" "$(scaling "$kind" 16384 4)" 8192
   done
   for kind in yarn llama3; do
-    flags=(--model smollm2 --kv-cache f32 --rope-scaling "$(scaling "$kind" 16384 4)")
-    run "passkey-$kind-16384-factor4-seed2" lm passkey "${flags[@]}" --lengths 16384 \
-      --depths 0,0.1 --seed 2 --trials 3
+    keys3 "passkey-$kind-16384-factor4-seed2" "$(scaling "$kind" 16384 4)" 16384 0,0.1
   done
   # Which of dynamic NTK's differences from YaRN buys its reach at depth 0.1 (14 700 tokens):
   # LongRoPE's per-pair divisors set to one scaling's stretch on some pairs and to the
@@ -185,33 +190,28 @@ if [[ $parts == *,headroom,* ]]; then
   # split where YaRN starts to slow them (11): the fast ones against the middle ones.
   for mix in dynamic:0-19,yarn:20-31 yarn:0-19,dynamic:20-31 dynamic:0-31 yarn:0-31 \
     dynamic:0-10,yarn:11-31 yarn:0-10,dynamic:11-19,yarn:20-31; do
-    run "passkey-mix-${mix//[:,]/-}-16384-seed2" lm passkey --model smollm2 --kv-cache f32 \
-      --rope-scaling "$(python3 scripts/rope_stretch.py --mix ${mix//,/ })" --lengths 16384 \
-      --depths 0.1 --seed 2 --trials 3
+    # shellcheck disable=SC2086 # each range one argument
+    keys3 "passkey-mix-${mix//[:,]/-}-16384-seed2" "$(python3 scripts/rope_stretch.py --mix ${mix//,/ })" \
+      16384 0.1
   done
-  run passkey-yarn-16384-between-seed2 lm passkey --model smollm2 --kv-cache f32 \
-    --rope-scaling "$(scaling yarn 16384)" --lengths 16384 --depths 0.15,0.2,0.25 --seed 2 --trials 3
+  keys3 passkey-yarn-16384-between-seed2 "$(scaling yarn 16384)" 16384 0.15,0.2,0.25
   for kind in yarn llama3; do
-    flags=(--model smollm2 --kv-cache f32 --rope-scaling "$(scaling "$kind" 16384 4)")
-    run "ppl3-$kind-16384-factor4" lm eval "${flags[@]}" --lengths 16384 --windows 3
+    windows3 "ppl3-$kind-16384-factor4" "$(scaling "$kind" 16384 4)" 16384
   done
   # Llama 3 at factor 4 missed every key at depth 0 of 16 384 and found every key at depth
   # 0.5 of 32 768, about as far back. Depth 0.334 of 24 576 puts the key exactly as far back
-  # as depth 0 of 16 384 (16 354 tokens from its sentence to the prompt's end), but 8 200
+  # as depth 0 of 16 384 (16 355 tokens from its sentence to the prompt's end), but 8 200
   # tokens into the prompt rather than at its start.
-  run passkey-llama3-24576-factor4-seed2 lm passkey --model smollm2 --kv-cache f32 \
-    --rope-scaling "$(scaling llama3 16384 4)" --lengths 24576 --depths 0.334 --seed 2 --trials 3
+  keys3 passkey-llama3-24576-factor4-seed2 "$(scaling llama3 16384 4)" 24576 0.334
   # A test of the rule that the cells above suggest (found while the key's distance over
   # pair 18's stretch is at most 8 221, missed from 8 344), written before the run: Llama 3
   # at factor 2, depth 0.2 (13 091 / 1.497 = 8 744: a miss) and 0.25 (12 275 / 1.497 = 8 199:
   # a find, close to the edge).
-  run passkey-llama3-16384-between-seed2 lm passkey --model smollm2 --kv-cache f32 \
-    --rope-scaling "$(scaling llama3 16384)" --lengths 16384 --depths 0.2,0.25 --seed 2 --trials 3
+  keys3 passkey-llama3-16384-between-seed2 "$(scaling llama3 16384)" 16384 0.2,0.25
   # The start-of-prompt test again with another scaling: dynamic NTK's frequencies at 16 384
   # (fixed, as LongRoPE divisors, so that the longer prompt does not change them), the key as
   # far back as at depth 0 of 16 384 (where dynamic NTK missed all three) but mid-prompt.
   # Written before the run: pair 19's rule says a miss (8 341 trained tokens, past 7 649).
-  run passkey-mix-dynamic-0-31-24576-seed2 lm passkey --model smollm2 --kv-cache f32 \
-    --rope-scaling "$(python3 scripts/rope_stretch.py --mix dynamic:0-31)" --lengths 24576 \
-    --depths 0.334 --seed 2 --trials 3
+  keys3 passkey-mix-dynamic-0-31-24576-seed2 "$(python3 scripts/rope_stretch.py --mix dynamic:0-31)" \
+    24576 0.334
 fi
