@@ -1,6 +1,6 @@
 //! Every fused kernel in `ops` runs on the CPU in f32 only; elsewhere (a GPU, another
 //! dtype) the one place that picks it takes candle's differentiable composition instead
-//! (README: "Where each op runs"). These tests run the same weights three ways and ask for
+//! (docs/gpu/README.md: "Where each op runs"). These tests run the same weights three ways and ask for
 //! the same outputs:
 //! - f32 on the CPU: the fused kernels;
 //! - f64 on the CPU: every dispatcher's other branch, the code a GPU runs, checked on any
