@@ -155,7 +155,8 @@ impl RopeScaling {
             // A factor past the longest sequence anything here runs stretches to no length.
             f.is_finite() && f > 0.0 && f <= crate::limits::MAX_POSITIONS as f64,
             format!(
-                "a scaling factor in (0, {}], got {f}",
+                // `{:?}` keeps an absurd factor short (1e308, not 309 digits).
+                "a scaling factor in (0, {}], got {f:?}",
                 crate::limits::MAX_POSITIONS
             ),
         )?;
@@ -184,7 +185,7 @@ impl RopeScaling {
                 require(
                     KIND,
                     v.is_finite() && v > 0.0,
-                    format!("{name} > 0, got {v}"),
+                    format!("{name} > 0, got {v:?}"),
                 )?;
             }
         }

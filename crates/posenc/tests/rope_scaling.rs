@@ -113,9 +113,10 @@ fn missing_and_absurd_settings_are_named() {
     for (json, named) in [
         (r#"{"rope_type": "linear"}"#, "needs a factor"),
         (r#"{"rope_type": "linear", "factor": -2}"#, "factor in (0, "),
+        // The value as written, not its 309 digits.
         (
             r#"{"rope_type": "yarn", "factor": 1e308}"#,
-            "in (0, 1048576]",
+            "in (0, 1048576], got 1e308",
         ),
         (
             r#"{"rope_type": "yarn", "factor": 4, "beta_fast": 0}"#,
