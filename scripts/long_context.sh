@@ -12,7 +12,8 @@
 # with f32 weights, and with YaRN and Llama 3 at factor 2 (more-trials/); `past`, YaRN, Llama 3
 # and dynamic NTK at six depths past the window, three keys each (more-trials/); `headroom`,
 # YaRN and Llama 3 at factor 4 where factor 2 missed at 16 384 and what that costs, the
-# prompts read with mixed stretches, and where the reach ends (more-trials/).
+# prompts read with mixed stretches, and where the reach ends (more-trials/); `start`, keys
+# at the very start of shorter prompts, as far back as keys found mid-prompt (more-trials/).
 #
 # Every run is its own process under /usr/bin/time, writing one JSON file and one .time file
 # (wall seconds, peak resident KB); a run whose files exist is skipped, so the script can be
@@ -21,11 +22,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-runs/long-context/smollm2}
-parts=",${2:-grid,windows,keys,depths,edge,past,headroom},"
+parts=",${2:-grid,windows,keys,depths,edge,past,headroom,start},"
 for part in ${parts//,/ }; do
   case $part in
-    grid | windows | keys | depths | edge | past | headroom) ;;
-    *) echo "long_context.sh: unknown part '$part' (grid, windows, keys, depths, edge, past, headroom)" >&2 && exit 2 ;;
+    grid | windows | keys | depths | edge | past | headroom | start) ;;
+    *) echo "long_context.sh: unknown part '$part' (grid, windows, keys, depths, edge, past, headroom, start)" >&2 && exit 2 ;;
   esac
 done
 mkdir -p "$out"
@@ -159,6 +160,14 @@ if [[ $parts == *,past,* ]]; then
       --seed 2 --trials 3
   done
 fi
+# Three keys a cell with the depth sweep's seed, and three windows, under a scaling.
+keys3() { # name scaling length depths
+  run "$1" lm passkey --model smollm2 --kv-cache f32 --rope-scaling "$2" --lengths "$3" \
+    --depths "$4" --seed 2 --trials 3
+}
+windows3() { # name scaling length
+  run "$1" lm eval --model smollm2 --kv-cache f32 --rope-scaling "$2" --lengths "$3" --windows 3
+}
 # Whether `past`'s misses are a matter of headroom: at 16 384 tokens dynamic NTK's base grows
 # as for a factor of 2·16 384/8 192 − 1 = 3 (transformers' formula, over the whole prompt),
 # where YaRN and Llama 3 at factor 2 stop exactly at the prompt's length. So YaRN and Llama 3
@@ -168,14 +177,6 @@ fi
 # factor 2's reach ends between depths 0.1 and 0.3 (YaRN), and factor 4's perplexity over
 # `windows`' three windows of 16 384. About two hours alone on two cores.
 if [[ $parts == *,headroom,* ]]; then
-  # Three keys a cell with the depth sweep's seed, and three windows, under a scaling.
-  keys3() { # name scaling length depths
-    run "$1" lm passkey --model smollm2 --kv-cache f32 --rope-scaling "$2" --lengths "$3" \
-      --depths "$4" --seed 2 --trials 3
-  }
-  windows3() { # name scaling length
-    run "$1" lm eval --model smollm2 --kv-cache f32 --rope-scaling "$2" --lengths "$3" --windows 3
-  }
   for kind in yarn llama3; do
     windows3 "ppl3-$kind-8192-factor4" "$(scaling "$kind" 16384 4)" 8192
   done
@@ -214,4 +215,17 @@ if [[ $parts == *,headroom,* ]]; then
   # Written before the run: pair 19's rule says a miss (8 341 trained tokens, past 7 649).
   keys3 passkey-mix-dynamic-0-31-24576-seed2 "$(python3 scripts/rope_stretch.py --mix dynamic:0-31)" \
     24576 0.334
+fi
+# Is a key at the very start of a prompt harder than one as far back in its middle, with
+# every scaling, or only near the far end? Depth 0 of 11 488 tokens (64 + 24 · 476, so the
+# prompt is exact) puts the key's sentence 11 459 tokens from the prompt's end, as far back
+# as depth 0.3 of 16 384, where YaRN and Llama 3 at factor 2 each found 3/3 (`past`).
+# Written before the run, what pair 19's rule says, with its edge for keys at the start
+# (found up to 5 315 trained tokens, missed from 5 729; `headroom`): YaRN ×2 11 459 / 1.818
+# = 6 302 and Llama 3 ×2 / 1.764 = 6 496, both misses; Llama 3 ×4 / 2.855 = 4 014, a find.
+# If the key's distance alone decided, all three would find.
+if [[ $parts == *,start,* ]]; then
+  keys3 passkey-yarn-11488-start-seed2 "$(scaling yarn 16384)" 11488 0
+  keys3 passkey-llama3-11488-start-seed2 "$(scaling llama3 16384)" 11488 0
+  keys3 passkey-llama3-11488-factor4-start-seed2 "$(scaling llama3 16384 4)" 11488 0
 fi
