@@ -643,6 +643,20 @@ fn passkey_tabulates_every_cell_and_refuses_bad_settings() {
         stdout.contains("| length | depth 0.5 |") && stdout.contains("| 400 |"),
         "{stdout}"
     );
+    // `-0` is depth 0: the same key, the same column.
+    let keys: Vec<String> = ["0", "-0"]
+        .iter()
+        .map(|d| {
+            let o = posenc()
+                .args(["lm", "passkey", "--lengths", "400", "--depths", d])
+                .args(["--format", "json"])
+                .output()
+                .unwrap();
+            let rows: Vec<serde_json::Value> = serde_json::from_slice(&o.stdout).unwrap();
+            format!("{} {}", rows[0]["depth"], rows[0]["key"])
+        })
+        .collect();
+    assert_eq!(keys[0], keys[1]);
 
     for (args, expected) in [
         (&["--depths", "1.5"][..], "depth"),
