@@ -13,7 +13,8 @@
 # and dynamic NTK at six depths past the window, three keys each (more-trials/); `headroom`,
 # YaRN and Llama 3 at factor 4 where factor 2 missed at 16 384 and what that costs, the
 # prompts read with mixed stretches, and where the reach ends (more-trials/); `start`, keys
-# at the very start of shorter prompts, as far back as keys found mid-prompt (more-trials/).
+# at the very start of shorter prompts, as far back as keys found mid-prompt; `factor3`, a
+# test of pair 19's rule at a factor none of its cells had (more-trials/).
 #
 # Every run is its own process under /usr/bin/time, writing one JSON file and one .time file
 # (wall seconds, peak resident KB); a run whose files exist is skipped, so the script can be
@@ -22,11 +23,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-runs/long-context/smollm2}
-parts=",${2:-grid,windows,keys,depths,edge,past,headroom,start},"
+parts=",${2:-grid,windows,keys,depths,edge,past,headroom,start,factor3},"
 for part in ${parts//,/ }; do
   case $part in
-    grid | windows | keys | depths | edge | past | headroom | start) ;;
-    *) echo "long_context.sh: unknown part '$part' (grid, windows, keys, depths, edge, past, headroom, start)" >&2 && exit 2 ;;
+    grid | windows | keys | depths | edge | past | headroom | start | factor3) ;;
+    *) echo "long_context.sh: unknown part '$part' (grid, windows, keys, depths, edge, past, headroom, start, factor3)" >&2 && exit 2 ;;
   esac
 done
 mkdir -p "$out"
@@ -228,4 +229,16 @@ if [[ $parts == *,start,* ]]; then
   keys3 passkey-yarn-11488-start-seed2 "$(scaling yarn 16384)" 11488 0
   keys3 passkey-llama3-11488-start-seed2 "$(scaling llama3 16384)" 11488 0
   keys3 passkey-llama3-11488-factor4-start-seed2 "$(scaling llama3 16384 4)" 11488 0
+fi
+# Pair 19's rule out of sample: the key's distance over pair 19's stretch, found up to 7 509
+# trained tokens and missed from 7 649 (every cell off depth 0 so far), at factor 3, which
+# no cell had. 22 000 tokens = 64 + 24 · 914, so the prompt is exact and the key's sentence
+# sits 21 971 − 24 · round(914 · depth) tokens from its end: depth 0.2495, 16 499 tokens
+# back; 0.1674, 18 299 back (3 700 tokens into the prompt, away from its start). Written
+# before the run, with 2 or 3 keys of 3 counted a find and 0 or 1 a miss: YaRN ×3 (pair 19
+# slowed 2.500×) 6 600 and 7 320, finds at both depths; Llama 3 ×3 (2.367×) 6 970, a find,
+# and 7 731, a miss. So at 18 299 tokens YaRN should find and Llama 3 miss.
+if [[ $parts == *,factor3,* ]]; then
+  keys3 passkey-yarn-22000-factor3-seed2 "$(scaling yarn 16384 3)" 22000 0.2495,0.1674
+  keys3 passkey-llama3-22000-factor3-seed2 "$(scaling llama3 16384 3)" 22000 0.2495,0.1674
 fi
