@@ -14,7 +14,8 @@
 # YaRN and Llama 3 at factor 4 where factor 2 missed at 16 384 and what that costs, the
 # prompts read with mixed stretches, and where the reach ends (more-trials/); `start`, keys
 # at the very start of shorter prompts, as far back as keys found mid-prompt; `factor3`, a
-# test of pair 19's rule at a factor none of its cells had (more-trials/).
+# test of pair 19's rule at a factor none of its cells had; `reach4`, a test of how far back
+# YaRN retrieves at factor 4 (more-trials/).
 #
 # Every run is its own process under /usr/bin/time, writing one JSON file and one .time file
 # (wall seconds, peak resident KB); a run whose files exist is skipped, so the script can be
@@ -23,11 +24,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-runs/long-context/smollm2}
-parts=",${2:-grid,windows,keys,depths,edge,past,headroom,start,factor3},"
+parts=",${2:-grid,windows,keys,depths,edge,past,headroom,start,factor3,reach4},"
 for part in ${parts//,/ }; do
   case $part in
-    grid | windows | keys | depths | edge | past | headroom | start | factor3) ;;
-    *) echo "long_context.sh: unknown part '$part' (grid, windows, keys, depths, edge, past, headroom, start, factor3)" >&2 && exit 2 ;;
+    grid | windows | keys | depths | edge | past | headroom | start | factor3 | reach4) ;;
+    *) echo "long_context.sh: unknown part '$part' (grid, windows, keys, depths, edge, past, headroom, start, factor3, reach4)" >&2 && exit 2 ;;
   esac
 done
 mkdir -p "$out"
@@ -246,4 +247,14 @@ if [[ $parts == *,factor3,* ]]; then
   for kind in yarn llama3; do
     keys3 "passkey-$kind-22000-factor3-far-seed2" "$(scaling "$kind" 16384 3)" 22000 0.05
   done
+fi
+# How far back YaRN retrieves, untuned, as its factor grows: about 13 000 tokens at factor 2
+# (1.6 × 8 192), between 18 299 and 20 867 at factor 3 (2.2–2.5 ×). Written before the run:
+# if the reach is about 0.8 · factor · 8 192, at factor 4 about 26 200 tokens, then on
+# 30 736-token prompts (64 + 24 · 1 278; the key's sentence 30 707 − 24 · round(1 278 ·
+# depth) tokens from the end) YaRN ×4 finds keys 23 003 tokens back (depth 0.2512; 0.70 ·
+# 4 · 8 192) and misses keys 29 507 back (depth 0.0391; 0.90 · 4 · 8 192), two or three
+# keys of three counted a find.
+if [[ $parts == *,reach4,* ]]; then
+  keys3 passkey-yarn-30736-factor4-seed2 "$(scaling yarn 16384 4)" 30736 0.2512,0.0391
 fi
