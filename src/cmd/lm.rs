@@ -621,7 +621,7 @@ fn passkey(a: PasskeyArgs, out: &mut impl Write) -> Result<()> {
         lengths: a
             .lengths
             .unwrap_or_else(|| vec![context / 2, context, 2 * context, 4 * context]),
-        // `-0` is depth 0: the same keys and the same column (keys hash the depth's bits).
+        // `-0` is depth 0 in the table's column and the records too (`key` already agrees).
         depths: a.depths.iter().map(|d| d + 0.0).collect(),
         trials: a.trials,
         seed: a.seed,

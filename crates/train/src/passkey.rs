@@ -82,11 +82,12 @@ impl PasskeyConfig {
     }
 
     /// The key of one trial: five digits, the same for the same seed, length, depth and
-    /// trial.
+    /// trial (`-0.0` is depth 0).
     pub fn key(&self, length: usize, depth: f64, trial: usize) -> String {
         let mix = self.seed
             ^ (length as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
-            ^ depth.to_bits().rotate_left(17)
+            // `+ 0.0` turns -0.0 into 0.0 and leaves every other depth's bits alone.
+            ^ (depth + 0.0).to_bits().rotate_left(17)
             ^ (trial as u64).wrapping_mul(0xD1B5_4A32_D192_ED03);
         ChaCha8Rng::seed_from_u64(mix)
             .random_range(10_000..100_000u32)

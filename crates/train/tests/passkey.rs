@@ -60,6 +60,8 @@ fn keys_depend_on_the_seed_and_the_cell_only() {
         .iter()
         .all(|k| k.len() == 5 && k.bytes().all(|b| b.is_ascii_digit())));
     assert_eq!(keys[0], cfg.key(1000, 0.5, 0));
+    // Equal depths draw equal keys, -0 and 0 too.
+    assert_eq!(cfg.key(1000, 0.0, 0), cfg.key(1000, -0.0, 0));
     let distinct: std::collections::BTreeSet<_> = keys.iter().collect();
     assert!(distinct.len() > 45, "{keys:?}");
     assert_ne!(cfg.key(1000, 0.5, 0), cfg.key(1000, 0.9, 0));
