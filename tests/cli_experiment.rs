@@ -259,8 +259,9 @@ fn bad_plot_input_is_an_error_naming_the_cause() {
     assert!(!Path::new(png).exists(), "a failed plot left a file");
 }
 
-/// A tiny `posenc lengthgen` end to end: two settings of one kind, two seeds each, tidy
-/// records and the figure; then a directory holding a translation run is refused.
+/// A tiny `posenc lengthgen` end to end: two settings of one kind, two seeds each, a
+/// decoder of the size asked for, tidy records and the figure; then a directory holding a
+/// translation run is refused.
 #[test]
 fn lengthgen_runs_labels_over_seeds_and_writes_tidy_records() {
     let dir = tempfile::tempdir().unwrap();
@@ -284,6 +285,12 @@ fn lengthgen_runs_labels_over_seeds_and_writes_tidy_records() {
             "2,6",
             "--test-instances",
             "4",
+            "--d-model",
+            "24",
+            "--layers",
+            "1",
+            "--heads",
+            "2",
             "--out",
             out.to_str().unwrap(),
         ])
@@ -300,6 +307,17 @@ fn lengthgen_runs_labels_over_seeds_and_writes_tidy_records() {
         serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
     assert_eq!(json["train_lengths"], serde_json::json!([1, 3]));
     assert_eq!(json["task"], "reverse");
+    let model = &json["config"]["base"]["model"];
+    assert_eq!(
+        [
+            &model["d_model"],
+            &model["d_ff"],
+            &model["layers"],
+            &model["heads"]
+        ],
+        [24, 96, 1, 2],
+        "{model}"
+    );
     assert_eq!(json["records"].as_array().unwrap().len(), 2 * 2 * 2);
     let (w, h) = png_size(&out.join("accuracy_by_length.png"));
     assert!(w >= 600 && h >= 400);

@@ -68,6 +68,9 @@ pub struct LengthgenArgs {
     /// Peak learning rate [default: 1e-3].
     #[arg(long)]
     lr: Option<f64>,
+    /// The decoder's size [default: width 64, 3 layers, 4 heads].
+    #[command(flatten)]
+    size: super::ModelSizeArgs,
     /// A smaller budget: a few minutes on two cores.
     #[arg(long)]
     quick: bool,
@@ -99,6 +102,7 @@ impl LengthgenArgs {
             cfg.base.min_lr = lr / 10.0;
             cfg.base.lr = lr;
         }
+        self.size.apply_to(&mut cfg.base.model);
         cfg.base.seed = self.seed.unwrap_or(cfg.base.seed);
         cfg.seeds = self.seeds.unwrap_or(cfg.seeds);
         cfg.test_instances = self.test_instances.unwrap_or(cfg.test_instances);

@@ -59,7 +59,7 @@ pub struct TrainArgs {
     config: Option<PathBuf>,
     /// Start from this trained run's weights, model and tokenizer (to fine-tune it at a
     /// longer --context, or with another --encoding of the same parameters) into a new run.
-    #[arg(long, conflicts_with_all = ["resume", "tokenizer"])]
+    #[arg(long, conflicts_with_all = ["resume", "tokenizer", "d_model", "layers", "heads"])]
     from: Option<PathBuf>,
     /// The positional encoding: a kind or a JSON config.
     #[arg(long, conflicts_with = "resume")]
@@ -88,19 +88,12 @@ pub struct TrainArgs {
     /// Windows per step.
     #[arg(long, conflicts_with = "resume")]
     batch_size: Option<usize>,
-    /// Model width (the feed-forward width follows at 4 × it).
-    #[arg(long, conflicts_with_all = ["resume", "from"])]
-    d_model: Option<usize>,
-    /// Layers.
-    #[arg(long, conflicts_with_all = ["resume", "from"])]
-    layers: Option<usize>,
-    /// Attention heads.
-    #[arg(long, conflicts_with_all = ["resume", "from"])]
-    heads: Option<usize>,
+    #[command(flatten)]
+    size: super::ModelSizeArgs,
     #[command(flatten)]
     rope_scaling: super::RopeScalingArg,
     /// Continue the run in --out from its last checkpoint, bit-identically.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["d_model", "layers", "heads"])]
     resume: bool,
     /// Replace a run already in --out (never files posenc did not write).
     #[arg(long, conflicts_with = "resume")]
@@ -322,11 +315,7 @@ fn train(a: TrainArgs, out: &mut impl Write) -> Result<()> {
         cfg.seed = a.seed.unwrap_or(cfg.seed);
         cfg.lr = a.lr.unwrap_or(cfg.lr);
         cfg.batch_size = a.batch_size.unwrap_or(cfg.batch_size);
-        if let Some(d) = a.d_model {
-            (cfg.model.d_model, cfg.model.d_ff) = (d, 4 * d);
-        }
-        cfg.model.layers = a.layers.unwrap_or(cfg.model.layers);
-        cfg.model.heads = a.heads.unwrap_or(cfg.model.heads);
+        a.size.apply_to(&mut cfg.model);
         cfg.model.encoding = a.rope_scaling.apply_to(&cfg.model.encoding)?;
         match a.tokenizer {
             Some(TokenizerArg::Char) => cfg.tokenizer = TextTokenizer::Char,

@@ -169,6 +169,32 @@ impl RopeScalingArg {
     }
 }
 
+/// The size of a model trained from scratch: `--d-model`, `--layers`, `--heads`, each
+/// replacing the command's default (or its config's) when given.
+#[derive(clap::Args, Debug, Clone, Copy, Default)]
+pub struct ModelSizeArgs {
+    /// Model width (the feed-forward width follows at 4 × it).
+    #[arg(long)]
+    d_model: Option<usize>,
+    /// Layers.
+    #[arg(long)]
+    layers: Option<usize>,
+    /// Attention heads.
+    #[arg(long)]
+    heads: Option<usize>,
+}
+
+impl ModelSizeArgs {
+    /// Sets the sizes given on `model`; its own config's checks name a bad one.
+    pub fn apply_to(&self, model: &mut posenc_transformer::LmConfig) {
+        if let Some(d) = self.d_model {
+            (model.d_model, model.d_ff) = (d, 4 * d);
+        }
+        model.layers = self.layers.unwrap_or(model.layers);
+        model.heads = self.heads.unwrap_or(model.heads);
+    }
+}
+
 /// How `generate` commands pick each next token.
 #[derive(clap::Args, Debug, Clone, Copy)]
 pub struct SamplingArgs {

@@ -126,7 +126,7 @@ impl BlockConfig {
     /// # Errors
     /// [`Error::Config`] naming the first field out of place.
     pub fn validate(&self) -> Result<()> {
-        use posenc::limits::{check, MAX_D_MODEL, MAX_HEADS};
+        use posenc::limits::{check_positive, MAX_D_MODEL, MAX_HEADS};
         let bad = |m: String| Err(Error::Config(m));
         let limited = [
             ("d_model", self.d_model, MAX_D_MODEL),
@@ -134,7 +134,7 @@ impl BlockConfig {
             ("d_ff", self.d_ff, 16 * MAX_D_MODEL),
         ];
         for (what, value, max) in limited {
-            check(what, value, max).map_err(|e| Error::Config(e.to_string()))?;
+            check_positive(what, value, max).map_err(|e| Error::Config(e.to_string()))?;
         }
         posenc::limits::head_dim(self.d_model, self.heads)?;
         if self.kv_heads == 0 || !self.heads.is_multiple_of(self.kv_heads) {
@@ -142,9 +142,6 @@ impl BlockConfig {
                 "kv_heads must divide heads = {}, got {}",
                 self.heads, self.kv_heads
             ));
-        }
-        if self.d_ff == 0 {
-            return bad("d_ff must be > 0, got 0".into());
         }
         if !(self.eps.is_finite() && self.eps > 0.0) {
             return bad(format!(
