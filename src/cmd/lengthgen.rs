@@ -68,7 +68,7 @@ pub struct LengthgenArgs {
     /// Peak learning rate [default: 1e-3].
     #[arg(long)]
     lr: Option<f64>,
-    /// The decoder's size [default: width 64, 3 layers, 4 heads].
+    // The decoder's size (its defaults are in the command's long help).
     #[command(flatten)]
     size: super::ModelSizeArgs,
     /// A smaller budget: a few minutes on two cores.
