@@ -12,8 +12,9 @@ per run, length and window (scaling, factor, length, window, start, loss, tail_l
 records that `pandas.read_csv` loads), and prints a Markdown table: per scaling and
 length, the loss as the mean ± sample standard deviation over the windows, the perplexity
 of that mean, the loss past the trained context likewise, and the first window's
-perplexity (the window `--windows 1` scores); then, for each length whose runs share their windows, each run's loss (past
-the trained context where every run has one) window by window. Standard library only.
+perplexity (the window `--windows 1` scores); then, for each length whose runs share
+their windows, each run's loss (past the trained context where every run has one) window
+by window. Standard library only.
 """
 import math
 import signal

@@ -171,7 +171,7 @@ impl RopeScalingArg {
 
 /// The size of a model trained from scratch: `--d-model`, `--layers`, `--heads`, each
 /// replacing the command's default (or its config's) when given.
-#[derive(clap::Args, Debug, Clone, Copy, Default)]
+#[derive(clap::Args, Debug, Clone, Copy)]
 pub struct ModelSizeArgs {
     /// Model width (the feed-forward width follows at 4 × it).
     #[arg(long)]
