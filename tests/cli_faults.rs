@@ -582,6 +582,20 @@ fn bad_input_to_every_subcommand_is_named_and_writes_nothing() {
             "heads must be > 0",
             1,
         ),
+        // Index hints run out past 51 digits: a test of 60 is refused before training.
+        case(
+            &[
+                &"lengthgen",
+                &"--task",
+                &"addition-hints",
+                &"--test-lengths",
+                &"10,60",
+                &"--out",
+                &fresh,
+            ],
+            "the longest test length is 60, but addition-hints writes instances of at most 51 digits",
+            1,
+        ),
         case(
             &[
                 &"lengthgen",

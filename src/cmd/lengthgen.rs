@@ -33,7 +33,8 @@ impl std::str::FromStr for Range {
 /// `posenc lengthgen`
 #[derive(Args, Debug)]
 pub struct LengthgenArgs {
-    /// The problem: copy, reverse, sort, duplicate or addition.
+    /// The problem: copy, reverse, sort, duplicate, addition or addition-hints (each digit
+    /// after an index hint of its place).
     #[arg(long)]
     task: Problem,
     /// Comma-separated encodings, each `kind`, `kind:key=value:…` (`label=` names it,

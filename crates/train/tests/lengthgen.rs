@@ -5,7 +5,9 @@ use candle_core::{DType, Device, Tensor, D};
 use candle_nn::{VarBuilder, VarMap};
 use posenc_train::labelled::{check_unique, parse_list, Labelled};
 use posenc_train::lengthgen::experiment::{self, LengthgenExperimentConfig};
-use posenc_train::lengthgen::problems::{is_held_out, render, Instance, Problem, DIGIT, EOS};
+use posenc_train::lengthgen::problems::{
+    is_held_out, render, Instance, Problem, DIGIT, EOS, HINT, HINTS,
+};
 use posenc_train::lengthgen::{self, score, test_instances, LengthgenConfig};
 use posenc_train::trainer::RunOptions;
 use posenc_transformer::LanguageModel;
@@ -64,12 +66,37 @@ fn every_answer_is_the_direct_computation() {
             assert_eq!(add.answer.len(), n + 1);
             assert_eq!(number(&add.answer), number(a) + number(b), "{text}");
 
+            // Hints: each digit after its place's letter, the same letters in the
+            // operands and the sum, and without them the same sum.
+            let hinted = Problem::AdditionHints.random(n, &mut rng);
+            let text = render(&hinted.prompt);
+            let (a, b) = text.split_once('+').unwrap();
+            let letters = |s: &str| -> String { s.chars().step_by(2).collect() };
+            let digits = |s: &str| -> String { s.chars().skip(1).step_by(2).collect() };
+            assert_eq!(letters(a), letters(b), "{text}");
+            let sum = render(&hinted.answer);
+            assert_eq!(letters(&sum)[..n], letters(a), "{text}={sum}");
+            let places: Vec<u32> = hinted.answer.iter().step_by(2).copied().collect();
+            assert!(places.windows(2).all(|w| w[1] == w[0] + 1), "{sum}");
+            assert!(
+                places[0] >= HINT && places[n] < HINT + HINTS as u32,
+                "{sum}"
+            );
+            let token = |c: char| DIGIT + c.to_digit(10).unwrap();
+            let (a, b): (Vec<u32>, Vec<u32>) = (
+                digits(a).chars().map(token).collect(),
+                digits(b).chars().map(token).collect(),
+            );
+            let sum: Vec<u32> = digits(&sum).chars().map(token).collect();
+            assert_eq!(number(&sum), number(&a) + number(&b), "{text}");
+
             for (p, i) in [
                 (Problem::Copy, &copy),
                 (Problem::Reverse, &rev),
                 (Problem::Sort, &sort),
                 (Problem::Duplicate, &dup),
                 (Problem::Addition, &add),
+                (Problem::AdditionHints, &hinted),
             ] {
                 assert_eq!(i.len(), p.sequence_len(n), "{p}");
                 let seq = i.sequence();
@@ -87,6 +114,27 @@ fn every_answer_is_the_direct_computation() {
         })
         .collect();
     assert_eq!(render(&Problem::Addition.solve(&p)), "001");
+}
+
+/// Hints start anywhere that leaves room for the sum, so short training instances use
+/// every hint; the longest instance uses them all.
+#[test]
+fn index_hints_start_anywhere_with_room_for_the_sum() {
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let first = |n: usize, rng: &mut ChaCha8Rng| -> u32 {
+        Problem::AdditionHints.random(n, rng).prompt[0] - HINT
+    };
+    let starts: std::collections::BTreeSet<u32> = (0..5000).map(|_| first(10, &mut rng)).collect();
+    let room = (HINTS - 11) as u32;
+    assert_eq!(starts, (0..=room).collect(), "starts of 10-digit instances");
+    let longest = Problem::AdditionHints.max_length().unwrap();
+    assert_eq!(longest, HINTS - 1);
+    let i = Problem::AdditionHints.random(longest, &mut rng);
+    assert_eq!(
+        render(&i.answer[i.answer.len() - 2..i.answer.len() - 1]),
+        "Z"
+    );
+    assert_eq!(render(&i.prompt[..1]), "a");
 }
 
 #[test]

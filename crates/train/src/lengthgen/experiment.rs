@@ -156,7 +156,7 @@ impl LengthgenExperimentConfig {
         posenc::limits::check("test_instances", self.test_instances, super::MAX_INSTANCES)?;
         ensure!(self.test_instances > 0, "test_instances must be at least 1");
         let longest = self.test_lengths.iter().max().copied().unwrap_or(0);
-        posenc::limits::check("the longest test length", longest, super::MAX_LENGTH)?;
+        super::check_length(self.base.task, "the longest test length", longest)?;
         self.base.validate()?;
         for entry in &self.encodings {
             let cfg = self.run_config(entry, self.base.seed);

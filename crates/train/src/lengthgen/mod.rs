@@ -38,7 +38,7 @@ use crate::optim::AdamWConfig;
 use crate::rundir::{self, FixedFiles};
 use crate::schedule::Cosine;
 use crate::trainer::RunOptions;
-use problems::{Instance, Problem, PAD, VOCAB};
+use problems::{Instance, Problem, PAD};
 
 /// Mixed into the seed of the generator of validation instances.
 const VALID_STREAM: u64 = 0x7A11_D000_0000_0001;
@@ -55,7 +55,7 @@ const MAX_LENGTH: usize = 1 << 12;
 pub struct LengthgenConfig {
     /// The problem.
     pub task: Problem,
-    /// The model (its `vocab_size` is the problems' vocabulary; its `context` the longest
+    /// The model (its `vocab_size` is the problem's vocabulary; its `context` the longest
     /// training sequence).
     pub model: LmConfig,
     /// Instance lengths trained on, `[lo, hi]`, drawn uniformly.
@@ -92,7 +92,7 @@ impl Default for LengthgenConfig {
         Self {
             task: Problem::Copy,
             model: LmConfig {
-                vocab_size: VOCAB,
+                vocab_size: Problem::Copy.vocab_size(),
                 d_model: 64,
                 heads: 4,
                 d_ff: 256,
@@ -123,14 +123,15 @@ impl Default for LengthgenConfig {
 }
 
 impl LengthgenConfig {
-    /// The same settings for `task` trained on lengths `lo..=hi`, the model's `context`
-    /// set to the longest training sequence.
+    /// The same settings for `task` trained on lengths `lo..=hi`, the model's vocabulary
+    /// set to the task's and its `context` to the longest training sequence.
     pub fn for_task(self, task: Problem, [lo, hi]: [usize; 2]) -> Self {
         let mut cfg = Self {
             task,
             train_lengths: [lo, hi],
             ..self
         };
+        cfg.model.vocab_size = task.vocab_size();
         cfg.model.context = task.sequence_len(hi).saturating_sub(1);
         cfg
     }
@@ -145,10 +146,12 @@ impl LengthgenConfig {
             lo >= 1 && lo <= hi,
             "train_lengths must be 1 ≤ lo ≤ hi, got [{lo}, {hi}]"
         );
-        posenc::limits::check("the longest training length", hi, MAX_LENGTH)?;
+        check_length(self.task, "the longest training length", hi)?;
         ensure!(
-            self.model.vocab_size == VOCAB,
-            "the model's vocab_size must be the problems' {VOCAB}, got {}",
+            self.model.vocab_size == self.task.vocab_size(),
+            "the model's vocab_size must be the {} problem's {}, got {}",
+            self.task,
+            self.task.vocab_size(),
             self.model.vocab_size
         );
         ensure!(
@@ -189,6 +192,19 @@ impl LengthgenConfig {
             steps: self.steps,
         }
     }
+}
+
+/// Checks that `task` can write instances of length `n` ([`MAX_LENGTH`], and the task's own
+/// bound), naming `what`.
+fn check_length(task: Problem, what: &'static str, n: usize) -> Result<()> {
+    posenc::limits::check(what, n, MAX_LENGTH)?;
+    if let Some(max) = task.max_length() {
+        ensure!(
+            n <= max,
+            "{what} is {n}, but {task} writes instances of at most {max} digits"
+        );
+    }
+    Ok(())
 }
 
 crate::fit::settings!(LengthgenConfig, |cfg, step| cfg.schedule().lr(step - 1));

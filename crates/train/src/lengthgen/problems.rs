@@ -1,7 +1,8 @@
 //! The algorithmic problems, each a prompt and its answer in one sequence:
 //!
 //! ```text
-//! prompt = answer .          tokens: 0 <pad>, 1 '=', 2 '.', 3 '+', 4… the digits 0–9
+//! prompt = answer .          tokens: 0 <pad>, 1 '=', 2 '.', 3 '+', 4… the digits 0–9,
+//!                             14… the index hints a–z, A–Z (`addition-hints` only)
 //! ```
 //!
 //! | problem | prompt of length n | answer |
@@ -11,6 +12,14 @@
 //! | `sort` | n digits x | x in increasing order |
 //! | `duplicate` | n digits x | x twice (Delétang et al. 2023, "duplicate string") |
 //! | `addition` | a + b, n digits each, least significant first | a + b in n + 1 digits, least significant first (Kazemnejad et al. 2023) |
+//! | `addition-hints` | the same, each digit after its index hint | the same, each digit after its index hint (Zhou et al. 2023, 2024) |
+//!
+//! Index hints label each digit with its place: `3`, the units, `1`, the tens, of 13 + 22
+//! become `c3d1+c2d2=c5d3e0.`: the digits of one place share a hint, so attention can find
+//! a place's operands by content (the hint) rather than by position. An instance's hints
+//! are consecutive from a random start among the [`HINTS`] symbols, so training on short
+//! instances still sees every hint and every pair of neighbours, and an instance of any
+//! length up to `HINTS − 1` digits is written with hints training has seen.
 //!
 //! An instance is *held out* when a hash of its prompt falls in one tenth of the range
 //! ([`is_held_out`]): training never draws a held-out prompt and evaluation draws only
@@ -29,8 +38,12 @@ pub const EOS: u32 = 2;
 pub const PLUS: u32 = 3;
 /// The first digit's token (`0`); digit `d` is `DIGIT + d`.
 pub const DIGIT: u32 = 4;
-/// Tokens in the vocabulary.
+/// Tokens in the vocabulary of every problem without index hints.
 pub const VOCAB: usize = 14;
+/// The first index hint's token (`a`); hint `i` is `HINT + i`.
+pub const HINT: u32 = VOCAB as u32;
+/// Index hints: `a`–`z`, `A`–`Z`.
+pub const HINTS: usize = 52;
 
 /// One algorithmic problem.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -46,6 +59,9 @@ pub enum Problem {
     Duplicate,
     /// The sum of two numbers, least significant digit first.
     Addition,
+    /// The sum, each digit after an index hint of its place.
+    #[serde(rename = "addition-hints")]
+    AdditionHints,
 }
 
 /// A prompt and its answer (tokens, without the separator and end token).
@@ -86,12 +102,13 @@ impl Instance {
 
 impl Problem {
     /// Every problem.
-    pub const ALL: [Problem; 5] = [
+    pub const ALL: [Problem; 6] = [
         Problem::Copy,
         Problem::Reverse,
         Problem::Sort,
         Problem::Duplicate,
         Problem::Addition,
+        Problem::AdditionHints,
     ];
 
     /// Its name in commands and files.
@@ -102,6 +119,24 @@ impl Problem {
             Problem::Sort => "sort",
             Problem::Duplicate => "duplicate",
             Problem::Addition => "addition",
+            Problem::AdditionHints => "addition-hints",
+        }
+    }
+
+    /// Tokens in its vocabulary: [`VOCAB`], and the [`HINTS`] for `addition-hints`.
+    pub fn vocab_size(self) -> usize {
+        match self {
+            Problem::AdditionHints => VOCAB + HINTS,
+            _ => VOCAB,
+        }
+    }
+
+    /// The longest instance it can write, if it is bounded: `addition-hints` has a hint for
+    /// each of the sum's `n + 1` places.
+    pub fn max_length(self) -> Option<usize> {
+        match self {
+            Problem::AdditionHints => Some(HINTS - 1),
+            _ => None,
         }
     }
 
@@ -111,6 +146,7 @@ impl Problem {
             Problem::Copy | Problem::Reverse | Problem::Sort => (n, n),
             Problem::Duplicate => (n, 2 * n),
             Problem::Addition => (2 * n + 1, n + 1),
+            Problem::AdditionHints => (4 * n + 1, 2 * (n + 1)),
         };
         prompt + answer + 2
     }
@@ -128,34 +164,34 @@ impl Problem {
             Problem::Duplicate => [prompt, prompt].concat(),
             Problem::Addition => {
                 let n = prompt.len() / 2;
-                let (a, b) = (&prompt[..n], &prompt[n + 1..]);
-                let mut carry = 0;
-                let mut sum: Vec<u32> = a
-                    .iter()
-                    .zip(b)
-                    .map(|(x, y)| {
-                        let d = (x - DIGIT) + (y - DIGIT) + carry;
-                        carry = d / 10;
-                        DIGIT + d % 10
-                    })
-                    .collect();
-                sum.push(DIGIT + carry);
-                sum
+                add(&prompt[..n], &prompt[n + 1..])
+            }
+            Problem::AdditionHints => {
+                let n = prompt.len() / 4;
+                let digits = |number: &[u32]| -> Vec<u32> {
+                    number.iter().skip(1).step_by(2).copied().collect()
+                };
+                let sum = add(&digits(&prompt[..2 * n]), &digits(&prompt[2 * n + 1..]));
+                let first = prompt.first().map_or(0, |&h| h.saturating_sub(HINT));
+                with_hints(&sum, first)
             }
         }
     }
 
     /// A uniformly random prompt of length `n` (digits; addition: two numbers of `n`
-    /// digits) with its answer.
+    /// digits, with hints from a uniformly random start) with its answer.
+    ///
+    /// `addition-hints` needs `n < HINTS` ([`Problem::max_length`]); past it the hints
+    /// run out, and the prompt has meaningless tokens.
     pub fn random(self, n: usize, rng: &mut impl Rng) -> Instance {
         let mut digits =
             |k: usize| -> Vec<u32> { (0..k).map(|_| DIGIT + rng.random_range(0..10)).collect() };
         let prompt = match self {
-            Problem::Addition => {
-                let mut p = digits(n);
-                p.push(PLUS);
-                p.extend(digits(n));
-                p
+            Problem::Addition => [digits(n), vec![PLUS], digits(n)].concat(),
+            Problem::AdditionHints => {
+                let (a, b) = (digits(n), digits(n));
+                let first = rng.random_range(0..=HINTS.saturating_sub(n + 1) as u32);
+                [with_hints(&a, first), vec![PLUS], with_hints(&b, first)].concat()
             }
             _ => digits(n),
         };
@@ -193,6 +229,31 @@ impl std::str::FromStr for Problem {
     }
 }
 
+/// The sum of two numbers of the same length, least significant digit first, in one digit
+/// more.
+fn add(a: &[u32], b: &[u32]) -> Vec<u32> {
+    let mut carry = 0;
+    let mut sum: Vec<u32> = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| {
+            let d = (x - DIGIT) + (y - DIGIT) + carry;
+            carry = d / 10;
+            DIGIT + d % 10
+        })
+        .collect();
+    sum.push(DIGIT + carry);
+    sum
+}
+
+/// `digits`, each after its index hint, the hints consecutive from hint `first`.
+fn with_hints(digits: &[u32], first: u32) -> Vec<u32> {
+    (HINT + first..)
+        .zip(digits)
+        .flat_map(|(h, &d)| [h, d])
+        .collect()
+}
+
 /// Whether `prompt` belongs to the held-out tenth: FNV-1a of its tokens, modulo 10, is 0.
 pub fn is_held_out(prompt: &[u32]) -> bool {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -205,8 +266,10 @@ pub fn is_held_out(prompt: &[u32]) -> bool {
     h.is_multiple_of(10)
 }
 
-/// The tokens as text: digits, `+`, `=`, `.` (and `_` for padding).
+/// The tokens as text: digits, `+`, `=`, `.`, the hints `a`–`z`, `A`–`Z` (and `_` for
+/// padding, `?` for a token of no problem).
 pub fn render(tokens: &[u32]) -> String {
+    const LETTERS: &[u8; HINTS] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
     tokens
         .iter()
         .map(|&t| match t {
@@ -214,7 +277,8 @@ pub fn render(tokens: &[u32]) -> String {
             SEP => '=',
             EOS => '.',
             PLUS => '+',
-            d => char::from_digit(d.saturating_sub(DIGIT), 10).unwrap_or('?'),
+            h if h >= HINT => LETTERS.get((h - HINT) as usize).map_or('?', |&c| c as char),
+            d => char::from_digit(d - DIGIT, 10).unwrap_or('?'),
         })
         .collect()
 }
