@@ -156,8 +156,8 @@ impl LengthgenExperimentConfig {
         posenc::limits::check("test_instances", self.test_instances, super::MAX_INSTANCES)?;
         ensure!(self.test_instances > 0, "test_instances must be at least 1");
         let longest = self.test_lengths.iter().max().copied().unwrap_or(0);
-        super::check_length(self.base.task, "the longest test length", longest)?;
         self.base.validate()?;
+        super::check_length(self.base.task, "the longest test length", longest)?;
         for entry in &self.encodings {
             let cfg = self.run_config(entry, self.base.seed);
             super::check(&cfg).with_context(|| format!("the run of `{}`", entry.label))?;
