@@ -582,6 +582,12 @@ fn bad_input_to_every_subcommand_is_named_and_writes_nothing() {
             "heads must be > 0",
             1,
         ),
+        // An unknown task is refused with the list of tasks.
+        case(
+            &[&"lengthgen", &"--task", &"multiply", &"--out", &fresh],
+            "possible values: copy, reverse, sort, duplicate, addition, addition-hints",
+            2,
+        ),
         // Index hints run out past 51 digits: a test of 60 is refused before training.
         case(
             &[

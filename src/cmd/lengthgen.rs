@@ -30,12 +30,18 @@ impl std::str::FromStr for Range {
     }
 }
 
+/// Parses `--task`, its possible values (shown in `--help`) taken from [`Problem::ALL`].
+fn task_parser() -> impl clap::builder::TypedValueParser<Value = Problem> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(Problem::ALL.map(Problem::name))
+        .try_map(|name| name.parse::<Problem>())
+}
+
 /// `posenc lengthgen`
 #[derive(Args, Debug)]
 pub struct LengthgenArgs {
-    /// The problem: copy, reverse, sort, duplicate, addition or addition-hints (each digit
-    /// after an index hint of its place).
-    #[arg(long)]
+    /// The problem (`addition-hints`: each digit after an index hint of its place).
+    #[arg(long, value_parser = task_parser())]
     task: Problem,
     /// Comma-separated encodings, each `kind`, `kind:key=value:…` (`label=` names it,
     /// `randomized=R` trains it at randomized positions) or a JSON object [default: every
