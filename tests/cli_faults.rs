@@ -130,6 +130,25 @@ fn bad_input_to_every_subcommand_is_named_and_writes_nothing() {
         tiny_with(None, "label_smoothing", json!(1.5)),
     );
     let garbage = cfg("garbage.json", "{ not json".to_string());
+    // A committed experiment's results with every run's records taken out.
+    let emptied = |name: &str, results: &str, field: &str| -> PathBuf {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(results);
+        let mut v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        assert!(
+            !v[field].as_array().unwrap().is_empty(),
+            "{results} has {field}"
+        );
+        v[field] = json!([]);
+        cfg(name, v.to_string())
+    };
+    let no_runs = emptied("no-runs.json", "docs/experiment/results.json", "results");
+    let no_lm_records = emptied("no-lm.json", "docs/lm-experiment/results.json", "results");
+    let no_tests = emptied(
+        "no-tests.json",
+        "docs/lengthgen/copy/results.json",
+        "records",
+    );
     let file = cfg("a-file", "x".to_string());
     let foreign = root.join("foreign");
     std::fs::create_dir(&foreign).unwrap();
@@ -479,6 +498,29 @@ fn bad_input_to_every_subcommand_is_named_and_writes_nothing() {
                 &png,
             ],
             "zebra",
+            1,
+        ),
+        // Results with nothing in them are refused, and no figure directory is made.
+        case(
+            &[&"plot", &"experiment", &"--results", &no_runs, &"--out", &fresh],
+            "no-runs.json: the results hold no runs: there is nothing to plot",
+            1,
+        ),
+        case(
+            &[
+                &"plot",
+                &"lm-experiment",
+                &"--results",
+                &no_lm_records,
+                &"--out",
+                &fresh,
+            ],
+            "the results hold no evaluation records",
+            1,
+        ),
+        case(
+            &[&"plot", &"lengthgen", &"--results", &no_tests, &"--out", &fresh],
+            "the results hold no test records",
             1,
         ),
         case(

@@ -104,30 +104,26 @@ impl PlotCommand {
             }
             Self::Experiment { results, out: dir } => {
                 let exp = posenc_train::experiment::Experiment::load(&results)?;
-                create_dir(&dir)?;
-                let plots = posenc_plot::experiment::results_figures(&exp, &dir)?;
+                let plots = posenc_plot::experiment::results_figures(&exp, &dir)
+                    .with_context(|| format!("plotting {}", results.display()))?;
                 return list(out, &plots);
             }
             Self::LmExperiment { results, out: dir } => {
                 let exp = posenc_train::lm_experiment::LmExperiment::load(&results)?;
-                create_dir(&dir)?;
-                let plots = posenc_plot::lm_experiment(&exp, &dir)?;
+                let plots = posenc_plot::lm_experiment(&exp, &dir)
+                    .with_context(|| format!("plotting {}", results.display()))?;
                 return list(out, &plots);
             }
             Self::Lengthgen { results, out: dir } => {
                 let exp = posenc_train::lengthgen::experiment::LengthgenExperiment::load(&results)?;
-                create_dir(&dir)?;
-                let plots = posenc_plot::lengthgen(&exp, &dir)?;
+                let plots = posenc_plot::lengthgen(&exp, &dir)
+                    .with_context(|| format!("plotting {}", results.display()))?;
                 return list(out, &plots);
             }
         };
         writeln!(out, "{}", path.display())?;
         Ok(())
     }
-}
-
-fn create_dir(dir: &std::path::Path) -> Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))
 }
 
 /// Prints the paths of the figures written, one per line.

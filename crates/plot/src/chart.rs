@@ -31,6 +31,23 @@ fn register_font() -> Result<()> {
 /// The most pixels a figure may have (a 10 000 × 10 000 image).
 pub const MAX_PIXELS: u64 = 100_000_000;
 
+/// Checks that results hold something to draw, `count` of `what`, then creates the
+/// directory `out` for their figures. Results with nothing (a file emptied by hand, or
+/// saved before its first run) are refused before anything is written: an empty chart
+/// would look like a result.
+///
+/// # Errors
+/// `count` is 0; `out` cannot be created.
+pub fn begin_figures(out: &std::path::Path, count: usize, what: &str) -> Result<()> {
+    use posenc_error::Context;
+    posenc_error::ensure!(
+        count > 0,
+        "the results hold no {what}: there is nothing to plot"
+    );
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    Ok(())
+}
+
 /// Draws a white `size` canvas with `title` on top (`draw` gets the area below it) and
 /// writes it as a PNG to `path`, atomically: a failed or interrupted write leaves no
 /// truncated file. Errors name the path.

@@ -47,7 +47,12 @@ pub fn experiment(exp: &Experiment, out: &Path) -> Result<Vec<PathBuf>> {
 
 /// Writes the figures drawn from the results alone, `curves.png` and `by_length.png`, into
 /// `out` (no trained model needed); returns their paths.
+///
+/// # Errors
+/// Results without a run (nothing to draw); `out` or a file in it that cannot be
+/// written.
 pub fn results_figures(exp: &Experiment, out: &Path) -> Result<Vec<PathBuf>> {
+    crate::chart::begin_figures(out, exp.results.len(), "runs")?;
     // The curves of each label's first seed.
     let labels = exp.labels();
     let first: Vec<&posenc_train::experiment::EncodingResult> = labels

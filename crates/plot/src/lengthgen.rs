@@ -13,8 +13,10 @@ pub const ACCURACY_BY_LENGTH: &str = "accuracy_by_length.png";
 /// Writes `accuracy_by_length.png` into `out`; returns its path.
 ///
 /// # Errors
-/// A file that cannot be written.
+/// Results without a record (nothing to draw); `out` or a file in it that cannot be
+/// written.
 pub fn lengthgen(exp: &LengthgenExperiment, out: &Path) -> Result<Vec<PathBuf>> {
+    crate::chart::begin_figures(out, exp.records.len(), "test records")?;
     let mut series = Vec::new();
     for (i, (label, rows)) in exp.summaries().into_iter().enumerate() {
         let points: Vec<_> = rows

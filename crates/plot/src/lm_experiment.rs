@@ -19,8 +19,10 @@ const BUCKET: usize = 8;
 /// Writes `extrapolation.png` and `by_position.png` into `out`; returns their paths.
 ///
 /// # Errors
-/// A file that cannot be written.
+/// Results without a record (nothing to draw); `out` or a file in it that cannot be
+/// written.
 pub fn lm_experiment(exp: &LmExperiment, out: &Path) -> Result<Vec<PathBuf>> {
+    crate::chart::begin_figures(out, exp.records.len(), "evaluation records")?;
     let context = exp.config.base.model.context;
     let trained = match exp.config.base.randomized_positions {
         Some(range) => format!("trained on L = {context} at random positions below {range}"),
