@@ -624,6 +624,35 @@ fn bad_input_to_every_subcommand_is_named_and_writes_nothing() {
             "heads must be > 0",
             1,
         ),
+        // Seeds counted up from the largest would wrap around to 0.
+        case(
+            &[
+                &"lengthgen",
+                &"--task",
+                &"copy",
+                &"--seed",
+                &"18446744073709551615",
+                &"--seeds",
+                &"2",
+                &"--out",
+                &fresh,
+            ],
+            "2 seeds from seed 18446744073709551615 would pass the largest seed",
+            1,
+        ),
+        case(
+            &[
+                &"experiment",
+                &"--seed",
+                &"18446744073709551614",
+                &"--seeds",
+                &"3",
+                &"--out",
+                &fresh,
+            ],
+            "3 seeds from seed 18446744073709551614 would pass the largest seed",
+            1,
+        ),
         // An unknown task is refused with the list of tasks.
         case(
             &[&"lengthgen", &"--task", &"multiply", &"--out", &fresh],

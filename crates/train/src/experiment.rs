@@ -19,13 +19,13 @@ use std::path::Path;
 
 use crate::error::Result;
 use posenc::EncodingConfig;
-use posenc_error::{ensure, Context};
+use posenc_error::Context;
 use serde::{Deserialize, Serialize};
 
 use crate::data::DataConfig;
 use crate::decode::DecodeConfig;
 use crate::eval::{evaluate, SplitReport};
-use crate::labelled::{check_unique, distinct, Labelled, RunKey};
+use crate::labelled::{check_seeds, check_unique, distinct, Labelled, RunKey};
 use crate::results::{check_out_dir, find_run, load_results, save_results, spread, Found};
 use crate::trainer::{self, Diverged, Record, RunOptions, TrainConfig, TrainerState, Translator};
 
@@ -251,11 +251,7 @@ pub struct Experiment {
 /// `results.md` after each one (so an interrupted experiment still shows its rows).
 pub fn run(cfg: &ExperimentConfig, out: &Path, opts: RunOptions) -> Result<Experiment> {
     check_unique(&cfg.encodings)?;
-    ensure!(
-        (1..=100).contains(&cfg.seeds),
-        "seeds must be between 1 and 100, got {}",
-        cfg.seeds
-    );
+    check_seeds(cfg.base.seed, cfg.seeds)?;
     check_out_dir::<Experiment>(out, "a translation experiment")?;
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let mut experiment = Experiment {

@@ -229,6 +229,24 @@ pub fn distinct<'a>(labels: impl IntoIterator<Item = &'a str>) -> Vec<String> {
     out
 }
 
+/// Checks an experiment's seeds: `count` of them, from 1 to 100, run from `first` up to
+/// `first + count − 1`, which must not pass `u64::MAX`.
+///
+/// # Errors
+/// `count` out of range, or seeds past the largest.
+pub fn check_seeds(first: u64, count: usize) -> Result<()> {
+    ensure!(
+        (1..=100).contains(&count),
+        "seeds must be between 1 and 100, got {count}"
+    );
+    ensure!(
+        first.checked_add(count as u64 - 1).is_some(),
+        "{count} seeds from seed {first} would pass the largest seed, {}",
+        u64::MAX
+    );
+    Ok(())
+}
+
 /// Checks that `entries` is not empty and that no two share a label or a run directory.
 ///
 /// # Errors

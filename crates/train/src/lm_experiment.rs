@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use tokenizers::Tokenizer;
 
 use crate::corpus::Corpus;
-use crate::labelled::{check_unique, distinct, Labelled, RunKey};
+use crate::labelled::{check_seeds, check_unique, distinct, Labelled, RunKey};
 use crate::lm_run;
 use crate::lm_train::{evaluate, LengthEval, LmData, LmState, LmTrainConfig};
 use crate::results::{differences, find_run, spread, Found};
@@ -270,11 +270,7 @@ pub fn run(
     device: &candle_core::Device,
 ) -> Result<LmExperiment> {
     check_unique(&cfg.encodings)?;
-    ensure!(
-        (1..=100).contains(&cfg.seeds),
-        "seeds must be between 1 and 100, got {}",
-        cfg.seeds
-    );
+    check_seeds(cfg.base.seed, cfg.seeds)?;
     ensure!(
         !cfg.factors.is_empty() && cfg.factors.iter().all(|&f| f > 0),
         "evaluation factors must be at least 1, got {:?}",

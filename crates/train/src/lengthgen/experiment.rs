@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use super::problems::{Instance, Problem};
 use super::{load, resume, score, test_instances, train, LengthgenConfig, LengthgenState};
 use crate::error::Result;
-use crate::labelled::{check_unique, Labelled, RunKey};
+use crate::labelled::{check_seeds, check_unique, Labelled, RunKey};
 use crate::results::{differences, find_run, mean_sd, Found};
 use crate::trainer::RunOptions;
 use posenc_error::{ensure, Context};
@@ -143,11 +143,7 @@ impl LengthgenExperimentConfig {
     /// The setting or run at fault, named.
     pub fn validate(&self) -> Result<()> {
         check_unique(&self.encodings)?;
-        ensure!(
-            (1..=100).contains(&self.seeds),
-            "seeds must be between 1 and 100, got {}",
-            self.seeds
-        );
+        check_seeds(self.base.seed, self.seeds)?;
         ensure!(
             !self.test_lengths.is_empty() && self.test_lengths.iter().all(|&n| n >= 1),
             "test lengths must be at least 1, got {:?}",
