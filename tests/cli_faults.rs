@@ -130,11 +130,11 @@ fn bad_input_to_every_subcommand_is_named_and_writes_nothing() {
         tiny_with(None, "label_smoothing", json!(1.5)),
     );
     let garbage = cfg("garbage.json", "{ not json".to_string());
+    let committed = |path: &str| Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
     // A committed experiment's results with every run's records taken out.
     let emptied = |name: &str, results: &str, field: &str| -> PathBuf {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(results);
-        let mut v: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let text = std::fs::read_to_string(committed(results)).unwrap();
+        let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert!(
             !v[field].as_array().unwrap().is_empty(),
             "{results} has {field}"
@@ -144,6 +144,8 @@ fn bad_input_to_every_subcommand_is_named_and_writes_nothing() {
     };
     let no_runs = emptied("no-runs.json", "docs/experiment/results.json", "results");
     let no_lm_records = emptied("no-lm.json", "docs/lm-experiment/results.json", "results");
+    let sort_results = committed("docs/lengthgen/sort/results.json");
+    let copy_results = committed("docs/lengthgen/copy/results.json");
     let no_tests = emptied(
         "no-tests.json",
         "docs/lengthgen/copy/results.json",
@@ -521,6 +523,33 @@ fn bad_input_to_every_subcommand_is_named_and_writes_nothing() {
         case(
             &[&"plot", &"lengthgen", &"--results", &no_tests, &"--out", &fresh],
             "the results hold no test records",
+            1,
+        ),
+        // Pooled results must be of one setting, each run in one of them.
+        case(
+            &[
+                &"plot",
+                &"lengthgen",
+                &"--results",
+                &sort_results,
+                &copy_results,
+                &"--out",
+                &fresh,
+            ],
+            "differs from the first in task",
+            1,
+        ),
+        case(
+            &[
+                &"plot",
+                &"lengthgen",
+                &"--results",
+                &sort_results,
+                &sort_results,
+                &"--out",
+                &fresh,
+            ],
+            "seed 1 of `none` is in two of the experiments",
             1,
         ),
         case(

@@ -60,11 +60,12 @@ pub enum PlotCommand {
         #[arg(long)]
         out: PathBuf,
     },
-    /// The figure of `posenc lengthgen`, redrawn from its results.json.
+    /// The figure of `posenc lengthgen`, redrawn from its results.json, or from several of
+    /// one setting pooled into one figure (more encodings, or more seeds of the same).
     Lengthgen {
-        /// The experiment's results.json.
-        #[arg(long)]
-        results: PathBuf,
+        /// The experiment's results.json; several (`--results a.json b.json`) are pooled.
+        #[arg(long, num_args = 1.., required = true)]
+        results: Vec<PathBuf>,
         /// Output directory.
         #[arg(long)]
         out: PathBuf,
@@ -115,9 +116,16 @@ impl PlotCommand {
                 return list(out, &plots);
             }
             Self::Lengthgen { results, out: dir } => {
-                let exp = posenc_train::lengthgen::experiment::LengthgenExperiment::load(&results)?;
+                use posenc_train::lengthgen::experiment::LengthgenExperiment;
+                let parts = results
+                    .iter()
+                    .map(|r| LengthgenExperiment::load(r))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let names: Vec<String> = results.iter().map(|r| r.display().to_string()).collect();
+                let exp = LengthgenExperiment::merge(parts)
+                    .with_context(|| format!("pooling {}", names.join(", ")))?;
                 let plots = posenc_plot::lengthgen(&exp, &dir)
-                    .with_context(|| format!("plotting {}", results.display()))?;
+                    .with_context(|| format!("plotting {}", names.join(", ")))?;
                 return list(out, &plots);
             }
         };

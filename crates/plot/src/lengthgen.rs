@@ -33,7 +33,17 @@ pub fn lengthgen(exp: &LengthgenExperiment, out: &Path) -> Result<Vec<PathBuf>> 
         series.extend(Series::spread(label, colour(i), &points));
     }
     let [lo, hi] = exp.train_lengths;
-    let seeds = exp.config.seeds;
+    // Pooled experiments may hold more seeds of some entries than of others.
+    let counts = || {
+        exp.summaries()
+            .into_iter()
+            .flat_map(|(_, rows)| rows)
+            .map(|r| r.seeds)
+    };
+    let seeds = match (counts().min(), counts().max()) {
+        (Some(lo), Some(hi)) if lo < hi => format!("{lo}–{hi}"),
+        _ => exp.config.seeds.to_string(),
+    };
     let path = out.join(ACCURACY_BY_LENGTH);
     save_png(&path, (900, 560), "", |root| {
         curves(

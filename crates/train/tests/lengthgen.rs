@@ -455,3 +455,80 @@ fn a_problems_name_is_the_same_in_commands_and_files() {
         assert_eq!(serde_json::from_str::<Problem>(&json).unwrap(), p);
     }
 }
+
+/// A committed experiment's results (`docs/lengthgen/…`).
+fn committed(path: &str) -> experiment::LengthgenExperiment {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/lengthgen");
+    experiment::LengthgenExperiment::load(&root.join(path)).unwrap()
+}
+
+#[test]
+fn pooled_experiments_keep_every_seed_and_refuse_other_settings() {
+    use experiment::LengthgenExperiment as Exp;
+    let (first, more) = (
+        committed("sort/results.json"),
+        committed("sort/more-seeds/results.json"),
+    );
+    let pooled = Exp::merge(vec![first.clone(), more.clone()]).unwrap();
+    let labels: Vec<&str> = pooled
+        .config
+        .encodings
+        .iter()
+        .map(|e| e.label.as_str())
+        .collect();
+    let mut expected: Vec<&str> = first
+        .config
+        .encodings
+        .iter()
+        .map(|e| e.label.as_str())
+        .collect();
+    expected.push("fire");
+    assert_eq!(
+        labels, expected,
+        "the first's entries, then the second's new one"
+    );
+    assert_eq!(pooled.runs.len(), first.runs.len() + more.runs.len());
+    assert_eq!(pooled.config.seeds, 6);
+    // Each entry's mean at a length is the mean over every seed that ran it.
+    for (label, rows) in pooled.summaries() {
+        for row in rows {
+            let xs: Vec<f64> = [&first, &more]
+                .iter()
+                .flat_map(|e| &e.records)
+                .filter(|r| r.run.label == label && r.length == row.length)
+                .map(|r| r.accuracy)
+                .collect();
+            assert_eq!(row.seeds, xs.len());
+            let mean = xs.iter().sum::<f64>() / xs.len() as f64;
+            assert!((row.mean - mean).abs() < 1e-12, "{label} at {}", row.length);
+        }
+    }
+    // The same runs twice, another task, another budget: refused by name.
+    let twice = Exp::merge(vec![first.clone(), first.clone()]).unwrap_err();
+    assert!(
+        twice.to_string().contains("seed 1 of `none` is in two"),
+        "{twice}"
+    );
+    let other_task = Exp::merge(vec![first.clone(), committed("copy/results.json")]).unwrap_err();
+    assert!(
+        other_task
+            .to_string()
+            .contains("differs from the first in task"),
+        "{other_task}"
+    );
+    let mut longer = more.clone();
+    longer.config.base.steps += 1;
+    let budget = Exp::merge(vec![first.clone(), longer]).unwrap_err();
+    assert!(budget.to_string().contains("in steps"), "{budget}");
+    let mut renamed = more;
+    assert_eq!(renamed.config.encodings[0].label, "none");
+    renamed.config.encodings[0].label = "t5".into();
+    let clash = Exp::merge(vec![first, renamed]).unwrap_err();
+    assert!(
+        clash
+            .to_string()
+            .contains("`t5` names two different encodings"),
+        "{clash}"
+    );
+    assert!(Exp::merge(Vec::new()).is_err());
+}

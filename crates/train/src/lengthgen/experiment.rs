@@ -377,6 +377,84 @@ impl LengthgenExperiment {
         crate::results::save_results(out, self, &self.markdown())
     }
 
+    /// Pools experiments of one setting into one, for a figure or table over all their
+    /// runs: more encodings, or more seeds of the same ones (an entry in several keeps
+    /// every seed's records). Entries keep the order they first appear in; the tested
+    /// lengths are all of theirs.
+    ///
+    /// # Errors
+    /// No experiment; experiments that differ in anything but their encodings, seeds and
+    /// tested lengths (the task, the trained lengths, the model, the training, the test
+    /// instances per length); one label naming two encodings; one run, a label and seed,
+    /// in two of them.
+    pub fn merge(parts: Vec<LengthgenExperiment>) -> Result<Self> {
+        let mut parts = parts.into_iter();
+        let Some(mut merged) = parts.next() else {
+            posenc_error::bail!("no experiments to merge");
+        };
+        let setting = |c: &LengthgenExperimentConfig| {
+            let mut base = c.base.clone();
+            base.seed = 0;
+            (base, c.test_instances)
+        };
+        for (i, part) in parts.enumerate() {
+            let (a, b) = (setting(&merged.config), setting(&part.config));
+            let mut differ = differences(&a.0, &b.0);
+            if a.0.steps != b.0.steps {
+                differ.push("steps".into());
+            }
+            if a.1 != b.1 {
+                differ.push("test_instances".into());
+            }
+            ensure!(
+                differ.is_empty(),
+                "experiment {} differs from the first in {}: only runs of one setting can be \
+                 pooled",
+                i + 2,
+                differ.join(", ")
+            );
+            for entry in part.config.encodings {
+                match merged
+                    .config
+                    .encodings
+                    .iter()
+                    .find(|e| e.label == entry.label)
+                {
+                    Some(e) => ensure!(
+                        *e == entry,
+                        "the label `{}` names two different encodings",
+                        entry.label
+                    ),
+                    None => merged.config.encodings.push(entry),
+                }
+            }
+            for run in part.runs {
+                ensure!(
+                    !merged
+                        .runs
+                        .iter()
+                        .any(|r| r.label == run.label && r.seed == run.seed),
+                    "seed {} of `{}` is in two of the experiments",
+                    run.seed,
+                    run.label
+                );
+                merged.runs.push(run);
+            }
+            merged.records.extend(part.records);
+            merged.config.test_lengths.extend(part.config.test_lengths);
+        }
+        merged.config.test_lengths.sort_unstable();
+        merged.config.test_lengths.dedup();
+        merged.config.seeds = merged
+            .config
+            .encodings
+            .iter()
+            .map(|e| merged.runs.iter().filter(|r| r.label == e.label).count())
+            .max()
+            .unwrap_or(merged.config.seeds);
+        Ok(merged)
+    }
+
     /// Each label's accuracy by length over its seeds, labels in the config's order.
     pub fn summaries(&self) -> Vec<(String, Vec<Summary>)> {
         self.config
