@@ -17,8 +17,9 @@ pub const ACCURACY_BY_LENGTH: &str = "accuracy_by_length.png";
 /// written.
 pub fn lengthgen(exp: &LengthgenExperiment, out: &Path) -> Result<Vec<PathBuf>> {
     crate::chart::begin_figures(out, exp.records.len(), "test records")?;
+    let summaries = exp.summaries();
     let mut series = Vec::new();
-    for (i, (label, rows)) in exp.summaries().into_iter().enumerate() {
+    for (i, (label, rows)) in summaries.iter().enumerate() {
         let points: Vec<_> = rows
             .iter()
             .map(|r| {
@@ -30,17 +31,12 @@ pub fn lengthgen(exp: &LengthgenExperiment, out: &Path) -> Result<Vec<PathBuf>> 
                 )
             })
             .collect();
-        series.extend(Series::spread(label, colour(i), &points));
+        series.extend(Series::spread(label.clone(), colour(i), &points));
     }
     let [lo, hi] = exp.train_lengths;
     // Pooled experiments may hold more seeds of some entries than of others.
-    let counts = || {
-        exp.summaries()
-            .into_iter()
-            .flat_map(|(_, rows)| rows)
-            .map(|r| r.seeds)
-    };
-    let seeds = match (counts().min(), counts().max()) {
+    let counts = summaries.iter().flat_map(|(_, rows)| rows).map(|r| r.seeds);
+    let seeds = match (counts.clone().min(), counts.max()) {
         (Some(lo), Some(hi)) if lo < hi => format!("{lo}–{hi}"),
         _ => exp.config.seeds.to_string(),
     };

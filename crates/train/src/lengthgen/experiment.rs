@@ -400,6 +400,8 @@ impl LengthgenExperiment {
         for (i, part) in parts.enumerate() {
             let (a, b) = (setting(&merged.config), setting(&part.config));
             let mut differ = differences(&a.0, &b.0);
+            // `differences` ignores the step budget, which a resumed run may raise; runs
+            // pooled into one mean must share it.
             if a.0.steps != b.0.steps {
                 differ.push("steps".into());
             }
