@@ -121,11 +121,15 @@ impl PlotCommand {
                     .iter()
                     .map(|r| LengthgenExperiment::load(r))
                     .collect::<Result<Vec<_>, _>>()?;
-                let names: Vec<String> = results.iter().map(|r| r.display().to_string()).collect();
+                let names = results
+                    .iter()
+                    .map(|r| r.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ");
                 let exp = LengthgenExperiment::merge(parts)
-                    .with_context(|| format!("pooling {}", names.join(", ")))?;
+                    .with_context(|| format!("pooling {names}"))?;
                 let plots = posenc_plot::lengthgen(&exp, &dir)
-                    .with_context(|| format!("plotting {}", names.join(", ")))?;
+                    .with_context(|| format!("plotting {names}"))?;
                 return list(out, &plots);
             }
         };

@@ -392,20 +392,20 @@ impl LengthgenExperiment {
         let Some(mut merged) = parts.next() else {
             posenc_error::bail!("no experiments to merge");
         };
-        let setting = |c: &LengthgenExperimentConfig| {
-            let mut base = c.base.clone();
-            base.seed = 0;
-            (base, c.test_instances)
+        // The first seed is not part of the setting: pooled experiments differ in it.
+        let unseeded = |c: &LengthgenExperimentConfig| LengthgenConfig {
+            seed: 0,
+            ..c.base.clone()
         };
         for (i, part) in parts.enumerate() {
-            let (a, b) = (setting(&merged.config), setting(&part.config));
-            let mut differ = differences(&a.0, &b.0);
+            let (a, b) = (unseeded(&merged.config), unseeded(&part.config));
+            let mut differ = differences(&a, &b);
             // `differences` ignores the step budget, which a resumed run may raise; runs
             // pooled into one mean must share it.
-            if a.0.steps != b.0.steps {
+            if a.steps != b.steps {
                 differ.push("steps".into());
             }
-            if a.1 != b.1 {
+            if merged.config.test_instances != part.config.test_instances {
                 differ.push("test_instances".into());
             }
             ensure!(
