@@ -22,9 +22,9 @@ use posenc_train::sample::{generate, Sampling};
 use posenc_train::text_tokenizer::{decode, encode, TextTokenizer};
 
 fn main() -> anyhow::Result<()> {
-    posenc_train::keep_freed_memory();
-    posenc_train::tune_for_training();
-    posenc_train::on_worker_thread(run)
+    posenc_kernels::keep_freed_memory();
+    posenc_kernels::tune_for_training();
+    posenc_kernels::on_worker_thread(run)
 }
 
 /// The example's work, on one of rayon's threads (`on_worker_thread`).

@@ -54,8 +54,8 @@ fn rope(base: f64, position_scale: f64) -> EncodingConfig {
 }
 
 fn main() -> Result<()> {
-    posenc_train::keep_freed_memory();
-    posenc_train::on_worker_thread(run)
+    posenc_kernels::keep_freed_memory();
+    posenc_kernels::on_worker_thread(run)
 }
 
 /// The example's work, on one of rayon's threads (`on_worker_thread`).

@@ -17,9 +17,9 @@ use posenc_train::eval::{evaluate, table};
 use posenc_train::trainer::{train, RunOptions, TrainConfig, Translator};
 
 fn main() -> anyhow::Result<()> {
-    posenc_train::keep_freed_memory();
-    posenc_train::tune_for_training();
-    posenc_train::on_worker_thread(run)
+    posenc_kernels::keep_freed_memory();
+    posenc_kernels::tune_for_training();
+    posenc_kernels::on_worker_thread(run)
 }
 
 /// The example's work, on one of rayon's threads (`on_worker_thread`).

@@ -57,7 +57,7 @@ enum Command {
 
 impl Cli {
     /// Whether the command trains a model: `main` then sets the process up for training
-    /// ([`posenc_train::tune_for_training`]).
+    /// ([`posenc_kernels::tune_for_training`]).
     pub fn trains(&self) -> bool {
         use cmd::{bench::BenchCommand, lm::LmCommand};
         matches!(

@@ -8,14 +8,14 @@ use clap::Parser;
 use posenc_cli::{cmd, run, Cli};
 
 fn main() -> ExitCode {
-    posenc_train::keep_freed_memory();
+    posenc_kernels::keep_freed_memory();
     let cli = Cli::parse();
     if cli.trains() {
-        posenc_train::tune_for_training();
+        posenc_kernels::tune_for_training();
     }
     // The command runs on one of rayon's threads: the kernels' parallel parts then cost no
     // sleep and wake of the main thread (`on_worker_thread`).
-    let result = posenc_train::on_worker_thread(|| {
+    let result = posenc_kernels::on_worker_thread(|| {
         let mut out = cmd::Stdout::new();
         run(cli, &mut out).and_then(|()| out.finish())
     });

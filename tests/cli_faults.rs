@@ -2,7 +2,7 @@
 //! error naming its cause (never a panic or an abort) and changes nothing on disk; a full
 //! disk, a closed pipe, a second writer and `kill -9` lose nothing that was saved.
 
-mod common;
+use crate::common;
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;

@@ -2,7 +2,7 @@
 //! `scripts/fetch_smollm2.sh`): the chat answer is transformers' greedy answer, the
 //! converted directory gives it too, and bad input is named.
 
-mod common;
+use crate::common;
 
 use common::{posenc, text, with_stdin};
 

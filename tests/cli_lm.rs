@@ -2,7 +2,7 @@
 //! evaluate past the context, run the experiment; a run never overwrites another, and bad
 //! input is named.
 
-mod common;
+use crate::common;
 
 use common::{names, posenc, snapshot, text, tiny_config, train_tiny, with_stdin, write_config};
 

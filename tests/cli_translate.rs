@@ -1,7 +1,7 @@
 //! `posenc train`, `translate`, `eval` and `embed` as a user runs them. Faults (kills, full
 //! disks, second writers, bad input) are in `cli_faults.rs`.
 
-mod common;
+use crate::common;
 
 use common::*;
 

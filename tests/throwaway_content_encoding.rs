@@ -3,7 +3,7 @@
 //! at run time, trains and runs a language model (the cached generation included) and a
 //! translation model, with no edit anywhere else.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

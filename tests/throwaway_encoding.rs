@@ -2,7 +2,7 @@
 //! trains, translates, evaluates, prints and plots through every command, with no edit
 //! anywhere else. Nothing outside an encoding's own file asks which encoding it is.
 
-mod common;
+use crate::common;
 
 use common::{in_process as posenc, is_png};
 use std::sync::atomic::{AtomicUsize, Ordering};

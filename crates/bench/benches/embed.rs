@@ -34,7 +34,7 @@ fn median(mut xs: Vec<Duration>) -> Duration {
 }
 
 fn main() -> Result<()> {
-    posenc_transformer::keep_freed_memory();
+    posenc_kernels::keep_freed_memory();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let rounds: usize = args.iter().find_map(|a| a.parse().ok()).unwrap_or(7);
     if args.iter().any(|a| a == "ours") {

@@ -62,7 +62,7 @@ fn timed(
 }
 
 fn main() -> Result<()> {
-    posenc_transformer::keep_freed_memory();
+    posenc_kernels::keep_freed_memory();
     let rounds = posenc_bench::rounds(3);
     let dev = Device::Cpu;
     let path = fetched_smollm2()?;

@@ -34,7 +34,7 @@ pub enum Precision {
     /// Dequantized to f32: exact, for parity with the reference.
     F32,
     /// As stored (Q4_1, Q8_0, …), multiplied quantized: fast (Q4_0, Q4_1, Q8_0, Q4_K and
-    /// Q6_K on `posenc_transformer::ops::quantized`, other formats on candle's `QMatMul`). The
+    /// Q6_K on `posenc_kernels::quantized`, other formats on candle's `QMatMul`). The
     /// token table stays quantized too, expanded a looked-up row at a time; norms are f32,
     /// and the key/value cache is kept in f16, as llama.cpp keeps its own.
     Quantized,

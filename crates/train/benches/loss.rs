@@ -11,7 +11,7 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use posenc_train::loss::{label_smoothed_cross_entropy, label_smoothed_nll};
 
 fn bench(c: &mut Criterion) {
-    posenc_train::keep_freed_memory();
+    posenc_kernels::keep_freed_memory();
     let (n, v) = (64 * 24, 1000);
     let logits =
         Var::from_tensor(&Tensor::randn(0f32, 1.0, (n, v), &Device::Cpu).unwrap()).unwrap();

@@ -87,4 +87,3 @@ pub fn log(line: &str) {
 }
 
 pub use error::{Error, Result};
-pub use posenc_transformer::{keep_freed_memory, on_worker_thread, tune_for_training};

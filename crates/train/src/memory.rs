@@ -6,12 +6,12 @@
 /// its peak-resident-memory mark (Linux; elsewhere a no-op), so that the next
 /// [`peak_rss_mb`] is the peak of what runs from here on.
 ///
-/// The binary keeps freed memory for reuse ([`posenc_transformer::keep_freed_memory`]),
+/// The binary keeps freed memory for reuse ([`posenc_kernels::keep_freed_memory`]),
 /// and that memory stays resident: without giving it back, the mark would restart at
 /// whatever an earlier piece of work (a passkey trial, a benchmark round, a training run
 /// before a resumed one) left in the heap.
 pub fn reset_peak_rss() {
-    posenc_transformer::give_back_freed_memory();
+    posenc_kernels::give_back_freed_memory();
     let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 
@@ -28,4 +28,32 @@ pub fn peak_rss_mb_in(status: &std::path::Path) -> Option<f64> {
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb / 1024.0)
+}
+
+#[cfg(test)]
+mod tests {
+    /// A fresh peak starts from what is in use, not from what the process freed and kept
+    /// (`keep_freed_memory`, which every posenc program sets): 256 MB freed in 1 MB pieces
+    /// between 256 MB still held, every page written, is given back before the mark is reset,
+    /// so that the next trial's peak is its own. (Linux with glibc only.) A unit test, away
+    /// from the integration tests: the peak is the whole process's.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[test]
+    fn a_fresh_peak_leaves_out_the_memory_freed_before_it() {
+        use super::{peak_rss_mb, reset_peak_rss};
+        posenc_kernels::keep_freed_memory();
+        const MB: usize = 1 << 20;
+        let mut pieces: Vec<Vec<u8>> = (0..512).map(|i| vec![i as u8 | 1; MB]).collect();
+        let held = peak_rss_mb().unwrap();
+        // Every other piece freed: holes in the heap that no trimming of its top reaches.
+        let kept: Vec<Vec<u8>> = pieces.drain(..).step_by(2).collect();
+        reset_peak_rss();
+        let fresh = peak_rss_mb().unwrap();
+        assert!(
+            fresh < held - 128.0,
+            "{held:.0} MB held, {fresh:.0} MB after freeing half of it and resetting the peak"
+        );
+        assert_eq!(kept.len(), 256);
+        assert!(kept.iter().all(|p| p.iter().all(|&b| b & 1 == 1)));
+    }
 }

@@ -25,10 +25,9 @@ use std::path::Path;
 
 use crate::error::Result;
 use candle_core::backprop::GradStore;
-use candle_core::{CpuStorage, DType, InplaceOp2, Layout, Tensor, Var};
+use candle_core::{Tensor, Var};
 use candle_nn::VarMap;
 use posenc_error::{ensure, invalid, Context};
-use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 /// AdamW hyper-parameters.
@@ -155,17 +154,16 @@ impl AdamW {
                 continue;
             };
             let theta = slot.var.as_tensor();
-            if theta.dtype() == DType::F32 && theta.device().is_cpu() {
-                let g = g.flatten_all()?.contiguous()?;
-                slot.mv.inplace_op2(&g, &Moments { beta1, beta2 })?;
-                let step = Update {
-                    lr: lr as f32,
-                    c1: c1 as f32,
-                    c2: c2 as f32,
-                    eps: eps as f32,
-                    decay: (1.0 - lr * weight_decay) as f32,
-                };
-                theta.inplace_op2(&slot.mv, &step)?;
+            let step = posenc_kernels::AdamWStep {
+                lr: lr as f32,
+                beta1: beta1 as f32,
+                beta2: beta2 as f32,
+                c1: c1 as f32,
+                c2: c2 as f32,
+                eps: eps as f32,
+                decay: (1.0 - lr * weight_decay) as f32,
+            };
+            if posenc_kernels::adamw_in_place(theta, &slot.mv, g, &step)? {
                 continue;
             }
             rest.push(i);
@@ -277,109 +275,5 @@ impl AdamW {
         let state = candle_core::safetensors::load(path, &device)
             .with_context(|| format!("reading {}", path.display()))?;
         self.restore(&state, step)
-    }
-}
-
-/// The f32 data of a contiguous CPU storage, or an error naming the op.
-fn data<'a>(s: &'a CpuStorage, l: &Layout, op: &str) -> candle_core::Result<&'a [f32]> {
-    match (s, l.contiguous_offsets()) {
-        (CpuStorage::F32(v), Some((a, b))) => Ok(&v[a..b]),
-        _ => candle_core::bail!("{op}: expected contiguous f32 data"),
-    }
-}
-
-/// The mutable f32 data of a contiguous CPU storage.
-fn data_mut<'a>(s: &'a mut CpuStorage, l: &Layout, op: &str) -> candle_core::Result<&'a mut [f32]> {
-    match (s, l.contiguous_offsets()) {
-        (CpuStorage::F32(v), Some((a, b))) => Ok(&mut v[a..b]),
-        _ => candle_core::bail!("{op}: expected contiguous f32 data"),
-    }
-}
-
-/// Elements per parallel task.
-const CHUNK: usize = 16_384;
-
-/// `m ← β₁m + (1 − β₁)g`, `v ← β₂v + (1 − β₂)g²` on the `(2, n)` moments, in place.
-struct Moments {
-    beta1: f64,
-    beta2: f64,
-}
-
-impl InplaceOp2 for Moments {
-    fn name(&self) -> &'static str {
-        "adamw-moments"
-    }
-
-    fn cpu_fwd(
-        &self,
-        s1: &mut CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> candle_core::Result<()> {
-        let g = data(s2, l2, self.name())?;
-        let mv = data_mut(s1, l1, self.name())?;
-        if mv.len() != 2 * g.len() {
-            candle_core::bail!("adamw: moments and gradient sizes differ");
-        }
-        let (m, v) = mv.split_at_mut(g.len());
-        let (b1, b2) = (self.beta1 as f32, self.beta2 as f32);
-        m.par_chunks_mut(CHUNK)
-            .zip(v.par_chunks_mut(CHUNK))
-            .zip(g.par_chunks(CHUNK))
-            .for_each(|((m, v), g)| {
-                for ((m, v), &g) in m.iter_mut().zip(v).zip(g) {
-                    *m = b1 * *m + (1.0 - b1) * g;
-                    *v = b2 * *v + (1.0 - b2) * g * g;
-                }
-            });
-        Ok(())
-    }
-}
-
-/// `θ ← decay·θ − lr·(m/c₁)/(√(v/c₂) + ε)` in place, from the updated `(2, n)` moments.
-#[derive(Clone, Copy)]
-struct Update {
-    lr: f32,
-    c1: f32,
-    c2: f32,
-    eps: f32,
-    decay: f32,
-}
-
-impl InplaceOp2 for Update {
-    fn name(&self) -> &'static str {
-        "adamw-update"
-    }
-
-    fn cpu_fwd(
-        &self,
-        s1: &mut CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> candle_core::Result<()> {
-        let mv = data(s2, l2, self.name())?;
-        let theta = data_mut(s1, l1, self.name())?;
-        if mv.len() != 2 * theta.len() {
-            candle_core::bail!("adamw: moments and variable sizes differ");
-        }
-        let (m, v) = mv.split_at(theta.len());
-        let Update {
-            lr,
-            c1,
-            c2,
-            eps,
-            decay,
-        } = *self;
-        theta
-            .par_chunks_mut(CHUNK)
-            .zip(m.par_chunks(CHUNK).zip(v.par_chunks(CHUNK)))
-            .for_each(|(t, (m, v))| {
-                for ((t, &m), &v) in t.iter_mut().zip(m).zip(v) {
-                    *t = decay * *t - lr * (m / c1) / ((v / c2).sqrt() + eps);
-                }
-            });
-        Ok(())
     }
 }

@@ -12,12 +12,12 @@
 //!
 //! The weights follow PyTorch's `nn.MultiheadAttention`: `in_proj_weight (3d, d)` packs
 //! `W^Q, W^K, W^V`, with `in_proj_bias` and `out_proj`; a checkpoint that holds them apart
-//! (`q_proj`, `k_proj`, `v_proj`, as Hugging Face's) loads as it is. Attention without a
-//! score bias is one op with its own backward ([`ops::attention`]: the CPU's kernel in f32,
-//! candle's ops under one graph node elsewhere), which reads the projections with their
-//! heads still merged; with a bias, in f32 on the CPU, the scale, bias, mask and softmax
-//! are one fused kernel ([`ops::masked_softmax`]); other dtypes and devices take the
-//! differentiable composition.
+//! (`q_proj`, `k_proj`, `v_proj`, as Hugging Face's) loads as it is.
+//!
+//! The products, the softmax and attention itself are calls to [`posenc_kernels`], which
+//! picks the path for the device and dtype: attention without a score bias is one op with
+//! its own backward ([`kernels::attention`]), reading the projections with their heads
+//! still merged; with a bias, the weights are [`kernels::attention_softmax`].
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -25,12 +25,12 @@ use std::sync::Arc;
 use candle_core::{DType, Tensor};
 use candle_nn::{init, Init, VarBuilder};
 use posenc::{PositionalEncoding, Positions};
+use posenc_kernels as kernels;
 
 use crate::dropout;
 use crate::kv_cache::KvCache;
 use crate::linear::Proj;
 use crate::mask::Mask;
-use crate::ops;
 use crate::{BlockConfig, Error, Result};
 
 /// Multi-head attention, self or cross. Self-attention holds the positional encoding;
@@ -203,7 +203,7 @@ impl MultiHeadAttention {
     ///
     /// Self-attention with a cache, no mask and no weights asked for is causal over the
     /// cached positions and the new ones, at the cache's positions
-    /// ([`KvCache::read_until`]); in f32 on the CPU it runs as [`ops::flash_attention`], so
+    /// ([`KvCache::read_until`]); where the kernels can it runs as [`kernels::flash_attention`], so
     /// memory grows with the cache, not with its square, and the encoding's bias is asked
     /// for tile by tile.
     ///
@@ -282,15 +282,9 @@ impl MultiHeadAttention {
         let v = self.split(&v)?;
         let (k, v) = cache.append(&k, &v)?;
         let scale = 1.0 / (self.head_dim as f64).sqrt();
-        let fused = q.dtype() == DType::F32
-            && matches!(k.dtype(), DType::F32 | DType::F16)
-            && q.device().is_cpu()
-            && !self.reads_scores();
-        if let (true, false, Some(encoding)) = (
-            fused,
-            [&q, &k, &v].iter().any(|t| t.track_op()),
-            &self.encoding,
-        ) {
+        // Tile by tile where the kernels can (they decide), with the encoding's bias asked
+        // for each tile; an encoding that reads the scores needs them whole.
+        if let (false, Some(encoding)) = (self.reads_scores(), &self.encoding) {
             let bias = |rows: Range<usize>, keys: Range<usize>| {
                 let (q_at, k_at) = (Positions::From(offset + rows.start), keys.start.into());
                 encoding
@@ -298,9 +292,17 @@ impl MultiHeadAttention {
                     .map_err(candle_core::Error::wrap)
             };
             let causal = Some(offset);
-            let out =
-                ops::flash_attention(&q, &k, &v, self.head_dim, scale as f32, causal, Some(&bias))?;
-            return Ok(self.out_proj.forward(&out)?);
+            if let Some(out) = kernels::flash_attention(
+                &q,
+                &k,
+                &v,
+                self.head_dim,
+                scale as f32,
+                causal,
+                Some(&bias),
+            )? {
+                return Ok(self.out_proj.forward(&out)?);
+            }
         }
         let (k, v) = (k.to_dtype(q.dtype())?, v.to_dtype(q.dtype())?);
         let len = offset + new;
@@ -333,7 +335,7 @@ impl MultiHeadAttention {
     /// the products spent on padding. Returns the output `(1, n, d_model)`; no weights are
     /// kept, and there is no dropout.
     ///
-    /// In f32 on the CPU with no gradient to track, one op ([`ops::packed_attention`]);
+    /// In f32 on the CPU with no gradient to track, one op ([`kernels::packed_attention`]);
     /// otherwise each sequence goes through the ordinary path in turn (differentiable).
     ///
     /// # Errors
@@ -346,14 +348,16 @@ impl MultiHeadAttention {
     ) -> Result<Tensor> {
         self.check(x, "query")?;
         check_packed(x, lens)?;
-        let fused = x.dtype() == DType::F32 && x.device().is_cpu() && !self.reads_scores();
         let q = self.rotate_packed(&self.q_proj.forward(x)?, lens, Role::Query)?;
         let k = self.rotate_packed(&self.k_proj.forward(x)?, lens, Role::Key)?;
         let v = self.v_proj.forward(x)?;
-        if fused && ![&q, &k, &v].iter().any(|t| t.track_op()) {
+        if !self.reads_scores() {
             let scale = 1.0 / (self.head_dim as f32).sqrt();
-            let out = ops::packed_attention(&q, &k, &v, self.head_dim, lens, bias, scale)?;
-            return Ok(self.out_proj.forward(&out)?);
+            if let Some(out) =
+                kernels::packed_attention(&q, &k, &v, self.head_dim, lens, bias, scale)?
+            {
+                return Ok(self.out_proj.forward(&out)?);
+            }
         }
         let mut outs = Vec::with_capacity(lens.len());
         for (start, len) in segments(lens) {
@@ -504,7 +508,8 @@ impl MultiHeadAttention {
             let keep = mask
                 .map(|m| m.broadcast_to_shape(&[b, h, tq, k_len]))
                 .transpose()?;
-            let (out, weights) = ops::attention(q, k, v, d_k, keep.as_ref(), scale as f32, sample)?;
+            let (out, weights) =
+                kernels::attention(q, k, v, d_k, keep.as_ref(), scale as f32, sample)?;
             return Ok((self.out_proj.forward(&out)?, Some(weights)));
         }
         // candle's matmul needs each head's rows contiguous.
@@ -515,7 +520,8 @@ impl MultiHeadAttention {
         let kv = k.dim(1)?;
         let grouped =
             |x: &Tensor, rows: usize, cols: usize| x.reshape((b, kv, (h / kv) * rows, cols));
-        let scores = ops::matmul(&grouped(q, tq, d_k)?, &k.t()?)?.reshape((b, h, tq, k.dim(2)?))?;
+        let scores =
+            kernels::matmul(&grouped(q, tq, d_k)?, &k.t()?)?.reshape((b, h, tq, k.dim(2)?))?;
         // An encoding that reads the scores gets the logits, masked, and adds to them.
         let (scores, bias, scale) = match content {
             false => (scores, bias.cloned(), scale),
@@ -540,41 +546,13 @@ impl MultiHeadAttention {
         };
         let bias = bias.as_ref();
         let keep = mask.map(|m| m.broadcast_to(&scores)).transpose()?;
-        let weights = if scores.dtype() == DType::F32 && scores.device().is_cpu() {
-            // One fused pass: scale, bias, mask, softmax, empty rows to zero.
-            match bias {
-                Some(bias) => ops::masked_softmax(
-                    &(scores * scale)?.broadcast_add(&bias.unsqueeze(0)?)?,
-                    keep.as_ref(),
-                    1.0,
-                )?,
-                None => ops::masked_softmax(&scores, keep.as_ref(), scale as f32)?,
-            }
-        } else {
-            let mut scores = (scores * scale)?;
-            if let Some(bias) = bias {
-                scores = scores.broadcast_add(&bias.to_dtype(scores.dtype())?.unsqueeze(0)?)?;
-            }
-            if let Some(mask) = mask {
-                scores = mask.fill(&scores)?;
-            }
-            let weights = if scores.track_op() {
-                // candle's fused kernel, with a backward of its own.
-                ops::with_grad::softmax_last_dim(&scores)?
-            } else {
-                candle_nn::ops::softmax_last_dim(&scores)?
-            };
-            match mask {
-                Some(mask) => mask.zero_empty_rows(&weights)?,
-                None => weights,
-            }
-        };
+        let weights = kernels::attention_softmax(&scores, bias, keep.as_ref(), scale)?;
         let dropped = if dropout {
             dropout::dropout(&weights, self.dropout)?
         } else {
             weights.clone()
         };
-        let out = ops::matmul(&grouped(&dropped, tq, k_len)?, v)?
+        let out = kernels::matmul(&grouped(&dropped, tq, k_len)?, v)?
             .reshape((b, h, tq, d_k))?
             .transpose(1, 2)?
             .reshape((b, tq, h * d_k))?;

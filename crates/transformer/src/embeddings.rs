@@ -123,7 +123,11 @@ impl Embeddings {
             Some(table) => {
                 let (batch, seq) = ids.dims2()?;
                 let flat = ids.to_dtype(DType::U32)?.flatten_all()?.to_vec1::<u32>()?;
-                crate::ops::quantized::dequantize_rows(table, &flat)?.reshape((batch, seq, ()))?
+                posenc_kernels::quantized::dequantize_rows(table, &flat)?.reshape((
+                    batch,
+                    seq,
+                    (),
+                ))?
             }
         };
         let x = if self.scale == 1.0 {

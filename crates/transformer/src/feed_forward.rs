@@ -79,9 +79,9 @@ impl FeedForward {
     }
 
     fn activate(&self, h: &Tensor) -> Result<Tensor> {
-        // GELU's erf form in one vectorised pass (`ops::gelu`) where it runs: f32 on the CPU.
+        // GELU's erf form in one vectorised pass (`kernels::gelu`) where it runs: f32 on the CPU.
         Ok(match self.activation {
-            Activation::Gelu => crate::ops::gelu_anywhere(h)?,
+            Activation::Gelu => posenc_kernels::gelu(h)?,
             _ => self.activation.forward(h)?,
         })
     }

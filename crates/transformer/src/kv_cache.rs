@@ -19,7 +19,7 @@ pub const RESERVE_AHEAD: usize = 8192;
 ///
 /// Keys and values are kept in the dtype they come in, or in the one
 /// [`KvCache::store_as`] names: f16 halves the cache of an f32 model, as llama.cpp keeps
-/// its own, and [`crate::ops::flash_attention`] reads it tile by tile in f32.
+/// its own, and [`posenc_kernels::flash_attention`] reads it tile by tile in f32.
 #[derive(Debug, Default)]
 pub struct KvCache {
     /// The buffers, `(batch, kv_heads, capacity, head_dim)`, contiguous.

@@ -4,13 +4,13 @@
 //! `candle_nn::Linear` on a `(batch, seq, d)` input broadcasts its weight to
 //! `(batch, d, out)` and runs `batch` small products; the backward pass then forms a
 //! weight gradient per batch entry and sums them. In f32 on the CPU a dense projection is
-//! [`ops::linear`] instead: one GEMM over `(batch·seq, d)`, the bias (and a following
+//! [`kernels::linear`] instead: one GEMM over `(batch·seq, d)`, the bias (and a following
 //! ReLU) in the same op, one node in the backward graph; at inference a following GELU
-//! joins it too ([`ops::linear_gelu`]).
+//! joins it too ([`kernels::linear_gelu`]).
 //!
 //! A [`Proj`] may instead hold a quantized weight (GGUF's Q4/Q8 blocks), multiplied
 //! without being expanded to f32: how a pretrained model generates fast. Q4_0, Q4_1,
-//! Q8_0, Q4_K and Q6_K run on this project's SIMD kernels ([`ops::quantized`]); other
+//! Q8_0, Q4_K and Q6_K run on this project's SIMD kernels ([`kernels::quantized`]); other
 //! formats (Q5_0, Q5_K, …) on candle's [`QMatMul`]; a layer's projections of one input share one
 //! product ([`Proj::forward_fused`]). For many rows at once (a prompt) the weight is
 //! dequantized for that one product and multiplied by the f32 GEMM instead, as llama.cpp
@@ -24,11 +24,11 @@ use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{Module, Result, Tensor};
 use candle_nn::{Linear, VarBuilder};
 
-use crate::ops;
+use posenc_kernels as kernels;
 
 /// `x Wᵀ + b` for `x` of any rank, applied to the last dimension.
 pub fn apply(linear: &Linear, x: &Tensor) -> Result<Tensor> {
-    ops::linear(x, linear.weight(), linear.bias(), false)
+    kernels::linear(x, linear.weight(), linear.bias(), false)
 }
 
 /// Applies `f` to `x` flattened to `(rows, d)` and restores the leading dimensions.
@@ -81,7 +81,7 @@ impl Proj {
 
     /// The projection whose weight and bias are the rows `rows` of the packed `weight
     /// (packed, in)` and `bias (packed,)`: views of them, and trained as rows of them
-    /// ([`ops::linear_rows`]).
+    /// ([`kernels::linear_rows`]).
     ///
     /// # Errors
     /// `rows` past the packed tensors.
@@ -157,7 +157,7 @@ impl Proj {
 
     /// `x Wᵢᵀ + bᵢ` for several projections of the same `x`: with quantized weights that all
     /// have a kernel here and a short `x` (a decode step), one product that quantizes `x`
-    /// once and spreads all their rows over the cores ([`ops::quantized`]); otherwise one
+    /// once and spreads all their rows over the cores ([`kernels::quantized`]); otherwise one
     /// [`Proj::forward`] each. The same values either way.
     ///
     /// # Errors
@@ -175,7 +175,7 @@ impl Proj {
         let mut out = Vec::with_capacity(N);
         if weights.len() == N && rows < DEQUANTIZE_FROM_ROWS {
             let x2 = x.reshape((rows, d))?;
-            if let Some(y) = ops::quantized::quantized_matmul_fused(&x2, &weights)? {
+            if let Some(y) = kernels::quantized::quantized_matmul_fused(&x2, &weights)? {
                 let lead = &x.dims()[..x.rank() - 1];
                 let mut start = 0;
                 for (p, w) in projs.iter().zip(&weights) {
@@ -205,11 +205,11 @@ impl Proj {
     }
 
     /// `GELU(x Wᵀ + b)` (erf form): at inference with a dense f32 weight, one op with the
-    /// product ([`ops::linear_gelu`]).
+    /// product ([`kernels::linear_gelu`]).
     pub fn forward_gelu(&self, x: &Tensor) -> Result<Tensor> {
         match &self.weight {
-            Weight::Dense(linear) => ops::linear_gelu(x, linear.weight(), self.bias()),
-            Weight::Quantized(..) => ops::gelu_anywhere(&self.forward(x)?),
+            Weight::Dense(linear) => kernels::linear_gelu(x, linear.weight(), self.bias()),
+            Weight::Quantized(..) => kernels::gelu(&self.forward(x)?),
         }
     }
 
@@ -218,17 +218,17 @@ impl Proj {
             Weight::Dense(linear) => {
                 return match &self.packed {
                     Some(p) => {
-                        ops::linear_rows(x, &p.weight, p.bias.as_ref(), p.rows.clone(), relu)
+                        kernels::linear_rows(x, &p.weight, p.bias.as_ref(), p.rows.clone(), relu)
                     }
-                    None => ops::linear(x, linear.weight(), self.bias(), relu),
+                    None => kernels::linear(x, linear.weight(), self.bias(), relu),
                 }
             }
             Weight::Quantized(q, w) => {
                 let y = flat(x, |x| {
                     if x.dim(0)? >= DEQUANTIZE_FROM_ROWS {
-                        return ops::matmul(x, &w.dequantize(x.device())?.t()?);
+                        return kernels::matmul(x, &w.dequantize(x.device())?.t()?);
                     }
-                    match ops::quantized::quantized_matmul(x, w)? {
+                    match kernels::quantized::quantized_matmul(x, w)? {
                         Some(y) => Ok(y),
                         None => q.forward(x),
                     }

@@ -6,7 +6,9 @@
 //! query that may see no key at all (a fully padded row) gets all-zero weights, never the
 //! NaN PyTorch gives (pytorch#24816, #41508).
 
-use candle_core::{DType, Device, Tensor, D};
+use candle_core::{DType, Device, Tensor};
+
+use posenc_kernels::lowest;
 
 use crate::{Error, Result};
 
@@ -84,15 +86,6 @@ impl Mask {
         Ok(keep.where_cond(scores, &fill)?)
     }
 
-    /// Zeroes the weights of queries that may see no key: `(batch, heads, q, k)`.
-    pub(crate) fn zero_empty_rows(&self, weights: &Tensor) -> Result<Tensor> {
-        let any = self
-            .broadcast_to(weights)?
-            .max_keepdim(D::Minus1)?
-            .to_dtype(weights.dtype())?;
-        Ok(weights.broadcast_mul(&any)?)
-    }
-
     /// The keep flags broadcast to `scores`, or an error naming both shapes.
     pub(crate) fn broadcast_to(&self, scores: &Tensor) -> Result<Tensor> {
         self.broadcast_to_shape(scores.dims())
@@ -108,16 +101,5 @@ impl Mask {
                 scores
             ))
         })
-    }
-}
-
-/// The most negative finite value of `dtype`: what a masked score becomes, so that a row
-/// with every key masked is still finite (and then zeroed), never NaN.
-pub(crate) fn lowest(dtype: DType) -> f64 {
-    match dtype {
-        DType::F16 => -65504.0,
-        DType::BF16 => -3.38e38,
-        DType::F64 => f64::MIN,
-        _ => f64::from(f32::MIN),
     }
 }

@@ -8,16 +8,15 @@
 
 use candle_core::Tensor;
 use candle_nn::{LayerNorm, LayerNormConfig, Module, VarBuilder};
+use posenc_kernels as kernels;
 
 use crate::dropout::dropout;
 use crate::{BlockConfig, NormKind, Result};
 
 /// LayerNorm or RMSNorm ([`NormKind`]).
 ///
-/// LayerNorm: in f32 on the CPU this crate's fused kernel with its own backward
-/// ([`crate::ops::layer_norm`]); elsewhere candle's fused kernel when no gradient is
-/// needed and the differentiable composition when one is. RMSNorm: candle's fused kernel for
-/// inference, its differentiable composition for training.
+/// Each runs as [`posenc_kernels::layer_norm`] or [`posenc_kernels::rms_norm`], which pick
+/// the kernel for the device and dtype, with a backward wherever a gradient flows.
 #[derive(Debug, Clone)]
 pub struct Norm {
     ln: LayerNorm,
@@ -50,13 +49,13 @@ impl Norm {
         Self::with_kind(cfg.norm, cfg.d_model, cfg.eps, vb)
     }
 
-    /// `norm(x + y)`, the post-norm residual: one fused pass where [`crate::ops::add_layer_norm`]
-    /// runs (a LayerNorm in f32 on the CPU), else the sum and then [`Norm::forward`].
+    /// `norm(x + y)`, the post-norm residual: for a LayerNorm one call
+    /// ([`posenc_kernels::add_layer_norm`], fused where the kernels can), else the sum and
+    /// then [`Norm::forward`].
     pub fn forward_sum(&self, x: &Tensor, y: &Tensor) -> candle_core::Result<Tensor> {
-        let f32_cpu = x.dtype() == candle_core::DType::F32 && x.device().is_cpu();
         match (self.kind, self.ln.bias()) {
-            (NormKind::LayerNorm, Some(b)) if f32_cpu => {
-                crate::ops::add_layer_norm(x, y, self.ln.weight(), b, self.eps as f32)
+            (NormKind::LayerNorm, Some(b)) => {
+                kernels::add_layer_norm(x, y, self.ln.weight(), b, self.eps as f32)
             }
             _ => self.forward(&(x + y)?),
         }
@@ -65,32 +64,10 @@ impl Norm {
 
 impl Module for Norm {
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        let (w, b) = (self.ln.weight(), self.ln.bias());
-        let tracked = x.track_op() || w.track_op() || b.is_some_and(Tensor::track_op);
-        let fused = x.dtype() == candle_core::DType::F32 && x.device().is_cpu();
-        match (self.kind, b) {
-            // Parallel over rows and vectorised: twice as fast as candle's kernel at
-            // MiniLM's sizes, so it serves inference too.
-            (NormKind::LayerNorm, Some(b)) if fused => {
-                crate::ops::layer_norm(x, w, b, self.eps as f32)
-            }
-            // A GPU: candle's fused kernel, with a backward of its own (`ops::with_grad`);
-            // on the CPU (f64) that kernel is not there, and the composition runs.
-            (NormKind::LayerNorm, Some(b)) if tracked && !x.device().is_cpu() => {
-                crate::ops::with_grad::layer_norm(x, w, b, self.eps as f32)
-            }
-            (NormKind::LayerNorm, Some(b)) if tracked => {
-                candle_nn::ops::layer_norm_slow(x, w, b, self.eps as f32)
-            }
-            (NormKind::RmsNorm, _) if tracked && !x.device().is_cpu() => {
-                crate::ops::with_grad::rms_norm(x, w, self.eps as f32)
-            }
-            (NormKind::RmsNorm, _) if tracked => {
-                candle_nn::ops::rms_norm_slow(x, w, self.eps as f32)
-            }
-            (NormKind::RmsNorm, _) => {
-                candle_nn::ops::rms_norm(&x.contiguous()?, w, self.eps as f32)
-            }
+        let (w, eps) = (self.ln.weight(), self.eps as f32);
+        match (self.kind, self.ln.bias()) {
+            (NormKind::LayerNorm, Some(b)) => kernels::layer_norm(x, w, b, eps),
+            (NormKind::RmsNorm, _) => kernels::rms_norm(x, w, eps),
             _ => self.ln.forward(&x.contiguous()?),
         }
     }

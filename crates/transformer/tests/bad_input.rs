@@ -1,6 +1,6 @@
 //! Bad input gets an error naming its cause, never a panic.
 
-mod common;
+use crate::common;
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{VarBuilder, VarMap};

@@ -4,7 +4,7 @@
 //! `(SiLU(x W_g) ⊙ x W_1) W_2`; the parameter count is the variables created; a model with
 //! every option trains; quantized projections stay close to dense ones.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::sync::Arc;

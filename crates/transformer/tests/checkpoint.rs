@@ -1,6 +1,6 @@
 //! Saving and loading: round trip, and a checkpoint that does not fit names every problem.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::path::Path;

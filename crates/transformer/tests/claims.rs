@@ -1,6 +1,6 @@
 //! The documents' claims about attention and position, on the real model.
 
-mod common;
+use crate::common;
 
 use candle_core::{Device, IndexOp, Tensor};
 use common::*;

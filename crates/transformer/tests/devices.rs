@@ -12,7 +12,7 @@
 //! feed-forward, masks with padding and a fully padded query row, the training forward
 //! (a gradient tracked), inference (frozen weights), and generation through the cache.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 

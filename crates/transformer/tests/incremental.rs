@@ -1,7 +1,7 @@
 //! Incremental decoding with a key/value cache gives the same outputs as the full masked
 //! forward pass, for every encoding: offsets reach the encoding's hooks.
 
-mod common;
+use crate::common;
 
 use candle_core::{IndexOp, Tensor};
 use common::*;

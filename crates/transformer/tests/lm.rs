@@ -1,7 +1,7 @@
 //! The decoder-only language model: causal (a position never sees a later one), cached
 //! generation equal to the full forward for every encoding, and a learned table's end named.
 
-mod common;
+use crate::common;
 
 use candle_core::{Device, IndexOp, Tensor};
 use candle_nn::VarMap;

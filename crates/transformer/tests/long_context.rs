@@ -3,7 +3,7 @@
 //! ragged edges), the cache written in place, and the chunked prefill of a language model
 //! against its one-shot forward for every encoding.
 
-mod common;
+use crate::common;
 
 use std::ops::Range;
 use std::sync::Mutex;
@@ -11,8 +11,8 @@ use std::sync::Mutex;
 use candle_core::{DType, Device, IndexOp, Tensor, Var};
 use common::*;
 use posenc::EncodingConfig;
+use posenc_kernels::cpu::flash_attention;
 use posenc_transformer::lm::PREFILL_CHUNK;
-use posenc_transformer::ops::flash_attention;
 use posenc_transformer::KvCache;
 use posenc_transformer::LanguageModel;
 use posenc_transformer::StackCache;

@@ -2,12 +2,12 @@
 //! loops, and the encoder stack against the padded batch with its mask, for every
 //! encoding, on both the fused path and the per-sequence one.
 
-mod common;
+use crate::common;
 
 use candle_core::{DType, Device, IndexOp, Tensor, Var};
 use common::*;
 use posenc::Positions;
-use posenc_transformer::ops::packed_attention;
+use posenc_kernels::cpu::packed_attention;
 use posenc_transformer::stack::StackInput;
 use posenc_transformer::Mask;
 

@@ -1,7 +1,7 @@
 //! Each stack has its own encoding, built for the direction of its attention, and asks it
 //! for the position bias once per forward.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! few AdamW steps lower the loss, whichever hook the encoding uses. Also: the fused
 //! inference kernels and the differentiable training path compute the same function.
 
-mod common;
+use crate::common;
 
 use candle_core::{Tensor, D};
 use candle_nn::{AdamW, Optimizer, ParamsAdamW};

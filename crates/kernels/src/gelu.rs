@@ -26,18 +26,22 @@ use super::softmax::contiguous_f32;
 ///
 /// # Errors
 /// If `x` is not f32.
-pub fn gelu(x: &Tensor) -> Result<Tensor> {
+pub fn gelu_cpu(x: &Tensor) -> Result<Tensor> {
     if x.dtype() != DType::F32 {
         candle_core::bail!("gelu takes an f32 tensor, got {:?}", x.dtype());
     }
     x.contiguous()?.apply_op1(Gelu)
 }
 
-/// `GELU(x)` (erf form) of a tensor of any dtype on any device: [`gelu`] for f32 on the
-/// CPU, candle's `gelu_erf` elsewhere. Differentiable.
-pub(crate) fn gelu_anywhere(x: &Tensor) -> Result<Tensor> {
+/// `GELU(x)` (erf form) of a tensor of any dtype on any device, elementwise: the fused
+/// kernel ([`crate::cpu::gelu`]) for f32 on the CPU, candle's `gelu_erf` elsewhere.
+/// Differentiable.
+///
+/// # Errors
+/// candle's own, from the op that runs.
+pub fn gelu(x: &Tensor) -> Result<Tensor> {
     match x.dtype() == DType::F32 && x.device().is_cpu() {
-        true => gelu(x),
+        true => gelu_cpu(x),
         false => x.gelu_erf(),
     }
 }

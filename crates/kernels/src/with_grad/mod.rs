@@ -17,7 +17,7 @@
 //!            g = dy ⊙ w,  dw = Σ dy ⊙ x̂,  db = Σ dy
 //! ```
 //!
-//! The linear layer and attention ([`crate::ops::linear`] and [`crate::ops::attention`]
+//! The linear layer and attention ([`crate::linear`] and [`crate::attention`]
 //! off the CPU's f32) are one node each in the same way; their formulas are in their files.
 //!
 //! Each is tested against the composition it replaces, forward and backward.

@@ -39,10 +39,10 @@ struct Linear {
 /// `x`: `(…, in)`; `w`: `(packed, in)`; `b`: `(packed)`. The result is `(…, rows.len())`.
 ///
 /// # Errors
-/// Shapes that do not fit (checked by [`crate::ops::linear`] and
-/// [`crate::ops::linear_rows`], which call this off the CPU's f32 kernels), or a dtype
+/// Shapes that do not fit (checked by [`crate::linear`] and
+/// [`crate::linear_rows`], which call this off the CPU's f32 kernels), or a dtype
 /// candle's product does not take.
-pub(in crate::ops) fn linear(
+pub(crate) fn linear(
     x: &Tensor,
     (w, b): (&Tensor, Option<&Tensor>),
     rows: Range<usize>,

@@ -11,10 +11,67 @@
 //! parallel over rows. The mask is a u8 tensor broadcastable to the scores, read through
 //! its strides, so a `(batch, 1, 1, k)` padding mask is never expanded.
 
-use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Layout, Result, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Layout, Result, Shape, Tensor, D};
 
 use super::par_output;
 use super::simd::{self, exp, vectorized};
+use super::{lowest, with_grad};
+
+/// The attention weights `softmax(scale · scores + bias)` over the keys, on any device,
+/// differentiable: masked keys weigh 0, and a query that sees no key gets all-zero weights
+/// (never NaN). In f32 on the CPU one fused pass ([`masked_softmax`]); elsewhere scale, bias,
+/// mask fill with the dtype's [`lowest`] value, candle's softmax kernel (with
+/// [`with_grad`]'s backward when a gradient flows) and empty rows set to zero.
+///
+/// # Shapes
+/// - `scores`: `(b, h, q, k)`
+/// - `bias`: `(h, q, k)`, added to every batch
+/// - `keep`: u8, already broadcast to the scores' shape, non-zero where a query may attend
+/// - output: `(b, h, q, k)`
+///
+/// # Errors
+/// Shapes that do not broadcast.
+pub fn attention_softmax(
+    scores: &Tensor,
+    bias: Option<&Tensor>,
+    keep: Option<&Tensor>,
+    scale: f64,
+) -> Result<Tensor> {
+    if scores.dtype() == DType::F32 && scores.device().is_cpu() {
+        // One fused pass: scale, bias, mask, softmax, empty rows to zero.
+        return match bias {
+            Some(bias) => masked_softmax(
+                &(scores * scale)?.broadcast_add(&bias.unsqueeze(0)?)?,
+                keep,
+                1.0,
+            ),
+            None => masked_softmax(scores, keep, scale as f32),
+        };
+    }
+    let mut scores = (scores * scale)?;
+    if let Some(bias) = bias {
+        scores = scores.broadcast_add(&bias.to_dtype(scores.dtype())?.unsqueeze(0)?)?;
+    }
+    if let Some(keep) = keep {
+        let fill = Tensor::new(lowest(scores.dtype()), scores.device())?
+            .to_dtype(scores.dtype())?
+            .broadcast_as(scores.shape())?;
+        scores = keep.where_cond(&scores, &fill)?;
+    }
+    let weights = if scores.track_op() {
+        // candle's fused kernel, with a backward of its own.
+        with_grad::softmax_last_dim(&scores)?
+    } else {
+        candle_nn::ops::softmax_last_dim(&scores)?
+    };
+    match keep {
+        Some(keep) => {
+            let any = keep.max_keepdim(D::Minus1)?.to_dtype(weights.dtype())?;
+            weights.broadcast_mul(&any)
+        }
+        None => Ok(weights),
+    }
+}
 
 /// `softmax(scale · x)` over the last dimension of `x (…, k)` where `keep` is non-zero;
 /// masked weights are 0 and a row with no kept key is all zeros. `keep` is u8 and

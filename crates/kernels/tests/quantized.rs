@@ -9,9 +9,7 @@ use std::sync::Arc;
 
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Module, Tensor};
-use posenc_transformer::ops::quantized::{
-    quantized_matmul, quantized_matmul_on, Format, Kernel, BLOCK,
-};
+use posenc_kernels::quantized::{quantized_matmul, quantized_matmul_on, Format, Kernel, BLOCK};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -254,7 +252,7 @@ fn a_wrong_width_is_an_error_not_a_panic() {
 
 #[test]
 fn rows_of_a_quantized_table_equal_candles_dequantization() {
-    use posenc_transformer::ops::quantized::dequantize_rows;
+    use posenc_kernels::quantized::dequantize_rows;
     let dev = Device::Cpu;
     let ids = [0u32, 7, 3, 7, 63];
     for dtype in formats() {
@@ -279,7 +277,7 @@ fn rows_of_a_quantized_table_equal_candles_dequantization() {
 
 #[test]
 fn fused_products_equal_the_products_one_by_one() {
-    use posenc_transformer::ops::quantized::quantized_matmul_fused;
+    use posenc_kernels::quantized::quantized_matmul_fused;
     let dev = Device::Cpu;
     let (m, k) = (3, 256);
     let x = Tensor::from_vec(random(m, k, 40), (m, k), &dev).unwrap();

@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use candle_core::quantized::{ggml_file::qtensor_from_ggml, GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
-use posenc_transformer::ops::quantized::{quantized_matmul_on, Format, Kernel};
+use posenc_kernels::quantized::{quantized_matmul_on, Format, Kernel};
 
 /// `(rows, columns)` of SmolLM2-135M's products (q/o, gate/up, down, the tied head), and
 /// one whose width the K-quants' 256-value blocks divide (576 is not).
@@ -55,12 +55,12 @@ fn time(f: &mut dyn FnMut()) -> f64 {
 }
 
 fn main() {
-    posenc_transformer::keep_freed_memory();
+    posenc_kernels::keep_freed_memory();
     let rounds = std::env::args()
         .skip(1)
         .find_map(|a| a.parse().ok())
         .unwrap_or(15usize);
-    posenc_transformer::on_worker_thread(|| run(rounds));
+    posenc_kernels::on_worker_thread(|| run(rounds));
 }
 
 fn run(rounds: usize) {

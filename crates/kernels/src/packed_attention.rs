@@ -19,6 +19,32 @@ use super::matmul::{gemm_into, Mat, OutPtr};
 use super::simd::vectorized;
 use super::softmax::softmax_row;
 
+/// The packed self-attention of [`crate::cpu::packed_attention`] where it runs: f32 on the
+/// CPU with no gradient to track. `None` elsewhere, where the caller takes each sequence in
+/// turn through the ordinary path.
+///
+/// # Shapes
+/// As [`crate::cpu::packed_attention`].
+///
+/// # Errors
+/// As [`crate::cpu::packed_attention`], where it runs.
+pub fn packed_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    head_dim: usize,
+    lens: &[usize],
+    bias: Option<&Tensor>,
+    scale: f32,
+) -> Result<Option<Tensor>> {
+    let runs =
+        q.dtype() == DType::F32 && q.device().is_cpu() && ![q, k, v].iter().any(|t| t.track_op());
+    if !runs {
+        return Ok(None);
+    }
+    packed_attention_cpu(q, k, v, head_dim, lens, bias, scale).map(Some)
+}
+
 /// `O (1, n, h·d)`: self-attention within each of the sequences whose lengths are `lens`,
 /// packed one after another along the rows of `q (1, n, h·d)` and `k, v (1, n, kv·d)`
 /// (heads merged, as a projection leaves them, any strides; `d = head_dim`). Scores are
@@ -30,7 +56,7 @@ use super::softmax::softmax_row;
 /// # Errors
 /// Other dtypes or devices; inputs that carry a gradient (there is no backward); lengths
 /// that do not add up to `n`; shapes that do not fit together; a bias too small.
-pub fn packed_attention(
+pub fn packed_attention_cpu(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,

@@ -7,10 +7,10 @@
 
 use candle_core::{DType, Device, Tensor, Var, D};
 use criterion::{criterion_group, criterion_main, Criterion};
-use posenc_transformer::ops::{
-    add_bias, add_layer_norm, attention, flash_attention, gelu, layer_norm, linear, linear_gelu,
-    masked_softmax, matmul, packed_attention,
+use posenc_kernels::cpu::{
+    add_bias, add_layer_norm, flash_attention, gelu, layer_norm, masked_softmax, packed_attention,
 };
+use posenc_kernels::{attention, linear, linear_gelu, matmul};
 
 fn randn(shape: &[usize]) -> Tensor {
     Tensor::randn(0f32, 1.0, shape, &Device::Cpu).unwrap()
@@ -46,7 +46,7 @@ fn both(c: &mut Criterion, group: &str, x: &Tensor, cases: &[Case]) {
 
 fn bench(c: &mut Criterion) {
     // As the programs that use these ops do: otherwise page faults dominate the timings.
-    posenc_transformer::keep_freed_memory();
+    posenc_kernels::keep_freed_memory();
     let scores = randn(&[64, 8, 24, 24]);
     let causal: Vec<u8> = (0..24 * 24).map(|i| u8::from(i % 24 <= i / 24)).collect();
     let keep = Tensor::from_vec(causal, (1, 1, 24, 24), &Device::Cpu).unwrap();

@@ -4,10 +4,8 @@
 
 use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor, Var, D};
-use posenc_transformer::ops::{
-    add_layer_norm, attention, gelu, layer_norm, linear, linear_gelu, linear_rows, masked_softmax,
-    matmul,
-};
+use posenc_kernels::cpu::{add_layer_norm, gelu, layer_norm, masked_softmax};
+use posenc_kernels::{attention, linear, linear_gelu, linear_rows, matmul};
 
 fn randn(shape: &[usize], seed: u64) -> Tensor {
     // A fixed pseudo-random fill, so failures reproduce.
@@ -284,7 +282,7 @@ fn layer_norm_equals_the_composition_forward_and_backward() {
 /// CPU.)
 #[test]
 fn with_grad_ops_equal_the_compositions_forward_and_backward() {
-    use posenc_transformer::ops::with_grad;
+    use posenc_kernels::with_grad;
     type Op = fn(&[&Tensor]) -> candle_core::Result<Tensor>;
     let cases: [(&str, &[DType], usize, Op, Op); 3] = [
         (

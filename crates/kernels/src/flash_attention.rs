@@ -51,6 +51,34 @@ const KEY_TILE: usize = 256;
 pub type TileBias<'a> =
     dyn Fn(Range<usize>, Range<usize>) -> candle_core::Result<Option<Tensor>> + Sync + 'a;
 
+/// The tiled attention of [`crate::cpu::flash_attention`] where it runs: `q` f32 and `k`,
+/// `v` f32 or f16 on the CPU, with no gradient to track. `None` elsewhere, where the caller
+/// composes the same attention (a causal mask and the ordinary path).
+///
+/// # Shapes
+/// As [`crate::cpu::flash_attention`].
+///
+/// # Errors
+/// As [`crate::cpu::flash_attention`], where it runs.
+pub fn flash_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    head_dim: usize,
+    scale: f32,
+    causal: Option<usize>,
+    bias: Option<&TileBias>,
+) -> Result<Option<Tensor>> {
+    let runs = q.dtype() == DType::F32
+        && matches!(k.dtype(), DType::F32 | DType::F16)
+        && q.device().is_cpu()
+        && ![q, k, v].iter().any(|t| t.track_op());
+    if !runs {
+        return Ok(None);
+    }
+    flash_attention_cpu(q, k, v, head_dim, scale, causal, bias).map(Some)
+}
+
 /// `O (b, tq, h·d)`: the attention of queries `q (b, h, tq, d)` over keys and values
 /// `k, v (b, kv, tk, d)` (each also accepted with its heads merged, `(b, len, heads·d)`,
 /// any strides; `d = head_dim`), with scores scaled by `scale`, plus `bias` per tile.
@@ -70,7 +98,7 @@ pub type TileBias<'a> =
 /// Other dtypes or devices; inputs that carry a gradient; shapes that do not fit together;
 /// a causal offset that leaves queries past the last key; a bias of the wrong shape, or
 /// the bias callback's own error.
-pub fn flash_attention(
+pub fn flash_attention_cpu(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,

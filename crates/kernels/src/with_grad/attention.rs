@@ -1,5 +1,5 @@
 //! Scaled dot-product attention as one node, off the CPU's f32 kernel
-//! ([`crate::ops::attention`] dispatches here).
+//! ([`crate::attention`] dispatches here).
 //!
 //! With `M` the mask, `Z` the dropout's keep flags scaled by `1/(1 − p)` (ones without
 //! dropout), and rows that see no key set to zero:
@@ -20,12 +20,12 @@
 use candle_core::{CpuStorage, CudaStorage, CustomOp3, Layout, MetalStorage, Shape, Tensor, D};
 
 use super::{cpu, cuda, metal, Handed};
-use crate::mask::lowest;
+use crate::lowest;
 
 /// The sizes of one call: batch, query heads, key/value heads, query and key lengths,
 /// head width.
 #[derive(Clone, Copy)]
-pub(in crate::ops) struct Dims {
+pub(crate) struct Dims {
     pub b: usize,
     pub h: usize,
     pub kv: usize,
@@ -80,10 +80,10 @@ struct Attention {
     y: Handed,
 }
 
-/// `(O, P)` of [`crate::ops::attention`] (which checked the shapes, and broadcast `keep`
+/// `(O, P)` of [`crate::attention`] (which checked the shapes, and broadcast `keep`
 /// to `(b, h, tq, tk)`), computed with candle's ops; `O` is one node when a gradient can
 /// flow.
-pub(in crate::ops) fn attention(
+pub(crate) fn attention(
     (q, k, v): (&Tensor, &Tensor, &Tensor),
     dims: Dims,
     keep: Option<&Tensor>,

@@ -1,0 +1,18 @@
+//! The tests of `posenc-transformer`, one module a file, built as one test binary: each binary links
+//! all of candle, so one per crate keeps the suite's build and link time down.
+
+mod bad_input;
+mod blocks;
+mod checkpoint;
+mod claims;
+mod common;
+mod devices;
+mod dropout;
+mod incremental;
+mod lm;
+mod long_context;
+mod masks;
+mod packed;
+mod pytorch;
+mod stacks;
+mod training;

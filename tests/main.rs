@@ -1,0 +1,12 @@
+//! The tests of the `posenc` command line, one module a file, built as one test binary: each binary links
+//! all of candle, so one per crate keeps the suite's build and link time down.
+
+mod cli_encoding;
+mod cli_experiment;
+mod cli_faults;
+mod cli_generate;
+mod cli_lm;
+mod cli_translate;
+mod common;
+mod throwaway_content_encoding;
+mod throwaway_encoding;
