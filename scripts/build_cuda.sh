@@ -17,8 +17,9 @@
 #   symbols. The binaries then load the real libraries of the machine they run on, binding
 #   each function at its first call (`-C relro-level=partial`), so a function that machine's
 #   libraries lack fails only if it is called.
-# - The binaries (`posenc`, and the test binaries of the device tests and of the fused
-#   ops, whose `with_grad` test also runs on each GPU present) are stripped into
+# - The binaries (`posenc`, and the test binaries of posenc-transformer, with the device
+#   tests, and of posenc-kernels, with the fused ops, whose `with_grad` test also runs on each
+#   GPU present) are stripped into
 #   target/cuda/bin and packed, xz-compressed, into target/cuda/carry/binaries.tar.xz,
 #   checked against the 64 MiB that a device run can carry (200 MB stripped, 23 packed),
 #   with the wheel of the `gguf` package that scripts/gpu_check.sh installs there.
@@ -76,19 +77,20 @@ stub cublas libcublas.so.13 '^cublas' '^cublasLt'
 rm -f "$syms"
 
 cargo build --release --features cuda -p posenc-cli --bin posenc
-tests=$(cargo test --release --features cuda -p posenc-transformer --test devices \
-  --test fused_ops --no-run \
-  --message-format=json | python3 -c '
-import json, sys
+# Each crate's tests are one binary, `tests`: carried as `<crate folder>-tests`.
+tests=$(cargo test --release --features cuda -p posenc-transformer -p posenc-kernels --test tests \
+  --no-run --message-format=json | python3 -c '
+import json, os, sys
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
-        print(m["executable"])')
+        crate = os.path.basename(os.path.dirname(m["manifest_path"]))
+        print(crate + "-tests=" + m["executable"])')
 bin=$CARGO_TARGET_DIR/bin
 rm -rf "$bin" && mkdir -p "$bin"
 cp "$CARGO_TARGET_DIR/release/posenc" "$bin/posenc"
 for t in $tests; do
-  cp "$t" "$bin/$(basename "$t" | sed 's/-[0-9a-f]*$//')"
+  cp "${t#*=}" "$bin/${t%%=*}"
 done
 strip "$bin"/*
 # Stripped, they are 200 MB (candle's kernels for the GPU are most of it); compressed, what

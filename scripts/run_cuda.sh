@@ -50,5 +50,6 @@ if [ $# -gt 0 ]; then
     *) exec "$carry/$exe" "$@" ;;
   esac
 fi
-"$carry/devices" --test-threads 1
-"$carry/fused_ops" --test-threads 1
+# Each crate's tests are one binary: the model's device tests, then the kernels' fused ops.
+"$carry/transformer-tests" devices:: --test-threads 1
+"$carry/kernels-tests" fused_ops:: --test-threads 1
