@@ -16,10 +16,10 @@
 use std::time::Instant;
 
 use posenc::EncodingConfig;
-use posenc_train::corpus::{self, Corpus};
-use posenc_train::lm_train::{evaluate, train_lm, LmData, LmTrainConfig};
-use posenc_train::sample::{generate, Sampling};
-use posenc_train::text_tokenizer::{decode, encode, TextTokenizer};
+use posenc_lm::corpus::{self, Corpus};
+use posenc_lm::lm_train::{evaluate, train_lm, LmData, LmTrainConfig};
+use posenc_lm::sample::{generate, Sampling};
+use posenc_lm::text_tokenizer::{decode, encode, TextTokenizer};
 
 fn main() -> anyhow::Result<()> {
     posenc_kernels::keep_freed_memory();

@@ -11,10 +11,10 @@
 use std::path::Path;
 use std::time::Instant;
 
-use posenc_train::data::{self, DataConfig};
-use posenc_train::decode::DecodeConfig;
-use posenc_train::eval::{evaluate, table};
-use posenc_train::trainer::{train, RunOptions, TrainConfig, Translator};
+use posenc_kotoba::data::{self, DataConfig};
+use posenc_kotoba::decode::DecodeConfig;
+use posenc_kotoba::eval::{evaluate, table};
+use posenc_kotoba::trainer::{train, RunOptions, TrainConfig, Translator};
 
 fn main() -> anyhow::Result<()> {
     posenc_kernels::keep_freed_memory();

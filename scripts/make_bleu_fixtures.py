@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Corpus BLEU reference values from sacreBLEU for crates/train/tests/metrics.rs.
+"""Corpus BLEU reference values from sacreBLEU for crates/kotoba/tests/metrics.rs.
 
     .venv/bin/python scripts/make_bleu_fixtures.py
 """
@@ -26,7 +26,7 @@ CASES = {
 
 out = {name: {"hypotheses": h, "references": r, "bleu": sacrebleu.corpus_bleu(h, [r]).score}
        for name, (h, r) in CASES.items()}
-path = os.path.join(os.path.dirname(__file__), "..", "crates", "train", "tests", "fixtures", "bleu.json")
+path = os.path.join(os.path.dirname(__file__), "..", "crates", "kotoba", "tests", "fixtures", "bleu.json")
 os.makedirs(os.path.dirname(path), exist_ok=True)
 with open(path, "w") as f:
     json.dump({"sacrebleu": sacrebleu.__version__, "cases": out}, f, indent=1)

@@ -50,7 +50,7 @@ PROMPTS = {
     ) + "\n" + textwrap.dedent.__doc__ * 2,
 }
 
-# Over 4 000 tokens: the prompt `posenc lm passkey` builds (crates/train/src/passkey.rs),
+# Over 4 000 tokens: the prompt `posenc lm passkey` builds (crates/lm/src/passkey.rs),
 # a five-digit key half-way through repeated filler. Past the 512-token chunks the prompt
 # is read in, and long enough that attention must be tiled to fit in memory.
 PASSKEY_INTRO = (

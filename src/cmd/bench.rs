@@ -4,8 +4,8 @@ use std::io::Write;
 
 use anyhow::{bail, Context, Result};
 use clap::Subcommand;
-use posenc_train::bench::{check_steps, median, time_training_step, StepBench, StepTiming};
-use posenc_train::trainer::TrainConfig;
+use posenc_kotoba::bench::{check_steps, median, time_training_step, StepBench, StepTiming};
+use posenc_kotoba::trainer::TrainConfig;
 use posenc_transformer::Config;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;

@@ -10,8 +10,8 @@ use std::time::Instant;
 
 use anyhow::{ensure, Context, Result};
 use candle_core::{Device, Tensor};
+use posenc_kotoba::bench::median;
 use posenc_llama::{Llama, Precision};
-use posenc_train::bench::median;
 
 /// What `posenc bench generate` measures.
 pub struct GenerateBench {

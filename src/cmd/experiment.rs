@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
-use posenc_train::experiment::{self, ExperimentConfig};
-use posenc_train::trainer::RunOptions;
+use posenc_kotoba::experiment::{self, ExperimentConfig};
+use posenc_train::fit::RunOptions;
 
 /// `posenc experiment`
 #[derive(Args, Debug)]

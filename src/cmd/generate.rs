@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::Args;
 use posenc_llama::chat::Message;
-use posenc_train::sample::generate_observed;
+use posenc_lm::sample::generate_observed;
 use posenc_transformer::lm;
 
 use super::model::{CausalLm, ModelArgs};
@@ -51,7 +51,7 @@ impl GenerateArgs {
     /// as it is produced.
     pub fn run(self, default: &str, out: &mut impl Write) -> Result<()> {
         // Settings first: nothing is loaded or printed for a bad flag.
-        let sampling: posenc_train::sample::Sampling = self.sampling.into();
+        let sampling: posenc_lm::sample::Sampling = self.sampling.into();
         sampling.validate()?;
         posenc::limits::check("tokens", self.max_tokens, posenc::limits::MAX_POSITIONS)?;
         let chunk = self.prompt_chunk;

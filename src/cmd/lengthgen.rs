@@ -6,9 +6,9 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use posenc_train::lengthgen::experiment::{self, LengthgenExperimentConfig};
-use posenc_train::lengthgen::problems::Problem;
-use posenc_train::trainer::RunOptions;
+use posenc_lengthgen::experiment::{self, LengthgenExperimentConfig};
+use posenc_lengthgen::problems::Problem;
+use posenc_train::fit::RunOptions;
 
 /// Two lengths `lo-hi` (or one, `hi`, for `1-hi`).
 #[derive(Debug, Clone, Copy)]

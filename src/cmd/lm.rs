@@ -7,15 +7,15 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use posenc::EncodingConfig;
-use posenc_train::corpus::{self, Corpus, TextSource};
-use posenc_train::lm_experiment::{self, LmExperimentConfig};
-use posenc_train::lm_run;
-use posenc_train::lm_train::{
+use posenc_lm::corpus::{self, Corpus, TextSource};
+use posenc_lm::lm_experiment::{self, LmExperimentConfig};
+use posenc_lm::lm_run;
+use posenc_lm::lm_train::{
     evaluate_observed, evaluate_strided, LmData, LmState, LmTrainConfig, StridedEval,
 };
-use posenc_train::passkey::{self, PasskeyConfig, PasskeyRecord, Subject};
-use posenc_train::text_tokenizer::TextTokenizer;
-use posenc_train::trainer::RunOptions;
+use posenc_lm::passkey::{self, PasskeyConfig, PasskeyRecord, Subject};
+use posenc_lm::text_tokenizer::TextTokenizer;
+use posenc_train::fit::RunOptions;
 use serde::Serialize;
 
 use super::model::{self, ModelArgs};
@@ -361,9 +361,7 @@ fn report(state: &LmState, dir: &Path, out: &mut impl Write) -> Result<()> {
         "{} ({}): validation loss {} after {} steps in {:.0} s{}; saved in {}",
         cfg.model.encoding.kind(),
         cfg.tokenizer.describe(),
-        state
-            .valid_loss()
-            .map_or("–".to_string(), |v| format!("{v:.4}")),
+        posenc_lm::lm_train::valid_loss(state).map_or("–".to_string(), |v| format!("{v:.4}")),
         state.step,
         state.elapsed_s,
         super::peak_note(state.peak_rss_mb),
@@ -381,7 +379,7 @@ struct EvalRow {
     #[serde(skip_serializing_if = "Option::is_none")]
     len: Option<usize>,
     #[serde(flatten)]
-    eval: Option<posenc_train::lm_train::LengthEval>,
+    eval: Option<posenc_lm::lm_train::LengthEval>,
     perplexity: Option<f64>,
     unavailable: Option<String>,
 }
@@ -482,10 +480,10 @@ fn eval(a: EvalArgs, out: &mut impl Write) -> Result<()> {
 /// length and one column per octave of the longest window. A row's last octave, when its
 /// window ends inside it, names where it was cut.
 ///
-/// [`LengthEval::by_octave`]: posenc_train::lm_train::LengthEval::by_octave
+/// [`LengthEval::by_octave`]: posenc_lm::lm_train::LengthEval::by_octave
 fn write_octaves(
     out: &mut impl Write,
-    evals: &[&posenc_train::lm_train::LengthEval],
+    evals: &[&posenc_lm::lm_train::LengthEval],
     context: usize,
 ) -> Result<()> {
     let Some(longest) = evals.iter().max_by_key(|e| e.len) else {

@@ -15,7 +15,7 @@ pub mod translate;
 use std::io::{BufRead, Write};
 
 use anyhow::{Context, Result};
-use posenc_train::experiment::{RESULTS_JSON, RESULTS_MD};
+use posenc_kotoba::experiment::{RESULTS_JSON, RESULTS_MD};
 
 /// A comma-separated list of labelled encodings ([`posenc_train::labelled`]): each a kind,
 /// `kind:key=value:…` or a JSON object; commas inside a JSON object do not split it
@@ -213,7 +213,7 @@ pub struct SamplingArgs {
     seed: u64,
 }
 
-impl From<SamplingArgs> for posenc_train::sample::Sampling {
+impl From<SamplingArgs> for posenc_lm::sample::Sampling {
     fn from(a: SamplingArgs) -> Self {
         Self {
             temperature: a.temperature,

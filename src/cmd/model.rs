@@ -9,8 +9,8 @@ use anyhow::{bail, Context, Result};
 use candle_core::DType;
 use posenc_llama::chat::ChatTemplate;
 use posenc_llama::{Llama, Precision};
-use posenc_train::lm_run;
-use posenc_train::text_tokenizer;
+use posenc_lm::lm_run;
+use posenc_lm::text_tokenizer;
 use posenc_transformer::LanguageModel;
 use tokenizers::Tokenizer;
 

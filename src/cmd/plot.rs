@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::Subcommand;
 use posenc::EncodingConfig;
-use posenc_train::trainer::{shipped_model, Translator};
+use posenc_kotoba::trainer::{shipped_model, Translator};
 
 /// `posenc plot …`
 #[derive(Subcommand, Debug)]
@@ -104,19 +104,19 @@ impl PlotCommand {
                 out
             }
             Self::Experiment { results, out: dir } => {
-                let exp = posenc_train::experiment::Experiment::load(&results)?;
+                let exp = posenc_kotoba::experiment::Experiment::load(&results)?;
                 let plots = posenc_plot::experiment::results_figures(&exp, &dir)
                     .with_context(|| format!("plotting {}", results.display()))?;
                 return list(out, &plots);
             }
             Self::LmExperiment { results, out: dir } => {
-                let exp = posenc_train::lm_experiment::LmExperiment::load(&results)?;
+                let exp = posenc_lm::lm_experiment::LmExperiment::load(&results)?;
                 let plots = posenc_plot::lm_experiment(&exp, &dir)
                     .with_context(|| format!("plotting {}", results.display()))?;
                 return list(out, &plots);
             }
             Self::Lengthgen { results, out: dir } => {
-                use posenc_train::lengthgen::experiment::LengthgenExperiment;
+                use posenc_lengthgen::experiment::LengthgenExperiment;
                 let parts = results
                     .iter()
                     .map(|r| LengthgenExperiment::load(r))

@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Args;
 use posenc::EncodingConfig;
-use posenc_train::decode::DecodeConfig;
-use posenc_train::eval::{evaluate, table};
-use posenc_train::trainer::{self, shipped_model, RunOptions, TrainConfig, Translator};
+use posenc_kotoba::decode::DecodeConfig;
+use posenc_kotoba::eval::{evaluate, table};
+use posenc_kotoba::trainer::{self, shipped_model, RunOptions, TrainConfig, Translator};
 
 /// `posenc train`
 #[derive(Args, Debug)]

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use crate::error::Result;
 use posenc_error::ensure;
-use posenc_train::inspect::AttentionMaps;
+use posenc_kotoba::inspect::AttentionMaps;
 
 use crate::chart::{heatmap, save_png, Heatmap};
 

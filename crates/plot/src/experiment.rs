@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::Result;
-use posenc_train::experiment::Experiment;
-use posenc_train::trainer::Translator;
+use posenc_kotoba::experiment::Experiment;
+use posenc_kotoba::trainer::Translator;
 
 use crate::chart::{colour, curves, save_png, Axes, Mark, Series};
 
@@ -55,7 +55,7 @@ pub fn results_figures(exp: &Experiment, out: &Path) -> Result<Vec<PathBuf>> {
     crate::chart::begin_figures(out, exp.results.len(), "runs")?;
     // The curves of each label's first seed.
     let labels = exp.labels();
-    let first: Vec<&posenc_train::experiment::EncodingResult> = labels
+    let first: Vec<&posenc_kotoba::experiment::EncodingResult> = labels
         .iter()
         .filter_map(|l| exp.results.iter().find(|r| &r.label == l))
         .collect();
@@ -63,7 +63,7 @@ pub fn results_figures(exp: &Experiment, out: &Path) -> Result<Vec<PathBuf>> {
         1 => String::new(),
         _ => format!(" (seed {})", exp.config.base.seed),
     };
-    let history = |f: fn(&posenc_train::trainer::Record) -> f64| -> Vec<Series> {
+    let history = |f: fn(&posenc_kotoba::trainer::Record) -> f64| -> Vec<Series> {
         first
             .iter()
             .enumerate()

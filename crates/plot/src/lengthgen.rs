@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use crate::chart::{colour, curves, save_png, Axes, Series};
 use crate::error::Result;
-use posenc_train::lengthgen::experiment::LengthgenExperiment;
+use posenc_lengthgen::experiment::LengthgenExperiment;
 
 /// `accuracy_by_length.png`.
 pub const ACCURACY_BY_LENGTH: &str = "accuracy_by_length.png";

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::Result;
-use posenc_train::lm_experiment::LmExperiment;
+use posenc_lm::lm_experiment::LmExperiment;
 
 use crate::chart::{colour, curves, mean_and_range, save_png, Axes, Mark, Series, SpreadPoint};
 

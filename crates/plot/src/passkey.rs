@@ -5,7 +5,7 @@ use std::path::Path;
 
 use crate::error::Result;
 use posenc_error::ensure;
-use posenc_train::passkey::PasskeyConfig;
+use posenc_lm::passkey::PasskeyConfig;
 
 use crate::chart::{heatmap, save_png, Heatmap};
 

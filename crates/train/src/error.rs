@@ -1,8 +1,9 @@
-//! Errors of the training crate, each naming its cause.
+//! Errors of the training core and the tasks built on it, each naming its cause.
 
-use crate::trainer::Diverged;
+use crate::fit::Diverged;
 
-/// What can go wrong generating data, training, resuming, evaluating or decoding.
+/// What can go wrong generating data, training, resuming, evaluating or decoding. The
+/// core's own causes are its variants; a task's own error travels as [`Error::Task`].
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A cause stated in words: bad input, a file that is not what it should be, a size
@@ -15,9 +16,10 @@ pub enum Error {
     /// The training loss stopped being finite; the last checkpoint before it stays on disk.
     #[error("{0}")]
     Diverged(#[from] Diverged),
-    /// A word outside the vocabulary.
+    /// A task's own error (a word outside a vocabulary, say), as the task made it: find
+    /// it with [`posenc_error::chain`] and `downcast_ref`.
     #[error("{0}")]
-    UnknownWord(#[from] crate::vocab::UnknownWord),
+    Task(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// From the `tokenizers` crate (building, training, encoding or decoding).
     #[error("tokenizer: {0}")]
     Tokenizer(#[source] Box<dyn std::error::Error + Send + Sync>),

@@ -50,6 +50,7 @@ pub trait Settings: Clone + Serialize + DeserializeOwned {
 /// Implements [`Settings`] for a config with the fields `seed`, `steps`, `eval_every`,
 /// `save_every` and `adam`, its learning rate at step `step` (from 1) given by `lr`:
 /// `settings!(MyConfig, |cfg, step| cfg.schedule().lr(step - 1));`.
+#[macro_export]
 macro_rules! settings {
     ($config:ty, |$cfg:ident, $step:ident| $lr:expr) => {
         impl $crate::fit::Settings for $config {
@@ -78,7 +79,6 @@ macro_rules! settings {
         }
     };
 }
-pub(crate) use settings;
 
 /// One validation record of a task's history.
 pub trait Validation: Clone + Serialize + DeserializeOwned {
@@ -190,6 +190,16 @@ impl<C, R> RunState<C, R> {
     }
 }
 
+impl<C: Settings, R: Validation> RunState<C, R> {
+    /// Reads `trainer.json` from a run directory.
+    ///
+    /// # Errors
+    /// If it is missing or not a state of this task's runs.
+    pub fn load(dir: &Path) -> Result<Self> {
+        rundir::read_trainer(dir)
+    }
+}
+
 impl<C: Settings, R: Validation> rundir::Progress for RunState<C, R> {
     fn run(&self) -> &str {
         &self.run
@@ -202,6 +212,18 @@ impl<C: Settings, R: Validation> rundir::Progress for RunState<C, R> {
     }
 }
 
+/// How to run: what every task's training and every experiment take.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RunOptions {
+    /// No progress bar or log lines.
+    pub quiet: bool,
+    /// Replace a run already in the output directory (never files posenc did not write).
+    pub force: bool,
+    /// Stop after this many steps in all, with a checkpoint, as an interrupted run would
+    /// (resuming then continues it exactly); `None`: run to the configured steps.
+    pub stop_after: Option<usize>,
+}
+
 /// What the loop reports after each step.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Stepped {
@@ -212,17 +234,17 @@ pub struct Stepped {
 }
 
 /// A task with its optimizer, built and checked before anything is written.
-pub(crate) struct Trainer<T: Task> {
+pub struct Trainer<T: Task> {
     pub(crate) task: T,
     pub(crate) opt: AdamW,
 }
 
 /// The state of task `T`'s runs.
-pub(crate) type StateOf<T> = RunState<<T as Task>::Config, <T as Task>::Record>;
+pub type StateOf<T> = RunState<<T as Task>::Config, <T as Task>::Record>;
 
 impl<T: Task> Trainer<T> {
     /// The task with a fresh optimizer over its weights.
-    pub(crate) fn new(task: T, cfg: &T::Config) -> Result<Self> {
+    pub fn new(task: T, cfg: &T::Config) -> Result<Self> {
         let opt = AdamW::new(task.varmap(), cfg.adam())?;
         Ok(Self { task, opt })
     }
@@ -230,12 +252,12 @@ impl<T: Task> Trainer<T> {
     /// Starts `state` (at step 0) in `out`, which must be new or empty, or hold a run that
     /// `force` allows replacing (`describe` says why not otherwise): initialises the weights
     /// with `init`, writes the fixed files and trains.
-    pub(crate) fn start(
+    pub fn start(
         mut self,
         mut state: StateOf<T>,
         fixed: &FixedFiles,
         out: &Path,
-        opts: crate::trainer::RunOptions,
+        opts: RunOptions,
         describe: impl Fn(&Path) -> String,
         init: impl FnOnce(&VarMap) -> Result<()>,
     ) -> Result<StateOf<T>> {
@@ -248,11 +270,11 @@ impl<T: Task> Trainer<T> {
     /// Continues `state`, read from the run directory `dir` (locked by
     /// [`rundir::resume_state`]): restores its last checkpoint, or, at step 0, initialises
     /// the weights with `init`, and trains.
-    pub(crate) fn resume(
+    pub fn resume(
         mut self,
         dir: RunDir,
         mut state: StateOf<T>,
-        opts: crate::trainer::RunOptions,
+        opts: RunOptions,
         init: impl FnOnce(&VarMap) -> Result<()>,
     ) -> Result<StateOf<T>> {
         dir.begin_writing()?;
@@ -266,12 +288,7 @@ impl<T: Task> Trainer<T> {
     }
 
     /// [`Self::run`] into the run directory `dir`, with a progress printer unless quiet.
-    fn run_in(
-        &mut self,
-        dir: &RunDir,
-        state: &mut StateOf<T>,
-        opts: crate::trainer::RunOptions,
-    ) -> Result<()> {
+    fn run_in(&mut self, dir: &RunDir, state: &mut StateOf<T>, opts: RunOptions) -> Result<()> {
         self.run(
             state,
             Some(dir.path()),
@@ -286,7 +303,7 @@ impl<T: Task> Trainer<T> {
     ///
     /// # Errors
     /// [`Diverged`] at a loss that is not finite; whatever the task or a write refuses.
-    pub(crate) fn run(
+    pub fn run(
         &mut self,
         state: &mut StateOf<T>,
         dir: Option<&Path>,
@@ -364,9 +381,7 @@ impl<T: Task> Trainer<T> {
 
 /// A progress bar with the loss, learning rate and throughput, and a line at every
 /// validation (nothing when `quiet`).
-pub(crate) fn printer<C: Settings, R: Validation>(
-    quiet: bool,
-) -> impl FnMut(&RunState<C, R>, Stepped) {
+pub fn printer<C: Settings, R: Validation>(quiet: bool) -> impl FnMut(&RunState<C, R>, Stepped) {
     let mut bar: Option<indicatif::ProgressBar> = None;
     let mut logged = 0;
     move |state, stepped| {

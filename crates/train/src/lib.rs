@@ -1,51 +1,37 @@
-//! # posenc-train: the training loop, and the tasks it trains
+//! # posenc-train: the training core, which knows no task
 //!
-//! | part | modules |
+//! | module | what |
 //! |---|---|
-//! | the shared core | [`fit`] (the one loop, and the [`fit::Task`] a task implements), [`loss`], [`schedule`], [`optim`], [`init`], [`rundir`] (a run's files as one unit), [`results`] (an experiment's files and the runs it finds), [`memory`] (peak resident memory), [`labelled`] (what an experiment compares), `randomized` positions |
-//! | English → Kotoba translation | [`kotoba`], [`data`], [`vocab`], `batch`, [`trainer`], [`decode`], [`metrics`], [`eval`], [`experiment`], [`inspect`], [`bench`](mod@bench) |
-//! | a causal language model | [`corpus`], [`text_tokenizer`], [`lm_train`], [`lm_run`], [`sample`], [`passkey`], [`lm_experiment`] |
-//! | length generalization | [`lengthgen`] (the algorithmic problems and their experiment) |
+//! | [`fit`] | the one training loop, and the [`fit::Task`] a task implements: the loop owns the schedule, dropout seeds, divergence, checkpoints and resume |
+//! | [`loss`], [`schedule`], [`optim`], [`init`] | label-smoothed cross-entropy, Noam and cosine schedules, resumable AdamW, weight initialisation |
+//! | [`rundir`], [`results`] | a run's files as one unit (manifest, lock, atomic writes), and an experiment's files and the runs it finds |
+//! | [`labelled`], [`randomized`] | what an experiment compares (labelled encodings), and randomized positions |
+//! | [`memory`], [`tokenize`] | memory guards and peak resident memory; word-level tokenizers |
 //!
-//! A new task is a module of its own that implements [`fit::Task`] and runs through
-//! [`fit`]'s loop, plus its one line below and its command.
+//! The tasks live beside it, each in its own crate: `posenc-kotoba` (English → Kotoba
+//! translation), `posenc-lm` (a causal language model: training, evaluation, sampling,
+//! passkey) and `posenc-lengthgen` (algorithmic length generalization). A new task is a
+//! crate of its own that implements [`fit::Task`] and runs through [`fit`]'s loop, plus its
+//! command in the command line.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-mod batch;
-pub mod bench;
-pub mod corpus;
-pub mod data;
-pub mod decode;
 pub mod error;
-pub mod eval;
-pub mod experiment;
 pub mod fit;
 pub mod init;
-pub mod inspect;
-pub mod kotoba;
 pub mod labelled;
-pub mod lengthgen;
-pub mod lm_experiment;
-pub mod lm_run;
-pub mod lm_train;
 pub mod loss;
 pub mod memory;
-pub mod metrics;
 pub mod optim;
-pub mod passkey;
-mod randomized;
+pub mod randomized;
 pub mod results;
 pub mod rundir;
-pub mod sample;
 pub mod schedule;
-pub mod text_tokenizer;
-pub mod trainer;
-pub mod vocab;
+pub mod tokenize;
 
 /// A training progress bar on standard error at `step` of `steps` (hidden when `quiet`).
-pub(crate) fn progress_bar(quiet: bool, step: usize, steps: usize) -> indicatif::ProgressBar {
+pub fn progress_bar(quiet: bool, step: usize, steps: usize) -> indicatif::ProgressBar {
     let bar = bar(quiet, steps, "{pos}/{len}");
     bar.set_position(step as u64);
     bar
@@ -71,7 +57,7 @@ fn bar(quiet: bool, total: usize, count: &str) -> indicatif::ProgressBar {
 }
 
 /// Prints `line` above `bar`, or as a plain line when the bar is hidden.
-pub(crate) fn bar_line(bar: &indicatif::ProgressBar, line: String) {
+pub fn bar_line(bar: &indicatif::ProgressBar, line: String) {
     if bar.is_hidden() {
         log(&line);
     } else {

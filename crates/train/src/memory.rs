@@ -1,6 +1,28 @@
-//! A process's peak resident memory, for the reports of anything long (training runs,
-//! passkey sweeps, benchmarks): Linux's high-water mark `VmHWM`, which can be reset.
-//! Elsewhere the reads answer `None` and the reset does nothing.
+//! Memory: a guard that attention scores fit ([`fits_in_memory`]), and a process's peak
+//! resident memory for the reports of anything long (training runs, passkey sweeps,
+//! benchmarks): Linux's high-water mark `VmHWM`, which can be reset. Elsewhere the reads
+//! answer `None` and the reset does nothing.
+
+use crate::error::Result;
+use posenc_error::ensure;
+
+/// The most attention scores (f32) one forward may hold: 4 GB.
+pub const MAX_SCORES: u128 = 1 << 30;
+
+/// Checks that `rows` sequences of `len` positions over `heads` heads have attention scores
+/// within [`MAX_SCORES`], naming `what` (the flag that set `len`) otherwise: a guard that
+/// a training or evaluation length fits before any work starts.
+///
+/// # Errors
+/// Scores past [`MAX_SCORES`], as a cause in words.
+pub fn fits_in_memory(rows: usize, heads: usize, len: usize, what: &str) -> Result<()> {
+    let scores = rows as u128 * heads as u128 * len as u128 * len as u128;
+    ensure!(
+        scores <= MAX_SCORES,
+        "{what} = {len} is too long: {rows} sequences × {heads} heads × {len}² attention scores would pass the limit of {MAX_SCORES}"
+    );
+    Ok(())
+}
 
 /// Starts a fresh peak: hands what the process has freed back to the kernel, then resets
 /// its peak-resident-memory mark (Linux; elsewhere a no-op), so that the next

@@ -17,7 +17,7 @@ pub const RESULTS_JSON: &str = "results.json";
 pub const RESULTS_MD: &str = "results.md";
 
 /// What an experiment finds where one of its runs goes.
-pub(crate) enum Found<S> {
+pub enum Found<S> {
     /// The run, finished: reuse it.
     Finished(S),
     /// The run, short of its steps: resume it.
@@ -32,7 +32,7 @@ pub(crate) enum Found<S> {
 ///
 /// # Errors
 /// A run with other settings or more steps, or files that are not a run.
-pub(crate) fn find_run<C: Settings, R: Validation>(
+pub fn find_run<C: Settings, R: Validation>(
     dir: &Path,
     wanted: &C,
     differences: impl FnOnce(&RunState<C, R>) -> Vec<String>,
@@ -64,7 +64,7 @@ pub(crate) fn find_run<C: Settings, R: Validation>(
 
 /// The top-level fields (and one level below: `model.…`) in which two configs differ, with
 /// the step budget ignored.
-pub(crate) fn differences<C: Settings>(a: &C, b: &C) -> Vec<String> {
+pub fn differences<C: Settings>(a: &C, b: &C) -> Vec<String> {
     let comparable = |c: &C| {
         let mut c = c.clone();
         c.set_steps(0);
@@ -90,7 +90,7 @@ pub(crate) fn differences<C: Settings>(a: &C, b: &C) -> Vec<String> {
 }
 
 /// Checks that the run in `dir`, at step `done`, has not gone past the `steps` asked for.
-pub(crate) fn check_budget(dir: &Path, done: usize, steps: usize) -> Result<()> {
+pub fn check_budget(dir: &Path, done: usize, steps: usize) -> Result<()> {
     ensure!(
         done <= steps,
         "{} holds a run of {done} steps, more than the {steps} asked for; choose another --out",
@@ -100,7 +100,7 @@ pub(crate) fn check_budget(dir: &Path, done: usize, steps: usize) -> Result<()> 
 }
 
 /// Reads an experiment's `results.json`.
-pub(crate) fn load_results<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
+pub fn load_results<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     Ok(serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?)
@@ -109,7 +109,7 @@ pub(crate) fn load_results<T: serde::de::DeserializeOwned>(path: &Path) -> Resul
 /// Checks, before anything is written, that `out` can hold an experiment of the kind whose
 /// results are `T` (`what` names it): not a training run, and no `results.json` of another
 /// kind of experiment.
-pub(crate) fn check_out_dir<T: serde::de::DeserializeOwned>(out: &Path, what: &str) -> Result<()> {
+pub fn check_out_dir<T: serde::de::DeserializeOwned>(out: &Path, what: &str) -> Result<()> {
     use crate::rundir::Contents;
     match crate::rundir::inspect(out)? {
         Contents::Run | Contents::Unfinished { .. } => bail!(
@@ -131,7 +131,7 @@ pub(crate) fn check_out_dir<T: serde::de::DeserializeOwned>(out: &Path, what: &s
 }
 
 /// Writes an experiment's `results.json` and `results.md` into `out`, atomically.
-pub(crate) fn save_results(out: &Path, results: &impl Serialize, markdown: &str) -> Result<()> {
+pub fn save_results(out: &Path, results: &impl Serialize, markdown: &str) -> Result<()> {
     let json = serde_json::to_string_pretty(results)?;
     write_atomic(&out.join(RESULTS_JSON), json.as_bytes())?;
     write_atomic(&out.join(RESULTS_MD), markdown.as_bytes())?;
@@ -150,7 +150,7 @@ pub fn mean_sd(xs: &[f64]) -> (f64, f64) {
 }
 
 /// `mean` with `decimals` decimals, `± sd` after it for several values, `n/a` for none.
-pub(crate) fn spread(xs: &[f64], decimals: usize) -> String {
+pub fn spread(xs: &[f64], decimals: usize) -> String {
     let (mean, sd) = mean_sd(xs);
     match xs.len() {
         0 => "n/a".to_string(),

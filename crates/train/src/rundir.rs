@@ -32,6 +32,7 @@ use posenc_transformer::checkpoint::{
     self, remove_stale_temporaries, write_atomic, CONFIG_FILE, TEMP_MARKER, WEIGHTS_FILE,
 };
 
+use crate::labelled::Labelled;
 use crate::optim::AdamW;
 use candle_core::{Device, Tensor};
 use candle_nn::VarMap;
@@ -45,7 +46,7 @@ pub const MANIFEST: &str = "manifest.json";
 /// beside the run's own files (a run directory holding it is still a run).
 pub const ATTENTION_PLOT: &str = "attention.png";
 /// `.lock`: held by the process writing the directory.
-pub(crate) const LOCK: &str = ".lock";
+pub const LOCK: &str = ".lock";
 /// `source.tokenizer.json`.
 pub const SOURCE_TOKENIZER: &str = "source.tokenizer.json";
 /// `target.tokenizer.json`.
@@ -57,7 +58,7 @@ pub const TRAINER_FILE: &str = "trainer.json";
 /// `training.safetensors`.
 pub const STATE_FILE: &str = "training.safetensors";
 /// The header key of the run id in the weight files.
-pub(crate) const RUN_KEY: &str = "posenc.run";
+pub const RUN_KEY: &str = "posenc.run";
 /// The header key of the step in the weight files.
 const STEP_KEY: &str = "posenc.step";
 /// The header key of the trainer state (JSON) in `training.safetensors`.
@@ -89,7 +90,7 @@ pub struct Manifest {
 }
 
 /// A fresh run id: 128 random bits in hex.
-pub(crate) fn new_run_id() -> String {
+pub fn new_run_id() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
 
@@ -104,12 +105,40 @@ fn sha256_hex(bytes: &[u8]) -> String {
 const SEED_DIR_PREFIX: &str = "seed-";
 
 /// The directory of one seed's run inside an experiment entry's directory: `seed-<seed>`.
-pub(crate) fn seed_dir_name(seed: u64) -> String {
+pub fn seed_dir_name(seed: u64) -> String {
     format!("{SEED_DIR_PREFIX}{seed}")
 }
 
+/// A run directory of an experiment: `out/<label>` when there is one seed,
+/// `out/<label>/seed-<seed>` when there are several. The first seed's run is found where it
+/// already is when the number of seeds changed since it trained: an experiment of one seed
+/// given more keeps its run in `out/<label>` (the other seeds' go into `seed-<seed>` beside
+/// its files), and one cut to a single seed reads `out/<label>/seed-<first>`.
+pub fn seed_dir(
+    out: &Path,
+    entry: &Labelled,
+    seeds: usize,
+    first: u64,
+    seed: u64,
+) -> std::path::PathBuf {
+    let dir = out.join(entry.dir_name());
+    let nested = dir.join(seed_dir_name(seed));
+    if seed != first {
+        return nested;
+    }
+    let (usual, other) = match seeds {
+        1 => (dir, nested),
+        _ => (nested, dir),
+    };
+    let holds = |d: &Path, what: Contents| inspect(d).is_ok_and(|c| c == what);
+    match holds(&usual, Contents::Empty) && holds(&other, Contents::Run) {
+        true => other,
+        false => usual,
+    }
+}
+
 /// Whether `name` is a [`seed_dir_name`]: an experiment may keep its other seeds' runs
-/// beside the files of its first (see `lm_experiment::seed_dir`).
+/// beside the files of its first (see [`seed_dir`]).
 fn is_seed_dir_name(name: &str) -> bool {
     name.strip_prefix(SEED_DIR_PREFIX)
         .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
@@ -198,7 +227,7 @@ fn read_manifest(dir: &Path) -> Result<Manifest> {
 /// # Errors
 /// Names the directory or file at fault: missing, not a directory, no manifest, or a file
 /// changed since the run wrote it.
-pub(crate) fn verify(dir: &Path) -> Result<Manifest> {
+pub fn verify(dir: &Path) -> Result<Manifest> {
     ensure!(
         dir.exists(),
         "model directory {} does not exist",
@@ -243,7 +272,7 @@ pub(crate) fn verify(dir: &Path) -> Result<Manifest> {
 ///
 /// # Errors
 /// If the file is missing, unreadable, or from another run.
-pub(crate) fn check_weights(path: &Path, run: &str) -> Result<BTreeMap<String, String>> {
+pub fn check_weights(path: &Path, run: &str) -> Result<BTreeMap<String, String>> {
     ensure!(
         path.exists(),
         "{} is missing: the run was stopped before its first checkpoint (continue it with \
@@ -269,7 +298,7 @@ pub(crate) fn check_weights(path: &Path, run: &str) -> Result<BTreeMap<String, S
 /// A run directory this process writes into, locked against every other writer for as
 /// long as the value lives. The lock is released when the process ends, however it ends.
 #[derive(Debug)]
-pub(crate) struct RunDir {
+pub struct RunDir {
     dir: PathBuf,
     _lock: File,
 }
@@ -415,7 +444,7 @@ impl RunDir {
 /// The files a run writes once, when it starts, by name: `config.json` and the
 /// tokenizers. The manifest holds their hashes.
 #[derive(Debug, Clone)]
-pub(crate) struct FixedFiles(Vec<(&'static str, Vec<u8>)>);
+pub struct FixedFiles(Vec<(&'static str, Vec<u8>)>);
 
 impl FixedFiles {
     /// `config` as `config.json`, and the tokenizers by name (one of this module's names).
@@ -437,7 +466,7 @@ impl FixedFiles {
 
 /// What a trainer keeps between steps, saved with every checkpoint (in
 /// `training.safetensors`' header, and readable in `trainer.json`).
-pub(crate) trait Progress: Serialize + DeserializeOwned {
+pub trait Progress: Serialize + DeserializeOwned {
     /// The run's id.
     fn run(&self) -> &str;
     /// Steps done.
@@ -451,7 +480,7 @@ pub(crate) trait Progress: Serialize + DeserializeOwned {
 ///
 /// # Errors
 /// As [`RunDir::open`] and [`last_state`]; also `steps` below the step the run is at.
-pub(crate) fn resume_state<S: Progress>(dir: &Path, steps: Option<usize>) -> Result<(RunDir, S)> {
+pub fn resume_state<S: Progress>(dir: &Path, steps: Option<usize>) -> Result<(RunDir, S)> {
     let (run_dir, manifest) = RunDir::open(dir)?;
     let mut state: S = last_state(dir, &manifest)?;
     if let Some(steps) = steps {
@@ -471,7 +500,7 @@ pub(crate) fn resume_state<S: Progress>(dir: &Path, steps: Option<usize>) -> Res
 ///
 /// # Errors
 /// If a file cannot be serialised or written; the previous checkpoint is then intact.
-pub(crate) fn save_checkpoint(
+pub fn save_checkpoint(
     dir: &Path,
     varmap: &VarMap,
     opt: &AdamW,
@@ -515,7 +544,7 @@ pub(crate) fn save_checkpoint(
 ///
 /// # Errors
 /// If it is missing or not a trainer state of this kind.
-pub(crate) fn read_trainer<S: Progress>(dir: &Path) -> Result<S> {
+pub fn read_trainer<S: Progress>(dir: &Path) -> Result<S> {
     let path = dir.join(TRAINER_FILE);
     crate::results::load_results(&path)
 }
@@ -524,7 +553,7 @@ pub(crate) fn read_trainer<S: Progress>(dir: &Path) -> Result<S> {
 ///
 /// # Errors
 /// As [`read_trainer`], or a state from another run.
-pub(crate) fn read_trainer_of<S: Progress>(dir: &Path, manifest: &Manifest) -> Result<S> {
+pub fn read_trainer_of<S: Progress>(dir: &Path, manifest: &Manifest) -> Result<S> {
     let state: S = read_trainer(dir)?;
     ensure!(
         state.run() == manifest.run,
@@ -541,7 +570,7 @@ pub(crate) fn read_trainer_of<S: Progress>(dir: &Path, manifest: &Manifest) -> R
 ///
 /// # Errors
 /// A state from another run, or a checkpoint that was deleted.
-pub(crate) fn last_state<S: Progress>(dir: &Path, manifest: &Manifest) -> Result<S> {
+pub fn last_state<S: Progress>(dir: &Path, manifest: &Manifest) -> Result<S> {
     let path = dir.join(STATE_FILE);
     let state: S = if path.exists() {
         let header = check_weights(&path, &manifest.run)?;

@@ -1,13 +1,4 @@
 //! The tests of `posenc-train`, one module a file, built as one test binary: each binary links
 //! all of candle, so one per crate keeps the suite's build and link time down.
 
-mod corpus;
-mod experiment;
-mod inspect;
-mod kotoba;
-mod lengthgen;
-mod lm_train;
-mod passkey;
 mod pieces;
-mod run;
-mod sample;

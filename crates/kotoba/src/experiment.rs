@@ -1,0 +1,503 @@
+//! Experiments: the toy translation model trained once per positional encoding, with the
+//! same data, seed, size and step budget, then evaluated on the same splits.
+//!
+//! | column | what it asks |
+//! |---|---|
+//! | test exact, BLEU | does the model translate unseen 1–2 clause sentences? |
+//! | order swap | are both "A verb B" and "B verb A" right? A model blind to word order sees the same bag of words twice and can get at most one of them |
+//! | test-long | does it carry over to 3–4 clauses, longer than anything trained on? |
+//! | valid loss | the label-smoothed loss it was trained on, at the end |
+//!
+//! Each labelled encoding ([`posenc_train::labelled`]) trains into `out/<label>/` (with several
+//! seeds, `out/<label>/seed-<seed>/`; a run of the first seed stays where it is when the
+//! number of seeds changes) with [`trainer::train`]. A finished run there
+//! with the same config is reused, and an unfinished one (or one given more steps) resumed,
+//! so an interrupted experiment continues where it stopped; a run with a different config
+//! is an error rather than being overwritten. A run whose loss diverges is reported as such.
+
+use std::path::Path;
+
+use posenc::EncodingConfig;
+use posenc_error::Context;
+use posenc_train::error::Result;
+use serde::{Deserialize, Serialize};
+
+use crate::data::DataConfig;
+use crate::decode::DecodeConfig;
+use crate::eval::{evaluate, SplitReport};
+use crate::trainer::{self, Diverged, Record, RunOptions, TrainConfig, TrainerState, Translator};
+use posenc_train::labelled::{check_seeds, check_unique, distinct, Labelled, RunKey};
+use posenc_train::results::{check_out_dir, find_run, load_results, save_results, spread, Found};
+
+pub use posenc_train::results::{RESULTS_JSON, RESULTS_MD};
+
+/// What to train: one base config, and the encodings to swap into it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExperimentConfig {
+    /// Everything but the encoding; `base.seed` is the first seed.
+    pub base: TrainConfig,
+    /// One run per entry and seed, in this order.
+    pub encodings: Vec<Labelled>,
+    /// Seeds per entry: `base.seed`, `base.seed + 1`, … (1 in results written before).
+    #[serde(default = "one")]
+    pub seeds: usize,
+}
+
+fn one() -> usize {
+    1
+}
+
+impl ExperimentConfig {
+    /// Every kind, 1000 steps each: about half an hour on two cores.
+    pub fn full() -> Self {
+        Self {
+            base: TrainConfig {
+                steps: 1000,
+                ..Self::recipe()
+            },
+            encodings: all_kinds(),
+            seeds: 1,
+        }
+    }
+
+    /// The toy model and corpus of [`TrainConfig::default`], on a gentler schedule that
+    /// converges in fewer steps (Noam factor 1, 100 warm-up steps), validated every 100.
+    fn recipe() -> TrainConfig {
+        TrainConfig {
+            lr_factor: 1.0,
+            warmup: 100,
+            eval_every: 100,
+            save_every: 500,
+            ..TrainConfig::default()
+        }
+    }
+
+    /// `none` against `sinusoidal` on a smaller budget: the documents' central claim in
+    /// under four minutes.
+    pub fn quick() -> Self {
+        Self {
+            base: TrainConfig {
+                steps: 500,
+                eval_sentences: 100,
+                data: DataConfig {
+                    valid: 200,
+                    test: 400,
+                    test_long: 200,
+                    order_swap: 200,
+                    ..DataConfig::default()
+                },
+                ..Self::recipe()
+            },
+            encodings: ["none", "sinusoidal"]
+                .iter()
+                .map(|k| k.parse().expect("a known kind"))
+                .collect(),
+            seeds: 1,
+        }
+    }
+
+    /// The seeds each entry runs with.
+    pub fn seed_list(&self) -> Vec<u64> {
+        (0..self.seeds as u64).map(|i| self.base.seed + i).collect()
+    }
+
+    /// Where the run of the entry labelled `label` with `seed` trains under `out`.
+    pub fn run_dir(&self, out: &Path, label: &str, seed: u64) -> Option<std::path::PathBuf> {
+        let entry = self.encodings.iter().find(|e| e.label == label)?;
+        Some(posenc_train::rundir::seed_dir(
+            out,
+            entry,
+            self.seeds,
+            self.base.seed,
+            seed,
+        ))
+    }
+}
+
+/// Every registered kind at its defaults, labelled by its kind.
+fn all_kinds() -> Vec<Labelled> {
+    EncodingConfig::kinds()
+        .into_iter()
+        .filter_map(|k| EncodingConfig::from_kind(k).ok())
+        .map(Labelled::new)
+        .collect()
+}
+
+/// The evaluation of one trained model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Metrics {
+    /// Test exact match (1–2 clauses).
+    pub test_exact: f64,
+    /// Test corpus BLEU.
+    pub test_bleu: f64,
+    /// Order-swap pairs with both halves exactly right.
+    pub order_swap: f64,
+    /// Test-long exact match (3–4 clauses).
+    pub test_long_exact: f64,
+    /// Test-long corpus BLEU.
+    pub test_long_bleu: f64,
+    /// Exact match by number of clauses, 1 to 4 (1–2 from test, 3–4 from test-long);
+    /// `None` where a split has no sentence of that length.
+    pub exact_by_clauses: Vec<Option<f64>>,
+    /// Validation loss at the last step.
+    pub valid_loss: f64,
+}
+
+impl Metrics {
+    fn from_reports(reports: &[SplitReport], history: &[Record]) -> Result<Self> {
+        let get = |name: &str| {
+            reports
+                .iter()
+                .find(|r| r.split == name)
+                .with_context(|| format!("no `{name}` split was evaluated"))
+        };
+        let (test, long, swap) = (get("test")?, get("test-long")?, get("order-swap")?);
+        let clause = |r: &SplitReport, n: usize| r.exact_by_clauses.get(n - 1).copied().flatten();
+        Ok(Self {
+            test_exact: test.exact,
+            test_bleu: test.bleu,
+            order_swap: swap.both_halves.unwrap_or(0.0),
+            test_long_exact: long.exact,
+            test_long_bleu: long.bleu,
+            exact_by_clauses: vec![
+                clause(test, 1),
+                clause(test, 2),
+                clause(long, 3),
+                clause(long, 4),
+            ],
+            valid_loss: history
+                .last()
+                .context("the run has no validation record")?
+                .valid_loss,
+        })
+    }
+}
+
+/// One run of the experiment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EncodingResult {
+    /// The entry's label (its kind, in results written before labels).
+    #[serde(alias = "kind")]
+    pub label: String,
+    /// The run's seed.
+    #[serde(default)]
+    pub seed: u64,
+    /// Its full config.
+    pub encoding: EncodingConfig,
+    /// The evaluation, or `None` if training diverged.
+    pub metrics: Option<Metrics>,
+    /// Why there are no metrics.
+    pub diverged: Option<String>,
+    /// Validation records every `eval_every` steps.
+    pub history: Vec<Record>,
+    /// Seconds of training (not evaluation).
+    pub train_s: f64,
+    /// Training throughput.
+    pub tokens_per_s: f64,
+    /// Peak resident memory while it trained, MB (`RunState::peak_rss_mb`; absent in
+    /// results written before it was recorded).
+    #[serde(default)]
+    pub peak_rss_mb: Option<f64>,
+}
+
+/// One run's evaluation: a tidy record (fractions; `None` where the run diverged).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TranslationRecord {
+    /// Which run: label, encoding, seed, randomized positions.
+    #[serde(flatten)]
+    pub run: RunKey,
+    /// Test exact match (1–2 clauses).
+    pub test_exact: Option<f64>,
+    /// Test corpus BLEU.
+    pub test_bleu: Option<f64>,
+    /// Order-swap pairs with both halves right.
+    pub order_swap: Option<f64>,
+    /// Test-long exact match (3–4 clauses).
+    pub test_long_exact: Option<f64>,
+    /// Test-long corpus BLEU.
+    pub test_long_bleu: Option<f64>,
+    /// Exact match of 1-clause sentences.
+    pub exact_1_clause: Option<f64>,
+    /// … of 2 clauses.
+    pub exact_2_clauses: Option<f64>,
+    /// … of 3 clauses (longer than any trained on).
+    pub exact_3_clauses: Option<f64>,
+    /// … of 4 clauses.
+    pub exact_4_clauses: Option<f64>,
+    /// Validation loss at the last step.
+    pub valid_loss: Option<f64>,
+    /// Training seconds.
+    pub train_s: f64,
+    /// Peak resident memory while it trained, MB.
+    pub peak_rss_mb: Option<f64>,
+    /// Why the run has no evaluation.
+    pub diverged: Option<String>,
+}
+
+/// A finished experiment: `results.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Experiment {
+    /// What was run.
+    pub config: ExperimentConfig,
+    /// One row per run, in the config's order (entries, then seeds).
+    pub results: Vec<EncodingResult>,
+    /// One tidy record per run (`pandas.DataFrame(results["records"])`); derived from
+    /// `results`.
+    #[serde(default)]
+    pub records: Vec<TranslationRecord>,
+}
+
+/// Trains and evaluates every encoding of `cfg` under `out`, writing `results.json` and
+/// `results.md` after each one (so an interrupted experiment still shows its rows).
+pub fn run(cfg: &ExperimentConfig, out: &Path, opts: RunOptions) -> Result<Experiment> {
+    check_unique(&cfg.encodings)?;
+    check_seeds(cfg.base.seed, cfg.seeds)?;
+    check_out_dir::<Experiment>(out, "a translation experiment")?;
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let mut experiment = Experiment {
+        config: cfg.clone(),
+        results: Vec::new(),
+        records: Vec::new(),
+    };
+    for entry in &cfg.encodings {
+        for seed in cfg.seed_list() {
+            if !opts.quiet {
+                posenc_train::log(&format!("== {} (seed {seed}) ==", entry.label));
+            }
+            let train_cfg = TrainConfig {
+                model: posenc_transformer::Config {
+                    encoding: entry.encoding.clone().into(),
+                    ..cfg.base.model.clone()
+                },
+                seed,
+                randomized_positions: entry.randomized_positions.or(cfg.base.randomized_positions),
+                ..cfg.base.clone()
+            };
+            let dir = posenc_train::rundir::seed_dir(out, entry, cfg.seeds, cfg.base.seed, seed);
+            let (metrics, diverged, state) = match train_or_reuse(train_cfg, &dir, opts)? {
+                Ok(state) => {
+                    let translator = Translator::load(&dir)?;
+                    let reports = evaluate(&translator, &cfg.base.data, &DecodeConfig::default())?;
+                    let metrics = Metrics::from_reports(&reports, &state.history)?;
+                    (Some(metrics), None, Some(state))
+                }
+                Err((diverged, state)) => (None, Some(diverged.to_string()), state),
+            };
+            experiment.results.push(EncodingResult {
+                label: entry.label.clone(),
+                seed,
+                encoding: entry.encoding.clone(),
+                metrics,
+                diverged,
+                history: state
+                    .as_ref()
+                    .map(|s| s.history.clone())
+                    .unwrap_or_default(),
+                train_s: state.as_ref().map_or(0.0, |s| s.elapsed_s),
+                tokens_per_s: state.as_ref().map_or(0.0, |s| s.tokens_per_second()),
+                peak_rss_mb: state.as_ref().and_then(|s| s.peak_rss_mb),
+            });
+            experiment.records = experiment.tidy();
+            experiment.save(out)?;
+        }
+    }
+    Ok(experiment)
+}
+
+/// Trains `cfg` into `dir`, or reuses/resumes the run already there. A divergence comes
+/// back as the inner error, with the state of the last checkpoint if there is one.
+#[allow(clippy::type_complexity)]
+fn train_or_reuse(
+    cfg: TrainConfig,
+    dir: &Path,
+    opts: RunOptions,
+) -> Result<std::result::Result<TrainerState, (Diverged, Option<TrainerState>)>> {
+    let outcome = match find_run(dir, &cfg, |previous: &TrainerState| {
+        previous.config.differences(&cfg)
+    })? {
+        Found::Finished(previous) => return Ok(Ok(previous)),
+        Found::Unfinished => trainer::resume(dir, Some(cfg.steps), opts),
+        Found::Nothing => trainer::train(cfg, dir, opts),
+    };
+    match outcome {
+        Ok(state) => Ok(Ok(state)),
+        Err(e) => match e.diverged() {
+            Some(d) => Ok(Err((d, TrainerState::load(dir).ok()))),
+            None => Err(e),
+        },
+    }
+}
+
+impl Experiment {
+    /// Reads `results.json` (one written before labels, seeds and tidy records too).
+    pub fn load(path: &Path) -> Result<Self> {
+        let mut exp: Self = load_results(path)?;
+        if exp.config.seeds == 1 {
+            let seed = exp.config.base.seed;
+            exp.results.iter_mut().for_each(|r| r.seed = seed);
+        }
+        exp.records = exp.tidy();
+        Ok(exp)
+    }
+
+    /// Writes `results.json` and `results.md` into `out`.
+    pub fn save(&self, out: &Path) -> Result<()> {
+        save_results(out, self, &self.markdown())
+    }
+
+    /// The tidy records of [`Self::results`]: one per run.
+    pub fn tidy(&self) -> Vec<TranslationRecord> {
+        self.results
+            .iter()
+            .map(|r| {
+                let m = r.metrics.as_ref();
+                let clause =
+                    |i: usize| m.and_then(|m| m.exact_by_clauses.get(i).copied().flatten());
+                let randomized = self
+                    .config
+                    .encodings
+                    .iter()
+                    .find(|e| e.label == r.label)
+                    .and_then(|e| e.randomized_positions)
+                    .or(self.config.base.randomized_positions);
+                TranslationRecord {
+                    run: RunKey::new(&r.label, &r.encoding, r.seed, randomized),
+                    test_exact: m.map(|m| m.test_exact),
+                    test_bleu: m.map(|m| m.test_bleu),
+                    order_swap: m.map(|m| m.order_swap),
+                    test_long_exact: m.map(|m| m.test_long_exact),
+                    test_long_bleu: m.map(|m| m.test_long_bleu),
+                    exact_1_clause: clause(0),
+                    exact_2_clauses: clause(1),
+                    exact_3_clauses: clause(2),
+                    exact_4_clauses: clause(3),
+                    valid_loss: m.map(|m| m.valid_loss),
+                    train_s: r.train_s,
+                    peak_rss_mb: r.peak_rss_mb,
+                    diverged: r.diverged.clone(),
+                }
+            })
+            .collect()
+    }
+
+    /// The labels in the order they were run.
+    pub fn labels(&self) -> Vec<String> {
+        distinct(self.results.iter().map(|r| r.label.as_str()))
+    }
+
+    /// One column of the records of `label`: the values of the runs that have one.
+    fn column(&self, label: &str, f: impl Fn(&TranslationRecord) -> Option<f64>) -> Vec<f64> {
+        self.records
+            .iter()
+            .filter(|r| r.run.label == label)
+            .filter_map(f)
+            .collect()
+    }
+
+    /// Percent of a column, mean ± standard deviation over seeds.
+    fn percents(&self, label: &str, f: impl Fn(&TranslationRecord) -> Option<f64>) -> String {
+        let xs: Vec<f64> = self.column(label, f).iter().map(|x| 100.0 * x).collect();
+        match xs.is_empty() {
+            true => "–".to_string(),
+            false => format!("{}%", spread(&xs, 1)),
+        }
+    }
+
+    /// The results table: one row per label, mean ± standard deviation over its seeds.
+    /// It depends only on the config and seeds.
+    pub fn table(&self) -> String {
+        let mut s = String::from(
+            "| encoding | seeds | test exact | test BLEU | order swap (both right) | test-long exact | test-long BLEU | valid loss |\n\
+             |---|---:|---:|---:|---:|---:|---:|---:|\n",
+        );
+        for label in self.labels() {
+            let runs = self.records.iter().filter(|r| r.run.label == label).count();
+            let diverged: Vec<&str> = self
+                .records
+                .iter()
+                .filter(|r| r.run.label == label)
+                .filter_map(|r| r.diverged.as_deref())
+                .collect();
+            if diverged.len() == runs {
+                s += &format!("| {label} | {runs} | {} | | | | | |\n", diverged.join("; "));
+                continue;
+            }
+            s += &format!(
+                "| {label} | {runs} | {} | {} | {} | {} | {} | {} |\n",
+                self.percents(&label, |r| r.test_exact),
+                spread(&self.column(&label, |r| r.test_bleu), 2),
+                self.percents(&label, |r| r.order_swap),
+                self.percents(&label, |r| r.test_long_exact),
+                spread(&self.column(&label, |r| r.test_long_bleu), 2),
+                spread(&self.column(&label, |r| r.valid_loss), 4),
+            );
+        }
+        s
+    }
+
+    /// Exact match by number of clauses, one row per label.
+    pub fn clauses_table(&self) -> String {
+        let mut s = String::from(
+            "| encoding | 1 clause | 2 clauses | 3 clauses | 4 clauses |\n|---|---:|---:|---:|---:|\n",
+        );
+        for label in self.labels() {
+            s += &format!(
+                "| {label} | {} | {} | {} | {} |\n",
+                self.percents(&label, |r| r.exact_1_clause),
+                self.percents(&label, |r| r.exact_2_clauses),
+                self.percents(&label, |r| r.exact_3_clauses),
+                self.percents(&label, |r| r.exact_4_clauses),
+            );
+        }
+        s
+    }
+
+    /// `results.md`: the config, the results table, exact match by length, and time.
+    pub fn markdown(&self) -> String {
+        let b = &self.config.base;
+        let m = &b.model;
+        let seeds = match self.config.seeds {
+            1 => format!("seed {}", b.seed),
+            n => format!(
+                "seeds {}–{} (mean ± standard deviation over them)",
+                b.seed,
+                b.seed + n as u64 - 1
+            ),
+        };
+        let mut s = format!(
+            "# Positional encodings on the English → Kotoba toy task\n\n\
+             Each row is the same model (d_model {}, {} heads, d_ff {}, {}+{} layers, dropout {}) \
+             trained for {} steps of {} sentences with {} on {} pairs{}, with only the \
+             positional encoding swapped. Greedy decoding.\n\n## Results\n\n{}\n\
+             ## Exact match by number of clauses\n\n\
+             1–2 clauses are the test split; 3–4 clauses (test-long) are longer than anything \
+             trained on.\n\n{}\n## Time\n\n| encoding | seed | training | tokens/s | peak memory |\n|---|---:|---:|---:|---:|\n",
+            m.d_model,
+            m.heads,
+            m.d_ff,
+            m.encoder_layers,
+            m.decoder_layers,
+            m.dropout,
+            b.steps,
+            b.batch_size,
+            seeds,
+            b.data.train,
+            b.randomized_positions.map_or(String::new(), |r| format!(
+                " at randomized positions (a sorted random subset of 0..{r} per step)"
+            )),
+            self.table(),
+            self.clauses_table()
+        );
+        for r in &self.results {
+            s += &format!(
+                "| {} | {} | {:.0} s | {:.0} | {} |\n",
+                r.label,
+                r.seed,
+                r.train_s,
+                r.tokens_per_s,
+                r.peak_rss_mb.map_or("n/a".into(), |m| format!("{m:.0} MB"))
+            );
+        }
+        s
+    }
+}

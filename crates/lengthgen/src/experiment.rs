@@ -1,0 +1,571 @@
+//! `posenc lengthgen`: one run per labelled encoding and seed on one problem, each tested
+//! for exact answers at lengths inside and past the trained range.
+//!
+//! Runs train into `out/<label>/seed-<seed>/`. A finished run there with the same settings
+//! is reused and an unfinished one resumed, so an interrupted experiment continues where
+//! it stopped; a run with other settings is an error, never overwritten. Every run is
+//! tested on the same instances (drawn from a fixed stream per length, held out from
+//! training at the trained lengths), so encodings and seeds compare instance for instance.
+//!
+//! `results.json` holds tidy records, one per run and test length:
+//!
+//! ```text
+//! {"task": "copy", "train_lengths": [1, 20], "config": {…},
+//!  "records": [{"task", "label", "encoding", "seed", "randomized_positions", "length",
+//!               "trained", "instances", "accuracy", "token_accuracy"}, …],
+//!  "runs": [{"label", "seed", "steps", "train_s", "peak_rss_mb", "valid_exact", "diverged"}, …]}
+//! ```
+//!
+//! so `pandas.DataFrame(json.load(f)["records"])` is the whole table.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+use super::problems::{Instance, Problem};
+use super::{load, resume, score, test_instances, train, LengthgenConfig, LengthgenState};
+use posenc_error::{ensure, Context};
+use posenc_train::error::Result;
+use posenc_train::fit::RunOptions;
+use posenc_train::labelled::{check_seeds, check_unique, Labelled, RunKey};
+use posenc_train::results::{differences, find_run, mean_sd, Found};
+
+/// The stream every run's test instances come from (length `n` uses sub-stream `n`).
+const TEST_SEED: u64 = 0x7E57_0000_1E46_7400;
+
+/// The encodings Ruoss et al. 2023 train at randomized positions, as far as we ship them.
+const RANDOMIZED_BY_RUOSS: [&str; 5] = ["sinusoidal", "learned", "rope", "alibi", "t5"];
+
+/// What to train and test.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LengthgenExperimentConfig {
+    /// Everything but the encoding; `base.seed` is the first seed.
+    pub base: LengthgenConfig,
+    /// One run per entry and seed, in this order.
+    pub encodings: Vec<Labelled>,
+    /// Seeds per entry: `base.seed`, `base.seed + 1`, ….
+    pub seeds: usize,
+    /// Instance lengths tested.
+    pub test_lengths: Vec<usize>,
+    /// Test instances per length.
+    pub test_instances: usize,
+}
+
+impl LengthgenExperimentConfig {
+    /// `task` trained on lengths 1–10 for 3 000 steps, tested at 16 lengths up to 40
+    /// (4×), with [`Self::default_encodings`], three seeds each: about half a minute a run
+    /// on two cores.
+    pub fn full(task: Problem) -> Self {
+        let mut base = LengthgenConfig::default().for_task(task, [1, 10]);
+        base.steps = 3000;
+        base.save_every = 1000;
+        let mut cfg = Self {
+            base,
+            encodings: Vec::new(),
+            seeds: 3,
+            test_lengths: default_test_lengths(10),
+            test_instances: 100,
+        };
+        cfg.encodings = cfg.default_encodings();
+        cfg
+    }
+
+    /// Lengths 1–5 for 1 000 steps, tested up to 20 (4×), with `none`, `sinusoidal`,
+    /// `rope` and `alibi`, three seeds: a few minutes on two cores.
+    pub fn quick(task: Problem) -> Self {
+        let mut base = LengthgenConfig::default().for_task(task, [1, 5]);
+        base.steps = 1000;
+        base.warmup = 60;
+        base.eval_every = 250;
+        base.save_every = 1000;
+        base.eval_instances = 64;
+        Self {
+            base,
+            encodings: ["none", "sinusoidal", "rope", "alibi"]
+                .iter()
+                .map(|k| k.parse().expect("a built-in kind"))
+                .collect(),
+            seeds: 3,
+            test_lengths: default_test_lengths(5),
+            test_instances: 64,
+        }
+    }
+
+    /// Every registered encoding at its defaults, a table of positions (`learned`) sized
+    /// to reach the longest test; then the encodings Ruoss et al. 2023 randomize
+    /// (sinusoidal, learned, RoPE, ALiBi and a relative bias, here T5's), trained at
+    /// randomized positions over that same reach, labelled `kind:randomized=R`.
+    pub fn default_encodings(&self) -> Vec<Labelled> {
+        let reach = self.positions_needed(None);
+        let entry = |kind: &str| {
+            let encoding = posenc::EncodingConfig::from_kind(kind).ok()?;
+            let mut entry = Labelled::new(encoding.for_positions(reach));
+            entry.label = kind.to_string();
+            Some(entry)
+        };
+        let plain = posenc::EncodingConfig::kinds()
+            .into_iter()
+            .filter_map(entry);
+        let randomized = RANDOMIZED_BY_RUOSS.iter().filter_map(|k| {
+            let mut e = entry(k)?;
+            e.label = format!("{k}:randomized={reach}");
+            e.randomized_positions = Some(reach);
+            Some(e)
+        });
+        plain.chain(randomized).collect()
+    }
+
+    /// Positions the longest test sequence, or training at randomized positions below
+    /// `randomized`, reaches.
+    fn positions_needed(&self, randomized: Option<usize>) -> usize {
+        let longest = self.test_lengths.iter().max().copied().unwrap_or(0);
+        (self.base.task.sequence_len(longest) - 1).max(randomized.unwrap_or(0))
+    }
+
+    /// The run of `entry` with seed `seed`.
+    fn run_config(&self, entry: &Labelled, seed: u64) -> LengthgenConfig {
+        let mut cfg = self.base.clone();
+        cfg.model.encoding = entry.encoding.clone();
+        cfg.seed = seed;
+        cfg.randomized_positions = entry
+            .randomized_positions
+            .or(self.base.randomized_positions);
+        cfg
+    }
+
+    /// Checks every setting, and that every run's model is valid, before anything runs.
+    ///
+    /// # Errors
+    /// The setting or run at fault, named.
+    pub fn validate(&self) -> Result<()> {
+        check_unique(&self.encodings)?;
+        check_seeds(self.base.seed, self.seeds)?;
+        ensure!(
+            !self.test_lengths.is_empty() && self.test_lengths.iter().all(|&n| n >= 1),
+            "test lengths must be at least 1, got {:?}",
+            self.test_lengths
+        );
+        posenc::limits::check("test_instances", self.test_instances, super::MAX_INSTANCES)?;
+        ensure!(self.test_instances > 0, "test_instances must be at least 1");
+        let longest = self.test_lengths.iter().max().copied().unwrap_or(0);
+        self.base.validate()?;
+        super::check_length(self.base.task, "the longest test length", longest)?;
+        for entry in &self.encodings {
+            let cfg = self.run_config(entry, self.base.seed);
+            super::check(&cfg).with_context(|| format!("the run of `{}`", entry.label))?;
+            posenc_train::memory::fits_in_memory(
+                1,
+                cfg.model.heads,
+                self.positions_needed(None),
+                "the longest test sequence",
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Sixteen test lengths spread evenly up to `4 · hi`, `hi` among them.
+pub fn default_test_lengths(hi: usize) -> Vec<usize> {
+    let mut lengths: Vec<usize> = (1..=16).map(|k| (k * 4 * hi).div_ceil(16).max(1)).collect();
+    lengths.dedup();
+    lengths
+}
+
+/// One run's accuracy at one test length: a tidy record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TestRecord {
+    /// The problem.
+    pub task: Problem,
+    /// Which run: label, encoding, seed, randomized positions.
+    #[serde(flatten)]
+    pub run: RunKey,
+    /// The instance length.
+    pub length: usize,
+    /// Whether the length is inside the trained range.
+    pub trained: bool,
+    /// Instances tested.
+    pub instances: usize,
+    /// Exact-match accuracy of the greedy answers.
+    pub accuracy: f64,
+    /// Share of answer tokens right, each given the true ones before it.
+    pub token_accuracy: f64,
+}
+
+/// One run: a tidy record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// The entry's label.
+    pub label: String,
+    /// The seed.
+    pub seed: u64,
+    /// Steps trained.
+    pub steps: usize,
+    /// Training seconds.
+    pub train_s: f64,
+    /// Peak resident memory while it trained, MB (`RunState::peak_rss_mb`; absent in
+    /// results written before it was recorded).
+    #[serde(default)]
+    pub peak_rss_mb: Option<f64>,
+    /// The last validation's exact match (held-out instances of the trained lengths).
+    pub valid_exact: Option<f64>,
+    /// Why the run stopped early, if its loss diverged (it then has no test records).
+    pub diverged: Option<String>,
+}
+
+/// `results.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LengthgenExperiment {
+    /// The problem.
+    pub task: Problem,
+    /// The trained lengths, `[lo, hi]`.
+    pub train_lengths: [usize; 2],
+    /// What was run.
+    pub config: LengthgenExperimentConfig,
+    /// One record per run and test length.
+    pub records: Vec<TestRecord>,
+    /// One record per run.
+    pub runs: Vec<RunRecord>,
+}
+
+/// Trains and tests every entry and seed of `cfg` under `out`, writing `results.json` and
+/// `results.md` after each run.
+///
+/// # Errors
+/// Bad settings (before anything is written), a run directory holding other settings or
+/// foreign files, or a failed write. A diverging run is recorded, not an error.
+pub fn run(
+    cfg: &LengthgenExperimentConfig,
+    out: &Path,
+    opts: RunOptions,
+) -> Result<LengthgenExperiment> {
+    cfg.validate()?;
+    posenc_train::results::check_out_dir::<LengthgenExperiment>(out, "a lengthgen experiment")?;
+    let hi = cfg.base.train_lengths[1];
+    let tests: Vec<(usize, Vec<Instance>)> = cfg
+        .test_lengths
+        .iter()
+        .map(|&n| {
+            let mut rng = ChaCha8Rng::seed_from_u64(TEST_SEED);
+            rng.set_stream(n as u64);
+            (
+                n,
+                test_instances(cfg.base.task, n, hi, cfg.test_instances, &mut rng),
+            )
+        })
+        .collect();
+    let mut exp = LengthgenExperiment {
+        task: cfg.base.task,
+        train_lengths: cfg.base.train_lengths,
+        config: cfg.clone(),
+        records: Vec::new(),
+        runs: Vec::new(),
+    };
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    for entry in &cfg.encodings {
+        for seed in (0..cfg.seeds as u64).map(|i| cfg.base.seed + i) {
+            if !opts.quiet {
+                posenc_train::log(&format!("── {} (seed {seed}) ──", entry.label));
+            }
+            let run_cfg = cfg.run_config(entry, seed);
+            let dir = out
+                .join(entry.dir_name())
+                .join(posenc_train::rundir::seed_dir_name(seed));
+            let state = match train_or_reuse(&run_cfg, &dir, opts) {
+                Ok(state) => state,
+                Err(e) => match e.diverged() {
+                    Some(d) => {
+                        exp.runs.push(RunRecord {
+                            label: entry.label.clone(),
+                            seed,
+                            steps: d.step,
+                            train_s: 0.0,
+                            peak_rss_mb: None,
+                            valid_exact: None,
+                            diverged: Some(d.to_string()),
+                        });
+                        exp.save(out)?;
+                        continue;
+                    }
+                    None => return Err(e),
+                },
+            };
+            let (_, model) = load(&dir)?;
+            // A table of positions answers only within it: lengths past it have no record.
+            let reaches = |n: usize| {
+                model
+                    .max_positions()
+                    .is_none_or(|max| cfg.base.task.sequence_len(n) - 1 <= max)
+            };
+            for (n, instances) in tests.iter().filter(|(n, i)| !i.is_empty() && reaches(*n)) {
+                let s = score(&model, instances)?;
+                exp.records.push(TestRecord {
+                    task: cfg.base.task,
+                    run: RunKey::new(
+                        &entry.label,
+                        &entry.encoding,
+                        seed,
+                        run_cfg.randomized_positions,
+                    ),
+                    length: *n,
+                    trained: *n <= hi && *n >= cfg.base.train_lengths[0],
+                    instances: s.instances,
+                    accuracy: s.exact,
+                    token_accuracy: s.token,
+                });
+            }
+            exp.runs.push(RunRecord {
+                label: entry.label.clone(),
+                seed,
+                steps: state.step,
+                train_s: state.elapsed_s,
+                peak_rss_mb: state.peak_rss_mb,
+                valid_exact: state.history.last().map(|r| r.valid_exact),
+                diverged: None,
+            });
+            exp.save(out)?;
+        }
+    }
+    Ok(exp)
+}
+
+/// Trains `cfg` into `dir`, or reuses or resumes the run already there.
+fn train_or_reuse(cfg: &LengthgenConfig, dir: &Path, opts: RunOptions) -> Result<LengthgenState> {
+    match find_run(dir, cfg, |previous: &LengthgenState| {
+        differences(&previous.config, cfg)
+    })? {
+        Found::Finished(previous) => Ok(previous),
+        Found::Unfinished => resume(dir, Some(cfg.steps), opts),
+        Found::Nothing => train(cfg, dir, opts),
+    }
+}
+
+/// Accuracy over seeds at one length of one entry.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Summary {
+    /// The instance length.
+    pub length: usize,
+    /// Mean exact-match accuracy over seeds.
+    pub mean: f64,
+    /// Sample standard deviation over seeds (0 for one seed).
+    pub sd: f64,
+    /// The lowest seed's.
+    pub min: f64,
+    /// The highest seed's.
+    pub max: f64,
+    /// Seeds.
+    pub seeds: usize,
+}
+
+impl LengthgenExperiment {
+    /// Reads `results.json`.
+    ///
+    /// # Errors
+    /// A missing or malformed file.
+    pub fn load(path: &Path) -> Result<Self> {
+        posenc_train::results::load_results(path)
+    }
+
+    /// Writes `results.json` and `results.md` into `out`.
+    ///
+    /// # Errors
+    /// A failed write.
+    pub fn save(&self, out: &Path) -> Result<()> {
+        posenc_train::results::save_results(out, self, &self.markdown())
+    }
+
+    /// Pools experiments of one setting into one, for a figure or table over all their
+    /// runs: more encodings, or more seeds of the same ones (an entry in several keeps
+    /// every seed's records). Entries keep the order they first appear in; the tested
+    /// lengths are all of theirs.
+    ///
+    /// # Errors
+    /// No experiment; experiments that differ in anything but their encodings, seeds and
+    /// tested lengths (the task, the trained lengths, the model, the training, the test
+    /// instances per length); one label naming two encodings; one run, a label and seed,
+    /// in two of them.
+    pub fn merge(parts: Vec<LengthgenExperiment>) -> Result<Self> {
+        let mut parts = parts.into_iter();
+        let Some(mut merged) = parts.next() else {
+            posenc_error::bail!("no experiments to merge");
+        };
+        // The first seed is not part of the setting: pooled experiments differ in it.
+        let unseeded = |c: &LengthgenExperimentConfig| LengthgenConfig {
+            seed: 0,
+            ..c.base.clone()
+        };
+        for (i, part) in parts.enumerate() {
+            let (a, b) = (unseeded(&merged.config), unseeded(&part.config));
+            let mut differ = differences(&a, &b);
+            // `differences` ignores the step budget, which a resumed run may raise; runs
+            // pooled into one mean must share it.
+            if a.steps != b.steps {
+                differ.push("steps".into());
+            }
+            if merged.config.test_instances != part.config.test_instances {
+                differ.push("test_instances".into());
+            }
+            ensure!(
+                differ.is_empty(),
+                "experiment {} differs from the first in {}: only runs of one setting can be \
+                 pooled",
+                i + 2,
+                differ.join(", ")
+            );
+            for entry in part.config.encodings {
+                match merged
+                    .config
+                    .encodings
+                    .iter()
+                    .find(|e| e.label == entry.label)
+                {
+                    Some(e) => ensure!(
+                        *e == entry,
+                        "the label `{}` names two different encodings",
+                        entry.label
+                    ),
+                    None => merged.config.encodings.push(entry),
+                }
+            }
+            for run in part.runs {
+                ensure!(
+                    !merged
+                        .runs
+                        .iter()
+                        .any(|r| r.label == run.label && r.seed == run.seed),
+                    "seed {} of `{}` is in two of the experiments",
+                    run.seed,
+                    run.label
+                );
+                merged.runs.push(run);
+            }
+            merged.records.extend(part.records);
+            merged.config.test_lengths.extend(part.config.test_lengths);
+        }
+        merged.config.test_lengths.sort_unstable();
+        merged.config.test_lengths.dedup();
+        merged.config.seeds = merged
+            .config
+            .encodings
+            .iter()
+            .map(|e| merged.runs.iter().filter(|r| r.label == e.label).count())
+            .max()
+            .unwrap_or(merged.config.seeds);
+        Ok(merged)
+    }
+
+    /// Each label's accuracy by length over its seeds, labels in the config's order.
+    pub fn summaries(&self) -> Vec<(String, Vec<Summary>)> {
+        self.config
+            .encodings
+            .iter()
+            .filter_map(|e| {
+                let mut by_len: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
+                for r in self.records.iter().filter(|r| r.run.label == e.label) {
+                    by_len.entry(r.length).or_default().push(r.accuracy);
+                }
+                let rows: Vec<Summary> = by_len
+                    .into_iter()
+                    .map(|(length, xs)| {
+                        let (mean, sd) = mean_sd(&xs);
+                        Summary {
+                            length,
+                            mean,
+                            sd,
+                            min: xs.iter().copied().fold(f64::INFINITY, f64::min),
+                            max: xs.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+                            seeds: xs.len(),
+                        }
+                    })
+                    .collect();
+                (!rows.is_empty()).then(|| (e.label.clone(), rows))
+            })
+            .collect()
+    }
+
+    /// Exact-match accuracy (%) by length, mean ± standard deviation over seeds; trained
+    /// lengths marked `*`; then the mean over the trained lengths tested and over the
+    /// lengths past them (each seed's mean, then mean ± standard deviation over seeds).
+    pub fn table(&self) -> String {
+        let [lo, hi] = self.train_lengths;
+        let lengths = &self.config.test_lengths;
+        let mut s = String::from("| encoding | seeds |");
+        for &n in lengths {
+            let mark = if (lo..=hi).contains(&n) { "*" } else { "" };
+            s += &format!(" {n}{mark} |");
+        }
+        s += &format!(" ≤ {hi} | > {hi} | diverged |\n|---|---:|");
+        s += &"---:|".repeat(lengths.len() + 3);
+        s += "\n";
+        for (label, rows) in self.summaries() {
+            let seeds = rows.iter().map(|r| r.seeds).max().unwrap_or(0);
+            s += &format!("| {label} | {seeds} |");
+            for &n in lengths {
+                s += &match rows.iter().find(|r| r.length == n) {
+                    Some(r) => format!(" {:.0} ± {:.0} |", 100.0 * r.mean, 100.0 * r.sd),
+                    None => " – |".to_string(),
+                };
+            }
+            for trained in [true, false] {
+                let (mean, sd) = mean_sd(&self.seed_means(&label, trained));
+                s += &match mean.is_finite() {
+                    true => format!(" {:.1} ± {:.1} |", 100.0 * mean, 100.0 * sd),
+                    false => " – |".to_string(),
+                };
+            }
+            let diverged = self
+                .runs
+                .iter()
+                .filter(|r| r.label == label && r.diverged.is_some())
+                .count();
+            s += &format!(" {diverged} |\n");
+        }
+        s
+    }
+
+    /// Each seed's mean accuracy of `label` over the trained lengths tested (`trained`) or
+    /// over the lengths past them.
+    pub fn seed_means(&self, label: &str, trained: bool) -> Vec<f64> {
+        let mut by_seed: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
+        for r in self
+            .records
+            .iter()
+            .filter(|r| r.run.label == label && r.trained == trained)
+        {
+            by_seed.entry(r.run.seed).or_default().push(r.accuracy);
+        }
+        by_seed
+            .values()
+            .map(|xs| xs.iter().sum::<f64>() / xs.len() as f64)
+            .collect()
+    }
+
+    /// `results.md`: the settings and the table.
+    pub fn markdown(&self) -> String {
+        let b = &self.config.base;
+        let m = &b.model;
+        let [lo, hi] = self.train_lengths;
+        format!(
+            "# Length generalization: {}\n\n\
+             Decoder-only, {} layers, {} heads, width {}; trained on lengths {lo}–{hi} \
+             ({} steps of {} instances){}. Exact-match accuracy (%) of greedy answers on \
+             {} fresh instances per length (held out from training at the trained lengths, \
+             the same for every run), mean ± standard deviation over seeds; `*` marks the \
+             trained lengths.\n\n{}",
+            self.task,
+            m.layers,
+            m.heads,
+            m.d_model,
+            b.steps,
+            b.batch_size,
+            b.randomized_positions.map_or(String::new(), |r| format!(
+                ", randomized positions below {r}"
+            )),
+            self.config.test_instances,
+            self.table()
+        )
+    }
+}

@@ -1,0 +1,4 @@
+//! The tests of `posenc-lengthgen`, one module a file, built as one test binary: each binary links
+//! all of candle, so one per crate keeps the suite's build and link time down.
+
+mod lengthgen;

@@ -1,0 +1,25 @@
+//! # posenc-lm: a causal language model, and length extrapolation
+//!
+//! | module | what |
+//! |---|---|
+//! | [`corpus`], [`text_tokenizer`] | Shakespeare's works (or your own text), and character, word or BPE tokenizers trained on it |
+//! | [`lm_train`] | the task for the training core's loop, with windowed and sliding-window evaluation by position |
+//! | [`lm_run`] | a trained run loaded back, for evaluation and generation |
+//! | [`sample`] | generation with a key/value cache and an optional window |
+//! | [`passkey`] | retrieval of a key hidden past the window |
+//! | [`lm_experiment`] | every encoding (and seed) trained and measured past its context |
+//!
+//! It runs on the training core, `posenc-train`, and imports no other task.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod corpus;
+pub mod lm_experiment;
+pub mod lm_run;
+pub mod lm_train;
+pub mod passkey;
+pub mod sample;
+pub mod text_tokenizer;
+
+pub use posenc_train::{Error, Result};

@@ -1,0 +1,476 @@
+//! The length-extrapolation experiment (Press et al. 2022, Figure 1): one causal language
+//! model per encoding, with the same data, seed, size and step budget, trained at context
+//! `L` and evaluated on the test works at `L`, `2L`, `4L` and `8L`.
+//!
+//! | column | what it asks |
+//! |---|---|
+//! | valid loss | how well it learned, at the trained length |
+//! | loss at kL | the mean next-token loss over non-overlapping windows of kL tokens |
+//! | past L | the loss of the positions at or past `L` only, where extrapolation shows |
+//!
+//! Each labelled encoding ([`posenc_train::labelled`]) trains into `out/<label>/` (with several
+//! seeds, `out/<label>/seed-<seed>/`; [`crate::lm_run`]; a run of the first seed stays
+//! where it is when the number of seeds changes). A finished run there with
+//! the same settings is reused and an unfinished one resumed, so an interrupted experiment
+//! continues where it stopped; a run with other settings is an error, never overwritten.
+//! A table of learned positions has no row past its end: it shows as n/a.
+
+use std::path::Path;
+
+use posenc::EncodingConfig;
+use posenc_error::{ensure, Context};
+use posenc_train::error::Result;
+use serde::{Deserialize, Serialize};
+use tokenizers::Tokenizer;
+
+use crate::corpus::Corpus;
+use crate::lm_run;
+use crate::lm_train::{evaluate, LengthEval, LmData, LmState, LmTrainConfig};
+use crate::text_tokenizer::encode;
+use posenc_train::fit::RunOptions;
+use posenc_train::labelled::{check_seeds, check_unique, distinct, Labelled, RunKey};
+use posenc_train::results::{differences, find_run, spread, Found};
+use posenc_train::rundir;
+
+pub use posenc_train::results::{RESULTS_JSON, RESULTS_MD};
+
+/// What to train and how to evaluate it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LmExperimentConfig {
+    /// Everything but the encoding (its `tokenizer` too); `base.seed` is the first seed.
+    pub base: LmTrainConfig,
+    /// One run per entry and seed, in this order.
+    pub encodings: Vec<Labelled>,
+    /// Seeds per entry: `base.seed`, `base.seed + 1`, … (1 in results written before).
+    #[serde(default = "one")]
+    pub seeds: usize,
+    /// Evaluation lengths, as multiples of the trained context.
+    pub factors: Vec<usize>,
+    /// Windows per evaluation length (fewer where the test works hold fewer).
+    pub eval_windows: usize,
+}
+
+fn one() -> usize {
+    1
+}
+
+impl LmExperimentConfig {
+    /// nanoGPT's shape and budget (2 000 steps), every registered encoding, evaluated at
+    /// 1, 2, 4 and 8 × 64, one seed: about four minutes per encoding on two cores.
+    pub fn full() -> Self {
+        let base = LmTrainConfig::default();
+        let context = base.model.context;
+        Self {
+            encodings: default_encodings(context),
+            base,
+            seeds: 1,
+            factors: vec![1, 2, 4, 8],
+            eval_windows: 64,
+        }
+    }
+
+    /// `none`, `sinusoidal`, `rope` and `alibi` at 300 steps: the shape of the figure in
+    /// a few minutes.
+    pub fn quick() -> Self {
+        let mut cfg = Self::full();
+        cfg.base.steps = 300;
+        cfg.base.warmup = 30;
+        cfg.eval_windows = 16;
+        cfg.encodings = ["none", "sinusoidal", "rope", "alibi"]
+            .iter()
+            .map(|k| k.parse().expect("a built-in kind"))
+            .collect();
+        cfg
+    }
+
+    /// The run of `entry` with seed `seed`, its vocabulary that of `tokenizer`.
+    fn run_config(&self, entry: &Labelled, seed: u64, tokenizer: &Tokenizer) -> LmTrainConfig {
+        let mut c = self.base.clone();
+        c.model.encoding = entry.encoding.clone();
+        c.model.vocab_size = tokenizer.get_vocab_size(true);
+        c.seed = seed;
+        c.randomized_positions = entry
+            .randomized_positions
+            .or(self.base.randomized_positions);
+        c
+    }
+
+    /// The seeds each entry runs with.
+    pub fn seed_list(&self) -> Vec<u64> {
+        (0..self.seeds as u64).map(|i| self.base.seed + i).collect()
+    }
+
+    /// Where the run of `entry` with `seed` trains ([`rundir::seed_dir`]).
+    fn run_dir(&self, out: &Path, entry: &Labelled, seed: u64) -> std::path::PathBuf {
+        rundir::seed_dir(out, entry, self.seeds, self.base.seed, seed)
+    }
+}
+
+/// Every registered encoding at its defaults, labelled by its kind; a table of positions
+/// (`learned`) has `rows` rows: the trained context, so it has no answer past it (its
+/// defaults would leave rows no step ever trained), or the range of randomized positions,
+/// all of which training reaches.
+pub fn default_encodings(rows: usize) -> Vec<Labelled> {
+    EncodingConfig::kinds()
+        .into_iter()
+        .filter_map(|k| EncodingConfig::from_kind(k).ok())
+        .map(|e| Labelled {
+            label: e.kind().to_string(),
+            encoding: e.for_positions(rows),
+            randomized_positions: None,
+        })
+        .collect()
+}
+
+/// One evaluation length of one run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(from = "LengthRowFile")]
+pub struct LengthRow {
+    /// The window length.
+    pub len: usize,
+    /// The evaluation, if the model reaches this length.
+    pub eval: Option<LengthEval>,
+    /// Why there is none (a table too short).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub missing: Option<String>,
+}
+
+/// A [`LengthRow`] as written now, or before (`"eval": {"Ok": …}` or `{"Err": …}`).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum LengthRowFile {
+    Now {
+        len: usize,
+        eval: Option<LengthEval>,
+        #[serde(default)]
+        missing: Option<String>,
+    },
+    Before {
+        len: usize,
+        eval: std::result::Result<LengthEval, String>,
+    },
+}
+
+impl From<LengthRowFile> for LengthRow {
+    fn from(f: LengthRowFile) -> Self {
+        match f {
+            LengthRowFile::Now { len, eval, missing } => Self { len, eval, missing },
+            LengthRowFile::Before { len, eval } => Self {
+                len,
+                missing: eval.as_ref().err().cloned(),
+                eval: eval.ok(),
+            },
+        }
+    }
+}
+
+/// One trained and evaluated run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LmEncodingResult {
+    /// The entry's label (its kind, in results written before labels).
+    #[serde(alias = "kind")]
+    pub label: String,
+    /// Its settings.
+    pub encoding: EncodingConfig,
+    /// The run's progress and validation history (its seed in `state.config.seed`).
+    pub state: LmState,
+    /// Test loss at each evaluation length.
+    pub lengths: Vec<LengthRow>,
+}
+
+impl LmEncodingResult {
+    /// The evaluation at the longest length that has one.
+    pub fn longest(&self) -> Option<&LengthEval> {
+        self.lengths.iter().rev().find_map(|r| r.eval.as_ref())
+    }
+}
+
+/// One run at one evaluation length: a tidy record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LmLengthRecord {
+    /// Which run: label, encoding, seed, randomized positions.
+    #[serde(flatten)]
+    pub run: RunKey,
+    /// The trained context.
+    pub context: usize,
+    /// The window length.
+    pub length: usize,
+    /// Windows evaluated (none where the model does not reach the length).
+    pub windows: Option<usize>,
+    /// Mean next-token loss, nats.
+    pub loss: Option<f64>,
+    /// `exp(loss)`.
+    pub perplexity: Option<f64>,
+    /// Mean loss at the positions at or past the trained context.
+    pub loss_past_context: Option<f64>,
+    /// The run's last validation loss.
+    pub valid_loss: Option<f64>,
+    /// Training seconds.
+    pub train_s: f64,
+    /// Peak resident memory while it trained, MB (`RunState::peak_rss_mb`).
+    pub peak_rss_mb: Option<f64>,
+}
+
+/// A whole experiment: `results.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LmExperiment {
+    /// What was run.
+    pub config: LmExperimentConfig,
+    /// Tokens in the train, valid and test streams.
+    pub sizes: [usize; 3],
+    /// One row per run, in the config's order (entries, then seeds).
+    pub results: Vec<LmEncodingResult>,
+    /// One tidy record per run and length (`pandas.DataFrame(results["records"])`);
+    /// derived from `results`.
+    #[serde(default)]
+    pub records: Vec<LmLengthRecord>,
+}
+
+/// Trains and evaluates every entry and seed of `cfg` on `corpus` under `out`, on
+/// `device`, writing `results.json` and `results.md` after each run.
+///
+/// # Errors
+/// Bad settings (before anything is written), two entries sharing a label, a run
+/// directory holding other settings or foreign files, a loss that diverges, or a failed
+/// write.
+pub fn run(
+    cfg: &LmExperimentConfig,
+    corpus: &Corpus,
+    out: &Path,
+    opts: RunOptions,
+    device: &candle_core::Device,
+) -> Result<LmExperiment> {
+    check_unique(&cfg.encodings)?;
+    check_seeds(cfg.base.seed, cfg.seeds)?;
+    ensure!(
+        !cfg.factors.is_empty() && cfg.factors.iter().all(|&f| f > 0),
+        "evaluation factors must be at least 1, got {:?}",
+        cfg.factors
+    );
+    ensure!(
+        cfg.factors.windows(2).all(|w| w[0] < w[1]),
+        "evaluation factors must increase, each once, got {:?}",
+        cfg.factors
+    );
+    posenc_train::results::check_out_dir::<LmExperiment>(out, "a language-model experiment")?;
+    let tokenizer = cfg.base.tokenizer.train(&Corpus::stream(&corpus.train))?;
+    let data = LmData::from_corpus(corpus, &tokenizer)?;
+    let test = encode(&tokenizer, &Corpus::stream(&corpus.test))?;
+    for f in &cfg.factors {
+        let context = cfg.base.model.context;
+        let len = f.checked_mul(context).filter(|&len| len < test.len());
+        ensure!(
+            len.is_some(),
+            "evaluation factor {f} asks for windows of {f} × {context} tokens, but the test works hold {} tokens",
+            test.len()
+        );
+    }
+    for entry in &cfg.encodings {
+        cfg.run_config(entry, cfg.base.seed, &tokenizer)
+            .validate()
+            .with_context(|| format!("the run of `{}`", entry.label))?;
+    }
+    let mut experiment = LmExperiment {
+        config: cfg.clone(),
+        sizes: [data.train.len(), data.valid.len(), test.len()],
+        results: Vec::new(),
+        records: Vec::new(),
+    };
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    for entry in &cfg.encodings {
+        for seed in cfg.seed_list() {
+            if !opts.quiet {
+                posenc_train::log(&format!("── {} (seed {seed}) ──", entry.label));
+            }
+            let run_cfg = cfg.run_config(entry, seed, &tokenizer);
+            let dir = cfg.run_dir(out, entry, seed);
+            let state = train_or_reuse(&run_cfg, &tokenizer, &data, &dir, opts, device)?;
+            let model = lm_run::load(&dir, device)?.model;
+            let context = run_cfg.model.context;
+            let mut lengths = Vec::new();
+            for f in &cfg.factors {
+                let len = f * context;
+                lengths.push(match model.max_positions() {
+                    Some(max) if len > max => LengthRow {
+                        len,
+                        eval: None,
+                        missing: Some(format!("no positions past {max}")),
+                    },
+                    _ => LengthRow {
+                        len,
+                        eval: Some(evaluate(&model, &test, len, cfg.eval_windows, context)?),
+                        missing: None,
+                    },
+                });
+            }
+            experiment.results.push(LmEncodingResult {
+                label: entry.label.clone(),
+                encoding: entry.encoding.clone(),
+                state,
+                lengths,
+            });
+            experiment.records = experiment.tidy();
+            experiment.save(out)?;
+        }
+    }
+    Ok(experiment)
+}
+
+/// Trains `cfg` into `dir`, or reuses or resumes the run already there.
+fn train_or_reuse(
+    cfg: &LmTrainConfig,
+    tokenizer: &Tokenizer,
+    data: &LmData,
+    dir: &Path,
+    opts: RunOptions,
+    device: &candle_core::Device,
+) -> Result<LmState> {
+    match find_run(dir, cfg, |previous: &LmState| {
+        differences(&previous.config, cfg)
+    })? {
+        Found::Finished(previous) => Ok(previous),
+        Found::Unfinished => {
+            lm_run::resume(dir, Some(cfg.steps), |_, _| Ok(data.clone()), opts, device)
+        }
+        Found::Nothing => lm_run::start(cfg, tokenizer, data, dir, opts, device),
+    }
+}
+
+impl LmExperiment {
+    /// Reads `results.json` (one written before labels and tidy records too).
+    ///
+    /// # Errors
+    /// A missing or malformed file.
+    pub fn load(path: &Path) -> Result<Self> {
+        let mut exp: Self = posenc_train::results::load_results(path)?;
+        exp.records = exp.tidy();
+        Ok(exp)
+    }
+
+    /// Writes `results.json` and `results.md` into `out`.
+    ///
+    /// # Errors
+    /// A failed write.
+    pub fn save(&self, out: &Path) -> Result<()> {
+        posenc_train::results::save_results(out, self, &self.markdown())
+    }
+
+    /// The tidy records of [`Self::results`]: one per run and length.
+    pub fn tidy(&self) -> Vec<LmLengthRecord> {
+        let context = self.config.base.model.context;
+        self.results
+            .iter()
+            .flat_map(|r| {
+                r.lengths.iter().map(move |row| LmLengthRecord {
+                    run: RunKey::new(
+                        &r.label,
+                        &r.encoding,
+                        r.state.config.seed,
+                        r.state.config.randomized_positions,
+                    ),
+                    context,
+                    length: row.len,
+                    windows: row.eval.as_ref().map(|e| e.windows),
+                    loss: row.eval.as_ref().map(|e| e.loss),
+                    perplexity: row.eval.as_ref().map(|e| e.perplexity()),
+                    loss_past_context: row.eval.as_ref().and_then(|e| e.tail_loss),
+                    valid_loss: crate::lm_train::valid_loss(&r.state),
+                    train_s: r.state.elapsed_s,
+                    peak_rss_mb: r.state.peak_rss_mb,
+                })
+            })
+            .collect()
+    }
+
+    /// The labels in the order they were run.
+    pub fn labels(&self) -> Vec<String> {
+        distinct(self.results.iter().map(|r| r.label.as_str()))
+    }
+
+    /// The results: test perplexity at every length, the loss past the trained context,
+    /// and training time; with several seeds, mean ± standard deviation over them.
+    pub fn table(&self) -> String {
+        let context = self.config.base.model.context;
+        let lens: Vec<usize> = self.config.factors.iter().map(|f| f * context).collect();
+        let past: Vec<usize> = lens.iter().copied().filter(|&l| l > context).collect();
+        let mut s = String::from("| encoding | seeds | valid loss |");
+        for l in &lens {
+            s += &format!(" ppl @ {l} |");
+        }
+        for l in &past {
+            s += &format!(" loss past {context} @ {l} |");
+        }
+        s += " train s | peak MB |\n|---|---:|---:|";
+        s += &"---:|".repeat(lens.len() + past.len() + 2);
+        s += "\n";
+        for label in self.labels() {
+            let records: Vec<&LmLengthRecord> = self
+                .records
+                .iter()
+                .filter(|r| r.run.label == label)
+                .collect();
+            let runs: Vec<&LmEncodingResult> =
+                self.results.iter().filter(|r| r.label == label).collect();
+            let valid: Vec<f64> = runs
+                .iter()
+                .filter_map(|r| crate::lm_train::valid_loss(&r.state))
+                .collect();
+            s += &format!("| {label} | {} | {} |", runs.len(), spread(&valid, 4));
+            let at = |len: usize, f: fn(&LmLengthRecord) -> Option<f64>| -> Vec<f64> {
+                records
+                    .iter()
+                    .filter(|r| r.length == len)
+                    .filter_map(|r| f(r))
+                    .collect()
+            };
+            for &l in &lens {
+                s += &format!(" {} |", spread(&at(l, |r| r.perplexity), 2));
+            }
+            for &l in &past {
+                s += &format!(" {} |", spread(&at(l, |r| r.loss_past_context), 3));
+            }
+            let train: Vec<f64> = runs.iter().map(|r| r.state.elapsed_s).collect();
+            let peak: Vec<f64> = runs.iter().filter_map(|r| r.state.peak_rss_mb).collect();
+            s += &format!(" {} | {} |\n", spread(&train, 0), spread(&peak, 0));
+        }
+        s
+    }
+
+    /// `results.md`: the settings, the data and the table.
+    pub fn markdown(&self) -> String {
+        let b = &self.config.base;
+        let m = &b.model;
+        format!(
+            "# Length extrapolation of a causal language model\n\n\
+             {} layers, {} heads, width {}, context L = {}, batch {}, {} steps, {}, {}{}.\n\
+             Tokens: train {}, valid {}, test {}. Test perplexity over up to {} \
+             non-overlapping windows of each length; \"loss past {}\" averages only the \
+             positions at or past the trained context.\n\n{}",
+            m.layers,
+            m.heads,
+            m.d_model,
+            m.context,
+            b.batch_size,
+            b.steps,
+            match self.config.seeds {
+                1 => format!("seed {}", b.seed),
+                n => format!(
+                    "seeds {}–{} (mean ± standard deviation over them)",
+                    b.seed,
+                    b.seed + n as u64 - 1
+                ),
+            },
+            b.tokenizer.describe(),
+            b.randomized_positions.map_or(String::new(), |r| format!(
+                ", randomized positions (a sorted random subset of 0..{r} per step)"
+            )),
+            self.sizes[0],
+            self.sizes[1],
+            self.sizes[2],
+            self.config.eval_windows,
+            m.context,
+            self.table()
+        )
+    }
+}

@@ -1,0 +1,238 @@
+//! A language model's run directory: the same `RunDir` as translation's, with one
+//! tokenizer.
+//!
+//! | file | holds |
+//! |---|---|
+//! | `config.json` | the model ([`LmConfig`]) |
+//! | `tokenizer.json` | the tokenizer (`tokenizers`' format) |
+//! | `model.safetensors` | the weights, for inference |
+//! | `training.safetensors` | weights, AdamW moments and the [`LmState`], to resume from |
+//! | `trainer.json` | the [`LmState`]: the training settings, step and validation history |
+//! | `manifest.json` | the run's id and the hashes of the config and the tokenizer |
+//!
+//! Everything is checked before anything is written, every file is written atomically, a
+//! lock keeps a second writer out, and [`resume`] continues bit-identically.
+
+use std::path::Path;
+
+use candle_core::{DType, Device};
+use candle_nn::{VarBuilder, VarMap};
+use posenc_error::{ensure, Context};
+use posenc_train::error::Result;
+use posenc_transformer::checkpoint::{self, CONFIG_FILE, WEIGHTS_FILE};
+use posenc_transformer::{LanguageModel, LmConfig};
+use tokenizers::Tokenizer;
+
+use crate::lm_train::{InitFrom, LmData, LmState, LmTask, LmTrainConfig};
+use posenc_train::fit::RunOptions;
+use posenc_train::fit::Trainer;
+use posenc_train::rundir::{self, FixedFiles, RunDir, TOKENIZER, TRAINER_FILE};
+
+/// Trains a new model of `cfg` on `data`, on `device`, into `out`, which must be new or
+/// empty (or hold a run, with `opts.force`); returns the final state. The files written are
+/// the same on any device.
+///
+/// # Errors
+/// Bad settings or data (before anything is written), another writer, a directory holding
+/// another run or foreign files, a loss that is not finite, or a file that cannot be written.
+pub fn start(
+    cfg: &LmTrainConfig,
+    tokenizer: &Tokenizer,
+    data: &LmData,
+    out: &Path,
+    opts: RunOptions,
+    device: &Device,
+) -> Result<LmState> {
+    ensure!(
+        tokenizer.get_vocab_size(true) == cfg.model.vocab_size,
+        "the tokenizer has {} tokens but the model's vocab_size is {}",
+        tokenizer.get_vocab_size(true),
+        cfg.model.vocab_size
+    );
+    let task = LmTask::new(cfg, data, device)?;
+    let state = LmState::new(rundir::new_run_id(), cfg.clone());
+    let tokenizer_json = tokenizer
+        .to_string(true)
+        .map_err(posenc_train::Error::Tokenizer)
+        .context("serialising the tokenizer")?;
+    let fixed = FixedFiles::new(
+        serde_json::to_string_pretty(&cfg.model)?.into_bytes(),
+        vec![(TOKENIZER, tokenizer_json.into_bytes())],
+    )?;
+    Trainer::new(task, cfg)?.start(
+        state,
+        &fixed,
+        out,
+        opts,
+        |d| describe_existing(d, cfg),
+        |v| initialize(v, cfg),
+    )
+}
+
+/// The step-0 weights of `cfg`: random from its seed, or the weights of the run it starts
+/// from, which must still be that run and fit the model exactly.
+fn initialize(varmap: &VarMap, cfg: &LmTrainConfig) -> Result<()> {
+    let Some(from) = &cfg.init_from else {
+        return posenc_train::init::initialize(varmap, cfg.seed);
+    };
+    let manifest = rundir::verify(&from.path)?;
+    ensure!(
+        manifest.run == from.run,
+        "this run starts from run {} in {}, which now holds run {}",
+        from.run,
+        from.path.display(),
+        manifest.run
+    );
+    let weights = from.path.join(WEIGHTS_FILE);
+    rundir::check_weights(&weights, &manifest.run)?;
+    checkpoint::load_into(varmap, &weights).with_context(|| {
+        format!(
+            "starting from {}: its weights must fit the new model exactly (an encoding with \
+             other parameters, or another size, does not)",
+            from.path.display()
+        )
+    })?;
+    Ok(())
+}
+
+/// Settings for a new run that starts from the trained run in `dir` (`lm train --from`):
+/// `base` with the source's model, tokenizer settings, text (unless `base` names one) and
+/// [`InitFrom`], and its tokenizer.
+///
+/// # Errors
+/// A directory that is not a complete language model run.
+pub fn from_run(dir: &Path, base: LmTrainConfig) -> Result<(LmTrainConfig, Tokenizer)> {
+    let manifest = rundir::verify(dir)?;
+    let source: LmState = rundir::last_state(dir, &manifest)?;
+    let (model, tokenizer) = read_fixed(dir)?;
+    let path = dir
+        .canonicalize()
+        .with_context(|| format!("resolving {}", dir.display()))?;
+    let cfg = LmTrainConfig {
+        model,
+        tokenizer: source.config.tokenizer,
+        text: base.text.clone().or(source.config.text),
+        init_from: Some(InitFrom {
+            path,
+            run: manifest.run,
+        }),
+        ..base
+    };
+    Ok((cfg, tokenizer))
+}
+
+/// Why `start` will not overwrite the run in `dir`.
+fn describe_existing(dir: &Path, wanted: &LmTrainConfig) -> String {
+    let d = dir.display();
+    match rundir::read_trainer::<LmState>(dir) {
+        Ok(old) if &old.config == wanted => format!(
+            "{d} already holds a run of this config (step {} of {}): continue it with `posenc lm train --resume --out {d}`, or pass --force to start it again",
+            old.step, old.config.steps
+        ),
+        Ok(_) => format!(
+            "{d} holds a run with a different config: choose another --out, or pass --force to replace it"
+        ),
+        Err(_) => format!(
+            "{d} holds a model that is not a language model run posenc can read: choose another --out, or pass --force to replace it"
+        ),
+    }
+}
+
+/// The settings of the run in `dir`, from its last checkpoint.
+///
+/// # Errors
+/// If `dir` holds no complete language model run.
+pub fn state(dir: &Path) -> Result<LmState> {
+    let manifest = rundir::verify(dir)?;
+    rundir::last_state(dir, &manifest)
+}
+
+/// Continues the run in `out` up to `steps` (default: its own) steps in all, on the data
+/// `data(config, tokenizer)` gives (the same data it started on, for an identical run), on
+/// `device` (any: a run started on the CPU may go on on a GPU, no longer bit-identically).
+///
+/// # Errors
+/// As [`start`]; also a directory holding no complete run, or `steps` below the run's step.
+pub fn resume(
+    out: &Path,
+    steps: Option<usize>,
+    data: impl FnOnce(&LmTrainConfig, &Tokenizer) -> Result<LmData>,
+    opts: RunOptions,
+    device: &Device,
+) -> Result<LmState> {
+    let (dir, state): (RunDir, LmState) = rundir::resume_state(out, steps)?;
+    let (model, tokenizer) = read_fixed(out)?;
+    ensure!(
+        model == state.config.model,
+        "{} and {} disagree about the model",
+        out.join(CONFIG_FILE).display(),
+        out.join(TRAINER_FILE).display()
+    );
+    let data = data(&state.config, &tokenizer)?;
+    let task = LmTask::new(&state.config, &data, device)?;
+    let cfg = state.config.clone();
+    Trainer::new(task, &cfg)?.resume(dir, state, opts, |v| initialize(v, &cfg))
+}
+
+/// `config.json` and `tokenizer.json`, checked against each other.
+fn read_fixed(dir: &Path) -> Result<(LmConfig, Tokenizer)> {
+    let path = dir.join(CONFIG_FILE);
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let cfg: LmConfig = serde_json::from_str(&text).with_context(|| {
+        format!(
+            "parsing {} (is {} a language model run?)",
+            path.display(),
+            dir.display()
+        )
+    })?;
+    cfg.validate()
+        .with_context(|| format!("checking {}", path.display()))?;
+    let path = dir.join(TOKENIZER);
+    let tokenizer = Tokenizer::from_file(&path)
+        .map_err(posenc_train::Error::Tokenizer)
+        .with_context(|| format!("reading {}", path.display()))?;
+    ensure!(
+        tokenizer.get_vocab_size(true) == cfg.vocab_size,
+        "{} has {} tokens but {CONFIG_FILE} says vocab_size = {}",
+        path.display(),
+        tokenizer.get_vocab_size(true),
+        cfg.vocab_size
+    );
+    Ok((cfg, tokenizer))
+}
+
+/// Where `posenc lm generate` and `lm eval` look by default: the character model shipped
+/// in the repository (ALiBi, so it keeps its quality past the 64 characters it trained on).
+pub fn shipped_model() -> std::path::PathBuf {
+    std::path::PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../models/shakespeare-alibi"
+    ))
+}
+
+/// A saved model, loaded for inference.
+pub struct Saved {
+    /// Its tokenizer.
+    pub tokenizer: Tokenizer,
+    /// The model, weights checked against the config.
+    pub model: LanguageModel,
+}
+
+/// Loads the model in `dir` (its last checkpoint) onto `device`; every problem names its
+/// file.
+///
+/// # Errors
+/// A directory that is not a complete run, files from different runs, a tokenizer that
+/// does not fit the config, or missing, mis-shaped or non-finite weights.
+pub fn load(dir: &Path, device: &Device) -> Result<Saved> {
+    let manifest = rundir::verify(dir)?;
+    let weights = dir.join(WEIGHTS_FILE);
+    rundir::check_weights(&weights, &manifest.run)?;
+    let (cfg, tokenizer) = read_fixed(dir)?;
+    let varmap = VarMap::new();
+    LanguageModel::new(&cfg, VarBuilder::from_varmap(&varmap, DType::F32, device))?;
+    checkpoint::load_into(&varmap, &weights)?;
+    let model = LanguageModel::frozen(&cfg, &varmap, device)?;
+    Ok(Saved { tokenizer, model })
+}

@@ -1,0 +1,243 @@
+//! Generating text from a [`LanguageModel`]: seeded sampling with temperature, top-k and
+//! top-p (nucleus sampling, Holtzman et al. 2020); temperature 0 is greedy.
+//!
+//! ```text
+//! p_i ∝ exp(logit_i / T)         over the k most likely tokens (top-k),
+//!                                  then the fewest of them whose mass reaches p (top-p)
+//! ```
+//!
+//! Generation runs the prompt once and then one token at a time with the key/value cache,
+//! so each new token costs one position, not the whole sequence.
+
+use candle_core::Tensor;
+use posenc_error::ensure;
+use posenc_train::error::Result;
+use posenc_transformer::LanguageModel;
+use posenc_transformer::StackCache;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+/// How to pick each next token.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Sampling {
+    /// Divides the scores before the softmax: 0 picks the most likely token (greedy),
+    /// 1 samples the model's distribution, more flattens it.
+    pub temperature: f64,
+    /// Sample among the `k` most likely tokens only.
+    pub top_k: Option<usize>,
+    /// Sample among the fewest most likely tokens whose probabilities add up to `p`.
+    pub top_p: Option<f64>,
+    /// Seed of the draws: the same seed gives the same text.
+    pub seed: u64,
+}
+
+impl Default for Sampling {
+    fn default() -> Self {
+        Self {
+            temperature: 1.0,
+            top_k: None,
+            top_p: None,
+            seed: 0,
+        }
+    }
+}
+
+impl Sampling {
+    /// Greedy decoding: always the most likely token.
+    pub fn greedy() -> Self {
+        Self {
+            temperature: 0.0,
+            ..Self::default()
+        }
+    }
+
+    /// Checks every setting is in its domain.
+    pub fn validate(&self) -> Result<()> {
+        ensure!(
+            self.temperature.is_finite() && self.temperature >= 0.0,
+            "temperature must be a finite number ≥ 0, got {}",
+            self.temperature
+        );
+        ensure!(self.top_k != Some(0), "top-k must be at least 1, got 0");
+        if let Some(p) = self.top_p {
+            ensure!(p > 0.0 && p <= 1.0, "top-p must be in (0, 1], got {p}");
+        }
+        Ok(())
+    }
+}
+
+/// Draws tokens from score rows by a [`Sampling`].
+#[derive(Debug, Clone)]
+pub struct Sampler {
+    cfg: Sampling,
+    rng: ChaCha8Rng,
+}
+
+impl Sampler {
+    /// A sampler seeded by `cfg.seed`.
+    pub fn new(cfg: Sampling) -> Result<Self> {
+        cfg.validate()?;
+        Ok(Self {
+            cfg,
+            rng: ChaCha8Rng::seed_from_u64(cfg.seed),
+        })
+    }
+
+    /// The token picked from one row of scores (logits).
+    pub fn pick(&mut self, logits: &[f32]) -> u32 {
+        // Most likely first; ties to the lower id, so greedy is argmax's first maximum.
+        let before = |a: &usize, b: &usize| logits[*b].total_cmp(&logits[*a]).then(a.cmp(b));
+        if self.cfg.temperature == 0.0 || logits.len() <= 1 {
+            return (0..logits.len()).min_by(before).unwrap_or(0) as u32;
+        }
+        let mut order: Vec<usize> = (0..logits.len()).collect();
+        // The k best in order: a selection first, so that a large vocabulary is not sorted
+        // whole for a small k (the order is total, so the result is the same).
+        let k = self.cfg.top_k.unwrap_or(order.len()).clamp(1, order.len());
+        if k < order.len() {
+            order.select_nth_unstable_by(k - 1, before);
+            order.truncate(k);
+        }
+        order.sort_by(before);
+        let top = f64::from(logits[order[0]]);
+        let mut probs: Vec<f64> = order
+            .iter()
+            .map(|&i| ((f64::from(logits[i]) - top) / self.cfg.temperature).exp())
+            .collect();
+        let total: f64 = probs.iter().sum();
+        probs.iter_mut().for_each(|p| *p /= total);
+        if let Some(top_p) = self.cfg.top_p {
+            let mut mass = 0.0;
+            let keep = probs
+                .iter()
+                .position(|p| {
+                    mass += p;
+                    mass >= top_p
+                })
+                .map_or(probs.len(), |i| i + 1);
+            probs.truncate(keep);
+            order.truncate(keep);
+        }
+        let total: f64 = probs.iter().sum();
+        let mut u = self.rng.random::<f64>() * total;
+        for (&i, &p) in order.iter().zip(&probs) {
+            if u < p {
+                return i as u32;
+            }
+            u -= p;
+        }
+        order[probs.len() - 1] as u32
+    }
+}
+
+/// `max_new` tokens generated after `prompt` (not repeated in the result).
+///
+/// # Errors
+/// An empty prompt, bad settings, a token outside the vocabulary, or positions past a
+/// learned encoding's table.
+pub fn generate(
+    model: &LanguageModel,
+    prompt: &[u32],
+    max_new: usize,
+    sampling: Sampling,
+) -> Result<Vec<u32>> {
+    let mut out = Vec::new();
+    generate_with(model, prompt, max_new, sampling, |token| {
+        out.push(token);
+        Ok(true)
+    })?;
+    Ok(out)
+}
+
+/// Generates after `prompt`, handing each token to `on_token` as soon as it is drawn (to
+/// stream it); stops after `max_new` tokens or when `on_token` returns `false` (at an
+/// end-of-sequence token, say).
+///
+/// # Errors
+/// As [`generate`]; a prompt and generation whose key/value cache would pass
+/// [`posenc_transformer::lm::MAX_CACHE_BYTES`], refused before anything runs; and any
+/// error of `on_token`, which stops generation.
+pub(crate) fn generate_with(
+    model: &LanguageModel,
+    prompt: &[u32],
+    max_new: usize,
+    sampling: Sampling,
+    on_token: impl FnMut(u32) -> Result<bool>,
+) -> Result<()> {
+    generate_observed(model, prompt, max_new, sampling, None, |_| {}, on_token)
+}
+
+/// As `generate_with`, also calling `on_prompt(n)` each time `n` more tokens of the
+/// prompt have been read ([`LanguageModel::prefill_chunk`] at a time): a progress bar for
+/// long prompts.
+/// With a `window`, every token is drawn from the last `window` tokens only (nanoGPT's crop
+/// at `block_size`): the prompt is cropped to it, and once the sequence fills it, the last
+/// `window` tokens are read again from position 0 for each new token.
+///
+/// # Errors
+/// As `generate_with`; a window of 0.
+pub fn generate_observed(
+    model: &LanguageModel,
+    prompt: &[u32],
+    max_new: usize,
+    sampling: Sampling,
+    window: Option<usize>,
+    mut on_prompt: impl FnMut(usize),
+    mut on_token: impl FnMut(u32) -> Result<bool>,
+) -> Result<()> {
+    ensure!(
+        !prompt.is_empty(),
+        "the prompt is empty: give at least one token"
+    );
+    ensure!(window != Some(0), "the window must hold at least one token");
+    posenc::limits::check("tokens", max_new, posenc::limits::MAX_POSITIONS)?;
+    let window = window.unwrap_or(usize::MAX);
+    // The cache holds the prompt and every token fed back (the last one drawn is not).
+    let positions = (prompt.len() + max_new.saturating_sub(1)).min(window);
+    model.check_cache(1, positions)?;
+    let mut sampler = Sampler::new(sampling)?;
+    if max_new == 0 {
+        return Ok(());
+    }
+    let mut seen = prompt[prompt.len().saturating_sub(window)..].to_vec();
+    let mut cache = model.cache(positions);
+    let mut logits = read(model, &seen, &mut cache, &mut on_prompt)?;
+    for i in 0..max_new {
+        let token = sampler.pick(&logits.get(0)?.to_vec1::<f32>()?);
+        if !on_token(token)? || i + 1 == max_new {
+            break;
+        }
+        seen.push(token);
+        logits = if cache.len() < window {
+            let next = Tensor::new(&[token], &model.device())?.unsqueeze(0)?;
+            model.step(&next, &mut cache)?
+        } else {
+            // The window is full: the last `window` tokens again, from position 0.
+            seen.drain(..seen.len() - window);
+            cache = model.cache(window);
+            read(model, &seen, &mut cache, |_| {})?
+        };
+    }
+    Ok(())
+}
+
+/// Reads `ids` into `cache` a chunk at a time (`on_chunk` sees each chunk's length);
+/// returns the scores after the last.
+fn read(
+    model: &LanguageModel,
+    ids: &[u32],
+    cache: &mut StackCache,
+    mut on_chunk: impl FnMut(usize),
+) -> Result<Tensor> {
+    // One sequence, read in chunks for the progress hook's sake.
+    cache.read_until(cache.len() + ids.len());
+    let mut logits = None;
+    for chunk in ids.chunks(model.prefill_chunk()) {
+        let x = Tensor::new(chunk, &model.device())?.unsqueeze(0)?;
+        logits = Some(model.step(&x, cache)?);
+        on_chunk(chunk.len());
+    }
+    Ok(logits.ok_or_else(|| posenc_error::invalid!("nothing to read: the prompt is empty"))?)
+}
