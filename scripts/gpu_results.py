@@ -7,7 +7,7 @@ each headed `== BINARY`: `posenc-old` is the build of commit 9b876a7 (the first 
 `posenc` is, in ab_train_1/2 and ab_embed, commit 9156433 (AdamW stepping all weights at
 once; that build also had cudarc's event tracking off, which changed nothing measurable
 and was not kept), and in ab_train_3 commit 523f480 (that, and `ops::with_grad`). The
-logs in h100/ are of one H100 lease and commit 56f6461. The `× ` rows are the logs' own
+logs in h100/ are of two H100 leases: commit 56f6461, then b7e0e44 (bench_train_3.log). The `× ` rows are the logs' own
 "speed relative to PyTorch" (the median of per-step or per-pass ratios, > 1: posenc faster).
 
     python3 scripts/gpu_results.py docs/gpu
@@ -125,11 +125,12 @@ def main():
         parse = rows_of_embed if "embed" in name else rows_of_train
         for build, run, body in runs_of((d / name).read_text(), new, first, old):
             rows += [r + [name] for r in parse(body, gpu_of(train), build, run)]
-    # The H100 lease (h100/): `bench train` twice, build 56f6461.
-    for run in (1, 2):
+    # The H100 leases (h100/): `bench train` twice of build 56f6461, then once of build
+    # b7e0e44 (the kernels in a crate of their own, same code).
+    for run, build in ((1, "56f6461"), (2, "56f6461"), (3, "b7e0e44")):
         name = f"h100/bench_train_{run}.log"
         text = (d / name).read_text()
-        rows += [r + [name] for r in rows_of_train(text, gpu_of(text), "posenc 56f6461", run)]
+        rows += [r + [name] for r in rows_of_train(text, gpu_of(text), f"posenc {build}", run)]
     with open(d / "results.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["check", "implementation", "measure", "value", "unit", "gpu", "run", "log"])
