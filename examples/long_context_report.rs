@@ -17,10 +17,10 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use posenc_io::write_atomic;
 use posenc_plot::chart::{heatmap, mean_and_range, save_png, Heatmap};
 use posenc_plot::lm_experiment::{loss_by_position, perplexity_by_length};
 use posenc_train::results::mean_sd;
-use posenc_transformer::checkpoint::write_atomic;
 use serde_json::{json, Value};
 
 /// SmolLM2's trained context.

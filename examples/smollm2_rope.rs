@@ -24,12 +24,12 @@ use candle_core::Device;
 use posenc::rope::RopeConfig;
 use posenc::EncodingConfig;
 use posenc::PairLayout;
+use posenc_io::write_atomic;
 use posenc_llama::{Llama, Precision};
 use posenc_lm::corpus::{self, Corpus};
 use posenc_lm::lm_train::{evaluate, LengthEval};
 use posenc_plot::chart::SpreadPoint;
 use posenc_plot::lm_experiment::{loss_by_position, perplexity_by_length};
-use posenc_transformer::checkpoint::write_atomic;
 use serde::Serialize;
 
 /// Window lengths, in tokens.

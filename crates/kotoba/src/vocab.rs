@@ -133,10 +133,8 @@ impl Vocab {
 
     /// Saves it as JSON, atomically.
     pub fn save(&self, path: &Path) -> Result<()> {
-        Ok(
-            posenc_transformer::checkpoint::write_atomic(path, self.to_json()?.as_bytes())
-                .with_context(|| format!("writing tokenizer {}", path.display()))?,
-        )
+        Ok(posenc_io::write_atomic(path, self.to_json()?.as_bytes())
+            .with_context(|| format!("writing tokenizer {}", path.display()))?)
     }
 
     /// Number of tokens, specials included.

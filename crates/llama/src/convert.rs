@@ -9,7 +9,8 @@ use std::path::Path;
 use crate::error::Result;
 use candle_core::Device;
 use posenc_error::{bail, Context};
-use posenc_transformer::checkpoint::{serialize, write_atomic};
+use posenc_io::write_atomic;
+use posenc_transformer::checkpoint::serialize;
 
 use crate::gguf::GgufFile;
 use crate::model::unpermute;

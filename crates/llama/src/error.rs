@@ -22,6 +22,9 @@ pub enum Error {
     /// From candle.
     #[error(transparent)]
     Candle(#[from] candle_core::Error),
+    /// A file could not be saved, named with its cause.
+    #[error(transparent)]
+    File(#[from] posenc_io::FileError),
 }
 
 /// Result with this crate's [`Error`].

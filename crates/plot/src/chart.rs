@@ -82,7 +82,7 @@ pub fn save_png(
     image::codecs::png::PngEncoder::new(&mut png)
         .write_image(&rgb, size.0, size.1, image::ColorType::Rgb8)
         .with_context(|| format!("encoding {}", path.display()))?;
-    Ok(posenc_transformer::checkpoint::write_atomic(path, &png).context("writing the figure")?)
+    Ok(posenc_io::write_atomic(path, &png).context("writing the figure")?)
 }
 
 /// A plotters error as this crate's (plotters' own errors borrow the backend's).

@@ -29,6 +29,9 @@ pub enum Error {
     /// A file could not be read or written.
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    /// A file could not be saved, named with its cause.
+    #[error(transparent)]
+    File(#[from] posenc_io::FileError),
     /// A results or state file does not parse.
     #[error("{0}")]
     Json(#[from] serde_json::Error),

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use posenc_error::{bail, ensure, Context};
-use posenc_transformer::checkpoint::write_atomic;
+use posenc_io::write_atomic;
 use serde::Serialize;
 
 use crate::error::Result;

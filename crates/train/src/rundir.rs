@@ -28,9 +28,8 @@ use std::path::{Path, PathBuf};
 
 use crate::error::Result;
 use posenc_error::{bail, ensure, Context};
-use posenc_transformer::checkpoint::{
-    self, remove_stale_temporaries, write_atomic, CONFIG_FILE, TEMP_MARKER, WEIGHTS_FILE,
-};
+use posenc_io::{is_temporary, remove_stale_temporaries, write_atomic};
+use posenc_transformer::checkpoint::{self, CONFIG_FILE, WEIGHTS_FILE};
 
 use crate::labelled::Labelled;
 use crate::optim::AdamW;
@@ -181,7 +180,7 @@ pub fn inspect(dir: &Path) -> Result<Contents> {
         let name = entry.file_name().to_string_lossy().into_owned();
         if name == LOCK
             || name == ATTENTION_PLOT
-            || (name.starts_with('.') && name.contains(TEMP_MARKER))
+            || is_temporary(&name)
             || (is_seed_dir_name(&name) && entry.file_type()?.is_dir())
         {
             continue;

@@ -30,58 +30,7 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
     }
 }
 
-/// What every temporary file [`write_atomic`] makes has in its name: `.NAME.tmp-PID`.
-pub const TEMP_MARKER: &str = ".tmp-";
-
-/// Writes `bytes` to `path` atomically: into a temporary file beside it, flushed to disk,
-/// then renamed over `path`. A reader sees the old file or the new one, never a mix. On
-/// any error (a full disk, say) the temporary file is removed and `path` is untouched.
-///
-/// # Errors
-/// [`Error::Io`] naming the file that could not be written or renamed.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    use std::io::Write;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = path.with_file_name(format!(".{name}{TEMP_MARKER}{}", std::process::id()));
-    let written = (|| {
-        let mut file = std::fs::File::create(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()
-    })();
-    if let Err(source) = written {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(Error::Io {
-            path: path.to_path_buf(),
-            source,
-        });
-    }
-    std::fs::rename(&tmp, path).map_err(|source| {
-        let _ = std::fs::remove_file(&tmp);
-        Error::Io {
-            path: path.to_path_buf(),
-            source,
-        }
-    })
-}
-
-/// Removes the temporary files that [`write_atomic`] left in `dir` when its process was
-/// killed mid-write. Call it only while no other process writes into `dir`. Returns how
-/// many were removed.
-pub fn remove_stale_temporaries(dir: &Path) -> Result<usize> {
-    let mut removed = 0;
-    for entry in std::fs::read_dir(dir).map_err(io_err(dir))? {
-        let entry = entry.map_err(io_err(dir))?;
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if name.starts_with('.') && name.contains(TEMP_MARKER) && entry.path().is_file() {
-            std::fs::remove_file(entry.path()).map_err(io_err(&entry.path()))?;
-            removed += 1;
-        }
-    }
-    Ok(removed)
-}
+use posenc_io::write_atomic;
 
 /// The safetensors bytes of `tensors` with `metadata` in its header.
 ///
@@ -151,7 +100,7 @@ pub fn save(
     let weights_path = dir.join(WEIGHTS_FILE);
     let bytes = serialize(&variables(varmap), metadata, &weights_path)?;
     write_atomic(&weights_path, &bytes)?;
-    write_atomic(&config_path, json.as_bytes())
+    Ok(write_atomic(&config_path, json.as_bytes())?)
 }
 
 /// The variables of `varmap` by name, as tensors sharing their storage.

@@ -45,3 +45,12 @@ pub enum Error {
 
 /// Result with this crate's [`Error`].
 pub type Result<T> = std::result::Result<T, Error>;
+
+impl From<posenc_io::FileError> for Error {
+    fn from(e: posenc_io::FileError) -> Self {
+        Self::Io {
+            path: e.path,
+            source: e.source,
+        }
+    }
+}
