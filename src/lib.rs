@@ -7,6 +7,7 @@
 
 pub mod cmd;
 
+use std::ffi::OsString;
 use std::io::Write;
 
 use clap::{Parser, Subcommand};
@@ -24,23 +25,17 @@ enum Command {
     /// Look at what one encoding produces, and at its properties.
     #[command(subcommand)]
     Encoding(cmd::encoding::EncodingCommand),
-    /// Train the English → Kotoba translation model.
-    Train(cmd::translate::TrainArgs),
-    /// Translate English sentences into Kotoba.
-    Translate(cmd::translate::TranslateArgs),
-    /// Exact match and BLEU of a model on every evaluation split.
-    Eval(cmd::translate::EvalArgs),
-    /// Train the toy model once per positional encoding and compare them.
-    Experiment(cmd::experiment::ExperimentArgs),
-    /// Length generalization on an algorithmic problem: one decoder per encoding and
-    /// seed, exact answers at lengths inside and past the trained ones.
-    ///
-    /// The decoder has 3 layers of width 64 with 4 heads (0.15 M parameters) unless
-    /// --d-model, --layers or --heads say otherwise.
-    Lengthgen(cmd::lengthgen::LengthgenArgs),
+    /// The English → Kotoba translation task: train, translate, evaluate, compare
+    /// encodings.
+    #[command(subcommand)]
+    Kotoba(cmd::kotoba::KotobaCommand),
     /// A causal language model on Shakespeare: train, generate, measure past the context.
     #[command(subcommand)]
     Lm(cmd::lm::LmCommand),
+    /// Length generalization on algorithmic problems: train a decoder, test it at lengths
+    /// inside and past the trained ones, compare encodings.
+    #[command(subcommand)]
+    Lengthgen(cmd::lengthgen::LengthgenCommand),
     /// Draw figures (PNG).
     #[command(subcommand)]
     Plot(cmd::plot::PlotCommand),
@@ -55,19 +50,60 @@ enum Command {
     Bench(cmd::bench::BenchCommand),
 }
 
+/// Earlier spellings of commands, each with the words that replace it: they keep working,
+/// rewritten before parsing, and no help shows them.
+const EARLIER_SPELLINGS: [(&str, &[&str]); 4] = [
+    ("train", &["kotoba", "train"]),
+    ("translate", &["kotoba", "translate"]),
+    ("eval", &["kotoba", "eval"]),
+    ("experiment", &["kotoba", "experiment"]),
+];
+
+/// `args` (the program's name first) with an earlier spelling of the command replaced by
+/// today's: `posenc train …` is `posenc kotoba train …`, and `posenc lengthgen --task …`
+/// (the grid, before it had verbs) is `posenc lengthgen experiment --task …`.
+pub fn current_spelling<T: Into<OsString>>(args: impl IntoIterator<Item = T>) -> Vec<OsString> {
+    let mut args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    let word = |i: usize| {
+        args.get(i)
+            .and_then(|a| a.to_str())
+            .unwrap_or("")
+            .to_string()
+    };
+    if let Some((_, now)) = EARLIER_SPELLINGS.iter().find(|(old, _)| *old == word(1)) {
+        args.splice(1..2, now.iter().map(OsString::from));
+    } else if word(1) == "lengthgen"
+        && word(2).starts_with("--")
+        && !["--help", "-h"].contains(&word(2).as_str())
+    {
+        args.insert(2, "experiment".into());
+    }
+    args
+}
+
 impl Cli {
+    /// Parses `args` (the program's name first), earlier spellings included
+    /// ([`current_spelling`]).
+    ///
+    /// # Errors
+    /// clap's, for arguments that do not parse; `e.exit()` prints it as clap does.
+    pub fn parse_args<T: Into<OsString>>(
+        args: impl IntoIterator<Item = T>,
+    ) -> Result<Self, clap::Error> {
+        Self::try_parse_from(current_spelling(args))
+    }
+
     /// Whether the command trains a model: `main` then sets the process up for training
     /// ([`posenc_kernels::tune_for_training`]).
     pub fn trains(&self) -> bool {
         use cmd::{bench::BenchCommand, lm::LmCommand};
-        matches!(
-            self.command,
-            Command::Train(_)
-                | Command::Experiment(_)
-                | Command::Lengthgen(_)
-                | Command::Lm(LmCommand::Train(_) | LmCommand::Experiment(_))
-                | Command::Bench(BenchCommand::Train { .. })
-        )
+        match &self.command {
+            Command::Kotoba(c) => c.trains(),
+            Command::Lengthgen(c) => c.trains(),
+            Command::Lm(LmCommand::Train(_) | LmCommand::Experiment(_)) => true,
+            Command::Bench(BenchCommand::Train { .. }) => true,
+            _ => false,
+        }
     }
 }
 
@@ -78,17 +114,14 @@ impl Cli {
 pub fn run(cli: Cli, out: &mut impl Write) -> anyhow::Result<()> {
     match cli.command {
         Command::Encoding(c) => c.run(out),
-        Command::Train(c) => c.run(out),
-        Command::Translate(c) => c.run(out),
-        Command::Eval(c) => c.run(out),
-        Command::Bench(c) => c.run(out),
-        Command::Experiment(c) => c.run(out),
+        Command::Kotoba(c) => c.run(out),
+        Command::Lm(c) => c.run(out),
         Command::Lengthgen(c) => c.run(out),
         Command::Plot(c) => c.run(out),
-        Command::Lm(c) => c.run(out),
         Command::Embed(c) => c.run(out),
         Command::Generate(c) => c.run("smollm2", out),
         Command::Convert(c) => c.run(out),
+        Command::Bench(c) => c.run(out),
     }
 }
 
@@ -96,16 +129,63 @@ pub fn run(cli: Cli, out: &mut impl Write) -> anyhow::Result<()> {
 mod tests {
     use super::*;
 
+    /// Each earlier spelling parses to the same command as today's, and today's spellings
+    /// (and other commands) pass through unchanged.
+    #[test]
+    fn earlier_spellings_are_rewritten_to_todays() {
+        let words = |args: &str| -> Vec<String> {
+            current_spelling(args.split_whitespace())
+                .into_iter()
+                .map(|a| a.into_string().unwrap())
+                .collect()
+        };
+        let same = |old: &str, new: &str| {
+            assert_eq!(words(old), words(new), "{old}");
+            assert_eq!(words(new).join(" "), new, "{new} is changed");
+            let (a, b) = (
+                Cli::parse_args(old.split_whitespace()),
+                Cli::parse_args(new.split_whitespace()),
+            );
+            assert_eq!(
+                format!("{:?}", a.unwrap()),
+                format!("{:?}", b.unwrap()),
+                "{old}"
+            );
+        };
+        same("posenc train --steps 3", "posenc kotoba train --steps 3");
+        same("posenc translate a b", "posenc kotoba translate a b");
+        same("posenc eval --model m", "posenc kotoba eval --model m");
+        same(
+            "posenc experiment --quick",
+            "posenc kotoba experiment --quick",
+        );
+        same(
+            "posenc lengthgen --task copy --quick",
+            "posenc lengthgen experiment --task copy --quick",
+        );
+        for unchanged in [
+            "posenc lengthgen --help",
+            "posenc lm train",
+            "posenc encoding list",
+        ] {
+            assert_eq!(words(unchanged).join(" "), unchanged);
+        }
+    }
+
     #[test]
     fn the_training_commands_are_the_ones_that_train() {
         let trains = |args: &str| {
-            let cli = Cli::try_parse_from(format!("posenc {args}").split_whitespace());
+            let cli = Cli::parse_args(format!("posenc {args}").split_whitespace());
             cli.unwrap_or_else(|e| panic!("{args}: {e}")).trains()
         };
         for args in [
             "train",
+            "kotoba train",
             "experiment --quick",
+            "kotoba experiment --quick",
             "lengthgen --task copy --quick",
+            "lengthgen experiment --task copy --quick",
+            "lengthgen train --task copy",
             "lm train --out x",
             "lm experiment",
             "bench train",
@@ -116,6 +196,8 @@ mod tests {
             "embed --model m a",
             "generate a",
             "translate a",
+            "kotoba translate a",
+            "lengthgen eval --model x",
             "bench embed",
             "lm generate a",
         ] {

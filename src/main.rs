@@ -4,12 +4,11 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
 use posenc_cli::{cmd, run, Cli};
 
 fn main() -> ExitCode {
     posenc_kernels::keep_freed_memory();
-    let cli = Cli::parse();
+    let cli = Cli::parse_args(std::env::args_os()).unwrap_or_else(|e| e.exit());
     if cli.trains() {
         posenc_kernels::tune_for_training();
     }

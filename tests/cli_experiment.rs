@@ -259,9 +259,10 @@ fn bad_plot_input_is_an_error_naming_the_cause() {
     assert!(!Path::new(png).exists(), "a failed plot left a file");
 }
 
-/// A tiny `posenc lengthgen` end to end: two settings of one kind, two seeds each, a
-/// decoder of the size asked for, tidy records and the figure; then a directory holding a
-/// translation run is refused.
+/// A tiny `posenc lengthgen` end to end (in its earlier spelling, without the verb): two
+/// settings of one kind, two seeds each, a decoder of the size asked for, tidy records and
+/// the figure; `lengthgen eval` of one run gives its records again; then a directory
+/// holding a translation run is refused.
 #[test]
 fn lengthgen_runs_labels_over_seeds_and_writes_tidy_records() {
     let dir = tempfile::tempdir().unwrap();
@@ -323,6 +324,48 @@ fn lengthgen_runs_labels_over_seeds_and_writes_tidy_records() {
     assert!(w >= 600 && h >= 400);
     assert!(out.join("rope_base=100/seed-2/model.safetensors").is_file());
 
+    // `lengthgen eval` on one of the grid's runs answers what the grid recorded for it:
+    // the same test instances (one seed), the same scores.
+    let e = posenc(&[
+        "lengthgen",
+        "eval",
+        "--model",
+        out.join("rope_base=100/seed-2").to_str().unwrap(),
+        "--test-lengths",
+        "2,6",
+        "--test-instances",
+        "4",
+        "--format",
+        "json",
+    ]);
+    assert!(e.status.success(), "{}", stderr(&e));
+    let eval: serde_json::Value = serde_json::from_slice(&e.stdout).unwrap();
+    let recorded: Vec<(u64, f64, f64)> = json["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["label"] == "rope:base=100" && r["seed"] == 2)
+        .map(|r| {
+            let f = |k: &str| r[k].as_f64().unwrap();
+            (
+                r["length"].as_u64().unwrap(),
+                f("accuracy"),
+                f("token_accuracy"),
+            )
+        })
+        .collect();
+    let scored: Vec<(u64, f64, f64)> = eval["scores"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let f = |k: &str| s["score"][k].as_f64().unwrap();
+            (s["length"].as_u64().unwrap(), f("exact"), f("token"))
+        })
+        .collect();
+    assert_eq!(recorded.len(), 2);
+    assert_eq!(scored, recorded);
+
     // An --out holding a translation run is refused, named, and left as it was.
     let run_dir = dir.path().join("kotoba");
     let t = posenc(&[
@@ -343,4 +386,63 @@ fn lengthgen_runs_labels_over_seeds_and_writes_tidy_records() {
         stderr(&o)
     );
     assert_eq!(std::fs::read_dir(&run_dir).unwrap().count(), before);
+}
+
+/// `posenc lengthgen train` trains one run and `--resume` extends it; `eval` reads it, and
+/// a directory that is not a lengthgen run is named as such.
+#[test]
+fn lengthgen_trains_one_run_resumes_it_and_evaluates_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("one");
+    let train = |extra: &[&str]| {
+        let mut args = vec![
+            "lengthgen",
+            "train",
+            "--task",
+            "copy",
+            "--quick",
+            "--quiet",
+            "--encoding",
+            "alibi",
+            "--train-lengths",
+            "1-3",
+            "--d-model",
+            "16",
+            "--layers",
+            "1",
+            "--heads",
+            "2",
+            "--out",
+            run.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        posenc(&args)
+    };
+    let o = train(&["--steps", "3"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("after 3 steps"));
+    let o = train(&["--steps", "5", "--resume"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("after 5 steps"));
+    let e = posenc(&[
+        "lengthgen",
+        "eval",
+        "--model",
+        run.to_str().unwrap(),
+        "--test-lengths",
+        "2,5",
+    ]);
+    assert!(e.status.success(), "{}", stderr(&e));
+    let table = String::from_utf8_lossy(&e.stdout);
+    assert!(
+        table.contains("| 2 | yes |") && table.contains("| 5 | no |"),
+        "{table}"
+    );
+    let e = posenc(&["lengthgen", "eval", "--model", dir.path().to_str().unwrap()]);
+    assert!(!e.status.success());
+    assert!(
+        stderr(&e).contains("loading the lengthgen run"),
+        "{}",
+        stderr(&e)
+    );
 }

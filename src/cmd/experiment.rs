@@ -1,4 +1,4 @@
-//! `posenc experiment`: the toy translation model once per positional encoding.
+//! `posenc kotoba experiment`: the toy translation model once per positional encoding.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -8,7 +8,7 @@ use clap::Args;
 use posenc_kotoba::experiment::{self, ExperimentConfig};
 use posenc_train::fit::RunOptions;
 
-/// `posenc experiment`
+/// `posenc kotoba experiment`
 #[derive(Args, Debug)]
 pub struct ExperimentArgs {
     /// Comma-separated encodings, each `kind`, `kind:key=value:…` (`label=` names it,

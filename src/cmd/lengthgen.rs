@@ -1,13 +1,14 @@
-//! `posenc lengthgen`: length generalization on an algorithmic problem, one run per
-//! encoding and seed.
+//! `posenc lengthgen train|eval|experiment`: length generalization on an algorithmic
+//! problem, one run, its evaluation, or one run per encoding and seed.
 
 use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use clap::Args;
-use posenc_lengthgen::experiment::{self, LengthgenExperimentConfig};
+use clap::{Args, Subcommand, ValueEnum};
+use posenc_lengthgen::experiment::{self, LengthScore, LengthgenExperimentConfig};
 use posenc_lengthgen::problems::Problem;
+use posenc_lengthgen::LengthgenConfig;
 use posenc_train::fit::RunOptions;
 
 /// Two lengths `lo-hi` (or one, `hi`, for `1-hi`).
@@ -37,23 +38,47 @@ fn task_parser() -> impl clap::builder::TypedValueParser<Value = Problem> {
         .try_map(|name| name.parse::<Problem>())
 }
 
-/// `posenc lengthgen`
+/// `posenc lengthgen …`
+#[derive(Subcommand, Debug)]
+pub enum LengthgenCommand {
+    /// Train one decoder on a problem into a run directory.
+    ///
+    /// The decoder has 3 layers of width 64 with 4 heads (0.15 M parameters) unless
+    /// --d-model, --layers or --heads say otherwise.
+    Train(TrainArgs),
+    /// Exact answers of a trained run at lengths inside and past its trained ones.
+    Eval(EvalArgs),
+    /// One decoder per encoding and seed, exact answers at lengths inside and past the
+    /// trained ones, compared.
+    ///
+    /// The decoder has 3 layers of width 64 with 4 heads (0.15 M parameters) unless
+    /// --d-model, --layers or --heads say otherwise.
+    Experiment(ExperimentArgs),
+}
+
+impl LengthgenCommand {
+    /// Runs the command, writing to `out`.
+    pub fn run(self, out: &mut impl Write) -> Result<()> {
+        match self {
+            Self::Train(a) => a.run(out),
+            Self::Eval(a) => a.run(out),
+            Self::Experiment(a) => a.run(out),
+        }
+    }
+
+    /// Whether the command trains a model.
+    pub fn trains(&self) -> bool {
+        !matches!(self, Self::Eval(_))
+    }
+}
+
+/// What a run trains on, and how: shared by `train` and `experiment`.
 #[derive(Args, Debug)]
-pub struct LengthgenArgs {
+pub struct RunSettings {
     /// The problem (`addition-hints`: each digit after an index hint of its place).
     #[arg(long, value_parser = task_parser())]
     task: Problem,
-    /// Comma-separated encodings, each `kind`, `kind:key=value:…` (`label=` names it,
-    /// `randomized=R` trains it at randomized positions) or a JSON object [default: every
-    /// registered encoding, a learned table reaching the longest test, then sinusoidal,
-    /// learned, rope, alibi and t5 at randomized positions over that reach; with --quick:
-    /// none, sinusoidal, rope, alibi].
-    #[arg(long)]
-    encodings: Option<super::EncodingList>,
-    /// Seeds per encoding.
-    #[arg(long)]
-    seeds: Option<usize>,
-    /// The first seed.
+    /// The seed (with several seeds, the first).
     #[arg(long)]
     seed: Option<u64>,
     /// Randomized positions for every encoding without its own: train at sorted random
@@ -63,12 +88,6 @@ pub struct LengthgenArgs {
     /// Trained instance lengths, `lo-hi` [default: 1-10; with --quick: 1-5].
     #[arg(long)]
     train_lengths: Option<Range>,
-    /// Tested lengths, comma-separated [default: 16 lengths up to 4 × the longest trained].
-    #[arg(long, value_delimiter = ',')]
-    test_lengths: Option<Vec<usize>>,
-    /// Test instances per length [default: 100; with --quick: 64].
-    #[arg(long)]
-    test_instances: Option<usize>,
     /// Optimizer steps per run [default: 3000; with --quick: 1000].
     #[arg(long)]
     steps: Option<usize>,
@@ -81,17 +100,15 @@ pub struct LengthgenArgs {
     /// A smaller budget: a few minutes on two cores.
     #[arg(long)]
     quick: bool,
-    /// Output directory: one run per encoding and seed, results.md, results.json and plots.
-    #[arg(long, default_value = "runs/lengthgen")]
-    out: PathBuf,
     /// No progress lines.
     #[arg(long)]
     quiet: bool,
 }
 
-impl LengthgenArgs {
-    /// Runs the command.
-    pub fn run(self, out: &mut impl Write) -> Result<()> {
+impl RunSettings {
+    /// The experiment's config with these settings applied (its encodings and seeds left
+    /// at their defaults).
+    fn config(&self) -> LengthgenExperimentConfig {
         let mut cfg = match self.quick {
             true => LengthgenExperimentConfig::quick(self.task),
             false => LengthgenExperimentConfig::full(self.task),
@@ -99,9 +116,6 @@ impl LengthgenArgs {
         if let Some(Range(lengths)) = self.train_lengths {
             cfg.base = cfg.base.for_task(self.task, lengths);
             cfg.test_lengths = experiment::default_test_lengths(lengths[1]);
-        }
-        if let Some(t) = self.test_lengths {
-            cfg.test_lengths = t;
         }
         cfg.base.randomized_positions = self.randomized_positions;
         cfg.base.steps = self.steps.unwrap_or(cfg.base.steps);
@@ -111,15 +125,191 @@ impl LengthgenArgs {
         }
         self.size.apply_to(&mut cfg.base.model);
         cfg.base.seed = self.seed.unwrap_or(cfg.base.seed);
+        cfg
+    }
+}
+
+/// `posenc lengthgen train`
+#[derive(Args, Debug)]
+pub struct TrainArgs {
+    #[command(flatten)]
+    settings: RunSettings,
+    /// The encoding: a kind, `kind:key=value:…` (`randomized=R` trains it at randomized
+    /// positions) or a JSON object.
+    #[arg(long, default_value = "rope")]
+    encoding: super::EncodingList,
+    /// The run directory.
+    #[arg(long, default_value = "runs/lengthgen-run")]
+    out: PathBuf,
+    /// Continue the run in --out (its config is kept; --steps may extend it).
+    #[arg(long, conflicts_with = "force")]
+    resume: bool,
+    /// Replace the run already in --out (files posenc did not write are never touched).
+    #[arg(long)]
+    force: bool,
+}
+
+impl TrainArgs {
+    /// Runs the command.
+    pub fn run(self, out: &mut impl Write) -> Result<()> {
+        let opts = RunOptions {
+            quiet: self.settings.quiet,
+            force: self.force,
+            stop_after: None,
+        };
+        let state = match self.resume {
+            true => posenc_lengthgen::resume(&self.out, self.settings.steps, opts)?,
+            false => {
+                let [entry] = self.encoding.0.as_slice() else {
+                    anyhow::bail!(
+                        "--encoding takes one encoding, got {}",
+                        self.encoding.0.len()
+                    );
+                };
+                let cfg = self.settings.config();
+                let run = cfg.run_config(entry, cfg.base.seed);
+                posenc_lengthgen::train(&run, &self.out, opts)?
+            }
+        };
+        let valid = state.history.last().map_or("–".to_string(), |r| {
+            format!("{:.1}%", 100.0 * r.valid_exact)
+        });
+        writeln!(
+            out,
+            "{} on {} ({}): valid exact {valid} after {} steps in {:.0} s{}; saved in {}",
+            state.config.model.encoding.kind(),
+            state.config.task.name(),
+            lengths(state.config.train_lengths),
+            state.step,
+            state.elapsed_s,
+            super::peak_note(state.peak_rss_mb),
+            self.out.display()
+        )?;
+        Ok(())
+    }
+}
+
+/// `lo-hi`
+fn lengths([lo, hi]: [usize; 2]) -> String {
+    format!("lengths {lo}-{hi}")
+}
+
+/// How `lengthgen eval` prints.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Format {
+    /// A Markdown table.
+    Table,
+    /// JSON: the run's config and a record per length.
+    Json,
+}
+
+/// `posenc lengthgen eval`
+#[derive(Args, Debug)]
+pub struct EvalArgs {
+    /// The run directory (`posenc lengthgen train`, or one run of an experiment).
+    #[arg(long)]
+    model: PathBuf,
+    /// Tested lengths, comma-separated [default: 16 lengths up to 4 × the longest trained].
+    #[arg(long, value_delimiter = ',')]
+    test_lengths: Option<Vec<usize>>,
+    /// Test instances per length (the experiment's, drawn from the same seed).
+    #[arg(long, default_value_t = 100)]
+    test_instances: usize,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+}
+
+impl EvalArgs {
+    /// Runs the command.
+    pub fn run(self, out: &mut impl Write) -> Result<()> {
+        let (state, model) = posenc_lengthgen::load(&self.model)
+            .with_context(|| format!("loading the lengthgen run in {}", self.model.display()))?;
+        let cfg: &LengthgenConfig = &state.config;
+        let hi = cfg.train_lengths[1];
+        let test_lengths = self
+            .test_lengths
+            .unwrap_or_else(|| experiment::default_test_lengths(hi));
+        let mut check = LengthgenExperimentConfig::full(cfg.task);
+        (check.base, check.test_lengths, check.test_instances) =
+            (cfg.clone(), test_lengths.clone(), self.test_instances);
+        check.validate()?;
+        let tests = experiment::test_set(cfg.task, hi, &test_lengths, self.test_instances);
+        let scores = experiment::evaluate(&model, cfg, &tests)?;
+        match self.format {
+            Format::Json => {
+                let json = serde_json::json!({"config": cfg, "scores": scores});
+                writeln!(out, "{}", serde_json::to_string_pretty(&json)?)?;
+            }
+            Format::Table => write!(out, "{}", table(cfg, &scores))?,
+        }
+        Ok(())
+    }
+}
+
+/// The scores of one run, a row per length.
+fn table(cfg: &LengthgenConfig, scores: &[LengthScore]) -> String {
+    let mut s = format!(
+        "{} on {}, trained at {}\n\n| length | trained | instances | exact | token |\n|---:|---|---:|---:|---:|\n",
+        cfg.model.encoding.kind(),
+        cfg.task.name(),
+        lengths(cfg.train_lengths)
+    );
+    for t in scores {
+        s += &format!(
+            "| {} | {} | {} | {:.1}% | {:.1}% |\n",
+            t.length,
+            if t.trained { "yes" } else { "no" },
+            t.score.instances,
+            100.0 * t.score.exact,
+            100.0 * t.score.token
+        );
+    }
+    s
+}
+
+/// `posenc lengthgen experiment`
+#[derive(Args, Debug)]
+pub struct ExperimentArgs {
+    #[command(flatten)]
+    settings: RunSettings,
+    /// Comma-separated encodings, each `kind`, `kind:key=value:…` (`label=` names it,
+    /// `randomized=R` trains it at randomized positions) or a JSON object [default: every
+    /// registered encoding, a learned table reaching the longest test, then sinusoidal,
+    /// learned, rope, alibi and t5 at randomized positions over that reach; with --quick:
+    /// none, sinusoidal, rope, alibi].
+    #[arg(long)]
+    encodings: Option<super::EncodingList>,
+    /// Seeds per encoding [default: 3].
+    #[arg(long)]
+    seeds: Option<usize>,
+    /// Tested lengths, comma-separated [default: 16 lengths up to 4 × the longest trained].
+    #[arg(long, value_delimiter = ',')]
+    test_lengths: Option<Vec<usize>>,
+    /// Test instances per length [default: 100; with --quick: 64].
+    #[arg(long)]
+    test_instances: Option<usize>,
+    /// Output directory: one run per encoding and seed, results.md, results.json and plots.
+    #[arg(long, default_value = "runs/lengthgen")]
+    out: PathBuf,
+}
+
+impl ExperimentArgs {
+    /// Runs the command.
+    pub fn run(self, out: &mut impl Write) -> Result<()> {
+        let mut cfg = self.settings.config();
+        if let Some(t) = self.test_lengths {
+            cfg.test_lengths = t;
+        }
         cfg.seeds = self.seeds.unwrap_or(cfg.seeds);
         cfg.test_instances = self.test_instances.unwrap_or(cfg.test_instances);
         cfg.encodings = match self.encodings {
             Some(list) => list.0,
-            None if self.quick => cfg.encodings,
+            None if self.settings.quick => cfg.encodings,
             None => cfg.default_encodings(),
         };
         let opts = RunOptions {
-            quiet: self.quiet,
+            quiet: self.settings.quiet,
             force: false,
             stop_after: None,
         };

@@ -6,6 +6,7 @@ pub mod embed;
 pub mod encoding;
 pub mod experiment;
 pub mod generate;
+pub mod kotoba;
 pub mod lengthgen;
 pub mod lm;
 pub mod model;

@@ -41,7 +41,7 @@ pub enum PlotCommand {
         #[arg(long)]
         out: PathBuf,
     },
-    /// The figures of `posenc experiment` drawn from its results (validation curves, exact
+    /// The figures of `posenc kotoba experiment` drawn from its results (validation curves, exact
     /// match by length), redrawn from its results.json.
     Experiment {
         /// The experiment's results.json.

@@ -1,4 +1,4 @@
-//! `posenc train`, `posenc translate`, `posenc eval`: the toy English → Kotoba task.
+//! `posenc kotoba train`, `posenc kotoba translate`, `posenc kotoba eval`: the toy English → Kotoba task.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -10,7 +10,7 @@ use posenc_kotoba::decode::DecodeConfig;
 use posenc_kotoba::eval::{evaluate, table};
 use posenc_kotoba::trainer::{self, shipped_model, RunOptions, TrainConfig, Translator};
 
-/// `posenc train`
+/// `posenc kotoba train`
 #[derive(Args, Debug)]
 pub struct TrainArgs {
     /// A JSON training config (see `TrainConfig`); flags override it.
@@ -123,7 +123,7 @@ impl DecodeArgs {
     }
 }
 
-/// `posenc translate`
+/// `posenc kotoba translate`
 #[derive(Args, Debug)]
 pub struct TranslateArgs {
     #[command(flatten)]
@@ -144,7 +144,7 @@ impl TranslateArgs {
     }
 }
 
-/// `posenc eval`
+/// `posenc kotoba eval`
 #[derive(Args, Debug)]
 pub struct EvalArgs {
     #[command(flatten)]

@@ -102,10 +102,8 @@ pub fn names(dir: &Path) -> Vec<String> {
 /// Runs `posenc ARGS` in this process, so kinds registered by the test are known to it;
 /// returns stdout.
 pub fn in_process(args: &[&str]) -> String {
-    use clap::Parser;
-    let cli =
-        posenc_cli::Cli::try_parse_from(std::iter::once("posenc").chain(args.iter().copied()))
-            .unwrap_or_else(|e| panic!("posenc {args:?}: {e}"));
+    let cli = posenc_cli::Cli::parse_args(std::iter::once("posenc").chain(args.iter().copied()))
+        .unwrap_or_else(|e| panic!("posenc {args:?}: {e}"));
     let mut out = Vec::new();
     if let Err(e) = posenc_cli::run(cli, &mut out) {
         panic!("posenc {args:?}: {}", posenc_cli::cmd::error_text(&e));

@@ -338,7 +338,7 @@ fn describe_existing(dir: &Path, wanted: &TrainConfig) -> String {
             let diff = old.config.differences(wanted);
             if diff.is_empty() {
                 format!(
-                    "{d} already holds a run of this config (step {} of {}): continue it with `posenc train --resume --out {d}`, or pass --force to start it again",
+                    "{d} already holds a run of this config (step {} of {}): continue it with `posenc kotoba train --resume --out {d}`, or pass --force to start it again",
                     old.step, old.config.steps
                 )
             } else {
@@ -611,7 +611,7 @@ impl Translator {
     }
 }
 
-/// Where `posenc translate` looks by default: the model shipped in the repository.
+/// Where `posenc kotoba translate` looks by default: the model shipped in the repository.
 pub fn shipped_model() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/kotoba"))
 }

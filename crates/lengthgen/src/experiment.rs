@@ -26,12 +26,13 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use super::problems::{Instance, Problem};
-use super::{load, resume, score, test_instances, train, LengthgenConfig, LengthgenState};
+use super::{load, resume, score, test_instances, train, LengthgenConfig, LengthgenState, Score};
 use posenc_error::{ensure, Context};
 use posenc_train::error::Result;
 use posenc_train::fit::RunOptions;
 use posenc_train::labelled::{check_seeds, check_unique, Labelled, RunKey};
 use posenc_train::results::{differences, find_run, mean_sd, Found};
+use posenc_transformer::LanguageModel;
 
 /// The stream every run's test instances come from (length `n` uses sub-stream `n`).
 const TEST_SEED: u64 = 0x7E57_0000_1E46_7400;
@@ -127,7 +128,7 @@ impl LengthgenExperimentConfig {
     }
 
     /// The run of `entry` with seed `seed`.
-    fn run_config(&self, entry: &Labelled, seed: u64) -> LengthgenConfig {
+    pub fn run_config(&self, entry: &Labelled, seed: u64) -> LengthgenConfig {
         let mut cfg = self.base.clone();
         cfg.model.encoding = entry.encoding.clone();
         cfg.seed = seed;
@@ -245,18 +246,7 @@ pub fn run(
     cfg.validate()?;
     posenc_train::results::check_out_dir::<LengthgenExperiment>(out, "a lengthgen experiment")?;
     let hi = cfg.base.train_lengths[1];
-    let tests: Vec<(usize, Vec<Instance>)> = cfg
-        .test_lengths
-        .iter()
-        .map(|&n| {
-            let mut rng = ChaCha8Rng::seed_from_u64(TEST_SEED);
-            rng.set_stream(n as u64);
-            (
-                n,
-                test_instances(cfg.base.task, n, hi, cfg.test_instances, &mut rng),
-            )
-        })
-        .collect();
+    let tests = test_set(cfg.base.task, hi, &cfg.test_lengths, cfg.test_instances);
     let mut exp = LengthgenExperiment {
         task: cfg.base.task,
         train_lengths: cfg.base.train_lengths,
@@ -294,14 +284,7 @@ pub fn run(
                 },
             };
             let (_, model) = load(&dir)?;
-            // A table of positions answers only within it: lengths past it have no record.
-            let reaches = |n: usize| {
-                model
-                    .max_positions()
-                    .is_none_or(|max| cfg.base.task.sequence_len(n) - 1 <= max)
-            };
-            for (n, instances) in tests.iter().filter(|(n, i)| !i.is_empty() && reaches(*n)) {
-                let s = score(&model, instances)?;
+            for t in evaluate(&model, &run_cfg, &tests)? {
                 exp.records.push(TestRecord {
                     task: cfg.base.task,
                     run: RunKey::new(
@@ -310,11 +293,11 @@ pub fn run(
                         seed,
                         run_cfg.randomized_positions,
                     ),
-                    length: *n,
-                    trained: *n <= hi && *n >= cfg.base.train_lengths[0],
-                    instances: s.instances,
-                    accuracy: s.exact,
-                    token_accuracy: s.token,
+                    length: t.length,
+                    trained: t.trained,
+                    instances: t.score.instances,
+                    accuracy: t.score.exact,
+                    token_accuracy: t.score.token,
                 });
             }
             exp.runs.push(RunRecord {
@@ -330,6 +313,65 @@ pub fn run(
         }
     }
     Ok(exp)
+}
+
+/// The test instances of an experiment, or of `posenc lengthgen eval`: `count` at each of
+/// `lengths`, held out at trained lengths (up to `hi`), each length from its own stream of
+/// one fixed seed, so every run is tested on the same instances.
+pub fn test_set(
+    task: Problem,
+    hi: usize,
+    lengths: &[usize],
+    count: usize,
+) -> Vec<(usize, Vec<Instance>)> {
+    lengths
+        .iter()
+        .map(|&n| {
+            let mut rng = ChaCha8Rng::seed_from_u64(TEST_SEED);
+            rng.set_stream(n as u64);
+            (n, test_instances(task, n, hi, count, &mut rng))
+        })
+        .collect()
+}
+
+/// A run's score at one tested length.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LengthScore {
+    /// The instances' length.
+    pub length: usize,
+    /// Whether the run trained at that length.
+    pub trained: bool,
+    /// Exact and token accuracy.
+    pub score: Score,
+}
+
+/// `model` (trained as `cfg`) scored at each length of `tests` that has instances and that
+/// its table of positions reaches, if it has one (lengths past it have no answer).
+///
+/// # Errors
+/// Sequences too long to fit in memory.
+pub fn evaluate(
+    model: &LanguageModel,
+    cfg: &LengthgenConfig,
+    tests: &[(usize, Vec<Instance>)],
+) -> Result<Vec<LengthScore>> {
+    let [lo, hi] = cfg.train_lengths;
+    let reaches = |n: usize| {
+        model
+            .max_positions()
+            .is_none_or(|max| cfg.task.sequence_len(n) - 1 <= max)
+    };
+    tests
+        .iter()
+        .filter(|(n, i)| !i.is_empty() && reaches(*n))
+        .map(|(n, instances)| {
+            Ok(LengthScore {
+                length: *n,
+                trained: *n <= hi && *n >= lo,
+                score: score(model, instances)?,
+            })
+        })
+        .collect()
 }
 
 /// Trains `cfg` into `dir`, or reuses or resumes the run already there.

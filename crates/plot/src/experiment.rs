@@ -1,4 +1,4 @@
-//! The figures of `posenc experiment`: validation curves of every encoding on one chart,
+//! The figures of `posenc kotoba experiment`: validation curves of every encoding on one chart,
 //! and exact match by sentence length (1–2 clauses trained on, 3–4 not).
 
 use std::path::{Path, PathBuf};

@@ -41,7 +41,7 @@ use sha2::{Digest, Sha256};
 
 /// `manifest.json`.
 pub const MANIFEST: &str = "manifest.json";
-/// `attention.png`: the attention maps `posenc experiment` draws into each run it trained,
+/// `attention.png`: the attention maps `posenc kotoba experiment` draws into each run it trained,
 /// beside the run's own files (a run directory holding it is still a run).
 pub const ATTENTION_PLOT: &str = "attention.png";
 /// `.lock`: held by the process writing the directory.
@@ -239,7 +239,7 @@ pub fn verify(dir: &Path) -> Result<Manifest> {
     );
     ensure!(
         dir.join(MANIFEST).exists(),
-        "{} has no {MANIFEST}: it is not a model written by `posenc train`, or it was \
+        "{} has no {MANIFEST}: it is not a model written by `posenc kotoba train`, or it was \
          written before posenc kept manifests, or its run was stopped before it started",
         dir.display()
     );
@@ -275,7 +275,7 @@ pub fn check_weights(path: &Path, run: &str) -> Result<BTreeMap<String, String>>
     ensure!(
         path.exists(),
         "{} is missing: the run was stopped before its first checkpoint (continue it with \
-         `posenc train --resume --out {}`)",
+         `posenc kotoba train --resume --out {}`)",
         path.display(),
         path.parent()
             .map_or(String::new(), |p| p.display().to_string())
@@ -419,7 +419,7 @@ impl RunDir {
     pub fn open(dir: &Path) -> Result<(Self, Manifest)> {
         ensure!(
             dir.is_dir(),
-            "{} is not a run directory (--resume continues a run written by `posenc train` or `posenc lm train`)",
+            "{} is not a run directory (--resume continues a run written by `posenc kotoba train` or `posenc lm train`)",
             dir.display()
         );
         verify(dir)?;

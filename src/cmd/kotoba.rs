@@ -1,0 +1,36 @@
+//! `posenc kotoba …`: the English → Kotoba translation task's verbs.
+
+use std::io::Write;
+
+use anyhow::Result;
+use clap::Subcommand;
+
+/// `posenc kotoba …`
+#[derive(Subcommand, Debug)]
+pub enum KotobaCommand {
+    /// Train the English → Kotoba translation model.
+    Train(super::translate::TrainArgs),
+    /// Translate English sentences into Kotoba.
+    Translate(super::translate::TranslateArgs),
+    /// Exact match and BLEU of a model on every evaluation split.
+    Eval(super::translate::EvalArgs),
+    /// Train the toy model once per positional encoding and compare them.
+    Experiment(super::experiment::ExperimentArgs),
+}
+
+impl KotobaCommand {
+    /// Runs the command, writing to `out`.
+    pub fn run(self, out: &mut impl Write) -> Result<()> {
+        match self {
+            Self::Train(a) => a.run(out),
+            Self::Translate(a) => a.run(out),
+            Self::Eval(a) => a.run(out),
+            Self::Experiment(a) => a.run(out),
+        }
+    }
+
+    /// Whether the command trains a model.
+    pub fn trains(&self) -> bool {
+        matches!(self, Self::Train(_) | Self::Experiment(_))
+    }
+}
