@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use posenc_io::write_atomic;
 use posenc_plot::chart::{heatmap, mean_and_range, save_png, Heatmap};
-use posenc_plot::lm_experiment::{loss_by_position, perplexity_by_length};
+use posenc_plot::extrapolation::{loss_by_position, perplexity_by_length};
 use posenc_train::results::mean_sd;
 use serde_json::{json, Value};
 

@@ -29,7 +29,7 @@ use posenc_llama::{Llama, Precision};
 use posenc_lm::corpus::{self, Corpus};
 use posenc_lm::lm_train::{evaluate, LengthEval};
 use posenc_plot::chart::SpreadPoint;
-use posenc_plot::lm_experiment::{loss_by_position, perplexity_by_length};
+use posenc_plot::extrapolation::{loss_by_position, perplexity_by_length};
 use serde::Serialize;
 
 /// Window lengths, in tokens.

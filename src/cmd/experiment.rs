@@ -60,7 +60,7 @@ impl ExperimentArgs {
             stop_after: None,
         };
         let result = experiment::run(&cfg, &self.out, opts)?;
-        let plots = posenc_plot::experiment(&result, &self.out)?;
+        let plots = posenc_kotoba::figures::experiment(&result, &self.out)?;
         super::report_experiment(out, &result.table(), &self.out, &plots)
     }
 }

@@ -314,7 +314,7 @@ impl ExperimentArgs {
             stop_after: None,
         };
         let result = experiment::run(&cfg, &self.out, opts)?;
-        let plots = posenc_plot::lengthgen(&result, &self.out)?;
+        let plots = posenc_lengthgen::figures::lengthgen(&result, &self.out)?;
         super::report_experiment(out, &result.table(), &self.out, &plots)
     }
 }

@@ -687,7 +687,7 @@ fn passkey(a: PasskeyArgs, out: &mut impl Write) -> Result<()> {
             .file_name()
             .map_or_else(|| a.model.spec(&default).into(), |n| n.to_string_lossy());
         let title = format!("Passkey retrieval: {name}{}", scaling_note(&a.model));
-        posenc_plot::passkey(&cfg, &accuracy, &title, path)?;
+        posenc_lm::figures::passkey(&cfg, &accuracy, &title, path)?;
     }
     Ok(())
 }
@@ -728,6 +728,6 @@ fn experiment(a: ExperimentArgs, out: &mut impl Write) -> Result<()> {
         stop_after: None,
     };
     let result = lm_experiment::run(&cfg, &corpus, &a.out, opts, &a.device.0)?;
-    let plots = posenc_plot::lm_experiment(&result, &a.out)?;
+    let plots = posenc_lm::figures::lm_experiment(&result, &a.out)?;
     super::report_experiment(out, &result.table(), &a.out, &plots)
 }

@@ -60,7 +60,7 @@ pub enum PlotCommand {
         #[arg(long)]
         out: PathBuf,
     },
-    /// The figure of `posenc lengthgen`, redrawn from its results.json, or from several of
+    /// The figure of `posenc lengthgen experiment`, redrawn from its results.json, or from several of
     /// one setting pooled into one figure (more encodings, or more seeds of the same).
     Lengthgen {
         /// The experiment's results.json; several (`--results a.json b.json`) are pooled.
@@ -100,18 +100,18 @@ impl PlotCommand {
                     t.pop();
                     t.join(" ")
                 });
-                posenc_plot::attention(&maps, &title, &out)?;
+                posenc_kotoba::figures::attention(&maps, &title, &out)?;
                 out
             }
             Self::Experiment { results, out: dir } => {
                 let exp = posenc_kotoba::experiment::Experiment::load(&results)?;
-                let plots = posenc_plot::experiment::results_figures(&exp, &dir)
+                let plots = posenc_kotoba::figures::results_figures(&exp, &dir)
                     .with_context(|| format!("plotting {}", results.display()))?;
                 return list(out, &plots);
             }
             Self::LmExperiment { results, out: dir } => {
                 let exp = posenc_lm::lm_experiment::LmExperiment::load(&results)?;
-                let plots = posenc_plot::lm_experiment(&exp, &dir)
+                let plots = posenc_lm::figures::lm_experiment(&exp, &dir)
                     .with_context(|| format!("plotting {}", results.display()))?;
                 return list(out, &plots);
             }
@@ -128,7 +128,7 @@ impl PlotCommand {
                     .join(", ");
                 let exp = LengthgenExperiment::merge(parts)
                     .with_context(|| format!("pooling {names}"))?;
-                let plots = posenc_plot::lengthgen(&exp, &dir)
+                let plots = posenc_lengthgen::figures::lengthgen(&exp, &dir)
                     .with_context(|| format!("plotting {names}"))?;
                 return list(out, &plots);
             }

@@ -23,6 +23,7 @@ pub mod data;
 pub mod decode;
 pub mod eval;
 pub mod experiment;
+pub mod figures;
 pub mod inspect;
 pub mod kotoba;
 pub mod metrics;

@@ -24,6 +24,7 @@
 #![warn(missing_docs)]
 
 pub mod experiment;
+pub mod figures;
 pub mod problems;
 
 use std::path::Path;

@@ -15,6 +15,7 @@
 #![warn(missing_docs)]
 
 pub mod corpus;
+pub mod figures;
 pub mod lm_experiment;
 pub mod lm_run;
 pub mod lm_train;

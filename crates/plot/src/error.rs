@@ -13,9 +13,9 @@ pub enum Error {
     /// plotters failed to draw (its own errors borrow the backend, so they are kept as text).
     #[error("drawing failed: {0}")]
     Draw(String),
-    /// From the training crate (reading an experiment's results).
+    /// A file could not be saved, named with its cause.
     #[error(transparent)]
-    Train(#[from] posenc_train::Error),
+    File(#[from] posenc_io::FileError),
     /// From the positional encoding being drawn.
     #[error(transparent)]
     Encoding(#[from] posenc::Error),

@@ -5,10 +5,15 @@
 //!
 //! - [`encoding()`]: an encoding as a heatmap (position × dimension), its dot products
 //!   and their decay, its sin/cos pairs as circles, and `PE(p+k) = M_k·PE(p)`;
-//! - [`attention()`]: a trained model's attention maps for one sentence;
-//! - [`experiment()`]: validation curves of every encoding and exact match by length;
+//! - [`attention()`]: attention maps, a heatmap per layer and head;
+//! - [`extrapolation`]: perplexity by window length and loss by position, from series;
 //! - [`passkey()`]: passkey-retrieval accuracy by prompt length and depth;
-//! - [`lengthgen()`]: exact match by instance length on an algorithmic problem.
+//! - [`chart`]: the primitives and rules every figure shares (series with bands, heatmaps,
+//!   one palette).
+//!
+//! It draws data handed to it and knows no task: each task turns its own results into
+//! these figures (`posenc_kotoba::figures`, `posenc_lm::figures`,
+//! `posenc_lengthgen::figures`).
 //!
 //! ```no_run
 //! # fn main() -> posenc_plot::Result<()> {
@@ -25,15 +30,10 @@ pub mod attention;
 pub mod chart;
 pub mod encoding;
 pub mod error;
-pub mod experiment;
-pub mod lengthgen;
-pub mod lm_experiment;
+pub mod extrapolation;
 pub mod passkey;
 
 pub use attention::attention;
 pub use encoding::encoding;
 pub use error::{Error, Result};
-pub use experiment::experiment;
-pub use lengthgen::lengthgen;
-pub use lm_experiment::lm_experiment;
 pub use passkey::passkey;

@@ -5,30 +5,35 @@ use std::path::Path;
 
 use crate::error::Result;
 use posenc_error::ensure;
-use posenc_lm::passkey::PasskeyConfig;
 
 use crate::chart::{heatmap, save_png, Heatmap};
 
-/// Draws `accuracy[length][depth]` of `cfg` into the PNG `path`.
+/// Draws `accuracy[length][depth]`, prompts of `lengths` tokens with the key at `depths`,
+/// into the PNG `path`.
 ///
 /// # Errors
-/// A table whose shape is not `cfg`'s; a figure that cannot be written.
-pub fn passkey(cfg: &PasskeyConfig, accuracy: &[Vec<f64>], title: &str, path: &Path) -> Result<()> {
+/// A table that is not `lengths` by `depths`; a figure that cannot be written.
+pub fn passkey(
+    lengths: &[usize],
+    depths: &[f64],
+    accuracy: &[Vec<f64>],
+    title: &str,
+    path: &Path,
+) -> Result<()> {
     ensure!(
-        accuracy.len() == cfg.lengths.len()
-            && accuracy.iter().all(|row| row.len() == cfg.depths.len()),
+        accuracy.len() == lengths.len() && accuracy.iter().all(|row| row.len() == depths.len()),
         "the accuracy table is not {} lengths by {} depths",
-        cfg.lengths.len(),
-        cfg.depths.len()
+        lengths.len(),
+        depths.len()
     );
     let values: Vec<Vec<f32>> = accuracy
         .iter()
         .map(|row| row.iter().map(|&v| v as f32).collect())
         .collect();
-    let x_ticks: Vec<String> = cfg.depths.iter().map(|d| format!("{d}")).collect();
-    let y_ticks: Vec<String> = cfg.lengths.iter().map(|l| l.to_string()).collect();
-    let width = 200 + 90 * cfg.depths.len() as u32;
-    let height = 160 + 50 * cfg.lengths.len() as u32;
+    let x_ticks: Vec<String> = depths.iter().map(|d| format!("{d}")).collect();
+    let y_ticks: Vec<String> = lengths.iter().map(|l| l.to_string()).collect();
+    let width = 200 + 90 * depths.len() as u32;
+    let height = 160 + 50 * lengths.len() as u32;
     let width = width.max(480).max(11 * title.chars().count() as u32 + 40);
     save_png(path, (width, height), title, |root| {
         heatmap(

@@ -1,11 +1,13 @@
-//! The figure of `posenc lengthgen`: exact-match accuracy against instance length, one line
+//! The figure of `posenc lengthgen experiment`, drawn by `posenc-plot` from this task's
+//! records: exact-match accuracy against instance length, one line
 //! per encoding (the mean over seeds) in a band from the lowest seed to the highest.
 
 use std::path::{Path, PathBuf};
 
-use crate::chart::{colour, curves, save_png, Axes, Series};
-use crate::error::Result;
-use posenc_lengthgen::experiment::LengthgenExperiment;
+use posenc_plot::chart::{colour, curves, save_png, Axes, Series};
+use posenc_train::Result;
+
+use crate::experiment::LengthgenExperiment;
 
 /// `accuracy_by_length.png`.
 pub const ACCURACY_BY_LENGTH: &str = "accuracy_by_length.png";
@@ -16,7 +18,11 @@ pub const ACCURACY_BY_LENGTH: &str = "accuracy_by_length.png";
 /// Results without a record (nothing to draw); `out` or a file in it that cannot be
 /// written.
 pub fn lengthgen(exp: &LengthgenExperiment, out: &Path) -> Result<Vec<PathBuf>> {
-    crate::chart::begin_figures(out, exp.records.len(), "test records")?;
+    drawn(posenc_plot::chart::begin_figures(
+        out,
+        exp.records.len(),
+        "test records",
+    ))?;
     let summaries = exp.summaries();
     let mut series = Vec::new();
     for (i, (label, rows)) in summaries.iter().enumerate() {
@@ -41,7 +47,7 @@ pub fn lengthgen(exp: &LengthgenExperiment, out: &Path) -> Result<Vec<PathBuf>> 
         _ => exp.config.seeds.to_string(),
     };
     let path = out.join(ACCURACY_BY_LENGTH);
-    save_png(&path, (900, 560), "", |root| {
+    drawn(save_png(&path, (900, 560), "", |root| {
         curves(
             root,
             &Axes {
@@ -56,6 +62,11 @@ pub fn lengthgen(exp: &LengthgenExperiment, out: &Path) -> Result<Vec<PathBuf>> 
             },
             &series,
         )
-    })?;
+    }))?;
     Ok(vec![path])
+}
+
+/// A figure's error as this task's ([`posenc_train::Error::Task`]).
+fn drawn<T>(r: posenc_plot::Result<T>) -> Result<T> {
+    r.map_err(|e| posenc_train::Error::Task(Box::new(e)))
 }

@@ -1,13 +1,15 @@
-//! The figures of `posenc kotoba experiment`: validation curves of every encoding on one chart,
+//! The figures of `posenc kotoba experiment`, drawn by `posenc-plot` from this task's
+//! results: validation curves of every encoding on one chart,
 //! and exact match by sentence length (1–2 clauses trained on, 3–4 not).
 
 use std::path::{Path, PathBuf};
 
-use crate::error::Result;
-use posenc_kotoba::experiment::Experiment;
-use posenc_kotoba::trainer::Translator;
+use posenc_plot::chart::{colour, curves, save_png, Axes, Mark, Series};
+use posenc_train::Result;
 
-use crate::chart::{colour, curves, save_png, Axes, Mark, Series};
+use crate::experiment::Experiment;
+use crate::inspect::AttentionMaps;
+use crate::trainer::Translator;
 
 /// `curves.png`.
 pub const CURVES: &str = "curves.png";
@@ -31,15 +33,12 @@ pub fn experiment(exp: &Experiment, out: &Path) -> Result<Vec<PathBuf>> {
         let path = dir.join(ATTENTION);
         let mut said = maps.target.clone();
         said.pop();
-        crate::attention(
-            &maps,
-            &format!(
-                "{}: \"{ATTENTION_SENTENCE}\" → \"{}\"",
-                r.label,
-                said.join(" ")
-            ),
-            &path,
-        )?;
+        let title = format!(
+            "{}: \"{ATTENTION_SENTENCE}\" → \"{}\"",
+            r.label,
+            said.join(" ")
+        );
+        attention(&maps, &title, &path)?;
         written.push(path);
     }
     Ok(written)
@@ -52,10 +51,14 @@ pub fn experiment(exp: &Experiment, out: &Path) -> Result<Vec<PathBuf>> {
 /// Results without a run (nothing to draw); `out` or a file in it that cannot be
 /// written.
 pub fn results_figures(exp: &Experiment, out: &Path) -> Result<Vec<PathBuf>> {
-    crate::chart::begin_figures(out, exp.results.len(), "runs")?;
+    drawn(posenc_plot::chart::begin_figures(
+        out,
+        exp.results.len(),
+        "runs",
+    ))?;
     // The curves of each label's first seed.
     let labels = exp.labels();
-    let first: Vec<&posenc_kotoba::experiment::EncodingResult> = labels
+    let first: Vec<&crate::experiment::EncodingResult> = labels
         .iter()
         .filter_map(|l| exp.results.iter().find(|r| &r.label == l))
         .collect();
@@ -63,7 +66,7 @@ pub fn results_figures(exp: &Experiment, out: &Path) -> Result<Vec<PathBuf>> {
         1 => String::new(),
         _ => format!(" (seed {})", exp.config.base.seed),
     };
-    let history = |f: fn(&posenc_kotoba::trainer::Record) -> f64| -> Vec<Series> {
+    let history = |f: fn(&crate::trainer::Record) -> f64| -> Vec<Series> {
         first
             .iter()
             .enumerate()
@@ -77,7 +80,7 @@ pub fn results_figures(exp: &Experiment, out: &Path) -> Result<Vec<PathBuf>> {
     };
     let curves_path = out.join(CURVES);
     {
-        save_png(&curves_path, (1400, 560), "", |root| {
+        drawn(save_png(&curves_path, (1400, 560), "", |root| {
             let panels = root.split_evenly((1, 2));
             curves(
                 &panels[0],
@@ -102,11 +105,11 @@ pub fn results_figures(exp: &Experiment, out: &Path) -> Result<Vec<PathBuf>> {
                 &history(|h| h.valid_exact),
             )?;
             Ok(())
-        })?;
+        }))?;
     }
     let length_path = out.join(BY_LENGTH);
     {
-        save_png(&length_path, (900, 560), "", |root| {
+        drawn(save_png(&length_path, (900, 560), "", |root| {
             // Each label's mean over its seeds, at each number of clauses.
             let series: Vec<Series> = labels
                 .iter()
@@ -149,7 +152,37 @@ pub fn results_figures(exp: &Experiment, out: &Path) -> Result<Vec<PathBuf>> {
                 &series,
             )?;
             Ok(())
-        })?;
+        }))?;
     }
     Ok(vec![curves_path, length_path])
+}
+
+/// Draws `maps` into the PNG `path`: one row per layer (encoder layers, then decoder
+/// cross-attention layers), one column per head. The cross-attention is where the
+/// reordering shows: Kotoba puts the place phrase first, so its first words attend to the
+/// end of the English sentence.
+///
+/// # Errors
+/// A model with no encoder attention; a figure that cannot be written.
+pub fn attention(maps: &AttentionMaps, title: &str, path: &Path) -> Result<()> {
+    use posenc_plot::attention::Layer;
+    let encoder = maps.encoder.iter().enumerate().map(|(l, w)| Layer {
+        name: format!("encoder {}", l + 1),
+        heads: w,
+        queries: &maps.source,
+        keys: &maps.source,
+    });
+    let cross = maps.cross.iter().enumerate().map(|(l, w)| Layer {
+        name: format!("cross {}", l + 1),
+        heads: w,
+        queries: &maps.target,
+        keys: &maps.source,
+    });
+    let layers: Vec<Layer> = encoder.chain(cross).collect();
+    drawn(posenc_plot::attention(&layers, title, path))
+}
+
+/// A figure's error as this task's ([`posenc_train::Error::Task`]).
+fn drawn<T>(r: posenc_plot::Result<T>) -> Result<T> {
+    r.map_err(|e| posenc_train::Error::Task(Box::new(e)))
 }

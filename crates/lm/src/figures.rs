@@ -1,0 +1,102 @@
+//! The figures of `posenc lm experiment` (test perplexity against evaluation length, the
+//! ALiBi paper's Figure 1, and the loss at each position of the longest window) and of
+//! `posenc lm passkey`, drawn by `posenc-plot` from this task's records.
+
+use std::path::{Path, PathBuf};
+
+use posenc_plot::chart::{mean_and_range, SpreadPoint};
+use posenc_plot::extrapolation::{loss_by_position, perplexity_by_length};
+use posenc_train::Result;
+
+use crate::lm_experiment::LmExperiment;
+use crate::passkey::PasskeyConfig;
+
+/// `extrapolation.png`.
+pub const EXTRAPOLATION: &str = "extrapolation.png";
+/// `by_position.png`.
+pub const BY_POSITION: &str = "by_position.png";
+/// Positions averaged into one point of `by_position.png`, so the curve shows the trend
+/// rather than each character's noise.
+const BUCKET: usize = 8;
+
+/// Writes `extrapolation.png` and `by_position.png` into `out`; returns their paths.
+///
+/// # Errors
+/// Results without a record (nothing to draw); `out` or a file in it that cannot be
+/// written.
+pub fn lm_experiment(exp: &LmExperiment, out: &Path) -> Result<Vec<PathBuf>> {
+    drawn(posenc_plot::chart::begin_figures(
+        out,
+        exp.records.len(),
+        "evaluation records",
+    ))?;
+    let context = exp.config.base.model.context;
+    let trained = match exp.config.base.randomized_positions {
+        Some(range) => format!("trained on L = {context} at random positions below {range}"),
+        None => format!("trained on L = {context}"),
+    };
+    let seeds = exp.config.seeds;
+    // Each label's mean perplexity over its seeds at each length, with their range.
+    let by_length: Vec<(String, Vec<SpreadPoint>)> = exp
+        .labels()
+        .into_iter()
+        .map(|label| {
+            let mut points = Vec::new();
+            for f in &exp.config.factors {
+                let len = f * context;
+                let ppl: Vec<f64> = exp
+                    .records
+                    .iter()
+                    .filter(|r| r.run.label == label && r.length == len)
+                    .filter_map(|r| r.perplexity)
+                    .collect();
+                points.extend(mean_and_range(len as f64, &ppl));
+            }
+            (label, points)
+        })
+        .collect();
+    let extrapolation = out.join(EXTRAPOLATION);
+    let title = if seeds > 1 {
+        format!("test perplexity by window length ({trained}; mean and range over {seeds} seeds)")
+    } else {
+        format!("test perplexity by window length ({trained})")
+    };
+    drawn(perplexity_by_length(&extrapolation, &title, &by_length))?;
+    // The first seed of each label.
+    let by_position: Vec<(String, &[f64])> = exp
+        .labels()
+        .into_iter()
+        .filter_map(|label| {
+            let run = exp.results.iter().find(|r| r.label == label)?;
+            Some((label, run.longest()?.by_position.as_slice()))
+        })
+        .collect();
+    let positions = out.join(BY_POSITION);
+    let title = if seeds > 1 {
+        let seed = exp.config.base.seed;
+        format!("test loss by position in the longest window ({trained}; seed {seed})")
+    } else {
+        format!("test loss by position in the longest window ({trained})")
+    };
+    drawn(loss_by_position(&positions, &title, &by_position, BUCKET))?;
+    Ok(vec![extrapolation, positions])
+}
+
+/// Draws `accuracy[length][depth]` of the passkey sweep `cfg` into the PNG `path`.
+///
+/// # Errors
+/// A table whose shape is not `cfg`'s; a figure that cannot be written.
+pub fn passkey(cfg: &PasskeyConfig, accuracy: &[Vec<f64>], title: &str, path: &Path) -> Result<()> {
+    drawn(posenc_plot::passkey(
+        &cfg.lengths,
+        &cfg.depths,
+        accuracy,
+        title,
+        path,
+    ))
+}
+
+/// A figure's error as this task's ([`posenc_train::Error::Task`]).
+fn drawn<T>(r: posenc_plot::Result<T>) -> Result<T> {
+    r.map_err(|e| posenc_train::Error::Task(Box::new(e)))
+}

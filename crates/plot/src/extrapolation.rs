@@ -1,0 +1,78 @@
+//! Curves of length extrapolation, from plain series: perplexity against window length
+//! (the ALiBi paper's Figure 1), and the loss at each position of a window.
+
+use std::path::Path;
+
+use crate::chart::{colour, curves, save_png, Axes, Mark, Series, SpreadPoint};
+use crate::error::Result;
+
+/// Perplexity against window length, one curve per named series of
+/// `(length, mean, min, max)`: the mean as a line, the range as a band around it.
+///
+/// # Errors
+/// A file that cannot be written.
+pub fn perplexity_by_length(
+    path: &Path,
+    title: &str,
+    series: &[(String, Vec<SpreadPoint>)],
+) -> Result<()> {
+    let curves_: Vec<Series> = series
+        .iter()
+        .enumerate()
+        .flat_map(|(i, (name, points))| Series::spread(name.clone(), colour(i), points))
+        .collect();
+    save_png(path, (900, 560), "", |root| {
+        curves(
+            root,
+            &Axes {
+                title: title.to_string(),
+                x_desc: "tokens in the window",
+                y_desc: "perplexity (lower is better)",
+                square: false,
+                y_range: None,
+            },
+            &curves_,
+        )
+    })
+}
+
+/// The loss at each position of a window, one curve per named series, each point the
+/// mean of `bucket` positions so the curve shows the trend rather than each token's noise.
+///
+/// # Errors
+/// A file that cannot be written.
+pub fn loss_by_position(
+    path: &Path,
+    title: &str,
+    series: &[(String, &[f64])],
+    bucket: usize,
+) -> Result<()> {
+    let bucket = bucket.max(1);
+    let curves_: Vec<Series> = series
+        .iter()
+        .enumerate()
+        .map(|(i, (name, losses))| Series {
+            name: name.clone(),
+            points: losses
+                .chunks(bucket)
+                .enumerate()
+                .map(|(b, c)| ((b * bucket) as f64, c.iter().sum::<f64>() / c.len() as f64))
+                .collect(),
+            mark: Mark::Line,
+            colour: colour(i),
+        })
+        .collect();
+    save_png(path, (900, 560), "", |root| {
+        curves(
+            root,
+            &Axes {
+                title: format!("{title}; each point the mean of positions x..x+{bucket}"),
+                x_desc: "position in the window",
+                y_desc: "next-token loss (nats)",
+                square: false,
+                y_range: None,
+            },
+            &curves_,
+        )
+    })
+}
