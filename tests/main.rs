@@ -8,5 +8,6 @@ mod cli_generate;
 mod cli_lm;
 mod cli_translate;
 mod common;
+mod doc_links;
 mod throwaway_content_encoding;
 mod throwaway_encoding;
