@@ -1270,3 +1270,33 @@ fn bench_train_alternates_with_the_torch_script_and_survives_its_death() {
     // Nothing is missing from the Python environment, so no advice to install it.
     assert!(!hung.contains("install it with"), "{hung}");
 }
+
+/// A user's mistake prints its cause and no backtrace, even with `RUST_BACKTRACE=1` (which
+/// makes candle write the backtrace it captured into its errors' text): a text file given
+/// as a model, to `generate` and to `kotoba translate`.
+#[test]
+fn a_user_error_prints_no_backtrace_under_rust_backtrace() {
+    let readme = concat!(env!("CARGO_MANIFEST_DIR"), "/README.md");
+    for args in [
+        vec!["generate", "--model", readme, "hello"],
+        vec!["kotoba", "translate", "--model", readme, "the dog"],
+    ] {
+        let out = common::posenc()
+            .args(&args)
+            .env("RUST_BACKTRACE", "1")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(
+            err.contains("README.md"),
+            "{args:?}: the error names no file: {err}"
+        );
+        let frames = err
+            .lines()
+            .filter(|l| l.trim_start().starts_with("0: "))
+            .count();
+        assert_eq!(frames, 0, "{args:?} printed a backtrace:\n{err}");
+        assert!(err.lines().count() <= 3, "{args:?}:\n{err}");
+    }
+}

@@ -291,7 +291,7 @@ pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
 pub fn error_text(e: &anyhow::Error) -> String {
     let mut parts: Vec<String> = Vec::new();
     for cause in e.chain() {
-        let text = cause.to_string();
+        let text = without_backtrace(&cause.to_string());
         // A cause already quoted in full by the message before it adds nothing.
         if parts.last().is_some_and(|p| p.contains(&text)) {
             continue;
@@ -311,9 +311,32 @@ pub fn error_text(e: &anyhow::Error) -> String {
         .collect()
 }
 
+/// `text` up to the first frame of a backtrace in it: with `RUST_BACKTRACE` set, candle
+/// writes the backtrace it captured into the error's own text, and a user's mistake (a
+/// text file given as a model) is no reason to print forty frames.
+fn without_backtrace(text: &str) -> String {
+    let is_frame = |line: &str| {
+        let t = line.trim_start();
+        let digits = t.chars().take_while(char::is_ascii_digit).count();
+        digits > 0 && t[digits..].starts_with(": ") && line.starts_with(' ')
+    };
+    let lines: Vec<&str> = text.lines().take_while(|l| !is_frame(l)).collect();
+    lines.join("\n").trim_end().to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::DeviceArg;
+
+    /// A backtrace in an error's text (candle's, with `RUST_BACKTRACE` set) is cut at its
+    /// first frame; a message of several lines without one is kept whole.
+    #[test]
+    fn backtraces_are_cut_from_error_texts() {
+        let with = "no GGUF magic in README.md\n   0: candle_core::error::Error::bt\n             at src/error.rs:258:25\n   1: posenc::main";
+        assert_eq!(super::without_backtrace(with), "no GGUF magic in README.md");
+        let plain = "two lines:\nthe second 2: kept";
+        assert_eq!(super::without_backtrace(plain), plain);
+    }
 
     /// `--device` reads back what it writes (a GPU only where this build has one).
     #[test]
