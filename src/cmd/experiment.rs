@@ -13,13 +13,13 @@ use posenc_train::fit::RunOptions;
 pub struct ExperimentArgs {
     /// Comma-separated encodings, each `kind`, `kind:key=value:…` (`label=` names it,
     /// `randomized=R` trains it at randomized positions) or a JSON object [default: every
-    /// kind; with --quick: none,sinusoidal].
+    /// kind; with --budget quick: none,sinusoidal].
     #[arg(long)]
     encodings: Option<super::EncodingList>,
     /// Seeds per encoding: each row is then their mean ± standard deviation.
     #[arg(long)]
     seeds: Option<usize>,
-    /// Optimizer steps per encoding [default: 1000; with --quick: 500].
+    /// Optimizer steps per encoding [default: 1000; with --budget quick: 500].
     #[arg(long)]
     steps: Option<usize>,
     /// Seed of weights and batch order (the data has its own, fixed seed).
@@ -31,9 +31,8 @@ pub struct ExperimentArgs {
     /// Output directory: one run per encoding, results.md, results.json and plots.
     #[arg(long, default_value = "runs/experiment")]
     out: PathBuf,
-    /// A smaller budget (fewer steps, smaller evaluation splits): minutes, not half an hour.
-    #[arg(long)]
-    quick: bool,
+    #[command(flatten)]
+    budget: super::BudgetArg,
     /// No progress bars.
     #[arg(long)]
     quiet: bool,
@@ -42,7 +41,7 @@ pub struct ExperimentArgs {
 impl ExperimentArgs {
     /// Runs the command.
     pub fn run(self, out: &mut impl Write) -> Result<()> {
-        let mut cfg = if self.quick {
+        let mut cfg = if self.budget.quick() {
             ExperimentConfig::quick()
         } else {
             ExperimentConfig::full()

@@ -85,10 +85,10 @@ pub struct RunSettings {
     /// positions below this (Ruoss et al. 2023).
     #[arg(long)]
     randomized_positions: Option<usize>,
-    /// Trained instance lengths, `lo-hi` [default: 1-10; with --quick: 1-5].
+    /// Trained instance lengths, `lo-hi` [default: 1-10; with --budget quick: 1-5].
     #[arg(long)]
     train_lengths: Option<Range>,
-    /// Optimizer steps per run [default: 3000; with --quick: 1000].
+    /// Optimizer steps per run [default: 3000; with --budget quick: 1000].
     #[arg(long)]
     steps: Option<usize>,
     /// Peak learning rate [default: 1e-3].
@@ -97,9 +97,8 @@ pub struct RunSettings {
     // The decoder's size (its defaults are in the command's long help).
     #[command(flatten)]
     size: super::ModelSizeArgs,
-    /// A smaller budget: a few minutes on two cores.
-    #[arg(long)]
-    quick: bool,
+    #[command(flatten)]
+    budget: super::BudgetArg,
     /// No progress lines.
     #[arg(long)]
     quiet: bool,
@@ -109,7 +108,7 @@ impl RunSettings {
     /// The experiment's config with these settings applied (its encodings and seeds left
     /// at their defaults).
     fn config(&self) -> LengthgenExperimentConfig {
-        let mut cfg = match self.quick {
+        let mut cfg = match self.budget.quick() {
             true => LengthgenExperimentConfig::quick(self.task),
             false => LengthgenExperimentConfig::full(self.task),
         };
@@ -276,7 +275,7 @@ pub struct ExperimentArgs {
     /// Comma-separated encodings, each `kind`, `kind:key=value:…` (`label=` names it,
     /// `randomized=R` trains it at randomized positions) or a JSON object [default: every
     /// registered encoding, a learned table reaching the longest test, then sinusoidal,
-    /// learned, rope, alibi and t5 at randomized positions over that reach; with --quick:
+    /// learned, rope, alibi and t5 at randomized positions over that reach; with --budget quick:
     /// none, sinusoidal, rope, alibi].
     #[arg(long)]
     encodings: Option<super::EncodingList>,
@@ -286,7 +285,7 @@ pub struct ExperimentArgs {
     /// Tested lengths, comma-separated [default: 16 lengths up to 4 × the longest trained].
     #[arg(long, value_delimiter = ',')]
     test_lengths: Option<Vec<usize>>,
-    /// Test instances per length [default: 100; with --quick: 64].
+    /// Test instances per length [default: 100; with --budget quick: 64].
     #[arg(long)]
     test_instances: Option<usize>,
     /// Output directory: one run per encoding and seed, results.md, results.json and plots.
@@ -305,7 +304,7 @@ impl ExperimentArgs {
         cfg.test_instances = self.test_instances.unwrap_or(cfg.test_instances);
         cfg.encodings = match self.encodings {
             Some(list) => list.0,
-            None if self.settings.quick => cfg.encodings,
+            None if self.settings.budget.quick() => cfg.encodings,
             None => cfg.default_encodings(),
         };
         let opts = RunOptions {

@@ -191,14 +191,14 @@ pub struct ExperimentArgs {
     out: PathBuf,
     /// Comma-separated encodings, each `kind`, `kind:key=value:…` (`label=` names it,
     /// `randomized=R` trains it at randomized positions) or a JSON object [default: every
-    /// registered encoding, learned with a table of L rows; with --quick: none,
+    /// registered encoding, learned with a table of L rows; with --budget quick: none,
     /// sinusoidal, rope, alibi].
     #[arg(long)]
     encodings: Option<super::EncodingList>,
     /// Seeds per encoding: the runs of each are its mean ± standard deviation.
     #[arg(long)]
     seeds: Option<usize>,
-    /// Optimizer steps per encoding [default: 2000; with --quick: 300].
+    /// Optimizer steps per encoding [default: 2000; with --budget quick: 300].
     #[arg(long)]
     steps: Option<usize>,
     /// The training context L.
@@ -215,12 +215,11 @@ pub struct ExperimentArgs {
     /// 2023); the default learned table then has this many rows.
     #[arg(long)]
     randomized_positions: Option<usize>,
-    /// A smaller budget: minutes, not half an hour.
-    #[arg(long)]
-    quick: bool,
+    #[command(flatten)]
+    budget: super::BudgetArg,
     /// A JSON training config for every run (model size, steps, batch, schedule), as
-    /// `lm train --config` takes; the flags above override it.
-    #[arg(long, conflicts_with = "quick")]
+    /// `lm train --config` takes; the flags above override it (not with `--budget quick`).
+    #[arg(long)]
     base: Option<PathBuf>,
     /// The corpus directory [default: .cache/shakespeare].
     #[arg(long)]
@@ -693,7 +692,11 @@ fn passkey(a: PasskeyArgs, out: &mut impl Write) -> Result<()> {
 }
 
 fn experiment(a: ExperimentArgs, out: &mut impl Write) -> Result<()> {
-    let mut cfg = if a.quick {
+    anyhow::ensure!(
+        !(a.budget.quick() && a.base.is_some()),
+        "--base and --budget quick both set the runs' config: give one"
+    );
+    let mut cfg = if a.budget.quick() {
         LmExperimentConfig::quick()
     } else {
         LmExperimentConfig::full()
@@ -705,7 +708,7 @@ fn experiment(a: ExperimentArgs, out: &mut impl Write) -> Result<()> {
         cfg.base.model.context = c;
     }
     cfg.base.randomized_positions = a.randomized_positions;
-    if a.encodings.is_none() && !a.quick {
+    if a.encodings.is_none() && !a.budget.quick() {
         let rows = a.randomized_positions.unwrap_or(cfg.base.model.context);
         cfg.encodings = lm_experiment::default_encodings(rows);
     }

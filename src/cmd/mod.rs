@@ -69,6 +69,36 @@ fn peak_note(peak_rss_mb: Option<f64>) -> String {
     peak_rss_mb.map_or(String::new(), |mb| format!(", peak {mb:.0} MB"))
 }
 
+/// How much a run or a grid of runs spends: the study's own settings, or a few minutes on
+/// two cores.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Budget {
+    /// The study's settings.
+    #[default]
+    Full,
+    /// Fewer steps, encodings and test instances: minutes, not half an hour.
+    Quick,
+}
+
+/// `--budget full|quick`. Its earlier spelling, `--quick`, still works (hidden): it sat
+/// one typo from `--quiet`, and the slip ran the full budget without a word.
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub struct BudgetArg {
+    /// How much to spend: `full` (the study's settings) or `quick` (minutes on two cores).
+    #[arg(long, value_enum, default_value_t = Budget::Full)]
+    budget: Budget,
+    /// The same as `--budget quick`.
+    #[arg(long, hide = true, conflicts_with = "budget")]
+    quick: bool,
+}
+
+impl BudgetArg {
+    /// Whether the quick budget was asked for, in either spelling.
+    pub fn quick(&self) -> bool {
+        self.quick || self.budget == Budget::Quick
+    }
+}
+
 /// Where a command computes: `cpu` (the default), `cuda` / `cuda:N` (a build with
 /// `--features cuda`) or `metal` / `metal:N` (`--features metal`). The fused kernels are
 /// the CPU's; on a GPU every op is candle's.
@@ -327,6 +357,28 @@ fn without_backtrace(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::DeviceArg;
+
+    /// `--budget quick` and its earlier spelling `--quick` ask for the same; without either
+    /// the budget is full; both at once are refused, and so is a budget with no name.
+    #[test]
+    fn the_budget_reads_both_spellings() {
+        use clap::Parser;
+        #[derive(Parser, Debug)]
+        struct Cmd {
+            #[command(flatten)]
+            budget: super::BudgetArg,
+        }
+        let quick = |args: &[&str]| {
+            Cmd::try_parse_from(std::iter::once("cmd").chain(args.iter().copied()))
+                .map(|c| c.budget.quick())
+        };
+        assert!(quick(&["--budget", "quick"]).unwrap());
+        assert!(quick(&["--quick"]).unwrap());
+        assert!(!quick(&[]).unwrap());
+        assert!(!quick(&["--budget", "full"]).unwrap());
+        assert!(quick(&["--budget", "full", "--quick"]).is_err());
+        assert!(quick(&["--budget", "fast"]).is_err());
+    }
 
     /// A backtrace in an error's text (candle's, with `RUST_BACKTRACE` set) is cut at its
     /// first frame; a message of several lines without one is kept whole.
