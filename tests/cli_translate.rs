@@ -35,12 +35,49 @@ fn translate_reads_arguments_or_stdin_and_names_unknown_words() {
     let (stdout, stderr) = text(&out);
     assert!(!out.status.success());
     assert!(
-        stderr.contains("`moon`") && stderr.contains("line 3"),
+        stderr.contains("`moon`") && stderr.contains("line 3") && stderr.contains("1 of 3"),
         "{stderr}"
     );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines.len(),
+        3,
+        "the good lines are printed, the bad one left empty: {stdout}"
+    );
     assert!(
-        stdout.is_empty(),
-        "nothing is printed when an input line is bad: {stdout}"
+        !lines[0].is_empty() && !lines[1].is_empty() && lines[2].is_empty(),
+        "{stdout}"
+    );
+
+    // --strict stops at the first bad line and prints nothing.
+    let out = with_stdin(
+        &[
+            "translate".as_ref(),
+            "--strict".as_ref(),
+            "--model".as_ref(),
+            model.as_os_str(),
+        ],
+        "the dog runs\nthe cow swims near the moon\n",
+    );
+    let (stdout, stderr) = text(&out);
+    assert!(
+        !out.status.success() && stderr.contains("`moon`"),
+        "{stderr}"
+    );
+    assert!(stdout.is_empty(), "--strict printed {stdout}");
+
+    // An empty sentence given as an argument is a mistake, named.
+    let out = posenc()
+        .args(["translate", "--model"])
+        .arg(&model)
+        .args(["the dog runs", " "])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        text(&out).1.contains("sentence 2 is empty"),
+        "{}",
+        text(&out).1
     );
 
     let out = posenc()

@@ -128,18 +128,58 @@ impl DecodeArgs {
 pub struct TranslateArgs {
     #[command(flatten)]
     decode: DecodeArgs,
-    /// English sentences; with none, one per line from standard input.
+    /// Stop at the first sentence that cannot be translated, printing nothing; by default
+    /// each bad one is named on standard error, its output line left empty, and the good
+    /// ones are printed.
+    #[arg(long)]
+    strict: bool,
+    /// English sentences; with none, one per line from standard input (where an empty line
+    /// stays an empty line).
     sentences: Vec<String>,
 }
 
 impl TranslateArgs {
     /// Runs the command.
     pub fn run(self, out: &mut impl Write) -> Result<()> {
+        if let Some(i) = self.sentences.iter().position(|s| s.trim().is_empty()) {
+            anyhow::bail!("sentence {} is empty: there is nothing to translate", i + 1);
+        }
         let (translator, cfg) = self.decode.load()?;
         let sentences = super::sentences_or_stdin(self.sentences)?;
-        for line in translator.translate(&sentences, &cfg)? {
-            writeln!(out, "{line}")?;
+        if self.strict {
+            for line in translator.translate(&sentences, &cfg)? {
+                writeln!(out, "{line}")?;
+            }
+            return Ok(());
         }
+        let mut bad = Vec::new();
+        for result in translator.translate_each(&sentences, &cfg)? {
+            match result {
+                Ok(line) => writeln!(out, "{line}")?,
+                Err(e) => {
+                    // The output stays line for line with the input.
+                    writeln!(out)?;
+                    posenc_train::log(&format!("error: {e}"));
+                    bad.push(e.line);
+                }
+            }
+        }
+        anyhow::ensure!(
+            bad.is_empty(),
+            "{} of {} sentences could not be translated ({} {}){}",
+            bad.len(),
+            sentences.len(),
+            if bad.len() == 1 { "line" } else { "lines" },
+            bad.iter()
+                .map(|l| l.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            if bad.len() < sentences.len() {
+                "; the others are printed"
+            } else {
+                ""
+            }
+        );
         Ok(())
     }
 }

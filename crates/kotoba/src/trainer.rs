@@ -609,6 +609,38 @@ impl Translator {
         }
         Ok(out)
     }
+
+    /// Each sentence's translation, or why it has none (a word outside the vocabulary),
+    /// in the input's order: one bad sentence costs only its own line. The good ones are
+    /// translated together, as [`Translator::translate`] does.
+    ///
+    /// # Errors
+    /// A bad [`DecodeConfig`](decode::DecodeConfig), or the model failing to run; a bad
+    /// sentence is not an error of the call but its own entry.
+    pub fn translate_each(
+        &self,
+        sentences: &[String],
+        cfg: &decode::DecodeConfig,
+    ) -> Result<Vec<std::result::Result<String, crate::vocab::UnknownWord>>> {
+        let mut good = Vec::new();
+        let checked: Vec<_> = sentences
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                self.src
+                    .encode(&crate::vocab::normalize(s), i + 1)
+                    .map(|_| {
+                        good.push(s.clone());
+                        good.len() - 1
+                    })
+            })
+            .collect();
+        let done = self.translate(&good, cfg)?;
+        Ok(checked
+            .into_iter()
+            .map(|c| c.map(|j| done[j].clone()))
+            .collect())
+    }
 }
 
 /// Where `posenc kotoba translate` looks by default: the model shipped in the repository.
