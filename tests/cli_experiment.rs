@@ -386,6 +386,15 @@ fn lengthgen_runs_labels_over_seeds_and_writes_tidy_records() {
         stderr(&o)
     );
     assert_eq!(std::fs::read_dir(&run_dir).unwrap().count(), before);
+
+    // `lengthgen eval` of that translation run says it holds no lengthgen run.
+    let e = posenc(&["lengthgen", "eval", "--model", run_dir.to_str().unwrap()]);
+    assert!(!e.status.success());
+    assert!(
+        stderr(&e).contains("holds no lengthgen run"),
+        "{}",
+        stderr(&e)
+    );
 }
 
 /// `posenc lengthgen train` trains one run and `--resume` extends it; `eval` reads it, and

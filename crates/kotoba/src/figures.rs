@@ -182,7 +182,7 @@ pub fn attention(maps: &AttentionMaps, title: &str, path: &Path) -> Result<()> {
     drawn(posenc_plot::attention(&layers, title, path))
 }
 
-/// A figure's error as this task's ([`posenc_train::Error::Task`]).
+/// A figure's error as this task's ([`posenc_train::Error::task`]).
 fn drawn<T>(r: posenc_plot::Result<T>) -> Result<T> {
-    r.map_err(|e| posenc_train::Error::Task(Box::new(e)))
+    r.map_err(posenc_train::Error::task)
 }

@@ -39,7 +39,7 @@ pub struct UnknownWord {
 
 impl From<UnknownWord> for posenc_train::Error {
     fn from(e: UnknownWord) -> Self {
-        Self::Task(Box::new(e))
+        Self::task(e)
     }
 }
 

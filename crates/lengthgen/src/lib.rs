@@ -32,7 +32,7 @@ use std::path::Path;
 use candle_core::{DType, Device, Tensor, D};
 use candle_nn::{VarBuilder, VarMap};
 use posenc::Positions;
-use posenc_error::ensure;
+use posenc_error::{ensure, Context};
 use posenc_transformer::{LanguageModel, LmConfig};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -502,7 +502,8 @@ pub fn resume(out: &Path, steps: Option<usize>, opts: RunOptions) -> Result<Leng
 /// A directory that is not a complete run of this task, or weights that do not fit.
 pub fn load(dir: &Path) -> Result<(LengthgenState, LanguageModel)> {
     let manifest = rundir::verify(dir)?;
-    let state: LengthgenState = rundir::last_state(dir, &manifest)?;
+    let state: LengthgenState = rundir::last_state(dir, &manifest)
+        .context(format!("{} holds no lengthgen run", dir.display()))?;
     let weights = dir.join(posenc_transformer::checkpoint::WEIGHTS_FILE);
     rundir::check_weights(&weights, &manifest.run)?;
     let varmap = VarMap::new();

@@ -96,7 +96,7 @@ pub fn passkey(cfg: &PasskeyConfig, accuracy: &[Vec<f64>], title: &str, path: &P
     ))
 }
 
-/// A figure's error as this task's ([`posenc_train::Error::Task`]).
+/// A figure's error as this task's ([`posenc_train::Error::task`]).
 fn drawn<T>(r: posenc_plot::Result<T>) -> Result<T> {
-    r.map_err(|e| posenc_train::Error::Task(Box::new(e)))
+    r.map_err(posenc_train::Error::task)
 }

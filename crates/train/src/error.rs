@@ -46,6 +46,11 @@ pub enum Error {
     Candle(#[from] candle_core::Error),
 }
 impl Error {
+    /// A task's own error, as [`Error::Task`].
+    pub fn task(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        Self::Task(e.into())
+    }
+
     /// Any error of a caller's callback, as [`Error::Callback`].
     pub fn callback(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
         Self::Callback(e.into())

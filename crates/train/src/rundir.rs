@@ -419,7 +419,7 @@ impl RunDir {
     pub fn open(dir: &Path) -> Result<(Self, Manifest)> {
         ensure!(
             dir.is_dir(),
-            "{} is not a run directory (--resume continues a run written by `posenc kotoba train` or `posenc lm train`)",
+            "{} is not a run directory (--resume continues a run that a `train` command wrote)",
             dir.display()
         );
         verify(dir)?;
