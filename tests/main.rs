@@ -5,6 +5,7 @@ mod cli_encoding;
 mod cli_experiment;
 mod cli_faults;
 mod cli_generate;
+mod cli_grid;
 mod cli_lm;
 mod cli_translate;
 mod common;

@@ -5,20 +5,14 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
-use posenc_kotoba::experiment::{self, ExperimentConfig};
+use posenc_kotoba::experiment::ExperimentConfig;
 use posenc_train::fit::RunOptions;
 
 /// `posenc kotoba experiment`
 #[derive(Args, Debug)]
 pub struct ExperimentArgs {
-    /// Comma-separated encodings, each `kind`, `kind:key=value:…` (`label=` names it,
-    /// `randomized=R` trains it at randomized positions) or a JSON object [default: every
-    /// kind; with --budget quick: none,sinusoidal].
-    #[arg(long)]
-    encodings: Option<super::EncodingList>,
-    /// Seeds per encoding: each row is then their mean ± standard deviation.
-    #[arg(long)]
-    seeds: Option<usize>,
+    #[command(flatten)]
+    grid: super::GridArgs,
     /// Optimizer steps per encoding [default: 1000; with --budget quick: 500].
     #[arg(long)]
     steps: Option<usize>,
@@ -46,20 +40,21 @@ impl ExperimentArgs {
         } else {
             ExperimentConfig::full()
         };
-        if let Some(e) = self.encodings {
-            cfg.encodings = e.0;
+        if let Some(e) = &self.grid.encodings {
+            cfg.encodings = e.0.clone();
         }
         cfg.base.steps = self.steps.unwrap_or(cfg.base.steps);
         cfg.base.seed = self.seed.unwrap_or(cfg.base.seed);
         cfg.base.randomized_positions = self.randomized_positions;
-        cfg.seeds = self.seeds.unwrap_or(cfg.seeds);
+        cfg.seeds = self.grid.seeds.unwrap_or(cfg.seeds);
         let opts = RunOptions {
             quiet: self.quiet,
             force: false,
             stop_after: None,
         };
-        let result = experiment::run(&cfg, &self.out, opts)?;
-        let plots = posenc_kotoba::figures::experiment(&result, &self.out)?;
-        super::report_experiment(out, &result.table(), &self.out, &plots)
+        self.grid.run(&cfg, &self.out, opts, out, |results| {
+            let plots = posenc_kotoba::figures::experiment(results, &self.out)?;
+            Ok((results.table(), plots))
+        })
     }
 }

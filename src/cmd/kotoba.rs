@@ -15,6 +15,9 @@ pub enum KotobaCommand {
     /// Exact match and BLEU of a model on every evaluation split.
     Eval(super::translate::EvalArgs),
     /// Train the toy model once per positional encoding and compare them.
+    ///
+    /// The lineup: every registered kind at its defaults, one seed; with --budget quick:
+    /// none and sinusoidal.
     Experiment(super::experiment::ExperimentArgs),
 }
 

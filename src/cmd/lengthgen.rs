@@ -52,7 +52,10 @@ pub enum LengthgenCommand {
     /// trained ones, compared.
     ///
     /// The decoder has 3 layers of width 64 with 4 heads (0.15 M parameters) unless
-    /// --d-model, --layers or --heads say otherwise.
+    /// --d-model, --layers or --heads say otherwise. The lineup: every registered encoding
+    /// (a learned table reaching the longest test), then sinusoidal, learned, rope, alibi
+    /// and t5 at randomized positions over that reach, 3 seeds each; with --budget quick:
+    /// none, sinusoidal, rope and alibi.
     Experiment(ExperimentArgs),
 }
 
@@ -272,16 +275,8 @@ fn table(cfg: &LengthgenConfig, scores: &[LengthScore]) -> String {
 pub struct ExperimentArgs {
     #[command(flatten)]
     settings: RunSettings,
-    /// Comma-separated encodings, each `kind`, `kind:key=value:…` (`label=` names it,
-    /// `randomized=R` trains it at randomized positions) or a JSON object [default: every
-    /// registered encoding, a learned table reaching the longest test, then sinusoidal,
-    /// learned, rope, alibi and t5 at randomized positions over that reach; with --budget quick:
-    /// none, sinusoidal, rope, alibi].
-    #[arg(long)]
-    encodings: Option<super::EncodingList>,
-    /// Seeds per encoding [default: 3].
-    #[arg(long)]
-    seeds: Option<usize>,
+    #[command(flatten)]
+    grid: super::GridArgs,
     /// Tested lengths, comma-separated [default: 16 lengths up to 4 × the longest trained].
     #[arg(long, value_delimiter = ',')]
     test_lengths: Option<Vec<usize>>,
@@ -300,10 +295,10 @@ impl ExperimentArgs {
         if let Some(t) = self.test_lengths {
             cfg.test_lengths = t;
         }
-        cfg.seeds = self.seeds.unwrap_or(cfg.seeds);
+        cfg.seeds = self.grid.seeds.unwrap_or(cfg.seeds);
         cfg.test_instances = self.test_instances.unwrap_or(cfg.test_instances);
-        cfg.encodings = match self.encodings {
-            Some(list) => list.0,
+        cfg.encodings = match &self.grid.encodings {
+            Some(list) => list.0.clone(),
             None if self.settings.budget.quick() => cfg.encodings,
             None => cfg.default_encodings(),
         };
@@ -312,8 +307,9 @@ impl ExperimentArgs {
             force: false,
             stop_after: None,
         };
-        let result = experiment::run(&cfg, &self.out, opts)?;
-        let plots = posenc_lengthgen::figures::lengthgen(&result, &self.out)?;
-        super::report_experiment(out, &result.table(), &self.out, &plots)
+        self.grid.run(&cfg, &self.out, opts, out, |results| {
+            let plots = posenc_lengthgen::figures::lengthgen(results, &self.out)?;
+            Ok((results.table(), plots))
+        })
     }
 }

@@ -189,15 +189,8 @@ pub struct ExperimentArgs {
     /// Output directory: one run per encoding, results.md, results.json and plots.
     #[arg(long, default_value = "runs/lm-experiment")]
     out: PathBuf,
-    /// Comma-separated encodings, each `kind`, `kind:key=value:…` (`label=` names it,
-    /// `randomized=R` trains it at randomized positions) or a JSON object [default: every
-    /// registered encoding, learned with a table of L rows; with --budget quick: none,
-    /// sinusoidal, rope, alibi].
-    #[arg(long)]
-    encodings: Option<super::EncodingList>,
-    /// Seeds per encoding: the runs of each are its mean ± standard deviation.
-    #[arg(long)]
-    seeds: Option<usize>,
+    #[command(flatten)]
+    grid: super::GridArgs,
     /// Optimizer steps per encoding [default: 2000; with --budget quick: 300].
     #[arg(long)]
     steps: Option<usize>,
@@ -249,6 +242,9 @@ pub enum LmCommand {
     /// (Mohtashami & Jaggi 2023).
     Passkey(PasskeyArgs),
     /// One model per encoding, evaluated at 1, 2, 4 and 8 times the trained context.
+    ///
+    /// The lineup: every registered encoding (learned with a table of L rows), one seed;
+    /// with --budget quick: none, sinusoidal, rope and alibi.
     Experiment(ExperimentArgs),
 }
 
@@ -708,29 +704,36 @@ fn experiment(a: ExperimentArgs, out: &mut impl Write) -> Result<()> {
         cfg.base.model.context = c;
     }
     cfg.base.randomized_positions = a.randomized_positions;
-    if a.encodings.is_none() && !a.budget.quick() {
+    if a.grid.encodings.is_none() && !a.budget.quick() {
         let rows = a.randomized_positions.unwrap_or(cfg.base.model.context);
         cfg.encodings = lm_experiment::default_encodings(rows);
     }
-    if let Some(e) = a.encodings {
-        cfg.encodings = e.0;
+    if let Some(e) = &a.grid.encodings {
+        cfg.encodings = e.0.clone();
     }
     cfg.base.steps = a.steps.unwrap_or(cfg.base.steps);
     cfg.base.seed = a.seed.unwrap_or(cfg.base.seed);
-    cfg.seeds = a.seeds.unwrap_or(cfg.seeds);
+    cfg.seeds = a.grid.seeds.unwrap_or(cfg.seeds);
     if let Some(mut factors) = a.factors {
         factors.sort_unstable();
         factors.dedup();
         cfg.factors = factors;
     }
     cfg.base.validate()?;
+    posenc_train::experiment::check_out::<lm_experiment::LmExperimentRun>(&a.out)?;
     let corpus = load_corpus(a.corpus)?;
     let opts = RunOptions {
         quiet: a.quiet,
         force: false,
         stop_after: None,
     };
-    let result = lm_experiment::run(&cfg, &corpus, &a.out, opts, &a.device.0)?;
-    let plots = posenc_lm::figures::lm_experiment(&result, &a.out)?;
-    super::report_experiment(out, &result.table(), &a.out, &plots)
+    let experiment = lm_experiment::LmExperimentRun {
+        config: &cfg,
+        corpus: &corpus,
+        device: &a.device.0,
+    };
+    a.grid.run(&experiment, &a.out, opts, out, |results| {
+        let plots = posenc_lm::figures::lm_experiment(results, &a.out)?;
+        Ok((results.table(), plots))
+    })
 }

@@ -15,8 +15,11 @@ pub mod translate;
 
 use std::io::{BufRead, Write};
 
+use std::path::{Path, PathBuf};
+
 use anyhow::{Context, Result};
-use posenc_kotoba::experiment::{RESULTS_JSON, RESULTS_MD};
+use posenc_train::experiment::{Experiment, Shard};
+use posenc_train::results::{RESULTS_JSON, RESULTS_MD};
 
 /// A comma-separated list of labelled encodings ([`posenc_train::labelled`]): each a kind,
 /// `kind:key=value:…` or a JSON object; commas inside a JSON object do not split it
@@ -32,22 +35,65 @@ impl std::str::FromStr for EncodingList {
     }
 }
 
-/// Prints an experiment's table, then where its results and plots are.
-pub fn report_experiment(
-    out: &mut impl Write,
-    table: &str,
-    dir: &std::path::Path,
-    plots: &[std::path::PathBuf],
-) -> Result<()> {
-    write!(out, "{table}")?;
-    let plots: Vec<String> = plots.iter().map(|p| p.display().to_string()).collect();
-    writeln!(
-        out,
-        "\n{RESULTS_MD} and {RESULTS_JSON} in {}; plots: {}",
-        dir.display(),
-        plots.join(", ")
-    )?;
-    Ok(())
+/// The grid of an experiment, the same flags for every task: which encodings, how many
+/// seeds, and which part of the grid this process runs.
+#[derive(clap::Args, Debug)]
+pub struct GridArgs {
+    /// Comma-separated encodings, each `kind`, `kind:key=value:…` (`label=` names it,
+    /// `randomized=R` trains it at randomized positions) or a JSON object [default: the
+    /// experiment's lineup, above].
+    #[arg(long)]
+    pub encodings: Option<EncodingList>,
+    /// Seeds per encoding: each row is then their mean ± standard deviation [default: the
+    /// experiment's, above].
+    #[arg(long)]
+    pub seeds: Option<usize>,
+    /// Run only every N-th cell (encoding × seed) of the grid, starting at the I-th, and
+    /// write them into shard-I-of-N.json in --out: one process or machine per shard.
+    #[arg(long, value_name = "I/N", conflicts_with = "merge")]
+    pub shard: Option<Shard>,
+    /// Join the shards in --out (every shard-I-of-N.json, run with these same settings)
+    /// into the results.json one process would have written, and draw its figures.
+    #[arg(long)]
+    pub merge: bool,
+}
+
+impl GridArgs {
+    /// Runs `experiment` into `dir` as these flags say (the whole grid, one shard, or the
+    /// merge of the shards), then prints its table and where its results and figures are;
+    /// `figures` draws them.
+    pub fn run<E: Experiment>(
+        &self,
+        experiment: &E,
+        dir: &Path,
+        opts: posenc_train::fit::RunOptions,
+        out: &mut impl Write,
+        figures: impl FnOnce(&E::Results) -> Result<(String, Vec<PathBuf>)>,
+    ) -> Result<()> {
+        let results = match (self.shard, self.merge) {
+            (Some(shard), _) => {
+                let path = posenc_train::experiment::run_shard(experiment, dir, opts, shard)?;
+                writeln!(
+                    out,
+                    "shard {shard} done: {}; once every shard is done, join them with --merge",
+                    path.display()
+                )?;
+                return Ok(());
+            }
+            (None, true) => posenc_train::experiment::merge(experiment, dir)?,
+            (None, false) => posenc_train::experiment::run(experiment, dir, opts)?,
+        };
+        let (table, plots) = figures(&results)?;
+        write!(out, "{table}")?;
+        let plots: Vec<String> = plots.iter().map(|p| p.display().to_string()).collect();
+        writeln!(
+            out,
+            "\n{RESULTS_MD} and {RESULTS_JSON} in {}; plots: {}",
+            dir.display(),
+            plots.join(", ")
+        )?;
+        Ok(())
+    }
 }
 
 /// The sentences given as arguments, or with none, one per line from standard input.

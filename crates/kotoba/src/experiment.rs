@@ -8,12 +8,10 @@
 //! | test-long | does it carry over to 3–4 clauses, longer than anything trained on? |
 //! | valid loss | the label-smoothed loss it was trained on, at the end |
 //!
-//! Each labelled encoding ([`posenc_train::labelled`]) trains into `out/<label>/` (with several
-//! seeds, `out/<label>/seed-<seed>/`; a run of the first seed stays where it is when the
-//! number of seeds changes) with [`trainer::train`]. A finished run there
-//! with the same config is reused, and an unfinished one (or one given more steps) resumed,
-//! so an interrupted experiment continues where it stopped; a run with a different config
-//! is an error rather than being overwritten. A run whose loss diverges is reported as such.
+//! [`ExperimentConfig`] is an [`posenc_train::experiment::Experiment`]: the one driver
+//! runs it (`posenc_train::experiment::run`), training each labelled encoding and seed with
+//! [`trainer::train`] into its own directory, reusing, resuming, sharding and recording
+//! divergence as it does for every task.
 
 use std::path::Path;
 
@@ -25,9 +23,10 @@ use serde::{Deserialize, Serialize};
 use crate::data::DataConfig;
 use crate::decode::DecodeConfig;
 use crate::eval::{evaluate, SplitReport};
-use crate::trainer::{self, Diverged, Record, RunOptions, TrainConfig, TrainerState, Translator};
-use posenc_train::labelled::{check_seeds, check_unique, distinct, Labelled, RunKey};
-use posenc_train::results::{check_out_dir, find_run, load_results, save_results, spread, Found};
+use crate::trainer::{self, Record, RunOptions, TrainConfig, TrainerState, Translator};
+use posenc_train::experiment::{Cell, Grid, Outcome, Start};
+use posenc_train::labelled::{distinct, Labelled, RunKey};
+use posenc_train::results::{load_results, save_results, spread};
 
 pub use posenc_train::results::{RESULTS_JSON, RESULTS_MD};
 
@@ -94,23 +93,6 @@ impl ExperimentConfig {
                 .collect(),
             seeds: 1,
         }
-    }
-
-    /// The seeds each entry runs with.
-    pub fn seed_list(&self) -> Vec<u64> {
-        (0..self.seeds as u64).map(|i| self.base.seed + i).collect()
-    }
-
-    /// Where the run of the entry labelled `label` with `seed` trains under `out`.
-    pub fn run_dir(&self, out: &Path, label: &str, seed: u64) -> Option<std::path::PathBuf> {
-        let entry = self.encodings.iter().find(|e| e.label == label)?;
-        Some(posenc_train::rundir::seed_dir(
-            out,
-            entry,
-            self.seeds,
-            self.base.seed,
-            seed,
-        ))
     }
 }
 
@@ -247,84 +229,103 @@ pub struct Experiment {
     pub records: Vec<TranslationRecord>,
 }
 
-/// Trains and evaluates every encoding of `cfg` under `out`, writing `results.json` and
-/// `results.md` after each one (so an interrupted experiment still shows its rows).
-pub fn run(cfg: &ExperimentConfig, out: &Path, opts: RunOptions) -> Result<Experiment> {
-    check_unique(&cfg.encodings)?;
-    check_seeds(cfg.base.seed, cfg.seeds)?;
-    check_out_dir::<Experiment>(out, "a translation experiment")?;
-    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-    let mut experiment = Experiment {
-        config: cfg.clone(),
-        results: Vec::new(),
-        records: Vec::new(),
-    };
-    for entry in &cfg.encodings {
-        for seed in cfg.seed_list() {
-            if !opts.quiet {
-                posenc_train::log(&format!("== {} (seed {seed}) ==", entry.label));
-            }
-            let train_cfg = TrainConfig {
-                model: posenc_transformer::Config {
-                    encoding: entry.encoding.clone().into(),
-                    ..cfg.base.model.clone()
-                },
-                seed,
-                randomized_positions: entry.randomized_positions.or(cfg.base.randomized_positions),
-                ..cfg.base.clone()
-            };
-            let dir = posenc_train::rundir::seed_dir(out, entry, cfg.seeds, cfg.base.seed, seed);
-            let (metrics, diverged, state) = match train_or_reuse(train_cfg, &dir, opts)? {
-                Ok(state) => {
-                    let translator = Translator::load(&dir)?;
-                    let reports = evaluate(&translator, &cfg.base.data, &DecodeConfig::default())?;
-                    let metrics = Metrics::from_reports(&reports, &state.history)?;
-                    (Some(metrics), None, Some(state))
-                }
-                Err((diverged, state)) => (None, Some(diverged.to_string()), state),
-            };
-            experiment.results.push(EncodingResult {
-                label: entry.label.clone(),
-                seed,
-                encoding: entry.encoding.clone(),
-                metrics,
-                diverged,
-                history: state
-                    .as_ref()
-                    .map(|s| s.history.clone())
-                    .unwrap_or_default(),
-                train_s: state.as_ref().map_or(0.0, |s| s.elapsed_s),
-                tokens_per_s: state.as_ref().map_or(0.0, |s| s.tokens_per_second()),
-                peak_rss_mb: state.as_ref().and_then(|s| s.peak_rss_mb),
-            });
-            experiment.records = experiment.tidy();
-            experiment.save(out)?;
+impl posenc_train::experiment::Experiment for ExperimentConfig {
+    const KIND: &'static str = "a translation experiment";
+    type Config = Self;
+    type Run = TrainConfig;
+    type Record = Record;
+    type Data = ();
+    type Facts = ();
+    type Cell = EncodingResult;
+    type Results = Experiment;
+
+    fn config(&self) -> &Self {
+        self
+    }
+
+    fn grid(&self) -> Grid<'_> {
+        Grid::new(&self.encodings, self.base.seed, self.seeds)
+    }
+
+    fn prepare(&self) -> Result<((), ())> {
+        Ok(((), ()))
+    }
+
+    fn run_config(&self, _: &(), entry: &Labelled, seed: u64) -> TrainConfig {
+        TrainConfig {
+            model: posenc_transformer::Config {
+                encoding: entry.encoding.clone().into(),
+                ..self.base.model.clone()
+            },
+            seed,
+            randomized_positions: entry
+                .randomized_positions
+                .or(self.base.randomized_positions),
+            ..self.base.clone()
         }
     }
-    Ok(experiment)
-}
 
-/// Trains `cfg` into `dir`, or reuses/resumes the run already there. A divergence comes
-/// back as the inner error, with the state of the last checkpoint if there is one.
-#[allow(clippy::type_complexity)]
-fn train_or_reuse(
-    cfg: TrainConfig,
-    dir: &Path,
-    opts: RunOptions,
-) -> Result<std::result::Result<TrainerState, (Diverged, Option<TrainerState>)>> {
-    let outcome = match find_run(dir, &cfg, |previous: &TrainerState| {
-        previous.config.differences(&cfg)
-    })? {
-        Found::Finished(previous) => return Ok(Ok(previous)),
-        Found::Unfinished => trainer::resume(dir, Some(cfg.steps), opts),
-        Found::Nothing => trainer::train(cfg, dir, opts),
-    };
-    match outcome {
-        Ok(state) => Ok(Ok(state)),
-        Err(e) => match e.diverged() {
-            Some(d) => Ok(Err((d, TrainerState::load(dir).ok()))),
-            None => Err(e),
-        },
+    fn differences(&self, previous: &TrainConfig, wanted: &TrainConfig) -> Vec<String> {
+        previous.differences(wanted)
+    }
+
+    fn train(
+        &self,
+        _: &(),
+        run: &TrainConfig,
+        dir: &Path,
+        start: Start,
+        opts: RunOptions,
+    ) -> Result<TrainerState> {
+        match start {
+            Start::New => trainer::train(run.clone(), dir, opts),
+            Start::Resume => trainer::resume(dir, Some(run.steps), opts),
+        }
+    }
+
+    fn record(
+        &self,
+        _: &(),
+        cell: &Cell<'_, TrainConfig>,
+        outcome: Outcome<TrainerState>,
+    ) -> Result<EncodingResult> {
+        let (metrics, diverged, state) = match outcome {
+            Outcome::Trained(state) => {
+                let translator = Translator::load(&cell.dir)?;
+                let reports = evaluate(&translator, &self.base.data, &DecodeConfig::default())?;
+                let metrics = Metrics::from_reports(&reports, &state.history)?;
+                (Some(metrics), None, Some(state))
+            }
+            Outcome::Diverged(diverged, state) => (None, Some(diverged.to_string()), state),
+        };
+        Ok(EncodingResult {
+            label: cell.entry.label.clone(),
+            seed: cell.seed,
+            encoding: cell.entry.encoding.clone(),
+            metrics,
+            diverged,
+            history: state
+                .as_ref()
+                .map(|s| s.history.clone())
+                .unwrap_or_default(),
+            train_s: state.as_ref().map_or(0.0, |s| s.elapsed_s),
+            tokens_per_s: state.as_ref().map_or(0.0, |s| s.tokens_per_second()),
+            peak_rss_mb: state.as_ref().and_then(|s| s.peak_rss_mb),
+        })
+    }
+
+    fn results(&self, _: &(), cells: Vec<EncodingResult>) -> Experiment {
+        let mut experiment = Experiment {
+            config: self.clone(),
+            results: cells,
+            records: Vec::new(),
+        };
+        experiment.records = experiment.tidy();
+        experiment
+    }
+
+    fn markdown(results: &Experiment) -> String {
+        results.markdown()
     }
 }
 

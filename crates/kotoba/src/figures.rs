@@ -25,7 +25,8 @@ pub const ATTENTION_SENTENCE: &str = "the small cat sees the dog in the park";
 pub fn experiment(exp: &Experiment, out: &Path) -> Result<Vec<PathBuf>> {
     let mut written = results_figures(exp, out)?;
     for r in exp.results.iter().filter(|r| r.metrics.is_some()) {
-        let Some(dir) = exp.config.run_dir(out, &r.label, r.seed) else {
+        let Some(dir) = posenc_train::experiment::run_dir(&exp.config, out, &r.label, r.seed)
+        else {
             continue;
         };
         let translator = Translator::load(&dir)?;

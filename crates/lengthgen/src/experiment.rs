@@ -1,10 +1,9 @@
 //! `posenc lengthgen`: one run per labelled encoding and seed on one problem, each tested
 //! for exact answers at lengths inside and past the trained range.
 //!
-//! Runs train into `out/<label>/seed-<seed>/`. A finished run there with the same settings
-//! is reused and an unfinished one resumed, so an interrupted experiment continues where
-//! it stopped; a run with other settings is an error, never overwritten. Every run is
-//! tested on the same instances (drawn from a fixed stream per length, held out from
+//! [`LengthgenExperimentConfig`] is an [`Experiment`]: the one driver trains each labelled
+//! encoding and seed into its own directory, reusing, resuming, sharding and recording
+//! divergence as it does for every task. Every run is tested on the same instances (drawn from a fixed stream per length, held out from
 //! training at the trained lengths), so encodings and seeds compare instance for instance.
 //!
 //! `results.json` holds tidy records, one per run and test length:
@@ -26,12 +25,16 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use super::problems::{Instance, Problem};
-use super::{load, resume, score, test_instances, train, LengthgenConfig, LengthgenState, Score};
+use super::{
+    load, resume, score, test_instances, train, LengthgenConfig, LengthgenRecord, LengthgenState,
+    Score,
+};
 use posenc_error::{ensure, Context};
 use posenc_train::error::Result;
+use posenc_train::experiment::{Cell, Experiment, Grid, Outcome, Start};
 use posenc_train::fit::RunOptions;
 use posenc_train::labelled::{check_seeds, check_unique, Labelled, RunKey};
-use posenc_train::results::{differences, find_run, mean_sd, Found};
+use posenc_train::results::{differences, mean_sd};
 use posenc_transformer::LanguageModel;
 
 /// The stream every run's test instances come from (length `n` uses sub-stream `n`).
@@ -232,87 +235,134 @@ pub struct LengthgenExperiment {
     pub runs: Vec<RunRecord>,
 }
 
-/// Trains and tests every entry and seed of `cfg` under `out`, writing `results.json` and
-/// `results.md` after each run.
-///
-/// # Errors
-/// Bad settings (before anything is written), a run directory holding other settings or
-/// foreign files, or a failed write. A diverging run is recorded, not an error.
-pub fn run(
-    cfg: &LengthgenExperimentConfig,
-    out: &Path,
-    opts: RunOptions,
-) -> Result<LengthgenExperiment> {
-    cfg.validate()?;
-    posenc_train::results::check_out_dir::<LengthgenExperiment>(out, "a lengthgen experiment")?;
-    let hi = cfg.base.train_lengths[1];
-    let tests = test_set(cfg.base.task, hi, &cfg.test_lengths, cfg.test_instances);
-    let mut exp = LengthgenExperiment {
-        task: cfg.base.task,
-        train_lengths: cfg.base.train_lengths,
-        config: cfg.clone(),
-        records: Vec::new(),
-        runs: Vec::new(),
-    };
-    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-    for entry in &cfg.encodings {
-        for seed in (0..cfg.seeds as u64).map(|i| cfg.base.seed + i) {
-            if !opts.quiet {
-                posenc_train::log(&format!("── {} (seed {seed}) ──", entry.label));
-            }
-            let run_cfg = cfg.run_config(entry, seed);
-            let dir = out
-                .join(entry.dir_name())
-                .join(posenc_train::rundir::seed_dir_name(seed));
-            let state = match train_or_reuse(&run_cfg, &dir, opts) {
-                Ok(state) => state,
-                Err(e) => match e.diverged() {
-                    Some(d) => {
-                        exp.runs.push(RunRecord {
-                            label: entry.label.clone(),
-                            seed,
-                            steps: d.step,
-                            train_s: 0.0,
-                            peak_rss_mb: None,
-                            valid_exact: None,
-                            diverged: Some(d.to_string()),
-                        });
-                        exp.save(out)?;
-                        continue;
-                    }
-                    None => return Err(e),
-                },
-            };
-            let (_, model) = load(&dir)?;
-            for t in evaluate(&model, &run_cfg, &tests)? {
-                exp.records.push(TestRecord {
-                    task: cfg.base.task,
-                    run: RunKey::new(
-                        &entry.label,
-                        &entry.encoding,
+/// What one cell of a lengthgen experiment leaves: its run and its test records.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LengthgenCell {
+    /// The run.
+    pub run: RunRecord,
+    /// Its accuracy at each tested length (none where it diverged).
+    pub records: Vec<TestRecord>,
+}
+
+impl Experiment for LengthgenExperimentConfig {
+    const KIND: &'static str = "a lengthgen experiment";
+    type Config = Self;
+    type Run = LengthgenConfig;
+    type Record = LengthgenRecord;
+    type Data = Vec<(usize, Vec<Instance>)>;
+    type Facts = ();
+    type Cell = LengthgenCell;
+    type Results = LengthgenExperiment;
+
+    fn config(&self) -> &Self {
+        self
+    }
+
+    fn grid(&self) -> Grid<'_> {
+        Grid::new(&self.encodings, self.base.seed, self.seeds)
+    }
+
+    /// # Errors
+    /// As [`LengthgenExperimentConfig::validate`].
+    fn prepare(&self) -> Result<(Self::Data, ())> {
+        self.validate()?;
+        let hi = self.base.train_lengths[1];
+        let tests = test_set(self.base.task, hi, &self.test_lengths, self.test_instances);
+        Ok((tests, ()))
+    }
+
+    fn run_config(&self, _: &Self::Data, entry: &Labelled, seed: u64) -> LengthgenConfig {
+        LengthgenExperimentConfig::run_config(self, entry, seed)
+    }
+
+    fn train(
+        &self,
+        _: &Self::Data,
+        run: &LengthgenConfig,
+        dir: &Path,
+        start: Start,
+        opts: RunOptions,
+    ) -> Result<LengthgenState> {
+        match start {
+            Start::New => train(run, dir, opts),
+            Start::Resume => resume(dir, Some(run.steps), opts),
+        }
+    }
+
+    fn record(
+        &self,
+        tests: &Self::Data,
+        cell: &Cell<'_, LengthgenConfig>,
+        outcome: Outcome<LengthgenState>,
+    ) -> Result<LengthgenCell> {
+        let (label, seed) = (cell.entry.label.clone(), cell.seed);
+        let state = match outcome {
+            Outcome::Trained(state) => state,
+            Outcome::Diverged(why, _) => {
+                return Ok(LengthgenCell {
+                    run: RunRecord {
+                        label,
                         seed,
-                        run_cfg.randomized_positions,
-                    ),
-                    length: t.length,
-                    trained: t.trained,
-                    instances: t.score.instances,
-                    accuracy: t.score.exact,
-                    token_accuracy: t.score.token,
-                });
+                        steps: why.step,
+                        train_s: 0.0,
+                        peak_rss_mb: None,
+                        valid_exact: None,
+                        diverged: Some(why.to_string()),
+                    },
+                    records: Vec::new(),
+                })
             }
-            exp.runs.push(RunRecord {
-                label: entry.label.clone(),
+        };
+        let (_, model) = load(&cell.dir)?;
+        let key = RunKey::new(
+            &label,
+            &cell.entry.encoding,
+            seed,
+            cell.run.randomized_positions,
+        );
+        let records = evaluate(&model, &cell.run, tests)?
+            .into_iter()
+            .map(|t| TestRecord {
+                task: self.base.task,
+                run: key.clone(),
+                length: t.length,
+                trained: t.trained,
+                instances: t.score.instances,
+                accuracy: t.score.exact,
+                token_accuracy: t.score.token,
+            })
+            .collect();
+        Ok(LengthgenCell {
+            run: RunRecord {
+                label,
                 seed,
                 steps: state.step,
                 train_s: state.elapsed_s,
                 peak_rss_mb: state.peak_rss_mb,
                 valid_exact: state.history.last().map(|r| r.valid_exact),
                 diverged: None,
-            });
-            exp.save(out)?;
+            },
+            records,
+        })
+    }
+
+    fn results(&self, _: &(), cells: Vec<LengthgenCell>) -> LengthgenExperiment {
+        let (runs, records) = cells
+            .into_iter()
+            .map(|c| (c.run, c.records))
+            .unzip::<_, _, Vec<_>, Vec<_>>();
+        LengthgenExperiment {
+            task: self.base.task,
+            train_lengths: self.base.train_lengths,
+            config: self.clone(),
+            records: records.into_iter().flatten().collect(),
+            runs,
         }
     }
-    Ok(exp)
+
+    fn markdown(results: &LengthgenExperiment) -> String {
+        results.markdown()
+    }
 }
 
 /// The test instances of an experiment, or of `posenc lengthgen eval`: `count` at each of
@@ -372,17 +422,6 @@ pub fn evaluate(
             })
         })
         .collect()
-}
-
-/// Trains `cfg` into `dir`, or reuses or resumes the run already there.
-fn train_or_reuse(cfg: &LengthgenConfig, dir: &Path, opts: RunOptions) -> Result<LengthgenState> {
-    match find_run(dir, cfg, |previous: &LengthgenState| {
-        differences(&previous.config, cfg)
-    })? {
-        Found::Finished(previous) => Ok(previous),
-        Found::Unfinished => resume(dir, Some(cfg.steps), opts),
-        Found::Nothing => train(cfg, dir, opts),
-    }
 }
 
 /// Accuracy over seeds at one length of one entry.

@@ -8,12 +8,10 @@
 //! | loss at kL | the mean next-token loss over non-overlapping windows of kL tokens |
 //! | past L | the loss of the positions at or past `L` only, where extrapolation shows |
 //!
-//! Each labelled encoding ([`posenc_train::labelled`]) trains into `out/<label>/` (with several
-//! seeds, `out/<label>/seed-<seed>/`; [`crate::lm_run`]; a run of the first seed stays
-//! where it is when the number of seeds changes). A finished run there with
-//! the same settings is reused and an unfinished one resumed, so an interrupted experiment
-//! continues where it stopped; a run with other settings is an error, never overwritten.
-//! A table of learned positions has no row past its end: it shows as n/a.
+//! [`LmExperimentRun`] is an [`Experiment`]: the one driver trains each labelled encoding
+//! and seed ([`crate::lm_run`]) into its own directory, reusing, resuming, sharding and
+//! recording divergence as it does for every task. A table of learned positions has no row
+//! past its end: it shows as n/a.
 
 use std::path::Path;
 
@@ -25,12 +23,12 @@ use tokenizers::Tokenizer;
 
 use crate::corpus::Corpus;
 use crate::lm_run;
-use crate::lm_train::{evaluate, LengthEval, LmData, LmState, LmTrainConfig};
+use crate::lm_train::{evaluate, LengthEval, LmData, LmRecord, LmState, LmTrainConfig};
 use crate::text_tokenizer::encode;
+use posenc_train::experiment::{Cell, Experiment, Grid, Outcome, Start};
 use posenc_train::fit::RunOptions;
-use posenc_train::labelled::{check_seeds, check_unique, distinct, Labelled, RunKey};
-use posenc_train::results::{differences, find_run, spread, Found};
-use posenc_train::rundir;
+use posenc_train::labelled::{distinct, Labelled, RunKey};
+use posenc_train::results::spread;
 
 pub use posenc_train::results::{RESULTS_JSON, RESULTS_MD};
 
@@ -94,16 +92,6 @@ impl LmExperimentConfig {
             .randomized_positions
             .or(self.base.randomized_positions);
         c
-    }
-
-    /// The seeds each entry runs with.
-    pub fn seed_list(&self) -> Vec<u64> {
-        (0..self.seeds as u64).map(|i| self.base.seed + i).collect()
-    }
-
-    /// Where the run of `entry` with `seed` trains ([`rundir::seed_dir`]).
-    fn run_dir(&self, out: &Path, entry: &Labelled, seed: u64) -> std::path::PathBuf {
-        rundir::seed_dir(out, entry, self.seeds, self.base.seed, seed)
     }
 }
 
@@ -173,10 +161,14 @@ pub struct LmEncodingResult {
     pub label: String,
     /// Its settings.
     pub encoding: EncodingConfig,
-    /// The run's progress and validation history (its seed in `state.config.seed`).
+    /// The run's progress and validation history (its seed in `state.config.seed`); at
+    /// step 0 for a run that diverged before its first checkpoint.
     pub state: LmState,
-    /// Test loss at each evaluation length.
+    /// Test loss at each evaluation length (none where the run diverged).
     pub lengths: Vec<LengthRow>,
+    /// Why the run stopped early, if its loss diverged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diverged: Option<String>,
 }
 
 impl LmEncodingResult {
@@ -227,69 +219,131 @@ pub struct LmExperiment {
     pub records: Vec<LmLengthRecord>,
 }
 
-/// Trains and evaluates every entry and seed of `cfg` on `corpus` under `out`, on
-/// `device`, writing `results.json` and `results.md` after each run.
-///
-/// # Errors
-/// Bad settings (before anything is written), two entries sharing a label, a run
-/// directory holding other settings or foreign files, a loss that diverges, or a failed
-/// write.
-pub fn run(
-    cfg: &LmExperimentConfig,
-    corpus: &Corpus,
-    out: &Path,
-    opts: RunOptions,
-    device: &candle_core::Device,
-) -> Result<LmExperiment> {
-    check_unique(&cfg.encodings)?;
-    check_seeds(cfg.base.seed, cfg.seeds)?;
-    ensure!(
-        !cfg.factors.is_empty() && cfg.factors.iter().all(|&f| f > 0),
-        "evaluation factors must be at least 1, got {:?}",
-        cfg.factors
-    );
-    ensure!(
-        cfg.factors.windows(2).all(|w| w[0] < w[1]),
-        "evaluation factors must increase, each once, got {:?}",
-        cfg.factors
-    );
-    posenc_train::results::check_out_dir::<LmExperiment>(out, "a language-model experiment")?;
-    let tokenizer = cfg.base.tokenizer.train(&Corpus::stream(&corpus.train))?;
-    let data = LmData::from_corpus(corpus, &tokenizer)?;
-    let test = encode(&tokenizer, &Corpus::stream(&corpus.test))?;
-    for f in &cfg.factors {
-        let context = cfg.base.model.context;
-        let len = f.checked_mul(context).filter(|&len| len < test.len());
+/// An LM experiment ready to run: its settings, the corpus and the device. It is an
+/// [`Experiment`], which the one driver (`posenc_train::experiment::run`) trains and
+/// evaluates.
+#[derive(Debug, Clone, Copy)]
+pub struct LmExperimentRun<'a> {
+    /// The settings.
+    pub config: &'a LmExperimentConfig,
+    /// The corpus every run trains and is tested on.
+    pub corpus: &'a Corpus,
+    /// Where to train and evaluate.
+    pub device: &'a candle_core::Device,
+}
+
+/// What every run of an LM experiment shares: the tokenizer, its token streams and the
+/// test works.
+pub struct LmExperimentData {
+    tokenizer: Tokenizer,
+    data: LmData,
+    test: Vec<u32>,
+}
+
+impl Experiment for LmExperimentRun<'_> {
+    const KIND: &'static str = "a language-model experiment";
+    type Config = LmExperimentConfig;
+    type Run = LmTrainConfig;
+    type Record = LmRecord;
+    type Data = LmExperimentData;
+    type Facts = [usize; 3];
+    type Cell = LmEncodingResult;
+    type Results = LmExperiment;
+
+    fn config(&self) -> &LmExperimentConfig {
+        self.config
+    }
+
+    fn grid(&self) -> Grid<'_> {
+        let c = self.config;
+        Grid::new(&c.encodings, c.base.seed, c.seeds)
+    }
+
+    /// # Errors
+    /// Bad settings or evaluation factors, a factor past the test works, a tokenizer that
+    /// cannot be trained.
+    fn prepare(&self) -> Result<(LmExperimentData, [usize; 3])> {
+        let cfg = self.config;
         ensure!(
-            len.is_some(),
-            "evaluation factor {f} asks for windows of {f} × {context} tokens, but the test works hold {} tokens",
-            test.len()
+            !cfg.factors.is_empty() && cfg.factors.iter().all(|&f| f > 0),
+            "evaluation factors must be at least 1, got {:?}",
+            cfg.factors
         );
+        ensure!(
+            cfg.factors.windows(2).all(|w| w[0] < w[1]),
+            "evaluation factors must increase, each once, got {:?}",
+            cfg.factors
+        );
+        let tokenizer = cfg
+            .base
+            .tokenizer
+            .train(&Corpus::stream(&self.corpus.train))?;
+        let data = LmData::from_corpus(self.corpus, &tokenizer)?;
+        let test = encode(&tokenizer, &Corpus::stream(&self.corpus.test))?;
+        for f in &cfg.factors {
+            let context = cfg.base.model.context;
+            let len = f.checked_mul(context).filter(|&len| len < test.len());
+            ensure!(
+                len.is_some(),
+                "evaluation factor {f} asks for windows of {f} × {context} tokens, but the test works hold {} tokens",
+                test.len()
+            );
+        }
+        for entry in &cfg.encodings {
+            cfg.run_config(entry, cfg.base.seed, &tokenizer)
+                .validate()
+                .with_context(|| format!("the run of `{}`", entry.label))?;
+        }
+        let sizes = [data.train.len(), data.valid.len(), test.len()];
+        Ok((
+            LmExperimentData {
+                tokenizer,
+                data,
+                test,
+            },
+            sizes,
+        ))
     }
-    for entry in &cfg.encodings {
-        cfg.run_config(entry, cfg.base.seed, &tokenizer)
-            .validate()
-            .with_context(|| format!("the run of `{}`", entry.label))?;
+
+    fn run_config(&self, data: &LmExperimentData, entry: &Labelled, seed: u64) -> LmTrainConfig {
+        self.config.run_config(entry, seed, &data.tokenizer)
     }
-    let mut experiment = LmExperiment {
-        config: cfg.clone(),
-        sizes: [data.train.len(), data.valid.len(), test.len()],
-        results: Vec::new(),
-        records: Vec::new(),
-    };
-    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-    for entry in &cfg.encodings {
-        for seed in cfg.seed_list() {
-            if !opts.quiet {
-                posenc_train::log(&format!("── {} (seed {seed}) ──", entry.label));
+
+    fn train(
+        &self,
+        data: &LmExperimentData,
+        run: &LmTrainConfig,
+        dir: &Path,
+        start: Start,
+        opts: RunOptions,
+    ) -> Result<LmState> {
+        match start {
+            Start::New => lm_run::start(run, &data.tokenizer, &data.data, dir, opts, self.device),
+            Start::Resume => {
+                let streams = || Ok(data.data.clone());
+                lm_run::resume(dir, Some(run.steps), |_, _| streams(), opts, self.device)
             }
-            let run_cfg = cfg.run_config(entry, seed, &tokenizer);
-            let dir = cfg.run_dir(out, entry, seed);
-            let state = train_or_reuse(&run_cfg, &tokenizer, &data, &dir, opts, device)?;
-            let model = lm_run::load(&dir, device)?.model;
-            let context = run_cfg.model.context;
-            let mut lengths = Vec::new();
-            for f in &cfg.factors {
+        }
+    }
+
+    fn record(
+        &self,
+        data: &LmExperimentData,
+        cell: &Cell<'_, LmTrainConfig>,
+        outcome: Outcome<LmState>,
+    ) -> Result<LmEncodingResult> {
+        let (state, diverged) = match outcome {
+            Outcome::Trained(state) => (state, None),
+            Outcome::Diverged(why, state) => (
+                state.unwrap_or_else(|| LmState::new(String::new(), cell.run.clone())),
+                Some(why.to_string()),
+            ),
+        };
+        let mut lengths = Vec::new();
+        if diverged.is_none() {
+            let model = lm_run::load(&cell.dir, self.device)?.model;
+            let context = cell.run.model.context;
+            for f in &self.config.factors {
                 let len = f * context;
                 lengths.push(match model.max_positions() {
                     Some(max) if len > max => LengthRow {
@@ -299,41 +353,40 @@ pub fn run(
                     },
                     _ => LengthRow {
                         len,
-                        eval: Some(evaluate(&model, &test, len, cfg.eval_windows, context)?),
+                        eval: Some(evaluate(
+                            &model,
+                            &data.test,
+                            len,
+                            self.config.eval_windows,
+                            context,
+                        )?),
                         missing: None,
                     },
                 });
             }
-            experiment.results.push(LmEncodingResult {
-                label: entry.label.clone(),
-                encoding: entry.encoding.clone(),
-                state,
-                lengths,
-            });
-            experiment.records = experiment.tidy();
-            experiment.save(out)?;
         }
+        Ok(LmEncodingResult {
+            label: cell.entry.label.clone(),
+            encoding: cell.entry.encoding.clone(),
+            state,
+            lengths,
+            diverged,
+        })
     }
-    Ok(experiment)
-}
 
-/// Trains `cfg` into `dir`, or reuses or resumes the run already there.
-fn train_or_reuse(
-    cfg: &LmTrainConfig,
-    tokenizer: &Tokenizer,
-    data: &LmData,
-    dir: &Path,
-    opts: RunOptions,
-    device: &candle_core::Device,
-) -> Result<LmState> {
-    match find_run(dir, cfg, |previous: &LmState| {
-        differences(&previous.config, cfg)
-    })? {
-        Found::Finished(previous) => Ok(previous),
-        Found::Unfinished => {
-            lm_run::resume(dir, Some(cfg.steps), |_, _| Ok(data.clone()), opts, device)
-        }
-        Found::Nothing => lm_run::start(cfg, tokenizer, data, dir, opts, device),
+    fn results(&self, sizes: &[usize; 3], cells: Vec<LmEncodingResult>) -> LmExperiment {
+        let mut experiment = LmExperiment {
+            config: self.config.clone(),
+            sizes: *sizes,
+            results: cells,
+            records: Vec::new(),
+        };
+        experiment.records = experiment.tidy();
+        experiment
+    }
+
+    fn markdown(results: &LmExperiment) -> String {
+        results.markdown()
     }
 }
 
@@ -471,6 +524,25 @@ impl LmExperiment {
             self.config.eval_windows,
             m.context,
             self.table()
-        )
+        ) + &self.diverged_note()
+    }
+
+    /// A line per run whose loss diverged (it has no evaluation), or nothing.
+    fn diverged_note(&self) -> String {
+        let lines: Vec<String> = self
+            .results
+            .iter()
+            .filter_map(|r| {
+                let why = r.diverged.as_ref()?;
+                Some(format!(
+                    "- `{}` seed {}: {why}\n",
+                    r.label, r.state.config.seed
+                ))
+            })
+            .collect();
+        match lines.is_empty() {
+            true => String::new(),
+            false => format!("\nDiverged, so not evaluated:\n\n{}", lines.concat()),
+        }
     }
 }

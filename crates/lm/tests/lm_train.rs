@@ -614,7 +614,12 @@ fn the_experiments_factors_are_checked_before_anything_runs() {
             force: false,
             stop_after: None,
         };
-        let e = match lm_experiment::run(&cfg, &corpus, &out, opts, CPU) {
+        let experiment = lm_experiment::LmExperimentRun {
+            config: &cfg,
+            corpus: &corpus,
+            device: CPU,
+        };
+        let e = match posenc_train::experiment::run(&experiment, &out, opts) {
             Ok(_) => panic!("{factors:?} ran"),
             Err(e) => e.to_string(),
         };

@@ -4,6 +4,7 @@
 //! |---|---|
 //! | [`fit`] | the one training loop, and the [`fit::Task`] a task implements: the loop owns the schedule, dropout seeds, divergence, checkpoints and resume |
 //! | [`loss`], [`schedule`], [`optim`], [`init`] | label-smoothed cross-entropy, Noam and cosine schedules, resumable AdamW, weight initialisation |
+//! | [`experiment`] | the one experiment driver: a grid of labelled encodings × seeds over any task, with reuse, resume, divergence as a row, shards and their merge |
 //! | [`rundir`], [`results`] | a run's files as one unit (manifest, lock, atomic writes), and an experiment's files and the runs it finds |
 //! | [`labelled`], [`randomized`] | what an experiment compares (labelled encodings), and randomized positions |
 //! | [`memory`], [`tokenize`] | memory guards and peak resident memory; word-level tokenizers |
@@ -11,13 +12,15 @@
 //! The tasks live beside it, each in its own crate: `posenc-kotoba` (English → Kotoba
 //! translation), `posenc-lm` (a causal language model: training, evaluation, sampling,
 //! passkey) and `posenc-lengthgen` (algorithmic length generalization). A new task is a
-//! crate of its own that implements [`fit::Task`] and runs through [`fit`]'s loop, plus its
-//! command in the command line.
+//! crate of its own that implements [`fit::Task`] and runs through [`fit`]'s loop, and
+//! [`experiment::Experiment`] to compare encodings over seeds, plus its command in the
+//! command line.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod error;
+pub mod experiment;
 pub mod fit;
 pub mod init;
 pub mod labelled;

@@ -70,7 +70,12 @@ pub fn differences<C: Settings>(a: &C, b: &C) -> Vec<String> {
         c.set_steps(0);
         serde_json::to_value(c).unwrap_or_default()
     };
-    let (a, b) = (comparable(a), comparable(b));
+    value_differences(&comparable(a), &comparable(b))
+}
+
+/// The top-level fields (and one level below) in which two JSON objects differ, as
+/// `field` or `field.inner`.
+pub fn value_differences(a: &serde_json::Value, b: &serde_json::Value) -> Vec<String> {
     let mut out = Vec::new();
     if let (Some(a), Some(b)) = (a.as_object(), b.as_object()) {
         for (k, va) in a {
@@ -85,6 +90,9 @@ pub fn differences<C: Settings>(a: &C, b: &C) -> Vec<String> {
                 _ => {}
             }
         }
+        out.extend(b.keys().filter(|k| !a.contains_key(*k)).cloned());
+    } else if a != b {
+        out.push("the whole".to_string());
     }
     out
 }

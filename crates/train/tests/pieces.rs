@@ -327,3 +327,47 @@ fn the_fused_loss_equals_the_composition_forward_and_backward() {
     let pads = Tensor::zeros(n, DType::U32, &dev).unwrap();
     assert!(label_smoothed_cross_entropy(&z, &pads, 0.1, 0).is_err());
 }
+
+/// The shards of a split hold every cell of a grid exactly once, whatever the grid's size
+/// and however many shards; `I/N` reads back as written and a shard outside 1..=N is refused.
+#[test]
+fn shards_partition_every_grid() {
+    use posenc_train::experiment::{Grid, Shard};
+    let entries: Vec<posenc_train::labelled::Labelled> =
+        posenc_train::labelled::parse_list("none,rope,alibi").unwrap();
+    for count in 1..=7 {
+        for seeds in 1..=3 {
+            let grid = Grid {
+                entries: &entries,
+                first_seed: 5,
+                seeds,
+            };
+            let mut held = vec![0; grid.len()];
+            for index in 1..=count {
+                let shard: Shard = format!("{index}/{count}").parse().unwrap();
+                assert_eq!(shard.to_string(), format!("{index}/{count}"));
+                for (i, _, _) in grid.cells().filter(|(i, _, _)| shard.holds(*i)) {
+                    held[i] += 1;
+                }
+            }
+            assert!(
+                held.iter().all(|&n| n == 1),
+                "{count} shards, {seeds} seeds: {held:?}"
+            );
+        }
+    }
+    let cells: Vec<(String, u64)> = Grid {
+        entries: &entries,
+        first_seed: 5,
+        seeds: 2,
+    }
+    .cells()
+    .map(|(_, e, s)| (e.label.clone(), s))
+    .collect();
+    assert_eq!(cells[0], ("none".to_string(), 5));
+    assert_eq!(cells[1], ("none".to_string(), 6));
+    assert_eq!(cells[5], ("alibi".to_string(), 6));
+    for bad in ["0/0", "0/3", "4/3", "1/0", "1", "a/b", "1/2/3", ""] {
+        assert!(bad.parse::<Shard>().is_err(), "{bad} parsed");
+    }
+}
