@@ -20,22 +20,50 @@ pub struct Cli {
     command: Command,
 }
 
+/// The tasks, each a crate of its own and a command module in `src/cmd/` whose verbs
+/// implement [`cmd::TaskCommand`]: a new task is one more line here.
+macro_rules! tasks {
+    ($($(#[doc = $doc:literal])* $name:ident($command:ty),)*) => {
+        /// `posenc <task> <verb>`
+        #[derive(Subcommand, Debug)]
+        enum Task {
+            $($(#[doc = $doc])* #[command(subcommand)] $name($command),)*
+        }
+
+        impl Task {
+            fn run(self, out: &mut impl Write) -> anyhow::Result<()> {
+                match self {
+                    $(Self::$name(c) => cmd::TaskCommand::run(c, out),)*
+                }
+            }
+
+            fn trains(&self) -> bool {
+                match self {
+                    $(Self::$name(c) => cmd::TaskCommand::trains(c),)*
+                }
+            }
+        }
+    };
+}
+
+tasks! {
+    /// The English → Kotoba translation task: train, translate, evaluate, compare
+    /// encodings.
+    Kotoba(cmd::kotoba::KotobaCommand),
+    /// A causal language model on Shakespeare: train, generate, measure past the context.
+    Lm(cmd::lm::LmCommand),
+    /// Length generalization on algorithmic problems: train a decoder, test it at lengths
+    /// inside and past the trained ones, compare encodings.
+    Lengthgen(cmd::lengthgen::LengthgenCommand),
+}
+
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Look at what one encoding produces, and at its properties.
     #[command(subcommand)]
     Encoding(cmd::encoding::EncodingCommand),
-    /// The English → Kotoba translation task: train, translate, evaluate, compare
-    /// encodings.
-    #[command(subcommand)]
-    Kotoba(cmd::kotoba::KotobaCommand),
-    /// A causal language model on Shakespeare: train, generate, measure past the context.
-    #[command(subcommand)]
-    Lm(cmd::lm::LmCommand),
-    /// Length generalization on algorithmic problems: train a decoder, test it at lengths
-    /// inside and past the trained ones, compare encodings.
-    #[command(subcommand)]
-    Lengthgen(cmd::lengthgen::LengthgenCommand),
+    #[command(flatten)]
+    Task(Task),
     /// Draw figures (PNG).
     #[command(subcommand)]
     Plot(cmd::plot::PlotCommand),
@@ -96,11 +124,9 @@ impl Cli {
     /// Whether the command trains a model: `main` then sets the process up for training
     /// ([`posenc_kernels::tune_for_training`]).
     pub fn trains(&self) -> bool {
-        use cmd::{bench::BenchCommand, lm::LmCommand};
+        use cmd::bench::BenchCommand;
         match &self.command {
-            Command::Kotoba(c) => c.trains(),
-            Command::Lengthgen(c) => c.trains(),
-            Command::Lm(LmCommand::Train(_) | LmCommand::Experiment(_)) => true,
+            Command::Task(t) => t.trains(),
             Command::Bench(BenchCommand::Train { .. }) => true,
             _ => false,
         }
@@ -114,9 +140,7 @@ impl Cli {
 pub fn run(cli: Cli, out: &mut impl Write) -> anyhow::Result<()> {
     match cli.command {
         Command::Encoding(c) => c.run(out),
-        Command::Kotoba(c) => c.run(out),
-        Command::Lm(c) => c.run(out),
-        Command::Lengthgen(c) => c.run(out),
+        Command::Task(t) => t.run(out),
         Command::Plot(c) => c.run(out),
         Command::Embed(c) => c.run(out),
         Command::Generate(c) => c.run("smollm2", out),

@@ -454,4 +454,41 @@ fn lengthgen_trains_one_run_resumes_it_and_evaluates_it() {
         "{}",
         stderr(&e)
     );
+    // Test settings out of range are named.
+    let model = run.to_str().unwrap();
+    for (flags, says) in [
+        (
+            &["--test-lengths", "0,2"][..],
+            "test lengths must be at least 1",
+        ),
+        (
+            &["--test-instances", "0"][..],
+            "test_instances must be at least 1",
+        ),
+    ] {
+        let e = posenc(&[&["lengthgen", "eval", "--model", model][..], flags].concat());
+        assert!(
+            !e.status.success() && stderr(&e).contains(says),
+            "{flags:?}: {}",
+            stderr(&e)
+        );
+    }
+    // `train` takes one encoding: a list is named as one.
+    let other = dir.path().join("other");
+    let o = posenc(&[
+        "lengthgen",
+        "train",
+        "--task",
+        "copy",
+        "--encoding",
+        "rope,alibi",
+        "--out",
+        other.to_str().unwrap(),
+    ]);
+    assert!(
+        !o.status.success() && stderr(&o).contains("is a list"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!other.exists());
 }

@@ -21,9 +21,8 @@ pub enum KotobaCommand {
     Experiment(super::experiment::ExperimentArgs),
 }
 
-impl KotobaCommand {
-    /// Runs the command, writing to `out`.
-    pub fn run(self, out: &mut impl Write) -> Result<()> {
+impl super::TaskCommand for KotobaCommand {
+    fn run(self, out: &mut impl Write) -> Result<()> {
         match self {
             Self::Train(a) => a.run(out),
             Self::Translate(a) => a.run(out),
@@ -32,8 +31,7 @@ impl KotobaCommand {
         }
     }
 
-    /// Whether the command trains a model.
-    pub fn trains(&self) -> bool {
+    fn trains(&self) -> bool {
         matches!(self, Self::Train(_) | Self::Experiment(_))
     }
 }

@@ -59,9 +59,8 @@ pub enum LengthgenCommand {
     Experiment(ExperimentArgs),
 }
 
-impl LengthgenCommand {
-    /// Runs the command, writing to `out`.
-    pub fn run(self, out: &mut impl Write) -> Result<()> {
+impl super::TaskCommand for LengthgenCommand {
+    fn run(self, out: &mut impl Write) -> Result<()> {
         match self {
             Self::Train(a) => a.run(out),
             Self::Eval(a) => a.run(out),
@@ -69,8 +68,7 @@ impl LengthgenCommand {
         }
     }
 
-    /// Whether the command trains a model.
-    pub fn trains(&self) -> bool {
+    fn trains(&self) -> bool {
         !matches!(self, Self::Eval(_))
     }
 }
@@ -139,7 +137,7 @@ pub struct TrainArgs {
     /// The encoding: a kind, `kind:key=value:…` (`randomized=R` trains it at randomized
     /// positions) or a JSON object.
     #[arg(long, default_value = "rope")]
-    encoding: super::EncodingList,
+    encoding: posenc_train::labelled::Labelled,
     /// The run directory.
     #[arg(long, default_value = "runs/lengthgen-run")]
     out: PathBuf,
@@ -162,14 +160,8 @@ impl TrainArgs {
         let state = match self.resume {
             true => posenc_lengthgen::resume(&self.out, self.settings.steps, opts)?,
             false => {
-                let [entry] = self.encoding.0.as_slice() else {
-                    anyhow::bail!(
-                        "--encoding takes one encoding, got {}",
-                        self.encoding.0.len()
-                    );
-                };
                 let cfg = self.settings.config();
-                let run = cfg.run_config(entry, cfg.base.seed);
+                let run = cfg.run_config(&self.encoding, cfg.base.seed);
                 posenc_lengthgen::train(&run, &self.out, opts)?
             }
         };
@@ -232,10 +224,7 @@ impl EvalArgs {
         let test_lengths = self
             .test_lengths
             .unwrap_or_else(|| experiment::default_test_lengths(hi));
-        let mut check = LengthgenExperimentConfig::full(cfg.task);
-        (check.base, check.test_lengths, check.test_instances) =
-            (cfg.clone(), test_lengths.clone(), self.test_instances);
-        check.validate()?;
+        experiment::check_tests(cfg, &test_lengths, self.test_instances)?;
         let tests = experiment::test_set(cfg.task, hi, &test_lengths, self.test_instances);
         let scores = experiment::evaluate(&model, cfg, &tests)?;
         match self.format {

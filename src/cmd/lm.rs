@@ -11,9 +11,10 @@ use posenc_lm::corpus::{self, Corpus, TextSource};
 use posenc_lm::lm_experiment::{self, LmExperimentConfig};
 use posenc_lm::lm_run;
 use posenc_lm::lm_train::{
-    evaluate_observed, evaluate_strided, LmData, LmState, LmTrainConfig, StridedEval,
+    evaluate_observed, evaluate_strided, LengthEval, LmData, LmState, LmTrainConfig, StridedEval,
 };
 use posenc_lm::passkey::{self, PasskeyConfig, PasskeyRecord, Subject};
+use posenc_lm::tables;
 use posenc_lm::text_tokenizer::TextTokenizer;
 use posenc_train::fit::RunOptions;
 use serde::Serialize;
@@ -248,9 +249,8 @@ pub enum LmCommand {
     Experiment(ExperimentArgs),
 }
 
-impl LmCommand {
-    /// Runs the command, writing to `out`.
-    pub fn run(self, out: &mut impl Write) -> Result<()> {
+impl super::TaskCommand for LmCommand {
+    fn run(self, out: &mut impl Write) -> Result<()> {
         match self {
             Self::Train(a) => train(a, out),
             Self::Generate(a) => a.run(&model::shipped(), out),
@@ -258,6 +258,10 @@ impl LmCommand {
             Self::Passkey(a) => passkey(a, out),
             Self::Experiment(a) => experiment(a, out),
         }
+    }
+
+    fn trains(&self) -> bool {
+        matches!(self, Self::Train(_) | Self::Experiment(_))
     }
 }
 
@@ -438,76 +442,22 @@ fn eval(a: EvalArgs, out: &mut impl Write) -> Result<()> {
         writeln!(out, "{}", serde_json::to_string_pretty(&rows)?)?;
         return Ok(());
     }
-    writeln!(
+    let table: Vec<(usize, Result<&LengthEval, &str>)> = rows
+        .iter()
+        .map(|r| match (&r.eval, &r.unavailable) {
+            (Some(e), _) => (e.len, Ok(e)),
+            (None, why) => (r.len.unwrap_or_default(), Err(why.as_deref().unwrap_or(""))),
+        })
+        .collect();
+    let evals: Vec<&LengthEval> = rows.iter().filter_map(|r| r.eval.as_ref()).collect();
+    write!(
         out,
-        "{}{}
-
-| window | windows | loss | sd over windows | perplexity | loss past L |
-|---:|---:|---:|---:|---:|---:|",
+        "{}{}\n\n{}{}",
         lm.describe(),
-        scaling_note(&a.model)
+        scaling_note(&a.model),
+        tables::lengths(&table),
+        tables::octaves(&evals, context)
     )?;
-    for r in &rows {
-        match (&r.eval, &r.unavailable) {
-            (Some(e), _) => writeln!(
-                out,
-                "| {} | {} | {:.4} | {} | {:.3} | {} |",
-                e.len,
-                e.windows,
-                e.loss,
-                e.window_sd().map_or("–".to_string(), |s| format!("{s:.4}")),
-                e.perplexity(),
-                e.tail_loss.map_or("–".to_string(), |t| format!("{t:.4}"))
-            )?,
-            (None, why) => writeln!(
-                out,
-                "| {} | – | n/a | n/a | n/a | n/a ({}) |",
-                r.len.unwrap_or_default(),
-                why.as_deref().unwrap_or("")
-            )?,
-        }
-    }
-    let evals: Vec<_> = rows.iter().filter_map(|r| r.eval.as_ref()).collect();
-    write_octaves(out, &evals, context)
-}
-
-/// The loss by octave of the trained context ([`LengthEval::by_octave`]), one row per window
-/// length and one column per octave of the longest window. A row's last octave, when its
-/// window ends inside it, names where it was cut.
-///
-/// [`LengthEval::by_octave`]: posenc_lm::lm_train::LengthEval::by_octave
-fn write_octaves(
-    out: &mut impl Write,
-    evals: &[&posenc_lm::lm_train::LengthEval],
-    context: usize,
-) -> Result<()> {
-    let Some(longest) = evals.iter().max_by_key(|e| e.len) else {
-        return Ok(());
-    };
-    let columns = longest.by_octave(context);
-    writeln!(
-        out,
-        "\nLoss by position, in octaves of the trained context ({context}):\n\n| window | {} |\n|---:|{}",
-        columns
-            .iter()
-            .map(|b| format!("{}–{}", b.from, b.to - 1))
-            .collect::<Vec<_>>()
-            .join(" | "),
-        "---:|".repeat(columns.len())
-    )?;
-    for e in evals {
-        let cells: Vec<String> = columns
-            .iter()
-            .map(
-                |c| match e.by_octave(context).into_iter().find(|b| b.from == c.from) {
-                    Some(b) if b.to == c.to => format!("{:.4}", b.loss),
-                    Some(b) => format!("{:.4} (to {})", b.loss, b.to - 1),
-                    None => "–".to_string(),
-                },
-            )
-            .collect();
-        writeln!(out, "| {} | {} |", e.len, cells.join(" | "))?;
-    }
     Ok(())
 }
 
@@ -556,27 +506,13 @@ fn eval_strided(
         writeln!(out, "{}", serde_json::to_string_pretty(&rows)?)?;
         return Ok(());
     }
-    writeln!(
+    write!(
         out,
-        "{}{}; sliding windows, each token scored once
-
-| window | stride | windows | tokens | loss | perplexity |
-|---:|---:|---:|---:|---:|---:|",
+        "{}{}; sliding windows, each token scored once\n\n{}",
         lm.describe(),
-        scaling_note(&a.model)
+        scaling_note(&a.model),
+        tables::strided(&evals)
     )?;
-    for e in &evals {
-        writeln!(
-            out,
-            "| {} | {} | {} | {} | {:.4} | {:.3} |",
-            e.len,
-            e.stride,
-            e.windows,
-            e.tokens,
-            e.loss,
-            e.perplexity()
-        )?;
-    }
     Ok(())
 }
 
@@ -666,13 +602,7 @@ fn passkey(a: PasskeyArgs, out: &mut impl Write) -> Result<()> {
                 scaling_note(&a.model),
                 cfg.trials
             )?;
-            let depths: Vec<String> = cfg.depths.iter().map(|d| format!("depth {d}")).collect();
-            writeln!(out, "| length | {} |", depths.join(" | "))?;
-            writeln!(out, "|---:|{}", "---:|".repeat(depths.len()))?;
-            for (len, row) in cfg.lengths.iter().zip(&accuracy) {
-                let cells: Vec<String> = row.iter().map(|v| format!("{v:.2}")).collect();
-                writeln!(out, "| {len} | {} |", cells.join(" | "))?;
-            }
+            write!(out, "{}", tables::passkey(&cfg, &accuracy))?;
         }
     }
     // The figure last: the records are out even if it cannot be written.

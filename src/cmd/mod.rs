@@ -1,7 +1,6 @@
 //! One module per subcommand.
 
 pub mod bench;
-pub mod bench_generate;
 pub mod embed;
 pub mod encoding;
 pub mod experiment;
@@ -33,6 +32,19 @@ impl std::str::FromStr for EncodingList {
     fn from_str(s: &str) -> posenc_train::Result<Self> {
         posenc_train::labelled::parse_list(s).map(Self)
     }
+}
+
+/// The verbs of a task (`posenc <task> <verb>`), registered in the `tasks!` list of the
+/// command line.
+pub trait TaskCommand {
+    /// Runs the verb, writing what it prints to `out`.
+    ///
+    /// # Errors
+    /// Whatever stopped it, with its causes.
+    fn run(self, out: &mut impl Write) -> Result<()>;
+
+    /// Whether the verb trains a model (the process is then set up for training).
+    fn trains(&self) -> bool;
 }
 
 /// The grid of an experiment, the same flags for every task: which encodings, how many
@@ -187,11 +199,7 @@ impl std::str::FromStr for DeviceArg {
 impl std::fmt::Display for DeviceArg {
     /// The device as `--device` takes it: `cpu`, `cuda:N` or `metal:N`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.0.location() {
-            candle_core::DeviceLocation::Cpu => write!(f, "cpu"),
-            candle_core::DeviceLocation::Cuda { gpu_id } => write!(f, "cuda:{gpu_id}"),
-            candle_core::DeviceLocation::Metal { gpu_id } => write!(f, "metal:{gpu_id}"),
-        }
+        f.write_str(&posenc_bench::device_spec(&self.0))
     }
 }
 

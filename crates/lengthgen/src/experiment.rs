@@ -148,28 +148,38 @@ impl LengthgenExperimentConfig {
     pub fn validate(&self) -> Result<()> {
         check_unique(&self.encodings)?;
         check_seeds(self.base.seed, self.seeds)?;
-        ensure!(
-            !self.test_lengths.is_empty() && self.test_lengths.iter().all(|&n| n >= 1),
-            "test lengths must be at least 1, got {:?}",
-            self.test_lengths
-        );
-        posenc::limits::check("test_instances", self.test_instances, super::MAX_INSTANCES)?;
-        ensure!(self.test_instances > 0, "test_instances must be at least 1");
-        let longest = self.test_lengths.iter().max().copied().unwrap_or(0);
         self.base.validate()?;
-        super::check_length(self.base.task, "the longest test length", longest)?;
         for entry in &self.encodings {
             let cfg = self.run_config(entry, self.base.seed);
             super::check(&cfg).with_context(|| format!("the run of `{}`", entry.label))?;
-            posenc_train::memory::fits_in_memory(
-                1,
-                cfg.model.heads,
-                self.positions_needed(None),
-                "the longest test sequence",
-            )?;
+            check_tests(&cfg, &self.test_lengths, self.test_instances)?;
         }
         Ok(())
     }
+}
+
+/// Checks that a run trained as `run` can be tested at `lengths` with `instances` each:
+/// lengths of at least 1 that its problem can pose, a count within its limit, and the
+/// longest test sequence within memory.
+///
+/// # Errors
+/// The setting at fault, named.
+pub fn check_tests(run: &LengthgenConfig, lengths: &[usize], instances: usize) -> Result<()> {
+    ensure!(
+        !lengths.is_empty() && lengths.iter().all(|&n| n >= 1),
+        "test lengths must be at least 1, got {lengths:?}"
+    );
+    posenc::limits::check("test_instances", instances, super::MAX_INSTANCES)?;
+    ensure!(instances > 0, "test_instances must be at least 1");
+    let longest = lengths.iter().max().copied().unwrap_or(0);
+    super::check_length(run.task, "the longest test length", longest)?;
+    posenc_train::memory::fits_in_memory(
+        1,
+        run.model.heads,
+        run.task.sequence_len(longest) - 1,
+        "the longest test sequence",
+    )?;
+    Ok(())
 }
 
 /// Sixteen test lengths spread evenly up to `4 · hi`, `hi` among them.

@@ -5,8 +5,10 @@
 //! | [`corpus`], [`text_tokenizer`] | Shakespeare's works (or your own text), and character, word or BPE tokenizers trained on it |
 //! | [`lm_train`] | the task for the training core's loop, with windowed and sliding-window evaluation by position |
 //! | [`lm_run`] | a trained run loaded back, for evaluation and generation |
+//! | [`causal`] | any causal model the commands take: a run of ours or a pretrained Llama (SmolLM2, GGUF) |
 //! | [`sample`] | generation with a key/value cache and an optional window |
 //! | [`passkey`] | retrieval of a key hidden past the window |
+//! | [`tables`] | the Markdown tables the commands print: loss by length and octave, sliding windows, passkey |
 //! | [`lm_experiment`] | every encoding (and seed) trained and measured past its context |
 //!
 //! It runs on the training core, `posenc-train`, and imports no other task.
@@ -14,6 +16,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod causal;
 pub mod corpus;
 pub mod figures;
 pub mod lm_experiment;
@@ -21,6 +24,7 @@ pub mod lm_run;
 pub mod lm_train;
 pub mod passkey;
 pub mod sample;
+pub mod tables;
 pub mod text_tokenizer;
 
 pub use posenc_train::{Error, Result};

@@ -169,6 +169,11 @@ impl std::str::FromStr for Labelled {
                 other => bail!("expected a JSON object, got {other}"),
             };
         }
+        ensure!(
+            split_list(s).len() == 1,
+            "`{s}` is a list: give one encoding here (`,` separates the encodings of an \
+             experiment's --encodings)"
+        );
         let mut parts = s.split(':');
         let kind = parts.next().unwrap_or_default();
         ensure!(
@@ -274,12 +279,8 @@ pub fn check_unique(entries: &[Labelled]) -> Result<()> {
     Ok(())
 }
 
-/// Reads a comma-separated list of entries; commas inside a JSON object or list do not
-/// split it.
-///
-/// # Errors
-/// An entry that does not parse, named.
-pub fn parse_list(s: &str) -> Result<Vec<Labelled>> {
+/// The items of a comma-separated list, commas inside `{…}` or `[…]` not splitting it.
+fn split_list(s: &str) -> Vec<&str> {
     let (mut items, mut depth, mut start) = (Vec::new(), 0i32, 0);
     for (i, c) in s.char_indices() {
         match c {
@@ -294,6 +295,15 @@ pub fn parse_list(s: &str) -> Result<Vec<Labelled>> {
     }
     items.push(&s[start..]);
     items
+}
+
+/// Reads a comma-separated list of entries; commas inside a JSON object or list do not
+/// split it.
+///
+/// # Errors
+/// An entry that does not parse, named.
+pub fn parse_list(s: &str) -> Result<Vec<Labelled>> {
+    split_list(s)
         .iter()
         .map(|item| {
             Ok(item

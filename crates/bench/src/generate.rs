@@ -8,10 +8,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use anyhow::{ensure, Context, Result};
 use candle_core::{Device, Tensor};
+use posenc_error::{ensure, Context};
 use posenc_kotoba::bench::median;
 use posenc_llama::{Llama, Precision};
+
+use crate::Result;
 
 /// What `posenc bench generate` measures.
 pub struct GenerateBench {
@@ -43,9 +45,7 @@ struct Round {
 
 /// llama.cpp's tools, where scripts/build_llama_cpp.sh puts them.
 fn llama_cpp_tool(name: &str) -> Option<PathBuf> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join(".cache/llama.cpp")
-        .join(name);
+    let path = crate::repo_root().join(".cache/llama.cpp").join(name);
     path.is_file().then_some(path)
 }
 
@@ -87,7 +87,10 @@ fn run_watched(cmd: &mut Command) -> Result<(std::process::Output, Option<f64>)>
     let stderr = drain(child.stderr.take().map(|p| Box::new(p) as _));
     let mut peak = None;
     let status = loop {
-        if let Some(status) = child.try_wait()? {
+        if let Some(status) = child
+            .try_wait()
+            .with_context(|| format!("waiting for {name}"))?
+        {
             break status;
         }
         peak = posenc_train::memory::peak_rss_mb_in(&status_file).or(peak);
@@ -155,6 +158,7 @@ fn llama_cpp_round(
             .with_context(|| {
                 format!("llama-bench printed no run of -p {prompt} -n {gen} -d {depth}")
             })
+            .map_err(Into::into)
     };
     let round = Round {
         prefill: cfg
@@ -225,14 +229,17 @@ fn device_name(device: &Device) -> String {
 
 /// `--device` as `posenc generate` takes it, for the time-to-first-token processes.
 fn device_arg(device: &Device) -> String {
-    super::DeviceArg(device.clone()).to_string()
+    crate::device_spec(device)
 }
 
 /// A prompt for the time-to-first-token measurement.
 const SHORT_PROMPT: &str = "The capital of France is";
 
 /// Runs the benchmark and writes its report.
-pub fn bench_generate(cfg: GenerateBench, out: &mut impl Write) -> Result<()> {
+///
+/// # Errors
+/// Settings out of range; a model that does not load; llama.cpp failing; a failed write.
+pub fn generate(cfg: GenerateBench, out: &mut impl Write) -> Result<()> {
     posenc::limits::check_positive("rounds", cfg.rounds, 1000)?;
     posenc::limits::check_positive("decode tokens", cfg.decode, 4096)?;
     ensure!(!cfg.prompts.is_empty(), "give at least one prompt length");
