@@ -519,13 +519,13 @@ fn for_each_cell<E: Experiment>(
     mut done: impl FnMut(usize, &Labelled, u64, E::Cell) -> Result<()>,
 ) -> Result<()> {
     let grid = cfg.grid();
-    for (index, entry, seed) in grid.cells() {
-        if shard.is_some_and(|s| !s.holds(index)) {
-            continue;
-        }
-        if !opts.quiet {
-            crate::log(&format!("── {} (seed {seed}) ──", entry.label));
-        }
+    let cells: Vec<_> = grid
+        .cells()
+        .filter(|(index, _, _)| shard.is_none_or(|s| s.holds(*index)))
+        .collect();
+    let mut progress = Progress::new(cells.len(), opts.quiet);
+    for (index, entry, seed) in cells {
+        progress.begin(&entry.label, seed);
         let cell = Cell {
             index,
             entry,
@@ -533,31 +533,105 @@ fn for_each_cell<E: Experiment>(
             run: cfg.run_config(data, entry, seed),
             dir: rundir::seed_dir(out, entry, grid.seeds, grid.first_seed, seed),
         };
-        let outcome = train_or_reuse(cfg, data, &cell, opts)?;
-        done(index, entry, seed, cfg.record(data, &cell, outcome)?)?;
+        let (outcome, reused) = train_or_reuse(cfg, data, &cell, opts)?;
+        let result = cfg.record(data, &cell, outcome)?;
+        progress.end(reused, &cell.dir);
+        done(index, entry, seed, result)?;
     }
     Ok(())
 }
 
-/// Trains the cell's run, or reuses or resumes the run already in its directory.
+/// The grid's progress on standard error: "run k of n" before each cell, and after it the
+/// time left, estimated from the cells trained so far (a reused run costs next to
+/// nothing, and says so).
+struct Progress {
+    total: usize,
+    done: usize,
+    trained: usize,
+    training_s: f64,
+    started: std::time::Instant,
+    quiet: bool,
+}
+
+impl Progress {
+    fn new(total: usize, quiet: bool) -> Self {
+        Self {
+            total,
+            done: 0,
+            trained: 0,
+            training_s: 0.0,
+            started: std::time::Instant::now(),
+            quiet,
+        }
+    }
+
+    fn begin(&mut self, label: &str, seed: u64) {
+        self.started = std::time::Instant::now();
+        if !self.quiet {
+            let k = self.done + 1;
+            crate::log(&format!(
+                "── run {k} of {}: {label} (seed {seed}) ──",
+                self.total
+            ));
+        }
+    }
+
+    fn end(&mut self, reused: bool, dir: &Path) {
+        self.done += 1;
+        if !reused {
+            self.trained += 1;
+            self.training_s += self.started.elapsed().as_secs_f64();
+        }
+        if self.quiet {
+            return;
+        }
+        let left = self.total - self.done;
+        let eta = match (left, self.trained) {
+            (0, _) => "the grid is done".to_string(),
+            (_, 0) => format!("{left} left"),
+            (_, n) => format!(
+                "{left} left, about {} to go",
+                duration(self.training_s / n as f64 * left as f64)
+            ),
+        };
+        let what = match reused {
+            true => format!("reused the finished run in {}", dir.display()),
+            false => format!("done in {}", duration(self.started.elapsed().as_secs_f64())),
+        };
+        crate::log(&format!("   {what}; {eta}"));
+    }
+}
+
+/// Seconds as `42 s`, `3 min 5 s` or `2 h 10 min`.
+fn duration(s: f64) -> String {
+    let s = s.round() as u64;
+    match s {
+        0..60 => format!("{s} s"),
+        60..3600 => format!("{} min {} s", s / 60, s % 60),
+        _ => format!("{} h {} min", s / 3600, s % 3600 / 60),
+    }
+}
+
+/// Trains the cell's run, or reuses or resumes the run already in its directory; and
+/// whether it was reused.
 fn train_or_reuse<E: Experiment>(
     cfg: &E,
     data: &E::Data,
     cell: &Cell<'_, E::Run>,
     opts: RunOptions,
-) -> Result<Outcome<StateOf<E>>> {
+) -> Result<(Outcome<StateOf<E>>, bool)> {
     let (run, dir) = (&cell.run, cell.dir.as_path());
     let trained = match results::find_run(dir, run, |previous: &StateOf<E>| {
         cfg.differences(&previous.config, run)
     })? {
-        Found::Finished(previous) => Ok(previous),
+        Found::Finished(previous) => return Ok((Outcome::Trained(previous), true)),
         Found::Unfinished => cfg.train(data, run, dir, Start::Resume, opts),
         Found::Nothing => cfg.train(data, run, dir, Start::New, opts),
     };
     match trained {
-        Ok(state) => Ok(Outcome::Trained(state)),
+        Ok(state) => Ok((Outcome::Trained(state), false)),
         Err(e) => match e.diverged() {
-            Some(d) => Ok(Outcome::Diverged(d, RunState::load(dir).ok())),
+            Some(d) => Ok((Outcome::Diverged(d, RunState::load(dir).ok()), false)),
             None => Err(e),
         },
     }
