@@ -155,6 +155,32 @@ fn parse<T: EncodingSpec>(settings: serde_json::Value) -> Result<EncodingConfig>
     Ok(EncodingConfig::new(spec))
 }
 
+/// The kind nearest to `typed`, if one is within two edits of it (a typo, not another
+/// word).
+fn closest<'a>(typed: &str, kinds: &[&'a str]) -> Option<&'a str> {
+    let distance = |a: &str, b: &str| {
+        let b: Vec<char> = b.chars().collect();
+        let mut row: Vec<usize> = (0..=b.len()).collect();
+        for (i, ca) in a.chars().enumerate() {
+            let mut diagonal = row[0];
+            row[0] = i + 1;
+            for (j, &cb) in b.iter().enumerate() {
+                let next = (row[j + 1] + 1)
+                    .min(row[j] + 1)
+                    .min(diagonal + usize::from(ca != cb));
+                (diagonal, row[j + 1]) = (row[j + 1], next);
+            }
+        }
+        row[b.len()]
+    };
+    kinds
+        .iter()
+        .map(|k| (distance(&typed.to_lowercase(), k), *k))
+        .filter(|(d, _)| *d <= 2)
+        .min()
+        .map(|(_, k)| k)
+}
+
 /// Every encoding this crate ships, in the order of the documents: one line each.
 pub const BUILT_IN: &[Registration] = &[
     Registration::of::<crate::none::NoneConfig>(),
@@ -277,7 +303,9 @@ impl EncodingConfig {
             Some(parse) => parse(serde_json::Value::Object(fields))
                 .map_err(|e| Error::Config(format!("`{kind}`: {}", config_message(e)))),
             None => Err(Error::Config(format!(
-                "unknown encoding kind `{kind}` (known kinds: {})",
+                "unknown encoding kind `{kind}`{} (known kinds: {})",
+                closest(&kind, &Self::kinds())
+                    .map_or(String::new(), |k| format!(": did you mean `{k}`?")),
                 Self::kinds().join(", ")
             ))),
         }

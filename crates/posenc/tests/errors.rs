@@ -82,6 +82,19 @@ fn learned_position_past_max_is_named() {
 fn unknown_kind_and_fields_are_named() {
     let m = message("warp-drive".parse::<EncodingConfig>().unwrap_err());
     assert!(m.contains("warp-drive") && m.contains("sinusoidal"), "{m}");
+    assert!(!m.contains("did you mean"), "{m}");
+    // A typo is answered with the kind it is nearest to.
+    for (typo, meant) in [
+        ("ropee", "rope"),
+        ("Alibi", "alibi"),
+        ("sinusodial", "sinusoidal"),
+    ] {
+        let m = message(typo.parse::<EncodingConfig>().unwrap_err());
+        assert!(
+            m.contains(&format!("did you mean `{meant}`?")),
+            "{typo}: {m}"
+        );
+    }
     let m = message(r#"{"kind": "rope", "bse": 10}"#.parse::<EncodingConfig>().unwrap_err());
     assert!(m.contains("bse"), "{m}");
     let m = message(r#"{"kind": "rope""#.parse::<EncodingConfig>().unwrap_err());
