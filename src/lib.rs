@@ -42,6 +42,12 @@ macro_rules! tasks {
                     $(Self::$name(c) => cmd::TaskCommand::trains(c),)*
                 }
             }
+
+            fn resume(&self) -> Option<cmd::Resume> {
+                match self {
+                    $(Self::$name(c) => cmd::TaskCommand::resume(c),)*
+                }
+            }
         }
     };
 }
@@ -138,7 +144,11 @@ impl Cli {
 /// # Errors
 /// Whatever stopped the command, with its causes; see [`cmd::error_text`] for printing.
 pub fn run(cli: Cli, out: &mut impl Write) -> anyhow::Result<()> {
-    match cli.command {
+    let resume = match &cli.command {
+        Command::Task(t) => t.resume(),
+        _ => None,
+    };
+    let result = match cli.command {
         Command::Encoding(c) => c.run(out),
         Command::Task(t) => t.run(out),
         Command::Plot(c) => c.run(out),
@@ -146,7 +156,16 @@ pub fn run(cli: Cli, out: &mut impl Write) -> anyhow::Result<()> {
         Command::Generate(c) => c.run("smollm2", out),
         Command::Convert(c) => c.run(out),
         Command::Bench(c) => c.run(out),
-    }
+    };
+    // A run stopped by Ctrl-C says how to go on.
+    result.map_err(|e| match (cmd::interrupted(&e), resume) {
+        (Some(interrupted), Some(resume)) => cmd::Stopped {
+            interrupted,
+            resume,
+        }
+        .into(),
+        _ => e,
+    })
 }
 
 #[cfg(test)]

@@ -176,3 +176,65 @@ fn bad_input_is_an_error_naming_the_cause() {
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
 }
+
+/// `encoding list` names every kind with its settings at their defaults; each, written back
+/// in the grammar every command reads (`kind:key=value:…`), is accepted and, where the
+/// table is fixed, gives the bare kind's table. Defaults checked against their papers:
+/// RoPE's base 10 000 (Su et al. 2021), T5's 32 buckets up to distance 128 (Raffel et al.
+/// 2020). `--kind`, the flag's earlier name, still works.
+#[test]
+fn the_list_names_every_kind_in_the_grammar_every_command_reads() {
+    let list = json(&["encoding", "list", "--format", "json"]);
+    let kinds = list.as_array().unwrap();
+    let kind = |name: &str| kinds.iter().find(|k| k["kind"] == name).unwrap();
+    assert_eq!(kind("rope")["base"], 10000.0);
+    assert_eq!(kind("t5")["num_buckets"], 32);
+    assert_eq!(kind("t5")["max_distance"], 128);
+    let table = String::from_utf8(posenc(&["encoding", "list"]).stdout).unwrap();
+    let show = |encoding: &str| {
+        let args = ["encoding", "show", "--encoding", encoding, "--d-model", "8"];
+        json(
+            &[
+                &args[..],
+                &["--len", "4", "--heads", "2", "--format", "json"],
+            ]
+            .concat(),
+        )
+    };
+    for k in kinds {
+        let name = k["kind"].as_str().unwrap();
+        assert!(
+            table.contains(&format!("| {name} |")),
+            "{name} is not in\n{table}"
+        );
+        let settings: Vec<String> = k
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter(|(key, v)| *key != "kind" && !v.is_array() && !v.is_object())
+            .map(|(key, v)| match v.as_str() {
+                Some(text) => format!("{key}={text}"),
+                None => format!("{key}={v}"),
+            })
+            .collect();
+        let written = [name.to_string()]
+            .into_iter()
+            .chain(settings)
+            .collect::<Vec<_>>();
+        let spelled = show(&written.join(":"));
+        if ["sinusoidal", "rope", "alibi", "t5", "index", "binary"].contains(&name) {
+            assert_eq!(spelled, show(name), "{}", written.join(":"));
+        }
+    }
+    let earlier = posenc(&[
+        "encoding",
+        "show",
+        "--kind",
+        "alibi",
+        "--d-model",
+        "8",
+        "--len",
+        "3",
+    ]);
+    assert!(earlier.status.success());
+}

@@ -1128,6 +1128,62 @@ fn killed_runs_resume_to_the_weights_of_an_uninterrupted_run() {
     no_temporaries(&dir);
 }
 
+/// Ctrl-C (SIGINT) before the first checkpoint stops the run after its step with a
+/// checkpoint there, exits with 130 and names the command that goes on; that command ends
+/// at the weights of a run never interrupted.
+#[test]
+fn ctrl_c_saves_a_checkpoint_that_resumes_to_the_uninterrupted_weights() {
+    const STEPS: usize = 300;
+    let tmp = tempfile::tempdir().unwrap();
+    let tiny = tiny_config(tmp.path());
+    let straight = tmp.path().join("straight");
+    train_tiny(&tiny, &straight, STEPS);
+
+    let dir = tmp.path().join("stopped");
+    let mut child = posenc()
+        .args(["kotoba", "train", "--quiet", "--steps", &STEPS.to_string()])
+        .args(["--save-every", "1000", "--config"])
+        .arg(&tiny)
+        .arg("--out")
+        .arg(&dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The manifest is written as training begins.
+    assert!(wait_for(&mut child, || dir.join("manifest.json").exists()));
+    std::thread::sleep(Duration::from_millis(30));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the run ended before it could be interrupted"
+    );
+    // SAFETY: kill(2) with the child's pid, which has not been waited for.
+    let sent = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    assert_eq!(sent, 0);
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    let step = checkpoint_step(&dir);
+    assert!(0 < step && step < STEPS, "stopped at step {step}: {stderr}");
+    assert!(
+        stderr.contains(&format!("interrupted at step {step} of {STEPS}")),
+        "{stderr}"
+    );
+    let go_on = format!(
+        "go on with: posenc kotoba train --resume --out {}",
+        dir.display()
+    );
+    assert!(stderr.contains(&go_on), "{stderr}");
+    no_temporaries(&dir);
+
+    train_tiny_resume(&dir, STEPS);
+    assert_eq!(checkpoint_step(&dir), STEPS);
+    assert!(
+        weights(&dir) == weights(&straight),
+        "the resumed weights differ from the uninterrupted run's"
+    );
+}
+
 fn train_tiny_resume(dir: &Path, steps: usize) {
     let out = posenc()
         .args([

@@ -21,10 +21,11 @@ pub enum Format {
 /// Which encoding, at which size.
 #[derive(Args, Debug)]
 pub struct Which {
-    /// An encoding kind (`rope`; an unknown one lists the known ones) or a JSON config such
-    /// as '{"kind": "rope", "layout": "interleaved"}'.
-    #[arg(long)]
-    kind: EncodingConfig,
+    /// The encoding: a kind (`rope`; an unknown one lists the known ones), a kind with
+    /// settings (`rope:layout=interleaved`) or a JSON object; `posenc encoding list` shows
+    /// them all.
+    #[arg(long = "encoding", alias = "kind")]
+    kind: super::EncodingArg,
     /// Model width.
     #[arg(long)]
     d_model: usize,
@@ -42,6 +43,13 @@ pub struct Which {
 /// `posenc encoding …`
 #[derive(Subcommand, Debug)]
 pub enum EncodingCommand {
+    /// Every registered kind with its settings and their defaults: what `--encoding` and
+    /// `--encodings` take (`kind`, `kind:key=value:…` or a JSON object).
+    List {
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+    },
     /// Print the table: the (len × d_model) matrix of additive encodings, cos/sin of
     /// rope, the per-head bias of alibi, the bucket indices of t5. Learned weights are
     /// untrained (random).
@@ -61,16 +69,49 @@ impl EncodingCommand {
     /// Runs the command, writing to `out`.
     pub fn run(self, out: &mut impl Write) -> Result<()> {
         match self {
+            EncodingCommand::List { format } => list(format, out),
             EncodingCommand::Show(which) => show(&which, out),
             EncodingCommand::Props { which, shift } => props(&which, shift, out),
         }
     }
 }
 
+fn list(format: Format, out: &mut impl Write) -> Result<()> {
+    let kinds: Vec<serde_json::Value> = EncodingConfig::kinds()
+        .into_iter()
+        .map(|kind| Ok(EncodingConfig::from_kind(kind)?.to_json()))
+        .collect::<Result<_>>()?;
+    if let Format::Json = format {
+        writeln!(out, "{}", serde_json::to_string_pretty(&kinds)?)?;
+        return Ok(());
+    }
+    writeln!(out, "| kind | settings, at their defaults |\n|---|---|")?;
+    for config in &kinds {
+        let settings: Vec<String> = config
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(key, _)| *key != "kind")
+            .map(|(key, value)| match value {
+                serde_json::Value::String(text) => format!("{key}={text}"),
+                other => format!("{key}={other}"),
+            })
+            .collect();
+        let kind = config["kind"].as_str().unwrap_or_default();
+        let settings = match settings.is_empty() {
+            true => "–".to_string(),
+            false => settings.join(" "),
+        };
+        writeln!(out, "| {kind} | {settings} |")?;
+    }
+    Ok(())
+}
+
 fn show(which: &Which, out: &mut impl Write) -> Result<()> {
     posenc::limits::check_table_len(which.len)?;
     let enc = which
         .kind
+        .0
         .build_untrained(which.d_model, which.heads, &Device::Cpu)?;
     let table = enc
         .table(which.len)
@@ -149,6 +190,7 @@ fn write_matrix(out: &mut impl Write, title: &str, row_name: &str, t: &Tensor) -
 fn props(which: &Which, shift: usize, out: &mut impl Write) -> Result<()> {
     let enc = which
         .kind
+        .0
         .build_untrained(which.d_model, which.heads, &Device::Cpu)?;
     let setting = Setting {
         d_model: which.d_model,

@@ -34,4 +34,12 @@ impl super::TaskCommand for KotobaCommand {
     fn trains(&self) -> bool {
         matches!(self, Self::Train(_) | Self::Experiment(_))
     }
+
+    fn resume(&self) -> Option<super::Resume> {
+        match self {
+            Self::Train(_) => Some(super::Resume::Train("kotoba")),
+            Self::Experiment(_) => Some(super::Resume::Rerun),
+            _ => None,
+        }
+    }
 }

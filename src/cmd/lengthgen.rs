@@ -71,6 +71,14 @@ impl super::TaskCommand for LengthgenCommand {
     fn trains(&self) -> bool {
         !matches!(self, Self::Eval(_))
     }
+
+    fn resume(&self) -> Option<super::Resume> {
+        match self {
+            Self::Train(_) => Some(super::Resume::Train("lengthgen")),
+            Self::Experiment(_) => Some(super::Resume::Rerun),
+            _ => None,
+        }
+    }
 }
 
 /// What a run trains on, and how: shared by `train` and `experiment`.

@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
-use posenc::EncodingConfig;
 use posenc_lm::corpus::{self, Corpus, TextSource};
 use posenc_lm::lm_experiment::{self, LmExperimentConfig};
 use posenc_lm::lm_run;
@@ -62,9 +61,10 @@ pub struct TrainArgs {
     /// longer --context, or with another --encoding of the same parameters) into a new run.
     #[arg(long, conflicts_with_all = ["resume", "tokenizer", "d_model", "layers", "heads"])]
     from: Option<PathBuf>,
-    /// The positional encoding: a kind or a JSON config.
+    /// The positional encoding: a kind, `kind:key=value:…` or a JSON object (`posenc
+    /// encoding list` shows them all) [default: the config's, else alibi].
     #[arg(long, conflicts_with = "resume")]
-    encoding: Option<EncodingConfig>,
+    encoding: Option<super::EncodingArg>,
     /// The training context L.
     #[arg(long, conflicts_with = "resume")]
     context: Option<usize>,
@@ -263,6 +263,14 @@ impl super::TaskCommand for LmCommand {
     fn trains(&self) -> bool {
         matches!(self, Self::Train(_) | Self::Experiment(_))
     }
+
+    fn resume(&self) -> Option<super::Resume> {
+        match self {
+            Self::Train(_) => Some(super::Resume::Train("lm")),
+            Self::Experiment(_) => Some(super::Resume::Rerun),
+            _ => None,
+        }
+    }
 }
 
 fn load_corpus(dir: Option<PathBuf>) -> Result<Corpus> {
@@ -300,7 +308,7 @@ fn train(a: TrainArgs, out: &mut impl Write) -> Result<()> {
             (cfg, source) = (from_cfg, Some(tokenizer));
         }
         if let Some(e) = a.encoding {
-            cfg.model.encoding = e;
+            cfg.model.encoding = e.0;
         }
         if let Some(c) = a.context {
             cfg.model.context = c;

@@ -34,6 +34,25 @@ impl std::str::FromStr for EncodingList {
     }
 }
 
+/// One encoding, in the grammar every command reads: a kind (`rope`), a kind with settings
+/// (`rope:base=500000`) or a JSON object (`{"kind": "rope", "base": 500000}`); the same as
+/// one entry of `--encodings`, without a label.
+#[derive(Debug, Clone)]
+pub struct EncodingArg(pub posenc::EncodingConfig);
+
+impl std::str::FromStr for EncodingArg {
+    type Err = anyhow::Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        let entry: posenc_train::labelled::Labelled = s.parse()?;
+        anyhow::ensure!(
+            entry.randomized_positions.is_none(),
+            "`{s}`: randomized positions are the --randomized-positions flag here"
+        );
+        Ok(Self(entry.encoding))
+    }
+}
+
 /// The verbs of a task (`posenc <task> <verb>`), registered in the `tasks!` list of the
 /// command line.
 pub trait TaskCommand {
@@ -45,6 +64,49 @@ pub trait TaskCommand {
 
     /// Whether the verb trains a model (the process is then set up for training).
     fn trains(&self) -> bool;
+
+    /// How the verb, stopped by Ctrl-C, is taken up again (none for a verb that does not
+    /// train).
+    fn resume(&self) -> Option<Resume> {
+        None
+    }
+}
+
+/// How an interrupted command is taken up again.
+#[derive(Debug, Clone, Copy)]
+pub enum Resume {
+    /// `posenc <task> train --resume --out DIR`.
+    Train(&'static str),
+    /// The same command again: its finished runs are reused and the interrupted one
+    /// resumed.
+    Rerun,
+}
+
+/// A training command stopped by Ctrl-C (or SIGTERM), its checkpoint saved: what happened
+/// and the command that goes on from there.
+#[derive(Debug, thiserror::Error)]
+#[error("{interrupted}; {}", match (resume, &interrupted.dir) {
+    (Resume::Train(task), Some(dir)) => format!(
+        "go on with: posenc {task} train --resume --out {}", dir.display()
+    ),
+    _ => "run the same command again to go on: its finished runs are reused and this one \
+          resumed".to_string(),
+})]
+pub struct Stopped {
+    /// Where the run stopped.
+    pub interrupted: posenc_train::fit::Interrupted,
+    /// How to go on.
+    pub resume: Resume,
+}
+
+/// The interruption `e` comes from, if it does.
+pub fn interrupted(e: &anyhow::Error) -> Option<posenc_train::fit::Interrupted> {
+    e.chain().find_map(|c| {
+        c.downcast_ref::<posenc_train::Error>()
+            .and_then(posenc_train::Error::interrupted)
+            .or_else(|| c.downcast_ref::<posenc_train::fit::Interrupted>().cloned())
+            .or_else(|| c.downcast_ref::<Stopped>().map(|s| s.interrupted.clone()))
+    })
 }
 
 /// The grid of an experiment, the same flags for every task: which encodings, how many

@@ -5,7 +5,6 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Subcommand;
-use posenc::EncodingConfig;
 use posenc_kotoba::trainer::{shipped_model, Translator};
 
 /// `posenc plot …`
@@ -13,9 +12,10 @@ use posenc_kotoba::trainer::{shipped_model, Translator};
 pub enum PlotCommand {
     /// An encoding as the documents draw it: heatmap, dot products, rotations.
     Encoding {
-        /// The encoding: a kind or a JSON encoding config.
-        #[arg(long)]
-        kind: EncodingConfig,
+        /// The encoding: a kind, `kind:key=value:…` or a JSON object (`posenc encoding
+        /// list` shows them all).
+        #[arg(long = "encoding", alias = "kind")]
+        kind: super::EncodingArg,
         /// Model width.
         #[arg(long, default_value_t = 64)]
         d_model: usize,
@@ -83,7 +83,7 @@ impl PlotCommand {
                 len,
                 out,
             } => {
-                posenc_plot::encoding(&kind, d_model, heads, len, &out)?;
+                posenc_plot::encoding(&kind.0, d_model, heads, len, &out)?;
                 out
             }
             Self::Attention {

@@ -5,7 +5,6 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
-use posenc::EncodingConfig;
 use posenc_kotoba::decode::DecodeConfig;
 use posenc_kotoba::eval::{evaluate, table};
 use posenc_kotoba::trainer::{self, shipped_model, RunOptions, TrainConfig, Translator};
@@ -16,9 +15,10 @@ pub struct TrainArgs {
     /// A JSON training config (see `TrainConfig`); flags override it.
     #[arg(long)]
     config: Option<PathBuf>,
-    /// The positional encoding: a kind or a JSON encoding config.
+    /// The positional encoding: a kind, `kind:key=value:…` or a JSON object (`posenc
+    /// encoding list` shows them all) [default: the config's, else sinusoidal].
     #[arg(long)]
-    encoding: Option<EncodingConfig>,
+    encoding: Option<super::EncodingArg>,
     /// Output directory for the model and checkpoints.
     #[arg(long, default_value = "runs/kotoba")]
     out: PathBuf,
@@ -64,7 +64,7 @@ impl TrainArgs {
                 None => TrainConfig::default(),
             };
             if let Some(e) = self.encoding {
-                cfg.model.encoding = e.into();
+                cfg.model.encoding = e.0.into();
             }
             cfg.steps = self.steps.unwrap_or(cfg.steps);
             cfg.seed = self.seed.unwrap_or(cfg.seed);

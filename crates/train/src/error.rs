@@ -1,6 +1,6 @@
 //! Errors of the training core and the tasks built on it, each naming its cause.
 
-use crate::fit::Diverged;
+use crate::fit::{Diverged, Interrupted};
 
 /// What can go wrong generating data, training, resuming, evaluating or decoding. The
 /// core's own causes are its variants; a task's own error travels as [`Error::Task`].
@@ -16,6 +16,9 @@ pub enum Error {
     /// The training loss stopped being finite; the last checkpoint before it stays on disk.
     #[error("{0}")]
     Diverged(#[from] Diverged),
+    /// The run was stopped on request (Ctrl-C), its checkpoint saved.
+    #[error("{0}")]
+    Interrupted(#[from] Interrupted),
     /// A task's own error (a word outside a vocabulary, say), as the task made it: find
     /// it with [`posenc_error::chain`] and `downcast_ref`.
     #[error("{0}")]
@@ -54,6 +57,11 @@ impl Error {
     /// Any error of a caller's callback, as [`Error::Callback`].
     pub fn callback(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
         Self::Callback(e.into())
+    }
+
+    /// The interruption this error comes from, if it does (under any context).
+    pub fn interrupted(&self) -> Option<Interrupted> {
+        posenc_error::chain(self).find_map(|e| e.downcast_ref::<Interrupted>().cloned())
     }
 
     /// The divergence this error comes from, if it does (under any context).

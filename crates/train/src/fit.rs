@@ -139,6 +139,37 @@ pub struct Diverged {
     pub loss: f32,
 }
 
+/// Set by [`request_stop`]: every training loop stops after its current step.
+static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Asks every training loop in the process to stop after its current step, save a
+/// checkpoint there, and return [`Interrupted`]. A signal handler calls it (the command
+/// line's, on Ctrl-C or SIGTERM); it is safe to call from any thread.
+pub fn request_stop() {
+    STOP.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Whether [`request_stop`] was called.
+pub fn stop_requested() -> bool {
+    STOP.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// A run stopped on request ([`request_stop`]) before its last step, its checkpoint saved
+/// at the step it reached.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("interrupted at step {step} of {steps}{}", match dir {
+    Some(dir) => format!(": a checkpoint of that step is saved in {}", dir.display()),
+    None => String::new(),
+})]
+pub struct Interrupted {
+    /// The last step trained (and saved).
+    pub step: usize,
+    /// The steps the run was to train.
+    pub steps: usize,
+    /// The run directory holding the checkpoint (none for a run held only in memory).
+    pub dir: Option<std::path::PathBuf>,
+}
+
 /// A run's config and progress: `trainer.json`, and the header of every checkpoint.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -299,10 +330,13 @@ impl<T: Task> Trainer<T> {
 
     /// Trains from `state.step` to `state.config.steps()` (or `stop_after`, as an
     /// interrupted run would stop), validating and, with a directory, saving on the
-    /// config's schedule and at the end; `progress` sees the state after every step.
+    /// config's schedule and at the end; `progress` sees the state after every step. After
+    /// [`request_stop`] it stops at the end of the current step, saves a checkpoint there
+    /// and returns [`Interrupted`].
     ///
     /// # Errors
-    /// [`Diverged`] at a loss that is not finite; whatever the task or a write refuses.
+    /// [`Diverged`] at a loss that is not finite; [`Interrupted`]; whatever the task or a
+    /// write refuses.
     pub fn run(
         &mut self,
         state: &mut StateOf<T>,
@@ -328,7 +362,12 @@ impl<T: Task> Trainer<T> {
                 .flatten()
                 .reduce(f64::max);
         };
+        let mut interrupted = false;
         while state.step < until {
+            if stop_requested() {
+                interrupted = true;
+                break;
+            }
             let step = state.step + 1;
             posenc_transformer::dropout::seed(cfg.seed(), step as u64);
             let StepLoss { loss, tokens } = self.task.loss(&cfg, step)?;
@@ -374,6 +413,14 @@ impl<T: Task> Trainer<T> {
         }
         if let Some(dir) = dir.filter(|_| saved != Some(state.step)) {
             rundir::save_checkpoint(dir, self.task.varmap(), &self.opt, state)?;
+        }
+        if interrupted {
+            return Err(Interrupted {
+                step: state.step,
+                steps: cfg.steps(),
+                dir: dir.map(Path::to_path_buf),
+            }
+            .into());
         }
         Ok(())
     }
