@@ -73,6 +73,8 @@ enum Command {
     /// Draw figures (PNG).
     #[command(subcommand)]
     Plot(cmd::plot::PlotCommand),
+    /// Render studies' results.md from their records: the tables, and the claims checked.
+    Report(cmd::report::ReportArgs),
     /// Sentence embeddings from a pretrained sentence-transformers model.
     Embed(cmd::embed::EmbedArgs),
     /// Continue a prompt: `posenc lm generate` with SmolLM2 as the default model.
@@ -152,6 +154,7 @@ pub fn run(cli: Cli, out: &mut impl Write) -> anyhow::Result<()> {
         Command::Encoding(c) => c.run(out),
         Command::Task(t) => t.run(out),
         Command::Plot(c) => c.run(out),
+        Command::Report(c) => c.run(out),
         Command::Embed(c) => c.run(out),
         Command::Generate(c) => c.run("smollm2", out),
         Command::Convert(c) => c.run(out),

@@ -387,11 +387,11 @@ fn lengthgen_runs_labels_over_seeds_and_writes_tidy_records() {
     );
     assert_eq!(std::fs::read_dir(&run_dir).unwrap().count(), before);
 
-    // `lengthgen eval` of that translation run says it holds no lengthgen run.
+    // `lengthgen eval` of that translation run says what it is.
     let e = posenc(&["lengthgen", "eval", "--model", run_dir.to_str().unwrap()]);
     assert!(!e.status.success());
     assert!(
-        stderr(&e).contains("holds no lengthgen run"),
+        stderr(&e).contains("is a translation model"),
         "{}",
         stderr(&e)
     );

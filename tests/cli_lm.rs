@@ -657,6 +657,21 @@ fn passkey_tabulates_every_cell_and_refuses_bad_settings() {
         })
         .collect();
     assert_eq!(keys[0], keys[1]);
+    // Without --lengths, the defaults start no shorter than the shortest prompt this
+    // tokenizer can make (it needs more than half the shipped model's context), four of them.
+    let o = posenc()
+        .args([
+            "lm", "passkey", "--depths", "0.5", "--trials", "1", "--format", "json",
+        ])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&o);
+    assert!(o.status.success(), "{stderr}");
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&stdout).unwrap();
+    let mut lengths: Vec<u64> = rows.iter().map(|r| r["length"].as_u64().unwrap()).collect();
+    lengths.dedup();
+    assert_eq!(lengths.len(), 4, "{lengths:?}");
+    assert!(lengths.windows(2).all(|w| w[0] < w[1]), "{lengths:?}");
 
     for (args, expected) in [
         (&["--depths", "1.5"][..], "depth"),
@@ -908,4 +923,47 @@ fn zero_steps_are_refused_before_anything_is_written() {
     assert!(!o.status.success());
     assert!(stderr.contains("steps must be at least 1"), "{stderr}");
     assert!(!out.exists(), "{:?}", names(&out));
+}
+
+/// `--print-config` prints the config the flags make, as JSON that `--config` takes back
+/// (printing the same again), and trains nothing; `--lr` alone keeps the floor's ratio to
+/// the peak, so a small peak is not refused for the default floor above it.
+#[test]
+fn print_config_is_what_config_takes_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("never");
+    let print = |extra: &[&str]| {
+        let o = posenc()
+            .args([
+                "lm",
+                "train",
+                "--print-config",
+                "--out",
+                out.to_str().unwrap(),
+            ])
+            .args(extra)
+            .output()
+            .unwrap();
+        let (stdout, stderr) = text(&o);
+        assert!(o.status.success(), "{stderr}");
+        stdout
+    };
+    let first = print(&[
+        "--lr", "1e-5", "--warmup", "50", "--steps", "40", "--seed", "9",
+    ]);
+    let cfg: serde_json::Value = serde_json::from_str(&first).unwrap();
+    assert_eq!(cfg["lr"], 1e-5);
+    assert!(
+        (cfg["min_lr"].as_f64().unwrap() - 1e-6).abs() < 1e-18,
+        "{cfg}"
+    );
+    assert_eq!(
+        (cfg["warmup"].as_u64(), cfg["steps"].as_u64()),
+        (Some(50), Some(40))
+    );
+    assert_eq!(cfg["seed"], 9);
+    let saved = dir.path().join("printed.json");
+    std::fs::write(&saved, &first).unwrap();
+    assert_eq!(print(&["--config", saved.to_str().unwrap()]), first);
+    assert!(!out.exists(), "--print-config wrote {}", out.display());
 }

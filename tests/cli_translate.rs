@@ -175,3 +175,68 @@ fn embed_resolves_a_hub_id_from_hf_home_offline() {
         text(&out).1
     );
 }
+
+/// A run of one task given to another task's command is named for what it is, not by the
+/// setting its config lacks.
+#[test]
+fn another_tasks_run_is_named_for_what_it_is() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let (kotoba, lm) = (
+        root.join("models/kotoba"),
+        root.join("models/shakespeare-alibi"),
+    );
+    let (kotoba, lm) = (kotoba.to_str().unwrap(), lm.to_str().unwrap());
+    for (args, says) in [
+        (
+            vec!["kotoba", "translate", "--model", lm, "the dog sleeps"],
+            "is a language-model run",
+        ),
+        (
+            vec!["kotoba", "eval", "--model", lm],
+            "is a language-model run",
+        ),
+        (
+            vec!["lm", "eval", "--model", kotoba],
+            "is a translation model",
+        ),
+        (
+            vec!["lm", "generate", "--model", kotoba, "to be"],
+            "is a translation model",
+        ),
+        (
+            vec!["lengthgen", "eval", "--model", lm],
+            "is a language-model run",
+        ),
+    ] {
+        let out = posenc().args(&args).output().unwrap();
+        let (_, stderr) = text(&out);
+        assert!(
+            !out.status.success() && stderr.contains(says),
+            "{args:?}: {stderr}"
+        );
+        assert!(stderr.contains("reads, not `posenc"), "{args:?}: {stderr}");
+    }
+}
+
+/// A warm-up that cannot end within the run's steps is named on stderr (the learning rate
+/// would never reach its peak), even with --quiet.
+#[test]
+fn a_warmup_longer_than_the_run_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = tiny_config(dir.path());
+    let out = posenc()
+        .args([
+            "kotoba", "train", "--quiet", "--steps", "3", "--warmup", "10", "--config",
+        ])
+        .arg(&cfg)
+        .arg("--out")
+        .arg(dir.path().join("run"))
+        .output()
+        .unwrap();
+    let (_, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("warm-up of 10 steps does not end within the run's 3"),
+        "{stderr}"
+    );
+}

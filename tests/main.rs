@@ -10,5 +10,6 @@ mod cli_lm;
 mod cli_translate;
 mod common;
 mod doc_links;
+mod report;
 mod throwaway_content_encoding;
 mod throwaway_encoding;

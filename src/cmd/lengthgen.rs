@@ -100,9 +100,8 @@ pub struct RunSettings {
     /// Optimizer steps per run [default: 3000; with --budget quick: 1000].
     #[arg(long)]
     steps: Option<usize>,
-    /// Peak learning rate [default: 1e-3].
-    #[arg(long)]
-    lr: Option<f64>,
+    #[command(flatten)]
+    schedule: super::ScheduleArgs,
     // The decoder's size (its defaults are in the command's long help).
     #[command(flatten)]
     size: super::ModelSizeArgs,
@@ -127,10 +126,8 @@ impl RunSettings {
         }
         cfg.base.randomized_positions = self.randomized_positions;
         cfg.base.steps = self.steps.unwrap_or(cfg.base.steps);
-        if let Some(lr) = self.lr {
-            cfg.base.min_lr = lr / 10.0;
-            cfg.base.lr = lr;
-        }
+        let b = &mut cfg.base;
+        (b.lr, b.min_lr, b.warmup) = self.schedule.apply(b.lr, b.min_lr, b.warmup);
         self.size.apply_to(&mut cfg.base.model);
         cfg.base.seed = self.seed.unwrap_or(cfg.base.seed);
         cfg
@@ -155,6 +152,9 @@ pub struct TrainArgs {
     /// Replace the run already in --out (files posenc did not write are never touched).
     #[arg(long)]
     force: bool,
+    /// Print the full config this command would train with, as JSON, and train nothing.
+    #[arg(long, conflicts_with = "resume")]
+    print_config: bool,
 }
 
 impl TrainArgs {
@@ -170,6 +170,12 @@ impl TrainArgs {
             false => {
                 let cfg = self.settings.config();
                 let run = cfg.run_config(&self.encoding, cfg.base.seed);
+                if self.print_config {
+                    run.validate()?;
+                    writeln!(out, "{}", serde_json::to_string_pretty(&run)?)?;
+                    return Ok(());
+                }
+                super::warn_schedule(run.warmup, run.steps);
                 posenc_lengthgen::train(&run, &self.out, opts)?
             }
         };
@@ -226,7 +232,8 @@ impl EvalArgs {
     /// Runs the command.
     pub fn run(self, out: &mut impl Write) -> Result<()> {
         let (state, model) = posenc_lengthgen::load(&self.model)
-            .with_context(|| format!("loading the lengthgen run in {}", self.model.display()))?;
+            .with_context(|| format!("loading the lengthgen run in {}", self.model.display()))
+            .map_err(|e| super::for_task(e, &self.model, "lengthgen"))?;
         let cfg: &LengthgenConfig = &state.config;
         let hi = cfg.train_lengths[1];
         let test_lengths = self

@@ -66,29 +66,45 @@ pub struct TrainArgs {
     #[arg(long, conflicts_with = "resume")]
     encoding: Option<super::EncodingArg>,
     /// The training context L.
-    #[arg(long, conflicts_with = "resume")]
+    #[arg(long, conflicts_with = "resume", help = format!(
+        "The training context L [default: the config's, else {}]",
+        LmTrainConfig::default().model.context
+    ))]
     context: Option<usize>,
-    /// The tokenization.
+    /// The tokenization [default: the config's, else char].
     #[arg(long, value_enum, conflicts_with = "resume")]
     tokenizer: Option<TokenizerArg>,
     /// BPE merges (with --tokenizer bpe).
     #[arg(long, default_value_t = 2000, conflicts_with = "resume")]
     merges: usize,
     /// Optimizer steps in all (with --resume: raise the run's own).
-    #[arg(long)]
+    #[arg(long, help = format!(
+        "Optimizer steps in all (with --resume: raise the run's own) [default: the config's, \
+         else {}]",
+        LmTrainConfig::default().steps
+    ))]
     steps: Option<usize>,
     /// Randomized positions: train at sorted random positions below this (Ruoss et al. 2023).
     #[arg(long, conflicts_with = "resume")]
     randomized_positions: Option<usize>,
     /// Seed of the weights and of the windows drawn.
-    #[arg(long, conflicts_with = "resume")]
+    #[arg(long, conflicts_with = "resume", help = format!(
+        "Seed of the weights and of the windows drawn [default: the config's, else {}]",
+        LmTrainConfig::default().seed
+    ))]
     seed: Option<u64>,
-    /// Peak learning rate.
-    #[arg(long, conflicts_with = "resume")]
-    lr: Option<f64>,
+    #[command(flatten)]
+    schedule: super::ScheduleArgs,
     /// Windows per step.
-    #[arg(long, conflicts_with = "resume")]
+    #[arg(long, conflicts_with = "resume", help = format!(
+        "Windows per step [default: the config's, else {}]",
+        LmTrainConfig::default().batch_size
+    ))]
     batch_size: Option<usize>,
+    /// Print the full config this command would train with, as JSON that --config takes
+    /// back, and train nothing.
+    #[arg(long, conflicts_with = "resume")]
+    print_config: bool,
     #[command(flatten)]
     size: super::ModelSizeArgs,
     #[command(flatten)]
@@ -156,7 +172,8 @@ pub struct EvalArgs {
 pub struct PasskeyArgs {
     #[command(flatten)]
     model: ModelArgs,
-    /// Prompt lengths in tokens [default: 0.5, 1, 2 and 4 times the trained context].
+    /// Prompt lengths in tokens [default: 0.5, 1, 2 and 4 times the trained context, each
+    /// at least the shortest prompt the tokenizer can make, doubled on from there].
     #[arg(long, value_delimiter = ',')]
     lengths: Option<Vec<usize>>,
     /// Where the key sits in the filler, from 0 (start) to 1 (end).
@@ -320,7 +337,7 @@ fn train(a: TrainArgs, out: &mut impl Write) -> Result<()> {
             cfg.randomized_positions = a.randomized_positions;
         }
         cfg.seed = a.seed.unwrap_or(cfg.seed);
-        cfg.lr = a.lr.unwrap_or(cfg.lr);
+        (cfg.lr, cfg.min_lr, cfg.warmup) = a.schedule.apply(cfg.lr, cfg.min_lr, cfg.warmup);
         cfg.batch_size = a.batch_size.unwrap_or(cfg.batch_size);
         a.size.apply_to(&mut cfg.model);
         cfg.model.encoding = a.rope_scaling.apply_to(&cfg.model.encoding)?;
@@ -343,6 +360,11 @@ fn train(a: TrainArgs, out: &mut impl Write) -> Result<()> {
         };
         // Everything is checked before anything is written.
         cfg.validate()?;
+        if a.print_config {
+            writeln!(out, "{}", serde_json::to_string_pretty(&cfg)?)?;
+            return Ok(());
+        }
+        super::warn_schedule(cfg.warmup, cfg.steps);
         let tokenizer = match source {
             Some(tokenizer) => tokenizer,
             None => cfg.tokenizer.train(&Corpus::stream(&corpus.train))?,
@@ -544,9 +566,16 @@ fn passkey(a: PasskeyArgs, out: &mut impl Write) -> Result<()> {
     let lm = a.model.load(&default)?;
     let context = lm.model.config().context;
     let cfg = PasskeyConfig {
-        lengths: a
-            .lengths
-            .unwrap_or_else(|| vec![context / 2, context, 2 * context, 4 * context]),
+        lengths: match a.lengths {
+            Some(lengths) => lengths,
+            None => {
+                let encode = |text: &str| {
+                    lm.encode_prompt(text)
+                        .map_err(posenc_train::Error::callback)
+                };
+                passkey::default_lengths(context, passkey::shortest(&encode)?)
+            }
+        },
         // `-0` is depth 0 in the table's column and the records too (`key` already agrees).
         depths: a.depths.iter().map(|d| d + 0.0).collect(),
         trials: a.trials,

@@ -10,6 +10,7 @@ pub mod lengthgen;
 pub mod lm;
 pub mod model;
 pub mod plot;
+pub mod report;
 pub mod translate;
 
 use std::io::{BufRead, Write};
@@ -50,6 +51,34 @@ impl std::str::FromStr for EncodingArg {
             "`{s}`: randomized positions are the --randomized-positions flag here"
         );
         Ok(Self(entry.encoding))
+    }
+}
+
+/// What kind of run `dir` holds, as `(the task that reads it, what it is)`: judged by
+/// which task's settings its `trainer.json` parses as; `None` for no run of ours.
+pub fn run_kind(dir: &Path) -> Option<(&'static str, &'static str)> {
+    use posenc_train::fit::RunState;
+    type Kotoba = RunState<posenc_kotoba::trainer::TrainConfig, posenc_kotoba::trainer::Record>;
+    if Kotoba::load(dir).is_ok() {
+        Some(("kotoba", "a translation model"))
+    } else if posenc_lm::lm_train::LmState::load(dir).is_ok() {
+        Some(("lm", "a language-model run"))
+    } else if posenc_lengthgen::LengthgenState::load(dir).is_ok() {
+        Some(("lengthgen", "a lengthgen run"))
+    } else {
+        None
+    }
+}
+
+/// `e`, or, when `dir` holds a run of another task than `task`, an error that says so
+/// (instead of the field its settings lack).
+pub fn for_task(e: impl Into<anyhow::Error>, dir: &Path, task: &str) -> anyhow::Error {
+    match run_kind(dir) {
+        Some((other, what)) if other != task => anyhow::anyhow!(
+            "{} is {what}, which `posenc {other} …` reads, not `posenc {task} …`",
+            dir.display()
+        ),
+        _ => e.into(),
     }
 }
 
@@ -313,6 +342,49 @@ impl RopeScalingArg {
         encoding
             .with_setting("scaling", value)
             .context("--rope-scaling")
+    }
+}
+
+/// The learning-rate schedule of a run trained from scratch: its peak, its floor and its
+/// warm-up, each replacing the config's (or the command's default) when given.
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub struct ScheduleArgs {
+    /// Peak learning rate [default: the config's or the budget's; --print-config shows
+    /// it]; without --min-lr the floor keeps its ratio to the peak.
+    #[arg(long)]
+    lr: Option<f64>,
+    /// The learning rate the cosine decay ends at [default: the config's or the budget's,
+    /// scaled with --lr].
+    #[arg(long)]
+    min_lr: Option<f64>,
+    /// Warm-up steps, the learning rate rising linearly to its peak [default: the config's
+    /// or the budget's].
+    #[arg(long)]
+    warmup: Option<usize>,
+}
+
+impl ScheduleArgs {
+    /// `(lr, min_lr, warmup)` with the flags given applied: a new peak without `--min-lr`
+    /// scales the floor with it, so `--lr 1e-5` alone is never refused for a floor above it.
+    pub fn apply(&self, lr: f64, min_lr: f64, warmup: usize) -> (f64, f64, usize) {
+        let peak = self.lr.unwrap_or(lr);
+        let floor = match (self.min_lr, self.lr) {
+            (Some(floor), _) => floor,
+            (None, Some(peak)) if lr > 0.0 => min_lr * peak / lr,
+            (None, _) => min_lr,
+        };
+        (peak, floor, self.warmup.unwrap_or(warmup))
+    }
+}
+
+/// Says on standard error when a run's warm-up does not end within its steps: its
+/// learning rate then never reaches the peak asked for.
+pub fn warn_schedule(warmup: usize, steps: usize) {
+    if warmup >= steps {
+        posenc_train::log(&format!(
+            "warning: the warm-up of {warmup} steps does not end within the run's {steps}: \
+             the learning rate never reaches its peak (--warmup sets it)"
+        ));
     }
 }
 

@@ -73,7 +73,9 @@ impl ModelArgs {
             true => Precision::F32,
             false => Precision::Quantized,
         };
-        let mut lm = CausalLm::load(self.spec(default), precision, &self.device.0)?;
+        let spec = self.spec(default);
+        let mut lm = CausalLm::load(spec, precision, &self.device.0)
+            .map_err(|e| super::for_task(e, std::path::Path::new(spec), "lm"))?;
         lm.model = self.rope_scaling.apply(lm.model)?;
         if let Some(dtype) = self.kv_cache {
             lm.model.keep_cache_as(dtype.into())?;

@@ -23,20 +23,47 @@ pub struct TrainArgs {
     #[arg(long, default_value = "runs/kotoba")]
     out: PathBuf,
     /// Total optimizer steps.
-    #[arg(long)]
+    #[arg(long, help = format!(
+        "Total optimizer steps (with --resume: raise the run's own) [default: the config's, \
+         else {}]",
+        TrainConfig::default().steps
+    ))]
     steps: Option<usize>,
     /// Seed of weights and batch order.
-    #[arg(long)]
+    #[arg(long, help = format!(
+        "Seed of weights and batch order [default: the config's, else {}]",
+        TrainConfig::default().seed
+    ))]
     seed: Option<u64>,
     /// Sentences per batch.
-    #[arg(long)]
+    #[arg(long, help = format!(
+        "Sentences per batch [default: the config's, else {}]",
+        TrainConfig::default().batch_size
+    ))]
     batch_size: Option<usize>,
+    /// Warm-up steps of the Noam schedule.
+    #[arg(long, help = format!(
+        "Warm-up steps of the Noam schedule, the learning rate rising to its peak \
+         [default: the config's, else {}]",
+        TrainConfig::default().warmup
+    ))]
+    warmup: Option<usize>,
     /// Save every this many steps.
-    #[arg(long)]
+    #[arg(long, help = format!(
+        "Save a checkpoint every this many steps [default: the config's, else {}]",
+        TrainConfig::default().save_every
+    ))]
     save_every: Option<usize>,
     /// Validate every this many steps.
-    #[arg(long)]
+    #[arg(long, help = format!(
+        "Validate every this many steps [default: the config's, else {}]",
+        TrainConfig::default().eval_every
+    ))]
     eval_every: Option<usize>,
+    /// Print the full config this command would train with, as JSON that --config takes
+    /// back, and train nothing.
+    #[arg(long, conflicts_with = "resume")]
+    print_config: bool,
     /// Continue the run in --out (its config is kept; --steps may extend it).
     #[arg(long)]
     resume: bool,
@@ -69,8 +96,15 @@ impl TrainArgs {
             cfg.steps = self.steps.unwrap_or(cfg.steps);
             cfg.seed = self.seed.unwrap_or(cfg.seed);
             cfg.batch_size = self.batch_size.unwrap_or(cfg.batch_size);
+            cfg.warmup = self.warmup.unwrap_or(cfg.warmup);
             cfg.save_every = self.save_every.unwrap_or(cfg.save_every);
             cfg.eval_every = self.eval_every.unwrap_or(cfg.eval_every);
+            if self.print_config {
+                cfg.validate()?;
+                writeln!(out, "{}", serde_json::to_string_pretty(&cfg)?)?;
+                return Ok(());
+            }
+            super::warn_schedule(cfg.warmup, cfg.steps);
             trainer::train(cfg, &self.out, opts)?
         };
         if let Some(last) = state.history.last() {
@@ -111,7 +145,7 @@ pub struct DecodeArgs {
 impl DecodeArgs {
     fn load(&self) -> Result<(Translator, DecodeConfig)> {
         let dir = self.model.clone().unwrap_or_else(shipped_model);
-        let translator = Translator::load(&dir)?;
+        let translator = Translator::load(&dir).map_err(|e| super::for_task(e, &dir, "kotoba"))?;
         let positions = translator.model.max_positions().1.unwrap_or(usize::MAX);
         let cfg = DecodeConfig {
             beam: self.beam,

@@ -104,6 +104,35 @@ pub struct Prompt {
     pub needle_at: usize,
 }
 
+/// The shortest prompt `encode`'s tokenizer can make: the introduction, the needle (with a
+/// five-digit key), the question and one filler.
+///
+/// # Errors
+/// `encode`'s own.
+pub fn shortest(encode: &dyn Fn(&str) -> Result<Vec<u32>>) -> Result<usize> {
+    let parts = [INTRO, FILLER, &needle("99999"), QUESTION];
+    let mut total = 0;
+    for part in parts {
+        total += encode(part)?.len();
+    }
+    Ok(total)
+}
+
+/// The default lengths of a passkey test for a model of `context`: ½, 1, 2 and 4 times it,
+/// each raised to at least `shortest`; where that leaves fewer than four, doubling the
+/// longest until there are four.
+pub fn default_lengths(context: usize, shortest: usize) -> Vec<usize> {
+    let mut lengths: Vec<usize> = [context / 2, context, 2 * context, 4 * context]
+        .map(|l| l.max(shortest))
+        .to_vec();
+    lengths.dedup();
+    while lengths.len() < 4 {
+        let last = lengths.last().copied().unwrap_or(shortest).max(1);
+        lengths.push(2 * last);
+    }
+    lengths
+}
+
 /// The prompt of `length` tokens (as nearly as whole fillers reach it) with `key` at
 /// `depth`, from the token ids `encode` gives each part.
 ///

@@ -6,6 +6,7 @@
 //! | [`loss`], [`schedule`], [`optim`], [`init`] | label-smoothed cross-entropy, Noam and cosine schedules, resumable AdamW, weight initialisation |
 //! | [`experiment`] | the one experiment driver: a grid of labelled encodings × seeds over any task, with reuse, resume, divergence as a row, shards and their merge |
 //! | [`rundir`], [`results`] | a run's files as one unit (manifest, lock, atomic writes), and an experiment's files and the runs it finds |
+//! | [`claims`] | claims about an experiment checked against its records by one rule: the gap exceeds both spreads added, in every seed |
 //! | [`labelled`], [`randomized`] | what an experiment compares (labelled encodings), and randomized positions |
 //! | [`memory`], [`tokenize`] | memory guards and peak resident memory; word-level tokenizers |
 //!
@@ -19,6 +20,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod claims;
 pub mod error;
 pub mod experiment;
 pub mod fit;

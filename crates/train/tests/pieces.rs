@@ -371,3 +371,97 @@ fn shards_partition_every_grid() {
         assert!(bad.parse::<Shard>().is_err(), "{bad} parsed");
     }
 }
+
+/// The claim rule, worked by hand: held only when the gap exceeds both standard deviations
+/// added, with the same sign in every seed, over at least three seeds; in the claim's
+/// direction (a loss is better lower); over the records the filter keeps.
+#[test]
+fn a_claim_holds_only_by_the_rule() {
+    use posenc_train::claims::{check, Claim};
+    use serde_json::json;
+    let records = |pairs: &[(f64, f64)]| -> Vec<serde_json::Value> {
+        pairs
+            .iter()
+            .enumerate()
+            .flat_map(|(seed, &(a, b))| {
+                [
+                    json!({"label": "a", "seed": seed, "x": a, "len": 1}),
+                    json!({"label": "b", "seed": seed, "x": b, "len": 1}),
+                    // Another length, which a filter on `len` leaves out.
+                    json!({"label": "a", "seed": seed, "x": -100.0, "len": 2}),
+                ]
+            })
+            .collect()
+    };
+    let claim = |extra: serde_json::Value| -> Claim {
+        let mut c = json!({"claim": "a ahead of b", "metric": "x", "better": "a", "than": "b",
+                           "where": {"len": 1}});
+        c.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        serde_json::from_value(c).unwrap()
+    };
+    // a: 3, 4, 5 (mean 4, sd 1); b: 1, 1.5, 2 (mean 1.5, sd 0.5). Gap 2.5 > 1.5: held.
+    let v = check(
+        &records(&[(3.0, 1.0), (4.0, 1.5), (5.0, 2.0)]),
+        &claim(json!({})),
+    )
+    .unwrap();
+    assert!(
+        (v.gap - 2.5).abs() < 1e-12 && (v.spreads - 1.5).abs() < 1e-12,
+        "{v:?}"
+    );
+    assert!(v.held && v.seeds == 3 && v.seeds_ahead == 3);
+    // Ahead in every seed by 1, but within the spreads (2 + 2): not held.
+    let v = check(
+        &records(&[(2.0, 1.0), (4.0, 3.0), (6.0, 5.0)]),
+        &claim(json!({})),
+    )
+    .unwrap();
+    assert!(
+        (v.gap - 1.0).abs() < 1e-12 && (v.spreads - 4.0).abs() < 1e-12,
+        "{v:?}"
+    );
+    assert!(v.seeds_ahead == 3 && !v.held, "{v:?}");
+    // Far ahead in two seeds and behind in one: not held, whatever the means.
+    let v = check(
+        &records(&[(10.0, 0.0), (10.0, 0.0), (0.0, 0.1)]),
+        &claim(json!({})),
+    )
+    .unwrap();
+    assert_eq!((v.seeds_ahead, v.held), (2, false), "{v:?}");
+    // Two seeds are too few, however clear.
+    let v = check(&records(&[(10.0, 0.0), (11.0, 0.0)]), &claim(json!({}))).unwrap();
+    assert!(!v.held, "{v:?}");
+    // Lower is better: the same numbers, the other way round.
+    let low = claim(json!({"lower_is_better": true, "better": "b", "than": "a"}));
+    let v = check(&records(&[(3.0, 1.0), (4.0, 1.5), (5.0, 2.0)]), &low).unwrap();
+    assert!(v.held && (v.gap - 2.5).abs() < 1e-12, "{v:?}");
+    // Without the filter, length 2 (a: -100) turns the claim round.
+    let mut unfiltered = claim(json!({}));
+    unfiltered.filter.clear();
+    let v = check(&records(&[(3.0, 1.0), (4.0, 1.5), (5.0, 2.0)]), &unfiltered).unwrap();
+    assert!(v.gap < 0.0 && !v.held, "{v:?}");
+    // A label no record has is named.
+    let missing = claim(json!({"than": "c"}));
+    let e = check(&records(&[(1.0, 0.0)]), &missing)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("`c`"), "{e}");
+    // The page says which claims hold and which do not.
+    let held = check(
+        &records(&[(3.0, 1.0), (4.0, 1.5), (5.0, 2.0)]),
+        &claim(json!({})),
+    )
+    .unwrap();
+    let not = check(
+        &records(&[(2.0, 1.0), (4.0, 3.0), (6.0, 5.0)]),
+        &claim(json!({})),
+    )
+    .unwrap();
+    let page = posenc_train::claims::markdown(&[held, not], &[]);
+    assert!(
+        page.contains("| held |") && page.contains("| **not held** |"),
+        "{page}"
+    );
+}

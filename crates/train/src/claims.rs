@@ -1,0 +1,245 @@
+//! Claims about an experiment, checked against its tidy records by one rule: a difference
+//! between two entries is a finding only when it exceeds both spreads added (the standard
+//! deviations over seeds), with the same sign in every seed, over at least three seeds.
+//! Anything less is printed "not held", with the numbers that decided it.
+//!
+//! A study keeps its claims in `claims.json` beside its `results.json`:
+//!
+//! ```json
+//! {"claims": [
+//!   {"claim": "FIRE answers more sums past the trained lengths than RoPE",
+//!    "metric": "accuracy", "better": "fire", "than": "rope",
+//!    "where": {"trained": false}, "scale": 100}
+//! ]}
+//! ```
+//!
+//! ```
+//! use posenc_train::claims::{check, Claim};
+//! use serde_json::json;
+//!
+//! // Three seeds each; `a` is ahead in every seed, by far more than the spreads.
+//! let records: Vec<_> = [(1, 0.9, 0.1), (2, 0.8, 0.2), (3, 0.85, 0.15)]
+//!     .iter()
+//!     .flat_map(|&(seed, a, b)| {
+//!         [json!({"label": "a", "seed": seed, "accuracy": a}),
+//!          json!({"label": "b", "seed": seed, "accuracy": b})]
+//!     })
+//!     .collect();
+//! let claim: Claim = serde_json::from_value(json!(
+//!     {"claim": "a beats b", "metric": "accuracy", "better": "a", "than": "b"}
+//! )).unwrap();
+//! assert!(check(&records, &claim).unwrap().held);
+//! ```
+
+use std::collections::BTreeMap;
+
+use posenc_error::{bail, ensure};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::error::Result;
+use crate::results::mean_sd;
+
+/// The fewest seeds a claim can hold over: one seed is an anecdote, two a coincidence.
+pub const MIN_SEEDS: usize = 3;
+
+/// One claim: entry `better` is ahead of entry `than` on `metric`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Claim {
+    /// What is claimed, in words.
+    pub claim: String,
+    /// The record field compared (`accuracy`, `loss`, `test_exact`, …).
+    pub metric: String,
+    /// The label claimed ahead.
+    pub better: String,
+    /// The label it is claimed ahead of.
+    pub than: String,
+    /// Whether a lower value is better (a loss) rather than a higher one (an accuracy).
+    #[serde(default)]
+    pub lower_is_better: bool,
+    /// Only the records whose fields equal these (`{"length": 512}`, `{"trained": false}`);
+    /// each seed's value is the mean over its records that match.
+    #[serde(default, rename = "where")]
+    pub filter: Map<String, Value>,
+    /// What the values are multiplied by when printed (100 for percent).
+    #[serde(default = "one")]
+    pub scale: f64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+/// `claims.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Claims {
+    /// Other studies of the same setting (other encodings, or more seeds), as directories
+    /// relative to this one, whose records join this study's for the claims.
+    #[serde(default)]
+    pub with: Vec<String>,
+    /// The claims, in the order a page lists them.
+    pub claims: Vec<Claim>,
+}
+
+/// One entry's values over seeds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Side {
+    /// Each seed's value.
+    pub by_seed: BTreeMap<u64, f64>,
+    /// Their mean.
+    pub mean: f64,
+    /// Their sample standard deviation.
+    pub sd: f64,
+}
+
+/// A claim checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Verdict {
+    /// The claim.
+    pub claim: Claim,
+    /// The entry claimed ahead.
+    pub better: Side,
+    /// The other.
+    pub than: Side,
+    /// How far `better` is ahead, in the claim's direction (negative: behind).
+    pub gap: f64,
+    /// The two standard deviations added.
+    pub spreads: f64,
+    /// Seeds both entries ran with.
+    pub seeds: usize,
+    /// Those of them in which `better` is ahead.
+    pub seeds_ahead: usize,
+    /// Whether the rule holds: ahead by more than the spreads added, in every one of at
+    /// least [`MIN_SEEDS`] seeds.
+    pub held: bool,
+}
+
+/// Checks `claim` against `records` (tidy records, each with `label`, `seed` and the
+/// metric).
+///
+/// # Errors
+/// A label with no record matching the claim's filter, or a metric that is not a number
+/// in the records that match.
+pub fn check(records: &[Value], claim: &Claim) -> Result<Verdict> {
+    let better = side(records, claim, &claim.better)?;
+    let than = side(records, claim, &claim.than)?;
+    let sign = if claim.lower_is_better { -1.0 } else { 1.0 };
+    let gap = sign * (better.mean - than.mean);
+    let spreads = better.sd + than.sd;
+    let paired: Vec<f64> = better
+        .by_seed
+        .iter()
+        .filter_map(|(seed, a)| Some(sign * (a - than.by_seed.get(seed)?)))
+        .collect();
+    let seeds_ahead = paired.iter().filter(|d| **d > 0.0).count();
+    let held = paired.len() >= MIN_SEEDS && seeds_ahead == paired.len() && gap > spreads;
+    Ok(Verdict {
+        claim: claim.clone(),
+        better,
+        than,
+        gap,
+        spreads,
+        seeds: paired.len(),
+        seeds_ahead,
+        held,
+    })
+}
+
+/// The values of `label`'s seeds under `claim`'s filter.
+fn side(records: &[Value], claim: &Claim, label: &str) -> Result<Side> {
+    let mut by_seed: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
+    for r in records {
+        let matches = r["label"] == label && claim.filter.iter().all(|(k, v)| r.get(k) == Some(v));
+        if !matches {
+            continue;
+        }
+        let Some(seed) = r["seed"].as_u64() else {
+            bail!("a record of `{label}` has no seed: {r}");
+        };
+        match &r[&claim.metric] {
+            Value::Null => {}
+            v => match v.as_f64() {
+                Some(x) => by_seed.entry(seed).or_default().push(x),
+                None => bail!(
+                    "`{}` is not a number in a record of `{label}`: {v}",
+                    claim.metric
+                ),
+            },
+        }
+    }
+    ensure!(
+        !by_seed.is_empty(),
+        "no record of `{label}` has a `{}`{} (claim: {})",
+        claim.metric,
+        match claim.filter.is_empty() {
+            true => String::new(),
+            false => format!(" where {}", Value::Object(claim.filter.clone())),
+        },
+        claim.claim
+    );
+    let by_seed: BTreeMap<u64, f64> = by_seed
+        .into_iter()
+        .map(|(seed, xs)| (seed, xs.iter().sum::<f64>() / xs.len() as f64))
+        .collect();
+    let values: Vec<f64> = by_seed.values().copied().collect();
+    let (mean, sd) = mean_sd(&values);
+    Ok(Side { by_seed, mean, sd })
+}
+
+/// The claims as a Markdown section (their records pooled `with` other studies'): a row each, with both sides' mean ± sd over their
+/// seeds, the gap, the spreads added, the seeds in which the claimed order holds, and the
+/// verdict.
+pub fn markdown(verdicts: &[Verdict], with: &[String]) -> String {
+    let pooled = match with.is_empty() {
+        true => String::new(),
+        false => format!(
+            ", pooled with those of {} (the same setting)",
+            with.iter()
+                .map(|w| format!("`{w}`"))
+                .collect::<Vec<_>>()
+                .join(" and ")
+        ),
+    };
+    let mut s = format!(
+        "## Claims\n\n\
+         Each claim is checked against the records above{pooled}: it holds when the gap \
+         exceeds both standard deviations added, with the same sign in every seed, over at \
+         least {MIN_SEEDS} seeds (`posenc report`).\n\n\
+         | claim | metric | ahead | behind | gap | spreads added | seeds ahead | verdict |\n\
+         |---|---|---|---|---:|---:|---:|---|\n"
+    );
+    for v in verdicts {
+        let c = &v.claim;
+        let side = |label: &str, x: &Side| {
+            format!("{label} {:.2} ± {:.2}", c.scale * x.mean, c.scale * x.sd)
+        };
+        let filter = match c.filter.is_empty() {
+            true => String::new(),
+            false => {
+                let parts: Vec<String> =
+                    c.filter.iter().map(|(k, v)| format!("{k} = {v}")).collect();
+                format!(" ({})", parts.join(", "))
+            }
+        };
+        s += &format!(
+            "| {} | {}{}{filter} | {} | {} | {:+.2} | {:.2} | {} of {} | {} |\n",
+            c.claim,
+            c.metric,
+            if c.lower_is_better {
+                ", lower better"
+            } else {
+                ""
+            },
+            side(&c.better, &v.better),
+            side(&c.than, &v.than),
+            c.scale * v.gap,
+            c.scale * v.spreads,
+            v.seeds_ahead,
+            v.seeds,
+            if v.held { "held" } else { "**not held**" }
+        );
+    }
+    s
+}
