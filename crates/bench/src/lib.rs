@@ -9,12 +9,16 @@
 //! | [`embed`] | all-MiniLM-L6-v2 sentence embeddings | transformers' `BertModel` (`scripts/bench_embed_torch.py`) |
 //! | [`generate`] | a GGUF model's prefill, decode and time to first token | llama.cpp's `llama-bench` |
 //!
-//! The benchmarks in `benches/` compare against candle-transformers, which only
-//! `cargo bench -p posenc-bench` builds, never `cargo test`:
+//! Every benchmark of the workspace lives in `benches/`, built only by
+//! `cargo bench -p posenc-bench` (never by `cargo test`, nor are their dependencies, criterion
+//! and candle-transformers): `embed` and `llama` against candle-transformers' models;
+//! `fused`, `quantized`, `loss` and `paths` our fused kernels against the candle
+//! compositions they replace.
 //!
 //! ```sh
 //! bash scripts/fetch_minilm.sh
 //! cargo bench -p posenc-bench --bench embed
+//! cargo bench -p posenc-bench --bench fused
 //! ```
 
 #![forbid(unsafe_code)]

@@ -25,7 +25,7 @@
 //! over the cores. candle 0.11 has AVX kernels for Q4_0, Q8_0 and the K-quants, but its
 //! Q4_1 product (the format of the SmolLM2 file we ship a fetch script for) is scalar, and
 //! the repacked layout of its Q8_0 and Q4_K kernels, fast on a weight in the cache, streams
-//! from memory at half our speed (`cargo bench -p posenc-transformer --bench quantized`).
+//! from memory at half our speed (`cargo bench -p posenc-bench --bench quantized`).
 //!
 //! Quantizing `x` costs accuracy against the dequantized f32 product (about 0.5% of a
 //! block's largest value, relative); it is what llama.cpp and candle do too, and what

@@ -9,8 +9,8 @@
 //! with the weight in the cache (one copy).
 //!
 //! ```sh
-//! cargo bench -p posenc-transformer --bench quantized          # 15 rounds
-//! cargo bench -p posenc-transformer --bench quantized -- 40    # more rounds
+//! cargo bench -p posenc-bench --bench quantized          # 15 rounds
+//! cargo bench -p posenc-bench --bench quantized -- 40    # more rounds
 //! ```
 
 use std::sync::Arc;
@@ -68,7 +68,7 @@ fn run(rounds: usize) {
     let kernels = Kernel::available();
     println!(
         "{} threads, kernels {kernels:?}, {rounds} alternating rounds, medians; x is one row",
-        rayon::current_num_threads()
+        candle_core::utils::get_num_threads()
     );
     println!("| format | weight | in cache | implementation | µs per product | weight GB/s | candle ÷ this |");
     println!("|---|---|---|---|---:|---:|---:|");

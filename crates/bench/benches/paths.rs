@@ -2,7 +2,7 @@
 //! differentiable compositions the training path uses, on the same weights and inputs.
 //!
 //! ```sh
-//! cargo bench -p posenc-transformer --bench paths
+//! cargo bench -p posenc-bench --bench paths
 //! ```
 
 use candle_core::{DType, Device, Tensor};

@@ -3,7 +3,7 @@
 //! benchmark's size: 64 × 24 targets over a vocabulary of 1000.
 //!
 //! ```sh
-//! cargo bench -p posenc-train --bench loss
+//! cargo bench -p posenc-bench --bench loss
 //! ```
 
 use candle_core::{DType, Device, Tensor, Var, D};

@@ -2,7 +2,7 @@
 //! at the reference benchmark's sizes (batch 64 × 24 tokens, d_model 256, 8 heads).
 //!
 //! ```sh
-//! cargo bench -p posenc-transformer --bench fused
+//! cargo bench -p posenc-bench --bench fused
 //! ```
 
 use candle_core::{DType, Device, Tensor, Var, D};
