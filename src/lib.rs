@@ -74,16 +74,34 @@ enum Command {
     #[command(subcommand)]
     Plot(cmd::plot::PlotCommand),
     /// Render studies' results.md from their records: the tables, and the claims checked.
+    #[command(
+        after_help = "Examples:\n  posenc report docs/lengthgen/sort\n  posenc report --check docs/experiment docs/lm-experiment"
+    )]
     Report(cmd::report::ReportArgs),
     /// Sentence embeddings from a pretrained sentence-transformers model.
+    #[command(
+        after_help = "Examples:\n  posenc embed --model .cache/all-MiniLM-L6-v2 \"a sentence\" \"another one\""
+    )]
     Embed(cmd::embed::EmbedArgs),
     /// Continue a prompt: `posenc lm generate` with SmolLM2 as the default model.
+    #[command(
+        after_help = "Examples:\n  posenc generate \"The capital of France is\"\n  posenc generate --chat --temperature 0 \"What is a positional encoding?\""
+    )]
     Generate(cmd::generate::GenerateArgs),
     /// Write a GGUF model as a Hugging Face directory (f32 safetensors, config, tokenizer).
+    #[command(after_help = "Examples:\n  posenc convert --model smollm2 --out runs/smollm2-hf")]
     Convert(cmd::generate::ConvertArgs),
     /// Measure speed.
     #[command(subcommand)]
     Bench(cmd::bench::BenchCommand),
+    /// Print a shell's completion script: `posenc completions bash > ~/.local/share/bash-completion/completions/posenc`.
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff): `posenc man | man -l -`.
+    Man,
 }
 
 /// Earlier spellings of commands, each with the words that replace it: they keep working,
@@ -159,6 +177,20 @@ pub fn run(cli: Cli, out: &mut impl Write) -> anyhow::Result<()> {
         Command::Generate(c) => c.run("smollm2", out),
         Command::Convert(c) => c.run(out),
         Command::Bench(c) => c.run(out),
+        // Both are made in memory first: clap_complete panics on a failed write, and a
+        // closed pipe must end quietly.
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "posenc", &mut script);
+            out.write_all(&script).map_err(anyhow::Error::from)
+        }
+        Command::Man => {
+            use clap::CommandFactory;
+            let mut page = Vec::new();
+            clap_mangen::Man::new(Cli::command()).render(&mut page)?;
+            out.write_all(&page).map_err(anyhow::Error::from)
+        }
     };
     // A run stopped by Ctrl-C says how to go on.
     result.map_err(|e| match (cmd::interrupted(&e), resume) {

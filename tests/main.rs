@@ -7,6 +7,7 @@ mod cli_faults;
 mod cli_generate;
 mod cli_grid;
 mod cli_lm;
+mod cli_shell;
 mod cli_translate;
 mod common;
 mod doc_links;

@@ -16,6 +16,7 @@ pub enum BenchCommand {
     /// PyTorch (scripts/bench_train_torch.py) runs in the same invocation and the ratio is
     /// printed. The two sides take their steps alternately, so that machine noise hits
     /// both alike, and the ratio is the median of the per-step ratios.
+    #[command(after_help = "Examples:\n  posenc bench train --steps 10")]
     Train {
         /// Timed steps (after 2 untimed), of each side.
         #[arg(long, default_value_t = 10)]

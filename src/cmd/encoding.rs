@@ -53,6 +53,9 @@ pub enum EncodingCommand {
     /// Print the table: the (len × d_model) matrix of additive encodings, cos/sin of
     /// rope, the per-head bias of alibi, the bucket indices of t5. Learned weights are
     /// untrained (random).
+    #[command(
+        after_help = "Examples:\n  posenc encoding show --encoding sinusoidal --d-model 8 --len 10\n  posenc encoding show --encoding alibi --d-model 64 --len 6 --heads 8 --format json"
+    )]
     Show(Which),
     /// Print the properties: uniqueness, boundedness, length drift, shift linearity,
     /// relative-only interaction, symmetry and decay.

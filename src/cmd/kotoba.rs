@@ -9,15 +9,25 @@ use clap::Subcommand;
 #[derive(Subcommand, Debug)]
 pub enum KotobaCommand {
     /// Train the English → Kotoba translation model.
+    #[command(
+        after_help = "Examples:\n  posenc kotoba train --out runs/mine --steps 3000\n  posenc kotoba train --out runs/rope --encoding rope:base=500 --print-config\n  posenc kotoba train --out runs/mine --resume --steps 4000"
+    )]
     Train(super::translate::TrainArgs),
     /// Translate English sentences into Kotoba.
+    #[command(
+        after_help = "Examples:\n  posenc kotoba translate \"the cat sees the dog\"\n  posenc kotoba translate --model runs/mine --beam 4 < sentences.txt"
+    )]
     Translate(super::translate::TranslateArgs),
     /// Exact match and BLEU of a model on every evaluation split.
+    #[command(after_help = "Examples:\n  posenc kotoba eval --model runs/mine --errors 3")]
     Eval(super::translate::EvalArgs),
     /// Train the toy model once per positional encoding and compare them.
     ///
     /// The lineup: every registered kind at its defaults, one seed; with --budget quick:
     /// none and sinusoidal.
+    #[command(
+        after_help = "Examples:\n  posenc kotoba experiment --budget quick\n  posenc kotoba experiment --encodings none,sinusoidal,rope --seeds 3 --out runs/exp\n  posenc kotoba experiment --seeds 3 --out runs/exp --shard 2/4"
+    )]
     Experiment(super::experiment::ExperimentArgs),
 }
 

@@ -45,8 +45,14 @@ pub enum LengthgenCommand {
     ///
     /// The decoder has 3 layers of width 64 with 4 heads (0.15 M parameters) unless
     /// --d-model, --layers or --heads say otherwise.
+    #[command(
+        after_help = "Examples:\n  posenc lengthgen train --task copy --encoding alibi --out runs/copy-alibi"
+    )]
     Train(TrainArgs),
     /// Exact answers of a trained run at lengths inside and past its trained ones.
+    #[command(
+        after_help = "Examples:\n  posenc lengthgen eval --model runs/copy-alibi --test-lengths 5,10,20,40"
+    )]
     Eval(EvalArgs),
     /// One decoder per encoding and seed, exact answers at lengths inside and past the
     /// trained ones, compared.
@@ -56,6 +62,9 @@ pub enum LengthgenCommand {
     /// (a learned table reaching the longest test), then sinusoidal, learned, rope, alibi
     /// and t5 at randomized positions over that reach, 3 seeds each; with --budget quick:
     /// none, sinusoidal, rope and alibi.
+    #[command(
+        after_help = "Examples:\n  posenc lengthgen experiment --task sort --budget quick\n  posenc lengthgen experiment --task copy --encodings none,rope,alibi --seeds 3 --out runs/copy"
+    )]
     Experiment(ExperimentArgs),
 }
 

@@ -249,20 +249,35 @@ pub struct ExperimentArgs {
 pub enum LmCommand {
     /// Train a causal language model on the Shakespeare corpus, or your own text, into a
     /// run directory.
+    #[command(
+        after_help = "Examples:\n  posenc lm train --out runs/lm-rope --encoding rope --steps 2000\n  posenc lm train --out runs/lm-own --text my-book.txt --tokenizer bpe\n  posenc lm train --out runs/lm-rope --resume"
+    )]
     Train(TrainArgs),
     /// Continue a prompt with any causal language model (`posenc generate` is the same
     /// command with SmolLM2 as the default model).
+    #[command(
+        after_help = "Examples:\n  posenc lm generate --model runs/lm-rope --max-tokens 200 \"ROMEO:\""
+    )]
     Generate(super::generate::GenerateArgs),
     /// Per-token loss and perplexity on windows of several lengths: how the encoding
     /// extrapolates.
+    #[command(
+        after_help = "Examples:\n  posenc lm eval --model runs/lm-rope --lengths 64,128,256,512\n  posenc lm eval --model smollm2 --lengths 8192,16384 --rope-scaling '{\"rope_type\": \"yarn\", \"factor\": 2}'"
+    )]
     Eval(EvalArgs),
     /// Passkey retrieval: a number hidden at several depths of long filler, then asked for
     /// (Mohtashami & Jaggi 2023).
+    #[command(
+        after_help = "Examples:\n  posenc lm passkey --model smollm2 --lengths 4096,8192 --depths 0.1,0.5,0.9"
+    )]
     Passkey(PasskeyArgs),
     /// One model per encoding, evaluated at 1, 2, 4 and 8 times the trained context.
     ///
     /// The lineup: every registered encoding (learned with a table of L rows), one seed;
     /// with --budget quick: none, sinusoidal, rope and alibi.
+    #[command(
+        after_help = "Examples:\n  posenc lm experiment --budget quick\n  posenc lm experiment --encodings rope,alibi,fire --seeds 3 --out runs/lm-exp"
+    )]
     Experiment(ExperimentArgs),
 }
 
