@@ -44,3 +44,15 @@ fn every_study_page_is_what_its_records_give() {
         stale.join(" ")
     );
 }
+
+/// The README's results at a glance are what the studies' records give now.
+#[test]
+fn the_readme_glance_is_what_the_records_give() {
+    let readme = Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
+    let rendered = posenc_cli::cmd::report::glance(&readme).unwrap();
+    assert!(
+        rendered == std::fs::read_to_string(&readme).unwrap(),
+        "README.md's glance table is not what its records give: run `posenc report --glance README.md`"
+    );
+    assert!(rendered.contains("| held:") && rendered.contains("**not held**"));
+}
