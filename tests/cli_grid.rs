@@ -257,3 +257,51 @@ fn every_experiment_refuses_an_out_holding_another_kind_and_changes_nothing() {
         }
     }
 }
+
+/// `--format json` puts the results alone on standard output, where a parser reads them:
+/// an experiment's records, a shard's file, a run's state.
+#[test]
+fn json_results_stand_alone_on_stdout() {
+    let dir = tempfile::tempdir().unwrap();
+    let parse = |o: &Output| -> serde_json::Value {
+        let (stdout, stderr) = text(o);
+        assert!(o.status.success(), "{stderr}");
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+    };
+    let exp = parse(&ok(grid(&dir.path().join("a"), &["--format", "json"])));
+    assert_eq!(exp["records"].as_array().unwrap().len(), 2 * 2 * 16);
+    let shard = parse(&ok(grid(
+        &dir.path().join("b"),
+        &["--shard", "1/2", "--format", "json"],
+    )));
+    assert_eq!(shard["shard"], "1/2");
+    assert!(Path::new(shard["file"].as_str().unwrap()).is_file());
+    let run = dir.path().join("run");
+    let trained = posenc()
+        .args([
+            "lengthgen",
+            "train",
+            "--task",
+            "copy",
+            "--steps",
+            "3",
+            "--quiet",
+        ])
+        .args([
+            "--d-model",
+            "16",
+            "--layers",
+            "1",
+            "--heads",
+            "2",
+            "--format",
+            "json",
+            "--out",
+        ])
+        .arg(&run)
+        .output()
+        .unwrap();
+    let state = parse(&trained);
+    assert_eq!(state["state"]["step"], 3);
+    assert_eq!(Path::new(state["out"].as_str().unwrap()), run);
+}

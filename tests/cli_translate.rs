@@ -240,3 +240,45 @@ fn a_warmup_longer_than_the_run_is_named() {
         "{stderr}"
     );
 }
+
+/// `translate --format json` gives a record per sentence, the bad one with its error and no
+/// output, and still fails; `eval --format json` prints the reports alone.
+#[test]
+fn translate_and_eval_print_json_alone() {
+    let out = posenc()
+        .args([
+            "kotoba",
+            "translate",
+            "--format",
+            "json",
+            "the dog sleeps",
+            "the zebra sleeps",
+        ])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(
+        !out.status.success(),
+        "an untranslatable sentence fails the command"
+    );
+    assert!(stderr.contains("zebra"), "{stderr}");
+    let records: Vec<serde_json::Value> = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(records.len(), 2);
+    assert_eq!(records[0]["line"], 1);
+    assert!(
+        records[0]["output"].as_str().is_some_and(|s| !s.is_empty()),
+        "{stdout}"
+    );
+    assert!(
+        records[1]["output"].is_null() && records[1]["error"].is_string(),
+        "{stdout}"
+    );
+    let eval = posenc()
+        .args(["kotoba", "eval", "--format", "json"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&eval);
+    assert!(eval.status.success(), "{stderr}");
+    let reports: Vec<serde_json::Value> = serde_json::from_str(&stdout).unwrap();
+    assert!(reports.iter().any(|r| r["split"] == "test"), "{stdout}");
+}

@@ -2,21 +2,13 @@
 
 use std::io::Write;
 
+use super::Format;
 use anyhow::{Context, Result};
 use candle_core::{Device, Tensor};
-use clap::{Args, Subcommand, ValueEnum};
+use clap::{Args, Subcommand};
 use posenc::analysis::{analyze, Properties, Setting};
 use posenc::{EncodingConfig, Form};
 use serde_json::json;
-
-/// Output format.
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum Format {
-    /// Aligned text for reading.
-    Table,
-    /// `{"kind": ..., "values": ...}` for scripts.
-    Json,
-}
 
 /// Which encoding, at which size.
 #[derive(Args, Debug)]
@@ -36,8 +28,8 @@ pub struct Which {
     #[arg(long, default_value_t = 1)]
     heads: usize,
     /// Output format.
-    #[arg(long, value_enum, default_value_t = Format::Table)]
-    format: Format,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: super::Format,
 }
 
 /// `posenc encoding …`
@@ -47,8 +39,8 @@ pub enum EncodingCommand {
     /// `--encodings` take (`kind`, `kind:key=value:…` or a JSON object).
     List {
         /// Output format.
-        #[arg(long, value_enum, default_value_t = Format::Table)]
-        format: Format,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: super::Format,
     },
     /// Print the table: the (len × d_model) matrix of additive encodings, cos/sin of
     /// rope, the per-head bias of alibi, the bucket indices of t5. Learned weights are
@@ -79,7 +71,7 @@ impl EncodingCommand {
     }
 }
 
-fn list(format: Format, out: &mut impl Write) -> Result<()> {
+fn list(format: super::Format, out: &mut impl Write) -> Result<()> {
     let kinds: Vec<serde_json::Value> = EncodingConfig::kinds()
         .into_iter()
         .map(|kind| Ok(EncodingConfig::from_kind(kind)?.to_json()))
@@ -139,7 +131,7 @@ fn show(which: &Which, out: &mut impl Write) -> Result<()> {
                 json!({"kind": kind, "title": title, "values": values})
             )?;
         }
-        Format::Table => match &table.form {
+        Format::Text => match &table.form {
             Form::Additive { values, .. } => {
                 write_matrix(out, &format!("{kind}: {title}"), "pos", values)?
             }
@@ -204,7 +196,7 @@ fn props(which: &Which, shift: usize, out: &mut impl Write) -> Result<()> {
     let p = analyze(&*enc, setting)?;
     match which.format {
         Format::Json => writeln!(out, "{}", serde_json::to_string(&p)?)?,
-        Format::Table => write_properties(out, &p)?,
+        Format::Text => write_properties(out, &p)?,
     }
     Ok(())
 }

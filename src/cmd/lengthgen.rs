@@ -4,8 +4,9 @@
 use std::io::Write;
 use std::path::PathBuf;
 
+use super::Format;
 use anyhow::{Context, Result};
-use clap::{Args, Subcommand, ValueEnum};
+use clap::{Args, Subcommand};
 use posenc_lengthgen::experiment::{self, LengthScore, LengthgenExperimentConfig};
 use posenc_lengthgen::problems::Problem;
 use posenc_lengthgen::LengthgenConfig;
@@ -164,6 +165,10 @@ pub struct TrainArgs {
     /// Print the full config this command would train with, as JSON, and train nothing.
     #[arg(long, conflicts_with = "resume")]
     print_config: bool,
+    /// Output format: text (a summary line) or json (the run's state, alone on standard
+    /// output).
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
 }
 
 impl TrainArgs {
@@ -188,6 +193,9 @@ impl TrainArgs {
                 posenc_lengthgen::train(&run, &self.out, opts)?
             }
         };
+        if self.format == Format::Json {
+            return super::print_run(out, &self.out, &state);
+        }
         let valid = state.history.last().map_or("–".to_string(), |r| {
             format!("{:.1}%", 100.0 * r.valid_exact)
         });
@@ -211,15 +219,6 @@ fn lengths([lo, hi]: [usize; 2]) -> String {
     format!("lengths {lo}-{hi}")
 }
 
-/// How `lengthgen eval` prints.
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum Format {
-    /// A Markdown table.
-    Table,
-    /// JSON: the run's config and a record per length.
-    Json,
-}
-
 /// `posenc lengthgen eval`
 #[derive(Args, Debug)]
 pub struct EvalArgs {
@@ -233,8 +232,8 @@ pub struct EvalArgs {
     #[arg(long, default_value_t = 100)]
     test_instances: usize,
     /// Output format.
-    #[arg(long, value_enum, default_value_t = Format::Table)]
-    format: Format,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: super::Format,
 }
 
 impl EvalArgs {
@@ -256,7 +255,7 @@ impl EvalArgs {
                 let json = serde_json::json!({"config": cfg, "scores": scores});
                 writeln!(out, "{}", serde_json::to_string_pretty(&json)?)?;
             }
-            Format::Table => write!(out, "{}", table(cfg, &scores))?,
+            Format::Text => write!(out, "{}", table(cfg, &scores))?,
         }
         Ok(())
     }

@@ -4,6 +4,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use super::Format;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use posenc_lm::corpus::{self, Corpus, TextSource};
@@ -36,15 +37,6 @@ pub enum Split {
     Valid,
     /// Hamlet, Macbeth and The Tempest.
     Test,
-}
-
-/// How `lm eval` prints.
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum Format {
-    /// A Markdown table.
-    Table,
-    /// JSON, per-position losses included.
-    Json,
 }
 
 /// `posenc lm train`
@@ -105,6 +97,10 @@ pub struct TrainArgs {
     /// back, and train nothing.
     #[arg(long, conflicts_with = "resume")]
     print_config: bool,
+    /// Output format: text (a summary line) or json (the run's state, alone on standard
+    /// output).
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
     #[command(flatten)]
     size: super::ModelSizeArgs,
     #[command(flatten)]
@@ -160,8 +156,8 @@ pub struct EvalArgs {
     #[arg(long)]
     corpus: Option<PathBuf>,
     /// Output format.
-    #[arg(long, value_enum, default_value_t = Format::Table)]
-    format: Format,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: super::Format,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -191,8 +187,8 @@ pub struct PasskeyArgs {
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Output format: a table of accuracy, or JSON records, one per trial.
-    #[arg(long, value_enum, default_value_t = Format::Table)]
-    format: Format,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: super::Format,
     /// Also draw accuracy by length and depth as a heatmap PNG here.
     #[arg(long)]
     plot: Option<PathBuf>,
@@ -388,7 +384,10 @@ fn train(a: TrainArgs, out: &mut impl Write) -> Result<()> {
         let data = LmData::from_corpus(&corpus, &tokenizer)?;
         lm_run::start(&cfg, &tokenizer, &data, &a.out, opts, &a.device.0)?
     };
-    report(&state, &a.out, out)
+    match a.format {
+        Format::Json => super::print_run(out, &a.out, &state),
+        Format::Text => report(&state, &a.out, out),
+    }
 }
 
 /// A JSON training config.
@@ -646,7 +645,7 @@ fn passkey(a: PasskeyArgs, out: &mut impl Write) -> Result<()> {
                 .collect();
             writeln!(out, "{}", serde_json::to_string_pretty(&rows)?)?;
         }
-        Format::Table => {
+        Format::Text => {
             writeln!(
                 out,
                 "{}{}: passkey accuracy over {} trial(s) per cell\n",

@@ -35,6 +35,29 @@ impl std::str::FromStr for EncodingList {
     }
 }
 
+/// How a command prints its results: text to read (tables), or JSON for scripts, alone on
+/// standard output (progress and warnings go to standard error either way).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Text and Markdown tables, to read.
+    #[default]
+    #[value(alias = "table")]
+    Text,
+    /// JSON, alone on standard output.
+    Json,
+}
+
+/// Prints a finished run as JSON, alone on standard output: where it is and its state
+/// (settings, steps, validation history, time, peak memory), as its `trainer.json` holds it.
+///
+/// # Errors
+/// A failed write.
+pub fn print_run(out: &mut impl Write, dir: &Path, state: &impl serde::Serialize) -> Result<()> {
+    let json = serde_json::json!({"out": dir, "state": state});
+    writeln!(out, "{}", serde_json::to_string_pretty(&json)?)?;
+    Ok(())
+}
+
 /// One encoding, in the grammar every command reads: a kind (`rope`), a kind with settings
 /// (`rope:base=500000`) or a JSON object (`{"kind": "rope", "base": 500000}`); the same as
 /// one entry of `--encodings`, without a label.
@@ -159,6 +182,10 @@ pub struct GridArgs {
     /// into the results.json one process would have written, and draw its figures.
     #[arg(long)]
     pub merge: bool,
+    /// Output format: text (the table, and where the results and figures are) or json (the
+    /// results, as results.json holds them, alone on standard output).
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
 }
 
 impl GridArgs {
@@ -176,17 +203,28 @@ impl GridArgs {
         let results = match (self.shard, self.merge) {
             (Some(shard), _) => {
                 let path = posenc_train::experiment::run_shard(experiment, dir, opts, shard)?;
-                writeln!(
-                    out,
-                    "shard {shard} done: {}; once every shard is done, join them with --merge",
-                    path.display()
-                )?;
+                match self.format {
+                    Format::Json => writeln!(
+                        out,
+                        "{}",
+                        serde_json::json!({"shard": shard.to_string(), "file": path})
+                    )?,
+                    Format::Text => writeln!(
+                        out,
+                        "shard {shard} done: {}; once every shard is done, join them with --merge",
+                        path.display()
+                    )?,
+                }
                 return Ok(());
             }
             (None, true) => posenc_train::experiment::merge(experiment, dir)?,
             (None, false) => posenc_train::experiment::run(experiment, dir, opts)?,
         };
         let (table, plots) = figures(&results)?;
+        if self.format == Format::Json {
+            writeln!(out, "{}", serde_json::to_string_pretty(&results)?)?;
+            return Ok(());
+        }
         write!(out, "{table}")?;
         let plots: Vec<String> = plots.iter().map(|p| p.display().to_string()).collect();
         writeln!(

@@ -64,6 +64,10 @@ pub struct TrainArgs {
     /// back, and train nothing.
     #[arg(long, conflicts_with = "resume")]
     print_config: bool,
+    /// Output format: text (a summary line) or json (the run's state, alone on standard
+    /// output).
+    #[arg(long, value_enum, default_value_t = super::Format::Text)]
+    format: super::Format,
     /// Continue the run in --out (its config is kept; --steps may extend it).
     #[arg(long)]
     resume: bool,
@@ -107,6 +111,9 @@ impl TrainArgs {
             super::warn_schedule(cfg.warmup, cfg.steps);
             trainer::train(cfg, &self.out, opts)?
         };
+        if self.format == super::Format::Json {
+            return super::print_run(out, &self.out, &state);
+        }
         if let Some(last) = state.history.last() {
             writeln!(
                 out,
@@ -167,6 +174,10 @@ pub struct TranslateArgs {
     /// ones are printed.
     #[arg(long)]
     strict: bool,
+    /// Output format: text (a translation per line) or json (a record per sentence: its
+    /// line, the sentence, and the translation or the error).
+    #[arg(long, value_enum, default_value_t = super::Format::Text)]
+    format: super::Format,
     /// English sentences; with none, one per line from standard input (where an empty line
     /// stays an empty line).
     sentences: Vec<String>,
@@ -187,16 +198,32 @@ impl TranslateArgs {
             return Ok(());
         }
         let mut bad = Vec::new();
-        for result in translator.translate_each(&sentences, &cfg)? {
-            match result {
-                Ok(line) => writeln!(out, "{line}")?,
+        let mut records = Vec::new();
+        let json = self.format == super::Format::Json;
+        for (i, result) in translator
+            .translate_each(&sentences, &cfg)?
+            .into_iter()
+            .enumerate()
+        {
+            let (output, error) = match result {
+                Ok(line) => (Some(line), None),
                 Err(e) => {
-                    // The output stays line for line with the input.
-                    writeln!(out)?;
                     posenc_train::log(&format!("error: {e}"));
                     bad.push(e.line);
+                    (None, Some(e.to_string()))
                 }
+            };
+            if json {
+                records.push(serde_json::json!({
+                    "line": i + 1, "input": sentences[i], "output": output, "error": error,
+                }));
+            } else {
+                // The output stays line for line with the input.
+                writeln!(out, "{}", output.unwrap_or_default())?;
             }
+        }
+        if json {
+            writeln!(out, "{}", serde_json::to_string_pretty(&records)?)?;
         }
         anyhow::ensure!(
             bad.is_empty(),
@@ -223,8 +250,12 @@ impl TranslateArgs {
 pub struct EvalArgs {
     #[command(flatten)]
     decode: DecodeArgs,
-    /// Also print the reports as JSON.
-    #[arg(long)]
+    /// Output format: text (the table, then any mistakes) or json (the reports, mistakes
+    /// included, alone on standard output).
+    #[arg(long, value_enum, default_value_t = super::Format::Text)]
+    format: super::Format,
+    /// The same as `--format json`.
+    #[arg(long, hide = true, conflicts_with = "format")]
     json: bool,
     /// Show up to this many mistakes per split.
     #[arg(long, default_value_t = 0)]
@@ -237,6 +268,10 @@ impl EvalArgs {
         let (translator, cfg) = self.decode.load()?;
         let data = translator.state.config.data.clone();
         let reports = evaluate(&translator, &data, &cfg)?;
+        if self.json || self.format == super::Format::Json {
+            writeln!(out, "{}", serde_json::to_string_pretty(&reports)?)?;
+            return Ok(());
+        }
         write!(out, "{}", table(&reports))?;
         for r in reports.iter().filter(|_| self.errors > 0) {
             for (src, want, got) in r.errors.iter().take(self.errors) {
@@ -246,9 +281,6 @@ impl EvalArgs {
                     r.split
                 )?;
             }
-        }
-        if self.json {
-            writeln!(out, "{}", serde_json::to_string(&reports)?)?;
         }
         Ok(())
     }
