@@ -967,3 +967,44 @@ fn print_config_is_what_config_takes_back() {
     assert_eq!(print(&["--config", saved.to_str().unwrap()]), first);
     assert!(!out.exists(), "--print-config wrote {}", out.display());
 }
+
+/// A prompt with its answer past the trained context is named before any work (a
+/// warning), or refused with --strict-context (nothing printed); a --window that crops
+/// the context needs no warning.
+#[test]
+fn a_prompt_past_the_trained_context_is_named_first() {
+    let run = |extra: &[&str]| {
+        posenc()
+            .args([
+                "lm",
+                "generate",
+                "--temperature",
+                "0",
+                "--max-tokens",
+                "100",
+            ])
+            .args(extra)
+            .arg("ROMEO: I will")
+            .output()
+            .unwrap()
+    };
+    let o = run(&[]);
+    let (stdout, stderr) = text(&o);
+    assert!(o.status.success(), "{stderr}");
+    assert!(stdout.starts_with("ROMEO: I will"), "{stdout}");
+    assert!(
+        stderr.contains("warning: the prompt and the answer come to")
+            && stderr.contains("past the 64"),
+        "{stderr}"
+    );
+    let o = run(&["--strict-context"]);
+    let (stdout, stderr) = text(&o);
+    assert!(!o.status.success() && stdout.is_empty(), "{stdout}");
+    assert!(stderr.contains("--strict-context"), "{stderr}");
+    let o = run(&["--window", "32"]);
+    assert!(
+        o.status.success() && !text(&o).1.contains("warning"),
+        "{}",
+        text(&o).1
+    );
+}

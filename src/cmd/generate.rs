@@ -38,6 +38,10 @@ pub struct GenerateArgs {
     /// prompt, at memory that grows with the chunk (llama.cpp's --ubatch-size).
     #[arg(long, default_value_t = lm::PREFILL_CHUNK)]
     prompt_chunk: usize,
+    /// Refuse a prompt (with the answer's tokens) longer than the context the model was
+    /// trained on, when nothing stretches or crops it; by default it is a warning.
+    #[arg(long)]
+    strict_context: bool,
     /// After the text, print to standard error how long loading, reading the prompt and
     /// each generated token took.
     #[arg(long)]
@@ -77,8 +81,11 @@ impl GenerateArgs {
             (prompt.clone(), Some(prompt))
         };
         let ids = lm.encode_prompt(&text)?;
-        let mut stream = TextStream::default();
         let window = self.window.or(lm.model.max_positions());
+        if window.is_none() && self.model.rope_scaling().is_none() {
+            check_context(&lm, ids.len() + self.max_tokens, self.strict_context)?;
+        }
+        let mut stream = TextStream::default();
         let mut clock = Timing::start(loaded);
         generate_observed(
             &lm.model,
@@ -112,6 +119,36 @@ impl GenerateArgs {
         }
         Ok(())
     }
+}
+
+/// Says before any work, on standard error, when `tokens` run past the context `lm` was
+/// trained on, where its answer may be noise, and what stretches a rotary encoding; with
+/// `strict`, refuses instead.
+fn check_context(lm: &CausalLm, tokens: usize, strict: bool) -> Result<()> {
+    let cfg = lm.model.config();
+    let context = cfg.context;
+    if tokens <= context {
+        return Ok(());
+    }
+    let factor = tokens.div_ceil(context).next_power_of_two();
+    let probe = serde_json::json!({"rope_type": "yarn", "factor": factor as f64});
+    let hint = match cfg.encoding.with_setting("scaling", probe).is_ok() {
+        true => format!(
+            "; --rope-scaling '{{\"rope_type\": \"yarn\", \"factor\": {factor}}}' stretches its \
+             rotary encoding that far"
+        ),
+        false => String::new(),
+    };
+    let message = format!(
+        "the prompt and the answer come to {tokens} tokens, past the {context} the model was \
+         trained on ({}): past them its answer may be noise{hint}",
+        cfg.encoding.kind()
+    );
+    anyhow::ensure!(!strict, "{message} (--strict-context)");
+    posenc_train::log(&format!(
+        "warning: {message} (--strict-context refuses such a prompt)"
+    ));
+    Ok(())
 }
 
 /// When a generation's tokens came, for `--timing`.
