@@ -8,7 +8,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 version=0.3.36
-dest=.cache/llama.cpp
+cache=${POSENC_CACHE:-.cache}
+dest=$cache/llama.cpp
 if [ -x "$dest/llama-bench" ]; then
   exit 0
 fi
@@ -17,7 +18,7 @@ mkdir -p "$dest"
 if ! command -v cmake > /dev/null; then
   python3 -m venv "$dest/venv"
   "$dest/venv/bin/pip" install --quiet cmake
-  export PATH="$PWD/$dest/venv/bin:$PATH"
+  export PATH="$(cd "$dest" && pwd)/venv/bin:$PATH"
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

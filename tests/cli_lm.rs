@@ -1008,3 +1008,32 @@ fn a_prompt_past_the_trained_context_is_named_first() {
         text(&o).1
     );
 }
+
+/// `POSENC_CACHE` says where the fetched models and corpora are: a command that needs one
+/// looks there (and names the fetch script when it is missing).
+#[test]
+fn the_cache_directory_is_posenc_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = posenc()
+        .env("POSENC_CACHE", dir.path())
+        .args(["lm", "eval", "--windows", "1"])
+        .output()
+        .unwrap();
+    let (_, stderr) = text(&o);
+    assert!(!o.status.success());
+    let expected = dir.path().join("shakespeare");
+    assert!(
+        stderr.contains(&expected.display().to_string()) && stderr.contains("fetch_shakespeare"),
+        "{stderr}"
+    );
+    let o = posenc()
+        .env("POSENC_CACHE", dir.path())
+        .args(["generate", "--max-tokens", "1", "hi"])
+        .output()
+        .unwrap();
+    let (_, stderr) = text(&o);
+    assert!(
+        !o.status.success() && stderr.contains(&dir.path().display().to_string()),
+        "{stderr}"
+    );
+}

@@ -45,7 +45,7 @@ struct Round {
 
 /// llama.cpp's tools, where scripts/build_llama_cpp.sh puts them.
 fn llama_cpp_tool(name: &str) -> Option<PathBuf> {
-    let path = crate::repo_root().join(".cache/llama.cpp").join(name);
+    let path = posenc_io::cache_dir().join("llama.cpp").join(name);
     path.is_file().then_some(path)
 }
 

@@ -24,7 +24,7 @@ pub const FILES: [&str; 5] = [
 /// Where `scripts/fetch_minilm.sh` puts all-MiniLM-L6-v2 (`.cache/all-MiniLM-L6-v2` at
 /// the repository root); an error naming the script when the model is not there.
 pub fn fetched_minilm() -> Result<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache/all-MiniLM-L6-v2");
+    let dir = posenc_io::cache_dir().join("all-MiniLM-L6-v2");
     if !dir.join("model.safetensors").exists() {
         bail!(
             "all-MiniLM-L6-v2 is missing from {}: run scripts/fetch_minilm.sh",

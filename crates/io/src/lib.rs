@@ -95,6 +95,30 @@ pub fn remove_stale_temporaries(dir: &Path) -> Result<usize> {
     Ok(removed)
 }
 
+/// The directory the fetched models and corpora live in, and where the fetch scripts put
+/// them: `$POSENC_CACHE` when it is set; else the repository's `.cache` when this build
+/// sits in a checkout that has one; else the platform's cache directory
+/// (`$XDG_CACHE_HOME/posenc`, or `~/.cache/posenc`), so an installed binary works from
+/// anywhere.
+pub fn cache_dir() -> std::path::PathBuf {
+    use std::path::PathBuf;
+    if let Some(dir) = std::env::var_os("POSENC_CACHE").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir);
+    }
+    let checkout = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache");
+    if checkout.is_dir() {
+        return checkout;
+    }
+    let platform = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")));
+    match platform {
+        Some(dir) => dir.join("posenc"),
+        None => checkout,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

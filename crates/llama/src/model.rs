@@ -56,8 +56,7 @@ pub struct Llama {
 /// Where `scripts/fetch_smollm2.sh` puts SmolLM2-135M-Instruct (at the repository root);
 /// an error naming the script when it is not there.
 pub fn fetched_smollm2() -> Result<PathBuf> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../.cache/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let path = posenc_io::cache_dir().join("smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
     if !path.is_file() {
         bail!(
             "SmolLM2-135M-Instruct is missing from {}: run scripts/fetch_smollm2.sh",

@@ -53,10 +53,10 @@ pub struct Corpus {
     pub test: Vec<Work>,
 }
 
-/// Where `scripts/fetch_shakespeare.sh` puts the texts: `.cache/shakespeare` at the
-/// workspace root.
+/// Where `scripts/fetch_shakespeare.sh` puts the texts: `shakespeare` in the cache
+/// directory ([`posenc_io::cache_dir`]).
 pub fn default_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache/shakespeare")
+    posenc_io::cache_dir().join("shakespeare")
 }
 
 /// The text between Project Gutenberg's `*** START OF …` and `*** END OF …` lines where
