@@ -238,3 +238,30 @@ fn the_list_names_every_kind_in_the_grammar_every_command_reads() {
     ]);
     assert!(earlier.status.success());
 }
+
+/// Tables print as numbers read: no `-0.0000` on ALiBi's diagonal, and T5's bucket indices
+/// as the whole numbers they are.
+#[test]
+fn tables_print_zero_and_whole_numbers_plainly() {
+    let text = |encoding: &str| {
+        let o = posenc(&[
+            "encoding",
+            "show",
+            "--encoding",
+            encoding,
+            "--d-model",
+            "8",
+            "--len",
+            "4",
+        ]);
+        assert!(o.status.success());
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let alibi = text("alibi");
+    assert!(
+        alibi.contains(" 0.0000") && !alibi.contains("-0.0000"),
+        "{alibi}"
+    );
+    let t5 = text("t5");
+    assert!(!t5.contains(".0000") && t5.contains(" 17"), "{t5}");
+}

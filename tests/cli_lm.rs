@@ -1037,3 +1037,48 @@ fn the_cache_directory_is_posenc_cache() {
         "{stderr}"
     );
 }
+
+/// A run trained on its own text is measured on that text's held-out part: no Shakespeare
+/// needed (the cache here is empty).
+#[test]
+fn a_run_of_its_own_text_is_evaluated_on_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let book = dir.path().join("book.txt");
+    std::fs::write(
+        &book,
+        "the quick brown fox jumps over the lazy dog\n".repeat(200),
+    )
+    .unwrap();
+    let run = dir.path().join("run");
+    let cache = dir.path().join("empty-cache");
+    let o = posenc()
+        .env("POSENC_CACHE", &cache)
+        .args(["lm", "train", "--quiet", "--steps", "2", "--context", "16"])
+        .args(["--d-model", "16", "--layers", "1", "--heads", "2", "--text"])
+        .arg(&book)
+        .arg("--out")
+        .arg(&run)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o).1);
+    let o = posenc()
+        .env("POSENC_CACHE", &cache)
+        .args([
+            "lm",
+            "eval",
+            "--windows",
+            "2",
+            "--lengths",
+            "16,32",
+            "--model",
+        ])
+        .arg(&run)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&o);
+    assert!(o.status.success(), "{stderr}");
+    assert!(
+        stdout.contains("| 16 | 2 |") && stdout.contains("| 32 | 2 |"),
+        "{stdout}"
+    );
+}

@@ -171,10 +171,16 @@ fn write_matrix(out: &mut impl Write, title: &str, row_name: &str, t: &Tensor) -
         write!(out, " {c:>9}")?;
     }
     writeln!(out)?;
+    // Whole numbers (bucket indices, distances) print as such; -0 prints as 0.
+    let whole = rows.iter().flatten().all(|v| v.fract() == 0.0);
     for (r, row) in rows.iter().enumerate() {
         write!(out, "{r:>6}")?;
-        for v in row {
-            write!(out, " {v:>9.4}")?;
+        for &v in row {
+            let v = v + 0.0;
+            match whole {
+                true => write!(out, " {v:>9}")?,
+                false => write!(out, " {v:>9.4}")?,
+            }
         }
         writeln!(out)?;
     }

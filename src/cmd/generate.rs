@@ -115,7 +115,9 @@ impl GenerateArgs {
         }
         writeln!(out)?;
         if self.timing {
-            eprintln!("{}", clock.report(ids.len()));
+            // The text first: standard output is buffered, standard error is not.
+            out.flush()?;
+            posenc_train::log(&clock.report(ids.len()));
         }
         Ok(())
     }

@@ -391,6 +391,21 @@ fn train(a: TrainArgs, out: &mut impl Write) -> Result<()> {
 }
 
 /// A JSON training config.
+/// The text `spec` was trained on, read again, if it is a run of ours trained with `--text`.
+fn own_text(spec: &str) -> Result<Option<Corpus>> {
+    let dir = Path::new(spec);
+    if !posenc_lm::causal::is_run(dir) {
+        return Ok(None);
+    }
+    let Ok(state) = LmState::load(dir) else {
+        return Ok(None);
+    };
+    match &state.config.text {
+        Some(source) => Ok(Some(source.reread()?)),
+        None => Ok(None),
+    }
+}
+
 fn read_config(path: &Path) -> Result<LmTrainConfig> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
@@ -435,10 +450,18 @@ fn eval(a: EvalArgs, out: &mut impl Write) -> Result<()> {
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?
         }
         None => {
-            let corpus = load_corpus(a.corpus.clone())?;
+            // A run trained on its own text is measured on that text's held-out part.
+            let own = match a.corpus {
+                Some(_) => None,
+                None => own_text(a.model.spec(&default))?,
+            };
+            let corpus = match own {
+                Some(corpus) => corpus,
+                None => load_corpus(a.corpus.clone())?,
+            };
             Corpus::stream(match a.split {
-                Split::Valid => &corpus.valid,
-                Split::Test => &corpus.test,
+                Split::Test if !corpus.test.is_empty() => &corpus.test,
+                _ => &corpus.valid,
             })
         }
     };
