@@ -336,3 +336,31 @@ fn bench_generate_reports_our_figures_and_names_bad_settings() {
         assert!(stderr.contains(named), "{args:?}: {stderr}");
     }
 }
+
+/// `generate --chat --interactive` answers a message a line, each answer given the whole
+/// conversation: the second question ("And of Italy?") only makes sense after the first.
+/// `/exit` ends it; a lone `--interactive` without `--chat` is refused.
+#[test]
+fn a_chat_goes_on_turn_by_turn() {
+    let args = [
+        "generate",
+        "--chat",
+        "--interactive",
+        "--f32",
+        "--temperature",
+        "0",
+    ];
+    let args = [&args[..], &["--max-tokens", "12"]].concat();
+    let o = with_stdin(
+        &args,
+        "What is the capital of France?\n\nAnd of Italy?\n/exit\nignored\n",
+    );
+    let (stdout, stderr) = text(&o);
+    assert!(o.status.success(), "{stderr}");
+    let answers: Vec<&str> = stdout.lines().collect();
+    assert_eq!(answers.len(), 2, "{stdout}");
+    assert!(answers[0].contains("Paris"), "{stdout}");
+    assert!(answers[1].contains("Rome"), "{stdout}");
+    let o = with_stdin(&["generate", "--interactive"], "hi\n");
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o).1);
+}

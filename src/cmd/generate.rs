@@ -38,6 +38,11 @@ pub struct GenerateArgs {
     /// prompt, at memory that grows with the chunk (llama.cpp's --ubatch-size).
     #[arg(long, default_value_t = lm::PREFILL_CHUNK)]
     prompt_chunk: usize,
+    /// Chat turn by turn: read a message a line, answer it with the conversation so far,
+    /// until the end of input or `/exit` (the default with --chat and no prompt when
+    /// standard input is a terminal).
+    #[arg(long, requires = "chat", conflicts_with = "prompt")]
+    interactive: bool,
     /// Refuse a prompt (with the answer's tokens) longer than the context the model was
     /// trained on, when nothing stretches or crops it; by default it is a warning.
     #[arg(long)]
@@ -66,6 +71,13 @@ impl GenerateArgs {
         let mut lm = self.model.load(default)?;
         lm.model.read_prompts_by(chunk)?;
         let loaded = loading.elapsed();
+        let interactive = self.interactive
+            || (self.chat
+                && self.prompt.is_none()
+                && std::io::IsTerminal::is_terminal(&std::io::stdin()));
+        if interactive {
+            return self.converse(&lm, default, sampling, out);
+        }
         let prompt = read_prompt(self.prompt)?;
         // A plain prompt is printed before its continuation, once generation has started
         // (a prompt refused by the generator prints nothing).
@@ -118,6 +130,77 @@ impl GenerateArgs {
             // The text first: standard output is buffered, standard error is not.
             out.flush()?;
             posenc_train::log(&clock.report(ids.len()));
+        }
+        Ok(())
+    }
+}
+
+impl GenerateArgs {
+    /// The conversation: a user's line, the model's answer streamed, turn after turn, each
+    /// answer given the whole conversation before it.
+    fn converse(
+        &self,
+        lm: &CausalLm,
+        default: &str,
+        sampling: posenc_lm::sample::Sampling,
+        out: &mut impl Write,
+    ) -> Result<()> {
+        use std::io::BufRead;
+        let template = lm.chat.as_ref().with_context(|| {
+            format!(
+                "the model `{}` has no chat template",
+                self.model.spec(default)
+            )
+        })?;
+        let window = self.window.or(lm.model.max_positions());
+        let mut messages: Vec<Message> = Vec::new();
+        let mut lines = std::io::stdin().lock().lines();
+        loop {
+            eprint!("> ");
+            let Some(line) = lines.next() else {
+                break;
+            };
+            let line = line.context("reading standard input")?;
+            let line = line.trim();
+            if line == "/exit" || line == "/quit" {
+                break;
+            }
+            if line.is_empty() {
+                continue;
+            }
+            messages.push(Message::user(line));
+            let ids = lm.encode_prompt(&template.render(&messages, true)?)?;
+            if window.is_none() && self.model.rope_scaling().is_none() {
+                check_context(lm, ids.len() + self.max_tokens, self.strict_context)?;
+            }
+            let mut stream = TextStream::default();
+            let mut answer = String::new();
+            generate_observed(
+                &lm.model,
+                &ids,
+                self.max_tokens,
+                sampling,
+                window,
+                |_| {},
+                |token| {
+                    if Some(token) == lm.eos {
+                        return Ok(false);
+                    }
+                    let piece = stream
+                        .push(lm, token)
+                        .map_err(posenc_train::Error::callback)?;
+                    out.write_all(piece.as_bytes())?;
+                    out.flush()?;
+                    answer += &piece;
+                    Ok(true)
+                },
+            )?;
+            writeln!(out)?;
+            out.flush()?;
+            messages.push(Message {
+                role: "assistant".into(),
+                content: answer,
+            });
         }
         Ok(())
     }
