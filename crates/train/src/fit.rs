@@ -238,6 +238,9 @@ impl<C: Settings, R: Validation> rundir::Progress for RunState<C, R> {
     fn step(&self) -> usize {
         self.step
     }
+    fn steps(&self) -> usize {
+        self.config.steps()
+    }
     fn set_steps(&mut self, steps: usize) {
         self.config.set_steps(steps);
     }

@@ -470,6 +470,8 @@ pub trait Progress: Serialize + DeserializeOwned {
     fn run(&self) -> &str;
     /// Steps done.
     fn step(&self) -> usize;
+    /// The steps the run trains for in all.
+    fn steps(&self) -> usize;
     /// Sets the steps the run trains for in all.
     fn set_steps(&mut self, steps: usize);
 }
@@ -489,6 +491,16 @@ pub fn resume_state<S: Progress>(dir: &Path, steps: Option<usize>) -> Result<(Ru
             dir.display(),
             state.step()
         );
+        if steps < state.steps() {
+            // A lower target is allowed (a run cut short on purpose), but never silently:
+            // the schedule then decays to the new end.
+            crate::log(&format!(
+                "note: the run in {} was to train {} steps; it now ends at {steps}, its \
+                 learning-rate schedule with it",
+                dir.display(),
+                state.steps()
+            ));
+        }
         state.set_steps(steps);
     }
     Ok((run_dir, state))
