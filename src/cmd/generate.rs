@@ -78,7 +78,7 @@ impl GenerateArgs {
         if interactive {
             return self.converse(&lm, default, sampling, out);
         }
-        let prompt = read_prompt(self.prompt)?;
+        let prompt = read_prompt(self.prompt.clone())?;
         // A plain prompt is printed before its continuation, once generation has started
         // (a prompt refused by the generator prints nothing).
         let (text, mut echo) = if self.chat {
@@ -93,35 +93,14 @@ impl GenerateArgs {
             (prompt.clone(), Some(prompt))
         };
         let ids = lm.encode_prompt(&text)?;
-        let window = self.window.or(lm.model.max_positions());
-        if window.is_none() && self.model.rope_scaling().is_none() {
-            check_context(&lm, ids.len() + self.max_tokens, self.strict_context)?;
-        }
-        let mut stream = TextStream::default();
         let mut clock = Timing::start(loaded);
-        generate_observed(
-            &lm.model,
-            &ids,
-            self.max_tokens,
-            sampling,
-            window,
-            |_| {},
-            |token| {
-                clock.token();
-                if let Some(prompt) = echo.take() {
-                    out.write_all(prompt.as_bytes())?;
-                }
-                if Some(token) == lm.eos {
-                    return Ok(false);
-                }
-                let piece = stream
-                    .push(&lm, token)
-                    .map_err(posenc_train::Error::callback)?;
-                out.write_all(piece.as_bytes())?;
-                out.flush()?;
-                Ok(true)
-            },
-        )?;
+        self.answer(&lm, &ids, sampling, out, |out| {
+            clock.token();
+            match echo.take() {
+                Some(prompt) => out.write_all(prompt.as_bytes()),
+                None => Ok(()),
+            }
+        })?;
         if let Some(prompt) = echo {
             out.write_all(prompt.as_bytes())?;
         }
@@ -136,6 +115,46 @@ impl GenerateArgs {
 }
 
 impl GenerateArgs {
+    /// Generates the continuation of `ids` (after the context check), streaming its text
+    /// to `out` and returning it; `each` runs at every token first, before any text of it.
+    fn answer<W: Write>(
+        &self,
+        lm: &CausalLm,
+        ids: &[u32],
+        sampling: posenc_lm::sample::Sampling,
+        out: &mut W,
+        mut each: impl FnMut(&mut W) -> std::io::Result<()>,
+    ) -> Result<String> {
+        let window = self.window.or(lm.model.max_positions());
+        if window.is_none() && self.model.rope_scaling().is_none() {
+            check_context(lm, ids.len() + self.max_tokens, self.strict_context)?;
+        }
+        let mut stream = TextStream::default();
+        let mut text = String::new();
+        generate_observed(
+            &lm.model,
+            ids,
+            self.max_tokens,
+            sampling,
+            window,
+            |_| {},
+            |token| {
+                each(out)?;
+                if Some(token) == lm.eos {
+                    return Ok(false);
+                }
+                let piece = stream
+                    .push(lm, token)
+                    .map_err(posenc_train::Error::callback)?;
+                out.write_all(piece.as_bytes())?;
+                out.flush()?;
+                text += &piece;
+                Ok(true)
+            },
+        )?;
+        Ok(text)
+    }
+
     /// The conversation: a user's line, the model's answer streamed, turn after turn, each
     /// answer given the whole conversation before it.
     fn converse(
@@ -152,7 +171,6 @@ impl GenerateArgs {
                 self.model.spec(default)
             )
         })?;
-        let window = self.window.or(lm.model.max_positions());
         let mut messages: Vec<Message> = Vec::new();
         let mut lines = std::io::stdin().lock().lines();
         loop {
@@ -170,31 +188,7 @@ impl GenerateArgs {
             }
             messages.push(Message::user(line));
             let ids = lm.encode_prompt(&template.render(&messages, true)?)?;
-            if window.is_none() && self.model.rope_scaling().is_none() {
-                check_context(lm, ids.len() + self.max_tokens, self.strict_context)?;
-            }
-            let mut stream = TextStream::default();
-            let mut answer = String::new();
-            generate_observed(
-                &lm.model,
-                &ids,
-                self.max_tokens,
-                sampling,
-                window,
-                |_| {},
-                |token| {
-                    if Some(token) == lm.eos {
-                        return Ok(false);
-                    }
-                    let piece = stream
-                        .push(lm, token)
-                        .map_err(posenc_train::Error::callback)?;
-                    out.write_all(piece.as_bytes())?;
-                    out.flush()?;
-                    answer += &piece;
-                    Ok(true)
-                },
-            )?;
+            let answer = self.answer(lm, &ids, sampling, out, |_| Ok(()))?;
             writeln!(out)?;
             out.flush()?;
             messages.push(Message {
