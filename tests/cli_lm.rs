@@ -1084,3 +1084,26 @@ fn a_run_of_its_own_text_is_evaluated_on_it() {
         "{stdout}"
     );
 }
+
+/// `generate --format json` prints, alone and at the end, the text the streamed form
+/// prints after its prompt, with the prompt and the model.
+#[test]
+fn generate_prints_json_alone() {
+    let run = |extra: &[&str]| {
+        posenc()
+            .args(["lm", "generate", "--max-tokens", "20", "--seed", "1"])
+            .args(extra)
+            .arg("HAMLET.")
+            .output()
+            .unwrap()
+    };
+    let (streamed, _) = text(&run(&[]));
+    let o = run(&["--format", "json"]);
+    let (stdout, stderr) = text(&o);
+    assert!(o.status.success(), "{stderr}");
+    let record: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(record["prompt"], "HAMLET.");
+    let generated = record["text"].as_str().unwrap();
+    assert!(!generated.is_empty());
+    assert_eq!(streamed, format!("HAMLET.{generated}\n"));
+}

@@ -43,6 +43,10 @@ pub struct GenerateArgs {
     /// standard input is a terminal).
     #[arg(long, requires = "chat", conflicts_with = "prompt")]
     interactive: bool,
+    /// Output format: text (streamed as it is generated) or json (at the end, alone on
+    /// standard output: the model, the prompt and the generated text).
+    #[arg(long, value_enum, default_value_t = super::Format::Text, conflicts_with = "interactive")]
+    format: super::Format,
     /// Refuse a prompt (with the answer's tokens) longer than the context the model was
     /// trained on, when nothing stretches or crops it; by default it is a warning.
     #[arg(long)]
@@ -94,6 +98,24 @@ impl GenerateArgs {
         };
         let ids = lm.encode_prompt(&text)?;
         let mut clock = Timing::start(loaded);
+        if self.format == super::Format::Json {
+            // Generated into memory, then printed whole as one JSON object.
+            let generated = self.answer(&lm, &ids, sampling, &mut std::io::sink(), |_| {
+                clock.token();
+                Ok(())
+            })?;
+            let record = serde_json::json!({
+                "model": self.model.spec(default),
+                "prompt": prompt_of(echo.as_deref(), &text),
+                "prompt_tokens": ids.len(),
+                "text": generated,
+            });
+            writeln!(out, "{}", serde_json::to_string_pretty(&record)?)?;
+            if self.timing {
+                posenc_train::log(&clock.report(ids.len()));
+            }
+            return Ok(());
+        }
         self.answer(&lm, &ids, sampling, out, |out| {
             clock.token();
             match echo.take() {
@@ -198,6 +220,11 @@ impl GenerateArgs {
         }
         Ok(())
     }
+}
+
+/// The prompt as the user gave it: the plain prompt, or the rendered chat text.
+fn prompt_of(plain: Option<&str>, rendered: &str) -> String {
+    plain.unwrap_or(rendered).to_string()
 }
 
 /// Says before any work, on standard error, when `tokens` run past the context `lm` was
