@@ -282,3 +282,43 @@ fn translate_and_eval_print_json_alone() {
     let reports: Vec<serde_json::Value> = serde_json::from_str(&stdout).unwrap();
     assert!(reports.iter().any(|r| r["split"] == "test"), "{stdout}");
 }
+
+/// On a terminal with no sentence given, `translate` prompts and translates each line as
+/// it is entered; a bad line is named by its number and the next is asked for. The
+/// terminal is util-linux's `script`, a pseudo-terminal around the command.
+#[test]
+fn translate_on_a_terminal_answers_line_by_line() {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let command = format!("'{}' kotoba translate", env!("CARGO_BIN_EXE_posenc"));
+    let mut child = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("util-linux's script (Debian's bsdutils)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"the dog chases the cat\nthe zebra sleeps\nthe cat chases the dog\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let (screen, stderr) = text(&out);
+    assert!(out.status.success(), "{screen}{stderr}");
+    // The toy language's grammar (subject ga, object o, verb last), as the README shows.
+    let answers: Vec<&str> = screen.lines().filter(|l| l.starts_with("> ")).collect();
+    assert!(answers.len() >= 3, "{screen}");
+    assert_eq!(
+        answers[0].trim_end(),
+        "> inu ga neko o oikakeru",
+        "{screen}"
+    );
+    assert!(answers[1].contains("`zebra` on line 2"), "{screen}");
+    assert_eq!(
+        answers[2].trim_end(),
+        "> neko ga inu o oikakeru",
+        "{screen}"
+    );
+}

@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::Args;
 use posenc_kotoba::decode::DecodeConfig;
 use posenc_kotoba::eval::{evaluate, table};
@@ -190,6 +190,9 @@ impl TranslateArgs {
             anyhow::bail!("sentence {} is empty: there is nothing to translate", i + 1);
         }
         let (translator, cfg) = self.decode.load()?;
+        if self.sentences.is_empty() && std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+            return converse(&translator, &cfg, out);
+        }
         let sentences = super::sentences_or_stdin(self.sentences)?;
         if self.strict {
             for line in translator.translate(&sentences, &cfg)? {
@@ -243,6 +246,34 @@ impl TranslateArgs {
         );
         Ok(())
     }
+}
+
+/// On a terminal with no sentence given: a prompt, then each line translated as it is
+/// entered (a line that cannot be is named, and the next is asked for), until the end of
+/// input.
+fn converse(translator: &Translator, cfg: &DecodeConfig, out: &mut impl Write) -> Result<()> {
+    use std::io::BufRead;
+    let mut lines = std::io::stdin().lock().lines();
+    for number in 1.. {
+        eprint!("> ");
+        let Some(line) = lines.next() else {
+            break;
+        };
+        let line = line.context("reading standard input")?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        match translator.translate_each(&[line], cfg)?.pop() {
+            Some(Ok(translation)) => writeln!(out, "{translation}")?,
+            Some(Err(mut e)) => {
+                e.line = number;
+                posenc_train::log(&format!("error: {e}"));
+            }
+            None => {}
+        }
+        out.flush()?;
+    }
+    Ok(())
 }
 
 /// `posenc kotoba eval`
