@@ -16,7 +16,7 @@ pub struct Which {
     /// The encoding: a kind (`rope`; an unknown one lists the known ones), a kind with
     /// settings (`rope:layout=interleaved`) or a JSON object; `posenc encoding list` shows
     /// them all.
-    #[arg(long = "encoding", alias = "kind")]
+    #[arg(long = "encoding", alias = "kind", value_name = "ENCODING")]
     kind: super::EncodingArg,
     /// Model width.
     #[arg(long)]

@@ -389,11 +389,12 @@ impl RopeScalingArg {
 pub struct ScheduleArgs {
     /// Peak learning rate [default: the config's or the budget's; --print-config shows
     /// it]; without --min-lr the floor keeps its ratio to the peak.
-    #[arg(long)]
+    // Negative numbers are taken as values, so the range check names them.
+    #[arg(long, allow_negative_numbers = true)]
     lr: Option<f64>,
     /// The learning rate the cosine decay ends at [default: the config's or the budget's,
     /// scaled with --lr].
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     min_lr: Option<f64>,
     /// Warm-up steps, the learning rate rising linearly to its peak [default: the config's
     /// or the budget's].

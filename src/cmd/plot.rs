@@ -14,7 +14,7 @@ pub enum PlotCommand {
     Encoding {
         /// The encoding: a kind, `kind:key=value:…` or a JSON object (`posenc encoding
         /// list` shows them all).
-        #[arg(long = "encoding", alias = "kind")]
+        #[arg(long = "encoding", alias = "kind", value_name = "ENCODING")]
         kind: super::EncodingArg,
         /// Model width.
         #[arg(long, default_value_t = 64)]

@@ -71,19 +71,7 @@ impl ReportArgs {
 pub fn render(dir: &Path) -> Result<String> {
     let path = dir.join(RESULTS_JSON);
     ensure!(path.is_file(), "{} holds no {RESULTS_JSON}", dir.display());
-    let page = if let Ok(e) = LengthgenExperiment::load(&path) {
-        e.markdown()
-    } else if let Ok(e) = posenc_lm::lm_experiment::LmExperiment::load(&path) {
-        e.markdown()
-    } else if let Ok(e) = posenc_kotoba::experiment::Experiment::load(&path) {
-        e.markdown()
-    } else {
-        bail!(
-            "{} is not the results of an experiment (posenc kotoba, lm or lengthgen experiment)",
-            path.display()
-        );
-    };
-    let (mut page, records) = (page, study_records(dir)?);
+    let (mut page, records) = study(dir)?;
     let claims_path = dir.join(CLAIMS_JSON);
     if claims_path.exists() {
         let claims: Claims = load_results(&claims_path)?;
@@ -183,8 +171,8 @@ pub fn glance(readme: &Path) -> Result<String> {
             .with_context(|| format!("{} has no claim {}", row.study.display(), row.claim))?;
         let records = match claims.with.is_empty() {
             true => {
-                let page_records = study_records(&dir)?;
-                page_records.as_array().cloned().unwrap_or_default()
+                let (_, records) = study(&dir)?;
+                records.as_array().cloned().unwrap_or_default()
             }
             false => pooled(&dir, &claims.with)?,
         };
@@ -215,16 +203,19 @@ pub fn glance(readme: &Path) -> Result<String> {
     ))
 }
 
-/// The tidy records of the experiment in `dir`.
-fn study_records(dir: &Path) -> Result<serde_json::Value> {
+/// The page and the tidy records of the experiment in `dir`, its results read once.
+fn study(dir: &Path) -> Result<(String, serde_json::Value)> {
     let path = dir.join(RESULTS_JSON);
     Ok(if let Ok(e) = LengthgenExperiment::load(&path) {
-        serde_json::to_value(&e.records)?
+        (e.markdown(), serde_json::to_value(&e.records)?)
     } else if let Ok(e) = posenc_lm::lm_experiment::LmExperiment::load(&path) {
-        serde_json::to_value(&e.records)?
+        (e.markdown(), serde_json::to_value(&e.records)?)
+    } else if let Ok(e) = posenc_kotoba::experiment::Experiment::load(&path) {
+        (e.markdown(), serde_json::to_value(&e.records)?)
     } else {
-        let e = posenc_kotoba::experiment::Experiment::load(&path)
-            .with_context(|| format!("{} is no experiment's results", path.display()))?;
-        serde_json::to_value(&e.records)?
+        bail!(
+            "{} is not the results of an experiment (posenc kotoba, lm or lengthgen experiment)",
+            path.display()
+        );
     })
 }
