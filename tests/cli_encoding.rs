@@ -265,3 +265,88 @@ fn tables_print_zero_and_whole_numbers_plainly() {
     let t5 = text("t5");
     assert!(!t5.contains(".0000") && t5.contains(" 17"), "{t5}");
 }
+
+/// A per-layer pattern shows every entry's table, each named with the layers it acts in,
+/// as text and as JSON (the values are each entry's own, computed alone).
+#[test]
+fn show_layers_gives_every_entry_of_the_pattern() {
+    let pattern = r#"{"kind": "layers", "pattern": ["alibi", "rope", "none"]}"#;
+    let v = show(pattern, "4", "3", "1");
+    let tables = v["tables"].as_array().unwrap();
+    assert_eq!(tables.len(), 3, "{v}");
+    for (i, (kind, layers)) in [
+        ("alibi", "0, 3, 6"),
+        ("rope", "1, 4, 7"),
+        ("none", "2, 5, 8"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let title = tables[i]["title"].as_str().unwrap();
+        assert!(
+            title.starts_with(&format!("{kind} in layers {layers}")),
+            "{title}"
+        );
+        let alone = show(kind, "4", "3", "1");
+        assert_eq!(tables[i]["values"], alone["values"], "{kind}");
+    }
+    let out = posenc(&[
+        "encoding",
+        "show",
+        "--encoding",
+        pattern,
+        "--d-model",
+        "4",
+        "--len",
+        "3",
+    ]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    for kind in ["alibi", "rope", "none"] {
+        assert!(text.contains(&format!("{kind} in layers")), "{text}");
+    }
+}
+
+/// A wide table prints its first and last columns, says which are left out, and stays
+/// narrow; JSON still gives every value.
+#[test]
+fn show_elides_the_middle_of_a_wide_table() {
+    let out = posenc(&[
+        "encoding",
+        "show",
+        "--encoding",
+        "sinusoidal",
+        "--d-model",
+        "4096",
+        "--len",
+        "3",
+    ]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.len() < 2_000, "{} bytes", text.len());
+    assert!(
+        text.contains("columns 8–4091 of 4096 are not shown"),
+        "{text}"
+    );
+    let header = text.lines().nth(1).unwrap();
+    let columns: Vec<&str> = header.split_whitespace().collect();
+    assert_eq!(
+        columns[1..10],
+        ["0", "1", "2", "3", "4", "5", "6", "7", "…"]
+    );
+    assert_eq!(columns[10..], ["4092", "4093", "4094", "4095"]);
+    let v = show("sinusoidal", "4096", "3", "1");
+    assert_eq!(v["values"][0].as_array().unwrap().len(), 4096);
+    // A narrow table is whole, with no note.
+    let narrow = posenc(&[
+        "encoding",
+        "show",
+        "--encoding",
+        "sinusoidal",
+        "--d-model",
+        "16",
+        "--len",
+        "2",
+    ]);
+    let text = String::from_utf8(narrow.stdout).unwrap();
+    assert!(!text.contains('…') && !text.contains("not shown"), "{text}");
+}

@@ -108,81 +108,130 @@ fn show(which: &Which, out: &mut impl Write) -> Result<()> {
         .kind
         .0
         .build_untrained(which.d_model, which.heads, &Device::Cpu)?;
-    let table = enc
-        .table(which.len)
-        .with_context(|| format!("computing the `{}` table", enc.kind()))?;
     let kind = enc.kind();
-    let title = &table.title;
+    let tables = enc
+        .tables(which.len)
+        .with_context(|| format!("computing the `{kind}` table"))?;
     match which.format {
         Format::Json => {
-            let values = match &table.form {
-                Form::Additive { values, .. } => json!(values.to_vec2::<f32>()?),
-                Form::Rotary { cos, sin } => {
-                    json!({"cos": cos.to_vec2::<f32>()?, "sin": sin.to_vec2::<f32>()?})
-                }
-                Form::Bias {
-                    index: Some(index), ..
-                } => json!(index.values.to_vec2::<u32>()?),
-                Form::Bias { bias, .. } => json!(bias.to_vec3::<f32>()?),
+            let json_of = |table: &posenc::Table| -> Result<serde_json::Value> {
+                let values = match &table.form {
+                    Form::Additive { values, .. } => json!(values.to_vec2::<f32>()?),
+                    Form::Rotary { cos, sin } => {
+                        json!({"cos": cos.to_vec2::<f32>()?, "sin": sin.to_vec2::<f32>()?})
+                    }
+                    Form::Bias {
+                        index: Some(index), ..
+                    } => json!(index.values.to_vec2::<u32>()?),
+                    Form::Bias { bias, .. } => json!(bias.to_vec3::<f32>()?),
+                };
+                Ok(json!({"kind": kind, "title": table.title, "values": values}))
             };
-            writeln!(
-                out,
-                "{}",
-                json!({"kind": kind, "title": title, "values": values})
-            )?;
-        }
-        Format::Text => match &table.form {
-            Form::Additive { values, .. } => {
-                write_matrix(out, &format!("{kind}: {title}"), "pos", values)?
-            }
-            Form::Rotary { cos, sin } => {
-                write_matrix(out, &format!("{kind}: cos(pos·θ_i), {title}"), "pos", cos)?;
-                write_matrix(out, &format!("{kind}: sin(pos·θ_i), {title}"), "pos", sin)?;
-            }
-            Form::Bias {
-                index: Some(index), ..
-            } => write_matrix(
-                out,
-                &format!("{kind}: {}(query, key), {title}", index.name),
-                "query",
-                &index.values,
-            )?,
-            Form::Bias { bias, .. } => {
-                for h in 0..bias.dim(0)? {
-                    write_matrix(
-                        out,
-                        &format!("{kind}: head {h}, {title}"),
-                        "query",
-                        &bias.get(h)?,
-                    )?;
+            // One table is an object; a per-layer pattern's are a list of them.
+            let value = match tables.as_slice() {
+                [one] => json_of(one)?,
+                many => {
+                    json!({"kind": kind, "tables": many.iter().map(json_of).collect::<Result<Vec<_>>>()?})
                 }
+            };
+            writeln!(out, "{value}")?;
+        }
+        Format::Text => {
+            for table in &tables {
+                write_table(out, kind, table)?;
             }
-        },
+        }
     }
     Ok(())
+}
+
+fn write_table(out: &mut impl Write, kind: &str, table: &posenc::Table) -> Result<()> {
+    let title = &table.title;
+    match &table.form {
+        Form::Additive { values, .. } => {
+            write_matrix(out, &format!("{kind}: {title}"), "pos", values)?
+        }
+        Form::Rotary { cos, sin } => {
+            write_matrix(out, &format!("{kind}: cos(pos·θ_i), {title}"), "pos", cos)?;
+            write_matrix(out, &format!("{kind}: sin(pos·θ_i), {title}"), "pos", sin)?;
+        }
+        Form::Bias {
+            index: Some(index), ..
+        } => write_matrix(
+            out,
+            &format!("{kind}: {}(query, key), {title}", index.name),
+            "query",
+            &index.values,
+        )?,
+        Form::Bias { bias, .. } => {
+            for h in 0..bias.dim(0)? {
+                write_matrix(
+                    out,
+                    &format!("{kind}: head {h}, {title}"),
+                    "query",
+                    &bias.get(h)?,
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A text table shows every row, and at most 16 columns: past that, the first 8 and the
+/// last 4, with `…` between (`--format json` gives every value).
+const SHOWN_COLUMNS: (usize, usize, usize) = (16, 8, 4);
+
+/// The columns a text table shows out of `n`: all of them, or the first and last few with
+/// `None` (the `…`) between.
+fn shown(n: usize) -> Vec<Option<usize>> {
+    let (most, head, tail) = SHOWN_COLUMNS;
+    match n <= most {
+        true => (0..n).map(Some).collect(),
+        false => (0..head)
+            .map(Some)
+            .chain([None])
+            .chain((n - tail..n).map(Some))
+            .collect(),
+    }
 }
 
 fn write_matrix(out: &mut impl Write, title: &str, row_name: &str, t: &Tensor) -> Result<()> {
     let rows: Vec<Vec<f32>> = t.to_dtype(candle_core::DType::F32)?.to_vec2()?;
     writeln!(out, "{title}")?;
     let cols = rows.first().map_or(0, Vec::len);
+    let shown_cols = shown(cols);
     write!(out, "{row_name:>6}")?;
-    for c in 0..cols {
-        write!(out, " {c:>9}")?;
+    for c in &shown_cols {
+        match c {
+            Some(c) => write!(out, " {c:>9}")?,
+            None => write!(out, " {:>9}", "…")?,
+        }
     }
     writeln!(out)?;
     // Whole numbers (bucket indices, distances) print as such; -0 prints as 0.
     let whole = rows.iter().flatten().all(|v| v.fract() == 0.0);
     for (r, row) in rows.iter().enumerate() {
         write!(out, "{r:>6}")?;
-        for &v in row {
-            let v = v + 0.0;
+        for c in &shown_cols {
+            let Some(c) = *c else {
+                write!(out, " {:>9}", "…")?;
+                continue;
+            };
+            let v = row[c] + 0.0;
             match whole {
                 true => write!(out, " {v:>9}")?,
                 false => write!(out, " {v:>9.4}")?,
             }
         }
         writeln!(out)?;
+    }
+    if cols > SHOWN_COLUMNS.0 {
+        writeln!(
+            out,
+            "(columns {}–{} of {cols} are not shown; --format json gives every value)",
+            SHOWN_COLUMNS.1,
+            cols - SHOWN_COLUMNS.2 - 1
+        )?;
     }
     writeln!(out)?;
     Ok(())

@@ -223,8 +223,16 @@ pub trait PositionalEncoding: std::fmt::Debug + Send + Sync {
     }
 
     /// What this encoding produces for a sequence of `len` tokens, for inspection,
-    /// analysis and plots. Not used by the model.
+    /// analysis and plots. Not used by the model. An encoding that gives each layer its
+    /// own gives the first layer's here, and every layer's in [`tables`](Self::tables).
     fn table(&self, len: usize) -> Result<Table>;
+
+    /// Every distinct table this encoding produces for `len` tokens: one per entry of a
+    /// per-layer pattern ([`crate::layers`]), else just [`table`](Self::table)'s (the
+    /// default).
+    fn tables(&self, len: usize) -> Result<Vec<Table>> {
+        Ok(vec![self.table(len)?])
+    }
 }
 
 /// How the two members of each (sin, cos) or rotation pair are laid out in a vector of width `d`.

@@ -125,6 +125,23 @@ impl Layers {
     fn first(&self) -> &Arc<dyn PositionalEncoding> {
         &self.pattern[0]
     }
+
+    /// The table of the pattern's entry `index`, titled with its place in the pattern.
+    fn layer_table(&self, index: usize, len: usize) -> Result<Table> {
+        let mut table = self.pattern[index].table(len)?;
+        let kinds: Vec<&str> = self.pattern.iter().map(|e| e.kind()).collect();
+        let every = match self.pattern.len() {
+            1 => "every layer".to_string(),
+            n => format!("layers {index}, {}, {}, …", index + n, index + 2 * n),
+        };
+        table.title = format!(
+            "{} in {every} (entry {index} of the pattern [{}]): {}",
+            self.pattern[index].kind(),
+            kinds.join(", "),
+            table.title
+        );
+        Ok(table)
+    }
 }
 
 impl PositionalEncoding for Layers {
@@ -172,13 +189,13 @@ impl PositionalEncoding for Layers {
     }
 
     fn table(&self, len: usize) -> Result<Table> {
-        let mut table = self.first().table(len)?;
-        let kinds: Vec<&str> = self.pattern.iter().map(|e| e.kind()).collect();
-        table.title = format!(
-            "layer 0 of the pattern [{}]: {}",
-            kinds.join(", "),
-            table.title
-        );
-        Ok(table)
+        self.layer_table(0, len)
+    }
+
+    /// One table per entry of the pattern, each titled with its layer.
+    fn tables(&self, len: usize) -> Result<Vec<Table>> {
+        (0..self.pattern.len())
+            .map(|i| self.layer_table(i, len))
+            .collect()
     }
 }
