@@ -11,6 +11,7 @@
 use std::path::Path;
 use std::time::Instant;
 
+use candle_core::Device;
 use posenc_kotoba::data::{self, DataConfig};
 use posenc_kotoba::decode::DecodeConfig;
 use posenc_kotoba::eval::{evaluate, table};
@@ -39,7 +40,7 @@ fn run() -> anyhow::Result<()> {
         force: true,
         ..RunOptions::default()
     };
-    let state = train(cfg.clone(), out, opts)?;
+    let state = train(cfg.clone(), out, opts, &Device::Cpu)?;
     println!(
         "trained in {:.0} s at {:.0} tokens/s, peak memory {}\n",
         state.elapsed_s,
@@ -49,7 +50,7 @@ fn run() -> anyhow::Result<()> {
             .map_or("unknown".into(), |mb| format!("{mb:.0} MB"))
     );
 
-    let translator = Translator::load(out)?;
+    let translator = Translator::load(out, &Device::Cpu)?;
     let greedy = DecodeConfig::default();
     let reports = evaluate(&translator, &cfg.data, &greedy)?;
     println!("{}", table(&reports));

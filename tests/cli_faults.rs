@@ -3,6 +3,7 @@
 //! disk, a closed pipe, a second writer and `kill -9` lose nothing that was saved.
 
 use crate::common;
+use candle_core::Device;
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -787,6 +788,64 @@ fn bad_input_to_every_subcommand_is_named_and_writes_nothing() {
                 "--features cuda",
                 2,
             ),
+            case(
+                &[&"kotoba", &"train", &"--out", &"r", &"--device", &"cuda"],
+                "--features cuda",
+                2,
+            ),
+            case(
+                &[&"kotoba", &"translate", &"--device", &"cuda", &"the dog"],
+                "--features cuda",
+                2,
+            ),
+            case(
+                &[&"kotoba", &"eval", &"--device", &"cuda"],
+                "--features cuda",
+                2,
+            ),
+            case(
+                &[&"kotoba", &"experiment", &"--device", &"cuda"],
+                "--features cuda",
+                2,
+            ),
+            case(
+                &[
+                    &"lengthgen",
+                    &"train",
+                    &"--task",
+                    &"copy",
+                    &"--out",
+                    &"r",
+                    &"--device",
+                    &"cuda",
+                ],
+                "--features cuda",
+                2,
+            ),
+            case(
+                &[
+                    &"lengthgen",
+                    &"eval",
+                    &"--model",
+                    &"r",
+                    &"--device",
+                    &"cuda",
+                ],
+                "--features cuda",
+                2,
+            ),
+            case(
+                &[
+                    &"lengthgen",
+                    &"experiment",
+                    &"--task",
+                    &"copy",
+                    &"--device",
+                    &"cuda",
+                ],
+                "--features cuda",
+                2,
+            ),
         ];
         check(&cuda, root);
     }
@@ -852,7 +911,7 @@ fn a_full_stdout_is_an_error_and_a_closed_pipe_a_quiet_exit() {
         stderr.contains("standard output") && !stderr.contains("panicked"),
         "{stderr}"
     );
-    Translator::load(&dir).expect("the model was saved before the failed print");
+    Translator::load(&dir, &Device::Cpu).expect("the model was saved before the failed print");
 
     // A reader that goes away (`posenc … | head`) ends the program quietly.
     let mut child = posenc()
@@ -936,7 +995,9 @@ fn a_full_disk_leaves_no_truncated_file_and_the_run_continues() {
     );
     no_temporaries(&dir);
     assert!(!dir.join("training.safetensors").exists() && !dir.join("model.safetensors").exists());
-    let e = Translator::load(&dir).unwrap_err().to_string();
+    let e = Translator::load(&dir, &Device::Cpu)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("stopped before its first checkpoint"), "{e}");
     let out = posenc()
         .args(["train", "--quiet", "--resume", "--out"])
@@ -944,7 +1005,7 @@ fn a_full_disk_leaves_no_truncated_file_and_the_run_continues() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out).1);
-    Translator::load(&dir).expect("resumed after the disk had room again");
+    Translator::load(&dir, &Device::Cpu).expect("resumed after the disk had room again");
 
     // No room even for a tokenizer: no empty tokenizer is left, and a later run starts.
     let dir = tmp.path().join("run2");
@@ -964,7 +1025,7 @@ fn a_full_disk_leaves_no_truncated_file_and_the_run_continues() {
         assert!(len > 0 || name == ".lock", "{name} is empty");
     }
     train_tiny(&tiny, &dir, 2);
-    Translator::load(&dir).unwrap();
+    Translator::load(&dir, &Device::Cpu).unwrap();
 
     // A figure that does not fit leaves no truncated PNG.
     let png = tmp.path().join("fig.png");
@@ -1097,7 +1158,7 @@ fn killed_runs_resume_to_the_weights_of_an_uninterrupted_run() {
     wait_for(&mut child, first_save);
     child.kill().unwrap();
     child.wait().unwrap();
-    match Translator::load(&dir) {
+    match Translator::load(&dir, &Device::Cpu) {
         Ok(_) => {}
         Err(e) => assert!(
             e.to_string()
@@ -1116,7 +1177,7 @@ fn killed_runs_resume_to_the_weights_of_an_uninterrupted_run() {
         if running && checkpoint_step(&dir) < STEPS {
             kills += 1;
         }
-        Translator::load(&dir).expect("a killed run's checkpoint loads");
+        Translator::load(&dir, &Device::Cpu).expect("a killed run's checkpoint loads");
     }
     assert!(kills >= 2, "the runs finished before they could be killed");
     train_tiny_resume(&dir, STEPS);
@@ -1226,7 +1287,7 @@ fn force_replaces_a_run_and_keeps_foreign_files_out_of_reach() {
         .unwrap();
     assert!(out.status.success(), "{}", text(&out).1);
     assert_ne!(manifest(&dir), before, "a replaced run gets a new run id");
-    let t = Translator::load(&dir).unwrap();
+    let t = Translator::load(&dir, &Device::Cpu).unwrap();
     assert_eq!(t.model.config().encoding.kind(), "rope");
     no_temporaries(&dir);
     // A file posenc did not write makes the directory off limits, --force or not.
@@ -1245,7 +1306,7 @@ fn force_replaces_a_run_and_keeps_foreign_files_out_of_reach() {
         "mine"
     );
     assert_eq!(
-        Translator::load(&dir)
+        Translator::load(&dir, &Device::Cpu)
             .unwrap()
             .model
             .config()

@@ -999,6 +999,12 @@ fn a_prompt_past_the_trained_context_is_named_first() {
             && stderr.contains("past the 64"),
         "{stderr}"
     );
+    // With an estimate of the reading time, timed here.
+    assert!(
+        stderr.contains("Reading them takes under a second")
+            || stderr.contains("Reading them takes roughly"),
+        "{stderr}"
+    );
     let o = run(&["--strict-context"]);
     let (stdout, stderr) = text(&o);
     assert!(!o.status.success() && stdout.is_empty(), "{stdout}");

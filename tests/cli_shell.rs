@@ -104,3 +104,82 @@ fn every_example_in_the_help_parses() {
         }
     }
 }
+
+/// Options that take a value and may be left out, yet have no default to show: each is
+/// an input that is absent unless given (a file, a list to run instead of the lineup, a
+/// shard), with the reason it has none.
+const NO_DEFAULT: &[(&str, &str)] = &[
+    (
+        "--config",
+        "a config file; without it, the defaults the other options show",
+    ),
+    (
+        "--base",
+        "a config file for every run; without it, the defaults shown",
+    ),
+    ("--from", "a run to start from; without it, fresh weights"),
+    ("--text", "a text of one's own instead of the corpus"),
+    ("--shard", "one share of a grid; without it, the whole grid"),
+    ("--plot", "a figure to write; without it, none"),
+    (
+        "--glance",
+        "a README to render the glance table into; without it, none",
+    ),
+];
+
+/// Every option that takes a value and may be left out shows what it is when left out:
+/// clap's `[default: …]` for a fixed default, or the help's own `[default: …]` for one that
+/// comes from a config or the model (`--steps`: "the config's, else 600"). Each command's
+/// help is rendered, and the option's paragraph is read there.
+#[test]
+fn every_option_with_a_default_shows_it() {
+    use clap::CommandFactory;
+    fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+        let mut cmd = cmd.clone();
+        let help = cmd.render_long_help().to_string();
+        for arg in cmd.get_arguments() {
+            let takes_value = arg.get_action().takes_values();
+            let long = match arg.get_long() {
+                Some(l) if takes_value && !arg.is_required_set() && !arg.is_hide_set() => l,
+                _ => continue,
+            };
+            if NO_DEFAULT
+                .iter()
+                .any(|(name, _)| *name == format!("--{long}"))
+            {
+                continue;
+            }
+            // The option's paragraph: from its `--long` line to the next option's.
+            let start = help
+                .find(&format!("--{long} <"))
+                .or_else(|| help.find(&format!("--{long}=")))
+                .or_else(|| help.find(&format!("--{long}")));
+            let Some(start) = start else {
+                missing.push(format!("{path} --{long}: not in the help"));
+                continue;
+            };
+            let rest = &help[start..];
+            // Options start their line with `  -x, --long` or `      --long`; the lines of
+            // possible values sit deeper.
+            let end = [rest[2..].find("\n  -"), rest[2..].find("\n      --")]
+                .into_iter()
+                .flatten()
+                .min()
+                .map_or(rest.len(), |i| i + 2);
+            let paragraph = &rest[..end];
+            if !paragraph.contains("[default") {
+                missing.push(format!("{path} --{long}"));
+            }
+        }
+        for sub in cmd.get_subcommands() {
+            walk(sub, &format!("{path} {}", sub.get_name()), missing);
+        }
+    }
+    let mut missing = Vec::new();
+    walk(&posenc_cli::Cli::command(), "posenc", &mut missing);
+    assert!(
+        missing.is_empty(),
+        "options that hide their default:\n{}",
+        missing.join("\n")
+    );
+}

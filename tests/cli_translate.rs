@@ -27,6 +27,15 @@ fn translate_reads_arguments_or_stdin_and_names_unknown_words() {
         .unwrap();
     assert!(out.status.success());
     assert_eq!(text(&out).0.lines().count(), 2);
+    // `--device cpu`, said aloud, is the default.
+    let on_cpu = posenc()
+        .args(["kotoba", "translate", "--device", "cpu", "--model"])
+        .arg(&model)
+        .args(["the dog runs", "the cat sleeps"])
+        .output()
+        .unwrap();
+    assert!(on_cpu.status.success(), "{}", text(&on_cpu).1);
+    assert_eq!(on_cpu.stdout, out.stdout);
 
     let out = with_stdin(
         &["translate".as_ref(), "--model".as_ref(), model.as_os_str()],

@@ -16,10 +16,16 @@ pub struct ExperimentArgs {
     /// Optimizer steps per encoding [default: 1000; with --budget quick: 500].
     #[arg(long)]
     steps: Option<usize>,
-    /// Seed of weights and batch order (the data has its own, fixed seed).
-    #[arg(long)]
+    /// Seed of weights and batch order, the first of several (the data has its own, fixed
+    /// seed).
+    #[arg(long, help = format!(
+        "Seed of weights and batch order, the first of several (the data has its own, fixed \
+         seed) [default: {}]",
+        ExperimentConfig::full().base.seed
+    ))]
     seed: Option<u64>,
-    /// Randomized positions: train at sorted random positions below this (Ruoss et al. 2023).
+    /// Randomized positions: train at sorted random positions below this (Ruoss et al. 2023)
+    /// [default: off, consecutive positions from 0].
     #[arg(long)]
     randomized_positions: Option<usize>,
     /// Output directory: one run per encoding, results.md, results.json and plots.
@@ -27,6 +33,10 @@ pub struct ExperimentArgs {
     out: PathBuf,
     #[command(flatten)]
     budget: super::BudgetArg,
+    /// Where to train and evaluate: cpu; cuda or cuda:N (built with --features cuda);
+    /// metal or metal:N (--features metal). The run directory is the same on any device.
+    #[arg(long, default_value = "cpu")]
+    device: super::DeviceArg,
     /// No progress bars.
     #[arg(long)]
     quiet: bool,
@@ -52,9 +62,10 @@ impl ExperimentArgs {
             force: false,
             stop_after: None,
         };
-        self.grid.run(&cfg, &self.out, opts, out, |results| {
-            let plots = posenc_kotoba::figures::experiment(results, &self.out)?;
-            Ok((results.table(), plots))
-        })
+        self.grid
+            .run(&cfg.on(&self.device.0), &self.out, opts, out, |results| {
+                let plots = posenc_kotoba::figures::experiment(results, &self.out)?;
+                Ok((results.table(), plots))
+            })
     }
 }

@@ -98,10 +98,13 @@ pub struct RunSettings {
     #[arg(long, value_parser = task_parser())]
     task: Problem,
     /// The seed (with several seeds, the first).
-    #[arg(long)]
+    #[arg(long, help = format!(
+        "The seed (with several seeds, the first) [default: {}]",
+        posenc_lengthgen::LengthgenConfig::default().seed
+    ))]
     seed: Option<u64>,
     /// Randomized positions for every encoding without its own: train at sorted random
-    /// positions below this (Ruoss et al. 2023).
+    /// positions below this (Ruoss et al. 2023) [default: off].
     #[arg(long)]
     randomized_positions: Option<usize>,
     /// Trained instance lengths, `lo-hi` [default: 1-10; with --budget quick: 1-5].
@@ -117,6 +120,10 @@ pub struct RunSettings {
     size: super::ModelSizeArgs,
     #[command(flatten)]
     budget: super::BudgetArg,
+    /// Where to train and evaluate: cpu; cuda or cuda:N (built with --features cuda);
+    /// metal or metal:N (--features metal). The run directory is the same on any device.
+    #[arg(long, default_value = "cpu")]
+    device: super::DeviceArg,
     /// No progress lines.
     #[arg(long)]
     quiet: bool,
@@ -180,7 +187,12 @@ impl TrainArgs {
             stop_after: None,
         };
         let state = match self.resume {
-            true => posenc_lengthgen::resume(&self.out, self.settings.steps, opts)?,
+            true => posenc_lengthgen::resume(
+                &self.out,
+                self.settings.steps,
+                opts,
+                &self.settings.device.0,
+            )?,
             false => {
                 let cfg = self.settings.config();
                 let run = cfg.run_config(&self.encoding, cfg.base.seed);
@@ -190,7 +202,7 @@ impl TrainArgs {
                     return Ok(());
                 }
                 super::warn_schedule(run.warmup, run.steps);
-                posenc_lengthgen::train(&run, &self.out, opts)?
+                posenc_lengthgen::train(&run, &self.out, opts, &self.settings.device.0)?
             }
         };
         if self.format == Format::Json {
@@ -234,12 +246,16 @@ pub struct EvalArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: super::Format,
+    /// Where to evaluate: cpu; cuda or cuda:N (built with --features cuda); metal or
+    /// metal:N (--features metal).
+    #[arg(long, default_value = "cpu")]
+    device: super::DeviceArg,
 }
 
 impl EvalArgs {
     /// Runs the command.
     pub fn run(self, out: &mut impl Write) -> Result<()> {
-        let (state, model) = posenc_lengthgen::load(&self.model)
+        let (state, model) = posenc_lengthgen::load(&self.model, &self.device.0)
             .with_context(|| format!("loading the lengthgen run in {}", self.model.display()))
             .map_err(|e| super::for_task(e, &self.model, "lengthgen"))?;
         let cfg: &LengthgenConfig = &state.config;
@@ -319,7 +335,8 @@ impl ExperimentArgs {
             force: false,
             stop_after: None,
         };
-        self.grid.run(&cfg, &self.out, opts, out, |results| {
+        let run = cfg.on(&self.settings.device.0);
+        self.grid.run(&run, &self.out, opts, out, |results| {
             let plots = posenc_lengthgen::figures::lengthgen(results, &self.out)?;
             Ok((results.table(), plots))
         })

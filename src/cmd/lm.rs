@@ -76,7 +76,8 @@ pub struct TrainArgs {
         LmTrainConfig::default().steps
     ))]
     steps: Option<usize>,
-    /// Randomized positions: train at sorted random positions below this (Ruoss et al. 2023).
+    /// Randomized positions: train at sorted random positions below this (Ruoss et al. 2023)
+    /// [default: off, consecutive positions from 0].
     #[arg(long, conflicts_with = "resume")]
     randomized_positions: Option<usize>,
     /// Seed of the weights and of the windows drawn.
@@ -143,7 +144,7 @@ pub struct EvalArgs {
     windows: usize,
     /// Slide each window by this many tokens over the whole text, scoring only the tokens
     /// no earlier window scored (transformers' perplexity guide): every token once, with
-    /// context before it.
+    /// context before it [default: off, separate windows (--windows)].
     #[arg(long)]
     stride: Option<usize>,
     /// The split of the corpus.
@@ -209,17 +210,23 @@ pub struct ExperimentArgs {
     #[arg(long)]
     steps: Option<usize>,
     /// The training context L.
-    #[arg(long)]
+    #[arg(long, help = format!(
+        "The training context L [default: {}]",
+        LmExperimentConfig::full().base.model.context
+    ))]
     context: Option<usize>,
-    /// Seed of weights and windows.
-    #[arg(long)]
+    /// Seed of weights and windows, the first of several.
+    #[arg(long, help = format!(
+        "Seed of weights and windows, the first of several [default: {}]",
+        LmExperimentConfig::full().base.seed
+    ))]
     seed: Option<u64>,
     /// Comma-separated evaluation lengths, as multiples of the trained context, in any
     /// order [default: 1,2,4,8].
     #[arg(long, value_delimiter = ',')]
     factors: Option<Vec<usize>>,
     /// Randomized positions: train at sorted random positions below this (Ruoss et al.
-    /// 2023); the default learned table then has this many rows.
+    /// 2023); the default learned table then has this many rows [default: off].
     #[arg(long)]
     randomized_positions: Option<usize>,
     #[command(flatten)]

@@ -339,7 +339,8 @@ impl std::fmt::Display for DeviceArg {
 pub struct RopeScalingArg {
     /// Stretch the rotary encoding's context, with transformers' `rope_parameters` keys:
     /// '{"rope_type": "yarn", "factor": 2}' (rope_type linear, dynamic, yarn, llama3 or
-    /// longrope; original_max_position_embeddings defaults to the model's context).
+    /// longrope; original_max_position_embeddings defaults to the model's context)
+    /// [default: none, the encoding as the model was trained].
     #[arg(long, value_name = "JSON")]
     rope_scaling: Option<String>,
 }
@@ -427,18 +428,38 @@ pub fn warn_schedule(warmup: usize, steps: usize) {
     }
 }
 
+/// The language-model task's default model, for `--help`.
+fn lm_size() -> posenc_transformer::LmConfig {
+    posenc_lm::lm_train::LmTrainConfig::default().model
+}
+
+/// The lengthgen task's default model, for `--help`.
+fn lengthgen_size() -> posenc_transformer::LmConfig {
+    posenc_lengthgen::LengthgenConfig::default().model
+}
+
 /// The size of a model trained from scratch: `--d-model`, `--layers`, `--heads`, each
 /// replacing the command's default (or its config's) when given.
 #[derive(clap::Args, Debug, Clone, Copy)]
 pub struct ModelSizeArgs {
     /// Model width (the feed-forward width follows at 4 × it).
-    #[arg(long)]
+    #[arg(long, help = format!(
+        "Model width (the feed-forward width follows at 4 × it) [default: the config's, else \
+         {} for lm, {} for lengthgen]",
+        lm_size().d_model, lengthgen_size().d_model
+    ))]
     d_model: Option<usize>,
     /// Layers.
-    #[arg(long)]
+    #[arg(long, help = format!(
+        "Layers [default: the config's, else {} for lm, {} for lengthgen]",
+        lm_size().layers, lengthgen_size().layers
+    ))]
     layers: Option<usize>,
     /// Attention heads.
-    #[arg(long)]
+    #[arg(long, help = format!(
+        "Attention heads [default: the config's, else {} for lm, {} for lengthgen]",
+        lm_size().heads, lengthgen_size().heads
+    ))]
     heads: Option<usize>,
 }
 
@@ -460,10 +481,11 @@ pub struct SamplingArgs {
     // Negative numbers are taken as values, so the range check names them.
     #[arg(long, default_value_t = 0.8, allow_negative_numbers = true)]
     temperature: f64,
-    /// Sample among the k most likely tokens.
+    /// Sample among the k most likely tokens [default: off, every token].
     #[arg(long)]
     top_k: Option<usize>,
-    /// Sample among the most likely tokens holding this much probability.
+    /// Sample among the most likely tokens holding this much probability [default: off,
+    /// every token].
     #[arg(long, allow_negative_numbers = true)]
     top_p: Option<f64>,
     /// Seed of the draws.

@@ -92,8 +92,8 @@ impl PlotCommand {
                 out,
             } => {
                 let dir = model.unwrap_or_else(shipped_model);
-                let translator =
-                    Translator::load(&dir).map_err(|e| super::for_task(e, &dir, "kotoba"))?;
+                let translator = Translator::load(&dir, &candle_core::Device::Cpu)
+                    .map_err(|e| super::for_task(e, &dir, "kotoba"))?;
                 let maps = translator.attention(&sentence)?;
                 let kind = translator.model.config().encoding.kind();
                 let title = format!("{kind}: \"{sentence}\" → \"{}\"", {

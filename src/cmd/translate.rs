@@ -74,6 +74,10 @@ pub struct TrainArgs {
     /// Replace the run already in --out (files posenc did not write are never touched).
     #[arg(long, conflicts_with = "resume")]
     force: bool,
+    /// Where to train: cpu; cuda or cuda:N (built with --features cuda);
+    /// metal or metal:N (--features metal). The run directory is the same on any device.
+    #[arg(long, default_value = "cpu")]
+    device: super::DeviceArg,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -88,7 +92,7 @@ impl TrainArgs {
             stop_after: None,
         };
         let state = if self.resume {
-            trainer::resume(&self.out, self.steps, opts)?
+            trainer::resume(&self.out, self.steps, opts, &self.device.0)?
         } else {
             let mut cfg = match &self.config {
                 Some(path) => TrainConfig::load(path)?,
@@ -109,7 +113,7 @@ impl TrainArgs {
                 return Ok(());
             }
             super::warn_schedule(cfg.warmup, cfg.steps);
-            trainer::train(cfg, &self.out, opts)?
+            trainer::train(cfg, &self.out, opts, &self.device.0)?
         };
         if self.format == super::Format::Json {
             return super::print_run(out, &self.out, &state);
@@ -147,12 +151,17 @@ pub struct DecodeArgs {
     /// sooner].
     #[arg(long)]
     max_len: Option<usize>,
+    /// Where to translate: cpu; cuda or cuda:N (built with --features cuda); metal or
+    /// metal:N (--features metal).
+    #[arg(long, default_value = "cpu")]
+    device: super::DeviceArg,
 }
 
 impl DecodeArgs {
     fn load(&self) -> Result<(Translator, DecodeConfig)> {
         let dir = self.model.clone().unwrap_or_else(shipped_model);
-        let translator = Translator::load(&dir).map_err(|e| super::for_task(e, &dir, "kotoba"))?;
+        let translator = Translator::load(&dir, &self.device.0)
+            .map_err(|e| super::for_task(e, &dir, "kotoba"))?;
         let positions = translator.model.max_positions().1.unwrap_or(usize::MAX);
         let cfg = DecodeConfig {
             beam: self.beam,

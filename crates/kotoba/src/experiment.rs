@@ -8,13 +8,14 @@
 //! | test-long | does it carry over to 3–4 clauses, longer than anything trained on? |
 //! | valid loss | the label-smoothed loss it was trained on, at the end |
 //!
-//! [`ExperimentConfig`] is an [`posenc_train::experiment::Experiment`]: the one driver
-//! runs it (`posenc_train::experiment::run`), training each labelled encoding and seed with
-//! [`trainer::train`] into its own directory, reusing, resuming, sharding and recording
-//! divergence as it does for every task.
+//! [`ExperimentConfig::on`] a device is an [`posenc_train::experiment::Experiment`]: the
+//! one driver runs it (`posenc_train::experiment::run`), training each labelled encoding
+//! and seed with [`trainer::train`] into its own directory, reusing, resuming, sharding and
+//! recording divergence as it does for every task.
 
 use std::path::Path;
 
+use candle_core::Device;
 use posenc::EncodingConfig;
 use posenc_error::Context;
 use posenc_train::error::Result;
@@ -229,9 +230,30 @@ pub struct Experiment {
     pub records: Vec<TranslationRecord>,
 }
 
-impl posenc_train::experiment::Experiment for ExperimentConfig {
+/// A translation experiment ready to run: its settings and the device. It is an
+/// [`Experiment`](posenc_train::experiment::Experiment), which the one driver
+/// (`posenc_train::experiment::run`) trains and evaluates.
+#[derive(Debug, Clone, Copy)]
+pub struct ExperimentRun<'a> {
+    /// The settings.
+    pub config: &'a ExperimentConfig,
+    /// Where to train and evaluate.
+    pub device: &'a Device,
+}
+
+impl ExperimentConfig {
+    /// This experiment, to run on `device`.
+    pub fn on<'a>(&'a self, device: &'a Device) -> ExperimentRun<'a> {
+        ExperimentRun {
+            config: self,
+            device,
+        }
+    }
+}
+
+impl posenc_train::experiment::Experiment for ExperimentRun<'_> {
     const KIND: &'static str = "a translation experiment";
-    type Config = Self;
+    type Config = ExperimentConfig;
     type Run = TrainConfig;
     type Record = Record;
     type Data = ();
@@ -239,12 +261,16 @@ impl posenc_train::experiment::Experiment for ExperimentConfig {
     type Cell = EncodingResult;
     type Results = Experiment;
 
-    fn config(&self) -> &Self {
-        self
+    fn config(&self) -> &ExperimentConfig {
+        self.config
     }
 
     fn grid(&self) -> Grid<'_> {
-        Grid::new(&self.encodings, self.base.seed, self.seeds)
+        Grid::new(
+            &self.config.encodings,
+            self.config.base.seed,
+            self.config.seeds,
+        )
     }
 
     fn prepare(&self) -> Result<((), ())> {
@@ -255,13 +281,13 @@ impl posenc_train::experiment::Experiment for ExperimentConfig {
         TrainConfig {
             model: posenc_transformer::Config {
                 encoding: entry.encoding.clone().into(),
-                ..self.base.model.clone()
+                ..self.config.base.model.clone()
             },
             seed,
             randomized_positions: entry
                 .randomized_positions
-                .or(self.base.randomized_positions),
-            ..self.base.clone()
+                .or(self.config.base.randomized_positions),
+            ..self.config.base.clone()
         }
     }
 
@@ -278,8 +304,8 @@ impl posenc_train::experiment::Experiment for ExperimentConfig {
         opts: RunOptions,
     ) -> Result<TrainerState> {
         match start {
-            Start::New => trainer::train(run.clone(), dir, opts),
-            Start::Resume => trainer::resume(dir, Some(run.steps), opts),
+            Start::New => trainer::train(run.clone(), dir, opts, self.device),
+            Start::Resume => trainer::resume(dir, Some(run.steps), opts, self.device),
         }
     }
 
@@ -291,8 +317,12 @@ impl posenc_train::experiment::Experiment for ExperimentConfig {
     ) -> Result<EncodingResult> {
         let (metrics, diverged, state) = match outcome {
             Outcome::Trained(state) => {
-                let translator = Translator::load(&cell.dir)?;
-                let reports = evaluate(&translator, &self.base.data, &DecodeConfig::default())?;
+                let translator = Translator::load(&cell.dir, self.device)?;
+                let reports = evaluate(
+                    &translator,
+                    &self.config.base.data,
+                    &DecodeConfig::default(),
+                )?;
                 let metrics = Metrics::from_reports(&reports, &state.history)?;
                 (Some(metrics), None, Some(state))
             }
@@ -316,7 +346,7 @@ impl posenc_train::experiment::Experiment for ExperimentConfig {
 
     fn results(&self, _: &(), cells: Vec<EncodingResult>) -> Experiment {
         let mut experiment = Experiment {
-            config: self.clone(),
+            config: self.config.clone(),
             results: cells,
             records: Vec::new(),
         };

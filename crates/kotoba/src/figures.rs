@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+use candle_core::Device;
 use posenc_plot::chart::{colour, curves, save_png, Axes, Mark, Series};
 use posenc_train::Result;
 
@@ -25,11 +26,12 @@ pub const ATTENTION_SENTENCE: &str = "the small cat sees the dog in the park";
 pub fn experiment(exp: &Experiment, out: &Path) -> Result<Vec<PathBuf>> {
     let mut written = results_figures(exp, out)?;
     for r in exp.results.iter().filter(|r| r.metrics.is_some()) {
-        let Some(dir) = posenc_train::experiment::run_dir(&exp.config, out, &r.label, r.seed)
+        let Some(dir) =
+            posenc_train::experiment::run_dir(&exp.config.on(&Device::Cpu), out, &r.label, r.seed)
         else {
             continue;
         };
-        let translator = Translator::load(&dir)?;
+        let translator = Translator::load(&dir, &Device::Cpu)?;
         let maps = translator.attention(ATTENTION_SENTENCE)?;
         let path = dir.join(ATTENTION);
         let mut said = maps.target.clone();

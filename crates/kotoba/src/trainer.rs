@@ -296,12 +296,18 @@ pub fn validate(
     Ok((total / count.max(1) as f64, exact_match(&hyps, &refs[..n])))
 }
 
-/// Trains a new model into `out`; returns the final state.
+/// Trains a new model on `device` into `out`; returns the final state. The run
+/// directory is the same on any device.
 ///
 /// Everything (config, data, model size, positions) is checked before anything is
 /// written. `out` may be missing or empty; a run already there is replaced only with
 /// `opts.force`, and a directory holding files posenc did not write is refused.
-pub fn train(cfg: TrainConfig, out: &Path, opts: RunOptions) -> Result<TrainerState> {
+pub fn train(
+    cfg: TrainConfig,
+    out: &Path,
+    opts: RunOptions,
+    device: &Device,
+) -> Result<TrainerState> {
     cfg.validate()?;
     let splits = data::generate(&cfg.data)?;
     let src = Vocab::train(splits.train.iter().map(|p| p.src.as_str()))?;
@@ -310,7 +316,7 @@ pub fn train(cfg: TrainConfig, out: &Path, opts: RunOptions) -> Result<TrainerSt
     cfg.model.src_vocab_size = src.len();
     cfg.model.tgt_vocab_size = tgt.len();
     let state = TrainerState::new(rundir::new_run_id(), cfg);
-    let task = Translation::new(&state.config, &splits, &src, &tgt)?;
+    let task = Translation::new(&state.config, &splits, &src, &tgt, device)?;
     let fixed = FixedFiles::new(
         serde_json::to_string_pretty(&state.config.model)?.into_bytes(),
         vec![
@@ -355,8 +361,14 @@ fn describe_existing(dir: &Path, wanted: &TrainConfig) -> String {
 }
 
 /// Continues the run saved in `out` with its own config, up to `steps` (default: the
-/// run's own) steps in all.
-pub fn resume(out: &Path, steps: Option<usize>, opts: RunOptions) -> Result<TrainerState> {
+/// run's own) steps in all, on `device` (any: a run started on the CPU may go on on a GPU,
+/// no longer bit-identically).
+pub fn resume(
+    out: &Path,
+    steps: Option<usize>,
+    opts: RunOptions,
+    device: &Device,
+) -> Result<TrainerState> {
     let (dir, state): (RunDir, TrainerState) = rundir::resume_state(out, steps)?;
     state.config.validate()?;
     let src = Vocab::load(&out.join(SOURCE_TOKENIZER))?;
@@ -371,7 +383,7 @@ pub fn resume(out: &Path, steps: Option<usize>, opts: RunOptions) -> Result<Trai
         out.display()
     );
     let splits = data::generate(&state.config.data)?;
-    let task = Translation::new(&state.config, &splits, &src, &tgt)?;
+    let task = Translation::new(&state.config, &splits, &src, &tgt, device)?;
     let seed = state.config.seed;
     Trainer::new(task, &state.config)?.resume(dir, state, opts, |v| initialize(v, seed))
 }
@@ -389,15 +401,20 @@ struct Translation {
 }
 
 impl Translation {
-    fn new(cfg: &TrainConfig, splits: &Splits, src: &Vocab, tgt: &Vocab) -> Result<Self> {
-        let device = Device::Cpu;
+    fn new(
+        cfg: &TrainConfig,
+        splits: &Splits,
+        src: &Vocab,
+        tgt: &Vocab,
+        device: &Device,
+    ) -> Result<Self> {
         let train_examples = batch::encode(&splits.train, src, tgt)?;
         let valid_examples = batch::encode(&splits.valid, src, tgt)?;
         let valid_refs: Vec<String> = splits.valid.iter().map(|p| p.tgt.clone()).collect();
         let varmap = VarMap::new();
         let model = Transformer::new(
             &cfg.model,
-            VarBuilder::from_varmap(&varmap, DType::F32, &device),
+            VarBuilder::from_varmap(&varmap, DType::F32, device),
         )?;
         check_positions(
             &model,
@@ -433,7 +450,7 @@ impl Task for Translation {
     fn loss(&mut self, cfg: &TrainConfig, step: usize) -> Result<StepLoss> {
         let idx = self.order.batch(step, cfg.batch_size);
         let examples: Vec<&Example> = idx.iter().map(|&i| &self.train_examples[i]).collect();
-        let b = Batch::new(&examples, &Device::Cpu)?;
+        let b = Batch::new(&examples, &self.model.device())?;
         let (src_at, tgt_at) = match cfg.randomized_positions {
             Some(range) => {
                 let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ RANDOMIZED_STREAM);
@@ -464,7 +481,7 @@ impl Task for Translation {
         train_loss: f64,
         elapsed_s: f64,
     ) -> Result<Option<Record>> {
-        let view = Transformer::frozen(&cfg.model, &self.varmap, &Device::Cpu)?;
+        let view = Transformer::frozen(&cfg.model, &self.varmap, &self.model.device())?;
         let (valid_loss, valid_exact) = validate(
             &view,
             &self.valid_examples,
@@ -540,14 +557,13 @@ pub struct Translator {
 }
 
 impl Translator {
-    /// Loads a model directory written by [`train`], after checking that its files belong
-    /// together (`rundir::verify`) and its weights are complete and finite.
-    pub fn load(dir: &Path) -> Result<Self> {
+    /// Loads a model directory written by [`train`] onto `device`, after checking that its
+    /// files belong together (`rundir::verify`) and its weights are complete and finite.
+    pub fn load(dir: &Path, device: &Device) -> Result<Self> {
         let manifest = rundir::verify(dir)?;
         rundir::check_weights(&dir.join(WEIGHTS_FILE), &manifest.run)?;
         let state: TrainerState = rundir::read_trainer_of(dir, &manifest)?;
-        let device = Device::Cpu;
-        let loaded = checkpoint::load(dir, &device)?;
+        let loaded = checkpoint::load(dir, device)?;
         ensure!(
             loaded.config == state.config.model,
             "{} and {} disagree about the model",
@@ -562,7 +578,7 @@ impl Translator {
             dir.display()
         );
         Ok(Self {
-            model: Transformer::frozen(&loaded.config, &loaded.varmap, &device)?,
+            model: Transformer::frozen(&loaded.config, &loaded.varmap, device)?,
             src,
             tgt,
             state,

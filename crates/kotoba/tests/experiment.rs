@@ -2,6 +2,7 @@
 //! rather than retrained, a different config is never overwritten, and a diverging
 //! encoding becomes a row saying so instead of ending the experiment.
 
+use candle_core::Device;
 use posenc_kotoba::data::DataConfig;
 use posenc_kotoba::experiment::{self, Experiment, ExperimentConfig};
 use posenc_kotoba::trainer::{RunOptions, TrainConfig};
@@ -50,8 +51,8 @@ const QUIET: RunOptions = RunOptions {
 fn the_same_seed_gives_the_same_table_and_finished_runs_are_reused() {
     let cfg = tiny(&["none", "rope"]);
     let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let first = posenc_train::experiment::run(&cfg, a.path(), QUIET).unwrap();
-    let second = posenc_train::experiment::run(&cfg, b.path(), QUIET).unwrap();
+    let first = posenc_train::experiment::run(&cfg.on(&Device::Cpu), a.path(), QUIET).unwrap();
+    let second = posenc_train::experiment::run(&cfg.on(&Device::Cpu), b.path(), QUIET).unwrap();
     assert_eq!(first.table(), second.table());
     assert_eq!(first.clauses_table(), second.clauses_table());
     for (x, y) in first.results.iter().zip(&second.results) {
@@ -73,13 +74,13 @@ fn the_same_seed_gives_the_same_table_and_finished_runs_are_reused() {
     assert!(md.contains(&first.table()));
 
     // Running again over a finished experiment reuses its runs: same rows, same clocks.
-    let again = posenc_train::experiment::run(&cfg, a.path(), QUIET).unwrap();
+    let again = posenc_train::experiment::run(&cfg.on(&Device::Cpu), a.path(), QUIET).unwrap();
     assert_eq!(again, first);
 
     // A longer budget resumes the runs from their last checkpoint instead of starting over.
     let mut longer = cfg.clone();
     longer.base.steps = 18;
-    let resumed = posenc_train::experiment::run(&longer, a.path(), QUIET).unwrap();
+    let resumed = posenc_train::experiment::run(&longer.on(&Device::Cpu), a.path(), QUIET).unwrap();
     for (r, before) in resumed.results.iter().zip(&first.results) {
         assert_eq!(r.history.last().unwrap().step, 18);
         assert_eq!(r.history[..2], before.history[..], "{}", r.label);
@@ -96,10 +97,10 @@ fn changing_the_number_of_seeds_reuses_the_first_seeds_run_where_it_is() {
     // One seed, then two: the first seed's run stays in `sinusoidal/` and is reused (the
     // same record, its clocks included), the second trains into `seed-43` beside it.
     let dir = tempfile::tempdir().unwrap();
-    let first = posenc_train::experiment::run(&one, dir.path(), QUIET).unwrap();
+    let first = posenc_train::experiment::run(&one.on(&Device::Cpu), dir.path(), QUIET).unwrap();
     let weights = dir.path().join("sinusoidal/model.safetensors");
     let trained = modified(&weights);
-    let grown = posenc_train::experiment::run(&two, dir.path(), QUIET).unwrap();
+    let grown = posenc_train::experiment::run(&two.on(&Device::Cpu), dir.path(), QUIET).unwrap();
     assert_eq!(grown.results[0], first.results[0]);
     assert_eq!(modified(&weights), trained);
     assert!(!dir.path().join("sinusoidal/seed-42").exists());
@@ -109,11 +110,11 @@ fn changing_the_number_of_seeds_reuses_the_first_seeds_run_where_it_is() {
         .is_file());
     // Both layouts read back: two seeds again, and one again, retrain nothing.
     assert_eq!(
-        posenc_train::experiment::run(&two, dir.path(), QUIET).unwrap(),
+        posenc_train::experiment::run(&two.on(&Device::Cpu), dir.path(), QUIET).unwrap(),
         grown
     );
     assert_eq!(
-        posenc_train::experiment::run(&one, dir.path(), QUIET)
+        posenc_train::experiment::run(&one.on(&Device::Cpu), dir.path(), QUIET)
             .unwrap()
             .results,
         first.results
@@ -121,8 +122,8 @@ fn changing_the_number_of_seeds_reuses_the_first_seeds_run_where_it_is() {
 
     // Two seeds, then one: the first seed's run is read from `seed-42`.
     let dir = tempfile::tempdir().unwrap();
-    let both = posenc_train::experiment::run(&two, dir.path(), QUIET).unwrap();
-    let cut = posenc_train::experiment::run(&one, dir.path(), QUIET).unwrap();
+    let both = posenc_train::experiment::run(&two.on(&Device::Cpu), dir.path(), QUIET).unwrap();
+    let cut = posenc_train::experiment::run(&one.on(&Device::Cpu), dir.path(), QUIET).unwrap();
     assert_eq!(cut.results[..], both.results[..1]);
     assert!(!dir.path().join("sinusoidal/model.safetensors").exists());
 }
@@ -131,7 +132,7 @@ fn changing_the_number_of_seeds_reuses_the_first_seeds_run_where_it_is() {
 fn only_seed_directories_may_stand_beside_a_runs_files() {
     use posenc_train::rundir::{inspect, Contents};
     let dir = tempfile::tempdir().unwrap();
-    posenc_train::experiment::run(&tiny(&["none"]), dir.path(), QUIET).unwrap();
+    posenc_train::experiment::run(&tiny(&["none"]).on(&Device::Cpu), dir.path(), QUIET).unwrap();
     let run = dir.path().join("none");
     assert_eq!(inspect(&run).unwrap(), Contents::Run);
     std::fs::create_dir(run.join("seed-43")).unwrap();
@@ -149,11 +150,12 @@ fn only_seed_directories_may_stand_beside_a_runs_files() {
 fn a_different_config_in_the_same_directory_is_refused_not_overwritten() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = tiny(&["sinusoidal"]);
-    posenc_train::experiment::run(&cfg, dir.path(), QUIET).unwrap();
+    posenc_train::experiment::run(&cfg.on(&Device::Cpu), dir.path(), QUIET).unwrap();
     let weights = std::fs::read(dir.path().join("sinusoidal/model.safetensors")).unwrap();
     let mut other = cfg.clone();
     other.base.seed += 1;
-    let err = posenc_train::experiment::run(&other, dir.path(), QUIET).unwrap_err();
+    let err =
+        posenc_train::experiment::run(&other.on(&Device::Cpu), dir.path(), QUIET).unwrap_err();
     let msg = format!("{err:#}");
     assert!(
         msg.contains("different config") && msg.contains("sinusoidal"),
@@ -171,7 +173,7 @@ fn a_diverging_encoding_is_a_row_not_a_crash() {
     let mut cfg = tiny(&["index", "sinusoidal"]);
     // A learning rate no model survives: the raw position index blows up first.
     cfg.base.lr_factor = 1e30;
-    let exp = posenc_train::experiment::run(&cfg, dir.path(), QUIET).unwrap();
+    let exp = posenc_train::experiment::run(&cfg.on(&Device::Cpu), dir.path(), QUIET).unwrap();
     let index = &exp.results[0];
     assert!(index.metrics.is_none());
     let why = index.diverged.as_deref().unwrap();
@@ -187,8 +189,12 @@ fn a_diverging_encoding_is_a_row_not_a_crash() {
 #[test]
 fn listing_an_encoding_twice_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let err = posenc_train::experiment::run(&tiny(&["rope", "none", "rope"]), dir.path(), QUIET)
-        .unwrap_err();
+    let err = posenc_train::experiment::run(
+        &tiny(&["rope", "none", "rope"]).on(&Device::Cpu),
+        dir.path(),
+        QUIET,
+    )
+    .unwrap_err();
     let msg = err.to_string();
     assert!(msg.contains("`rope`") && msg.contains("label"), "{msg}");
 }
@@ -198,7 +204,7 @@ fn two_settings_of_one_kind_over_seeds_are_tidy_records() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = tiny(&["rope", "rope:base=100"]);
     cfg.seeds = 2;
-    let exp = posenc_train::experiment::run(&cfg, dir.path(), QUIET).unwrap();
+    let exp = posenc_train::experiment::run(&cfg.on(&Device::Cpu), dir.path(), QUIET).unwrap();
     let runs: Vec<(&str, u64)> = exp
         .records
         .iter()

@@ -1,12 +1,13 @@
 //! Attention maps read from the shipped model: the right shapes, the translation the
 //! model actually gives, and rows that are probability distributions.
 
+use candle_core::Device;
 use posenc_kotoba::decode::DecodeConfig;
 use posenc_kotoba::trainer::{shipped_model, Translator};
 
 #[test]
 fn attention_maps_follow_the_translation() {
-    let t = Translator::load(&shipped_model()).unwrap();
+    let t = Translator::load(&shipped_model(), &Device::Cpu).unwrap();
     let sentence = "the big dog eats the fish near the river";
     let maps = t.attention(sentence).unwrap();
     let said = t
@@ -44,7 +45,7 @@ fn attention_maps_follow_the_translation() {
 
 #[test]
 fn attention_of_an_unknown_word_names_it() {
-    let t = Translator::load(&shipped_model()).unwrap();
+    let t = Translator::load(&shipped_model(), &Device::Cpu).unwrap();
     let err = t.attention("the cat sees the zebra").unwrap_err();
     assert!(format!("{err:#}").contains("zebra"), "{err:#}");
 }
@@ -57,7 +58,7 @@ fn attention_of_an_unknown_word_names_it() {
 fn beam_search_finds_what_greedy_finds_on_the_shipped_model() {
     use posenc_kotoba::decode::DecodeConfig;
     use posenc_kotoba::kotoba::Sentence;
-    let t = Translator::load(&shipped_model()).unwrap();
+    let t = Translator::load(&shipped_model(), &Device::Cpu).unwrap();
     let sources: Vec<String> = [
         "the bird follows the white friend and the dog carries the fish near the park",
         "the fast cat finds the bear and the cat watched the old fox at the river",

@@ -66,9 +66,9 @@ fn same_weights(a: &Path, b: &Path) -> bool {
 #[test]
 fn resuming_equals_an_uninterrupted_run() {
     let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let straight = train(tiny(12, 1), a.path(), QUIET).unwrap();
-    train(tiny(6, 1), b.path(), QUIET).unwrap();
-    let resumed = resume(b.path(), Some(12), QUIET).unwrap();
+    let straight = train(tiny(12, 1), a.path(), QUIET, &Device::Cpu).unwrap();
+    train(tiny(6, 1), b.path(), QUIET, &Device::Cpu).unwrap();
+    let resumed = resume(b.path(), Some(12), QUIET, &Device::Cpu).unwrap();
     assert_eq!(resumed.step, 12);
     assert_eq!(straight.history.len(), resumed.history.len());
     for (x, y) in straight.history.iter().zip(&resumed.history) {
@@ -91,9 +91,9 @@ fn randomized_positions_train_and_resume_exactly() {
         tempfile::tempdir().unwrap(),
         tempfile::tempdir().unwrap(),
     );
-    let straight = train(randomized(12), a.path(), QUIET).unwrap();
-    train(randomized(6), b.path(), QUIET).unwrap();
-    let resumed = resume(b.path(), Some(12), QUIET).unwrap();
+    let straight = train(randomized(12), a.path(), QUIET, &Device::Cpu).unwrap();
+    train(randomized(6), b.path(), QUIET, &Device::Cpu).unwrap();
+    let resumed = resume(b.path(), Some(12), QUIET, &Device::Cpu).unwrap();
     let losses = |h: &[posenc_kotoba::trainer::Record]| -> Vec<(usize, f64, f64)> {
         h.iter()
             .map(|r| (r.step, r.train_loss, r.valid_loss))
@@ -102,7 +102,7 @@ fn randomized_positions_train_and_resume_exactly() {
     assert_eq!(losses(&straight.history), losses(&resumed.history));
     assert!(same_weights(a.path(), b.path()), "resumed weights differ");
     // The positions matter: the same run on consecutive positions ends elsewhere.
-    train(tiny(12, 1), c.path(), QUIET).unwrap();
+    train(tiny(12, 1), c.path(), QUIET, &Device::Cpu).unwrap();
     assert!(!same_weights(a.path(), c.path()));
     // A range shorter than the sentences is refused before anything is written.
     let d = tempfile::tempdir().unwrap();
@@ -112,7 +112,7 @@ fn randomized_positions_train_and_resume_exactly() {
     };
     let e = format!(
         "{:#}",
-        train(short, &d.path().join("run"), QUIET).unwrap_err()
+        train(short, &d.path().join("run"), QUIET, &Device::Cpu).unwrap_err()
     );
     assert!(e.contains("randomized_positions = 3"), "{e}");
     assert!(!d.path().join("run").exists());
@@ -125,9 +125,9 @@ fn the_same_seed_gives_the_same_model() {
         tempfile::tempdir().unwrap(),
         tempfile::tempdir().unwrap(),
     );
-    let x = train(tiny(6, 7), a.path(), QUIET).unwrap();
-    let y = train(tiny(6, 7), b.path(), QUIET).unwrap();
-    train(tiny(6, 8), c.path(), QUIET).unwrap();
+    let x = train(tiny(6, 7), a.path(), QUIET, &Device::Cpu).unwrap();
+    let y = train(tiny(6, 7), b.path(), QUIET, &Device::Cpu).unwrap();
+    train(tiny(6, 8), c.path(), QUIET, &Device::Cpu).unwrap();
     assert_eq!(x.history[0].valid_loss, y.history[0].valid_loss);
     assert!(same_weights(a.path(), b.path()));
     assert!(!same_weights(a.path(), c.path()));
@@ -141,12 +141,12 @@ fn a_short_run_learns_to_translate() {
     cfg.steps = 200;
     cfg.eval_every = 100;
     cfg.save_every = 200;
-    let state = train(cfg, dir.path(), QUIET).unwrap();
+    let state = train(cfg, dir.path(), QUIET, &Device::Cpu).unwrap();
     let (first, last) = (&state.history[0], state.history.last().unwrap());
     assert!(last.valid_loss < first.valid_loss, "{:?}", state.history);
     assert!(last.train_loss < 1.5 && last.valid_exact >= 0.8, "{last:?}");
 
-    let translator = Translator::load(dir.path()).unwrap();
+    let translator = Translator::load(dir.path(), &Device::Cpu).unwrap();
     // The single- and two-clause examples of the spec.
     let spec = &SPEC_EXAMPLES[..5];
     let sources: Vec<String> = spec.iter().map(|(e, _)| e.to_string()).collect();
@@ -195,8 +195,8 @@ fn untrained_models_decode_the_same_greedily_and_with_beam_one() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = tiny(1, 11);
     cfg.eval_every = 1;
-    train(cfg, dir.path(), QUIET).unwrap();
-    let t = Translator::load(dir.path()).unwrap();
+    train(cfg, dir.path(), QUIET, &Device::Cpu).unwrap();
+    let t = Translator::load(dir.path(), &Device::Cpu).unwrap();
     let cfg = DecodeConfig {
         beam: 1,
         max_len: 12,
@@ -227,7 +227,7 @@ fn batches_split_across_threads_are_repeatable_bit_for_bit() {
     };
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     for d in &dirs {
-        train(cfg(), d.path(), QUIET).unwrap();
+        train(cfg(), d.path(), QUIET, &Device::Cpu).unwrap();
     }
     assert!(same_weights(dirs[0].path(), dirs[1].path()));
     assert!(same_weights(dirs[0].path(), dirs[2].path()));
@@ -249,11 +249,11 @@ fn a_run_written_before_the_one_loop_resumes() {
         "the fixture is no longer an old run"
     );
     let before = posenc_kotoba::trainer::TrainerState::load(dir.path()).unwrap();
-    let resumed = resume(dir.path(), Some(before.step + 2), QUIET).unwrap();
+    let resumed = resume(dir.path(), Some(before.step + 2), QUIET, &Device::Cpu).unwrap();
     assert_eq!(resumed.step, before.step + 2);
     assert_eq!(resumed.history[..before.history.len()], before.history[..]);
     assert_eq!(resumed.history.last().unwrap().step, before.step + 2);
-    Translator::load(dir.path()).unwrap();
+    Translator::load(dir.path(), &Device::Cpu).unwrap();
 }
 
 /// A run records the process's peak memory while it trained, reset as training starts:
@@ -275,12 +275,12 @@ fn a_run_records_its_own_peak_memory() {
     );
     drop(before);
     let dir = tempfile::tempdir().unwrap();
-    let state = train(tiny(6, 1), dir.path(), QUIET).unwrap();
+    let state = train(tiny(6, 1), dir.path(), QUIET, &Device::Cpu).unwrap();
     let peak = state.peak_rss_mb.expect("a peak on Linux");
     assert!(peak > 1.0 && peak < 512.0, "{peak} MB");
     let saved = posenc_kotoba::trainer::TrainerState::load(dir.path()).unwrap();
     assert_eq!(saved.peak_rss_mb, Some(peak));
-    let resumed = resume(dir.path(), Some(12), QUIET).unwrap();
+    let resumed = resume(dir.path(), Some(12), QUIET, &Device::Cpu).unwrap();
     let again = resumed.peak_rss_mb;
     assert!(again.is_some_and(|p| p >= peak), "{again:?} after {peak}");
 }

@@ -20,6 +20,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use candle_core::Device;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
@@ -254,9 +255,30 @@ pub struct LengthgenCell {
     pub records: Vec<TestRecord>,
 }
 
-impl Experiment for LengthgenExperimentConfig {
+/// A lengthgen experiment ready to run: its settings and the device. It is an
+/// [`Experiment`], which the one driver (`posenc_train::experiment::run`) trains and
+/// evaluates.
+#[derive(Debug, Clone, Copy)]
+pub struct LengthgenExperimentRun<'a> {
+    /// The settings.
+    pub config: &'a LengthgenExperimentConfig,
+    /// Where to train and evaluate.
+    pub device: &'a Device,
+}
+
+impl LengthgenExperimentConfig {
+    /// This experiment, to run on `device`.
+    pub fn on<'a>(&'a self, device: &'a Device) -> LengthgenExperimentRun<'a> {
+        LengthgenExperimentRun {
+            config: self,
+            device,
+        }
+    }
+}
+
+impl Experiment for LengthgenExperimentRun<'_> {
     const KIND: &'static str = "a lengthgen experiment";
-    type Config = Self;
+    type Config = LengthgenExperimentConfig;
     type Run = LengthgenConfig;
     type Record = LengthgenRecord;
     type Data = Vec<(usize, Vec<Instance>)>;
@@ -264,25 +286,34 @@ impl Experiment for LengthgenExperimentConfig {
     type Cell = LengthgenCell;
     type Results = LengthgenExperiment;
 
-    fn config(&self) -> &Self {
-        self
+    fn config(&self) -> &LengthgenExperimentConfig {
+        self.config
     }
 
     fn grid(&self) -> Grid<'_> {
-        Grid::new(&self.encodings, self.base.seed, self.seeds)
+        Grid::new(
+            &self.config.encodings,
+            self.config.base.seed,
+            self.config.seeds,
+        )
     }
 
     /// # Errors
     /// As [`LengthgenExperimentConfig::validate`].
     fn prepare(&self) -> Result<(Self::Data, ())> {
-        self.validate()?;
-        let hi = self.base.train_lengths[1];
-        let tests = test_set(self.base.task, hi, &self.test_lengths, self.test_instances);
+        self.config.validate()?;
+        let hi = self.config.base.train_lengths[1];
+        let tests = test_set(
+            self.config.base.task,
+            hi,
+            &self.config.test_lengths,
+            self.config.test_instances,
+        );
         Ok((tests, ()))
     }
 
     fn run_config(&self, _: &Self::Data, entry: &Labelled, seed: u64) -> LengthgenConfig {
-        LengthgenExperimentConfig::run_config(self, entry, seed)
+        self.config.run_config(entry, seed)
     }
 
     fn train(
@@ -294,8 +325,8 @@ impl Experiment for LengthgenExperimentConfig {
         opts: RunOptions,
     ) -> Result<LengthgenState> {
         match start {
-            Start::New => train(run, dir, opts),
-            Start::Resume => resume(dir, Some(run.steps), opts),
+            Start::New => train(run, dir, opts, self.device),
+            Start::Resume => resume(dir, Some(run.steps), opts, self.device),
         }
     }
 
@@ -323,7 +354,7 @@ impl Experiment for LengthgenExperimentConfig {
                 })
             }
         };
-        let (_, model) = load(&cell.dir)?;
+        let (_, model) = load(&cell.dir, self.device)?;
         let key = RunKey::new(
             &label,
             &cell.entry.encoding,
@@ -333,7 +364,7 @@ impl Experiment for LengthgenExperimentConfig {
         let records = evaluate(&model, &cell.run, tests)?
             .into_iter()
             .map(|t| TestRecord {
-                task: self.base.task,
+                task: self.config.base.task,
                 run: key.clone(),
                 length: t.length,
                 trained: t.trained,
@@ -362,9 +393,9 @@ impl Experiment for LengthgenExperimentConfig {
             .map(|c| (c.run, c.records))
             .unzip::<_, _, Vec<_>, Vec<_>>();
         LengthgenExperiment {
-            task: self.base.task,
-            train_lengths: self.base.train_lengths,
-            config: self.clone(),
+            task: self.config.base.task,
+            train_lengths: self.config.base.train_lengths,
+            config: self.config.clone(),
             records: records.into_iter().flatten().collect(),
             runs,
         }

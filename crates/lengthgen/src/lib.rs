@@ -276,7 +276,7 @@ pub fn test_instances(
 
 /// The inputs `(b, len − 1)` of instances of one length `len`, right-padded, and their
 /// targets `(b · (len − 1))`: the next token on the answer, [`PAD`] (no loss) elsewhere.
-fn batch(instances: &[&Instance]) -> Result<(Tensor, Tensor)> {
+fn batch(instances: &[&Instance], device: &Device) -> Result<(Tensor, Tensor)> {
     let t = instances.iter().map(|i| i.len()).max().unwrap_or(1) - 1;
     let (mut inputs, mut targets) = (Vec::new(), Vec::new());
     for i in instances {
@@ -290,8 +290,8 @@ fn batch(instances: &[&Instance]) -> Result<(Tensor, Tensor)> {
     }
     let b = instances.len();
     Ok((
-        Tensor::from_vec(inputs, (b, t), &Device::Cpu)?,
-        Tensor::from_vec(targets, b * t, &Device::Cpu)?,
+        Tensor::from_vec(inputs, (b, t), device)?,
+        Tensor::from_vec(targets, b * t, device)?,
     ))
 }
 
@@ -314,7 +314,7 @@ pub fn score(model: &LanguageModel, instances: &[Instance]) -> Result<Score> {
                 len,
                 "a test sequence",
             )?;
-            let (x, y) = batch(chunk)?;
+            let (x, y) = batch(chunk, &model.device())?;
             let predicted = model.logits(&x)?.argmax(D::Minus1)?.flatten_all()?;
             let y = y.to_vec1::<u32>()?;
             let predicted = predicted.to_vec1::<u32>()?;
@@ -351,17 +351,17 @@ struct Lengthgen {
 /// # Errors
 /// As [`LengthgenConfig::validate`], or an encoding whose table training runs past.
 pub(crate) fn check(cfg: &LengthgenConfig) -> Result<()> {
-    Lengthgen::build(cfg).map(|_| ())
+    Lengthgen::build(cfg, &Device::Cpu).map(|_| ())
 }
 
 impl Lengthgen {
-    /// The model of `cfg`, checked.
-    fn build(cfg: &LengthgenConfig) -> Result<(VarMap, LanguageModel)> {
+    /// The model of `cfg` on `device`, checked.
+    fn build(cfg: &LengthgenConfig, device: &Device) -> Result<(VarMap, LanguageModel)> {
         cfg.validate()?;
         let varmap = VarMap::new();
         let model = LanguageModel::new(
             &cfg.model,
-            VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu),
+            VarBuilder::from_varmap(&varmap, DType::F32, device),
         )?;
         if let Some(max) = model.max_positions() {
             let needed = cfg.randomized_positions.unwrap_or(cfg.model.context);
@@ -373,8 +373,8 @@ impl Lengthgen {
         Ok((varmap, model))
     }
 
-    fn new(cfg: &LengthgenConfig) -> Result<Self> {
-        let (varmap, model) = Self::build(cfg)?;
+    fn new(cfg: &LengthgenConfig, device: &Device) -> Result<Self> {
+        let (varmap, model) = Self::build(cfg, device)?;
         let [lo, hi] = cfg.train_lengths;
         let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ VALID_STREAM);
         let per_length = cfg.eval_instances.div_ceil(hi - lo + 1);
@@ -412,7 +412,7 @@ impl Task for Lengthgen {
                     .unwrap_or_else(|| cfg.task.random(n, &mut rng))
             })
             .collect();
-        let (x, y) = batch(&instances.iter().collect::<Vec<_>>())?;
+        let (x, y) = batch(&instances.iter().collect::<Vec<_>>(), &self.model.device())?;
         let positions = cfg
             .randomized_positions
             .map(|range| posenc_train::randomized::draw(&mut rng, x.dim(1)?, range))
@@ -444,7 +444,7 @@ impl Task for Lengthgen {
         if self.valid.is_empty() {
             return Ok(None);
         }
-        let view = LanguageModel::frozen(&cfg.model, &self.varmap, &Device::Cpu)?;
+        let view = LanguageModel::frozen(&cfg.model, &self.varmap, &self.model.device())?;
         Ok(Some(LengthgenRecord {
             step,
             train_loss,
@@ -454,13 +454,19 @@ impl Task for Lengthgen {
     }
 }
 
-/// Trains a new run of `cfg` into `out` (new or empty, or a run `opts.force` replaces).
+/// Trains a new run of `cfg` on `device` into `out` (new or empty, or a run `opts.force`
+/// replaces). The run directory is the same on any device.
 ///
 /// # Errors
 /// Bad settings (before anything is written), a directory holding another run or foreign
 /// files, a loss that is not finite, or a failed write.
-pub fn train(cfg: &LengthgenConfig, out: &Path, opts: RunOptions) -> Result<LengthgenState> {
-    let task = Lengthgen::new(cfg)?;
+pub fn train(
+    cfg: &LengthgenConfig,
+    out: &Path,
+    opts: RunOptions,
+    device: &Device,
+) -> Result<LengthgenState> {
+    let task = Lengthgen::new(cfg, device)?;
     let state = LengthgenState::new(rundir::new_run_id(), cfg.clone());
     let fixed = FixedFiles::new(
         serde_json::to_string_pretty(&cfg.model)?.into_bytes(),
@@ -482,13 +488,19 @@ pub fn train(cfg: &LengthgenConfig, out: &Path, opts: RunOptions) -> Result<Leng
     )
 }
 
-/// Continues the run in `out` up to `steps` (default: its own) steps in all.
+/// Continues the run in `out` up to `steps` (default: its own) steps in all, on `device`
+/// (any: a run started on the CPU may go on on a GPU, no longer bit-identically).
 ///
 /// # Errors
 /// As [`train`]; also a directory holding no complete run of this task.
-pub fn resume(out: &Path, steps: Option<usize>, opts: RunOptions) -> Result<LengthgenState> {
+pub fn resume(
+    out: &Path,
+    steps: Option<usize>,
+    opts: RunOptions,
+    device: &Device,
+) -> Result<LengthgenState> {
     let (dir, state): (rundir::RunDir, LengthgenState) = rundir::resume_state(out, steps)?;
-    let task = Lengthgen::new(&state.config)?;
+    let task = Lengthgen::new(&state.config, device)?;
     let seed = state.config.seed;
     let cfg = state.config.clone();
     Trainer::new(task, &cfg)?.resume(dir, state, opts, |v| {
@@ -496,11 +508,12 @@ pub fn resume(out: &Path, steps: Option<usize>, opts: RunOptions) -> Result<Leng
     })
 }
 
-/// The run in `dir` (its last checkpoint): its state, and the model for inference.
+/// The run in `dir` (its last checkpoint): its state, and the model for inference on
+/// `device`.
 ///
 /// # Errors
 /// A directory that is not a complete run of this task, or weights that do not fit.
-pub fn load(dir: &Path) -> Result<(LengthgenState, LanguageModel)> {
+pub fn load(dir: &Path, device: &Device) -> Result<(LengthgenState, LanguageModel)> {
     let manifest = rundir::verify(dir)?;
     let state: LengthgenState = rundir::last_state(dir, &manifest)
         .context(format!("{} holds no lengthgen run", dir.display()))?;
@@ -509,9 +522,9 @@ pub fn load(dir: &Path) -> Result<(LengthgenState, LanguageModel)> {
     let varmap = VarMap::new();
     LanguageModel::new(
         &state.config.model,
-        VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu),
+        VarBuilder::from_varmap(&varmap, DType::F32, device),
     )?;
     posenc_transformer::checkpoint::load_into(&varmap, &weights)?;
-    let model = LanguageModel::frozen(&state.config.model, &varmap, &Device::Cpu)?;
+    let model = LanguageModel::frozen(&state.config.model, &varmap, device)?;
     Ok((state, model))
 }

@@ -260,13 +260,18 @@ fn a_resumed_run_is_bit_identical_for_every_problem() {
         cfg.model.dropout = 0.1;
         cfg.randomized_positions = Some(40);
         let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        let straight = lengthgen::train(&cfg, a.path(), QUIET).unwrap();
+        let straight = lengthgen::train(&cfg, a.path(), QUIET, &Device::Cpu).unwrap();
         let stop = RunOptions {
             stop_after: Some(6),
             ..QUIET
         };
-        assert_eq!(lengthgen::train(&cfg, b.path(), stop).unwrap().step, 6);
-        let resumed = lengthgen::resume(b.path(), None, QUIET).unwrap();
+        assert_eq!(
+            lengthgen::train(&cfg, b.path(), stop, &Device::Cpu)
+                .unwrap()
+                .step,
+            6
+        );
+        let resumed = lengthgen::resume(b.path(), None, QUIET, &Device::Cpu).unwrap();
         assert_eq!(resumed.step, 12);
         let losses = |s: &lengthgen::LengthgenState| -> Vec<(usize, u64, u64)> {
             s.history
@@ -291,7 +296,7 @@ fn a_diverging_run_is_the_same_typed_error_as_every_task() {
     cfg.lr = 1e30;
     cfg.min_lr = 1e30;
     let dir = tempfile::tempdir().unwrap();
-    let err = lengthgen::train(&cfg, dir.path(), QUIET).unwrap_err();
+    let err = lengthgen::train(&cfg, dir.path(), QUIET, &Device::Cpu).unwrap_err();
     let d = err.diverged().unwrap_or_else(|| panic!("{err}"));
     assert!(d.step >= 1 && !d.loss.is_finite());
 }
@@ -345,7 +350,7 @@ fn a_tiny_experiment_writes_tidy_records_and_reuses_its_runs() {
     cfg.seeds = 2;
     cfg.test_lengths = vec![2, 4, 9];
     cfg.test_instances = 5;
-    let exp = posenc_train::experiment::run(&cfg, dir.path(), QUIET).unwrap();
+    let exp = posenc_train::experiment::run(&cfg.on(&Device::Cpu), dir.path(), QUIET).unwrap();
     assert_eq!(exp.records.len(), 2 * 2 * 3);
     assert_eq!(exp.runs.len(), 4);
     let text = std::fs::read_to_string(dir.path().join("results.json")).unwrap();
@@ -374,7 +379,7 @@ fn a_tiny_experiment_writes_tidy_records_and_reuses_its_runs() {
 
     // Run again: every run is reused, the results are the same.
     let weights = std::fs::read(dir.path().join("none/seed-1/model.safetensors")).unwrap();
-    let again = posenc_train::experiment::run(&cfg, dir.path(), QUIET).unwrap();
+    let again = posenc_train::experiment::run(&cfg.on(&Device::Cpu), dir.path(), QUIET).unwrap();
     assert_eq!(again.records, exp.records);
     assert_eq!(
         std::fs::read(dir.path().join("none/seed-1/model.safetensors")).unwrap(),
@@ -383,7 +388,8 @@ fn a_tiny_experiment_writes_tidy_records_and_reuses_its_runs() {
     // Other settings in the same directory are refused, nothing overwritten.
     let mut other = cfg.clone();
     other.base.lr *= 2.0;
-    let err = posenc_train::experiment::run(&other, dir.path(), QUIET).unwrap_err();
+    let err =
+        posenc_train::experiment::run(&other.on(&Device::Cpu), dir.path(), QUIET).unwrap_err();
     let msg = format!("{err}");
     assert!(
         msg.contains("different config") && msg.contains("lr"),
@@ -405,7 +411,7 @@ fn a_learned_table_answers_only_within_it_and_is_checked_before_anything_is_writ
     cfg.test_instances = 3;
     // Training reaches position 9 (copying 4 digits); testing 9 digits needs 19.
     cfg.encodings = parse_list("learned:max_positions=12").unwrap();
-    let exp = posenc_train::experiment::run(&cfg, dir.path(), QUIET).unwrap();
+    let exp = posenc_train::experiment::run(&cfg.on(&Device::Cpu), dir.path(), QUIET).unwrap();
     let lengths: Vec<usize> = exp.records.iter().map(|r| r.length).collect();
     assert_eq!(lengths, [2, 4]);
     assert!(exp.table().contains(" – |"), "{}", exp.table());
@@ -413,7 +419,7 @@ fn a_learned_table_answers_only_within_it_and_is_checked_before_anything_is_writ
     // A table training itself runs past is refused before the directory is made.
     let out = dir.path().join("never");
     cfg.encodings = parse_list("learned:max_positions=5").unwrap();
-    let err = posenc_train::experiment::run(&cfg, &out, QUIET).unwrap_err();
+    let err = posenc_train::experiment::run(&cfg.on(&Device::Cpu), &out, QUIET).unwrap_err();
     assert!(format!("{err}").contains("max_positions = 5"), "{err}");
     assert!(!out.exists());
 }

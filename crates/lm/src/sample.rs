@@ -241,3 +241,37 @@ fn read(
     }
     Ok(logits.ok_or_else(|| posenc_error::invalid!("nothing to read: the prompt is empty"))?)
 }
+
+/// About how many seconds `model` takes to read a prompt of `tokens`, on this machine: a
+/// probe of up to 128 tokens is read and timed (after a short pass that touches every
+/// weight), and the time scaled by the operations each read needs,
+///
+/// ```text
+/// ops(n) = 2 · P · n + 2 · layers · d_model · n²
+/// ```
+///
+/// (`P` the stack's weights, each multiplied once per token; the second term attention's
+/// scores and weighted sums, each query against every earlier position). An estimate to
+/// warn with, not a benchmark: it is right within a small factor.
+///
+/// # Errors
+/// A failed forward pass, or `tokens` of 0.
+pub fn estimate_read_seconds(model: &LanguageModel, tokens: usize) -> Result<f64> {
+    ensure!(tokens > 0, "nothing to read: the prompt is empty");
+    let cfg = model.config();
+    let ops = |n: usize| {
+        let n = n as f64;
+        let weights = cfg.block().stack_parameters(cfg.layers) as f64;
+        2.0 * weights * n + 2.0 * (cfg.layers * cfg.d_model) as f64 * n * n
+    };
+    let pass = |n: usize| -> Result<f64> {
+        let mut cache = model.cache(n);
+        let start = std::time::Instant::now();
+        read(model, &vec![0; n], &mut cache, |_| {})?;
+        Ok(start.elapsed().as_secs_f64())
+    };
+    let probe = tokens.min(128);
+    pass(probe.min(8))?;
+    let seconds = pass(probe)?;
+    Ok(seconds * ops(tokens) / ops(probe))
+}

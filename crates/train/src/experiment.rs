@@ -591,24 +591,17 @@ impl Progress {
             (_, 0) => format!("{left} left"),
             (_, n) => format!(
                 "{left} left, about {} to go",
-                duration(self.training_s / n as f64 * left as f64)
+                crate::duration(self.training_s / n as f64 * left as f64)
             ),
         };
         let what = match reused {
             true => format!("reused the finished run in {}", dir.display()),
-            false => format!("done in {}", duration(self.started.elapsed().as_secs_f64())),
+            false => format!(
+                "done in {}",
+                crate::duration(self.started.elapsed().as_secs_f64())
+            ),
         };
         crate::log(&format!("   {what}; {eta}"));
-    }
-}
-
-/// Seconds as `42 s`, `3 min 5 s` or `2 h 10 min`.
-fn duration(s: f64) -> String {
-    let s = s.round() as u64;
-    match s {
-        0..60 => format!("{s} s"),
-        60..3600 => format!("{} min {} s", s / 60, s % 60),
-        _ => format!("{} h {} min", s / 3600, s % 3600 / 60),
     }
 }
 

@@ -77,4 +77,14 @@ pub fn log(line: &str) {
     let _ = writeln!(std::io::stderr(), "{line}");
 }
 
+/// Seconds as `42 s`, `3 min 5 s` or `2 h 10 min`, for progress lines and estimates.
+pub fn duration(s: f64) -> String {
+    let s = s.round() as u64;
+    match s {
+        0..60 => format!("{s} s"),
+        60..3600 => format!("{} min {} s", s / 60, s % 60),
+        _ => format!("{} h {} min", s / 3600, s % 3600 / 60),
+    }
+}
+
 pub use error::{Error, Result};
