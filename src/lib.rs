@@ -95,12 +95,14 @@ enum Command {
     #[command(subcommand)]
     Bench(cmd::bench::BenchCommand),
     /// Print a shell's completion script: `posenc completions bash > ~/.local/share/bash-completion/completions/posenc`.
+    #[command(after_help = "Examples:\n  posenc completions bash\n  posenc completions zsh")]
     Completions {
         /// The shell.
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
     /// Print the manual page (roff): `posenc man | man -l -`.
+    #[command(after_help = "Examples:\n  posenc man")]
     Man,
 }
 

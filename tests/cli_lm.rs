@@ -762,6 +762,29 @@ fn flags_set_the_model_and_from_fine_tunes_a_trained_run() {
     }
 
     let yarn = r#"{"rope_type": "yarn", "factor": 2, "original_max_position_embeddings": 16}"#;
+    // A table measured with a scaling names it in its title.
+    let o = posenc()
+        .args([
+            "lm",
+            "eval",
+            "--windows",
+            "2",
+            "--lengths",
+            "16,32",
+            "--model",
+        ])
+        .arg(&base)
+        .args(["--rope-scaling", yarn])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&o);
+    assert!(o.status.success(), "{stderr}");
+    let title = stdout.lines().next().unwrap_or_default();
+    assert!(
+        title.contains("rope_scaling") && title.contains("yarn"),
+        "{stdout}"
+    );
+
     let (ok, stderr) = train(
         &[
             "--from",

@@ -77,25 +77,42 @@ fn words(line: &str) -> Vec<String> {
     out
 }
 
-/// Every example in every command's help parses as the command line it shows: an example
-/// cannot outlive a renamed flag.
+/// Every command (each verb with no verbs under it) shows an example in its help, and
+/// every example parses as the command line it shows: an example cannot outlive a renamed
+/// flag.
 #[test]
-fn every_example_in_the_help_parses() {
+fn every_command_has_examples_and_each_parses() {
     use clap::CommandFactory;
-    fn walk(cmd: &clap::Command, examples: &mut Vec<String>) {
-        if let Some(help) = cmd.get_after_help() {
-            examples.extend(
+    fn walk(cmd: &clap::Command, path: &str, examples: &mut Vec<String>, bare: &mut Vec<String>) {
+        let shown: Vec<String> = cmd
+            .get_after_help()
+            .map(|help| {
                 help.to_string()
                     .lines()
-                    .filter_map(|l| l.trim_start().strip_prefix("posenc ").map(str::to_string)),
-            );
+                    .filter_map(|l| l.trim_start().strip_prefix("posenc ").map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let verbs: Vec<&clap::Command> = cmd
+            .get_subcommands()
+            .filter(|s| s.get_name() != "help")
+            .collect();
+        if verbs.is_empty() && shown.is_empty() {
+            bare.push(path.to_string());
         }
-        for sub in cmd.get_subcommands() {
-            walk(sub, examples);
+        examples.extend(shown);
+        for sub in verbs {
+            walk(sub, &format!("{path} {}", sub.get_name()), examples, bare);
         }
     }
-    let mut examples = Vec::new();
-    walk(&posenc_cli::Cli::command(), &mut examples);
+    let (mut examples, mut bare) = (Vec::new(), Vec::new());
+    walk(
+        &posenc_cli::Cli::command(),
+        "posenc",
+        &mut examples,
+        &mut bare,
+    );
+    assert!(bare.is_empty(), "commands without an example: {bare:?}");
     assert!(examples.len() >= 20, "{examples:?}");
     for example in examples {
         let args = std::iter::once("posenc".to_string()).chain(words(&example));

@@ -34,6 +34,9 @@ pub enum BenchCommand {
     /// and transformers, the same embeddings by transformers' `BertModel`
     /// (scripts/bench_embed_torch.py) in the same invocation, passes alternating, the
     /// median of the per-pass ratios, and how far the two sides' embeddings are apart.
+    #[command(
+        after_help = "Examples:\n  posenc bench embed\n  posenc bench embed --rounds 10 --no-torch"
+    )]
     Embed {
         /// The sentence-transformers model directory [default: .cache/all-MiniLM-L6-v2].
         #[arg(long)]
@@ -57,6 +60,9 @@ pub enum BenchCommand {
     /// it says how to build it and reports ours alone. On a GPU (`--device cuda`) ours runs
     /// alone, after one untimed round (the first use of each kernel loads it), the device
     /// synchronized before each clock is read.
+    #[command(
+        after_help = "Examples:\n  posenc bench generate\n  posenc bench generate --prompts 512 --decode 64 --no-llama-cpp"
+    )]
     Generate {
         /// The GGUF file [default: the fetched SmolLM2-135M-Instruct Q4_1].
         #[arg(long)]

@@ -37,6 +37,9 @@ pub struct Which {
 pub enum EncodingCommand {
     /// Every registered kind with its settings and their defaults: what `--encoding` and
     /// `--encodings` take (`kind`, `kind:key=value:…` or a JSON object).
+    #[command(
+        after_help = "Examples:\n  posenc encoding list\n  posenc encoding list --format json"
+    )]
     List {
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Text)]
@@ -51,6 +54,9 @@ pub enum EncodingCommand {
     Show(Which),
     /// Print the properties: uniqueness, boundedness, length drift, shift linearity,
     /// relative-only interaction, symmetry and decay.
+    #[command(
+        after_help = "Examples:\n  posenc encoding props --encoding rope --d-model 64 --len 128\n  posenc encoding props --encoding alibi --d-model 64 --len 128 --heads 8 --shift 4 --format json"
+    )]
     Props {
         #[command(flatten)]
         which: Which,

@@ -11,6 +11,9 @@ use posenc_kotoba::trainer::{shipped_model, Translator};
 #[derive(Subcommand, Debug)]
 pub enum PlotCommand {
     /// An encoding as the documents draw it: heatmap, dot products, rotations.
+    #[command(
+        after_help = "Examples:\n  posenc plot encoding --encoding sinusoidal --out sinusoidal.png\n  posenc plot encoding --encoding alibi --heads 8 --len 32 --out alibi.png"
+    )]
     Encoding {
         /// The encoding: a kind, `kind:key=value:…` or a JSON object (`posenc encoding
         /// list` shows them all).
@@ -30,6 +33,9 @@ pub enum PlotCommand {
         out: PathBuf,
     },
     /// Attention maps of a trained model for one sentence, every layer and head.
+    #[command(
+        after_help = "Examples:\n  posenc plot attention --sentence 'the small cat sees the dog in the park' --out attention.png"
+    )]
     Attention {
         /// Model directory [default: the shipped models/kotoba].
         #[arg(long)]
@@ -43,6 +49,9 @@ pub enum PlotCommand {
     },
     /// The figures of `posenc kotoba experiment` drawn from its results (validation curves, exact
     /// match by length), redrawn from its results.json.
+    #[command(
+        after_help = "Examples:\n  posenc plot experiment --results docs/experiment/results.json --out runs/figures"
+    )]
     Experiment {
         /// The experiment's results.json.
         #[arg(long)]
@@ -52,6 +61,9 @@ pub enum PlotCommand {
         out: PathBuf,
     },
     /// The two figures of `posenc lm experiment`, redrawn from its results.json.
+    #[command(
+        after_help = "Examples:\n  posenc plot lm-experiment --results docs/lm-experiment/results.json --out runs/figures"
+    )]
     LmExperiment {
         /// The experiment's results.json.
         #[arg(long)]
@@ -62,6 +74,9 @@ pub enum PlotCommand {
     },
     /// The figure of `posenc lengthgen experiment`, redrawn from its results.json, or from several of
     /// one setting pooled into one figure (more encodings, or more seeds of the same).
+    #[command(
+        after_help = "Examples:\n  posenc plot lengthgen --results docs/lengthgen/sort/results.json --out runs/figures\n  posenc plot lengthgen --results runs/sort-a/results.json runs/sort-b/results.json --out runs/sort"
+    )]
     Lengthgen {
         /// The experiment's results.json; several (`--results a.json b.json`) are pooled.
         #[arg(long, num_args = 1.., required = true)]
