@@ -39,10 +39,8 @@ fn run() -> anyhow::Result<()> {
     let train = encode(&tokenizer, &train_text)?;
     let valid = encode(&tokenizer, &Corpus::stream(&corpus.valid))?;
     let test = encode(&tokenizer, &Corpus::stream(&corpus.test))?;
-    let mut cfg = LmTrainConfig {
-        steps,
-        ..LmTrainConfig::default()
-    };
+    let mut cfg = LmTrainConfig::default();
+    cfg.run.steps = steps;
     cfg.model.vocab_size = tokenizer.get_vocab_size(true);
     cfg.model.encoding = encoding.clone();
     println!(

@@ -27,13 +27,11 @@ fn main() -> anyhow::Result<()> {
 fn run() -> anyhow::Result<()> {
     let started = Instant::now();
     let out = Path::new("runs/toy_translation");
-    let cfg = TrainConfig {
-        steps: 1500,
-        ..TrainConfig::default()
-    };
+    let mut cfg = TrainConfig::default();
+    cfg.run.steps = 1500;
     println!(
         "training a {}-layer sinusoidal Transformer (d_model {}) for {} steps of {} sentences",
-        cfg.model.encoder_layers, cfg.model.d_model, cfg.steps, cfg.batch_size
+        cfg.model.encoder_layers, cfg.model.d_model, cfg.run.steps, cfg.run.batch_size
     );
     // The example trains from scratch every time: it replaces its own earlier run.
     let opts = RunOptions {

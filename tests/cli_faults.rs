@@ -280,7 +280,7 @@ fn bad_input_to_every_subcommand_is_named_and_writes_nothing() {
                 &"--out",
                 &fresh,
             ],
-            "steps must be > 0",
+            "steps must be at least 1",
             1,
         ),
         case(
@@ -621,7 +621,7 @@ fn bad_input_to_every_subcommand_is_named_and_writes_nothing() {
                 &"--out",
                 &fresh,
             ],
-            "steps must be > 0",
+            "steps must be at least 1",
             1,
         ),
         case(

@@ -21,7 +21,7 @@ pub struct ExperimentArgs {
     #[arg(long, help = format!(
         "Seed of weights and batch order, the first of several (the data has its own, fixed \
          seed) [default: {}]",
-        ExperimentConfig::full().base.seed
+        ExperimentConfig::full().base.run.seed
     ))]
     seed: Option<u64>,
     /// Randomized positions: train at sorted random positions below this (Ruoss et al. 2023)
@@ -53,8 +53,8 @@ impl ExperimentArgs {
         if let Some(e) = &self.grid.encodings {
             cfg.encodings = e.0.clone();
         }
-        cfg.base.steps = self.steps.unwrap_or(cfg.base.steps);
-        cfg.base.seed = self.seed.unwrap_or(cfg.base.seed);
+        cfg.base.run.steps = self.steps.unwrap_or(cfg.base.run.steps);
+        cfg.base.run.seed = self.seed.unwrap_or(cfg.base.run.seed);
         cfg.base.randomized_positions = self.randomized_positions;
         cfg.seeds = self.grid.seeds.unwrap_or(cfg.seeds);
         let opts = RunOptions {

@@ -100,7 +100,7 @@ pub struct RunSettings {
     /// The seed (with several seeds, the first).
     #[arg(long, help = format!(
         "The seed (with several seeds, the first) [default: {}]",
-        posenc_lengthgen::LengthgenConfig::default().seed
+        posenc_lengthgen::LengthgenConfig::default().run.seed
     ))]
     seed: Option<u64>,
     /// Randomized positions for every encoding without its own: train at sorted random
@@ -142,11 +142,11 @@ impl RunSettings {
             cfg.test_lengths = experiment::default_test_lengths(lengths[1]);
         }
         cfg.base.randomized_positions = self.randomized_positions;
-        cfg.base.steps = self.steps.unwrap_or(cfg.base.steps);
+        cfg.base.run.steps = self.steps.unwrap_or(cfg.base.run.steps);
         let b = &mut cfg.base;
-        (b.lr, b.min_lr, b.warmup) = self.schedule.apply(b.lr, b.min_lr, b.warmup);
+        (b.lr, b.min_lr, b.run.warmup) = self.schedule.apply(b.lr, b.min_lr, b.run.warmup);
         self.size.apply_to(&mut cfg.base.model);
-        cfg.base.seed = self.seed.unwrap_or(cfg.base.seed);
+        cfg.base.run.seed = self.seed.unwrap_or(cfg.base.run.seed);
         cfg
     }
 }
@@ -195,13 +195,13 @@ impl TrainArgs {
             )?,
             false => {
                 let cfg = self.settings.config();
-                let run = cfg.run_config(&self.encoding, cfg.base.seed);
+                let run = cfg.run_config(&self.encoding, cfg.base.run.seed);
                 if self.print_config {
                     run.validate()?;
                     writeln!(out, "{}", serde_json::to_string_pretty(&run)?)?;
                     return Ok(());
                 }
-                super::warn_schedule(run.warmup, run.steps);
+                super::warn_schedule(run.run.warmup, run.run.steps);
                 posenc_lengthgen::train(&run, &self.out, opts, &self.settings.device.0)?
             }
         };

@@ -73,7 +73,7 @@ pub struct TrainArgs {
     #[arg(long, help = format!(
         "Optimizer steps in all (with --resume: raise the run's own) [default: the config's, \
          else {}]",
-        LmTrainConfig::default().steps
+        LmTrainConfig::default().run.steps
     ))]
     steps: Option<usize>,
     /// Randomized positions: train at sorted random positions below this (Ruoss et al. 2023)
@@ -83,7 +83,7 @@ pub struct TrainArgs {
     /// Seed of the weights and of the windows drawn.
     #[arg(long, conflicts_with = "resume", help = format!(
         "Seed of the weights and of the windows drawn [default: the config's, else {}]",
-        LmTrainConfig::default().seed
+        LmTrainConfig::default().run.seed
     ))]
     seed: Option<u64>,
     #[command(flatten)]
@@ -91,7 +91,7 @@ pub struct TrainArgs {
     /// Windows per step.
     #[arg(long, conflicts_with = "resume", help = format!(
         "Windows per step [default: the config's, else {}]",
-        LmTrainConfig::default().batch_size
+        LmTrainConfig::default().run.batch_size
     ))]
     batch_size: Option<usize>,
     /// Print the full config this command would train with, as JSON that --config takes
@@ -218,7 +218,7 @@ pub struct ExperimentArgs {
     /// Seed of weights and windows, the first of several.
     #[arg(long, help = format!(
         "Seed of weights and windows, the first of several [default: {}]",
-        LmExperimentConfig::full().base.seed
+        LmExperimentConfig::full().base.run.seed
     ))]
     seed: Option<u64>,
     /// Comma-separated evaluation lengths, as multiples of the trained context, in any
@@ -349,14 +349,14 @@ fn train(a: TrainArgs, out: &mut impl Write) -> Result<()> {
             cfg.model.context = c;
         }
         if let Some(s) = a.steps {
-            cfg.steps = s;
+            cfg.run.steps = s;
         }
         if a.randomized_positions.is_some() {
             cfg.randomized_positions = a.randomized_positions;
         }
-        cfg.seed = a.seed.unwrap_or(cfg.seed);
-        (cfg.lr, cfg.min_lr, cfg.warmup) = a.schedule.apply(cfg.lr, cfg.min_lr, cfg.warmup);
-        cfg.batch_size = a.batch_size.unwrap_or(cfg.batch_size);
+        cfg.run.seed = a.seed.unwrap_or(cfg.run.seed);
+        (cfg.lr, cfg.min_lr, cfg.run.warmup) = a.schedule.apply(cfg.lr, cfg.min_lr, cfg.run.warmup);
+        cfg.run.batch_size = a.batch_size.unwrap_or(cfg.run.batch_size);
         a.size.apply_to(&mut cfg.model);
         cfg.model.encoding = a.rope_scaling.apply_to(&cfg.model.encoding)?;
         match a.tokenizer {
@@ -382,7 +382,7 @@ fn train(a: TrainArgs, out: &mut impl Write) -> Result<()> {
             writeln!(out, "{}", serde_json::to_string_pretty(&cfg)?)?;
             return Ok(());
         }
-        super::warn_schedule(cfg.warmup, cfg.steps);
+        super::warn_schedule(cfg.run.warmup, cfg.run.steps);
         let tokenizer = match source {
             Some(tokenizer) => tokenizer,
             None => cfg.tokenizer.train(&Corpus::stream(&corpus.train))?,
@@ -722,8 +722,8 @@ fn experiment(a: ExperimentArgs, out: &mut impl Write) -> Result<()> {
     if let Some(e) = &a.grid.encodings {
         cfg.encodings = e.0.clone();
     }
-    cfg.base.steps = a.steps.unwrap_or(cfg.base.steps);
-    cfg.base.seed = a.seed.unwrap_or(cfg.base.seed);
+    cfg.base.run.steps = a.steps.unwrap_or(cfg.base.run.steps);
+    cfg.base.run.seed = a.seed.unwrap_or(cfg.base.run.seed);
     cfg.seeds = a.grid.seeds.unwrap_or(cfg.seeds);
     if let Some(mut factors) = a.factors {
         factors.sort_unstable();

@@ -26,38 +26,38 @@ pub struct TrainArgs {
     #[arg(long, help = format!(
         "Total optimizer steps (with --resume: raise the run's own) [default: the config's, \
          else {}]",
-        TrainConfig::default().steps
+        TrainConfig::default().run.steps
     ))]
     steps: Option<usize>,
     /// Seed of weights and batch order.
     #[arg(long, help = format!(
         "Seed of weights and batch order [default: the config's, else {}]",
-        TrainConfig::default().seed
+        TrainConfig::default().run.seed
     ))]
     seed: Option<u64>,
     /// Sentences per batch.
     #[arg(long, help = format!(
         "Sentences per batch [default: the config's, else {}]",
-        TrainConfig::default().batch_size
+        TrainConfig::default().run.batch_size
     ))]
     batch_size: Option<usize>,
     /// Warm-up steps of the Noam schedule.
     #[arg(long, help = format!(
         "Warm-up steps of the Noam schedule, the learning rate rising to its peak \
          [default: the config's, else {}]",
-        TrainConfig::default().warmup
+        TrainConfig::default().run.warmup
     ))]
     warmup: Option<usize>,
     /// Save every this many steps.
     #[arg(long, help = format!(
         "Save a checkpoint every this many steps [default: the config's, else {}]",
-        TrainConfig::default().save_every
+        TrainConfig::default().run.save_every
     ))]
     save_every: Option<usize>,
     /// Validate every this many steps.
     #[arg(long, help = format!(
         "Validate every this many steps [default: the config's, else {}]",
-        TrainConfig::default().eval_every
+        TrainConfig::default().run.eval_every
     ))]
     eval_every: Option<usize>,
     /// Print the full config this command would train with, as JSON that --config takes
@@ -101,18 +101,18 @@ impl TrainArgs {
             if let Some(e) = self.encoding {
                 cfg.model.encoding = e.0.into();
             }
-            cfg.steps = self.steps.unwrap_or(cfg.steps);
-            cfg.seed = self.seed.unwrap_or(cfg.seed);
-            cfg.batch_size = self.batch_size.unwrap_or(cfg.batch_size);
-            cfg.warmup = self.warmup.unwrap_or(cfg.warmup);
-            cfg.save_every = self.save_every.unwrap_or(cfg.save_every);
-            cfg.eval_every = self.eval_every.unwrap_or(cfg.eval_every);
+            cfg.run.steps = self.steps.unwrap_or(cfg.run.steps);
+            cfg.run.seed = self.seed.unwrap_or(cfg.run.seed);
+            cfg.run.batch_size = self.batch_size.unwrap_or(cfg.run.batch_size);
+            cfg.run.warmup = self.warmup.unwrap_or(cfg.run.warmup);
+            cfg.run.save_every = self.save_every.unwrap_or(cfg.run.save_every);
+            cfg.run.eval_every = self.eval_every.unwrap_or(cfg.run.eval_every);
             if self.print_config {
                 cfg.validate()?;
                 writeln!(out, "{}", serde_json::to_string_pretty(&cfg)?)?;
                 return Ok(());
             }
-            super::warn_schedule(cfg.warmup, cfg.steps);
+            super::warn_schedule(cfg.run.warmup, cfg.run.steps);
             trainer::train(cfg, &self.out, opts, &self.device.0)?
         };
         if self.format == super::Format::Json {

@@ -62,8 +62,14 @@ pub fn train(
     let toy = TrainConfig::default();
     let mut toy_model = toy.model.clone();
     (toy_model.src_vocab_size, toy_model.tgt_vocab_size) = (80, 81);
-    let toy_timing =
-        time_training_step(&toy_model, toy.batch_size, 20, WARMUP_STEPS, steps, device)?;
+    let toy_timing = time_training_step(
+        &toy_model,
+        toy.run.batch_size,
+        20,
+        WARMUP_STEPS,
+        steps,
+        device,
+    )?;
 
     writeln!(
         out,

@@ -26,6 +26,7 @@ use crate::decode::DecodeConfig;
 use crate::eval::{evaluate, SplitReport};
 use crate::trainer::{self, Record, RunOptions, TrainConfig, TrainerState, Translator};
 use posenc_train::experiment::{Cell, Grid, Outcome, Start};
+use posenc_train::fit::RunSchedule;
 use posenc_train::labelled::{distinct, Labelled, RunKey};
 use posenc_train::results::{load_results, save_results, spread};
 
@@ -50,11 +51,10 @@ fn one() -> usize {
 impl ExperimentConfig {
     /// Every kind, 1000 steps each: about half an hour on two cores.
     pub fn full() -> Self {
+        let mut base = Self::recipe();
+        base.run.steps = 1000;
         Self {
-            base: TrainConfig {
-                steps: 1000,
-                ..Self::recipe()
-            },
+            base,
             encodings: all_kinds(),
             seeds: 1,
         }
@@ -63,21 +63,29 @@ impl ExperimentConfig {
     /// The toy model and corpus of [`TrainConfig::default`], on a gentler schedule that
     /// converges in fewer steps (Noam factor 1, 100 warm-up steps), validated every 100.
     fn recipe() -> TrainConfig {
+        let defaults = TrainConfig::default();
         TrainConfig {
             lr_factor: 1.0,
-            warmup: 100,
-            eval_every: 100,
-            save_every: 500,
-            ..TrainConfig::default()
+            run: RunSchedule {
+                warmup: 100,
+                eval_every: 100,
+                save_every: 500,
+                ..defaults.run
+            },
+            ..defaults
         }
     }
 
     /// `none` against `sinusoidal` on a smaller budget: the documents' central claim in
     /// under four minutes.
     pub fn quick() -> Self {
+        let recipe = Self::recipe();
         Self {
             base: TrainConfig {
-                steps: 500,
+                run: RunSchedule {
+                    steps: 500,
+                    ..recipe.run
+                },
                 eval_sentences: 100,
                 data: DataConfig {
                     valid: 200,
@@ -86,7 +94,7 @@ impl ExperimentConfig {
                     order_swap: 200,
                     ..DataConfig::default()
                 },
-                ..Self::recipe()
+                ..recipe
             },
             encodings: ["none", "sinusoidal"]
                 .iter()
@@ -268,7 +276,7 @@ impl posenc_train::experiment::Experiment for ExperimentRun<'_> {
     fn grid(&self) -> Grid<'_> {
         Grid::new(
             &self.config.encodings,
-            self.config.base.seed,
+            self.config.base.run.seed,
             self.config.seeds,
         )
     }
@@ -283,7 +291,10 @@ impl posenc_train::experiment::Experiment for ExperimentRun<'_> {
                 encoding: entry.encoding.clone().into(),
                 ..self.config.base.model.clone()
             },
-            seed,
+            run: RunSchedule {
+                seed,
+                ..self.config.base.run
+            },
             randomized_positions: entry
                 .randomized_positions
                 .or(self.config.base.randomized_positions),
@@ -305,7 +316,7 @@ impl posenc_train::experiment::Experiment for ExperimentRun<'_> {
     ) -> Result<TrainerState> {
         match start {
             Start::New => trainer::train(run.clone(), dir, opts, self.device),
-            Start::Resume => trainer::resume(dir, Some(run.steps), opts, self.device),
+            Start::Resume => trainer::resume(dir, Some(run.run.steps), opts, self.device),
         }
     }
 
@@ -364,7 +375,7 @@ impl Experiment {
     pub fn load(path: &Path) -> Result<Self> {
         let mut exp: Self = load_results(path)?;
         if exp.config.seeds == 1 {
-            let seed = exp.config.base.seed;
+            let seed = exp.config.base.run.seed;
             exp.results.iter_mut().for_each(|r| r.seed = seed);
         }
         exp.records = exp.tidy();
@@ -488,11 +499,11 @@ impl Experiment {
         let b = &self.config.base;
         let m = &b.model;
         let seeds = match self.config.seeds {
-            1 => format!("seed {}", b.seed),
+            1 => format!("seed {}", b.run.seed),
             n => format!(
                 "seeds {}–{} (mean ± standard deviation over them)",
-                b.seed,
-                b.seed + n as u64 - 1
+                b.run.seed,
+                b.run.seed + n as u64 - 1
             ),
         };
         let mut s = format!(
@@ -509,8 +520,8 @@ impl Experiment {
             m.encoder_layers,
             m.decoder_layers,
             m.dropout,
-            b.steps,
-            b.batch_size,
+            b.run.steps,
+            b.run.batch_size,
             seeds,
             b.data.train,
             b.randomized_positions.map_or(String::new(), |r| format!(

@@ -67,7 +67,7 @@ pub fn results_figures(exp: &Experiment, out: &Path) -> Result<Vec<PathBuf>> {
         .collect();
     let which_seed = match exp.config.seeds {
         1 => String::new(),
-        _ => format!(" (seed {})", exp.config.base.seed),
+        _ => format!(" (seed {})", exp.config.base.run.seed),
     };
     let history = |f: fn(&crate::trainer::Record) -> f64| -> Vec<Series> {
         first

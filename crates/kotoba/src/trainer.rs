@@ -34,6 +34,7 @@ use crate::data::{self, DataConfig, Splits};
 use crate::decode;
 use crate::metrics::exact_match;
 use crate::vocab::{Vocab, PAD_ID};
+use posenc_train::fit::RunSchedule;
 use posenc_train::fit::{StepLoss, Task, Trainer};
 use posenc_train::init::initialize;
 use posenc_train::loss::label_smoothed_cross_entropy;
@@ -51,26 +52,19 @@ pub struct TrainConfig {
     pub model: Config,
     /// The corpus.
     pub data: DataConfig,
-    /// Seed of the initial weights and of the batch order.
-    pub seed: u64,
-    /// Optimizer steps.
-    pub steps: usize,
-    /// Sentences per batch.
-    pub batch_size: usize,
+    /// Seed (of the initial weights and the batch order), steps, sentences per batch, the
+    /// Noam schedule's warm-up steps, AdamW, and how often to validate and save.
+    #[serde(
+        flatten,
+        deserialize_with = "RunSchedule::or_defaults_of::<TrainConfig, _>"
+    )]
+    pub run: RunSchedule,
     /// Noam schedule factor.
     pub lr_factor: f64,
-    /// Noam warm-up steps.
-    pub warmup: usize,
     /// Label smoothing ε.
     pub label_smoothing: f64,
-    /// AdamW settings.
-    pub adam: AdamWConfig,
-    /// Validate every this many steps (and at the end).
-    pub eval_every: usize,
     /// Validation sentences decoded for exact match.
     pub eval_sentences: usize,
-    /// Save a checkpoint every this many steps (and at the end).
-    pub save_every: usize,
     /// Randomized positions (`posenc_train::randomized`): train each batch's sources and targets
     /// at sorted random subsets of `0..range`. `None`: consecutive positions.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -90,16 +84,18 @@ impl Default for TrainConfig {
                 ..Config::default()
             },
             data: DataConfig::default(),
-            seed: 42,
-            steps: 2500,
-            batch_size: 64,
+            run: RunSchedule {
+                seed: 42,
+                steps: 2500,
+                batch_size: 64,
+                warmup: 400,
+                adam: AdamWConfig::default(),
+                eval_every: 500,
+                save_every: 500,
+            },
             lr_factor: 2.0,
-            warmup: 400,
             label_smoothing: 0.1,
-            adam: AdamWConfig::default(),
-            eval_every: 500,
             eval_sentences: 200,
-            save_every: 500,
             randomized_positions: None,
         }
     }
@@ -113,15 +109,7 @@ impl TrainConfig {
 
     /// Checks every value before anything is generated, allocated or written.
     pub fn validate(&self) -> Result<()> {
-        use posenc::limits::check;
-        ensure!(self.steps > 0, "steps must be > 0");
-        check("steps", self.steps, 1 << 40)?;
-        ensure!(self.batch_size > 0, "batch_size must be > 0");
-        check("batch_size", self.batch_size, 1 << 16)?;
-        ensure!(
-            self.eval_every > 0 && self.save_every > 0,
-            "eval_every and save_every must be > 0"
-        );
+        self.run.validate()?;
         ensure!(
             self.eval_sentences > 0,
             "eval_sentences must be > 0 (validation decodes that many sentences)"
@@ -143,7 +131,6 @@ impl TrainConfig {
         if let Some(range) = self.randomized_positions {
             posenc_train::randomized::check(range, 1, None)?;
         }
-        self.adam.validate()?;
         self.data.validate()?;
         self.model.validate()?;
         Ok(())
@@ -195,7 +182,7 @@ impl posenc_train::fit::Validation for Record {
 posenc_train::settings!(TrainConfig, |cfg, step| Noam {
     factor: cfg.lr_factor,
     d_model: cfg.model.d_model,
-    warmup: cfg.warmup,
+    warmup: cfg.run.warmup,
 }
 .lr(step));
 
@@ -324,7 +311,7 @@ pub fn train(
             (TARGET_TOKENIZER, tgt.to_json()?.into_bytes()),
         ],
     )?;
-    let seed = state.config.seed;
+    let seed = state.config.run.seed;
     let wanted = state.config.clone();
     Trainer::new(task, &wanted)?.start(
         state,
@@ -345,7 +332,7 @@ fn describe_existing(dir: &Path, wanted: &TrainConfig) -> String {
             if diff.is_empty() {
                 format!(
                     "{d} already holds a run of this config (step {} of {}): continue it with `posenc kotoba train --resume --out {d}`, or pass --force to start it again",
-                    old.step, old.config.steps
+                    old.step, old.config.run.steps
                 )
             } else {
                 format!(
@@ -384,7 +371,7 @@ pub fn resume(
     );
     let splits = data::generate(&state.config.data)?;
     let task = Translation::new(&state.config, &splits, &src, &tgt, device)?;
-    let seed = state.config.seed;
+    let seed = state.config.run.seed;
     Trainer::new(task, &state.config)?.resume(dir, state, opts, |v| initialize(v, seed))
 }
 
@@ -423,7 +410,7 @@ impl Translation {
             cfg.randomized_positions,
         )?;
         let order = Order {
-            seed: cfg.seed,
+            seed: cfg.run.seed,
             n: train_examples.len(),
             epoch: None,
         };
@@ -448,12 +435,12 @@ impl Task for Translation {
     }
 
     fn loss(&mut self, cfg: &TrainConfig, step: usize) -> Result<StepLoss> {
-        let idx = self.order.batch(step, cfg.batch_size);
+        let idx = self.order.batch(step, cfg.run.batch_size);
         let examples: Vec<&Example> = idx.iter().map(|&i| &self.train_examples[i]).collect();
         let b = Batch::new(&examples, &self.model.device())?;
         let (src_at, tgt_at) = match cfg.randomized_positions {
             Some(range) => {
-                let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ RANDOMIZED_STREAM);
+                let mut rng = ChaCha8Rng::seed_from_u64(cfg.run.seed ^ RANDOMIZED_STREAM);
                 rng.set_stream(step as u64);
                 (
                     posenc_train::randomized::draw(&mut rng, b.src.dim(1)?, range)?,

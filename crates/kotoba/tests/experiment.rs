@@ -6,6 +6,7 @@ use candle_core::Device;
 use posenc_kotoba::data::DataConfig;
 use posenc_kotoba::experiment::{self, Experiment, ExperimentConfig};
 use posenc_kotoba::trainer::{RunOptions, TrainConfig};
+use posenc_train::fit::RunSchedule;
 use posenc_transformer::Config;
 
 fn tiny(kinds: &[&str]) -> ExperimentConfig {
@@ -28,12 +29,15 @@ fn tiny(kinds: &[&str]) -> ExperimentConfig {
                 order_swap: 8,
                 ..DataConfig::default()
             },
-            steps: 12,
-            batch_size: 16,
-            warmup: 4,
-            eval_every: 6,
+            run: RunSchedule {
+                steps: 12,
+                batch_size: 16,
+                warmup: 4,
+                eval_every: 6,
+                save_every: 6,
+                ..TrainConfig::default().run
+            },
             eval_sentences: 8,
-            save_every: 6,
             ..TrainConfig::default()
         },
         encodings: kinds.iter().map(|k| k.parse().unwrap()).collect(),
@@ -79,7 +83,7 @@ fn the_same_seed_gives_the_same_table_and_finished_runs_are_reused() {
 
     // A longer budget resumes the runs from their last checkpoint instead of starting over.
     let mut longer = cfg.clone();
-    longer.base.steps = 18;
+    longer.base.run.steps = 18;
     let resumed = posenc_train::experiment::run(&longer.on(&Device::Cpu), a.path(), QUIET).unwrap();
     for (r, before) in resumed.results.iter().zip(&first.results) {
         assert_eq!(r.history.last().unwrap().step, 18);
@@ -153,7 +157,7 @@ fn a_different_config_in_the_same_directory_is_refused_not_overwritten() {
     posenc_train::experiment::run(&cfg.on(&Device::Cpu), dir.path(), QUIET).unwrap();
     let weights = std::fs::read(dir.path().join("sinusoidal/model.safetensors")).unwrap();
     let mut other = cfg.clone();
-    other.base.seed += 1;
+    other.base.run.seed += 1;
     let err =
         posenc_train::experiment::run(&other.on(&Device::Cpu), dir.path(), QUIET).unwrap_err();
     let msg = format!("{err:#}");

@@ -31,12 +31,12 @@ fn tiny(steps: usize, seed: u64) -> TrainConfig {
         test_long: 10,
         order_swap: 10,
     };
-    cfg.batch_size = 16;
-    cfg.steps = steps;
-    cfg.eval_every = 6;
-    cfg.save_every = 6;
+    cfg.run.batch_size = 16;
+    cfg.run.steps = steps;
+    cfg.run.eval_every = 6;
+    cfg.run.save_every = 6;
     cfg.eval_sentences = 10;
-    cfg.seed = seed;
+    cfg.run.seed = seed;
     cfg
 }
 
@@ -138,9 +138,9 @@ fn a_short_run_learns_to_translate() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = TrainConfig::default();
     cfg.data.train = 4000;
-    cfg.steps = 200;
-    cfg.eval_every = 100;
-    cfg.save_every = 200;
+    cfg.run.steps = 200;
+    cfg.run.eval_every = 100;
+    cfg.run.save_every = 200;
     let state = train(cfg, dir.path(), QUIET, &Device::Cpu).unwrap();
     let (first, last) = (&state.history[0], state.history.last().unwrap());
     assert!(last.valid_loss < first.valid_loss, "{:?}", state.history);
@@ -194,7 +194,7 @@ fn a_short_run_learns_to_translate() {
 fn untrained_models_decode_the_same_greedily_and_with_beam_one() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = tiny(1, 11);
-    cfg.eval_every = 1;
+    cfg.run.eval_every = 1;
     train(cfg, dir.path(), QUIET, &Device::Cpu).unwrap();
     let t = Translator::load(dir.path(), &Device::Cpu).unwrap();
     let cfg = DecodeConfig {
@@ -222,7 +222,7 @@ fn batches_split_across_threads_are_repeatable_bit_for_bit() {
         let mut cfg = tiny(4, 5);
         cfg.model.d_model = 64;
         cfg.model.heads = 4;
-        cfg.batch_size = 200;
+        cfg.run.batch_size = 200;
         cfg
     };
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();

@@ -66,8 +66,8 @@ impl LengthgenExperimentConfig {
     /// on two cores.
     pub fn full(task: Problem) -> Self {
         let mut base = LengthgenConfig::default().for_task(task, [1, 10]);
-        base.steps = 3000;
-        base.save_every = 1000;
+        base.run.steps = 3000;
+        base.run.save_every = 1000;
         let mut cfg = Self {
             base,
             encodings: Vec::new(),
@@ -83,10 +83,10 @@ impl LengthgenExperimentConfig {
     /// `rope` and `alibi`, three seeds: a few minutes on two cores.
     pub fn quick(task: Problem) -> Self {
         let mut base = LengthgenConfig::default().for_task(task, [1, 5]);
-        base.steps = 1000;
-        base.warmup = 60;
-        base.eval_every = 250;
-        base.save_every = 1000;
+        base.run.steps = 1000;
+        base.run.warmup = 60;
+        base.run.eval_every = 250;
+        base.run.save_every = 1000;
         base.eval_instances = 64;
         Self {
             base,
@@ -135,7 +135,7 @@ impl LengthgenExperimentConfig {
     pub fn run_config(&self, entry: &Labelled, seed: u64) -> LengthgenConfig {
         let mut cfg = self.base.clone();
         cfg.model.encoding = entry.encoding.clone();
-        cfg.seed = seed;
+        cfg.run.seed = seed;
         cfg.randomized_positions = entry
             .randomized_positions
             .or(self.base.randomized_positions);
@@ -148,10 +148,10 @@ impl LengthgenExperimentConfig {
     /// The setting or run at fault, named.
     pub fn validate(&self) -> Result<()> {
         check_unique(&self.encodings)?;
-        check_seeds(self.base.seed, self.seeds)?;
+        check_seeds(self.base.run.seed, self.seeds)?;
         self.base.validate()?;
         for entry in &self.encodings {
-            let cfg = self.run_config(entry, self.base.seed);
+            let cfg = self.run_config(entry, self.base.run.seed);
             super::check(&cfg).with_context(|| format!("the run of `{}`", entry.label))?;
             check_tests(&cfg, &self.test_lengths, self.test_instances)?;
         }
@@ -293,7 +293,7 @@ impl Experiment for LengthgenExperimentRun<'_> {
     fn grid(&self) -> Grid<'_> {
         Grid::new(
             &self.config.encodings,
-            self.config.base.seed,
+            self.config.base.run.seed,
             self.config.seeds,
         )
     }
@@ -326,7 +326,7 @@ impl Experiment for LengthgenExperimentRun<'_> {
     ) -> Result<LengthgenState> {
         match start {
             Start::New => train(run, dir, opts, self.device),
-            Start::Resume => resume(dir, Some(run.steps), opts, self.device),
+            Start::Resume => resume(dir, Some(run.run.steps), opts, self.device),
         }
     }
 
@@ -515,16 +515,17 @@ impl LengthgenExperiment {
             posenc_error::bail!("no experiments to merge");
         };
         // The first seed is not part of the setting: pooled experiments differ in it.
-        let unseeded = |c: &LengthgenExperimentConfig| LengthgenConfig {
-            seed: 0,
-            ..c.base.clone()
+        let unseeded = |c: &LengthgenExperimentConfig| {
+            let mut base = c.base.clone();
+            base.run.seed = 0;
+            base
         };
         for (i, part) in parts.enumerate() {
             let (a, b) = (unseeded(&merged.config), unseeded(&part.config));
             let mut differ = differences(&a, &b);
             // `differences` ignores the step budget, which a resumed run may raise; runs
             // pooled into one mean must share it.
-            if a.steps != b.steps {
+            if a.run.steps != b.run.steps {
                 differ.push("steps".into());
             }
             if merged.config.test_instances != part.config.test_instances {
@@ -681,8 +682,8 @@ impl LengthgenExperiment {
             m.layers,
             m.heads,
             m.d_model,
-            b.steps,
-            b.batch_size,
+            b.run.steps,
+            b.run.batch_size,
             b.randomized_positions.map_or(String::new(), |r| format!(
                 ", randomized positions below {r}"
             )),

@@ -39,7 +39,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use posenc_train::fit::RunOptions;
-use posenc_train::fit::{RunState, StepLoss, Task, Trainer, Validation};
+use posenc_train::fit::{RunSchedule, RunState, StepLoss, Task, Trainer, Validation};
 use posenc_train::optim::AdamWConfig;
 use posenc_train::rundir::{self, FixedFiles};
 use posenc_train::schedule::Cosine;
@@ -66,24 +66,18 @@ pub struct LengthgenConfig {
     pub model: LmConfig,
     /// Instance lengths trained on, `[lo, hi]`, drawn uniformly.
     pub train_lengths: [usize; 2],
-    /// Optimizer steps.
-    pub steps: usize,
-    /// Instances per step.
-    pub batch_size: usize,
+    /// Seed (of the weights, the training instances and the dropout masks), steps,
+    /// instances per step, linear warm-up steps, AdamW, and how often to validate and
+    /// save.
+    #[serde(
+        flatten,
+        deserialize_with = "RunSchedule::or_defaults_of::<LengthgenConfig, _>"
+    )]
+    pub run: RunSchedule,
     /// Peak learning rate (linear warm-up, cosine decay to `min_lr`).
     pub lr: f64,
     /// The floor of the cosine decay.
     pub min_lr: f64,
-    /// Warm-up steps.
-    pub warmup: usize,
-    /// AdamW settings.
-    pub adam: AdamWConfig,
-    /// Seed of the weights, the training instances and the dropout masks.
-    pub seed: u64,
-    /// Validate every this many steps.
-    pub eval_every: usize,
-    /// Save a checkpoint every this many steps.
-    pub save_every: usize,
     /// Held-out instances validation decodes, spread over the trained lengths.
     pub eval_instances: usize,
     /// Randomized positions (Ruoss et al. 2023): each step's sequences sit at a sorted
@@ -108,20 +102,17 @@ impl Default for LengthgenConfig {
                 ..LmConfig::default()
             },
             train_lengths,
-            steps: 2000,
-            batch_size: 32,
+            run: RunSchedule {
+                seed: 1,
+                steps: 2000,
+                batch_size: 32,
+                warmup: 100,
+                adam: AdamWConfig::nanogpt(),
+                eval_every: 500,
+                save_every: 500,
+            },
             lr: 1e-3,
             min_lr: 1e-4,
-            warmup: 100,
-            adam: AdamWConfig {
-                beta1: 0.9,
-                beta2: 0.99,
-                eps: 1e-8,
-                weight_decay: 0.1,
-            },
-            seed: 1,
-            eval_every: 500,
-            save_every: 500,
             eval_instances: 200,
             randomized_positions: None,
         }
@@ -167,23 +158,16 @@ impl LengthgenConfig {
             self.model.context
         );
         self.model.validate()?;
-        ensure!(self.steps > 0, "steps must be at least 1");
-        posenc::limits::check("steps", self.steps, 1 << 40)?;
-        ensure!(self.batch_size > 0, "batch_size must be at least 1");
-        posenc::limits::check("batch_size", self.batch_size, 1 << 16)?;
-        ensure!(
-            self.eval_every > 0 && self.save_every > 0 && self.eval_instances > 0,
-            "eval_every, save_every and eval_instances must be at least 1"
-        );
+        self.run.validate()?;
+        ensure!(self.eval_instances > 0, "eval_instances must be at least 1");
         posenc::limits::check("eval_instances", self.eval_instances, MAX_INSTANCES)?;
         posenc_train::memory::fits_in_memory(
-            self.batch_size,
+            self.run.batch_size,
             self.model.heads,
             self.model.context,
             "the longest training sequence",
         )?;
         self.schedule().validate()?;
-        self.adam.validate()?;
         if let Some(range) = self.randomized_positions {
             posenc_train::randomized::check(range, self.model.context, None)?;
         }
@@ -194,8 +178,8 @@ impl LengthgenConfig {
         Cosine {
             lr: self.lr,
             min_lr: self.min_lr,
-            warmup: self.warmup,
-            steps: self.steps,
+            warmup: self.run.warmup,
+            steps: self.run.steps,
         }
     }
 }
@@ -376,7 +360,7 @@ impl Lengthgen {
     fn new(cfg: &LengthgenConfig, device: &Device) -> Result<Self> {
         let (varmap, model) = Self::build(cfg, device)?;
         let [lo, hi] = cfg.train_lengths;
-        let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ VALID_STREAM);
+        let mut rng = ChaCha8Rng::seed_from_u64(cfg.run.seed ^ VALID_STREAM);
         let per_length = cfg.eval_instances.div_ceil(hi - lo + 1);
         let valid = (lo..=hi)
             .flat_map(|n| test_instances(cfg.task, n, hi, per_length, &mut rng))
@@ -401,10 +385,10 @@ impl Task for Lengthgen {
     /// from the trained range, and the randomized positions if any, all from the generator
     /// of stream `step`.
     fn loss(&mut self, cfg: &LengthgenConfig, step: usize) -> Result<StepLoss> {
-        let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
+        let mut rng = ChaCha8Rng::seed_from_u64(cfg.run.seed);
         rng.set_stream(step as u64);
         let [lo, hi] = cfg.train_lengths;
-        let instances: Vec<Instance> = (0..cfg.batch_size)
+        let instances: Vec<Instance> = (0..cfg.run.batch_size)
             .map(|_| {
                 let n = rng.random_range(lo..=hi);
                 cfg.task
@@ -472,7 +456,7 @@ pub fn train(
         serde_json::to_string_pretty(&cfg.model)?.into_bytes(),
         Vec::new(),
     )?;
-    let seed = cfg.seed;
+    let seed = cfg.run.seed;
     Trainer::new(task, cfg)?.start(
         state,
         &fixed,
@@ -501,7 +485,7 @@ pub fn resume(
 ) -> Result<LengthgenState> {
     let (dir, state): (rundir::RunDir, LengthgenState) = rundir::resume_state(out, steps)?;
     let task = Lengthgen::new(&state.config, device)?;
-    let seed = state.config.seed;
+    let seed = state.config.run.seed;
     let cfg = state.config.clone();
     Trainer::new(task, &cfg)?.resume(dir, state, opts, |v| {
         posenc_train::init::initialize(v, seed)

@@ -243,11 +243,11 @@ fn tiny(task: Problem) -> LengthgenConfig {
     cfg.model.d_ff = 32;
     cfg.model.layers = 1;
     cfg.model.heads = 2;
-    cfg.steps = 12;
-    cfg.batch_size = 8;
-    cfg.warmup = 2;
-    cfg.eval_every = 4;
-    cfg.save_every = 4;
+    cfg.run.steps = 12;
+    cfg.run.batch_size = 8;
+    cfg.run.warmup = 2;
+    cfg.run.eval_every = 4;
+    cfg.run.save_every = 4;
     cfg.eval_instances = 8;
     cfg
 }
@@ -521,7 +521,7 @@ fn pooled_experiments_keep_every_seed_and_refuse_other_settings() {
         "{other_task}"
     );
     let mut longer = more.clone();
-    longer.config.base.steps += 1;
+    longer.config.base.run.steps += 1;
     let budget = Exp::merge(vec![first.clone(), longer]).unwrap_err();
     assert!(budget.to_string().contains("in steps"), "{budget}");
     let mut renamed = more;

@@ -73,7 +73,7 @@ pub fn lm_experiment(exp: &LmExperiment, out: &Path) -> Result<Vec<PathBuf>> {
         .collect();
     let positions = out.join(BY_POSITION);
     let title = if seeds > 1 {
-        let seed = exp.config.base.seed;
+        let seed = exp.config.base.run.seed;
         format!("test loss by position in the longest window ({trained}; seed {seed})")
     } else {
         format!("test loss by position in the longest window ({trained})")

@@ -72,8 +72,8 @@ impl LmExperimentConfig {
     /// a few minutes.
     pub fn quick() -> Self {
         let mut cfg = Self::full();
-        cfg.base.steps = 300;
-        cfg.base.warmup = 30;
+        cfg.base.run.steps = 300;
+        cfg.base.run.warmup = 30;
         cfg.eval_windows = 16;
         cfg.encodings = ["none", "sinusoidal", "rope", "alibi"]
             .iter()
@@ -87,7 +87,7 @@ impl LmExperimentConfig {
         let mut c = self.base.clone();
         c.model.encoding = entry.encoding.clone();
         c.model.vocab_size = tokenizer.get_vocab_size(true);
-        c.seed = seed;
+        c.run.seed = seed;
         c.randomized_positions = entry
             .randomized_positions
             .or(self.base.randomized_positions);
@@ -256,7 +256,7 @@ impl Experiment for LmExperimentRun<'_> {
 
     fn grid(&self) -> Grid<'_> {
         let c = self.config;
-        Grid::new(&c.encodings, c.base.seed, c.seeds)
+        Grid::new(&c.encodings, c.base.run.seed, c.seeds)
     }
 
     /// # Errors
@@ -290,7 +290,7 @@ impl Experiment for LmExperimentRun<'_> {
             );
         }
         for entry in &cfg.encodings {
-            cfg.run_config(entry, cfg.base.seed, &tokenizer)
+            cfg.run_config(entry, cfg.base.run.seed, &tokenizer)
                 .validate()
                 .with_context(|| format!("the run of `{}`", entry.label))?;
         }
@@ -321,7 +321,13 @@ impl Experiment for LmExperimentRun<'_> {
             Start::New => lm_run::start(run, &data.tokenizer, &data.data, dir, opts, self.device),
             Start::Resume => {
                 let streams = || Ok(data.data.clone());
-                lm_run::resume(dir, Some(run.steps), |_, _| streams(), opts, self.device)
+                lm_run::resume(
+                    dir,
+                    Some(run.run.steps),
+                    |_, _| streams(),
+                    opts,
+                    self.device,
+                )
             }
         }
     }
@@ -419,7 +425,7 @@ impl LmExperiment {
                     run: RunKey::new(
                         &r.label,
                         &r.encoding,
-                        r.state.config.seed,
+                        r.state.config.run.seed,
                         r.state.config.randomized_positions,
                     ),
                     context,
@@ -504,14 +510,14 @@ impl LmExperiment {
             m.heads,
             m.d_model,
             m.context,
-            b.batch_size,
-            b.steps,
+            b.run.batch_size,
+            b.run.steps,
             match self.config.seeds {
-                1 => format!("seed {}", b.seed),
+                1 => format!("seed {}", b.run.seed),
                 n => format!(
                     "seeds {}–{} (mean ± standard deviation over them)",
-                    b.seed,
-                    b.seed + n as u64 - 1
+                    b.run.seed,
+                    b.run.seed + n as u64 - 1
                 ),
             },
             b.tokenizer.describe(),
@@ -536,7 +542,7 @@ impl LmExperiment {
                 let why = r.diverged.as_ref()?;
                 Some(format!(
                     "- `{}` seed {}: {why}\n",
-                    r.label, r.state.config.seed
+                    r.label, r.state.config.run.seed
                 ))
             })
             .collect();

@@ -73,7 +73,7 @@ pub fn start(
 /// from, which must still be that run and fit the model exactly.
 fn initialize(varmap: &VarMap, cfg: &LmTrainConfig) -> Result<()> {
     let Some(from) = &cfg.init_from else {
-        return posenc_train::init::initialize(varmap, cfg.seed);
+        return posenc_train::init::initialize(varmap, cfg.run.seed);
     };
     let manifest = rundir::verify(&from.path)?;
     ensure!(
@@ -127,7 +127,7 @@ fn describe_existing(dir: &Path, wanted: &LmTrainConfig) -> String {
     match rundir::read_trainer::<LmState>(dir) {
         Ok(old) if &old.config == wanted => format!(
             "{d} already holds a run of this config (step {} of {}): continue it with `posenc lm train --resume --out {d}`, or pass --force to start it again",
-            old.step, old.config.steps
+            old.step, old.config.run.steps
         ),
         Ok(_) => format!(
             "{d} holds a run with a different config: choose another --out, or pass --force to replace it"

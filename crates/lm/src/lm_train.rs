@@ -21,6 +21,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::text_tokenizer::TextTokenizer;
+use posenc_train::fit::RunSchedule;
 use posenc_train::fit::{StepLoss, Task, Trainer};
 use posenc_train::loss::label_smoothed_cross_entropy;
 use posenc_train::optim::AdamWConfig;
@@ -35,24 +36,17 @@ pub struct LmTrainConfig {
     pub model: LmConfig,
     /// How text becomes tokens.
     pub tokenizer: TextTokenizer,
-    /// Optimizer steps.
-    pub steps: usize,
-    /// Windows per step.
-    pub batch_size: usize,
+    /// Seed (of the weights and the windows drawn), steps, windows per step, linear
+    /// warm-up steps, AdamW, and how often to validate and save.
+    #[serde(
+        flatten,
+        deserialize_with = "RunSchedule::or_defaults_of::<LmTrainConfig, _>"
+    )]
+    pub run: RunSchedule,
     /// Peak learning rate.
     pub lr: f64,
     /// The floor the cosine decays to.
     pub min_lr: f64,
-    /// Linear warm-up steps.
-    pub warmup: usize,
-    /// AdamW settings.
-    pub adam: AdamWConfig,
-    /// Seed of the weights and of the windows drawn.
-    pub seed: u64,
-    /// Steps between validations.
-    pub eval_every: usize,
-    /// Steps between checkpoints (in a run directory).
-    pub save_every: usize,
     /// Validation windows of `context` tokens.
     pub eval_windows: usize,
     /// Randomized positions (`posenc_train::randomized`): train each step's windows at a sorted
@@ -82,20 +76,17 @@ impl Default for LmTrainConfig {
         Self {
             model: LmConfig::default(),
             tokenizer: TextTokenizer::Char,
-            steps: 2000,
-            batch_size: 12,
+            run: RunSchedule {
+                seed: 1337,
+                steps: 2000,
+                batch_size: 12,
+                warmup: 100,
+                adam: AdamWConfig::nanogpt(),
+                eval_every: 250,
+                save_every: 500,
+            },
             lr: 1e-3,
             min_lr: 1e-4,
-            warmup: 100,
-            adam: AdamWConfig {
-                beta1: 0.9,
-                beta2: 0.99,
-                eps: 1e-8,
-                weight_decay: 0.1,
-            },
-            seed: 1337,
-            eval_every: 250,
-            save_every: 500,
             eval_windows: 100,
             randomized_positions: None,
             init_from: None,
@@ -114,31 +105,22 @@ impl LmTrainConfig {
         posenc_train::schedule::Cosine {
             lr: self.lr,
             min_lr: self.min_lr,
-            warmup: self.warmup,
-            steps: self.steps,
+            warmup: self.run.warmup,
+            steps: self.run.steps,
         }
     }
 
     /// Checks the settings, and that a step's attention scores fit in memory.
     pub fn validate(&self) -> Result<()> {
         self.model.validate()?;
+        self.run.validate()?;
         posenc_train::memory::fits_in_memory(
-            self.batch_size,
+            self.run.batch_size,
             self.model.heads,
             self.model.context,
             "context",
         )?;
-        self.adam.validate()?;
-        ensure!(self.batch_size > 0, "batch_size must be at least 1");
-        ensure!(
-            self.eval_every > 0 && self.save_every > 0 && self.eval_windows > 0,
-            "eval_every, save_every and eval_windows must be at least 1"
-        );
-        ensure!(
-            self.steps > 0,
-            "steps must be at least 1: a run of 0 steps has no loss to report"
-        );
-        posenc::limits::check("steps", self.steps, 1 << 40)?;
+        ensure!(self.eval_windows > 0, "eval_windows must be at least 1");
         posenc::limits::check("eval_windows", self.eval_windows, EVAL_WINDOWS_LIMIT)?;
         if let Some(range) = self.randomized_positions {
             posenc_train::randomized::check(range, self.model.context, None)?;
@@ -645,12 +627,12 @@ impl Task for LmTask<'_> {
     /// Random windows of the training stream, drawn (with the randomized positions, if
     /// any) from the generator of stream `step − 1`.
     fn loss(&mut self, cfg: &LmTrainConfig, step: usize) -> Result<StepLoss> {
-        let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
+        let mut rng = ChaCha8Rng::seed_from_u64(cfg.run.seed);
         rng.set_stream(step as u64 - 1);
         let (x, y) = random_windows(
             &self.data.train,
             cfg.model.context,
-            cfg.batch_size,
+            cfg.run.batch_size,
             &mut rng,
             &self.model.device(),
         )?;
@@ -720,10 +702,10 @@ pub fn train_lm(
     mut progress: impl FnMut(&LmState, f64),
 ) -> Result<LmRun> {
     let task = LmTask::new(cfg, data, device)?;
-    posenc_train::init::initialize(&task.varmap, cfg.seed)?;
+    posenc_train::init::initialize(&task.varmap, cfg.run.seed)?;
     let varmap = task.varmap.clone();
     let mut state = LmState::new(String::new(), cfg.clone());
-    let mut losses = Vec::with_capacity(cfg.steps);
+    let mut losses = Vec::with_capacity(cfg.run.steps);
     Trainer::new(task, cfg)?.run(&mut state, None, None, |s, stepped| {
         losses.push(stepped.loss);
         progress(s, stepped.loss);

@@ -4,7 +4,7 @@
 use posenc::EncodingConfig;
 use posenc_lm::lm_train::{evaluate, random_windows, train_lm, LmData, LmTrainConfig};
 use posenc_lm::{lm_run, text_tokenizer::TextTokenizer};
-use posenc_train::fit::RunOptions;
+use posenc_train::fit::{RunOptions, RunSchedule};
 use posenc_transformer::LmConfig;
 use rand::SeedableRng;
 
@@ -23,10 +23,13 @@ fn tiny(encoding: &str, steps: usize) -> LmTrainConfig {
             context: 16,
             ..LmConfig::default()
         },
-        steps,
-        batch_size: 8,
+        run: RunSchedule {
+            steps,
+            batch_size: 8,
+            warmup: 5,
+            ..LmTrainConfig::default().run
+        },
         lr: 3e-3,
-        warmup: 5,
         ..LmTrainConfig::default()
     }
 }
@@ -58,10 +61,8 @@ fn the_schedule_is_nanogpts() {
 
 #[test]
 fn the_loss_falls_on_a_learnable_stream() {
-    let cfg = LmTrainConfig {
-        eval_every: 20,
-        ..tiny("sinusoidal", 60)
-    };
+    let mut cfg = tiny("sinusoidal", 60);
+    cfg.run.eval_every = 20;
     let run = train_lm(&cfg, &data(2000), CPU, |_, _| {}).unwrap();
     let first: f64 = run.losses[..5].iter().sum::<f64>() / 5.0;
     let last: f64 = run.losses[55..].iter().sum::<f64>() / 5.0;
@@ -244,8 +245,8 @@ fn a_resumed_run_is_bit_identical_to_one_that_never_stopped() {
     cfg.model.vocab_size = tokenizer.get_vocab_size(true);
     // Dropout draws from the run's seed and the step, so it resumes identically too.
     cfg.model.dropout = 0.1;
-    cfg.eval_every = 4;
-    cfg.save_every = 4;
+    cfg.run.eval_every = 4;
+    cfg.run.save_every = 4;
     let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let straight = lm_run::start(&cfg, &tokenizer, &data, a.path(), quiet, CPU).unwrap();
     // Stopped at step 6, between checkpoints: it saves there, as a killed run's last
@@ -345,16 +346,20 @@ fn a_run_started_from_another_begins_at_its_weights_and_resumes_from_them() {
     };
     // One step at a vanishing learning rate and no decay moves nothing measurable: the new
     // run starts at the source's trained weights, not at a seed's random ones.
+    let defaults = LmTrainConfig::default();
     let base = LmTrainConfig {
-        steps: 1,
+        run: RunSchedule {
+            steps: 1,
+            warmup: 1,
+            seed: 99,
+            ..defaults.run
+        },
         lr: 1e-12,
         min_lr: 0.0,
-        warmup: 1,
-        seed: 99,
-        ..LmTrainConfig::default()
+        ..defaults
     };
     let mut from = lm_run::from_run(source.path(), base.clone()).unwrap().0;
-    from.adam.weight_decay = 0.0;
+    from.run.adam.weight_decay = 0.0;
     assert_eq!(from.model, cfg.model);
     lm_run::start(&from, &tokenizer, &data, tuned.path(), quiet, CPU).unwrap();
     assert!(distance(source.path(), tuned.path()) < 1e-6);
@@ -364,7 +369,7 @@ fn a_run_started_from_another_begins_at_its_weights_and_resumes_from_them() {
         model: cfg.model.clone(),
         ..base
     };
-    scratch.adam.weight_decay = 0.0;
+    scratch.run.adam.weight_decay = 0.0;
     lm_run::start(&scratch, &tokenizer, &data, fresh.path(), quiet, CPU).unwrap();
     assert!(distance(source.path(), fresh.path()) > 1e-2);
 

@@ -29,48 +29,167 @@ use crate::error::Result;
 use crate::optim::{AdamW, AdamWConfig};
 use crate::rundir::{self, FixedFiles, RunDir};
 
-/// The settings the loop reads from a task's config.
-pub trait Settings: Clone + Serialize + DeserializeOwned {
+/// What every task's training run is set with besides its model, data and learning-rate
+/// curve: how long, on how many examples a step, how fast the learning rate warms up, the
+/// optimizer, and how often to validate and save.
+///
+/// A task's config holds it as one field, flattened, so that its file keeps these as
+/// top-level keys, and a key the file leaves out takes the task's own default:
+///
+/// ```
+/// use posenc_train::fit::RunSchedule;
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Clone, Serialize, Deserialize)]
+/// #[serde(default, deny_unknown_fields)]
+/// struct MyConfig {
+///     lr: f64,
+///     #[serde(flatten, deserialize_with = "RunSchedule::or_defaults_of::<MyConfig, _>")]
+///     run: RunSchedule,
+/// }
+///
+/// impl Default for MyConfig {
+///     fn default() -> Self {
+///         Self { lr: 1e-3, run: RunSchedule { steps: 600, ..RunSchedule::default() } }
+///     }
+/// }
+///
+/// posenc_train::settings!(MyConfig, |cfg, _step| cfg.lr);
+///
+/// let cfg: MyConfig = serde_json::from_str(r#"{"lr": 0.01, "seed": 7}"#)?;
+/// assert_eq!((cfg.run.seed, cfg.run.steps), (7, 600));
+/// assert!(serde_json::from_str::<MyConfig>(r#"{"stpes": 5}"#).is_err());
+/// # Ok::<(), serde_json::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct RunSchedule {
     /// Seed of the weights, the batches and the dropout masks.
-    fn seed(&self) -> u64;
+    pub seed: u64,
     /// Optimizer steps in all.
-    fn steps(&self) -> usize;
-    /// Sets the steps in all (a resumed run may go further).
-    fn set_steps(&mut self, steps: usize);
-    /// Validate every this many steps (and at the last).
-    fn eval_every(&self) -> usize;
-    /// Save a checkpoint every this many steps (and at the last).
-    fn save_every(&self) -> usize;
+    pub steps: usize,
+    /// Examples per step.
+    pub batch_size: usize,
+    /// Warm-up steps, over which the learning rate rises to its peak.
+    pub warmup: usize,
     /// The optimizer's settings.
-    fn adam(&self) -> AdamWConfig;
-    /// The learning rate of step `step` (counted from 1).
-    fn lr(&self, step: usize) -> f64;
+    pub adam: AdamWConfig,
+    /// Validate every this many steps (and at the last).
+    pub eval_every: usize,
+    /// Save a checkpoint every this many steps (and at the last).
+    pub save_every: usize,
 }
 
-/// Implements [`Settings`] for a config with the fields `seed`, `steps`, `eval_every`,
-/// `save_every` and `adam`, its learning rate at step `step` (from 1) given by `lr`:
+impl Default for RunSchedule {
+    /// Seed 0, 1000 steps of 32 examples, 100 warm-up steps, AdamW's defaults, validating
+    /// every 100 steps and saving every 500. Tasks set their own.
+    fn default() -> Self {
+        Self {
+            seed: 0,
+            steps: 1000,
+            batch_size: 32,
+            warmup: 100,
+            adam: AdamWConfig::default(),
+            eval_every: 100,
+            save_every: 500,
+        }
+    }
+}
+
+/// The keys of a [`RunSchedule`] a file gives; the others come from a task's defaults.
+#[derive(Deserialize)]
+struct GivenSchedule {
+    seed: Option<u64>,
+    steps: Option<usize>,
+    batch_size: Option<usize>,
+    warmup: Option<usize>,
+    adam: Option<AdamWConfig>,
+    eval_every: Option<usize>,
+    save_every: Option<usize>,
+}
+
+impl RunSchedule {
+    /// Checks every value: at least one step (at most 2⁴⁰), a batch of 1 to 65 536
+    /// examples, intervals of at least one step, and the optimizer's settings.
+    ///
+    /// # Errors
+    /// The first value out of range, by name.
+    pub fn validate(&self) -> Result<()> {
+        use posenc::limits::check;
+        posenc_error::ensure!(
+            self.steps > 0,
+            "steps must be at least 1: a run of 0 steps has no loss to report"
+        );
+        check("steps", self.steps, 1 << 40)?;
+        posenc_error::ensure!(self.batch_size > 0, "batch_size must be at least 1");
+        check("batch_size", self.batch_size, 1 << 16)?;
+        posenc_error::ensure!(
+            self.eval_every > 0 && self.save_every > 0,
+            "eval_every and save_every must be at least 1"
+        );
+        self.adam.validate()
+    }
+
+    /// Reads the schedule keys a config file gives (as the flattened field of the config
+    /// `C`), each one it leaves out from `C::default()`'s: use it as
+    /// `#[serde(flatten, deserialize_with = "RunSchedule::or_defaults_of::<C, _>")]`.
+    ///
+    /// # Errors
+    /// A key of the wrong type. Keys that are not the config's are the config's to refuse
+    /// (`#[serde(deny_unknown_fields)]` on it).
+    pub fn or_defaults_of<'de, C, D>(deserializer: D) -> std::result::Result<Self, D::Error>
+    where
+        C: Settings + Default,
+        D: serde::Deserializer<'de>,
+    {
+        let given = GivenSchedule::deserialize(deserializer)?;
+        let d = *C::default().run();
+        Ok(Self {
+            seed: given.seed.unwrap_or(d.seed),
+            steps: given.steps.unwrap_or(d.steps),
+            batch_size: given.batch_size.unwrap_or(d.batch_size),
+            warmup: given.warmup.unwrap_or(d.warmup),
+            adam: given.adam.unwrap_or(d.adam),
+            eval_every: given.eval_every.unwrap_or(d.eval_every),
+            save_every: given.save_every.unwrap_or(d.save_every),
+        })
+    }
+}
+
+/// What the loop reads from a task's config: its [`RunSchedule`] and its learning rate at
+/// each step.
+pub trait Settings: Clone + Serialize + DeserializeOwned {
+    /// The run's schedule.
+    fn run(&self) -> &RunSchedule;
+    /// The run's schedule, to change (a resumed run may go further).
+    fn run_mut(&mut self) -> &mut RunSchedule;
+    /// The learning rate of step `step` (counted from 1).
+    fn lr(&self, step: usize) -> f64;
+    /// Seed of the weights, the batches and the dropout masks.
+    fn seed(&self) -> u64 {
+        self.run().seed
+    }
+    /// Optimizer steps in all.
+    fn steps(&self) -> usize {
+        self.run().steps
+    }
+    /// Sets the steps in all (a resumed run may go further).
+    fn set_steps(&mut self, steps: usize) {
+        self.run_mut().steps = steps;
+    }
+}
+
+/// Implements [`Settings`] for a config whose [`RunSchedule`] is its field `run`, its
+/// learning rate at step `step` (from 1) given by `lr`:
 /// `settings!(MyConfig, |cfg, step| cfg.schedule().lr(step - 1));`.
 #[macro_export]
 macro_rules! settings {
     ($config:ty, |$cfg:ident, $step:ident| $lr:expr) => {
         impl $crate::fit::Settings for $config {
-            fn seed(&self) -> u64 {
-                self.seed
+            fn run(&self) -> &$crate::fit::RunSchedule {
+                &self.run
             }
-            fn steps(&self) -> usize {
-                self.steps
-            }
-            fn set_steps(&mut self, steps: usize) {
-                self.steps = steps;
-            }
-            fn eval_every(&self) -> usize {
-                self.eval_every
-            }
-            fn save_every(&self) -> usize {
-                self.save_every
-            }
-            fn adam(&self) -> $crate::optim::AdamWConfig {
-                self.adam
+            fn run_mut(&mut self) -> &mut $crate::fit::RunSchedule {
+                &mut self.run
             }
             fn lr(&self, $step: usize) -> f64 {
                 let $cfg = self;
@@ -279,7 +398,7 @@ pub type StateOf<T> = RunState<<T as Task>::Config, <T as Task>::Record>;
 impl<T: Task> Trainer<T> {
     /// The task with a fresh optimizer over its weights.
     pub fn new(task: T, cfg: &T::Config) -> Result<Self> {
-        let opt = AdamW::new(task.varmap(), cfg.adam())?;
+        let opt = AdamW::new(task.varmap(), cfg.run().adam)?;
         Ok(Self { task, opt })
     }
 
@@ -386,7 +505,7 @@ impl<T: Task> Trainer<T> {
             state.pending.0 += f64::from(value);
             state.pending.1 += 1;
             let last = step == cfg.steps();
-            if step.is_multiple_of(cfg.eval_every()) || last {
+            if step.is_multiple_of(cfg.run().eval_every) || last {
                 let train_loss = state.pending.0 / state.pending.1.max(1) as f64;
                 if let Some(record) = self
                     .task
@@ -397,7 +516,7 @@ impl<T: Task> Trainer<T> {
                 }
             }
             if let Some(dir) = dir {
-                if step.is_multiple_of(cfg.save_every()) || last {
+                if step.is_multiple_of(cfg.run().save_every) || last {
                     note_peak(state);
                     rundir::save_checkpoint(dir, self.task.varmap(), &self.opt, state)?;
                     saved = Some(step);

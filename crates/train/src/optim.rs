@@ -56,6 +56,17 @@ impl Default for AdamWConfig {
 }
 
 impl AdamWConfig {
+    /// nanoGPT's settings for its small character-level models: β₂ 0.99 (for few steps
+    /// per token), ε 1e-8 and weight decay 0.1.
+    pub fn nanogpt() -> Self {
+        Self {
+            beta1: 0.9,
+            beta2: 0.99,
+            eps: 1e-8,
+            weight_decay: 0.1,
+        }
+    }
+
     /// Checks β₁, β₂ ∈ [0, 1), ε > 0 and λ ≥ 0, all finite.
     pub fn validate(&self) -> Result<()> {
         for (name, v) in [("adam.beta1", self.beta1), ("adam.beta2", self.beta2)] {
