@@ -193,13 +193,15 @@ fn f32_with_half_split_pairs_on_unpermuted_rows_matches_transformers() {
 /// reference scores within 0.5 of its best (SmolLM2's top two after the English prompt
 /// are 0.006 apart, so exact agreement would test rounding), the scores must stay within
 /// 1.5, and fed the reference's greedy continuation, it must pick the reference's next
-/// token at 9 positions in 10 or more.
+/// token at 9 positions in 10 or more. The prompts under 1 000 tokens: quantization acts
+/// on the weights, one row at a time, the same at any length, and the long prompts' path
+/// through attention is the f32 tests'.
 #[test]
 fn quantized_weights_stay_close_to_transformers() {
     let (prompts, reference) = fixture();
     let llama = load(Precision::Quantized, PairLayout::Interleaved);
     let (mut worst, mut agree, mut total) = (0f32, 0, 0);
-    for p in &prompts {
+    for p in prompts.iter().filter(|p| p.ids.len() < 1000) {
         let start = prefill(&llama, &p.ids);
         let logits = start.0.clone();
         let again = (start.0.clone(), start.1.try_clone().unwrap());
