@@ -188,6 +188,7 @@ pub const BUILT_IN: &[Registration] = &[
     Registration::of::<crate::sinusoidal::SinusoidalConcatConfig>(),
     Registration::of::<crate::learned::LearnedConfig>(),
     Registration::of::<crate::rope::RopeConfig>(),
+    Registration::of::<crate::prope::PRopeConfig>(),
     Registration::of::<crate::xpos::XposConfig>(),
     Registration::of::<crate::alibi::AlibiConfig>(),
     Registration::of::<crate::t5::T5Config>(),

@@ -44,6 +44,7 @@ pub mod learned;
 pub mod limits;
 pub mod naive;
 pub mod none;
+pub mod prope;
 pub mod rope;
 pub mod rope_scaling;
 pub mod sinusoidal;

@@ -16,6 +16,9 @@
 //!          θ_i / s above L/low_freq_factor, interpolated smoothly between
 //! longrope (Ding et al. 2024)  θ'_i = θ_i / f_i, f = short_factor up to L and long_factor
 //!          past it; attention factor √(1 + ln s / ln L)
+//! proportional (p-RoPE, Barbero et al. 2025; Gemma 4)  with p = partial_rotary_factor,
+//!          θ'_i = θ_i / s for i < ⌊p·d/2⌋, 0 for the rest: the lowest frequencies are
+//!          dropped, and their pairs carry no position (s defaults to 1, L is not read)
 //! ```
 //!
 //! The attention factor multiplies cos and sin, as transformers does, so queries and keys
@@ -43,6 +46,9 @@ pub enum RopeType {
     Llama3,
     /// LongRoPE: a factor per frequency, one list within the trained context and one past it.
     Longrope,
+    /// p-RoPE: only the highest `partial_rotary_factor` of the frequencies rotate; the
+    /// lowest are 0, so their pairs pass through unrotated.
+    Proportional,
 }
 
 impl RopeType {
@@ -55,6 +61,7 @@ impl RopeType {
             Self::Yarn => "yarn",
             Self::Llama3 => "llama3",
             Self::Longrope => "longrope",
+            Self::Proportional => "proportional",
         }
     }
 }
@@ -111,6 +118,10 @@ pub struct RopeScaling {
     /// YaRN: round the ramp's ends to whole dimensions [true].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub truncate: Option<bool>,
+    /// Proportional: the share `p` of the frequencies (the highest) that rotate, in
+    /// [0, 1] [1: every one, linear scaling by `factor`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partial_rotary_factor: Option<f64>,
 }
 
 /// Inverse frequencies with the factor on cos and sin.
@@ -131,6 +142,27 @@ pub(crate) fn plain(dim: usize, base: f64) -> Frequencies {
 const KIND: &str = "rope";
 
 impl RopeScaling {
+    /// transformers' `{"rope_type": "proportional", "partial_rotary_factor": p}`: the
+    /// fastest share `p` of the frequencies rotate, the rest are 0.
+    pub fn proportional(p: f64) -> Self {
+        Self {
+            rope_type: RopeType::Proportional,
+            factor: None,
+            original_max_position_embeddings: None,
+            beta_fast: None,
+            beta_slow: None,
+            attention_factor: None,
+            mscale: None,
+            mscale_all_dim: None,
+            low_freq_factor: None,
+            high_freq_factor: None,
+            short_factor: None,
+            long_factor: None,
+            truncate: None,
+            partial_rotary_factor: Some(p),
+        }
+    }
+
     /// The trained context `L`: the setting, else `context`.
     fn original(&self, context: Option<usize>) -> Result<usize> {
         self.original_max_position_embeddings
@@ -168,6 +200,18 @@ impl RopeScaling {
     pub(crate) fn validate(&self, dim: usize, context: Option<usize>) -> Result<usize> {
         let original = match self.rope_type {
             RopeType::Default => return Ok(context.unwrap_or(0)),
+            RopeType::Proportional => {
+                if self.factor.is_some() {
+                    self.factor()?;
+                }
+                let p = self.partial_rotary_factor.unwrap_or(1.0);
+                require(
+                    KIND,
+                    (0.0..=1.0).contains(&p),
+                    format!("a partial_rotary_factor in [0, 1], got {p:?}"),
+                )?;
+                return Ok(context.unwrap_or(0));
+            }
             _ => self.original(context)?,
         };
         require(KIND, original > 0, "original_max_position_embeddings > 0")?;
@@ -328,6 +372,21 @@ impl RopeScaling {
                             (1.0 - smooth) * f / factor + smooth * f
                         }
                     })
+                    .collect();
+                Frequencies {
+                    inv_freq,
+                    attention: 1.0,
+                }
+            }
+            RopeType::Proportional => {
+                // transformers: int(p · head_dim // 2) pairs keep their frequency.
+                let p = self.partial_rotary_factor.unwrap_or(1.0);
+                let kept = (p * dim as f64 / 2.0).floor() as usize;
+                let inv_freq = plain
+                    .inv_freq
+                    .iter()
+                    .enumerate()
+                    .map(|(i, f)| if i < kept { f / factor } else { 0.0 })
                     .collect();
                 Frequencies {
                     inv_freq,

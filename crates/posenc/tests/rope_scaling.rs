@@ -8,10 +8,19 @@ use candle_nn::{VarBuilder, VarMap};
 use posenc::{Direction, EncodingConfig, Form, Positions, Target};
 use serde_json::Value;
 
+/// Every case: transformers 4's types (`make_rope_scaling_fixtures.py`), then the
+/// proportional ones of transformers 5 (`make_proportional_rope_fixtures.py`).
 fn fixture() -> Vec<Value> {
-    let text = include_str!("fixtures/rope_scaling.json");
-    let json: Value = serde_json::from_str(text).unwrap();
-    json["cases"].as_array().unwrap().clone()
+    [
+        include_str!("fixtures/rope_scaling.json"),
+        include_str!("fixtures/rope_proportional.json"),
+    ]
+    .iter()
+    .flat_map(|text| {
+        let json: Value = serde_json::from_str(text).unwrap();
+        json["cases"].as_array().unwrap().clone()
+    })
+    .collect()
 }
 
 fn matrix(v: &Value) -> Vec<Vec<f64>> {
@@ -39,7 +48,8 @@ fn build(
 #[test]
 fn every_rope_type_gives_transformers_tables() {
     let cases = fixture();
-    assert!(cases.len() >= 11);
+    assert!(cases.len() >= 16);
+    assert!(cases.iter().any(|c| c["name"] == "proportional-scaled"));
     for case in &cases {
         let name = case["name"].as_str().unwrap();
         let cfg: EncodingConfig = case["encoding"].to_string().parse().unwrap();
@@ -132,6 +142,14 @@ fn missing_and_absurd_settings_are_named() {
             r#"{"rope_type": "longrope", "factor": 4, "short_factor": [1], "long_factor": [1]}"#,
             "one per rotated pair",
         ),
+        (
+            r#"{"rope_type": "proportional", "partial_rotary_factor": 1.5}"#,
+            "partial_rotary_factor in [0, 1], got 1.5",
+        ),
+        (
+            r#"{"rope_type": "proportional", "partial_rotary_factor": 0.5, "factor": 0}"#,
+            "factor in (0, ",
+        ),
     ] {
         let cfg: EncodingConfig = format!(r#"{{"kind": "rope", "scaling": {json}}}"#)
             .parse()
@@ -156,4 +174,53 @@ fn missing_and_absurd_settings_are_named() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("ntk"), "{e}");
+}
+
+/// `p-rope` is `rope` with transformers' proportional scaling: its tables are the
+/// fixture's, and only the fastest ⌊p · d/2⌋ pairs turn (the rest: cos 1, sin 0 at every
+/// position). An absurd p is refused by name.
+#[test]
+fn p_rope_is_the_proportional_tables() {
+    for case in fixture()
+        .iter()
+        .filter(|c| c["encoding"]["scaling"]["rope_type"] == "proportional")
+    {
+        let scaling = &case["encoding"]["scaling"];
+        if scaling.get("factor").is_some() {
+            continue;
+        }
+        let p = scaling["partial_rotary_factor"].as_f64().unwrap();
+        let cfg: EncodingConfig = serde_json::json!({"kind": "p-rope", "p": p})
+            .to_string()
+            .parse()
+            .unwrap();
+        let enc = build(&cfg, case["head_dim"].as_u64().unwrap() as usize, None).unwrap();
+        assert_eq!(enc.kind(), "p-rope");
+        let len = case["len"].as_u64().unwrap() as usize;
+        let Form::Rotary { cos, sin } = enc.table(len).unwrap().form else {
+            panic!("p-rope shows a rotary table")
+        };
+        let (cos, sin) = (cos.to_vec2::<f32>().unwrap(), sin.to_vec2::<f32>().unwrap());
+        for (ours, theirs) in [(&cos, &case["cos"]), (&sin, &case["sin"])] {
+            for (a, b) in ours.iter().flatten().zip(matrix(theirs).iter().flatten()) {
+                assert!((*a as f64 - b).abs() < 1e-5, "p = {p}: {a} against {b}");
+            }
+        }
+        let head_dim = case["head_dim"].as_u64().unwrap() as f64;
+        let turning = (p * head_dim / 2.0).floor() as usize;
+        for (c, s) in cos.iter().zip(&sin) {
+            assert!(c[turning..].iter().all(|&v| v == 1.0), "p = {p}");
+            assert!(s[turning..].iter().all(|&v| v == 0.0), "p = {p}");
+        }
+    }
+    for bad in ["1.5", "-0.1"] {
+        let cfg: EncodingConfig = format!(r#"{{"kind": "p-rope", "p": {bad}}}"#)
+            .parse()
+            .unwrap();
+        let err = build(&cfg, 32, None).unwrap_err().to_string();
+        assert!(
+            err.contains("p-rope") && err.contains("0 ≤ p ≤ 1"),
+            "{bad}: {err}"
+        );
+    }
 }
