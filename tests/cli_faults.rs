@@ -1365,6 +1365,8 @@ fn bench_train_alternates_with_the_torch_script_and_survives_its_death() {
         "{served}"
     );
     assert!(served.contains("median of 2 alternating steps"), "{served}");
+    // Beside the median of the steps' ratios, the ratio of the two columns' medians.
+    assert!(served.contains("(ratio of the medians "), "{served}");
     // It dies on the third request.
     let died = run(2, DIE);
     assert!(
@@ -1386,6 +1388,22 @@ fn bench_train_alternates_with_the_torch_script_and_survives_its_death() {
     assert!(!hung.contains("speed relative to PyTorch"), "{hung}");
     // Nothing is missing from the Python environment, so no advice to install it.
     assert!(!hung.contains("install it with"), "{hung}");
+}
+
+/// The two speed figures of a comparison: the median of the rounds' ratios, which a
+/// slowdown hitting both sides of a round leaves alone, and the ratio of the medians, which
+/// it does not. Unequal or empty rounds give none.
+#[test]
+fn a_speedup_is_the_median_of_the_rounds_ratios_and_the_ratio_of_the_medians() {
+    use posenc_bench::Speedup;
+    let s = Speedup::of_times(&[10.0, 20.0, 10.0], &[12.0, 22.0, 11.0]).unwrap();
+    assert_eq!((s.per_round, s.of_medians), (1.1, 1.2));
+    assert_eq!(s.to_string(), "1.10× (ratio of the medians 1.20×)");
+    // Rates: higher is faster, so ours over theirs.
+    let r = Speedup::of_rates(&[100.0, 50.0, 100.0], &[80.0, 40.0, 90.0]).unwrap();
+    assert_eq!((r.per_round, r.of_medians), (1.25, 100.0 / 80.0));
+    assert_eq!(Speedup::of_times(&[1.0], &[1.0, 2.0]), None);
+    assert_eq!(Speedup::of_rates(&[], &[]), None);
 }
 
 /// A user's mistake prints its cause and no backtrace, even with `RUST_BACKTRACE=1` (which

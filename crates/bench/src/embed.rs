@@ -84,11 +84,11 @@ pub fn embed(
                 h.threads,
                 median(theirs.clone())
             )?;
-            let ratios = mine.iter().zip(&theirs).map(|(a, b)| b / a).collect();
+            let speedup =
+                crate::Speedup::of_times(&mine, &theirs).map_or("–".into(), |s| s.to_string());
             writeln!(
                 out,
-                "\nspeed relative to PyTorch (its time / ours, the median of {rounds} alternating passes; > 1: faster): {:.2}×; embeddings' checksums {checksum:.4} and {:.4}",
-                median(ratios),
+                "\nspeed relative to PyTorch (its time / ours, the median of {rounds} alternating passes; > 1: faster): {speedup}; embeddings' checksums {checksum:.4} and {:.4}",
                 h.checksum
             )?;
             let theirs: Vec<Vec<f32>> = serde_json::from_slice(

@@ -109,14 +109,38 @@ fn run_watched(cmd: &mut Command) -> Result<(std::process::Output, Option<f64>)>
     Ok((output, peak))
 }
 
+/// llama-bench's settings as its JSON records them (build, backends, threads, batch sizes,
+/// flash attention, the cache's types, mmap, the CPU), for the record beside the table.
+fn llama_cpp_settings(run: &serde_json::Value) -> String {
+    let field = |k: &str| match &run[k] {
+        serde_json::Value::Null => "?".to_string(),
+        serde_json::Value::String(s) => s.clone(),
+        v => v.to_string(),
+    };
+    format!(
+        "llama.cpp as run: llama-bench build {} ({}), backends {}, -t {}, -r 1 per round, batch {} / ubatch {}, flash attention {}, cache {} / {}, mmap {}; CPU: {}",
+        field("build_commit"),
+        field("build_number"),
+        field("backends"),
+        field("n_threads"),
+        field("n_batch"),
+        field("n_ubatch"),
+        field("flash_attn"),
+        field("type_k"),
+        field("type_v"),
+        field("use_mmap"),
+        field("cpu_info"),
+    )
+}
+
 /// One `llama-bench` run of every prompt length and the decode from an empty cache, then
 /// (for depths past 0) one of the decode after each depth, one repetition each; with the
-/// larger peak memory of the two.
+/// larger peak memory of the two, and llama-bench's settings.
 fn llama_cpp_round(
     bench: &Path,
     cfg: &GenerateBench,
     threads: usize,
-) -> Result<(Round, Option<f64>)> {
+) -> Result<(Round, Option<f64>, String)> {
     let list = |ns: &[usize]| {
         ns.iter()
             .map(usize::to_string)
@@ -141,6 +165,7 @@ fn llama_cpp_round(
         false => "0",
     };
     let (mut runs, mut peak) = run(&["-p", &list(&cfg.prompts), "-n", empty])?;
+    let settings = runs.first().map_or(String::new(), llama_cpp_settings);
     let deep: Vec<usize> = cfg.depths.iter().copied().filter(|&d| d > 0).collect();
     if !deep.is_empty() {
         let (more, deep_peak) = run(&["-p", "0", "-n", &decode, "-d", &list(&deep)])?;
@@ -172,7 +197,7 @@ fn llama_cpp_round(
             .map(|&d| rate(0, cfg.decode, d))
             .collect::<Result<_>>()?,
     };
-    Ok((round, peak))
+    Ok((round, peak, settings))
 }
 
 /// One round of ours: each prefill into a fresh cache; then, for each depth, that many
@@ -312,6 +337,7 @@ pub fn generate(cfg: GenerateBench, out: &mut impl Write) -> Result<()> {
         our_round(&llama, &ids, &cfg)?;
     }
     let (mut mine, mut theirs, mut llama_peak) = (Vec::new(), Vec::new(), None::<f64>);
+    let mut llama_settings = String::new();
     let mut our_peak = None::<f64>;
     for _ in 0..cfg.rounds {
         // Each round's own peak, as each of llama-bench's processes has: what earlier
@@ -321,8 +347,9 @@ pub fn generate(cfg: GenerateBench, out: &mut impl Write) -> Result<()> {
         let peak = posenc_train::memory::peak_rss_mb();
         our_peak = [our_peak, peak].into_iter().flatten().reduce(f64::max);
         if let Some(bench) = &bench {
-            let (round, peak) = llama_cpp_round(bench, &cfg, threads)?;
+            let (round, peak, settings) = llama_cpp_round(bench, &cfg, threads)?;
             theirs.push(round);
+            llama_settings = settings;
             llama_peak = match (llama_peak, peak) {
                 (Some(a), Some(b)) => Some(a.max(b)),
                 (a, b) => a.or(b),
@@ -365,27 +392,25 @@ pub fn generate(cfg: GenerateBench, out: &mut impl Write) -> Result<()> {
 
     writeln!(
         out,
-        "| measure | posenc | llama.cpp | posenc ÷ llama.cpp |\n|---|---:|---:|---:|"
+        "| measure | posenc | llama.cpp | speed, median of the rounds' ratios | speed, ratio of the medians |\n|---|---:|---:|---:|---:|"
     )?;
     let mut row = |name: String, a: Vec<f64>, b: Vec<f64>, unit: &str, higher: bool| {
-        let ratio = (!b.is_empty()).then(|| {
-            // The median of the per-round ratios, as speed (> 1: we are faster).
-            median(
-                a.iter()
-                    .zip(&b)
-                    .map(|(a, b)| if higher { a / b } else { b / a })
-                    .collect(),
-            )
-        });
+        // As speed (> 1: we are faster).
+        let speedup = match higher {
+            true => crate::Speedup::of_rates(&a, &b),
+            false => crate::Speedup::of_times(&a, &b),
+        };
         let b = (!b.is_empty()).then(|| median(b));
         // Seconds to the hundredth, rates to the tenth.
         let digits = if unit == "s" { 2 } else { 1 };
+        let times = |r: Option<f64>| r.map_or("–".into(), |r| format!("{r:.2}×"));
         writeln!(
             out,
-            "| {name} | {:.digits$} {unit} | {} | {} |",
+            "| {name} | {:.digits$} {unit} | {} | {} | {} |",
             median(a),
             b.map_or("–".into(), |b| format!("{b:.digits$} {unit}")),
-            ratio.map_or("–".into(), |r| format!("{r:.2}×"))
+            times(speedup.map(|s| s.per_round)),
+            times(speedup.map(|s| s.of_medians)),
         )
     };
     for (i, n) in cfg.prompts.iter().enumerate() {
@@ -420,7 +445,7 @@ pub fn generate(cfg: GenerateBench, out: &mut impl Write) -> Result<()> {
     let mb = |m: Option<f64>| m.map_or("?".into(), |m| format!("{m:.0} MB"));
     writeln!(
         out,
-        "| peak resident memory | {} | {} | |",
+        "| peak resident memory | {} | {} | | |",
         mb(our_peak),
         if bench.is_some() {
             mb(llama_peak)
@@ -430,7 +455,10 @@ pub fn generate(cfg: GenerateBench, out: &mut impl Write) -> Result<()> {
     )?;
     writeln!(
         out,
-        "\nratios are speed (> 1: posenc is faster), the median of the per-round ratios; memory is the largest peak of one round (each of llama-bench's is a process; ours hold the model loaded once and give back what the round before freed)"
+        "\nspeed > 1: posenc is faster; the median of the rounds' ratios is the figure to quote (noise that hits both sides of a round cancels in it), the ratio of the medians what the two columns give; memory is the largest peak of one round (each of llama-bench's is a process; ours hold the model loaded once and give back what the round before freed)"
     )?;
+    if !llama_settings.is_empty() {
+        writeln!(out, "{llama_settings}")?;
+    }
     Ok(())
 }

@@ -1,7 +1,8 @@
 //! # posenc-bench: speed against other implementations
 //!
 //! The drivers of `posenc bench`, each timing ours and a baseline in the same invocation,
-//! alternately, and reporting the median of the per-round ratios:
+//! alternately, and reporting the median of the per-round ratios beside the ratio of the
+//! two sides' medians ([`Speedup`]):
 //!
 //! | module | ours | against |
 //! |---|---|---|
@@ -30,6 +31,60 @@ pub mod embed;
 pub mod generate;
 mod torch;
 pub mod train;
+
+/// How much faster ours is than a baseline over rounds that alternate between them, two
+/// ways: the median of the per-round ratios, which noise hitting both sides of a round
+/// cancels in (the figure to quote), and the ratio of the two sides' medians, which is
+/// what dividing a table's columns gives. Both are speed: above 1, ours is faster.
+///
+/// ```text
+/// ours (ms)    10  20  10        the machine slowed in round 2, for both sides
+/// theirs (ms)  12  22  11
+/// per round    1.2 1.1 1.1   →  per_round  1.1
+/// medians      10 and 12     →  of_medians 1.2
+/// ```
+///
+/// (This crate's doc tests are not built, since they would build its benchmarks'
+/// dependencies: the command line's tests check this example.)
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Speedup {
+    /// The median of the per-round ratios.
+    pub per_round: f64,
+    /// The ratio of the medians.
+    pub of_medians: f64,
+}
+
+impl Speedup {
+    /// From times (lower is faster) of the same rounds: `theirs / ours`. `None` when there
+    /// are no rounds or the two differ in count.
+    pub fn of_times(ours: &[f64], theirs: &[f64]) -> Option<Self> {
+        Self::of_rates(theirs, ours)
+    }
+
+    /// From rates (higher is faster, tokens/s) of the same rounds: `ours / theirs`.
+    /// `None` when there are no rounds or the two differ in count.
+    pub fn of_rates(ours: &[f64], theirs: &[f64]) -> Option<Self> {
+        if ours.is_empty() || ours.len() != theirs.len() {
+            return None;
+        }
+        let median = |v: Vec<f64>| posenc_kotoba::bench::median(v);
+        Some(Self {
+            per_round: median(ours.iter().zip(theirs).map(|(a, b)| a / b).collect()),
+            of_medians: median(ours.to_vec()) / median(theirs.to_vec()),
+        })
+    }
+}
+
+impl std::fmt::Display for Speedup {
+    /// `1.23× (ratio of the medians 1.21×)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:.2}× (ratio of the medians {:.2}×)",
+            self.per_round, self.of_medians
+        )
+    }
+}
 
 /// What can stop a benchmark.
 #[derive(Debug, thiserror::Error)]

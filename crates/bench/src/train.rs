@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use posenc_kotoba::bench::{check_steps, median, time_training_step, StepBench, StepTiming};
+use posenc_kotoba::bench::{check_steps, time_training_step, StepBench, StepTiming};
 use posenc_kotoba::trainer::TrainConfig;
 use posenc_transformer::Config;
 
@@ -99,11 +99,13 @@ pub fn train(
             );
             row(out, &name, &StepTiming::median(&theirs)?)?;
             let ratio = |f: fn(&StepTiming) -> f64| {
-                median(mine.iter().zip(&theirs).map(|(a, b)| f(b) / f(a)).collect())
+                let (a, b): (Vec<f64>, Vec<f64>) =
+                    mine.iter().zip(&theirs).map(|(a, b)| (f(a), f(b))).unzip();
+                crate::Speedup::of_times(&a, &b).map_or("–".into(), |s| s.to_string())
             };
             writeln!(
                 out,
-                "\nspeed relative to PyTorch (its time / ours, the median of {steps} alternating steps; > 1: faster): step {:.2}×, forward {:.2}×, backward {:.2}×",
+                "\nspeed relative to PyTorch (its time / ours, the median of {steps} alternating steps; > 1: faster): step {}, forward {}, backward {}",
                 ratio(|t| t.total_ms),
                 ratio(|t| t.forward_ms),
                 ratio(|t| t.backward_ms)
