@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use candle_core::Device;
-use posenc_plot::chart::{colour, curves, save_png, Axes, Mark, Series};
+use posenc_plot::chart::{curves, label_colour, save_png, Axes, Mark, Series};
 use posenc_train::Result;
 
 use crate::experiment::Experiment;
@@ -72,12 +72,11 @@ pub fn results_figures(exp: &Experiment, out: &Path) -> Result<Vec<PathBuf>> {
     let history = |f: fn(&crate::trainer::Record) -> f64| -> Vec<Series> {
         first
             .iter()
-            .enumerate()
-            .map(|(i, r)| Series {
+            .map(|r| Series {
                 name: r.label.clone(),
                 points: r.history.iter().map(|h| (h.step as f64, f(h))).collect(),
                 mark: Mark::LineDots,
-                colour: colour(i),
+                colour: label_colour(&r.label),
             })
             .collect()
     };
@@ -116,8 +115,7 @@ pub fn results_figures(exp: &Experiment, out: &Path) -> Result<Vec<PathBuf>> {
             // Each label's mean over its seeds, at each number of clauses.
             let series: Vec<Series> = labels
                 .iter()
-                .enumerate()
-                .map(|(i, label)| {
+                .map(|label| {
                     let points = (0..4)
                         .filter_map(|c| {
                             let xs: Vec<f64> = exp
@@ -134,7 +132,7 @@ pub fn results_figures(exp: &Experiment, out: &Path) -> Result<Vec<PathBuf>> {
                         name: label.clone(),
                         points,
                         mark: Mark::LineDots,
-                        colour: colour(i),
+                        colour: label_colour(label),
                     }
                 })
                 .collect();

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use posenc_plot::chart::{colour, curves, save_png, Axes, Series};
+use posenc_plot::chart::{curves, label_colour, save_png, Axes, Series};
 use posenc_train::Result;
 
 use crate::experiment::LengthgenExperiment;
@@ -25,7 +25,7 @@ pub fn lengthgen(exp: &LengthgenExperiment, out: &Path) -> Result<Vec<PathBuf>> 
     ))?;
     let summaries = exp.summaries();
     let mut series = Vec::new();
-    for (i, (label, rows)) in summaries.iter().enumerate() {
+    for (label, rows) in &summaries {
         let points: Vec<_> = rows
             .iter()
             .map(|r| {
@@ -37,7 +37,7 @@ pub fn lengthgen(exp: &LengthgenExperiment, out: &Path) -> Result<Vec<PathBuf>> 
                 )
             })
             .collect();
-        series.extend(Series::spread(label.clone(), colour(i), &points));
+        series.extend(Series::spread(label.clone(), label_colour(label), &points));
     }
     let [lo, hi] = exp.train_lengths;
     // Pooled experiments may hold more seeds of some entries than of others.

@@ -333,6 +333,38 @@ pub fn colour(i: usize) -> RGBColor {
     TABLEAU[i % TABLEAU.len()]
 }
 
+/// The colour of an encoding's series, the same in every figure: a registered kind
+/// (`rope`, `alibi`, …) has its own, in the registry's order from [`colour`]'s palette; any
+/// other label (`fire-l64`, `irope`, `rope+rand`) takes one of twelve further colours, the
+/// same for the same label (a hash of it), so a figure's rope is every figure's rope.
+pub fn label_colour(label: &str) -> RGBColor {
+    const MORE: [RGBColor; 12] = [
+        RGBColor(102, 166, 30),
+        RGBColor(230, 171, 2),
+        RGBColor(166, 118, 29),
+        RGBColor(117, 112, 179),
+        RGBColor(231, 41, 138),
+        RGBColor(27, 158, 119),
+        RGBColor(217, 95, 2),
+        RGBColor(102, 102, 102),
+        RGBColor(31, 120, 180),
+        RGBColor(178, 223, 138),
+        RGBColor(251, 154, 153),
+        RGBColor(202, 178, 214),
+    ];
+    let kinds = posenc::EncodingConfig::kinds();
+    match kinds.iter().position(|k| *k == label) {
+        Some(i) if i < 16 => colour(i),
+        _ => {
+            // FNV-1a: stable across runs and platforms, unlike std's hasher.
+            let hash = label.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
+            });
+            MORE[(hash % MORE.len() as u64) as usize]
+        }
+    }
+}
+
 /// Axes of a [`curves`] panel.
 pub struct Axes<'a> {
     /// Panel title.
@@ -708,6 +740,27 @@ fn legend_corner(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every registered kind has a colour of its own, and any label the same colour in
+    /// every call: a figure's rope is every figure's rope.
+    #[test]
+    fn a_label_has_one_colour_everywhere() {
+        let kinds = posenc::EncodingConfig::kinds();
+        let shown: Vec<RGBColor> = kinds.iter().take(16).map(|k| label_colour(k)).collect();
+        for (i, a) in shown.iter().enumerate() {
+            for (j, b) in shown.iter().enumerate().skip(i + 1) {
+                assert_ne!(a, b, "{} and {} share a colour", kinds[i], kinds[j]);
+            }
+        }
+        for label in ["rope", "alibi", "fire-l64", "irope", "rope+rand"] {
+            assert_eq!(label_colour(label), label_colour(label), "{label}");
+        }
+        assert_ne!(label_colour("rope"), label_colour("alibi"));
+        assert_eq!(
+            label_colour("rope"),
+            colour(kinds.iter().position(|k| *k == "rope").unwrap())
+        );
+    }
 
     /// The legend goes to the corner no point or line of the data passes through.
     #[test]

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::chart::{colour, curves, save_png, Axes, Mark, Series, SpreadPoint};
+use crate::chart::{curves, label_colour, save_png, Axes, Mark, Series, SpreadPoint};
 use crate::error::Result;
 
 /// Perplexity against window length, one curve per named series of
@@ -18,8 +18,7 @@ pub fn perplexity_by_length(
 ) -> Result<()> {
     let curves_: Vec<Series> = series
         .iter()
-        .enumerate()
-        .flat_map(|(i, (name, points))| Series::spread(name.clone(), colour(i), points))
+        .flat_map(|(name, points)| Series::spread(name.clone(), label_colour(name), points))
         .collect();
     save_png(path, (900, 560), "", |root| {
         curves(
@@ -50,8 +49,7 @@ pub fn loss_by_position(
     let bucket = bucket.max(1);
     let curves_: Vec<Series> = series
         .iter()
-        .enumerate()
-        .map(|(i, (name, losses))| Series {
+        .map(|(name, losses)| Series {
             name: name.clone(),
             points: losses
                 .chunks(bucket)
@@ -59,7 +57,7 @@ pub fn loss_by_position(
                 .map(|(b, c)| ((b * bucket) as f64, c.iter().sum::<f64>() / c.len() as f64))
                 .collect(),
             mark: Mark::Line,
-            colour: colour(i),
+            colour: label_colour(name),
         })
         .collect();
     save_png(path, (900, 560), "", |root| {
