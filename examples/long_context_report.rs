@@ -125,7 +125,8 @@ fn smollm2(raw: &Path, out: &Path, records: &mut Vec<Value>, md: &mut String) ->
             }
         }
         if !curve.is_empty() {
-            curves.push((kind.to_string(), curve));
+            // SmolLM2 itself: one model, no seeds.
+            curves.push((kind.to_string(), 1, curve));
         }
     }
     let header = |first: &str| {
@@ -274,7 +275,12 @@ fn toy(raw: &Path, out: &Path, records: &mut Vec<Value>, md: &mut String) -> Res
             }
         }
         let _ = writeln!(md, "| {variant} | {} |", cells.join(" | "));
-        curves.push((variant.clone(), curve));
+        let seeds = lengths
+            .iter()
+            .filter_map(|len| found.get(&(variant.clone(), *len)).map(Vec::len))
+            .max()
+            .unwrap_or(0);
+        curves.push((variant.clone(), seeds, curve));
     }
     perplexity_by_length(
         &out.join("toy.png"),

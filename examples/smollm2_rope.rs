@@ -169,14 +169,15 @@ fn table(results: &[Variant], tokens: usize) -> String {
 }
 
 fn plot(results: &[Variant], out: &std::path::Path) -> Result<()> {
-    let by_length: Vec<(String, Vec<SpreadPoint>)> = results
+    // One pretrained model: no seeds.
+    let by_length: Vec<(String, usize, Vec<SpreadPoint>)> = results
         .iter()
         .map(|v| {
             let points = v.results.iter().map(|e| {
                 let ppl = e.perplexity();
                 (e.len as f64, ppl, ppl, ppl)
             });
-            (v.name.clone(), points.collect())
+            (v.name.clone(), 1, points.collect())
         })
         .collect();
     let title = "SmolLM2-135M on Shakespeare: RoPE swapped, nothing retrained";

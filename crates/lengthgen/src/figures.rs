@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use posenc_plot::chart::{curves, label_colour, save_png, Axes, Series};
+use posenc_plot::chart::{curves, label_colour, save_png, with_seeds, Axes, Series};
 use posenc_train::Result;
 
 use crate::experiment::LengthgenExperiment;
@@ -37,7 +37,9 @@ pub fn lengthgen(exp: &LengthgenExperiment, out: &Path) -> Result<Vec<PathBuf>> 
                 )
             })
             .collect();
-        series.extend(Series::spread(label.clone(), label_colour(label), &points));
+        let seeds = rows.iter().map(|r| r.seeds).max().unwrap_or(0);
+        let name = with_seeds(label, seeds);
+        series.extend(Series::spread(name, label_colour(label), &points));
     }
     let [lo, hi] = exp.train_lengths;
     // Pooled experiments may hold more seeds of some entries than of others.

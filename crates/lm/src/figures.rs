@@ -37,11 +37,11 @@ pub fn lm_experiment(exp: &LmExperiment, out: &Path) -> Result<Vec<PathBuf>> {
     };
     let seeds = exp.config.seeds;
     // Each label's mean perplexity over its seeds at each length, with their range.
-    let by_length: Vec<(String, Vec<SpreadPoint>)> = exp
+    let by_length: Vec<(String, usize, Vec<SpreadPoint>)> = exp
         .labels()
         .into_iter()
         .map(|label| {
-            let mut points = Vec::new();
+            let (mut points, mut seeds) = (Vec::new(), 0);
             for f in &exp.config.factors {
                 let len = f * context;
                 let ppl: Vec<f64> = exp
@@ -50,9 +50,10 @@ pub fn lm_experiment(exp: &LmExperiment, out: &Path) -> Result<Vec<PathBuf>> {
                     .filter(|r| r.run.label == label && r.length == len)
                     .filter_map(|r| r.perplexity)
                     .collect();
+                seeds = seeds.max(ppl.len());
                 points.extend(mean_and_range(len as f64, &ppl));
             }
-            (label, points)
+            (label, seeds, points)
         })
         .collect();
     let extrapolation = out.join(EXTRAPOLATION);

@@ -309,6 +309,15 @@ impl Series {
     }
 }
 
+/// A legend entry: the label, with its number of seeds when there are several (so a band
+/// over six seeds beside bands over three says so).
+pub fn with_seeds(label: &str, seeds: usize) -> String {
+    match seeds {
+        0 | 1 => label.to_string(),
+        n => format!("{label} ({n} seeds)"),
+    }
+}
+
 /// Series colours that stay apart for up to sixteen encodings (Tableau's ten, then black,
 /// gold and four dark ones), repeating after that.
 pub fn colour(i: usize) -> RGBColor {
@@ -760,6 +769,14 @@ mod tests {
             label_colour("rope"),
             colour(kinds.iter().position(|k| *k == "rope").unwrap())
         );
+    }
+
+    /// A legend names the seeds behind a band, and nothing for one seed.
+    #[test]
+    fn a_legend_entry_names_its_seeds() {
+        assert_eq!(with_seeds("fire", 6), "fire (6 seeds)");
+        assert_eq!(with_seeds("fire", 1), "fire");
+        assert_eq!(with_seeds("fire", 0), "fire");
     }
 
     /// The legend goes to the corner no point or line of the data passes through.

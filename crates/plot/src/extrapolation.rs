@@ -3,22 +3,25 @@
 
 use std::path::Path;
 
-use crate::chart::{curves, label_colour, save_png, Axes, Mark, Series, SpreadPoint};
+use crate::chart::{curves, label_colour, save_png, with_seeds, Axes, Mark, Series, SpreadPoint};
 use crate::error::Result;
 
-/// Perplexity against window length, one curve per named series of
-/// `(length, mean, min, max)`: the mean as a line, the range as a band around it.
+/// Perplexity against window length, one curve per series `(label, seeds, points)` of
+/// `(length, mean, min, max)` over that many seeds: the mean as a line, the range as a
+/// band around it, the legend naming the seeds.
 ///
 /// # Errors
 /// A file that cannot be written.
 pub fn perplexity_by_length(
     path: &Path,
     title: &str,
-    series: &[(String, Vec<SpreadPoint>)],
+    series: &[(String, usize, Vec<SpreadPoint>)],
 ) -> Result<()> {
     let curves_: Vec<Series> = series
         .iter()
-        .flat_map(|(name, points)| Series::spread(name.clone(), label_colour(name), points))
+        .flat_map(|(label, seeds, points)| {
+            Series::spread(with_seeds(label, *seeds), label_colour(label), points)
+        })
         .collect();
     save_png(path, (900, 560), "", |root| {
         curves(
