@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use candle_core::Device;
-use posenc_plot::chart::{curves, label_colour, save_png, Axes, Mark, Series};
+use posenc_plot::chart::{curves, label_colours, save_png, Axes, Mark, Series};
 use posenc_train::Result;
 
 use crate::experiment::Experiment;
@@ -69,14 +69,16 @@ pub fn results_figures(exp: &Experiment, out: &Path) -> Result<Vec<PathBuf>> {
         1 => String::new(),
         _ => format!(" (seed {})", exp.config.base.run.seed),
     };
+    let colours = label_colours(&first.iter().map(|r| r.label.as_str()).collect::<Vec<_>>());
     let history = |f: fn(&crate::trainer::Record) -> f64| -> Vec<Series> {
         first
             .iter()
-            .map(|r| Series {
+            .zip(&colours)
+            .map(|(r, &colour)| Series {
                 name: r.label.clone(),
                 points: r.history.iter().map(|h| (h.step as f64, f(h))).collect(),
                 mark: Mark::LineDots,
-                colour: label_colour(&r.label),
+                colour,
             })
             .collect()
     };
@@ -113,9 +115,11 @@ pub fn results_figures(exp: &Experiment, out: &Path) -> Result<Vec<PathBuf>> {
     {
         drawn(save_png(&length_path, (900, 560), "", |root| {
             // Each label's mean over its seeds, at each number of clauses.
+            let colours = label_colours(&labels.iter().map(String::as_str).collect::<Vec<_>>());
             let series: Vec<Series> = labels
                 .iter()
-                .map(|label| {
+                .zip(colours)
+                .map(|(label, colour)| {
                     let points = (0..4)
                         .filter_map(|c| {
                             let xs: Vec<f64> = exp
@@ -132,7 +136,7 @@ pub fn results_figures(exp: &Experiment, out: &Path) -> Result<Vec<PathBuf>> {
                         name: label.clone(),
                         points,
                         mark: Mark::LineDots,
-                        colour: label_colour(label),
+                        colour,
                     }
                 })
                 .collect();

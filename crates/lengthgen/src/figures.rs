@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use posenc_plot::chart::{curves, label_colour, save_png, with_seeds, Axes, Series};
+use posenc_plot::chart::{curves, label_colours, save_png, with_seeds, Axes, Series};
 use posenc_train::Result;
 
 use crate::experiment::LengthgenExperiment;
@@ -25,7 +25,8 @@ pub fn lengthgen(exp: &LengthgenExperiment, out: &Path) -> Result<Vec<PathBuf>> 
     ))?;
     let summaries = exp.summaries();
     let mut series = Vec::new();
-    for (label, rows) in &summaries {
+    let labels: Vec<&str> = summaries.iter().map(|(l, _)| l.as_str()).collect();
+    for ((label, rows), colour) in summaries.iter().zip(label_colours(&labels)) {
         let points: Vec<_> = rows
             .iter()
             .map(|r| {
@@ -39,7 +40,7 @@ pub fn lengthgen(exp: &LengthgenExperiment, out: &Path) -> Result<Vec<PathBuf>> 
             .collect();
         let seeds = rows.iter().map(|r| r.seeds).max().unwrap_or(0);
         let name = with_seeds(label, seeds);
-        series.extend(Series::spread(name, label_colour(label), &points));
+        series.extend(Series::spread(name, colour, &points));
     }
     let [lo, hi] = exp.train_lengths;
     // Pooled experiments may hold more seeds of some entries than of others.

@@ -342,36 +342,82 @@ pub fn colour(i: usize) -> RGBColor {
     TABLEAU[i % TABLEAU.len()]
 }
 
-/// The colour of an encoding's series, the same in every figure: a registered kind
-/// (`rope`, `alibi`, …) has its own, in the registry's order from [`colour`]'s palette; any
-/// other label (`fire-l64`, `irope`, `rope+rand`) takes one of twelve further colours, the
-/// same for the same label (a hash of it), so a figure's rope is every figure's rope.
-pub fn label_colour(label: &str) -> RGBColor {
-    const MORE: [RGBColor; 12] = [
-        RGBColor(102, 166, 30),
-        RGBColor(230, 171, 2),
-        RGBColor(166, 118, 29),
-        RGBColor(117, 112, 179),
-        RGBColor(231, 41, 138),
-        RGBColor(27, 158, 119),
-        RGBColor(217, 95, 2),
-        RGBColor(102, 102, 102),
-        RGBColor(31, 120, 180),
-        RGBColor(178, 223, 138),
-        RGBColor(251, 154, 153),
-        RGBColor(202, 178, 214),
-    ];
+/// Colours for labels that are not a registered kind: twelve beyond [`colour`]'s sixteen.
+const MORE: [RGBColor; 12] = [
+    RGBColor(102, 166, 30),
+    RGBColor(230, 171, 2),
+    RGBColor(166, 118, 29),
+    RGBColor(0, 128, 128),
+    RGBColor(231, 41, 138),
+    RGBColor(27, 158, 119),
+    RGBColor(217, 95, 2),
+    RGBColor(102, 102, 102),
+    RGBColor(31, 120, 180),
+    RGBColor(178, 223, 138),
+    RGBColor(251, 154, 153),
+    RGBColor(202, 178, 214),
+];
+
+/// A registered kind's own colour (`rope`, `alibi`, …: the registry's order in
+/// [`colour`]'s palette), or `None` for any other label.
+fn kind_colour(label: &str) -> Option<RGBColor> {
     let kinds = posenc::EncodingConfig::kinds();
     match kinds.iter().position(|k| *k == label) {
-        Some(i) if i < 16 => colour(i),
-        _ => {
-            // FNV-1a: stable across runs and platforms, unlike std's hasher.
-            let hash = label.bytes().fold(0xcbf29ce484222325u64, |h, b| {
-                (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
-            });
-            MORE[(hash % MORE.len() as u64) as usize]
+        Some(i) if i < 16 => Some(colour(i)),
+        _ => None,
+    }
+}
+
+/// Where a label that is not a kind starts looking in [`MORE`]: a hash of it (FNV-1a,
+/// stable across runs and platforms, unlike std's hasher).
+fn slot(label: &str) -> usize {
+    let hash = label.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
+    });
+    (hash % MORE.len() as u64) as usize
+}
+
+/// The colour of an encoding's series, the same in every figure: a registered kind
+/// (`rope`, `alibi`, …) has its own; any other label (`fire-l64`, `irope`, `rope+rand`) one
+/// of twelve further colours picked by a hash of it. A figure takes its colours from
+/// [`label_colours`], which keeps two labels of one figure apart.
+pub fn label_colour(label: &str) -> RGBColor {
+    kind_colour(label).unwrap_or(MORE[slot(label)])
+}
+
+/// The colours of one figure's labels: each kind its own, each other label
+/// [`label_colour`]'s unless a label before it in this figure holds that one, then the
+/// next free one after it (so `rope:randomized=245` and `fire:randomized=245`, whose
+/// hashes meet, are told apart). A label keeps its colour across figures but where two
+/// meet.
+pub fn label_colours(labels: &[&str]) -> Vec<RGBColor> {
+    let mut taken: Vec<RGBColor> = labels.iter().filter_map(|l| kind_colour(l)).collect();
+    // First every label that can have its own colour takes it; then the ones whose colour
+    // an earlier label took look on from it, so that only they move.
+    let mut colours: Vec<Option<RGBColor>> = labels
+        .iter()
+        .map(|label| {
+            kind_colour(label).or_else(|| {
+                let own = MORE[slot(label)];
+                (!taken.contains(&own)).then(|| {
+                    taken.push(own);
+                    own
+                })
+            })
+        })
+        .collect();
+    for (label, colour) in labels.iter().zip(&mut colours) {
+        if colour.is_none() {
+            let start = slot(label);
+            let free = (0..MORE.len())
+                .map(|i| MORE[(start + i) % MORE.len()])
+                .find(|c| !taken.contains(c))
+                .unwrap_or(MORE[start]);
+            taken.push(free);
+            *colour = Some(free);
         }
     }
+    colours.into_iter().map(|c| c.unwrap_or(BLACK)).collect()
 }
 
 /// Axes of a [`curves`] panel.
@@ -769,6 +815,26 @@ mod tests {
             label_colour("rope"),
             colour(kinds.iter().position(|k| *k == "rope").unwrap())
         );
+    }
+
+    /// Two labels of one figure whose hashes meet get two colours; kinds keep theirs, and
+    /// a label that meets none keeps its own.
+    #[test]
+    fn labels_of_one_figure_are_told_apart() {
+        let (a, b) = ("rope:randomized=245", "fire:randomized=245");
+        assert_eq!(
+            label_colour(a),
+            label_colour(b),
+            "the case this guards against"
+        );
+        let colours = label_colours(&["rope", a, b, "fire-l64"]);
+        assert_eq!(colours[0], label_colour("rope"));
+        assert_eq!(colours[1], label_colour(a));
+        assert_ne!(colours[1], colours[2]);
+        assert_eq!(colours[3], label_colour("fire-l64"));
+        let distinct: std::collections::HashSet<_> =
+            colours.iter().map(|c| (c.0, c.1, c.2)).collect();
+        assert_eq!(distinct.len(), 4);
     }
 
     /// A legend names the seeds behind a band, and nothing for one seed.

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::chart::{curves, label_colour, save_png, with_seeds, Axes, Mark, Series, SpreadPoint};
+use crate::chart::{curves, label_colours, save_png, with_seeds, Axes, Mark, Series, SpreadPoint};
 use crate::error::Result;
 
 /// Perplexity against window length, one curve per series `(label, seeds, points)` of
@@ -17,10 +17,17 @@ pub fn perplexity_by_length(
     title: &str,
     series: &[(String, usize, Vec<SpreadPoint>)],
 ) -> Result<()> {
+    let colours = label_colours(
+        &series
+            .iter()
+            .map(|(l, _, _)| l.as_str())
+            .collect::<Vec<_>>(),
+    );
     let curves_: Vec<Series> = series
         .iter()
-        .flat_map(|(label, seeds, points)| {
-            Series::spread(with_seeds(label, *seeds), label_colour(label), points)
+        .zip(colours)
+        .flat_map(|((label, seeds, points), colour)| {
+            Series::spread(with_seeds(label, *seeds), colour, points)
         })
         .collect();
     save_png(path, (900, 560), "", |root| {
@@ -50,9 +57,11 @@ pub fn loss_by_position(
     bucket: usize,
 ) -> Result<()> {
     let bucket = bucket.max(1);
+    let colours = label_colours(&series.iter().map(|(l, _)| l.as_str()).collect::<Vec<_>>());
     let curves_: Vec<Series> = series
         .iter()
-        .map(|(name, losses)| Series {
+        .zip(colours)
+        .map(|((name, losses), colour)| Series {
             name: name.clone(),
             points: losses
                 .chunks(bucket)
@@ -60,7 +69,7 @@ pub fn loss_by_position(
                 .map(|(b, c)| ((b * bucket) as f64, c.iter().sum::<f64>() / c.len() as f64))
                 .collect(),
             mark: Mark::Line,
-            colour: label_colour(name),
+            colour,
         })
         .collect();
     save_png(path, (900, 560), "", |root| {
