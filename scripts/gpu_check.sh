@@ -33,6 +33,16 @@
 #                                   # need more than 300 steps to leave the plateau (README),
 #                                   # e.g. ENCODINGS=none,fire EXPERIMENT_OUT=target/cuda/lm-1200
 #                                   # scripts/gpu_check.sh lm-experiment --steps 1200
+#   scripts/gpu_check.sh lm-cells SECONDS ENCODING@SEED…  # the same experiment, one
+#                                   # process per cell (an encoding and a seed), JOBS
+#                                   # (default 3) at once on the one GPU, each in its own
+#                                   # directory (and log, DIR.log) of EXPERIMENT_OUT (default
+#                                   # target/cuda/lm-cells), STEPS (default 1200) steps; a
+#                                   # cell starts only with more than 60 s left and is cut
+#                                   # at SECONDS; the GPU's load and memory are logged every
+#                                   # 5 s (gpu_load.log), and the finished cells' results
+#                                   # are packed into $OUT/lm-cells.tar.gz when $OUT is set.
+#                                   # Pool the cells with scripts/gpu_lm_pool.py
 #   scripts/gpu_check.sh startup    # three two-step `lm train` processes at the experiment's
 #                                   # size (CUDA's JIT cache emptied first, then warm, then
 #                                   # warm at batch 1), each line of output and each change
@@ -102,7 +112,7 @@ startup() {
   return $failed
 }
 
-stage=${1:?"which stage: tests, train-ab, embed, generate, lm, lm-experiment, startup or all"}
+stage=${1:?"which stage: tests, train-ab, embed, generate, lm, lm-experiment, lm-cells, startup or all"}
 case $stage in
   all)
     seconds=${2:?"how many seconds the stages may take"}
@@ -177,6 +187,40 @@ case $stage in
         --out "target/cuda/lm-$device" --steps 20 --device "$device"
     done
     ;;
+  lm-cells)
+    seconds=${2:?"how many seconds the cells may take"}
+    [ $# -gt 2 ] || { echo "which cells: ENCODING@SEED, e.g. alibi@1337" >&2; exit 2; }
+    # In epoch seconds: each cell runs in a shell of its own, whose SECONDS start at 0.
+    deadline=$(($(date +%s) + seconds))
+    out=${EXPERIMENT_OUT:-target/cuda/lm-cells}
+    mkdir -p "$out"
+    # Unpacked and checked once, before the cells start together.
+    scripts/run_cuda.sh /bin/true
+    nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 5 \
+      > "$logs/gpu_load.log" 2>&1 &
+    sampler=$!
+    cell() { # ENCODING@SEED
+      local encoding=${1%@*} seed=${1#*@} left=$((deadline - $(date +%s))) dir
+      dir=$out/$(echo "$encoding" | tr -c 'A-Za-z0-9.\n-' _)-$seed
+      if [ "$left" -le 60 ]; then
+        echo "$(date +%T) skipped $1 ($left s left)"
+        return 0
+      fi
+      echo "$(date +%T) start $1 ($left s left)"
+      timeout "$left" scripts/run_cuda.sh posenc lm experiment --device cuda \
+        --base scripts/gpu_lm_base.json --seeds 1 --seed "$seed" --encodings "$encoding" \
+        --factors 1,2,4,8,16 --steps "${STEPS:-1200}" --out "$dir" > "$dir.log" 2>&1
+      echo "$(date +%T) $1: exit $?"
+    }
+    export -f cell
+    export deadline out
+    printf '%s\n' "${@:3}" | xargs -P "${JOBS:-3}" -I{} bash -c 'cell "$1"' _ {} | tee "$logs/lm_cells.log"
+    kill "$sampler" 2> /dev/null || true
+    if [ -n "${OUT:-}" ]; then
+      tar -czf "$OUT/lm-cells.tar.gz" "$logs" \
+        $(ls "$out"/*.log "$out"/*/results.* "$out"/*/*.png 2> /dev/null) || true
+    fi
+    ;;
   startup)
     rm -rf target/cuda/jit-cache
     startup "$logs" 2>&1 | tee "$logs/startup.log"
@@ -188,7 +232,7 @@ case $stage in
       --encodings "${ENCODINGS:-none,rope,alibi,fire}" --factors 1,2,4,8,16 "${@:2}"
     ;;
   *)
-    echo "unknown stage $stage: tests, train-ab, embed, generate, lm, lm-experiment, startup or all" >&2
+    echo "unknown stage $stage: tests, train-ab, embed, generate, lm, lm-experiment, lm-cells, startup or all" >&2
     exit 2
     ;;
 esac

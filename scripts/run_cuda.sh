@@ -18,7 +18,12 @@ archive=target/cuda/carry/binaries.tar.xz
 [ -f "$archive" ] || { echo "no $archive: run scripts/build_cuda.sh first (on a machine with Rust)" >&2; exit 1; }
 carry=target/cuda/bin
 mkdir -p "$carry"
-tar -xJf "$archive" -C "$carry"
+# Unpacked once per archive: processes started together (gpu_check.sh lm-cells) must not
+# overwrite a binary another is running.
+if [ ! "$carry/.unpacked" -nt "$archive" ]; then
+  tar -xJf "$archive" -C "$carry"
+  touch "$carry/.unpacked"
+fi
 wheels=$(python3 - <<'EOF' 2> /dev/null || true
 import glob, os, site, sys
 roots = site.getsitepackages() + [site.getusersitepackages()]
