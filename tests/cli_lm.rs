@@ -1136,3 +1136,92 @@ fn generate_prints_json_alone() {
     assert!(!generated.is_empty());
     assert_eq!(streamed, format!("HAMLET.{generated}\n"));
 }
+
+/// `lm experiment --pool` joins experiments of one setting run apart (here each seed in a
+/// process of its own) into the results one process running them all writes, record for
+/// record (bar the time and memory each run took), with the table and both figures; what
+/// cannot be pooled is named, and nothing is written then.
+#[test]
+fn pooled_experiments_equal_the_one_process_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |out: &std::path::Path, extra: &[&str]| {
+        let o = quick_lm_experiment("alibi", out)
+            .args(["--context", "16"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o).1);
+    };
+    let (whole, a, b) = (
+        dir.path().join("whole"),
+        dir.path().join("a"),
+        dir.path().join("b"),
+    );
+    run(&whole, &["--seeds", "2"]);
+    run(&a, &["--seed", "1337"]);
+    run(&b, &["--seed", "1338"]);
+    let pooled = dir.path().join("pooled");
+    let pool = |parts: &[&std::path::Path], out: &std::path::Path| {
+        let mut command = posenc();
+        command.args(["lm", "experiment", "--pool"]);
+        for p in parts {
+            command.arg(p.join("results.json"));
+        }
+        command.arg("--out").arg(out).output().unwrap()
+    };
+    // The later seed first: the pooled runs are in the order of their seeds all the same.
+    let o = pool(&[&b, &a, &a], &pooled);
+    let (table, stderr) = text(&o);
+    assert!(o.status.success(), "{stderr}");
+    assert!(table.contains("| alibi | 2 |"), "{table}");
+    let records = |dir: &std::path::Path| -> Vec<serde_json::Value> {
+        let results: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap())
+                .unwrap();
+        let mut records = results["records"].as_array().unwrap().clone();
+        for r in &mut records {
+            let r = r.as_object_mut().unwrap();
+            r.remove("train_s");
+            r.remove("peak_rss_mb");
+        }
+        records
+    };
+    assert_eq!(records(&pooled), records(&whole));
+    for figure in ["extrapolation.png", "by_position.png"] {
+        assert!(pooled.join(figure).exists(), "{figure}");
+    }
+    // Another setting: other evaluation lengths.
+    let shorter = dir.path().join("shorter");
+    run(&shorter, &["--seed", "1339", "--factors", "1"]);
+    let refused = dir.path().join("refused");
+    let o = pool(&[&a, &shorter], &refused);
+    let stderr = text(&o).1;
+    assert!(
+        !o.status.success() && stderr.contains("factors") && stderr.contains("pooling"),
+        "{stderr}"
+    );
+    // One run, evaluated differently in two files.
+    let text_a = std::fs::read_to_string(a.join("results.json")).unwrap();
+    let mut changed: serde_json::Value = serde_json::from_str(&text_a).unwrap();
+    let eval = &mut changed["results"][0]["lengths"][0]["eval"]["loss"];
+    *eval = serde_json::json!(eval.as_f64().unwrap() + 1.0);
+    let c = dir.path().join("c");
+    std::fs::create_dir_all(&c).unwrap();
+    std::fs::write(c.join("results.json"), changed.to_string()).unwrap();
+    let o = pool(&[&a, &c], &refused);
+    let stderr = text(&o).1;
+    assert!(
+        !o.status.success() && stderr.contains("seed 1337 of `alibi` is in two"),
+        "{stderr}"
+    );
+    assert!(!refused.exists(), "nothing written");
+    // Pooling trains nothing: the grid's flags are refused beside it.
+    let o = posenc()
+        .args(["lm", "experiment", "--seeds", "2", "--pool"])
+        .arg(a.join("results.json"))
+        .arg("--out")
+        .arg(&refused)
+        .output()
+        .unwrap();
+    assert!(!o.status.success() && text(&o).1.contains("--seeds"));
+}

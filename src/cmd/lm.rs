@@ -245,6 +245,14 @@ pub struct ExperimentArgs {
     /// No progress lines.
     #[arg(long)]
     quiet: bool,
+    /// Pool the results.json of experiments of one setting (more encodings, or more seeds of
+    /// the same, run in several calls or on several machines) into --out's results.json,
+    /// results.md and figures; trains nothing [default: off].
+    #[arg(long, num_args = 1.., value_name = "RESULTS", conflicts_with_all = [
+        "shard", "merge", "encodings", "seeds", "steps", "context", "seed", "factors",
+        "randomized_positions", "budget", "base", "corpus",
+    ])]
+    pool: Vec<PathBuf>,
 }
 
 /// `posenc lm …`
@@ -279,7 +287,7 @@ pub enum LmCommand {
     /// The lineup: every registered encoding (learned with a table of L rows), one seed;
     /// with --budget quick: none, sinusoidal, rope and alibi.
     #[command(
-        after_help = "Examples:\n  posenc lm experiment --budget quick\n  posenc lm experiment --encodings rope,alibi,fire --seeds 3 --out runs/lm-exp"
+        after_help = "Examples:\n  posenc lm experiment --budget quick\n  posenc lm experiment --encodings rope,alibi,fire --seeds 3 --out runs/lm-exp\n  posenc lm experiment --pool runs/lm-a/results.json runs/lm-b/results.json --out runs/lm-pooled"
     )]
     Experiment(ExperimentArgs),
 }
@@ -699,6 +707,14 @@ fn passkey(a: PasskeyArgs, out: &mut impl Write) -> Result<()> {
 }
 
 fn experiment(a: ExperimentArgs, out: &mut impl Write) -> Result<()> {
+    if !a.pool.is_empty() {
+        let pooled = lm_experiment::LmExperiment::load_pooled(&a.pool)?;
+        posenc_train::experiment::check_out::<lm_experiment::LmExperimentRun>(&a.out)?;
+        std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+        pooled.save(&a.out)?;
+        let plots = posenc_lm::figures::lm_experiment(&pooled, &a.out)?;
+        return a.grid.print(&pooled, &pooled.table(), &plots, &a.out, out);
+    }
     anyhow::ensure!(
         !(a.budget.quick() && a.base.is_some()),
         "--base and --budget quick both set the runs' config: give one"

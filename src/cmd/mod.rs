@@ -221,8 +221,21 @@ impl GridArgs {
             (None, false) => posenc_train::experiment::run(experiment, dir, opts)?,
         };
         let (table, plots) = figures(&results)?;
+        self.print(&results, &table, &plots, dir, out)
+    }
+
+    /// Prints an experiment's results as `--format` says: its table and where its results
+    /// and figures are, or the results alone as JSON.
+    pub fn print(
+        &self,
+        results: &impl serde::Serialize,
+        table: &str,
+        plots: &[PathBuf],
+        dir: &Path,
+        out: &mut impl Write,
+    ) -> Result<()> {
         if self.format == Format::Json {
-            writeln!(out, "{}", serde_json::to_string_pretty(&results)?)?;
+            writeln!(out, "{}", serde_json::to_string_pretty(results)?)?;
             return Ok(());
         }
         write!(out, "{table}")?;

@@ -60,14 +60,15 @@ pub enum PlotCommand {
         #[arg(long)]
         out: PathBuf,
     },
-    /// The two figures of `posenc lm experiment`, redrawn from its results.json.
+    /// The two figures of `posenc lm experiment`, redrawn from its results.json, or from several
+    /// of one setting pooled into one figure (more encodings, or more seeds of the same).
     #[command(
-        after_help = "Examples:\n  posenc plot lm-experiment --results docs/lm-experiment/results.json --out runs/figures"
+        after_help = "Examples:\n  posenc plot lm-experiment --results docs/lm-experiment/results.json --out runs/figures\n  posenc plot lm-experiment --results runs/lm-a/results.json runs/lm-b/results.json --out runs/lm"
     )]
     LmExperiment {
-        /// The experiment's results.json.
-        #[arg(long)]
-        results: PathBuf,
+        /// The experiment's results.json; several (`--results a.json b.json`) are pooled.
+        #[arg(long, num_args = 1.., required = true)]
+        results: Vec<PathBuf>,
         /// Output directory.
         #[arg(long)]
         out: PathBuf,
@@ -126,9 +127,9 @@ impl PlotCommand {
                 return list(out, &plots);
             }
             Self::LmExperiment { results, out: dir } => {
-                let exp = posenc_lm::lm_experiment::LmExperiment::load(&results)?;
+                let exp = posenc_lm::lm_experiment::LmExperiment::load_pooled(&results)?;
                 let plots = posenc_lm::figures::lm_experiment(&exp, &dir)
-                    .with_context(|| format!("plotting {}", results.display()))?;
+                    .with_context(|| format!("plotting {}", joined(&results)))?;
                 return list(out, &plots);
             }
             Self::Lengthgen { results, out: dir } => {
@@ -137,11 +138,7 @@ impl PlotCommand {
                     .iter()
                     .map(|r| LengthgenExperiment::load(r))
                     .collect::<Result<Vec<_>, _>>()?;
-                let names = results
-                    .iter()
-                    .map(|r| r.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ");
+                let names = joined(&results);
                 let exp = LengthgenExperiment::merge(parts)
                     .with_context(|| format!("pooling {names}"))?;
                 let plots = posenc_lengthgen::figures::lengthgen(&exp, &dir)
@@ -152,6 +149,12 @@ impl PlotCommand {
         writeln!(out, "{}", path.display())?;
         Ok(())
     }
+}
+
+/// The paths, as a list for a message: `a.json, b.json`.
+fn joined(paths: &[PathBuf]) -> String {
+    let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    names.join(", ")
 }
 
 /// Prints the paths of the figures written, one per line.

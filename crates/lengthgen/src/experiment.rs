@@ -531,28 +531,12 @@ impl LengthgenExperiment {
             if merged.config.test_instances != part.config.test_instances {
                 differ.push("test_instances".into());
             }
-            ensure!(
-                differ.is_empty(),
-                "experiment {} differs from the first in {}: only runs of one setting can be \
-                 pooled",
+            posenc_train::labelled::join_entries(
                 i + 2,
-                differ.join(", ")
-            );
-            for entry in part.config.encodings {
-                match merged
-                    .config
-                    .encodings
-                    .iter()
-                    .find(|e| e.label == entry.label)
-                {
-                    Some(e) => ensure!(
-                        *e == entry,
-                        "the label `{}` names two different encodings",
-                        entry.label
-                    ),
-                    None => merged.config.encodings.push(entry),
-                }
-            }
+                &differ,
+                &mut merged.config.encodings,
+                part.config.encodings,
+            )?;
             for run in part.runs {
                 ensure!(
                     !merged

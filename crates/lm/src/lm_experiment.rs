@@ -415,6 +415,95 @@ impl LmExperiment {
         posenc_train::results::save_results(out, self, &self.markdown())
     }
 
+    /// Reads several `results.json` and pools them ([`Self::pool`]); one is read as it is.
+    ///
+    /// # Errors
+    /// A file that is missing or malformed (named), or experiments that cannot be pooled.
+    pub fn load_pooled(paths: &[impl AsRef<Path>]) -> Result<Self> {
+        let parts = paths
+            .iter()
+            .map(|p| Self::load(p.as_ref()))
+            .collect::<Result<Vec<_>>>()?;
+        let names: Vec<String> = paths
+            .iter()
+            .map(|p| p.as_ref().display().to_string())
+            .collect();
+        Ok(Self::pool(parts).with_context(|| format!("pooling {}", names.join(", ")))?)
+    }
+
+    /// Pools experiments of one setting into one, as one process running all their runs
+    /// would have written it: more encodings, or more seeds of the same ones (runs made in
+    /// several calls or on several machines). Labels keep the order they first appear in;
+    /// each label's runs are in the order of their seeds, and the first seed is the
+    /// smallest. A run found in two of them (a label and seed) is counted once if both
+    /// evaluated it the same; its training time may differ.
+    ///
+    /// # Errors
+    /// No experiment; experiments that differ in anything but their encodings and seeds
+    /// (the model, the training and its steps, the data, the evaluation lengths or windows);
+    /// one label naming two encodings; one run evaluated differently in two of them.
+    pub fn pool(parts: Vec<LmExperiment>) -> Result<Self> {
+        let mut parts = parts.into_iter();
+        let Some(mut pooled) = parts.next() else {
+            posenc_error::bail!("no experiments to pool");
+        };
+        // The first seed and the entries are not part of the setting: pooled ones differ.
+        let setting = |e: &LmExperiment| {
+            let mut c = e.config.clone();
+            c.base.run.seed = 0;
+            c.encodings.clear();
+            c.seeds = 0;
+            serde_json::json!({"config": c, "sizes": e.sizes})
+        };
+        for (i, part) in parts.enumerate() {
+            let differ =
+                posenc_train::results::value_differences(&setting(&pooled), &setting(&part));
+            posenc_train::labelled::join_entries(
+                i + 2,
+                &differ,
+                &mut pooled.config.encodings,
+                part.config.encodings,
+            )?;
+            for run in part.results {
+                let seed = run.state.config.run.seed;
+                match pooled
+                    .results
+                    .iter()
+                    .find(|r| r.label == run.label && r.state.config.run.seed == seed)
+                {
+                    Some(same) => ensure!(
+                        same.lengths == run.lengths && same.diverged == run.diverged,
+                        "seed {seed} of `{}` is in two of the experiments with different \
+                         results: pool each run once",
+                        run.label
+                    ),
+                    None => pooled.results.push(run),
+                }
+            }
+        }
+        let order = |label: &str| {
+            pooled
+                .config
+                .encodings
+                .iter()
+                .position(|e| e.label == label)
+        };
+        let mut results = std::mem::take(&mut pooled.results);
+        results.sort_by_key(|r| (order(&r.label), r.state.config.run.seed));
+        pooled.results = results;
+        if let Some(first) = pooled.results.iter().map(|r| r.state.config.run.seed).min() {
+            pooled.config.base.run.seed = first;
+        }
+        pooled.config.seeds = pooled
+            .labels()
+            .iter()
+            .map(|l| pooled.results.iter().filter(|r| &r.label == l).count())
+            .max()
+            .unwrap_or(pooled.config.seeds);
+        pooled.records = pooled.tidy();
+        Ok(pooled)
+    }
+
     /// The tidy records of [`Self::results`]: one per run and length.
     pub fn tidy(&self) -> Vec<LmLengthRecord> {
         let context = self.config.base.model.context;

@@ -279,6 +279,38 @@ pub fn check_unique(entries: &[Labelled]) -> Result<()> {
     Ok(())
 }
 
+/// Joins the entries of the `part`-th experiment (from 1) pooled into the first: that
+/// experiment must not differ from the first in its setting (`differ`, the fields in which
+/// it does); a label not in `into` yet is appended, and a label already there must name
+/// the same encoding.
+///
+/// # Errors
+/// A setting that differs (its fields named), or a label that names two encodings.
+pub fn join_entries(
+    part: usize,
+    differ: &[String],
+    into: &mut Vec<Labelled>,
+    more: Vec<Labelled>,
+) -> Result<()> {
+    ensure!(
+        differ.is_empty(),
+        "experiment {part} differs from the first in {}: only runs of one setting can be \
+         pooled",
+        differ.join(", ")
+    );
+    for entry in more {
+        match into.iter().find(|e| e.label == entry.label) {
+            Some(e) => ensure!(
+                *e == entry,
+                "the label `{}` names two different encodings",
+                entry.label
+            ),
+            None => into.push(entry),
+        }
+    }
+    Ok(())
+}
+
 /// The items of a comma-separated list, commas inside `{…}` or `[…]` not splitting it.
 fn split_list(s: &str) -> Vec<&str> {
     let (mut items, mut depth, mut start) = (Vec::new(), 0i32, 0);
