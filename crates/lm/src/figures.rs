@@ -31,9 +31,12 @@ pub fn lm_experiment(exp: &LmExperiment, out: &Path) -> Result<Vec<PathBuf>> {
         "evaluation records",
     ))?;
     let context = exp.config.base.model.context;
+    let steps = exp.config.base.run.steps;
     let trained = match exp.config.base.randomized_positions {
-        Some(range) => format!("trained on L = {context} at random positions below {range}"),
-        None => format!("trained on L = {context}"),
+        Some(range) => {
+            format!("trained on L = {context} at random positions below {range}, {steps} steps")
+        }
+        None => format!("trained on L = {context}, {steps} steps"),
     };
     let seeds = exp.config.seeds;
     // Each label's mean perplexity over its seeds at each length, with their range.

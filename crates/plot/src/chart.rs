@@ -74,7 +74,8 @@ pub fn save_png(
         if title.is_empty() {
             draw(&root)?;
         } else {
-            draw(&root.titled(title, (FONT, 20)).map_err(err)?)?;
+            let size = fitting_font(&root, title, 20.0);
+            draw(&root.titled(title, (FONT, size)).map_err(err)?)?;
         }
         root.present().map_err(err)?;
     }
@@ -83,6 +84,21 @@ pub fn save_png(
         .write_image(&rgb, size.0, size.1, image::ColorType::Rgb8)
         .with_context(|| format!("encoding {}", path.display()))?;
     Ok(posenc_io::write_atomic(path, &png).context("writing the figure")?)
+}
+
+/// The font size, at most `size` and at least 9, at which `text` fits across `area` with
+/// a few pixels to spare on each side: a long title is set smaller rather than cut off at
+/// the figure's edges.
+fn fitting_font(area: &Area, text: &str, size: f64) -> f64 {
+    let room = f64::from(area.dim_in_pixel().0.saturating_sub(16));
+    let mut size = size;
+    while size > 9.0 {
+        match area.estimate_text_size(text, &(FONT, size).into_text_style(area)) {
+            Ok((w, _)) if f64::from(w) > room => size -= 0.5,
+            _ => break,
+        }
+    }
+    size
 }
 
 /// A plotters error as this crate's (plotters' own errors borrow the backend's).
@@ -183,8 +199,9 @@ pub fn heatmap(area: &Area, h: &Heatmap) -> Result<()> {
         }
         _ => String::new(),
     };
+    let size = fitting_font(area, &title, 15.0);
     let mut chart = ChartBuilder::on(area)
-        .caption(title, (FONT, 15))
+        .caption(&title, (FONT, size))
         .margin(6)
         .x_label_area_size(if h.x_ticks.is_some() && !numeric {
             60
@@ -485,8 +502,9 @@ fn draw_curves(
         true => place_legend(area, series, xr, yr),
         false => (SeriesLabelPosition::UpperRight, yr),
     };
+    let size = fitting_font(area, &axes.title, 15.0);
     let mut chart = ChartBuilder::on(area)
-        .caption(&axes.title, (FONT, 15))
+        .caption(&axes.title, (FONT, size))
         .margin(8)
         .x_label_area_size(35)
         .y_label_area_size(55)
@@ -795,6 +813,23 @@ fn legend_corner(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A title that fits keeps its size; one wider than the figure is set smaller until it
+    /// fits, not cut off at the edges.
+    #[test]
+    fn a_long_title_is_set_smaller_to_fit() {
+        register_font().unwrap();
+        let mut rgb = vec![0u8; 400 * 100 * 3];
+        let root = BitMapBackend::with_buffer(&mut rgb, (400, 100)).into_drawing_area();
+        assert_eq!(fitting_font(&root, "a short title", 20.0), 20.0);
+        let long = "test loss by position in the longest window (trained on L = 64, 2000 steps)";
+        let size = fitting_font(&root, long, 20.0);
+        assert!((9.0..20.0).contains(&size), "{size}");
+        let (w, _) = root
+            .estimate_text_size(long, &(FONT, size).into_text_style(&root))
+            .unwrap();
+        assert!(w <= 400 - 16, "{w} px wide at {size}");
+    }
 
     /// Every registered kind has a colour of its own, and any label the same colour in
     /// every call: a figure's rope is every figure's rope.
