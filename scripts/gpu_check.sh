@@ -35,14 +35,17 @@
 #                                   # scripts/gpu_check.sh lm-experiment --steps 1200
 #   scripts/gpu_check.sh lm-cells SECONDS ENCODING@SEED…  # the same experiment, one
 #                                   # process per cell (an encoding and a seed), JOBS
-#                                   # (default 3) at once on the one GPU, each in its own
+#                                   # (default 1) at once on the one GPU, each in its own
 #                                   # directory (and log, DIR.log) of EXPERIMENT_OUT (default
 #                                   # target/cuda/lm-cells), STEPS (default 1200) steps; a
 #                                   # cell starts only with more than 60 s left and is cut
 #                                   # at SECONDS; the GPU's load and memory are logged every
 #                                   # 5 s (gpu_load.log), and the finished cells' results
 #                                   # are packed into $OUT/lm-cells.tar.gz when $OUT is set.
-#                                   # Pool the cells with scripts/gpu_lm_pool.py
+#                                   # Pool the cells with `posenc lm experiment --pool`. One
+#                                   # process already keeps the GPU busy: three at once took
+#                                   # 3.6 times as long each (docs/gpu/README.md), so JOBS=1
+#                                   # unless that changes
 #   scripts/gpu_check.sh startup    # three two-step `lm train` processes at the experiment's
 #                                   # size (CUDA's JIT cache emptied first, then warm, then
 #                                   # warm at batch 1), each line of output and each change
@@ -214,7 +217,7 @@ case $stage in
     }
     export -f cell
     export deadline out
-    printf '%s\n' "${@:3}" | xargs -P "${JOBS:-3}" -I{} bash -c 'cell "$1"' _ {} | tee "$logs/lm_cells.log"
+    printf '%s\n' "${@:3}" | xargs -P "${JOBS:-1}" -I{} bash -c 'cell "$1"' _ {} | tee "$logs/lm_cells.log"
     kill "$sampler" 2> /dev/null || true
     if [ -n "${OUT:-}" ]; then
       tar -czf "$OUT/lm-cells.tar.gz" "$logs" \
