@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use posenc_io::write_atomic;
-use posenc_plot::chart::{heatmap, mean_and_range, save_png, Heatmap};
+use posenc_plot::chart::{heatmap, save_png, Heatmap};
 use posenc_plot::extrapolation::{loss_by_position, perplexity_by_length};
 use posenc_train::results::mean_sd;
 use serde_json::{json, Value};
@@ -103,7 +103,7 @@ fn smollm2(raw: &Path, out: &Path, records: &mut Vec<Value>, md: &mut String) ->
                     Some(p) => format!("{ppl:.2} ({p:.2})"),
                     None => format!("{ppl:.2}"),
                 };
-                curve.push((len as f64, ppl, ppl, ppl));
+                curve.push((len as f64, vec![ppl]));
                 let peak_mb = time["peak_rss_kb"].as_f64().unwrap_or(f64::NAN) / 1024.0;
                 records.push(json!({
                     "experiment": "smollm2-perplexity", "scaling": kind,
@@ -126,7 +126,7 @@ fn smollm2(raw: &Path, out: &Path, records: &mut Vec<Value>, md: &mut String) ->
         }
         if !curve.is_empty() {
             // SmolLM2 itself: one model, no seeds.
-            curves.push((kind.to_string(), 1, curve));
+            curves.push((kind.to_string(), curve));
         }
     }
     let header = |first: &str| {
@@ -269,22 +269,25 @@ fn toy(raw: &Path, out: &Path, records: &mut Vec<Value>, md: &mut String) -> Res
                 Some(xs) => {
                     let (m, s) = mean_sd(xs);
                     cells.push(format!("{m:.2} ± {s:.2} ({})", xs.len()));
-                    curve.extend(mean_and_range(len as f64, xs));
+                    curve.push((len as f64, xs.clone()));
                 }
                 None => cells.push("–".into()),
             }
         }
         let _ = writeln!(md, "| {variant} | {} |", cells.join(" | "));
-        let seeds = lengths
-            .iter()
-            .filter_map(|len| found.get(&(variant.clone(), *len)).map(Vec::len))
-            .max()
-            .unwrap_or(0);
-        curves.push((variant.clone(), seeds, curve));
+        curves.push((variant.clone(), curve));
     }
+    let seeds = curves
+        .iter()
+        .flat_map(|(_, c)| c.iter().map(|(_, ys)| ys.len()))
+        .max()
+        .unwrap_or(0);
     perplexity_by_length(
         &out.join("toy.png"),
-        "rope trained at 64 characters: mean and range over seeds",
+        &format!(
+            "rope trained at 64 characters: {}",
+            posenc_plot::chart::seeds_note(&seeds.to_string())
+        ),
         &curves,
     )?;
     Ok(())

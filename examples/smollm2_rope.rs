@@ -28,7 +28,7 @@ use posenc_io::write_atomic;
 use posenc_llama::{Llama, Precision};
 use posenc_lm::corpus::{self, Corpus};
 use posenc_lm::lm_train::{evaluate, LengthEval};
-use posenc_plot::chart::SpreadPoint;
+use posenc_plot::chart::SeedPoint;
 use posenc_plot::extrapolation::{loss_by_position, perplexity_by_length};
 use serde::Serialize;
 
@@ -170,14 +170,14 @@ fn table(results: &[Variant], tokens: usize) -> String {
 
 fn plot(results: &[Variant], out: &std::path::Path) -> Result<()> {
     // One pretrained model: no seeds.
-    let by_length: Vec<(String, usize, Vec<SpreadPoint>)> = results
+    let by_length: Vec<(String, Vec<SeedPoint>)> = results
         .iter()
         .map(|v| {
-            let points = v.results.iter().map(|e| {
-                let ppl = e.perplexity();
-                (e.len as f64, ppl, ppl, ppl)
-            });
-            (v.name.clone(), 1, points.collect())
+            let points = v
+                .results
+                .iter()
+                .map(|e| (e.len as f64, vec![e.perplexity()]));
+            (v.name.clone(), points.collect())
         })
         .collect();
     let title = "SmolLM2-135M on Shakespeare: RoPE swapped, nothing retrained";

@@ -5,7 +5,9 @@
 use std::path::{Path, PathBuf};
 
 use candle_core::Device;
-use posenc_plot::chart::{curves, label_colours, save_png, Axes, Mark, Series};
+use posenc_plot::chart::{
+    curves, label_colours, save_png, seeds_note, with_seeds, Axes, Mark, SeedPoint, Series,
+};
 use posenc_train::Result;
 
 use crate::experiment::Experiment;
@@ -114,30 +116,25 @@ pub fn results_figures(exp: &Experiment, out: &Path) -> Result<Vec<PathBuf>> {
     let length_path = out.join(BY_LENGTH);
     {
         drawn(save_png(&length_path, (900, 560), "", |root| {
-            // Each label's mean over its seeds, at each number of clauses.
+            // Each label's seeds at each number of clauses: their mean and spread.
             let colours = label_colours(&labels.iter().map(String::as_str).collect::<Vec<_>>());
             let series: Vec<Series> = labels
                 .iter()
                 .zip(colours)
-                .map(|(label, colour)| {
-                    let points = (0..4)
-                        .filter_map(|c| {
+                .flat_map(|(label, colour)| {
+                    let points: Vec<SeedPoint> = (0..4)
+                        .map(|c| {
                             let xs: Vec<f64> = exp
                                 .results
                                 .iter()
                                 .filter(|r| &r.label == label)
                                 .filter_map(|r| *r.metrics.as_ref()?.exact_by_clauses.get(c)?)
                                 .collect();
-                            let mean = xs.iter().sum::<f64>() / xs.len() as f64;
-                            (!xs.is_empty()).then_some(((c + 1) as f64, mean))
+                            ((c + 1) as f64, xs)
                         })
                         .collect();
-                    Series {
-                        name: label.clone(),
-                        points,
-                        mark: Mark::LineDots,
-                        colour,
-                    }
+                    let seeds = points.iter().map(|(_, xs)| xs.len()).max().unwrap_or(0);
+                    Series::spread(with_seeds(label, seeds), colour, &points, 1.0)
                 })
                 .collect();
             curves(
@@ -145,9 +142,10 @@ pub fn results_figures(exp: &Experiment, out: &Path) -> Result<Vec<PathBuf>> {
                 &Axes {
                     title: match exp.config.seeds {
                         1 => "exact match by clauses (trained on 1–2)".into(),
-                        n => {
-                            format!("exact match by clauses (trained on 1–2; mean over {n} seeds)")
-                        }
+                        n => format!(
+                            "exact match by clauses (trained on 1–2; {})",
+                            seeds_note(&n.to_string())
+                        ),
                     },
                     x_desc: "clauses in the sentence",
                     y_desc: "fraction exactly right",

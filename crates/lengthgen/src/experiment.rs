@@ -466,7 +466,7 @@ pub fn evaluate(
 }
 
 /// Accuracy over seeds at one length of one entry.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Summary {
     /// The instance length.
     pub length: usize,
@@ -480,6 +480,8 @@ pub struct Summary {
     pub max: f64,
     /// Seeds.
     pub seeds: usize,
+    /// Each seed's, in the order of the records.
+    pub values: Vec<f64>,
 }
 
 impl LengthgenExperiment {
@@ -585,6 +587,7 @@ impl LengthgenExperiment {
                             min: xs.iter().copied().fold(f64::INFINITY, f64::min),
                             max: xs.iter().copied().fold(f64::NEG_INFINITY, f64::max),
                             seeds: xs.len(),
+                            values: xs,
                         }
                     })
                     .collect();

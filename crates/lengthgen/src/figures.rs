@@ -1,6 +1,7 @@
 //! The figure of `posenc lengthgen experiment`, drawn by `posenc-plot` from this task's
 //! records: exact-match accuracy against instance length, one line
-//! per encoding (the mean over seeds) in a band from the lowest seed to the highest.
+//! per encoding (the mean over seeds) in a band from the lowest seed to the highest, or
+//! with each seed's point where they lie more than half the axis apart.
 
 use std::path::{Path, PathBuf};
 
@@ -32,15 +33,13 @@ pub fn lengthgen(exp: &LengthgenExperiment, out: &Path) -> Result<Vec<PathBuf>> 
             .map(|r| {
                 (
                     r.length as f64,
-                    100.0 * r.mean,
-                    100.0 * r.min,
-                    100.0 * r.max,
+                    r.values.iter().map(|v| 100.0 * v).collect(),
                 )
             })
             .collect();
         let seeds = rows.iter().map(|r| r.seeds).max().unwrap_or(0);
         let name = with_seeds(label, seeds);
-        series.extend(Series::spread(name, colour, &points));
+        series.extend(Series::spread(name, colour, &points, 100.0));
     }
     let [lo, hi] = exp.train_lengths;
     // Pooled experiments may hold more seeds of some entries than of others.
@@ -55,8 +54,9 @@ pub fn lengthgen(exp: &LengthgenExperiment, out: &Path) -> Result<Vec<PathBuf>> 
             root,
             &Axes {
                 title: format!(
-                    "{}: exact match by length (trained on {lo}–{hi}; mean and range over {seeds} seeds)",
-                    exp.task
+                    "{}: exact match by length (trained on {lo}–{hi}; {})",
+                    exp.task,
+                    posenc_plot::chart::seeds_note(&seeds)
                 ),
                 x_desc: "instance length",
                 y_desc: "exact-match accuracy (%)",

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use posenc_plot::chart::{mean_and_range, SpreadPoint};
+use posenc_plot::chart::SeedPoint;
 use posenc_plot::extrapolation::{loss_by_position, perplexity_by_length};
 use posenc_train::Result;
 
@@ -39,29 +39,33 @@ pub fn lm_experiment(exp: &LmExperiment, out: &Path) -> Result<Vec<PathBuf>> {
         None => format!("trained on L = {context}, {steps} steps"),
     };
     let seeds = exp.config.seeds;
-    // Each label's mean perplexity over its seeds at each length, with their range.
-    let by_length: Vec<(String, usize, Vec<SpreadPoint>)> = exp
+    // Each label's seeds' perplexities at each length.
+    let by_length: Vec<(String, Vec<SeedPoint>)> = exp
         .labels()
         .into_iter()
         .map(|label| {
-            let (mut points, mut seeds) = (Vec::new(), 0);
-            for f in &exp.config.factors {
-                let len = f * context;
-                let ppl: Vec<f64> = exp
-                    .records
-                    .iter()
-                    .filter(|r| r.run.label == label && r.length == len)
-                    .filter_map(|r| r.perplexity)
-                    .collect();
-                seeds = seeds.max(ppl.len());
-                points.extend(mean_and_range(len as f64, &ppl));
-            }
-            (label, seeds, points)
+            let points = exp
+                .config
+                .factors
+                .iter()
+                .map(|f| {
+                    let len = f * context;
+                    let ppl: Vec<f64> = exp
+                        .records
+                        .iter()
+                        .filter(|r| r.run.label == label && r.length == len)
+                        .filter_map(|r| r.perplexity)
+                        .collect();
+                    (len as f64, ppl)
+                })
+                .collect();
+            (label, points)
         })
         .collect();
     let extrapolation = out.join(EXTRAPOLATION);
     let title = if seeds > 1 {
-        format!("test perplexity by window length ({trained}; mean and range over {seeds} seeds)")
+        let note = posenc_plot::chart::seeds_note(&seeds.to_string());
+        format!("test perplexity by window length ({trained}; {note})")
     } else {
         format!("test perplexity by window length ({trained})")
     };

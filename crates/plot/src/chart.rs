@@ -271,6 +271,7 @@ pub enum Mark {
 }
 
 /// One named series of a [`curves`] panel.
+#[derive(Debug, Clone)]
 pub struct Series {
     /// Legend entry (empty: none).
     pub name: String,
@@ -282,39 +283,51 @@ pub struct Series {
     pub colour: RGBColor,
 }
 
-/// A point of [`Series::spread`]: `(x, mean, min, max)`.
-pub type SpreadPoint = (f64, f64, f64, f64);
-
-/// The point `(x, mean, min, max)` of [`Series::spread`] from the values of each seed at
-/// `x`; `None` for no values.
-pub fn mean_and_range(x: f64, ys: &[f64]) -> Option<SpreadPoint> {
-    if ys.is_empty() {
-        return None;
-    }
-    let mean = ys.iter().sum::<f64>() / ys.len() as f64;
-    let lo = ys.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = ys.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    Some((x, mean, lo, hi))
-}
+/// A point of [`Series::spread`]: `x` and each seed's value there.
+pub type SeedPoint = (f64, Vec<f64>);
 
 impl Series {
-    /// A mean over seeds drawn as a line with dots, in a band from the lowest seed to the
-    /// highest (none where every point has one value): the band first, so the line is
-    /// drawn over it. Each point is `(x, mean, min, max)`.
-    pub fn spread(name: String, colour: RGBColor, points: &[SpreadPoint]) -> Vec<Series> {
+    /// A mean over seeds, drawn as a line with dots, and the seeds' spread around it: a
+    /// band from the lowest seed to the highest (none where every point has one value);
+    /// or, where the seeds at some `x` lie further apart than half of `span` (the extent
+    /// of the y axis), each seed's value as a ring of its own, since a band that wide
+    /// would hide that no seed is near the mean. Points without values are left out.
+    pub fn spread(name: String, colour: RGBColor, points: &[SeedPoint], span: f64) -> Vec<Series> {
+        let points: Vec<(f64, f64, f64, f64, &[f64])> = points
+            .iter()
+            .filter(|(_, ys)| !ys.is_empty())
+            .map(|(x, ys)| {
+                let mean = ys.iter().sum::<f64>() / ys.len() as f64;
+                let lo = ys.iter().copied().fold(f64::INFINITY, f64::min);
+                let hi = ys.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                (*x, mean, lo, hi, ys.as_slice())
+            })
+            .collect();
         let line = Series {
             name,
-            points: points.iter().map(|&(x, mean, _, _)| (x, mean)).collect(),
+            points: points.iter().map(|&(x, mean, ..)| (x, mean)).collect(),
             mark: Mark::LineDots,
             colour,
         };
-        if points.iter().all(|&(_, _, lo, hi)| lo == hi) {
+        if points.iter().all(|&(_, _, lo, hi, _)| lo == hi) {
             return vec![line];
+        }
+        if points.iter().any(|&(_, _, lo, hi, _)| hi - lo > span / 2.0) {
+            let seeds = Series {
+                name: String::new(),
+                points: points
+                    .iter()
+                    .flat_map(|&(x, _, _, _, ys)| ys.iter().map(move |&y| (x, y)))
+                    .collect(),
+                mark: Mark::Rings,
+                colour,
+            };
+            return vec![seeds, line];
         }
         let band = points
             .iter()
-            .map(|&(x, _, lo, _)| (x, lo))
-            .chain(points.iter().rev().map(|&(x, _, _, hi)| (x, hi)))
+            .map(|&(x, _, lo, _, _)| (x, lo))
+            .chain(points.iter().rev().map(|&(x, _, _, hi, _)| (x, hi)))
             .collect();
         let band = Series {
             name: String::new(),
@@ -324,6 +337,14 @@ impl Series {
         };
         vec![band, line]
     }
+}
+
+/// What a figure of [`Series::spread`] curves over `seeds` seeds (a count, or a range of
+/// counts) shows, for its title.
+pub fn seeds_note(seeds: &str) -> String {
+    format!(
+        "mean over {seeds} seeds; shaded, their range; rings, each seed where they lie far apart"
+    )
 }
 
 /// A legend entry: the label, with its number of seeds when there are several (so a band
@@ -495,13 +516,41 @@ fn draw_curves(
     };
     let (xr, yr) = (pad(x0, x1), pad(y0, y1));
     let (xr, yr) = ((xr.start, xr.end), (yr.start, yr.end));
+    let noted = note_hidden(series, yr.1 - yr.0);
+    let series = noted.as_slice();
     let named = series.iter().any(|s| !s.name.is_empty());
-    // The data's top: room grown above it for the legend gets no labels.
-    let data_top = yr.1;
-    let (corner, yr) = match named {
-        true => place_legend(area, series, xr, yr),
-        false => (SeriesLabelPosition::UpperRight, yr),
+    // The legend goes into a corner the data leaves free, or else beside the plot: the
+    // axes stay fitted to the data either way.
+    // Square axes get a square plot, so a circle is drawn round (its labels and title
+    // around it, as plotters lays them out); the rest of the panel stays blank.
+    let (w, h) = area.dim_in_pixel();
+    let (around_w, around_h) = (8 + 8 + 55, 8 + 8 + 35 + 22);
+    let plot_size = |legend_w: u32| match axes.square {
+        true => {
+            let side = (w - legend_w)
+                .saturating_sub(around_w)
+                .min(h.saturating_sub(around_h));
+            (side + around_w, side + around_h)
+        }
+        false => (w - legend_w, h),
     };
+    let (plot_w, plot_h) = plot_size(0);
+    let (corner, covered) = match named {
+        true => legend_corner(
+            &area.clone().shrink((0, 0), (plot_w, plot_h)),
+            series,
+            xr,
+            yr,
+        ),
+        false => (SeriesLabelPosition::UpperRight, 0),
+    };
+    let (plot_w, plot_h) = match covered {
+        0 => (plot_w, plot_h),
+        _ => plot_size(legend_width(series).min(w / 3)),
+    };
+    let plot_area = area.clone().shrink((0, 0), (plot_w, plot_h));
+    let beside = (covered > 0).then(|| area.clone().shrink((plot_w, 0), (w - plot_w, h)));
+    let area = &plot_area;
     let size = fitting_font(area, &axes.title, 15.0);
     let mut chart = ChartBuilder::on(area)
         .caption(&axes.title, (FONT, size))
@@ -523,17 +572,13 @@ fn draw_curves(
         }
     };
     let tidy = |v: &f64| tidy_label(*v, yr.1 - yr.0);
-    let tidy_y = |v: &f64| match *v > data_top + (yr.1 - yr.0) * 1e-9 {
-        true => String::new(),
-        false => tidy(v),
-    };
     let mut mesh = chart.configure_mesh();
     mesh.light_line_style(WHITE.mix(0.0))
         .x_desc(axes.x_desc)
         .y_desc(axes.y_desc)
         .label_style((FONT, 12))
         .axis_desc_style((FONT, 13))
-        .y_label_formatter(&tidy_y);
+        .y_label_formatter(&tidy);
     if whole_x {
         mesh.x_label_formatter(&whole);
     } else {
@@ -599,6 +644,11 @@ fn draw_curves(
                 });
         }
     }
+    let plot = chart.plotting_area().get_pixel_range();
+    if let (Some(strip), true) = (&beside, legend) {
+        legend_beside(strip, series, plot.1.start)?;
+        return Ok(plot);
+    }
     if named && legend {
         chart
             .configure_series_labels()
@@ -609,7 +659,87 @@ fn draw_curves(
             .draw()
             .map_err(err)?;
     }
-    Ok(chart.plotting_area().get_pixel_range())
+    Ok(plot)
+}
+
+/// `series` with the legend name of each line that a later line (drawn over it) hides
+/// whole, every point within 1% of the y axis's extent `span` of the later one's at the
+/// same x, saying which: `sinusoidal (3 seeds), under t5`.
+fn note_hidden(series: &[Series], span: f64) -> Vec<Series> {
+    let line = |s: &Series| !s.name.is_empty() && matches!(s.mark, Mark::Line | Mark::LineDots);
+    let covers = |over: &Series, under: &Series| {
+        under.points.iter().all(|&(x, y)| {
+            over.points
+                .iter()
+                .any(|&(ox, oy)| ox == x && (oy - y).abs() <= span.abs() * 0.01)
+        })
+    };
+    let mut out = series.to_vec();
+    for (i, s) in series.iter().enumerate() {
+        if !line(s) || s.points.is_empty() {
+            continue;
+        }
+        if let Some(over) = series[i + 1..]
+            .iter()
+            .rev()
+            .find(|o| line(o) && covers(o, s))
+        {
+            let base = over.name.split(" (").next().unwrap_or(&over.name);
+            out[i].name = format!("{}, under {base}", s.name);
+        }
+    }
+    out
+}
+
+/// The width in pixels of a legend of `series` drawn beside the plot.
+fn legend_width(series: &[Series]) -> u32 {
+    let chars = series
+        .iter()
+        .map(|s| s.name.chars().count())
+        .max()
+        .unwrap_or(0);
+    48 + 7 * chars as u32
+}
+
+/// Draws the legend of `series` into `strip`, the area right of the plot, its top at the
+/// plot's top (`top`, in the figure's pixels): a swatch and the name of each named series,
+/// in a box as plotters draws a legend inside the plot.
+fn legend_beside(strip: &Area, series: &[Series], top: i32) -> Result<()> {
+    let named: Vec<&Series> = series.iter().filter(|s| !s.name.is_empty()).collect();
+    let (w, _) = strip.dim_in_pixel();
+    let top = top - strip.get_base_pixel().1;
+    let row = 18;
+    let bottom = top + 10 + row * named.len() as i32;
+    let frame = [(6, top), (w as i32 - 8, bottom)];
+    strip
+        .draw(&Rectangle::new(frame, WHITE.mix(0.85).filled()))
+        .map_err(err)?;
+    strip
+        .draw(&Rectangle::new(frame, BLACK.mix(0.3)))
+        .map_err(err)?;
+    for (i, s) in named.iter().enumerate() {
+        let y = top + 5 + row * i as i32 + row / 2;
+        strip
+            .draw(&PathElement::new(
+                vec![(12, y), (28, y)],
+                s.colour.stroke_width(3),
+            ))
+            .map_err(err)?;
+        strip
+            .draw(&Text::new(
+                s.name.clone(),
+                (34, y),
+                (FONT, 12)
+                    .into_font()
+                    .color(&BLACK)
+                    .pos(plotters::style::text_anchor::Pos::new(
+                        plotters::style::text_anchor::HPos::Left,
+                        plotters::style::text_anchor::VPos::Center,
+                    )),
+            ))
+            .map_err(err)?;
+    }
+    Ok(())
 }
 
 /// An axis label: as few decimals as the value needs (30, not 30.0; 0.25), and 0 for a
@@ -710,27 +840,6 @@ fn clip_polyline(
     split
 }
 
-/// Where the legend goes, and the y range that leaves room for it: the corner of the plot
-/// whose box covers no point of `series`, upper right first among equals; when every corner
-/// is covered, the y range grows upwards until the legend fits above the data.
-fn place_legend(
-    area: &Area,
-    series: &[Series],
-    xr: (f64, f64),
-    yr: (f64, f64),
-) -> (SeriesLabelPosition, (f64, f64)) {
-    let (corner, covered) = legend_corner(area, series, xr, yr);
-    if covered == 0 {
-        return (corner, yr);
-    }
-    let (_, lh) = legend_size(area, series);
-    // The data keeps the lower 1 − lh of the plot, with a little air under the legend.
-    let share = (1.0 - lh - 0.03).max(0.3);
-    let grown = (yr.0, yr.0 + (yr.1 - yr.0) / share);
-    let (corner, _) = legend_corner(area, series, xr, grown);
-    (corner, grown)
-}
-
 /// The legend's width and height as shares of the plot (labels and margins as plotters
 /// draws them, rounded up).
 fn legend_size(area: &Area, series: &[Series]) -> (f64, f64) {
@@ -813,6 +922,61 @@ fn legend_corner(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Seeds close together are a band around their mean; seeds further apart than half the
+    /// axis at some point are each drawn, with no band; one seed is the line alone.
+    #[test]
+    fn seeds_far_apart_are_drawn_each() {
+        let marks = |points: &[SeedPoint]| -> Vec<(Mark, usize)> {
+            Series::spread("a".into(), colour(0), points, 100.0)
+                .iter()
+                .map(|s| (s.mark, s.points.len()))
+                .collect()
+        };
+        let close = [(1.0, vec![40.0, 50.0, 60.0]), (2.0, vec![10.0, 20.0, 30.0])];
+        assert_eq!(marks(&close), [(Mark::Area, 4), (Mark::LineDots, 2)]);
+        let apart = [(1.0, vec![90.0, 95.0, 97.0]), (2.0, vec![0.0, 5.0, 96.0])];
+        assert_eq!(marks(&apart), [(Mark::Rings, 6), (Mark::LineDots, 2)]);
+        let one = [(1.0, vec![90.0]), (2.0, vec![]), (3.0, vec![5.0])];
+        assert_eq!(marks(&one), [(Mark::LineDots, 2)]);
+        let line = &Series::spread("a".into(), colour(0), &apart, 100.0)[1];
+        assert!(
+            (line.points[1].1 - 101.0 / 3.0).abs() < 1e-9,
+            "the mean: {:?}",
+            line.points
+        );
+    }
+
+    /// A line that a later one hides whole says so in its legend name; one that shows
+    /// anywhere, or one drawn over the other, does not.
+    #[test]
+    fn a_hidden_line_names_the_one_over_it() {
+        let s = |name: &str, ys: &[f64]| {
+            named(
+                name,
+                0,
+                Mark::LineDots,
+                ys.iter().enumerate().map(|(i, &y)| (i as f64, y)).collect(),
+            )
+        };
+        let series = [
+            s("sinusoidal (3 seeds)", &[100.0, 50.0, 0.0]),
+            s("rope (3 seeds)", &[100.0, 60.0, 0.0]),
+            s("t5 (3 seeds)", &[100.0, 50.5, 0.0]),
+        ];
+        let names: Vec<String> = note_hidden(&series, 100.0)
+            .into_iter()
+            .map(|s| s.name)
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "sinusoidal (3 seeds), under t5",
+                "rope (3 seeds)",
+                "t5 (3 seeds)"
+            ]
+        );
+    }
 
     /// A title that fits keeps its size; one wider than the figure is set smaller until it
     /// fits, not cut off at the edges.
@@ -1034,11 +1198,28 @@ mod tests {
             &axes(None),
             &[named("dims 0, 1", 4, Mark::LineDots, diagonal)],
         );
-        // Data in every corner, six named series: the plot grows room for the legend.
+        // Data in every corner, six named series: the legend goes beside the plot, whose
+        // axes stay fitted to the data (its highest line within the 5% pad of the top).
         let dense: Vec<Series> = (0..6)
             .map(|i| named(&format!("series number {i}"), i, Mark::Line, zigzag(i, 12)))
             .collect();
         check_panel(&axes(None), &dense);
+        let (rgb, (xs, ys)) = render(&axes(None), &dense, true);
+        assert!(
+            xs.end < SIZE.0 as i32 - 100,
+            "no room beside the plot: {xs:?}"
+        );
+        let highest = series_pixels(&rgb, &dense)
+            .into_iter()
+            .filter(|(x, _)| xs.contains(x))
+            .map(|(_, y)| y)
+            .min()
+            .unwrap();
+        assert!(
+            highest - ys.start <= (ys.end - ys.start) / 12,
+            "the data starts {} px below the plot's top",
+            highest - ys.start
+        );
         // Dots and rings only, a rising line: a free corner is used as it is.
         check_panel(
             &axes(None),

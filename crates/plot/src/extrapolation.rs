@@ -3,31 +3,34 @@
 
 use std::path::Path;
 
-use crate::chart::{curves, label_colours, save_png, with_seeds, Axes, Mark, Series, SpreadPoint};
+use crate::chart::{curves, label_colours, save_png, with_seeds, Axes, Mark, SeedPoint, Series};
 use crate::error::Result;
 
-/// Perplexity against window length, one curve per series `(label, seeds, points)` of
-/// `(length, mean, min, max)` over that many seeds: the mean as a line, the range as a
-/// band around it, the legend naming the seeds.
+/// Perplexity against window length, one curve per series `(label, points)` of each
+/// length and its seeds' perplexities: the mean as a line, the seeds' spread around it
+/// ([`Series::spread`]), the legend naming the seeds.
 ///
 /// # Errors
 /// A file that cannot be written.
 pub fn perplexity_by_length(
     path: &Path,
     title: &str,
-    series: &[(String, usize, Vec<SpreadPoint>)],
+    series: &[(String, Vec<SeedPoint>)],
 ) -> Result<()> {
-    let colours = label_colours(
-        &series
+    let colours = label_colours(&series.iter().map(|(l, _)| l.as_str()).collect::<Vec<_>>());
+    let values = || {
+        series
             .iter()
-            .map(|(l, _, _)| l.as_str())
-            .collect::<Vec<_>>(),
-    );
+            .flat_map(|(_, p)| p.iter().flat_map(|(_, ys)| ys))
+    };
+    let span = values().fold(f64::NEG_INFINITY, |a, &b| a.max(b))
+        - values().fold(f64::INFINITY, |a, &b| a.min(b));
     let curves_: Vec<Series> = series
         .iter()
         .zip(colours)
-        .flat_map(|((label, seeds, points), colour)| {
-            Series::spread(with_seeds(label, *seeds), colour, points)
+        .flat_map(|((label, points), colour)| {
+            let seeds = points.iter().map(|(_, ys)| ys.len()).max().unwrap_or(0);
+            Series::spread(with_seeds(label, seeds), colour, points, span)
         })
         .collect();
     save_png(path, (900, 560), "", |root| {
