@@ -154,7 +154,7 @@ fn smollm2(raw: &Path, out: &Path, records: &mut Vec<Value>, md: &mut String) ->
     let x_ticks: Vec<String> = lengths.iter().map(|l| l.to_string()).collect();
     save_png(
         &out.join("passkey.png"),
-        (640, 420),
+        (710, 420),
         "SmolLM2-135M: passkey found (grey: not run)",
         |root| {
             heatmap(
@@ -168,6 +168,8 @@ fn smollm2(raw: &Path, out: &Path, records: &mut Vec<Value>, md: &mut String) ->
                     y_ticks: Some(&y_ticks),
                     diverging: false,
                     range: Some((0.0, 1.0)),
+                    colour_bar: true,
+                    cell_text: Some(&cells),
                 },
             )
         },

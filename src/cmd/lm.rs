@@ -701,7 +701,8 @@ fn passkey(a: PasskeyArgs, out: &mut impl Write) -> Result<()> {
             .file_name()
             .map_or_else(|| a.model.spec(&default).into(), |n| n.to_string_lossy());
         let title = format!("Passkey retrieval: {name}{}", scaling_note(&a.model));
-        posenc_lm::figures::passkey(&cfg, &accuracy, &title, path)?;
+        let found = passkey::found(&cfg, &records);
+        posenc_lm::figures::passkey(&cfg, &found, &title, path)?;
     }
     Ok(())
 }

@@ -90,15 +90,21 @@ pub fn lm_experiment(exp: &LmExperiment, out: &Path) -> Result<Vec<PathBuf>> {
     Ok(vec![extrapolation, positions])
 }
 
-/// Draws `accuracy[length][depth]` of the passkey sweep `cfg` into the PNG `path`.
+/// Draws `found[length][depth]` (keys found, trials) of the passkey sweep `cfg` into the
+/// PNG `path`.
 ///
 /// # Errors
 /// A table whose shape is not `cfg`'s; a figure that cannot be written.
-pub fn passkey(cfg: &PasskeyConfig, accuracy: &[Vec<f64>], title: &str, path: &Path) -> Result<()> {
+pub fn passkey(
+    cfg: &PasskeyConfig,
+    found: &[Vec<(usize, usize)>],
+    title: &str,
+    path: &Path,
+) -> Result<()> {
     drawn(posenc_plot::passkey(
         &cfg.lengths,
         &cfg.depths,
-        accuracy,
+        found,
         title,
         path,
     ))

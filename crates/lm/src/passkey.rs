@@ -316,8 +316,9 @@ pub fn run(
     Ok(records)
 }
 
-/// Accuracy by (length, depth), in the order of `cfg`: `table[length][depth]`.
-pub fn accuracy(cfg: &PasskeyConfig, records: &[PasskeyRecord]) -> Vec<Vec<f64>> {
+/// Keys found and trials by (length, depth), in the order of `cfg`:
+/// `table[length][depth] = (found, trials)`.
+pub fn found(cfg: &PasskeyConfig, records: &[PasskeyRecord]) -> Vec<Vec<(usize, usize)>> {
     cfg.lengths
         .iter()
         .map(|&l| {
@@ -328,9 +329,20 @@ pub fn accuracy(cfg: &PasskeyConfig, records: &[PasskeyRecord]) -> Vec<Vec<f64>>
                         .iter()
                         .filter(|r| r.length == l && r.depth == d)
                         .collect();
-                    let right = cell.iter().filter(|r| r.correct).count();
-                    right as f64 / cell.len().max(1) as f64
+                    (cell.iter().filter(|r| r.correct).count(), cell.len())
                 })
+                .collect()
+        })
+        .collect()
+}
+
+/// Accuracy by (length, depth), in the order of `cfg`: `table[length][depth]`.
+pub fn accuracy(cfg: &PasskeyConfig, records: &[PasskeyRecord]) -> Vec<Vec<f64>> {
+    found(cfg, records)
+        .into_iter()
+        .map(|row| {
+            row.into_iter()
+                .map(|(right, trials)| right as f64 / trials.max(1) as f64)
                 .collect()
         })
         .collect()

@@ -57,6 +57,8 @@ pub fn attention(layers: &[Layer], title: &str, path: &Path) -> Result<()> {
                             y_ticks: Some(layer.queries),
                             diverging: false,
                             range: None,
+                            colour_bar: false,
+                            cell_text: None,
                         },
                     )?;
                 }

@@ -136,7 +136,14 @@ pub struct Heatmap<'a> {
     pub diverging: bool,
     /// The values viridis spans, instead of the data's min and max (an accuracy's 0 to 1).
     pub range: Option<(f32, f32)>,
+    /// A colour bar beside the cells, with its values (else the range is in the title).
+    pub colour_bar: bool,
+    /// Text in each cell, `cell_text[row][column]`: how many stand behind a share, say.
+    pub cell_text: Option<&'a [Vec<String>]>,
 }
+
+/// The width in pixels of a heatmap's colour bar and its labels.
+pub const BAR_WIDTH: u32 = 70;
 
 /// A round step (1, 2, 5, 10, 20, 50, …) giving at most about 8 labels over `n` values.
 fn round_step(n: i32) -> i32 {
@@ -177,11 +184,20 @@ pub fn heatmap(area: &Area, h: &Heatmap) -> Result<()> {
             ViridisRGB.get_color(0.0)
         }
     };
-    let title = if h.diverging {
-        format!("{}  [±{limit:.2}]", h.title)
-    } else {
-        format!("{}  [{lo:.2}, {hi:.2}]", h.title)
+    let title = match (h.colour_bar, h.diverging) {
+        (true, _) => h.title.clone(),
+        (false, true) => format!("{}  [±{limit:.2}]", h.title),
+        (false, false) => format!("{}  [{lo:.2}, {hi:.2}]", h.title),
     };
+    let (w, _) = area.dim_in_pixel();
+    let (cells_area, bar) = match h.colour_bar {
+        true => {
+            let (cells, bar) = area.split_horizontally(w.saturating_sub(BAR_WIDTH));
+            (cells, Some(bar))
+        }
+        false => (area.clone(), None),
+    };
+    let area = &cells_area;
     // Words stand on end so they do not overlap; numbers read across.
     let numeric = h
         .x_ticks
@@ -249,6 +265,64 @@ pub fn heatmap(area: &Area, h: &Heatmap) -> Result<()> {
             })
         }))
         .map_err(err)?;
+    if let Some(text) = h.cell_text {
+        let font = (FONT, 12).into_font();
+        let centred = plotters::style::text_anchor::Pos::new(
+            plotters::style::text_anchor::HPos::Center,
+            plotters::style::text_anchor::VPos::Center,
+        );
+        for (r, (row, values)) in text.iter().zip(h.values).enumerate() {
+            let y = rows - 1 - r as i32;
+            for (c, (label, &v)) in row.iter().zip(values).enumerate() {
+                // Dark text on light cells, light text on dark ones.
+                let RGBColor(red, green, blue) = colour(v);
+                let light =
+                    0.299 * f64::from(red) + 0.587 * f64::from(green) + 0.114 * f64::from(blue);
+                let ink = if light > 140.0 { BLACK } else { WHITE };
+                chart
+                    .draw_series(std::iter::once(Text::new(
+                        label.clone(),
+                        (SegmentValue::CenterOf(c as i32), SegmentValue::CenterOf(y)),
+                        font.color(&ink).pos(centred),
+                    )))
+                    .map_err(err)?;
+            }
+        }
+    }
+    if let Some(bar) = bar {
+        let (_, ys) = chart.plotting_area().get_pixel_range();
+        let base = bar.get_base_pixel().1;
+        let (top, bottom) = (ys.start - base, ys.end - base);
+        let (from, to) = if h.diverging {
+            (-limit, limit)
+        } else {
+            (lo, hi)
+        };
+        let span = (bottom - top).max(1);
+        for py in top..bottom {
+            let t = 1.0 - (py - top) as f32 / span as f32;
+            bar.draw(&Rectangle::new(
+                [(10, py), (26, py + 1)],
+                colour(from + t * (to - from)).filled(),
+            ))
+            .map_err(err)?;
+        }
+        bar.draw(&Rectangle::new([(10, top), (26, bottom)], BLACK.mix(0.4)))
+            .map_err(err)?;
+        let style = (FONT, 11).into_font().color(&BLACK);
+        for (value, y) in [
+            (to, top),
+            ((from + to) / 2.0, (top + bottom) / 2),
+            (from, bottom - 10),
+        ] {
+            bar.draw(&Text::new(
+                tidy_label(f64::from(value), f64::from(to - from)),
+                (30, y),
+                style.clone(),
+            ))
+            .map_err(err)?;
+        }
+    }
     Ok(())
 }
 
@@ -976,6 +1050,75 @@ mod tests {
                 "t5 (3 seeds)"
             ]
         );
+    }
+
+    /// A colour bar runs from the top value's colour at the top to the bottom value's at
+    /// the bottom; text in a cell changes that cell's pixels and no other cell's.
+    #[test]
+    fn a_heatmap_has_its_colour_bar_and_cell_text() {
+        register_font().unwrap();
+        let values = vec![vec![0.0f32, 1.0], vec![0.5, f32::NAN]];
+        let text = vec![
+            vec!["0/3".to_string(), "3/3".to_string()],
+            vec!["1/2".to_string(), "0/0".to_string()],
+        ];
+        let draw = |cell_text: Option<&[Vec<String>]>| {
+            let mut rgb = vec![0u8; 400 * 300 * 3];
+            {
+                let root = BitMapBackend::with_buffer(&mut rgb, (400, 300)).into_drawing_area();
+                root.fill(&WHITE).unwrap();
+                let map = Heatmap {
+                    values: &values,
+                    title: "t".into(),
+                    x_desc: "x",
+                    y_desc: "y",
+                    x_ticks: None,
+                    y_ticks: None,
+                    diverging: false,
+                    range: Some((0.0, 1.0)),
+                    colour_bar: true,
+                    cell_text,
+                };
+                heatmap(&root, &map).unwrap();
+                root.present().unwrap();
+            }
+            rgb
+        };
+        let plain = draw(None);
+        let px = |rgb: &[u8], x: u32, y: u32| {
+            let i = ((y * 400 + x) * 3) as usize;
+            RGBColor(rgb[i], rgb[i + 1], rgb[i + 2])
+        };
+        // The bar's column: the first from the right edge with viridis' top colour.
+        let bar_x = 400 - BAR_WIDTH + 18;
+        let column: Vec<RGBColor> = (0..300).map(|y| px(&plain, bar_x, y)).collect();
+        let coloured: Vec<usize> = (0..300)
+            .filter(|&y| column[y] != WHITE && column[y].0 != column[y].1)
+            .collect();
+        let (top, bottom) = (coloured[1], coloured[coloured.len() - 2]);
+        let near = |a: RGBColor, b: RGBColor| {
+            (i32::from(a.0) - i32::from(b.0)).abs()
+                + (i32::from(a.1) - i32::from(b.1)).abs()
+                + (i32::from(a.2) - i32::from(b.2)).abs()
+                < 24
+        };
+        assert!(
+            near(column[top], ViridisRGB.get_color(1.0)),
+            "{:?}",
+            column[top]
+        );
+        assert!(
+            near(column[bottom], ViridisRGB.get_color(0.0)),
+            "{:?}",
+            column[bottom]
+        );
+        let with = draw(Some(&text));
+        let changed = plain
+            .chunks(3)
+            .zip(with.chunks(3))
+            .filter(|(a, b)| a != b)
+            .count();
+        assert!(changed > 20, "no text drawn ({changed} pixels changed)");
     }
 
     /// A title that fits keeps its size; one wider than the figure is set smaller until it

@@ -138,6 +138,8 @@ fn additive(f: &Features, kind: &str, title: &str, d: usize, path: &Path) -> Res
                     y_ticks: None,
                     diverging: true,
                     range: None,
+                    colour_bar: true,
+                    cell_text: None,
                 },
             )?;
             let gram: Vec<Vec<f32>> = f
@@ -156,6 +158,8 @@ fn additive(f: &Features, kind: &str, title: &str, d: usize, path: &Path) -> Res
                     y_ticks: None,
                     diverging: false,
                     range: None,
+                    colour_bar: true,
+                    cell_text: None,
                 },
             )?;
             let decay: Vec<Series> = [0, len / 2]
@@ -309,6 +313,8 @@ fn bias(table: Table, kind: &str, path: &Path) -> Result<()> {
                     y_ticks: None,
                     diverging: false,
                     range: None,
+                    colour_bar: true,
+                    cell_text: None,
                 },
             )?;
             heatmap(
@@ -322,6 +328,8 @@ fn bias(table: Table, kind: &str, path: &Path) -> Result<()> {
                     y_ticks: None,
                     diverging: true,
                     range: None,
+                    colour_bar: true,
+                    cell_text: None,
                 },
             )?;
             let q = len / 2;

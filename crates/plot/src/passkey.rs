@@ -1,5 +1,6 @@
 //! Passkey retrieval as a heatmap: accuracy by prompt length (rows, shortest at the top)
-//! and by the depth of the key (columns), on a fixed 0–1 scale so figures compare.
+//! and by the depth of the key (columns), on a fixed 0–1 scale so figures compare, with
+//! the keys found and the trials in each cell.
 
 use std::path::Path;
 
@@ -8,31 +9,47 @@ use posenc_error::ensure;
 
 use crate::chart::{heatmap, save_png, Heatmap};
 
-/// Draws `accuracy[length][depth]`, prompts of `lengths` tokens with the key at `depths`,
-/// into the PNG `path`.
+/// Draws `found[length][depth]`, the keys found and the trials of prompts of `lengths`
+/// tokens with the key at `depths`, into the PNG `path`: the share found as the colour,
+/// `found/trials` as the text of each cell (a cell with no trial is grey).
 ///
 /// # Errors
 /// A table that is not `lengths` by `depths`; a figure that cannot be written.
 pub fn passkey(
     lengths: &[usize],
     depths: &[f64],
-    accuracy: &[Vec<f64>],
+    found: &[Vec<(usize, usize)>],
     title: &str,
     path: &Path,
 ) -> Result<()> {
     ensure!(
-        accuracy.len() == lengths.len() && accuracy.iter().all(|row| row.len() == depths.len()),
-        "the accuracy table is not {} lengths by {} depths",
+        found.len() == lengths.len() && found.iter().all(|row| row.len() == depths.len()),
+        "the passkey table is not {} lengths by {} depths",
         lengths.len(),
         depths.len()
     );
-    let values: Vec<Vec<f32>> = accuracy
+    let values: Vec<Vec<f32>> = found
         .iter()
-        .map(|row| row.iter().map(|&v| v as f32).collect())
+        .map(|row| {
+            row.iter()
+                .map(|&(right, trials)| match trials {
+                    0 => f32::NAN,
+                    n => right as f32 / n as f32,
+                })
+                .collect()
+        })
+        .collect();
+    let text: Vec<Vec<String>> = found
+        .iter()
+        .map(|row| {
+            row.iter()
+                .map(|(right, trials)| format!("{right}/{trials}"))
+                .collect()
+        })
         .collect();
     let x_ticks: Vec<String> = depths.iter().map(|d| format!("{d}")).collect();
     let y_ticks: Vec<String> = lengths.iter().map(|l| l.to_string()).collect();
-    let width = 200 + 90 * depths.len() as u32;
+    let width = 200 + super::chart::BAR_WIDTH + 90 * depths.len() as u32;
     let height = 160 + 50 * lengths.len() as u32;
     let width = width.max(480).max(11 * title.chars().count() as u32 + 40);
     save_png(path, (width, height), title, |root| {
@@ -47,6 +64,8 @@ pub fn passkey(
                 y_ticks: Some(&y_ticks),
                 diverging: false,
                 range: Some((0.0, 1.0)),
+                colour_bar: true,
+                cell_text: Some(&text),
             },
         )
     })
