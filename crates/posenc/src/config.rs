@@ -200,6 +200,8 @@ pub const BUILT_IN: &[Registration] = &[
     Registration::of::<crate::naive::BinaryConfig>(),
     Registration::of::<crate::naive::SineSingleConfig>(),
     Registration::of::<crate::layers::LayersConfig>(),
+    // Later kinds go last: a figure colours the first sixteen kinds by their place here.
+    Registration::of::<crate::hope::HopeConfig>(),
 ];
 
 static REGISTRY: LazyLock<RwLock<Vec<Registration>>> =

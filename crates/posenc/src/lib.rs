@@ -38,6 +38,7 @@ pub mod alibi;
 pub mod analysis;
 pub mod cope;
 pub mod fire;
+pub mod hope;
 pub mod kerple;
 pub mod layers;
 pub mod learned;

@@ -170,6 +170,15 @@ impl Rope {
         Ok(self)
     }
 
+    /// The same rotation with each inverse frequency `θ_i` replaced by `map(θ_i)`: 0 makes
+    /// its pair position-independent (it does not turn).
+    pub(crate) fn map_frequencies(mut self, map: impl Fn(f64) -> f64) -> Self {
+        for f in &mut self.frequencies.inv_freq {
+            *f = map(*f);
+        }
+        self
+    }
+
     /// The same rotation with every position divided by `scale` (position interpolation).
     ///
     /// # Errors

@@ -224,3 +224,58 @@ fn p_rope_is_the_proportional_tables() {
         );
     }
 }
+
+/// `hope` against its formula in f64 (`scripts/make_hope_fixtures.py`): the cos and sin of
+/// the pairs that turn a full circle within `L` and 0 for the rest, and one head rotated
+/// with them; a model's trained context stands for `L` where the settings give none.
+#[test]
+fn hope_gives_the_formulas_tables_and_rotations() {
+    let json: Value = serde_json::from_str(include_str!("fixtures/hope.json")).unwrap();
+    let cases = json["cases"].as_array().unwrap();
+    assert!(cases.iter().any(|c| c["turning_pairs"] == 0));
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let head_dim = case["head_dim"].as_u64().unwrap() as usize;
+        let len = case["len"].as_u64().unwrap() as usize;
+        let explicit: EncodingConfig = case["encoding"].to_string().parse().unwrap();
+        let mut from_model = case["encoding"].clone();
+        let context = from_model["context"].as_u64().unwrap() as usize;
+        from_model.as_object_mut().unwrap().remove("context");
+        let from_model: EncodingConfig = from_model.to_string().parse().unwrap();
+        for (how, enc) in [
+            (
+                "context set",
+                build(&explicit, head_dim, Some(context + 1000)).unwrap(),
+            ),
+            (
+                "the model's context",
+                build(&from_model, head_dim, Some(context)).unwrap(),
+            ),
+        ] {
+            let Form::Rotary { cos, sin } = enc.table(len).unwrap().form else {
+                panic!("{name}: hope shows a rotary table")
+            };
+            let close = |ours: &Tensor, theirs: &Value, what: &str| {
+                let ours: Vec<f32> = ours.flatten_all().unwrap().to_vec1().unwrap();
+                let theirs: Vec<f64> = matrix(theirs).into_iter().flatten().collect();
+                assert_eq!(ours.len(), theirs.len(), "{name}, {how}: {what}");
+                let worst = ours
+                    .iter()
+                    .zip(&theirs)
+                    .map(|(a, b)| (f64::from(*a) - b).abs())
+                    .fold(0.0, f64::max);
+                assert!(worst < 2e-6, "{name}, {how}: {what} off by {worst:e}");
+            };
+            close(&cos, &case["cos"], "cos");
+            close(&sin, &case["sin"], "sin");
+            let x: Vec<f32> = matrix(&case["x"])
+                .into_iter()
+                .flatten()
+                .map(|v| v as f32)
+                .collect();
+            let x = Tensor::from_vec(x, (1, 1, len, head_dim), &Device::Cpu).unwrap();
+            let rotated = enc.rotate(&x, 0.into()).unwrap();
+            close(&rotated, &case["rotated"], "rotated");
+        }
+    }
+}
