@@ -464,7 +464,7 @@ const MORE: [RGBColor; 12] = [
     RGBColor(27, 158, 119),
     RGBColor(217, 95, 2),
     RGBColor(102, 102, 102),
-    RGBColor(31, 120, 180),
+    RGBColor(166, 206, 227),
     RGBColor(178, 223, 138),
     RGBColor(251, 154, 153),
     RGBColor(202, 178, 214),
@@ -559,6 +559,28 @@ fn draw_curves(
     series: &[Series],
     legend: bool,
 ) -> Result<(std::ops::Range<i32>, std::ops::Range<i32>)> {
+    // Values over more than a tenfold range, all positive, are drawn on a log scale: the
+    // series in log10 on a plain axis, labelled with the values themselves.
+    let log_y = log_scale(axes, series);
+    let logged: Vec<Series>;
+    let series = match log_y {
+        true => {
+            logged = series
+                .iter()
+                .map(|s| Series {
+                    points: s
+                        .points
+                        .iter()
+                        .filter(|(_, y)| *y > 0.0)
+                        .map(|&(x, y)| (x, y.log10()))
+                        .collect(),
+                    ..s.clone()
+                })
+                .collect();
+            logged.as_slice()
+        }
+        false => series,
+    };
     let points = series
         .iter()
         .flat_map(|s| &s.points)
@@ -646,19 +668,51 @@ fn draw_curves(
         }
     };
     let tidy = |v: &f64| tidy_label(*v, yr.1 - yr.0);
+    let y_desc = match log_y {
+        true => format!("{} (log scale)", axes.y_desc),
+        false => axes.y_desc.to_string(),
+    };
     let mut mesh = chart.configure_mesh();
     mesh.light_line_style(WHITE.mix(0.0))
         .x_desc(axes.x_desc)
-        .y_desc(axes.y_desc)
+        .y_desc(y_desc)
         .label_style((FONT, 12))
         .axis_desc_style((FONT, 13))
         .y_label_formatter(&tidy);
+    if log_y {
+        // No evenly spaced ticks: round values (1, 2, 5 × 10^k) get lines and labels below.
+        mesh.y_labels(0);
+    }
     if whole_x {
         mesh.x_label_formatter(&whole);
     } else {
         mesh.x_label_formatter(&tidy);
     }
     mesh.draw().map_err(err)?;
+    if log_y {
+        let base = area.get_base_pixel();
+        let style =
+            (FONT, 12)
+                .into_font()
+                .color(&BLACK)
+                .pos(plotters::style::text_anchor::Pos::new(
+                    plotters::style::text_anchor::HPos::Right,
+                    plotters::style::text_anchor::VPos::Center,
+                ));
+        for value in log_ticks(10f64.powf(yr.0), 10f64.powf(yr.1)) {
+            let y = value.log10();
+            chart
+                .draw_series(LineSeries::new([(xr.0, y), (xr.1, y)], BLACK.mix(0.15)))
+                .map_err(err)?;
+            let (px, py) = chart.backend_coord(&(xr.0, y));
+            area.draw(&Text::new(
+                tidy_label(value, value),
+                (px - 6 - base.0, py - base.1),
+                style.clone(),
+            ))
+            .map_err(err)?;
+        }
+    }
     let inside = |&(x, y): &(f64, f64)| (xr.0..=xr.1).contains(&x) && (yr.0..=yr.1).contains(&y);
     for s in series {
         let c = s.colour;
@@ -814,6 +868,40 @@ fn legend_beside(strip: &Area, series: &[Series], top: i32) -> Result<()> {
             .map_err(err)?;
     }
     Ok(())
+}
+
+/// Whether `series` go on a log y axis: no fixed range or square axes asked for, every
+/// value positive, and the largest more than ten times the smallest.
+fn log_scale(axes: &Axes, series: &[Series]) -> bool {
+    if axes.y_range.is_some() || axes.square {
+        return false;
+    }
+    let ys = series
+        .iter()
+        .flat_map(|s| &s.points)
+        .map(|p| p.1)
+        .filter(|y| y.is_finite());
+    let (lo, hi) = ys.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), y| {
+        (a.min(y), b.max(y))
+    });
+    lo > 0.0 && hi > 10.0 * lo
+}
+
+/// The round values (1, 2 and 5 × 10^k, or 1 × 10^k alone when those would be more than
+/// twelve) between `lo` and `hi`, for a log axis's lines and labels.
+fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
+    let within = |mantissas: &[f64]| -> Vec<f64> {
+        let (k0, k1) = (lo.log10().floor() as i32, hi.log10().ceil() as i32);
+        (k0..=k1)
+            .flat_map(|k| mantissas.iter().map(move |m| m * 10f64.powi(k)))
+            .filter(|v| (lo..=hi).contains(v))
+            .collect()
+    };
+    let fine = within(&[1.0, 2.0, 5.0]);
+    match fine.len() > 12 {
+        true => within(&[1.0]),
+        false => fine,
+    }
 }
 
 /// An axis label: as few decimals as the value needs (30, not 30.0; 0.25), and 0 for a
@@ -1119,6 +1207,42 @@ mod tests {
             .filter(|(a, b)| a != b)
             .count();
         assert!(changed > 20, "no text drawn ({changed} pixels changed)");
+    }
+
+    /// Positive values over more than a tenfold range go on a log axis, labelled at round
+    /// values; a fixed range, a zero, or a narrower range keep the plain axis. On the log
+    /// axis 10 sits halfway between 1 and 100.
+    #[test]
+    fn wide_positive_values_get_a_log_axis() {
+        let line = |ys: &[f64]| {
+            [named(
+                "a",
+                0,
+                Mark::Line,
+                ys.iter().enumerate().map(|(i, &y)| (i as f64, y)).collect(),
+            )]
+        };
+        assert!(log_scale(&axes(None), &line(&[30.0, 372.0])));
+        assert!(!log_scale(&axes(None), &line(&[30.0, 290.0])));
+        assert!(!log_scale(&axes(None), &line(&[0.0, 372.0])));
+        assert!(!log_scale(&axes(Some((0.0, 400.0))), &line(&[30.0, 372.0])));
+        assert_eq!(log_ticks(3.0, 400.0), [5.0, 10.0, 20.0, 50.0, 100.0, 200.0]);
+        assert_eq!(log_ticks(0.5, 2e6).len(), 7);
+        let series = line(&[1.0, 10.0, 100.0]);
+        let (rgb, (xs, ys)) = render(&axes(None), &series, false);
+        // The middle point's row: the series pixels at its x, halfway up the plot.
+        let x_mid = (xs.start + xs.end) / 2;
+        let rows: Vec<i32> = series_pixels(&rgb, &series)
+            .into_iter()
+            .filter(|&(x, _)| x == x_mid)
+            .map(|(_, y)| y)
+            .collect();
+        let y = rows.iter().sum::<i32>() / rows.len() as i32;
+        let middle = (ys.start + ys.end) / 2;
+        assert!(
+            (y - middle).abs() <= 3,
+            "10 drawn at row {y}, the middle is {middle}"
+        );
     }
 
     /// A title that fits keeps its size; one wider than the figure is set smaller until it
