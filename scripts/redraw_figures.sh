@@ -6,10 +6,10 @@
 #   scripts/redraw_figures.sh [POSENC]     # default: target/release/posenc (built here)
 #
 # Not redrawn here, since their inputs are not in the repository: the two attention maps
-# (docs/attention-*.png, from a full `kotoba experiment`'s runs), the long-context figures
-# (docs/long-context, from the raw runs of scripts/long_context.sh and
-# scripts/toy_long_context.sh, by examples/long_context_report.rs) and SmolLM2's RoPE
-# figures (docs/smollm2-rope, by examples/smollm2_rope.rs, which evaluates the model).
+# (docs/attention-*.png, from a full `kotoba experiment`'s runs), the long-context loss by
+# position (docs/long-context/by_position.png, from the raw runs of
+# scripts/long_context.sh) and SmolLM2's RoPE figures (docs/smollm2-rope, by
+# examples/smollm2_rope.rs, which evaluates the model).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 posenc=${1:-target/release/posenc}
@@ -35,4 +35,6 @@ done
 "$posenc" plot lengthgen --results docs/lengthgen/sort/results.json \
   docs/lengthgen/sort/after-alibi/results.json docs/lengthgen/sort/more-seeds/results.json \
   --out docs/lengthgen/sort/pooled > /dev/null
+# The long-context report from its records: its tables, passkey grid, perplexity and toy.
+cargo run --release --quiet --example long_context_report -- --from-records docs/long-context > /dev/null
 git status --short -- docs | grep '\.png$' || echo "no figure changed"
