@@ -4,7 +4,9 @@
 
 use crate::common;
 
-use common::{names, posenc, snapshot, text, tiny_config, train_tiny, with_stdin, write_config};
+use common::{
+    lm_eval, names, posenc, snapshot, text, tiny_config, train_tiny, with_stdin, write_config,
+};
 
 /// A tiny model: two minutes of nanoGPT shrunk to seconds.
 const TINY_LM: &str = r#"{"model": {"d_model": 32, "heads": 2, "d_ff": 64, "layers": 1, "context": 16},
@@ -258,19 +260,7 @@ fn a_learned_table_is_na_past_its_end() {
         .output()
         .unwrap();
     assert!(trained.status.success(), "{}", text(&trained).1);
-    let e = posenc()
-        .args([
-            "lm",
-            "eval",
-            "--windows",
-            "2",
-            "--lengths",
-            "16,32",
-            "--model",
-        ])
-        .arg(&run)
-        .output()
-        .unwrap();
+    let e = lm_eval(&run, 2, "16,32").output().unwrap();
     let (table, stderr) = text(&e);
     assert!(e.status.success(), "{stderr}");
     assert!(
@@ -763,17 +753,7 @@ fn flags_set_the_model_and_from_fine_tunes_a_trained_run() {
 
     let yarn = r#"{"rope_type": "yarn", "factor": 2, "original_max_position_embeddings": 16}"#;
     // A table measured with a scaling names it in its title.
-    let o = posenc()
-        .args([
-            "lm",
-            "eval",
-            "--windows",
-            "2",
-            "--lengths",
-            "16,32",
-            "--model",
-        ])
-        .arg(&base)
+    let o = lm_eval(&base, 2, "16,32")
         .args(["--rope-scaling", yarn])
         .output()
         .unwrap();
@@ -1092,18 +1072,8 @@ fn a_run_of_its_own_text_is_evaluated_on_it() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", text(&o).1);
-    let o = posenc()
+    let o = lm_eval(&run, 2, "16,32")
         .env("POSENC_CACHE", &cache)
-        .args([
-            "lm",
-            "eval",
-            "--windows",
-            "2",
-            "--lengths",
-            "16,32",
-            "--model",
-        ])
-        .arg(&run)
         .output()
         .unwrap();
     let (stdout, stderr) = text(&o);

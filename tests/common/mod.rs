@@ -70,6 +70,17 @@ pub fn train_tiny(config: &Path, out: &Path, steps: usize) {
     assert!(run.status.success(), "{}", text(&run).1);
 }
 
+/// `posenc lm eval --windows WINDOWS --lengths LENGTHS --model MODEL`, for the caller to add
+/// flags to and run.
+pub fn lm_eval(model: &Path, windows: usize, lengths: &str) -> Command {
+    let mut command = posenc();
+    command
+        .args(["lm", "eval", "--windows", &windows.to_string()])
+        .args(["--lengths", lengths, "--model"])
+        .arg(model);
+    command
+}
+
 /// Every file under `dir` (recursively) with its bytes; empty if `dir` does not exist.
 pub fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     let mut files = BTreeMap::new();
