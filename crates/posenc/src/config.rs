@@ -202,6 +202,8 @@ pub const BUILT_IN: &[Registration] = &[
     Registration::of::<crate::layers::LayersConfig>(),
     // Later kinds go last: a figure colours the first sixteen kinds by their place here.
     Registration::of::<crate::hope::HopeConfig>(),
+    Registration::of::<crate::ssmax::SsmaxConfig>(),
+    Registration::of::<crate::stack::StackConfig>(),
 ];
 
 static REGISTRY: LazyLock<RwLock<Vec<Registration>>> =

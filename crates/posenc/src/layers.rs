@@ -50,29 +50,58 @@ impl Default for LayersConfig {
 
 impl LayersConfig {
     fn default_pattern() -> Vec<EncodingConfig> {
-        ["rope", "none"]
-            .iter()
-            .map(|k| EncodingConfig::from_kind(k).expect("a built-in kind"))
-            .collect()
+        built_in(&["rope", "none"])
     }
 
     fn check(&self) -> Result<()> {
-        require(
+        check_list(
             Self::KIND,
-            !self.pattern.is_empty(),
-            "a pattern of at least one encoding",
-        )?;
-        crate::limits::check("pattern", self.pattern.len(), crate::limits::MAX_HEADS)?;
-        require(
-            Self::KIND,
-            self.pattern.iter().all(|e| e.kind() != Self::KIND),
+            &self.pattern,
+            &[Self::KIND],
             "encodings of single layers in its pattern, not another `layers`",
         )
     }
 }
 
+/// The configs of built-in kinds, by name.
+pub(crate) fn built_in(kinds: &[&str]) -> Vec<EncodingConfig> {
+    kinds
+        .iter()
+        .map(|k| EncodingConfig::from_kind(k).expect("a built-in kind"))
+        .collect()
+}
+
+/// Checks a list of encodings that `kind` combines: not empty, not too long, and none of
+/// the kinds in `refused` (`why` says why).
+pub(crate) fn check_list(
+    kind: &str,
+    list: &[EncodingConfig],
+    refused: &[&str],
+    why: &str,
+) -> Result<()> {
+    require(kind, !list.is_empty(), "at least one encoding in its list")?;
+    crate::limits::check(
+        "the list of encodings",
+        list.len(),
+        crate::limits::MAX_HEADS,
+    )?;
+    require(kind, list.iter().all(|e| !refused.contains(&e.kind())), why)
+}
+
+/// Each entry of `list` built for `target`, entry `i` under `vb`'s `i`.
+pub(crate) fn build_list(
+    list: &[EncodingConfig],
+    target: &Target,
+    vb: &VarBuilder,
+) -> Result<Vec<Arc<dyn PositionalEncoding>>> {
+    list.iter()
+        .enumerate()
+        .map(|(i, e)| e.build(target, vb.pp(i.to_string())))
+        .collect()
+}
+
 /// Entries written as kind names or as config objects.
-fn kinds_or_configs<'de, D: Deserializer<'de>>(
+pub(crate) fn kinds_or_configs<'de, D: Deserializer<'de>>(
     deserializer: D,
 ) -> std::result::Result<Vec<EncodingConfig>, D::Error> {
     let values = Vec::<serde_json::Value>::deserialize(deserializer)?;
@@ -101,12 +130,7 @@ impl EncodingSpec for LayersConfig {
 
     fn build(&self, target: &Target, vb: VarBuilder) -> Result<Arc<dyn PositionalEncoding>> {
         self.check()?;
-        let pattern = self
-            .pattern
-            .iter()
-            .enumerate()
-            .map(|(i, e)| e.build(target, vb.pp(i.to_string())))
-            .collect::<Result<_>>()?;
+        let pattern = build_list(&self.pattern, target, &vb)?;
         Ok(Arc::new(Layers { pattern }))
     }
 

@@ -14,14 +14,18 @@
 //! | `sinusoidal`, `sinusoidal-concat` | add | [`sinusoidal`] |
 //! | `learned` | add | [`learned`] |
 //! | `rope` | rotate | [`rope`] |
+//! | `p-rope` | rotate (the fastest share of the pairs) | [`prope`] |
+//! | `hope` | rotate (the pairs that turn within the trained context) | [`hope`] |
 //! | `xpos` | rotate (queries and keys apart) | [`xpos`] |
 //! | `alibi` | bias | [`alibi`] |
 //! | `t5` | bias | [`t5`] |
 //! | `kerple` | bias | [`kerple`] |
 //! | `fire` | bias | [`fire`] |
 //! | `cope` | bias from the scores | [`cope`] |
+//! | `ssmax` | bias from the scores (Scalable-Softmax's `s · ln n`) | [`ssmax`] |
 //! | `fraction`, `index`, `binary`, `sine-single` | add | [`naive`] |
 //! | `layers` | each layer its own: a pattern of the above | [`layers`] |
+//! | `stack` | several of the above in the same layers | [`stack`] |
 //!
 //! Tables are computed in f64, stored in f32 and cast to the model's dtype only when
 //! used; sinusoidal and rotary tables grow on demand.
@@ -49,6 +53,8 @@ pub mod prope;
 pub mod rope;
 pub mod rope_scaling;
 pub mod sinusoidal;
+pub mod ssmax;
+pub mod stack;
 pub mod t5;
 pub mod xpos;
 
