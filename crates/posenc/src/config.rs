@@ -204,6 +204,7 @@ pub const BUILT_IN: &[Registration] = &[
     Registration::of::<crate::hope::HopeConfig>(),
     Registration::of::<crate::ssmax::SsmaxConfig>(),
     Registration::of::<crate::stack::StackConfig>(),
+    Registration::of::<crate::window::WindowConfig>(),
 ];
 
 static REGISTRY: LazyLock<RwLock<Vec<Registration>>> =

@@ -25,6 +25,7 @@
 //! | `ssmax` | bias from the scores (Scalable-Softmax's `s · ln n`) | [`ssmax`] |
 //! | `fraction`, `index`, `binary`, `sine-single` | add | [`naive`] |
 //! | `layers` | each layer its own: a pattern of the above | [`layers`] |
+//! | `window` | bias (keys past a sliding window masked) | [`window`] |
 //! | `stack` | several of the above in the same layers | [`stack`] |
 //!
 //! Tables are computed in f64, stored in f32 and cast to the model's dtype only when
@@ -56,6 +57,7 @@ pub mod sinusoidal;
 pub mod ssmax;
 pub mod stack;
 pub mod t5;
+pub mod window;
 pub mod xpos;
 
 pub use config::{

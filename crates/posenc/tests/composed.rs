@@ -7,13 +7,18 @@ use posenc::{Direction, EncodingConfig, PositionalEncoding, Positions, Target};
 use posenc_testkit::max_abs_diff;
 
 fn build(json: &str, heads: usize, context: usize) -> std::sync::Arc<dyn PositionalEncoding> {
-    let cfg: EncodingConfig = json.parse().unwrap();
     let target = Target::new(8 * heads, heads, Direction::Causal)
         .unwrap()
         .with_context(context);
+    build_for(json, &target)
+}
+
+/// `json`'s encoding for `target`, with fresh weights.
+fn build_for(json: &str, target: &Target) -> std::sync::Arc<dyn PositionalEncoding> {
+    let cfg: EncodingConfig = json.parse().unwrap();
     let varmap = VarMap::new();
     cfg.build(
-        &target,
+        target,
         VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu),
     )
     .unwrap()
@@ -175,4 +180,33 @@ fn a_stack_of_what_cannot_stack_is_refused_by_name() {
         };
         assert!(message.contains(says), "{json}: {message}");
     }
+}
+
+#[test]
+fn a_window_masks_the_keys_past_it() {
+    let bias = |direction: Direction, size: usize, q: usize, k: usize| {
+        let target = Target::new(16, 2, direction).unwrap();
+        let enc = build_for(&format!(r#"{{"kind": "window", "size": {size}}}"#), &target);
+        let b = enc
+            .attention_bias(1, k + 1, Positions::From(q), Positions::From(0))
+            .unwrap()
+            .unwrap();
+        assert_eq!(b.dims(), [2, 1, k + 1]);
+        b.get(1).unwrap().get(0).unwrap().to_vec1::<f32>().unwrap()
+    };
+    // A causal query at 5 with a window of 3 sees 3, 4 and 5.
+    let row = bias(Direction::Causal, 3, 5, 5);
+    let masked: Vec<bool> = row.iter().map(|&v| v == posenc::window::OUTSIDE).collect();
+    assert_eq!(masked, [true, true, true, false, false, false]);
+    assert!(row.iter().all(|v| v.is_finite()));
+    // Bidirectional: less than 3 away on either side.
+    let row = bias(Direction::Bidirectional, 3, 2, 6);
+    let masked: Vec<bool> = row.iter().map(|&v| v == posenc::window::OUTSIDE).collect();
+    assert_eq!(masked, [false, false, false, false, false, true, true]);
+    let zero: EncodingConfig = r#"{"kind": "window", "size": 0}"#.parse().unwrap();
+    let message = zero
+        .build_untrained(16, 2, &Device::Cpu)
+        .unwrap_err()
+        .to_string();
+    assert!(message.contains("at least 1"), "{message}");
 }

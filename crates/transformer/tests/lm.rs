@@ -185,3 +185,45 @@ fn each_layer_takes_its_own_encoding_from_a_pattern() {
         assert!(!same(one, "alibi") && !same(one, "none"), "{one}");
     }
 }
+
+/// A sliding window of 3 in each of the two layers: a position's output reaches back
+/// 2 × (3 − 1) = 4 positions and no further, with RoPE beside it as with nothing.
+#[test]
+fn a_window_hides_what_lies_before_it() {
+    for of in [
+        r#"["none", {"kind": "window", "size": 3}]"#,
+        r#"["rope", {"kind": "window", "size": 3}]"#,
+    ] {
+        let enc: EncodingConfig = format!(r#"{{"kind": "stack", "of": {of}}}"#)
+            .parse()
+            .unwrap();
+        let model = lm(enc);
+        let a = tokens();
+        let mut changed: Vec<Vec<u32>> = a.to_vec2().unwrap();
+        for row in &mut changed {
+            row[0] = (row[0] + 7) % 30;
+        }
+        let rows: Vec<&[u32]> = changed.iter().map(Vec::as_slice).collect();
+        let b = ids(&rows);
+        let (la, lb) = (model.logits(&a).unwrap(), model.logits(&b).unwrap());
+        // Position 4 is the furthest the change reaches: its second layer reads 2 to 4,
+        // whose first layer read 0 to 4.
+        let reached = max_abs_diff(&la.i((.., 4)).unwrap(), &lb.i((.., 4)).unwrap());
+        let beyond = max_abs_diff(&la.i((.., 5..)).unwrap(), &lb.i((.., 5..)).unwrap());
+        assert!(
+            reached > 1e-4,
+            "{of}: the window's own positions did not move"
+        );
+        assert!(
+            beyond < 1e-6,
+            "{of}: positions past the window moved by {beyond}"
+        );
+        assert!(la
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap()
+            .iter()
+            .all(|v| v.is_finite()));
+    }
+}

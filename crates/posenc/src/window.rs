@@ -1,0 +1,154 @@
+//! `window`: sliding-window attention, as a bias on the scores.
+//!
+//! A query sees only the keys within `size` positions of it: the `size` most recent ones
+//! (itself included) in causal attention, those less than `size` away on either side in
+//! bidirectional attention. The keys further away take a bias of `f32::MIN / 2`, far below
+//! any score yet finite, so that a key masked twice (by the window and by causality or
+//! padding) is still a finite number and no row is ever masked whole (a query always sees
+//! itself). Mistral's and Gemma's local layers work this way.
+//!
+//! It carries no position of its own. Beside one (`stack`) and in a per-layer pattern
+//! (`layers`) it gives the hybrids of 2025:
+//!
+//! ```text
+//! RoPE in a window of 64:                      {"kind": "stack", "of": ["rope", {"kind": "window", "size": 64}]}
+//! RNoPE-SWA (Yang et al. 2025, Cohere):        {"kind": "layers", "pattern": [
+//!     {"kind": "stack", "of": ["rope", {"kind": "window", "size": 64}]},
+//!     {"kind": "stack", "of": ["rope", {"kind": "window", "size": 64}]},
+//!     {"kind": "stack", "of": ["rope", {"kind": "window", "size": 64}]},
+//!     "none"]}
+//! ```
+
+use std::sync::Arc;
+
+use candle_core::{Device, Tensor};
+use candle_nn::VarBuilder;
+use serde::{Deserialize, Serialize};
+
+use crate::cache::GeometryCache;
+use crate::encoding::{require, PositionalEncoding, Table};
+use crate::{Direction, EncodingSpec, Positions, Result, Target};
+
+/// The bias of a key outside the window: far below any score, and finite.
+pub const OUTSIDE: f32 = f32::MIN / 2.0;
+
+/// The settings of `window`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WindowConfig {
+    /// How many positions a query sees: itself and the `size − 1` before it (causal), or
+    /// those less than `size` away (bidirectional).
+    #[serde(default = "WindowConfig::default_size")]
+    pub size: usize,
+}
+
+impl Default for WindowConfig {
+    fn default() -> Self {
+        Self {
+            size: Self::default_size(),
+        }
+    }
+}
+
+impl WindowConfig {
+    fn default_size() -> usize {
+        16
+    }
+}
+
+impl EncodingSpec for WindowConfig {
+    const KIND: &'static str = "window";
+
+    fn build(&self, target: &Target, vb: VarBuilder) -> Result<Arc<dyn PositionalEncoding>> {
+        require(
+            Self::KIND,
+            self.size >= 1,
+            "a window of at least 1 position (the query itself), got 0",
+        )?;
+        crate::limits::check("size", self.size, crate::limits::MAX_POSITIONS)?;
+        Ok(Arc::new(Window {
+            size: self.size,
+            heads: target.heads,
+            direction: target.direction,
+            device: vb.device().clone(),
+            cache: GeometryCache::default(),
+        }))
+    }
+}
+
+/// Keys past the window masked by a bias.
+#[derive(Debug)]
+pub struct Window {
+    size: usize,
+    heads: usize,
+    direction: Direction,
+    device: Device,
+    cache: GeometryCache,
+}
+
+impl Window {
+    /// Whether a key at `j` is outside the window of a query at `i`.
+    fn outside(&self, i: usize, j: usize) -> bool {
+        let apart = match self.direction {
+            Direction::Causal => i.saturating_sub(j),
+            Direction::Bidirectional => i.abs_diff(j),
+        };
+        apart >= self.size
+    }
+
+    /// The bias of `q_len` queries at `q` against `k_len` keys at `k`, `masked` where a key
+    /// is outside the window.
+    fn compute(
+        &self,
+        (q_len, k_len): (usize, usize),
+        (q, k): (Positions, Positions),
+        masked: f32,
+    ) -> Result<Tensor> {
+        let mut row = Vec::with_capacity(q_len * k_len);
+        for qi in 0..q_len {
+            let i = q.get(qi);
+            for kj in 0..k_len {
+                row.push(match self.outside(i, k.get(kj)) {
+                    true => masked,
+                    false => 0.0,
+                });
+            }
+        }
+        let one = Tensor::from_vec(row, (1, q_len, k_len), &self.device)?;
+        Ok(one.repeat((self.heads, 1, 1))?)
+    }
+}
+
+impl PositionalEncoding for Window {
+    fn kind(&self) -> &'static str {
+        WindowConfig::KIND
+    }
+
+    fn attention_bias(
+        &self,
+        q_len: usize,
+        k_len: usize,
+        q: Positions,
+        k: Positions,
+    ) -> Result<Option<Tensor>> {
+        let bias = self
+            .cache
+            .get(WindowConfig::KIND, (q_len, k_len), (q, k), || {
+                self.compute((q_len, k_len), (q, k), OUTSIDE)
+            })?;
+        Ok(Some(bias))
+    }
+
+    /// The window for inspection: −∞ (drawn as a cell with no value) where the model's
+    /// bias is `f32::MIN / 2`, so tables and figures show the mask rather than its number.
+    fn table(&self, len: usize) -> Result<Table> {
+        let bias = self.compute((len, len), (0.into(), 0.into()), f32::NEG_INFINITY)?;
+        Ok(Table::bias(
+            format!(
+                "0 within {} positions of the query, −inf past them (masked)",
+                self.size
+            ),
+            bias,
+        ))
+    }
+}
