@@ -65,8 +65,14 @@ fn a_position_never_sees_a_later_one() {
 /// far, so no cache can hold it (the documents' reason to reject it).
 #[test]
 fn cached_generation_equals_the_full_forward_for_every_encoding() {
-    // Per-layer patterns whose second layer adds to its input, or biases its scores.
-    let patterns = [r#"["none", "sinusoidal"]"#, r#"["rope", "alibi"]"#].map(pattern);
+    // Per-layer patterns whose second layer adds to its input, or biases its scores; and
+    // RNoPE-SWA's, a window of 3 (shorter than the sequence) beside RoPE, then no position.
+    let patterns = [
+        r#"["none", "sinusoidal"]"#,
+        r#"["rope", "alibi"]"#,
+        r#"[{"kind": "stack", "of": ["rope", {"kind": "window", "size": 3}]}, "none"]"#,
+    ]
+    .map(pattern);
     for enc in all_encodings()
         .into_iter()
         .filter(|e| e.kind() != "fraction")
