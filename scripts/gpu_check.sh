@@ -57,9 +57,9 @@
 #                                   # tests (the device tests and the training ratio),
 #                                   # generate and embed (where their models are in
 #                                   # .cache), then lm-experiment with ENCODINGS (default
-#                                   # fire: its second seed; NoPE's two are in
-#                                   # docs/gpu/h100) and STEPS (default 1200) with the time
-#                                   # left; each stage is
+#                                   # t5, the first encoding docs/gpu/lm-1200 lacks; it has
+#                                   # NoPE, FIRE, RoPE and ALiBi) and STEPS (default 1200)
+#                                   # with the time left; each stage is
 #                                   # cut at the deadline, and the logs (and the experiment's
 #                                   # results) are packed into $OUT/gpu.tar.gz when $OUT is set
 #
@@ -147,7 +147,7 @@ case $stage in
     else
       echo "== skipped (no .cache/all-MiniLM-L6-v2): embed" | tee -a "$logs/all.log"
     fi
-    ENCODINGS=${ENCODINGS:-fire} EXPERIMENT_OUT=${EXPERIMENT_OUT:-target/cuda/lm-experiment-${STEPS:-1200}} \
+    ENCODINGS=${ENCODINGS:-t5} EXPERIMENT_OUT=${EXPERIMENT_OUT:-target/cuda/lm-experiment-${STEPS:-1200}} \
       within lm-experiment --steps "${STEPS:-1200}"
     pack
     ;;
