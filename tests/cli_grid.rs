@@ -243,7 +243,14 @@ fn every_experiment_refuses_an_out_holding_another_kind_and_changes_nothing() {
             let run_name = run.file_name().unwrap().to_string_lossy();
             let out = dir.path().join(format!("{kind}-in-{run_name}"));
             copy_dir(run, &out);
-            holdings.push(("holds a training run".to_string(), out));
+            holdings.push(("holds a training run".to_string(), out.clone()));
+            // A run with a file of its owner's beside it, as the shipped models keep a README.
+            let beside = dir
+                .path()
+                .join(format!("{kind}-in-{run_name}-with-a-readme"));
+            copy_dir(&out, &beside);
+            std::fs::write(beside.join("README.md"), "a model\n").unwrap();
+            holdings.push(("holds a training run".to_string(), beside));
         }
         for (says, out) in holdings {
             let before = snapshot(&out);

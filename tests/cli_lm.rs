@@ -1185,6 +1185,18 @@ fn pooled_experiments_equal_the_one_process_run() {
         "{stderr}"
     );
     assert!(!refused.exists(), "nothing written");
+    // A run directory is no place for pooled results, a README beside it or not.
+    let shipped = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("models/shakespeare-alibi");
+    let model = dir.path().join("model");
+    std::fs::create_dir_all(&model).unwrap();
+    for entry in std::fs::read_dir(&shipped).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), model.join(entry.file_name())).unwrap();
+    }
+    let before = snapshot(&model);
+    let o = pool(&[&a], &model);
+    assert!(!o.status.success() && text(&o).1.contains("holds a training run"));
+    assert_eq!(snapshot(&model), before, "the run is untouched");
     // Pooling trains nothing: the grid's flags are refused beside it.
     let o = posenc()
         .args(["lm", "experiment", "--seeds", "2", "--pool"])

@@ -119,13 +119,20 @@ pub fn load_results<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
 /// kind of experiment.
 pub fn check_out_dir<T: serde::de::DeserializeOwned>(out: &Path, what: &str) -> Result<()> {
     use crate::rundir::Contents;
-    match crate::rundir::inspect(out)? {
-        Contents::Run | Contents::Unfinished { .. } => bail!(
+    // A run's manifest makes it a run whatever lies beside it (the shipped models keep a
+    // README with theirs).
+    let manifest = out.join(crate::rundir::MANIFEST).is_file();
+    let run = match crate::rundir::inspect(out)? {
+        Contents::Run | Contents::Unfinished { .. } => true,
+        Contents::Foreign(_) => manifest,
+        Contents::Empty => false,
+    };
+    if run {
+        bail!(
             "{} holds a training run, not an experiment: an experiment writes its runs into a \
              directory of its own; choose another --out",
             out.display()
-        ),
-        Contents::Empty | Contents::Foreign(_) => {}
+        );
     }
     let results = out.join(RESULTS_JSON);
     if results.exists() && load_results::<T>(&results).is_err() {
