@@ -20,13 +20,12 @@
 use std::f64::consts::TAU;
 use std::sync::Arc;
 
-use candle_core::Tensor;
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
-use crate::encoding::{require, PositionalEncoding, Table};
-use crate::rope::Rope;
-use crate::{EncodingSpec, PairLayout, Positions, Result, Target};
+use crate::encoding::{require, PositionalEncoding};
+use crate::rope::{NamedRope, Rope};
+use crate::{EncodingSpec, PairLayout, Result, Target};
 
 /// The trained context the cut-off uses where neither the settings nor the model give one
 /// (an encoding drawn or inspected on its own).
@@ -72,40 +71,10 @@ impl EncodingSpec for HopeConfig {
             .into_iter()
             .filter(|&theta| turns(theta))
             .count();
-        Ok(Arc::new(Hope {
-            rope,
-            context,
-            kept,
-            pairs,
-        }))
-    }
-}
-
-/// RoPE over the pairs that turn fully within the trained context.
-#[derive(Debug)]
-pub struct Hope {
-    rope: Rope,
-    context: usize,
-    kept: usize,
-    pairs: usize,
-}
-
-impl PositionalEncoding for Hope {
-    fn kind(&self) -> &'static str {
-        HopeConfig::KIND
-    }
-
-    fn rotate(&self, x: &Tensor, at: Positions) -> Result<Tensor> {
-        self.rope.rotate(x, at)
-    }
-
-    fn table(&self, len: usize) -> Result<Table> {
-        let mut table = self.rope.table(len)?;
-        table.title = format!(
-            "{}; {} of {} pairs turn a full circle within L = {} and keep turning, the rest \
-             do not turn",
-            table.title, self.kept, self.pairs, self.context
+        let note = format!(
+            "{kept} of {pairs} pairs turn a full circle within L = {context} and keep turning, \
+             the rest do not turn"
         );
-        Ok(table)
+        Ok(Arc::new(NamedRope::new(Self::KIND, rope, note)))
     }
 }

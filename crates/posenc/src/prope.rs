@@ -17,14 +17,13 @@
 
 use std::sync::Arc;
 
-use candle_core::Tensor;
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
-use crate::encoding::{require, PositionalEncoding, Table};
-use crate::rope::Rope;
+use crate::encoding::{require, PositionalEncoding};
+use crate::rope::{NamedRope, Rope};
 use crate::rope_scaling::RopeScaling;
-use crate::{EncodingSpec, PairLayout, Positions, Result, Target};
+use crate::{EncodingSpec, PairLayout, Result, Target};
 
 /// The settings of `p-rope`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -64,34 +63,11 @@ impl EncodingSpec for PRopeConfig {
         )?;
         let rope = Rope::new(target.head_dim()?, self.base, self.layout, 1.0, vb.device())?
             .with_scaling(RopeScaling::proportional(self.p), target.context)?;
-        Ok(Arc::new(PRope { rope, p: self.p }))
-    }
-}
-
-/// RoPE over the fastest share `p` of its frequencies.
-#[derive(Debug)]
-pub struct PRope {
-    rope: Rope,
-    p: f64,
-}
-
-impl PositionalEncoding for PRope {
-    fn kind(&self) -> &'static str {
-        PRopeConfig::KIND
-    }
-
-    fn rotate(&self, x: &Tensor, at: Positions) -> Result<Tensor> {
-        self.rope.rotate(x, at)
-    }
-
-    fn table(&self, len: usize) -> Result<Table> {
-        let mut table = self.rope.table(len)?;
-        table.title = format!(
-            "{}; the slowest {:.0}% of the pairs do not turn (p = {})",
-            table.title,
+        let note = format!(
+            "the slowest {:.0}% of the pairs do not turn (p = {})",
             100.0 * (1.0 - self.p),
             self.p
         );
-        Ok(table)
+        Ok(Arc::new(NamedRope::new(Self::KIND, rope, note)))
     }
 }

@@ -315,3 +315,35 @@ impl PositionalEncoding for Rope {
         })
     }
 }
+
+/// A [`Rope`] under another kind's name, whose table adds what that kind changed: the
+/// kinds that stop some of RoPE's pairs (`p-rope`, `hope`) are this.
+#[derive(Debug)]
+pub struct NamedRope {
+    kind: &'static str,
+    rope: Rope,
+    note: String,
+}
+
+impl NamedRope {
+    /// `rope` as the kind `kind`, its table's title followed by `note`.
+    pub fn new(kind: &'static str, rope: Rope, note: String) -> Self {
+        Self { kind, rope, note }
+    }
+}
+
+impl PositionalEncoding for NamedRope {
+    fn kind(&self) -> &'static str {
+        self.kind
+    }
+
+    fn rotate(&self, x: &Tensor, at: Positions) -> Result<Tensor> {
+        self.rope.rotate(x, at)
+    }
+
+    fn table(&self, len: usize) -> Result<Table> {
+        let mut table = self.rope.table(len)?;
+        table.title = format!("{}; {}", table.title, self.note);
+        Ok(table)
+    }
+}
