@@ -821,12 +821,18 @@ fn note_hidden(series: &[Series], span: f64) -> Vec<Series> {
 
 /// The width in pixels of a legend of `series` drawn beside the plot.
 fn legend_width(series: &[Series]) -> u32 {
+    legend_box_width(series) + 12
+}
+
+/// The width in pixels of a legend box of `series` (swatches, labels and margins as
+/// plotters draws them, rounded up).
+fn legend_box_width(series: &[Series]) -> u32 {
     let chars = series
         .iter()
         .map(|s| s.name.chars().count())
         .max()
         .unwrap_or(0);
-    48 + 7 * chars as u32
+    36 + 7 * chars as u32
 }
 
 /// Draws the legend of `series` into `strip`, the area right of the plot, its top at the
@@ -1006,14 +1012,9 @@ fn clip_polyline(
 /// draws them, rounded up).
 fn legend_size(area: &Area, series: &[Series]) -> (f64, f64) {
     let (w, h) = area.dim_in_pixel();
-    let named: Vec<&Series> = series.iter().filter(|s| !s.name.is_empty()).collect();
-    let chars = named
-        .iter()
-        .map(|s| s.name.chars().count())
-        .max()
-        .unwrap_or(0);
-    let lw = (36.0 + 7.0 * chars as f64) / (f64::from(w) - 80.0).max(1.0);
-    let lh = (12.0 + 18.0 * named.len() as f64) / (f64::from(h) - 80.0).max(1.0);
+    let named = series.iter().filter(|s| !s.name.is_empty()).count();
+    let lw = f64::from(legend_box_width(series)) / (f64::from(w) - 80.0).max(1.0);
+    let lh = (12.0 + 18.0 * named as f64) / (f64::from(h) - 80.0).max(1.0);
     (lw, lh)
 }
 
