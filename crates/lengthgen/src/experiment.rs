@@ -474,13 +474,7 @@ pub struct Summary {
     pub mean: f64,
     /// Sample standard deviation over seeds (0 for one seed).
     pub sd: f64,
-    /// The lowest seed's.
-    pub min: f64,
-    /// The highest seed's.
-    pub max: f64,
-    /// Seeds.
-    pub seeds: usize,
-    /// Each seed's, in the order of the records.
+    /// Each seed's, in the order of the records (as many as the seeds).
     pub values: Vec<f64>,
 }
 
@@ -584,9 +578,6 @@ impl LengthgenExperiment {
                             length,
                             mean,
                             sd,
-                            min: xs.iter().copied().fold(f64::INFINITY, f64::min),
-                            max: xs.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-                            seeds: xs.len(),
                             values: xs,
                         }
                     })
@@ -611,7 +602,7 @@ impl LengthgenExperiment {
         s += &"---:|".repeat(lengths.len() + 3);
         s += "\n";
         for (label, rows) in self.summaries() {
-            let seeds = rows.iter().map(|r| r.seeds).max().unwrap_or(0);
+            let seeds = rows.iter().map(|r| r.values.len()).max().unwrap_or(0);
             s += &format!("| {label} | {seeds} |");
             for &n in lengths {
                 s += &match rows.iter().find(|r| r.length == n) {

@@ -37,13 +37,16 @@ pub fn lengthgen(exp: &LengthgenExperiment, out: &Path) -> Result<Vec<PathBuf>> 
                 )
             })
             .collect();
-        let seeds = rows.iter().map(|r| r.seeds).max().unwrap_or(0);
+        let seeds = rows.iter().map(|r| r.values.len()).max().unwrap_or(0);
         let name = with_seeds(label, seeds);
         series.extend(Series::spread(name, colour, &points, 100.0));
     }
     let [lo, hi] = exp.train_lengths;
     // Pooled experiments may hold more seeds of some entries than of others.
-    let counts = summaries.iter().flat_map(|(_, rows)| rows).map(|r| r.seeds);
+    let counts = summaries
+        .iter()
+        .flat_map(|(_, rows)| rows)
+        .map(|r| r.values.len());
     let seeds = match (counts.clone().min(), counts.max()) {
         (Some(lo), Some(hi)) if lo < hi => format!("{lo}–{hi}"),
         _ => exp.config.seeds.to_string(),

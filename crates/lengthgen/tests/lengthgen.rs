@@ -502,7 +502,7 @@ fn pooled_experiments_keep_every_seed_and_refuse_other_settings() {
                 .filter(|r| r.run.label == label && r.length == row.length)
                 .map(|r| r.accuracy)
                 .collect();
-            assert_eq!(row.seeds, xs.len());
+            assert_eq!(row.values, xs);
             let mean = xs.iter().sum::<f64>() / xs.len() as f64;
             assert!((row.mean - mean).abs() < 1e-12, "{label} at {}", row.length);
         }
