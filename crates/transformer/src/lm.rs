@@ -308,6 +308,28 @@ impl LanguageModel {
         Ok(self.head.forward(&h)?)
     }
 
+    /// Every layer's self-attention weights `(batch, heads, seq, seq)` over `ids (batch,
+    /// seq)` at positions `0, 1, …`: what each position attends to, each row summing to 1
+    /// over the keys it may see (those before it and itself).
+    ///
+    /// # Shapes
+    /// - `ids`: `(batch, seq)`, `u32`
+    /// - output: one `(batch, heads, seq, seq)` tensor per layer
+    ///
+    /// # Errors
+    /// As [`LanguageModel::logits`].
+    pub fn attention_weights(&self, ids: &Tensor) -> Result<Vec<Tensor>> {
+        let seq = self.check(ids, Positions::From(0))?;
+        let mask = Mask::causal(seq, seq, 0, ids.device())?;
+        let x = self.embed.forward(ids, Positions::From(0))?;
+        let input = StackInput {
+            weights: true,
+            ..StackInput::new(&x, Some(&mask))
+        };
+        let (_, layers) = self.stack.forward(input)?;
+        Ok(layers.into_iter().map(|w| w.self_attn).collect())
+    }
+
     /// Runs `ids (batch, new)` after the positions in `cache` and returns the next-token
     /// scores `(batch, vocab)` after the last of them; the cache grows by `new`. Only that
     /// position goes through the head, so a long prompt costs no `new × vocab` product, and

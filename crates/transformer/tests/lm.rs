@@ -233,3 +233,40 @@ fn a_window_hides_what_lies_before_it() {
             .all(|v| v.is_finite()));
     }
 }
+
+/// The weights the explorer draws: one `(batch, heads, seq, seq)` tensor per layer, each
+/// row a distribution over the keys a causal query may see (itself and before), and none
+/// on keys a window of 3 shuts out.
+#[test]
+fn attention_weights_are_causal_distributions_per_layer() {
+    let window: EncodingConfig = r#"{"kind": "window", "size": 3}"#.parse().unwrap();
+    for (enc, reach) in [
+        (EncodingConfig::from_kind("rope").unwrap(), usize::MAX),
+        (window, 3),
+    ] {
+        let model = lm(enc);
+        let weights = model.attention_weights(&tokens()).unwrap();
+        assert_eq!(weights.len(), 2);
+        for w in &weights {
+            assert_eq!(w.dims(), &[2, 4, 12, 12]);
+            let w: Vec<Vec<Vec<Vec<f32>>>> = (0..2)
+                .map(|b| w.get(b).unwrap().to_vec3().unwrap())
+                .collect();
+            for row in w
+                .iter()
+                .flatten()
+                .flatten()
+                .enumerate()
+                .map(|(n, r)| (n % 12, r))
+            {
+                let (i, row) = row;
+                let sum: f32 = row.iter().sum();
+                assert!((sum - 1.0).abs() < 1e-5, "row {i} sums to {sum}");
+                for (j, &x) in row.iter().enumerate() {
+                    let seen = j <= i && i - j < reach;
+                    assert!(seen || x == 0.0, "query {i} gives key {j} weight {x}");
+                }
+            }
+        }
+    }
+}
