@@ -94,6 +94,9 @@ enum Command {
     /// Measure speed.
     #[command(subcommand)]
     Bench(cmd::bench::BenchCommand),
+    /// The explorer: a local web page of encodings, attention and results.
+    #[command(after_help = "Examples:\n  posenc serve\n  posenc serve --port 8080 --runs runs")]
+    Serve(cmd::serve::ServeArgs),
     /// Print a shell's completion script: `posenc completions bash > ~/.local/share/bash-completion/completions/posenc`.
     #[command(after_help = "Examples:\n  posenc completions bash\n  posenc completions zsh")]
     Completions {
@@ -179,6 +182,7 @@ pub fn run(cli: Cli, out: &mut impl Write) -> anyhow::Result<()> {
         Command::Generate(c) => c.run("smollm2", out),
         Command::Convert(c) => c.run(out),
         Command::Bench(c) => c.run(out),
+        Command::Serve(c) => c.run(out),
         // Both are made in memory first: clap_complete panics on a failed write, and a
         // closed pipe must end quietly.
         Command::Completions { shell } => {

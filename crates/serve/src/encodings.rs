@@ -1,0 +1,372 @@
+//! The Encodings view: what one encoding produces at a width and a length, in the three
+//! pictures the page draws, computed through the encoding's own hooks as `posenc encoding
+//! show` and `posenc plot encoding` compute them.
+//!
+//! - **table**: the encoding's [`posenc::Table`] as a heatmap, at up to [`MAX_SIDE`]
+//!   positions spread evenly over the length (every position when the length is short);
+//! - **by distance**: how the interaction of the last position with each earlier one
+//!   falls off with their distance, per head (`PE(p)·PE(p−k)` for an added encoding,
+//!   `⟨R_p q, R_(p−k) k⟩` for a fixed query and key under a rotary one, the bias itself for
+//!   a bias);
+//! - **pairs**: each (cos, sin) pair's point on the unit circle at every sampled position,
+//!   for the encodings that turn pairs (sinusoidal's columns, rotary angles).
+
+use candle_core::{Device, Tensor};
+use posenc::{EncodingConfig, Form, PositionalEncoding, Positions};
+use serde::{Deserialize, Serialize};
+
+use crate::error::ApiError;
+
+/// The most positions (and columns) a heatmap or a circle view samples.
+pub const MAX_SIDE: usize = 128;
+/// The most pairs the circle view draws.
+pub const MAX_PAIRS: usize = 64;
+
+/// `POST /api/encoding`: which encoding, at which size.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EncodingRequest {
+    /// The encoding as `--encoding` takes it: a JSON object (`{"kind": "rope", "base":
+    /// 500000}`), or a string (`"rope"`, `"rope:layout=interleaved"`).
+    pub encoding: serde_json::Value,
+    /// Model width.
+    pub d_model: usize,
+    /// Attention heads.
+    #[serde(default = "one")]
+    pub heads: usize,
+    /// Sequence length.
+    pub len: usize,
+}
+
+fn one() -> usize {
+    1
+}
+
+/// What the page draws for one encoding.
+#[derive(Debug, Clone, Serialize)]
+pub struct EncodingView {
+    /// The encoding, with every setting at its value (defaults filled in).
+    pub config: serde_json::Value,
+    /// Its kind.
+    pub kind: String,
+    /// The table's heatmap.
+    pub table: Heatmap,
+    /// Interaction of the last position with each earlier one, per head.
+    pub by_distance: ByDistance,
+    /// Each turning pair's point at each sampled position, if the encoding turns pairs.
+    pub pairs: Option<Pairs>,
+}
+
+/// A heatmap of one table: `values[head][row][column]` (one head for tables that have no
+/// heads).
+#[derive(Debug, Clone, Serialize)]
+pub struct Heatmap {
+    /// What the values are (`PE(pos, i)`, `cos(pos·θ_i)`, `bias(query, key)`).
+    pub title: String,
+    /// What the rows are (`position`, `query`).
+    pub row_name: String,
+    /// What the columns are (`dimension`, `pair`, `key`).
+    pub column_name: String,
+    /// The rows' positions.
+    pub rows: Vec<usize>,
+    /// The columns' indices.
+    pub columns: Vec<usize>,
+    /// The values, `[head][row][column]`; a masked or unbounded bias is `null`.
+    pub values: Vec<Vec<Vec<Option<f32>>>>,
+}
+
+/// `S(p, p − k)` for the last position `p` and `k = 0 … len − 1`, per head.
+#[derive(Debug, Clone, Serialize)]
+pub struct ByDistance {
+    /// What the interaction is.
+    pub title: String,
+    /// `values[head][k]`; `null` where it is −∞ (outside a window).
+    pub values: Vec<Vec<Option<f32>>>,
+}
+
+/// Each pair's `(cos, sin)` at each sampled position: `x[row][pair]`, `y[row][pair]`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Pairs {
+    /// The sampled positions.
+    pub positions: Vec<usize>,
+    /// The pairs drawn (indices among the encoding's pairs, fastest first).
+    pub pairs: Vec<usize>,
+    /// `cos` of each pair's angle, `[row][pair]`.
+    pub x: Vec<Vec<f32>>,
+    /// `sin` of each pair's angle, `[row][pair]`.
+    pub y: Vec<Vec<f32>>,
+}
+
+/// Parses an encoding as `--encoding` does: a string or a JSON object.
+///
+/// # Errors
+/// The same named errors as the command line: an unknown kind, a bad setting.
+pub fn parse(value: &serde_json::Value) -> Result<EncodingConfig, ApiError> {
+    match value {
+        serde_json::Value::String(text) => {
+            let entry: posenc_train::labelled::Labelled =
+                text.parse().map_err(ApiError::bad_request)?;
+            if entry.randomized_positions.is_some() {
+                return Err(ApiError::bad_request(
+                    "randomized positions change training, not the encoding: leave them out here",
+                ));
+            }
+            Ok(entry.encoding)
+        }
+        serde_json::Value::Object(_) => {
+            serde_json::from_value(value.clone()).map_err(ApiError::bad_request)
+        }
+        other => Err(ApiError::bad_request(format!(
+            "an encoding is a kind (\"rope\") or a JSON object ({{\"kind\": \"rope\"}}), got {other}"
+        ))),
+    }
+}
+
+/// Computes the view of `request`.
+///
+/// # Errors
+/// A malformed encoding, sizes past [`posenc::limits`], heads that do not divide the width,
+/// a length past a learned table's end: each named, as the command line names them.
+pub fn view(request: &EncodingRequest) -> Result<EncodingView, ApiError> {
+    let config = parse(&request.encoding)?;
+    let EncodingRequest {
+        d_model,
+        heads,
+        len,
+        ..
+    } = *request;
+    let bad = ApiError::bad_request;
+    posenc::limits::check_positive("d_model", d_model, posenc::limits::MAX_D_MODEL).map_err(bad)?;
+    posenc::limits::check_positive("heads", heads, posenc::limits::MAX_HEADS).map_err(bad)?;
+    posenc::limits::check_table_len(len).map_err(bad)?;
+    if len < 2 {
+        return Err(ApiError::bad_request(format!(
+            "len must be at least 2, got {len}"
+        )));
+    }
+    let enc = config
+        .build_untrained(d_model, heads, &Device::Cpu)
+        .map_err(bad)?;
+    compute(&*enc, config.to_json(), len).map_err(bad)
+}
+
+fn compute(
+    enc: &dyn PositionalEncoding,
+    config: serde_json::Value,
+    len: usize,
+) -> posenc::Result<EncodingView> {
+    let rows = sample(len, MAX_SIDE);
+    // A bias is read through the hook at the sampled positions only: a whole (heads, len,
+    // len) table at 2 048 positions is a quarter of a gigabyte. The form is known from a
+    // table too short to cost anything.
+    let (table, by_distance, pairs) = match enc.table(2)?.form {
+        Form::Bias { .. } => bias_views(enc, len, &rows)?,
+        _ => match enc.table(len)? {
+            posenc::Table {
+                title,
+                form: Form::Additive { values, pairs },
+            } => {
+                let values: Vec<Vec<f32>> = values.to_vec2()?;
+                let last = &values[len - 1];
+                let by_distance = (0..len)
+                    .map(|k| Some(dot(last, &values[len - 1 - k])))
+                    .collect();
+                // (sin, cos) column pairs, drawn as (cos, sin) points.
+                let turning = (!pairs.is_empty()).then(|| {
+                    let (sin, cos): (Vec<usize>, Vec<usize>) = pairs.iter().copied().unzip();
+                    turning_pairs(&values, &cos, &values, &sin, &rows)
+                });
+                (
+                    position_heatmap(title, "dimension", &values, &rows),
+                    ByDistance {
+                        title: "PE(p)·PE(p − k), p the last position".into(),
+                        values: vec![by_distance],
+                    },
+                    turning,
+                )
+            }
+            posenc::Table {
+                title,
+                form: Form::Rotary { cos, sin },
+            } => {
+                let (cos, sin): (Vec<Vec<f32>>, Vec<Vec<f32>>) = (cos.to_vec2()?, sin.to_vec2()?);
+                let half = cos[0].len();
+                let all: Vec<usize> = (0..half).collect();
+                (
+                    position_heatmap(format!("cos(pos·θ_i), {title}"), "pair", &cos, &rows),
+                    ByDistance {
+                        title: "⟨R_p q, R_(p−k) k⟩ for a fixed q and k, p the last position".into(),
+                        values: vec![rotary_by_distance(enc, 2 * half, len)?],
+                    },
+                    Some(turning_pairs(&cos, &all, &sin, &all, &rows)),
+                )
+            }
+            posenc::Table {
+                form: Form::Bias { .. },
+                ..
+            } => bias_views(enc, len, &rows)?,
+        },
+    };
+    Ok(EncodingView {
+        config,
+        kind: enc.kind().to_string(),
+        table,
+        by_distance,
+        pairs,
+    })
+}
+
+/// The heatmap of a `(len, columns)` table at the sampled `rows` and up to [`MAX_SIDE`]
+/// of its columns.
+fn position_heatmap(
+    title: impl Into<String>,
+    column_name: &str,
+    values: &[Vec<f32>],
+    rows: &[usize],
+) -> Heatmap {
+    let columns = sample(values[0].len(), MAX_SIDE);
+    Heatmap {
+        title: title.into(),
+        row_name: "position".into(),
+        column_name: column_name.into(),
+        values: vec![pick(values, rows, |row| {
+            columns.iter().map(|&c| Some(row[c])).collect()
+        })],
+        rows: rows.to_vec(),
+        columns,
+    }
+}
+
+/// Up to [`MAX_PAIRS`] of the pairs whose `cos` lies in column `cos_columns[i]` of `cos`
+/// and `sin` in column `sin_columns[i]` of `sin`, at the sampled `rows`.
+fn turning_pairs(
+    cos: &[Vec<f32>],
+    cos_columns: &[usize],
+    sin: &[Vec<f32>],
+    sin_columns: &[usize],
+    rows: &[usize],
+) -> Pairs {
+    let chosen = sample(cos_columns.len(), MAX_PAIRS);
+    let at = |table: &[Vec<f32>], columns: &[usize]| {
+        pick(table, rows, |row| {
+            chosen.iter().map(|&i| row[columns[i]]).collect()
+        })
+    };
+    Pairs {
+        x: at(cos, cos_columns),
+        y: at(sin, sin_columns),
+        positions: rows.to_vec(),
+        pairs: chosen.clone(),
+    }
+}
+
+/// A bias encoding's heatmap per head at the sampled queries and keys, and the last
+/// position's bias against each earlier one.
+fn bias_views(
+    enc: &dyn PositionalEncoding,
+    len: usize,
+    rows: &[usize],
+) -> posenc::Result<(Heatmap, ByDistance, Option<Pairs>)> {
+    let at: Vec<u32> = rows.iter().map(|&p| p as u32).collect();
+    let bias = enc
+        .attention_bias(at.len(), at.len(), Positions::At(&at), Positions::At(&at))?
+        .map(|b| b.to_vec3::<f32>())
+        .transpose()?;
+    let last = enc
+        .attention_bias(1, len, Positions::From(len - 1), Positions::From(0))?
+        .map(|b| b.squeeze(1)?.to_vec2::<f32>())
+        .transpose()?;
+    let title = enc.table(2)?.title;
+    let heads = bias.as_ref().map_or(1, Vec::len);
+    let shown = |x: f32| masked(x).filter(|x| x.is_finite());
+    let values = match bias {
+        Some(b) => b
+            .into_iter()
+            .map(|h| {
+                h.into_iter()
+                    .map(|r| r.into_iter().map(shown).collect())
+                    .collect()
+            })
+            .collect(),
+        None => vec![vec![vec![Some(0.0); rows.len()]; rows.len()]],
+    };
+    let by_distance = match last {
+        Some(r) => r
+            .into_iter()
+            .map(|h| (0..len).map(|k| shown(h[len - 1 - k])).collect())
+            .collect(),
+        None => vec![vec![Some(0.0); len]; heads],
+    };
+    Ok((
+        Heatmap {
+            title: format!("bias(query, key), {title}"),
+            row_name: "query".into(),
+            column_name: "key".into(),
+            values,
+            rows: rows.to_vec(),
+            columns: rows.to_vec(),
+        },
+        ByDistance {
+            title: "bias(p, p − k), p the last position".into(),
+            values: by_distance,
+        },
+        None,
+    ))
+}
+
+/// `None` for a bias that shuts a key out (a window's edge, a mask): `f32::MIN / 2` or below.
+fn masked(x: f32) -> Option<f32> {
+    (x > f32::MIN / 4.0).then_some(x)
+}
+
+/// `⟨R_(len−1) q, R_(len−1−k) k⟩` for `k = 0 … len − 1`, with the same fixed, irregular
+/// query and key as `posenc encoding props` rotates, through the encoding's own hooks.
+fn rotary_by_distance(
+    enc: &dyn PositionalEncoding,
+    head_dim: usize,
+    len: usize,
+) -> posenc::Result<Vec<Option<f32>>> {
+    let fixed = |phase: f64, n: usize| -> posenc::Result<Tensor> {
+        let v: Vec<f32> = (0..head_dim)
+            .map(|i| ((i as f64 + 1.0) * phase).sin() as f32)
+            .collect();
+        Ok(Tensor::new(v, &Device::Cpu)?
+            .broadcast_as((1, 1, n, head_dim))?
+            .contiguous()?)
+    };
+    let q = enc.rotate(&fixed(1.3, 1)?, Positions::From(len - 1))?;
+    let k = enc.rotate_keys(&fixed(0.7, len)?, Positions::From(0))?;
+    let q: Vec<f32> = q.flatten_all()?.to_vec1()?;
+    let k: Vec<Vec<f32>> = k.squeeze(0)?.squeeze(0)?.to_vec2()?;
+    Ok((0..len).map(|d| Some(dot(&q, &k[len - 1 - d]))).collect())
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// The rows of `values` at `rows`, each mapped by `f`.
+fn pick<T>(values: &[Vec<f32>], rows: &[usize], f: impl Fn(&[f32]) -> Vec<T>) -> Vec<Vec<T>> {
+    rows.iter().map(|&r| f(&values[r])).collect()
+}
+
+/// Up to `most` indices spread evenly over `0 … n − 1`, the first and the last among them.
+pub fn sample(n: usize, most: usize) -> Vec<usize> {
+    if n <= most {
+        return (0..n).collect();
+    }
+    let mut out: Vec<usize> = (0..most)
+        .map(|i| ((i as f64) * (n - 1) as f64 / (most - 1) as f64).round() as usize)
+        .collect();
+    out.dedup();
+    out
+}
+
+/// Every registered kind with its settings at their defaults: what the page's picker offers.
+pub fn kinds() -> Vec<serde_json::Value> {
+    EncodingConfig::kinds()
+        .into_iter()
+        .filter_map(|kind| EncodingConfig::from_kind(kind).ok())
+        .map(|config| config.to_json())
+        .collect()
+}

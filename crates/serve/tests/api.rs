@@ -1,0 +1,623 @@
+//! Every endpoint, with good and bad input. Expected values come from the papers'
+//! formulas and the toy language's grammar, computed here, not from the server.
+
+use std::io::{BufRead, BufReader};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::common::{get, message, post, scratch, server};
+
+fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+#[test]
+fn the_page_and_its_assets_are_served() {
+    let s = server(&[], 2);
+    let (status, page) = get(&s, "/");
+    assert_eq!(status, 200);
+    assert!(page.as_str().unwrap().contains("posenc explorer"));
+    for asset in ["app.js", "style.css", "echarts.min.js", "LICENSE-echarts"] {
+        let response = ureq::get(&format!("{}assets/{asset}", s.url()))
+            .call()
+            .unwrap();
+        assert_eq!(response.status(), 200, "{asset}");
+        assert!(response.into_string().unwrap().len() > 100, "{asset}");
+    }
+    let (status, body) = get(&s, "/assets/nope.js");
+    assert_eq!((status, message(&body)), (404, "no asset `nope.js`"));
+    let (status, _) = get(&s, "/api/nope");
+    assert_eq!(status, 404);
+}
+
+#[test]
+fn kinds_lists_every_registered_encoding_with_its_defaults() {
+    let s = server(&[], 2);
+    let (status, kinds) = get(&s, "/api/kinds");
+    assert_eq!(status, 200);
+    let names: Vec<&str> = kinds
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, posenc::EncodingConfig::kinds());
+    let rope = kinds
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["kind"] == "rope")
+        .unwrap();
+    assert_eq!(f(&rope["base"]), 10000.0);
+}
+
+/// Sinusoidal: the heatmap is the paper's PE(pos, i), and PE(p)·PE(p − k) = Σ_i cos(k ω_i)
+/// (sin a sin b + cos a cos b = cos(a − b)), whatever p.
+#[test]
+fn sinusoidal_views_follow_the_papers_formula() {
+    let s = server(&[], 2);
+    let (d, len) = (16usize, 300usize);
+    let (status, view) = post(
+        &s,
+        "/api/encoding",
+        &json!({"encoding": "sinusoidal", "d_model": d, "len": len}).to_string(),
+    );
+    assert_eq!(status, 200, "{view}");
+    let omega = |i: usize| 1.0 / 10000f64.powf((2 * i) as f64 / d as f64);
+    let rows = view["table"]["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 128, "a long table is sampled");
+    assert_eq!((f(&rows[0]), f(&rows[127])), (0.0, (len - 1) as f64));
+    let values = &view["table"]["values"][0];
+    for (r, pos) in rows.iter().enumerate() {
+        let pos = f(pos);
+        for c in 0..d {
+            // PE(pos, 2i) = sin(pos ω_i), PE(pos, 2i + 1) = cos(pos ω_i).
+            let (i, trig): (usize, fn(f64) -> f64) = match c % 2 {
+                0 => (c / 2, f64::sin),
+                _ => (c / 2, f64::cos),
+            };
+            let want = trig(pos * omega(i));
+            let got = f(&values[r][c]);
+            assert!(
+                (got - want).abs() < 1e-4,
+                "PE({pos}, {c}) = {got}, want {want}"
+            );
+        }
+    }
+    let by = view["by_distance"]["values"][0].as_array().unwrap();
+    assert_eq!(by.len(), len);
+    for (k, got) in by.iter().enumerate() {
+        let want: f64 = (0..d / 2).map(|i| (k as f64 * omega(i)).cos()).sum();
+        assert!(
+            (f(got) - want).abs() < 1e-3,
+            "k = {k}: {got} against {want}"
+        );
+    }
+    assert!(view["pairs"]["x"].as_array().unwrap().len() == 128);
+}
+
+/// ALiBi: bias(i, j) = −m_h |i − j|, m_h = 2^(−8h/H) (Press et al. 2022, §3).
+#[test]
+fn alibi_views_follow_the_papers_slopes() {
+    let s = server(&[], 2);
+    let heads = 4;
+    let (status, view) = post(
+        &s,
+        "/api/encoding",
+        &json!({"encoding": "alibi", "d_model": 32, "heads": heads, "len": 50}).to_string(),
+    );
+    assert_eq!(status, 200, "{view}");
+    assert_eq!(view["pairs"], Value::Null);
+    let values = view["table"]["values"].as_array().unwrap();
+    assert_eq!(values.len(), heads);
+    for (h, head) in values.iter().enumerate() {
+        let m = 2f64.powf(-8.0 * (h + 1) as f64 / heads as f64);
+        for (i, row) in head.as_array().unwrap().iter().enumerate() {
+            for (j, got) in row.as_array().unwrap().iter().enumerate() {
+                let want = -m * (i as f64 - j as f64).abs();
+                assert!((f(got) - want).abs() < 1e-4, "head {h} ({i}, {j})");
+            }
+        }
+        for (k, got) in view["by_distance"]["values"][h]
+            .as_array()
+            .unwrap()
+            .iter()
+            .enumerate()
+        {
+            assert!((f(got) + m * k as f64).abs() < 1e-4, "head {h}, k = {k}");
+        }
+    }
+}
+
+/// RoPE: the heatmap is cos(pos θ_i), θ_i = base^(−2i/d); a setting changes it; YaRN
+/// slows the slowest pairs (Peng et al. 2023) and scales by its attention factor.
+#[test]
+fn rope_views_turn_by_the_papers_angles_and_yarn_stretches_them() {
+    let s = server(&[], 2);
+    let view = |encoding: Value| {
+        let (status, view) = post(
+            &s,
+            "/api/encoding",
+            &json!({"encoding": encoding, "d_model": 64, "heads": 4, "len": 64}).to_string(),
+        );
+        assert_eq!(status, 200, "{view}");
+        view
+    };
+    let head_dim = 16;
+    for base in [10000f64, 100.0] {
+        let v = view(json!({"kind": "rope", "base": base}));
+        let table = &v["table"]["values"][0];
+        for pos in 0..64 {
+            for i in 0..head_dim / 2 {
+                let theta = base.powf(-((2 * i) as f64) / head_dim as f64);
+                let want = (pos as f64 * theta).cos();
+                let got = f(&table[pos][i]);
+                assert!(
+                    (got - want).abs() < 1e-4,
+                    "base {base}: cos({pos} θ_{i}) = {got}"
+                );
+            }
+        }
+    }
+    let yarn = view(json!({"kind": "rope", "scaling":
+        {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 16}}));
+    let plain = view(json!("rope"));
+    let radius = |v: &Value, row: usize, pair: usize| {
+        f(&v["pairs"]["x"][row][pair]).hypot(f(&v["pairs"]["y"][row][pair]))
+    };
+    let angle = |v: &Value, row: usize, pair: usize| {
+        f(&v["pairs"]["y"][row][pair]).atan2(f(&v["pairs"]["x"][row][pair]))
+    };
+    let slowest = head_dim / 2 - 1;
+    // YaRN's attention factor, 0.1 ln(s) + 1, scales the table (transformers' default).
+    let mscale = 0.1 * 4f64.ln() + 1.0;
+    assert!((radius(&yarn, 1, 0) - mscale).abs() < 1e-4);
+    assert!((radius(&plain, 1, 0) - 1.0).abs() < 1e-5);
+    // The slowest pair turns 4 times slower; the fastest as fast.
+    assert!((angle(&yarn, 1, slowest) * 4.0 - angle(&plain, 1, slowest)).abs() < 1e-5);
+    assert!((angle(&yarn, 1, 0) - angle(&plain, 1, 0)).abs() < 1e-5);
+}
+
+#[test]
+fn a_window_shuts_out_far_keys_as_null_not_nan() {
+    let s = server(&[], 2);
+    let (status, view) = post(
+        &s,
+        "/api/encoding",
+        &json!({"encoding": "window:size=4", "d_model": 8, "len": 10}).to_string(),
+    );
+    assert_eq!(status, 200, "{view}");
+    let by = view["by_distance"]["values"][0].as_array().unwrap();
+    assert!(by[..4].iter().all(|v| f(v) == 0.0), "{by:?}");
+    assert!(by[4..].iter().all(Value::is_null), "{by:?}");
+}
+
+#[test]
+fn bad_encoding_requests_get_the_command_lines_named_errors() {
+    let s = server(&[], 2);
+    let cases = [
+        (
+            r#"{"encoding": "rop", "d_model": 8, "len": 4}"#,
+            "did you mean `rope`",
+        ),
+        (
+            r#"{"encoding": {"kind": "rope", "base": "x"}, "d_model": 8, "len": 4}"#,
+            "`rope`: invalid type",
+        ),
+        (
+            r#"{"encoding": "rope:layout=sideways", "d_model": 8, "len": 4}"#,
+            "unknown variant `sideways`",
+        ),
+        (
+            r#"{"encoding": "rope", "d_model": 1000000000, "len": 4}"#,
+            "d_model = 1000000000 is too large",
+        ),
+        (
+            r#"{"encoding": "rope", "d_model": 8, "len": 1000000000000}"#,
+            "len = 1000000000000 is too large",
+        ),
+        (r#"{"encoding": "rope", "d_model": 0, "len": 4}"#, "d_model"),
+        (
+            r#"{"encoding": "rope", "d_model": 8, "heads": 3, "len": 4}"#,
+            "not divisible by heads = 3",
+        ),
+        (
+            r#"{"encoding": "learned", "d_model": 8, "len": 600}"#,
+            "past the end of the `learned` encoding",
+        ),
+        (
+            r#"{"encoding": 7, "d_model": 8, "len": 4}"#,
+            "an encoding is a kind",
+        ),
+        (
+            r#"{"encoding": "rope", "d_model": 8, "len": 4, "colour": 1}"#,
+            "unknown field `colour`",
+        ),
+        (r#"{"encoding": "rope", "d_model": 8"#, "Failed to parse"),
+    ];
+    for (body, expected) in cases {
+        let (status, answer) = post(&s, "/api/encoding", body);
+        assert_eq!(status, 400, "{body}: {answer}");
+        assert!(message(&answer).contains(expected), "{body}: {answer}");
+    }
+    let huge = format!(
+        r#"{{"encoding": "{}", "d_model": 8, "len": 4}}"#,
+        "a".repeat(70_000)
+    );
+    let (status, answer) = post(&s, "/api/encoding", &huge);
+    assert_eq!(status, 413, "{answer}");
+    assert!(message(&answer).contains("65536 bytes"));
+}
+
+#[test]
+fn translation_gives_the_toy_languages_sentence_and_every_heads_weights() {
+    let s = server(&[], 2);
+    let (status, answer) = post(
+        &s,
+        "/api/translate",
+        r#"{"text": "the dog chases the cat"}"#,
+    );
+    assert_eq!(status, 200, "{answer}");
+    // Subject ga, object o, verb last (../shared/toy-language.md).
+    assert_eq!(answer["translation"], "inu ga neko o oikakeru");
+    let a = &answer["attention"];
+    let source = a["source"].as_array().unwrap().len();
+    for part in ["encoder", "cross"] {
+        for layer in a[part].as_array().unwrap() {
+            for head in layer.as_array().unwrap() {
+                for row in head.as_array().unwrap() {
+                    let row = row.as_array().unwrap();
+                    assert_eq!(row.len(), source);
+                    let sum: f64 = row.iter().map(f).sum();
+                    assert!((sum - 1.0).abs() < 1e-4, "{part}: a row sums to {sum}");
+                }
+            }
+        }
+    }
+    for (body, expected) in [
+        (
+            r#"{"text": "the zebra chases the cat"}"#,
+            "unknown word `zebra`",
+        ),
+        (r#"{"text": "  "}"#, "type an English sentence"),
+        (r#"{"words": "x"}"#, "unknown field `words`"),
+    ] {
+        let (status, answer) = post(&s, "/api/translate", body);
+        assert_eq!(status, 400, "{body}");
+        assert!(message(&answer).contains(expected), "{answer}");
+    }
+    let long = json!({"text": "the dog ".repeat(100)}).to_string();
+    let (status, answer) = post(&s, "/api/translate", &long);
+    assert_eq!(
+        (status, message(&answer)),
+        (400, "the sentence is 800 characters; the most is 500")
+    );
+}
+
+/// A generation's events, read until `stop` says so or the stream ends.
+fn events(
+    response: ureq::Response,
+    mut stop: impl FnMut(&str, &Value) -> bool,
+) -> Vec<(String, Value)> {
+    let mut out = Vec::new();
+    let mut name = String::new();
+    for line in BufReader::new(response.into_reader()).lines() {
+        let line = line.unwrap();
+        if let Some(event) = line.strip_prefix("event: ") {
+            name = event.to_string();
+        } else if let Some(data) = line.strip_prefix("data: ") {
+            let value: Value = serde_json::from_str(data).unwrap();
+            let done = stop(&name, &value);
+            out.push((name.clone(), value));
+            if done || name == "done" || name == "error" {
+                break;
+            }
+        }
+    }
+    out
+}
+
+fn generate_url(s: &posenc_serve::Server, prompt: &str, max_tokens: usize) -> String {
+    format!(
+        "{}api/generate?model=shakespeare-alibi&prompt={}&max_tokens={max_tokens}",
+        s.url(),
+        prompt.replace(' ', "%20").replace('\n', "%0A")
+    )
+}
+
+/// The stream carries what the library's own greedy generation gives, token by token, with
+/// each token's attention row over every position before it.
+#[test]
+fn generation_streams_the_librarys_tokens_with_their_attention() {
+    let s = server(&[], 2);
+    let prompt = "ROMEO:\nBut soft";
+    let n = 12;
+    let response = ureq::get(&generate_url(&s, prompt, n)).call().unwrap();
+    assert_eq!(response.content_type(), "text/event-stream");
+    let got = events(response, |_, _| false);
+    let lm = posenc_lm::causal::CausalLm::load(
+        posenc_lm::lm_run::shipped_model().to_str().unwrap(),
+        posenc_llama::Precision::F32,
+        &candle_core::Device::Cpu,
+    )
+    .unwrap();
+    let ids = lm.encode_prompt(prompt).unwrap();
+    let want =
+        posenc_lm::sample::generate(&lm.model, &ids, n, posenc_lm::sample::Sampling::greedy())
+            .unwrap();
+    assert_eq!(got[0].0, "prompt");
+    assert_eq!(got[0].1["tokens"].as_array().unwrap().len(), ids.len());
+    let tokens: Vec<&(String, Value)> = got.iter().filter(|(e, _)| e == "token").collect();
+    assert_eq!(tokens.len(), n);
+    for (i, (_, token)) in tokens.iter().enumerate() {
+        assert_eq!(token["text"], lm.decode(&want[i..=i]).unwrap(), "token {i}");
+        for layer in token["attention"].as_array().unwrap() {
+            for row in layer.as_array().unwrap() {
+                let row = row.as_array().unwrap();
+                assert_eq!(
+                    row.len(),
+                    ids.len() + i,
+                    "token {i} sees every position before it"
+                );
+                let sum: f64 = row.iter().map(f).sum();
+                assert!((sum - 1.0).abs() < 1e-4);
+            }
+        }
+    }
+    assert_eq!(got.last().unwrap().0, "done");
+}
+
+#[test]
+fn bad_generation_requests_are_refused_before_streaming() {
+    let s = server(&[], 2);
+    let url = |q: &str| format!("/api/generate?{q}");
+    for (query, status, expected) in [
+        ("model=nope&prompt=x", 404, "no model `nope`"),
+        (
+            "model=shakespeare-alibi&prompt=%E2%82%AC",
+            400,
+            "no token for \"€\"",
+        ),
+        (
+            "model=shakespeare-alibi&prompt=",
+            400,
+            "the prompt is empty",
+        ),
+        (
+            "model=shakespeare-alibi&prompt=x&max_tokens=100000",
+            400,
+            "max_tokens must be 1 to 1000",
+        ),
+        (
+            "model=shakespeare-alibi&prompt=x&temperature=-1",
+            400,
+            "temperature",
+        ),
+        (
+            "model=shakespeare-alibi&prompt=x&bogus=1",
+            400,
+            "unknown field `bogus`",
+        ),
+        ("prompt=x", 400, "missing field `model`"),
+    ] {
+        let (got, answer) = get(&s, &url(query));
+        assert_eq!(got, status, "{query}: {answer}");
+        assert!(message(&answer).contains(expected), "{query}: {answer}");
+    }
+}
+
+/// One generation at a time: a second is told 503 to wait, and a client that goes away
+/// mid-stream frees the server for the next.
+#[test]
+fn a_second_generation_waits_and_a_closed_stream_frees_the_server() {
+    let s = server(&[], 2);
+    let first = ureq::get(&generate_url(&s, "ROMEO:", 1000)).call().unwrap();
+    let mut reader = BufReader::new(first.into_reader());
+    let mut line = String::new();
+    // The first token has been generated: the generation runs.
+    while !line.starts_with("event: token") {
+        line.clear();
+        reader.read_line(&mut line).unwrap();
+    }
+    let (status, answer) = get(&s, "/api/generate?model=shakespeare-alibi&prompt=x");
+    assert_eq!(status, 503, "{answer}");
+    assert!(message(&answer).contains("a generation is running"));
+    drop(reader);
+    let start = Instant::now();
+    loop {
+        match ureq::get(&generate_url(&s, "x", 2)).call() {
+            Ok(response) => {
+                let got = events(response, |_, _| false);
+                assert_eq!(got.last().unwrap().0, "done");
+                break;
+            }
+            Err(ureq::Error::Status(503, _)) if start.elapsed() < Duration::from_secs(20) => {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            Err(e) => panic!("the closed stream did not free the server: {e}"),
+        }
+    }
+}
+
+#[test]
+fn models_lists_the_shipped_language_model_and_the_translator() {
+    let s = server(&[], 2);
+    let (status, models) = get(&s, "/api/models");
+    assert_eq!(status, 200);
+    assert_eq!(models["translation_error"], Value::Null);
+    assert!(models["lms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|m| m["name"] == "shakespeare-alibi"));
+}
+
+/// Records: found, read, summarised with the mean and sample standard deviation, and never
+/// read from outside the directories given.
+#[test]
+fn records_are_listed_summarised_and_confined_to_their_directories() {
+    let dir = scratch("serve-records");
+    let study = dir.join("study");
+    std::fs::create_dir_all(study.join("deep")).unwrap();
+    let records = json!({"records": [
+        {"label": "rope", "seed": 1, "length": 8, "accuracy": 1.0, "correct": true},
+        {"label": "rope", "seed": 2, "length": 8, "accuracy": 0.5, "correct": false},
+        {"label": "rope", "seed": 1, "length": 16, "accuracy": 0.25, "correct": false},
+        {"label": "alibi", "seed": 1, "length": 8, "accuracy": 0.75, "correct": true},
+    ]});
+    std::fs::write(study.join("results.json"), records.to_string()).unwrap();
+    std::fs::write(
+        study.join("deep/loss.csv"),
+        "model,position,loss\na,0,2.5\na,1,\n",
+    )
+    .unwrap();
+    std::fs::write(study.join("config.json"), "{}").unwrap();
+    std::fs::write(study.join("broken.json"), "[{").unwrap();
+    let outside = scratch("serve-outside");
+    std::fs::write(outside.join("secret.csv"), "a\n1\n").unwrap();
+    #[cfg(unix)]
+    std::os::unix::fs::symlink(outside.join("secret.csv"), study.join("link.csv")).unwrap();
+    let s = server(std::slice::from_ref(&study), 2);
+
+    let (status, listed) = get(&s, "/api/records");
+    assert_eq!(status, 200);
+    let paths: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            "study/broken.json",
+            "study/deep/loss.csv",
+            "study/results.json"
+        ]
+    );
+
+    let (status, columns) = get(&s, "/api/columns?path=study/results.json");
+    assert_eq!((status, f(&columns["rows"])), (200, 4.0));
+    let (status, columns) = get(&s, "/api/columns?path=study/deep/loss.csv");
+    assert_eq!(status, 200);
+    let column = |name: &str| {
+        columns["columns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .cloned()
+    };
+    assert_eq!(
+        column("loss").unwrap()["numeric"],
+        true,
+        "an empty cell is null"
+    );
+    assert_eq!(column("model").unwrap()["numeric"], false);
+
+    let (status, series) = post(
+        &s,
+        "/api/aggregate",
+        r#"{"path": "study/results.json", "y": "accuracy", "x": "length"}"#,
+    );
+    assert_eq!(status, 200, "{series}");
+    let rope = &series[0];
+    assert_eq!(rope["name"], "rope");
+    let at8 = &rope["points"][0];
+    assert_eq!(f(&at8["x"]), 8.0);
+    assert!((f(&at8["mean"]) - 0.75).abs() < 1e-12);
+    // The sample standard deviation of 1 and 0.5.
+    assert!((f(&at8["sd"]) - (0.125f64).sqrt()).abs() < 1e-12);
+    assert_eq!(f(&rope["points"][1]["x"]), 16.0);
+    assert_eq!(series[1]["name"], "alibi");
+    // The static figures' colours: a kind's own.
+    let c = posenc_plot::chart::label_colour("rope");
+    assert_eq!(
+        rope["colour"],
+        format!("#{:02x}{:02x}{:02x}", c.0, c.1, c.2)
+    );
+    // A boolean averages to the fraction; a filter keeps what matches.
+    let (_, found) = post(
+        &s,
+        "/api/aggregate",
+        r#"{"path": "study/results.json", "y": "correct", "group": "length", "filter": {"label": "rope"}}"#,
+    );
+    assert_eq!(found[0]["name"], "8");
+    assert_eq!(f(&found[0]["points"][0]["mean"]), 0.5);
+
+    for (query, status, expected) in [
+        ("study/../../etc/passwd", 403, "`..`"),
+        ("/etc/passwd", 403, "absolute paths"),
+        (
+            "../serve-outside/secret.csv",
+            403,
+            "absolute paths and `..`",
+        ),
+        ("study/link.csv", 403, "leads outside"),
+        ("elsewhere/results.json", 404, "no directory `elsewhere`"),
+        ("study/missing.json", 404, "missing.json"),
+        ("study/broken.json", 400, "not valid JSON"),
+        ("study/config.json", 400, "no `records` list"),
+    ] {
+        let (got, answer) = get(&s, &format!("/api/columns?path={query}"));
+        assert_eq!(got, status, "{query}: {answer}");
+        assert!(message(&answer).contains(expected), "{query}: {answer}");
+    }
+    for (body, expected) in [
+        (
+            r#"{"path": "study/results.json", "y": "nope"}"#,
+            "no column `nope`",
+        ),
+        (
+            r#"{"path": "study/results.json", "y": "label"}"#,
+            "not a column of numbers",
+        ),
+        (r#"{"path": "study/../x", "y": "a"}"#, "`..`"),
+    ] {
+        let (status, answer) = post(&s, "/api/aggregate", body);
+        assert!(status == 400 || status == 403, "{body}: {status}");
+        assert!(message(&answer).contains(expected), "{body}: {answer}");
+    }
+}
+
+/// 32 clients at once for two seconds: every answer is a view or a 503, and the server
+/// answers after. (The 20-second run with its peak memory is `examples/serve_load.rs`.)
+#[test]
+fn many_clients_at_once_get_views_or_a_503() {
+    let s = server(&[], 2);
+    let url = format!("{}api/encoding", s.url());
+    let body = json!({"encoding": "rope", "d_model": 64, "heads": 4, "len": 512}).to_string();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let statuses: Vec<u16> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..32)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut seen = Vec::new();
+                    while Instant::now() < deadline {
+                        let status = match ureq::post(&url)
+                            .set("content-type", "application/json")
+                            .send_string(&body)
+                        {
+                            Ok(r) => r.status(),
+                            Err(ureq::Error::Status(code, _)) => code,
+                            Err(e) => panic!("transport error: {e}"),
+                        };
+                        seen.push(status);
+                    }
+                    seen
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap())
+            .collect()
+    });
+    assert!(
+        statuses.iter().all(|&c| c == 200 || c == 503),
+        "{statuses:?}"
+    );
+    assert!(statuses.contains(&200));
+    assert_eq!(get(&s, "/api/kinds").0, 200);
+}
