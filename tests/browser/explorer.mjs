@@ -1,0 +1,114 @@
+// Drives Debian's Chromium through the explorer page with playwright-core.
+//
+//   node tests/browser/explorer.mjs URL OUT_DIR
+//
+// Run by the Rust test `serve::explorer_in_chromium` (tests/serve.rs), which starts the
+// server. Every check throws with what it saw; a screenshot of each view is saved in
+// OUT_DIR. Prints one JSON line of measurements at the end.
+import { chromium } from "playwright-core";
+import { mkdirSync } from "node:fs";
+
+const [url, out] = process.argv.slice(2);
+if (!url || !out) throw new Error("usage: explorer.mjs URL OUT_DIR");
+mkdirSync(out, { recursive: true });
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+});
+const measured = {};
+const consoleErrors = [];
+try {
+  const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+  page.on("pageerror", (e) => consoleErrors.push(String(e)));
+  // A 4xx answer is logged by Chromium as a failed resource: the checks below ask for some.
+  page.on("console", (m) => {
+    if (m.type() === "error" && !m.text().startsWith("Failed to load resource")) consoleErrors.push(m.text());
+  });
+  page.setDefaultTimeout(30_000);
+  await page.goto(url);
+
+  const check = (ok, what) => { if (!ok) throw new Error(what); };
+  /** How many pixels of the canvases under `selector` are not background. */
+  const inked = (selector) => page.$$eval(`${selector} canvas`, (canvases) => canvases.reduce((sum, c) => {
+    const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+    let n = 0;
+    for (let i = 0; i < d.length; i += 4) {
+      const [r, g, b, a] = [d[i], d[i + 1], d[i + 2], d[i + 3]];
+      if (a > 0 && !(r > 245 && g > 245 && b > 245)) n++;
+    }
+    return sum + n;
+  }, 0));
+  const pixels = (selector) => page.$$eval(`${selector} canvas`, (canvases) =>
+    canvases.map((c) => c.toDataURL()).join(""));
+  const drawn = (selector) => page.$eval(selector, (e) => Number(e.dataset.drawn || 0));
+
+  // ---- Encodings: both panes draw; a setting changes the heatmap; bad JSON is named.
+  await page.waitForFunction(() => Number(document.querySelector("#pane-a").dataset.drawn || 0) >= 1
+    && Number(document.querySelector("#pane-b").dataset.drawn || 0) >= 1);
+  check(await inked("#pane-a .heatmap") > 1000, "pane A's heatmap is blank");
+  await page.screenshot({ path: `${out}/encodings.png`, fullPage: true });
+  const before = await pixels("#pane-a .heatmap");
+  const count = await drawn("#pane-a");
+  await page.fill("#pane-a .config", JSON.stringify({ kind: "rope", base: 100 }));
+  await page.waitForFunction((n) => Number(document.querySelector("#pane-a").dataset.drawn) > n, count);
+  check(await pixels("#pane-a .heatmap") !== before, "changing rope's base left the heatmap as it was");
+  // The redraw's time (fetch and drawing) at d_model 512 × 2 048 positions, five settings.
+  measured.redraw_ms_512x2048 = [Number(await page.$eval("#pane-a", (e) => e.dataset.ms))];
+  for (const base of [200, 500, 1000, 2000, 5000, 20000, 50000, 100000, 500000]) {
+    const n = await drawn("#pane-a");
+    await page.fill("#pane-a .config", JSON.stringify({ kind: "rope", base }));
+    await page.waitForFunction((n) => Number(document.querySelector("#pane-a").dataset.drawn) > n, n);
+    measured.redraw_ms_512x2048.push(Number(await page.$eval("#pane-a", (e) => e.dataset.ms)));
+  }
+  await page.fill("#pane-a .config", '{"kind": "rope", "base": }');
+  await page.waitForFunction(() => /malformed JSON/.test(document.querySelector("#pane-a .error").textContent));
+  await page.fill("#pane-a .config", '{"kind": "rop"}');
+  await page.waitForFunction(() => /unknown encoding kind `rop`/.test(document.querySelector("#pane-a .error").textContent));
+  await page.fill("#pane-a .config", '{"kind": "alibi"}');
+  await page.waitForFunction(() => document.querySelector("#pane-a .error").textContent === "");
+
+  // ---- Attention: the sentence translates, and the heads are drawn.
+  await page.click('nav button[data-view="attention"]');
+  await page.fill("#sentence", "the dog chases the cat");
+  await page.click("#translate");
+  await page.waitForFunction(() => document.querySelector("#translation").textContent === "inu ga neko o oikakeru");
+  await page.waitForFunction(() => Number(document.querySelector("#attention-grid").dataset.drawn || 0) >= 1);
+  const heads = await page.$$eval("#attention-grid .cell", (cells) => cells.length);
+  check(heads >= 2, `${heads} attention maps drawn`);
+  check(await inked("#attention-grid") > 1000, "the attention canvases are blank");
+  await page.fill("#sentence", "the zebra chases the cat");
+  await page.click("#translate");
+  await page.waitForFunction(() => /unknown word `zebra`/.test(document.querySelector("#translate-error").textContent));
+  await page.fill("#sentence", "the dog chases the cat");
+  await page.click("#translate");
+  await page.waitForFunction(() => document.querySelector("#translation").textContent === "inu ga neko o oikakeru");
+  // A generation streams its tokens and draws its running map.
+  await page.fill("#max-tokens", "12");
+  await page.click("#generate");
+  await page.waitForFunction(() => document.querySelector("#output-a").dataset.done === "true");
+  check(await inked("#gen-map-a") > 500, "the generation's attention map is blank");
+  await page.screenshot({ path: `${out}/attention.png`, fullPage: true });
+
+  // ---- Results: a study's records, mean and spread over seeds.
+  await page.click('nav button[data-view="results"]');
+  await page.waitForFunction(() => Number(document.querySelector("#results-chart").dataset.drawn || 0) >= 1);
+  check(await inked("#results-chart") > 1000, "the results chart is blank");
+  await page.screenshot({ path: `${out}/results.png`, fullPage: true });
+
+  // ---- Long context: the passkey grid.
+  await page.click('nav button[data-view="long-context"]');
+  await page.waitForFunction(() => Number(document.querySelector("#lc-chart").dataset.drawn || 0) >= 1);
+  check(await inked("#lc-chart") > 1000, "the long-context chart is blank");
+  await page.screenshot({ path: `${out}/long-context.png`, fullPage: true });
+
+  check(consoleErrors.length === 0, `the page logged errors: ${consoleErrors.join("; ")}`);
+} catch (e) {
+  // A script error on the page shows as a wait that timed out: say what the page logged.
+  e.message += consoleErrors.length ? `\nthe page logged: ${consoleErrors.join("; ")}` : "";
+  throw e;
+} finally {
+  await browser.close();
+}
+console.log(JSON.stringify(measured));
