@@ -68,6 +68,11 @@ try {
   await page.waitForFunction(() => /unknown encoding kind `rop`/.test(document.querySelector("#pane-a .error").textContent));
   await page.fill("#pane-a .config", '{"kind": "alibi"}');
   await page.waitForFunction(() => document.querySelector("#pane-a .error").textContent === "");
+  // A bias has a matrix per head: picking another head redraws the heatmap.
+  await page.waitForFunction(() => document.querySelector("#pane-a .head").options.length === 8);
+  const head0 = await pixels("#pane-a .heatmap");
+  await page.selectOption("#pane-a .head", "7");
+  check(await pixels("#pane-a .heatmap") !== head0, "ALiBi's head 7 looks like its head 0");
 
   // ---- Attention: the sentence translates, and the heads are drawn.
   await page.click('nav button[data-view="attention"]');

@@ -118,6 +118,7 @@ async function initEncodings() {
     select.addEventListener("change", () => { setPane(pane, defaults(select.value)); redraw(pane); });
     $(".config", pane).addEventListener("input", () => schedule(pane));
     $(".position", pane).addEventListener("input", () => drawPairs(pane));
+    $(".head", pane).addEventListener("change", () => drawTable(pane));
   }
   for (const id of ["#d-model", "#heads", "#len"]) {
     $(id).addEventListener("input", () => $$(".pane[data-pane]").forEach(schedule));
@@ -180,12 +181,15 @@ async function redraw(pane) {
   }
   error.textContent = "";
   views.set(pane, view);
-  const t = view.table;
-  heatmap($(".heatmap", pane), {
-    title: `${labelOf(view.config)}: ${t.title}` + (t.values.length > 1 ? " (head 0)" : ""),
-    rows: t.rows, columns: t.columns, values: t.values[0],
-    rowName: t.row_name, columnName: t.column_name,
-  });
+  // A bias has a matrix per head: the head picker shows one at a time.
+  const heads = view.table.values.length;
+  const picker = $(".head", pane);
+  $(".head-box", pane).style.display = heads > 1 ? "" : "none";
+  if (picker.options.length !== heads) {
+    picker.innerHTML = "";
+    for (let h = 0; h < heads; h++) picker.add(new Option(String(h), String(h)));
+  }
+  drawTable(pane);
   drawDistance(pane, view);
   const box = $(".pairs-box", pane);
   box.style.display = view.pairs ? "" : "none";
@@ -199,6 +203,18 @@ async function redraw(pane) {
   pane.dataset.drawn = String(Number(pane.dataset.drawn || 0) + 1);
   pane.dataset.ms = ms.toFixed(1);
   $("#timing").textContent = `last redraw ${ms.toFixed(0)} ms`;
+}
+
+function drawTable(pane) {
+  const view = views.get(pane);
+  if (!view) return;
+  const t = view.table;
+  const head = Math.min(Number($(".head", pane).value || 0), t.values.length - 1);
+  heatmap($(".heatmap", pane), {
+    title: `${labelOf(view.config)}: ${t.title}` + (t.values.length > 1 ? ` (head ${head})` : ""),
+    rows: t.rows, columns: t.columns, values: t.values[head],
+    rowName: t.row_name, columnName: t.column_name,
+  });
 }
 
 function drawDistance(pane, view) {
