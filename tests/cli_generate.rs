@@ -364,3 +364,91 @@ fn a_chat_goes_on_turn_by_turn() {
     let o = with_stdin(&["generate", "--interactive"], "hi\n");
     assert_eq!(o.status.code(), Some(2), "{}", text(&o).1);
 }
+
+/// `lm ruler` keeps its records in `--out` and goes on from them: a second run with one more
+/// seed runs only that seed, the first seed's record unchanged; a file of another model's
+/// records, a file that is not records and an unknown task are refused by name, and nothing
+/// is written.
+#[test]
+fn ruler_resumes_from_its_records_and_refuses_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("ruler.json");
+    let plot = dir.path().join("ruler.png");
+    let ruler = |extra: &[&str]| {
+        posenc()
+            .args([
+                "lm",
+                "ruler",
+                "--model",
+                "smollm2",
+                "--tasks",
+                "niah_single",
+            ])
+            .args(["--lengths", "400", "--quiet", "--out"])
+            .arg(&out)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let o = ruler(&["--seeds", "0"]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let first: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0]["model"], "smollm2");
+    assert_eq!(first[0]["task"], "niah_single");
+    let o = ruler(&["--seeds", "0,1", "--plot", plot.to_str().unwrap()]);
+    let (stdout, stderr) = text(&o);
+    assert!(o.status.success(), "{stderr}");
+    assert!(stdout.contains("| niah_single |"), "{stdout}");
+    let second: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(second.len(), 2);
+    assert_eq!(
+        second[0], first[0],
+        "the first seed's record was kept, not rerun"
+    );
+    assert_eq!(second[1]["seed"], 1);
+    assert!(std::fs::read(&plot).unwrap().starts_with(b"\x89PNG"));
+
+    let before = std::fs::read(&out).unwrap();
+    let o = ruler(&[
+        "--seeds",
+        "0",
+        "--rope-scaling",
+        r#"{"rope_type": "yarn", "factor": 2}"#,
+    ]);
+    let stderr = text(&o).1;
+    assert!(!o.status.success());
+    assert!(
+        stderr.contains("holds records of model smollm2 with rope_scaling none"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read(&out).unwrap(),
+        before,
+        "the records were touched"
+    );
+
+    std::fs::write(&out, "[{\"task\": ").unwrap();
+    let stderr = text(&ruler(&["--seeds", "0"])).1;
+    assert!(
+        stderr.contains("is not a file of RULER records"),
+        "{stderr}"
+    );
+    let o = posenc()
+        .args([
+            "lm",
+            "ruler",
+            "--model",
+            "smollm2",
+            "--tasks",
+            "qa",
+            "--lengths",
+            "400",
+        ])
+        .output()
+        .unwrap();
+    let stderr = text(&o).1;
+    assert!(stderr.contains("unknown RULER task `qa`"), "{stderr}");
+}

@@ -282,6 +282,13 @@ pub enum LmCommand {
         after_help = "Examples:\n  posenc lm passkey --model smollm2 --lengths 4096,8192 --depths 0.1,0.5,0.9"
     )]
     Passkey(PasskeyArgs),
+    /// A subset of RULER (Hsieh et al. 2024): needles in a haystack (single, multi-key,
+    /// multi-value, multi-query), variable tracking and common-words extraction, at exact
+    /// lengths; the score is the share of the expected answers given.
+    #[command(
+        after_help = "Examples:\n  posenc lm ruler --model smollm2 --lengths 4096 --seeds 0,1,2 --out runs/ruler.json\n  posenc lm ruler --model smollm2 --lengths 16384 --tasks niah_single,vt --rope-scaling '{\"rope_type\": \"yarn\", \"factor\": 4}'"
+    )]
+    Ruler(super::ruler::RulerArgs),
     /// One model per encoding, evaluated at 1, 2, 4 and 8 times the trained context.
     ///
     /// The lineup: every registered encoding (learned with a table of L rows), one seed;
@@ -299,6 +306,7 @@ impl super::TaskCommand for LmCommand {
             Self::Generate(a) => a.run(&model::shipped(), out),
             Self::Eval(a) => eval(a, out),
             Self::Passkey(a) => passkey(a, out),
+            Self::Ruler(a) => a.run(out),
             Self::Experiment(a) => experiment(a, out),
         }
     }

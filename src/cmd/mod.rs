@@ -11,6 +11,7 @@ pub mod lm;
 pub mod model;
 pub mod plot;
 pub mod report;
+pub mod ruler;
 pub mod serve;
 pub mod translate;
 

@@ -8,6 +8,7 @@
 //! | [`causal`] | any causal model the commands take: a run of ours or a pretrained Llama (SmolLM2, GGUF) |
 //! | [`sample`] | generation with a key/value cache and an optional window |
 //! | [`passkey`] | retrieval of a key hidden past the window |
+//! | [`ruler`] | a subset of RULER: needles, variable tracking, common words |
 //! | [`tables`] | the Markdown tables the commands print: loss by length and octave, sliding windows, passkey |
 //! | [`lm_experiment`] | every encoding (and seed) trained and measured past its context |
 //!
@@ -23,6 +24,7 @@ pub mod lm_experiment;
 pub mod lm_run;
 pub mod lm_train;
 pub mod passkey;
+pub mod ruler;
 pub mod sample;
 pub mod tables;
 pub mod text_tokenizer;

@@ -222,6 +222,39 @@ pub struct Subject<'a> {
     pub eos: Option<u32>,
 }
 
+impl Subject<'_> {
+    /// The model's greedy answer to `prompt`, as text: up to `max_new` tokens, ended early
+    /// by its end-of-sequence token; `on_tokens(n)` is called as each `n` prompt tokens are
+    /// read.
+    ///
+    /// # Errors
+    /// The model's and the decoder's own.
+    pub fn answer(
+        &self,
+        prompt: &[u32],
+        max_new: usize,
+        on_tokens: impl FnMut(usize),
+    ) -> Result<String> {
+        let mut answer = Vec::new();
+        generate_observed(
+            self.model,
+            prompt,
+            max_new,
+            Sampling::greedy(),
+            None,
+            on_tokens,
+            |token| {
+                if Some(token) == self.eos {
+                    return Ok(false);
+                }
+                answer.push(token);
+                Ok(true)
+            },
+        )?;
+        (self.decode)(&answer)
+    }
+}
+
 /// One trial, its prompt built.
 struct Trial {
     length: usize,
@@ -281,23 +314,7 @@ pub fn run(
     {
         reset_peak_rss();
         let start = Instant::now();
-        let mut answer = Vec::new();
-        generate_observed(
-            subject.model,
-            &p.ids,
-            ANSWER_TOKENS,
-            Sampling::greedy(),
-            None,
-            &mut on_tokens,
-            |token| {
-                if Some(token) == subject.eos {
-                    return Ok(false);
-                }
-                answer.push(token);
-                Ok(true)
-            },
-        )?;
-        let answer = (subject.decode)(&answer)?;
+        let answer = subject.answer(&p.ids, ANSWER_TOKENS, &mut on_tokens)?;
         let record = PasskeyRecord {
             length,
             tokens: p.ids.len(),

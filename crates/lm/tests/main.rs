@@ -4,4 +4,5 @@
 mod corpus;
 mod lm_train;
 mod passkey;
+mod ruler;
 mod sample;

@@ -1,0 +1,502 @@
+//! A subset of RULER (Hsieh et al., COLM 2024, "RULER: What's the Real Context Size of Your
+//! Long-Context Language Models?"; github.com/NVIDIA/RULER): retrieval and tracking tasks
+//! harder than one passkey, at exact lengths.
+//!
+//! | task | what the model must give back |
+//! |---|---|
+//! | `niah_single` | the one number filed under a key, in a haystack of filler |
+//! | `niah_multikey` | the number under one key, with three other keys' needles beside it |
+//! | `niah_multivalue` | all four numbers filed under one key |
+//! | `niah_multiquery` | the numbers of two keys out of four |
+//! | `vt` | every variable of a chain `VAR B = VAR A` … that ends at one value |
+//! | `cwe` | the ten words that recur most in a numbered list |
+//!
+//! The prompts follow RULER's templates (its `synthetic.yaml` and the task generators'
+//! wording), written again here, not copied. Three things differ, each said where it is
+//! made: the haystack is always RULER's `noise` filler (the one the passkey test uses), not
+//! Paul Graham's essays; keys are `adjective-noun` pairs from the short lists below, as
+//! RULER's are from wonderwords'; and the common-words list draws its words from
+//! pronounceable made-up words, so that 32k tokens hold enough distinct ones.
+//!
+//! A prompt is put together from the token ids of its parts, so its length is exact up to
+//! a whole filler sentence (or list entry), and the needles sit where they were put
+//! whatever the tokenizer does across a part's edge. An answer scores as RULER's
+//! `string_match_all`: the fraction of the expected strings found in it, case ignored.
+
+use std::time::Instant;
+
+use posenc_error::{ensure, Context};
+use posenc_train::error::Result;
+use rand::seq::{IndexedRandom, SliceRandom};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+use crate::passkey::{Subject, FILLER};
+use posenc_train::memory::{peak_rss_mb, reset_peak_rss};
+
+/// The tasks, by RULER's names (without its numbered variants' suffixes).
+pub const TASKS: [&str; 6] = [
+    "niah_single",
+    "niah_multikey",
+    "niah_multivalue",
+    "niah_multiquery",
+    "vt",
+    "cwe",
+];
+
+/// The most samples per task, length and seed.
+pub const MAX_SAMPLES: usize = 1000;
+
+const ADJECTIVES: [&str; 32] = [
+    "able", "bitter", "brave", "calm", "clever", "cold", "dark", "eager", "early", "fancy",
+    "gentle", "giant", "golden", "happy", "hollow", "honest", "jolly", "kind", "lively", "lucky",
+    "mighty", "narrow", "nervous", "polite", "proud", "quiet", "rapid", "silent", "silly",
+    "sturdy", "tender", "witty",
+];
+const NOUNS: [&str; 32] = [
+    "anchor", "apple", "basket", "bridge", "button", "candle", "castle", "cloud", "engine",
+    "feather", "forest", "garden", "hammer", "island", "kettle", "ladder", "lantern", "meadow",
+    "mirror", "needle", "orange", "pencil", "pillow", "planet", "river", "saddle", "shovel",
+    "spoon", "thimble", "tunnel", "violin", "window",
+];
+const SYLLABLES: [&str; 24] = [
+    "ba", "be", "bo", "da", "de", "do", "ka", "ke", "ko", "la", "le", "lo", "ma", "me", "mo", "na",
+    "ne", "no", "ra", "re", "ro", "ta", "te", "to",
+];
+
+/// What a RULER run measures.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RulerConfig {
+    /// Tasks, from [`TASKS`].
+    pub tasks: Vec<String>,
+    /// Prompt lengths in tokens.
+    pub lengths: Vec<usize>,
+    /// Seeds of the haystacks: keys, values and where the needles go.
+    pub seeds: Vec<u64>,
+    /// Samples per task, length and seed.
+    pub samples: usize,
+}
+
+impl RulerConfig {
+    /// Checks every setting is in its domain.
+    ///
+    /// # Errors
+    /// An unknown task, no tasks, lengths or seeds, no samples or too many, a length past
+    /// [`posenc::limits::MAX_POSITIONS`].
+    pub fn validate(&self) -> Result<()> {
+        ensure!(!self.tasks.is_empty(), "give at least one task");
+        for task in &self.tasks {
+            ensure!(
+                TASKS.contains(&task.as_str()),
+                "unknown RULER task `{task}` (the tasks are {})",
+                TASKS.join(", ")
+            );
+        }
+        ensure!(!self.lengths.is_empty(), "give at least one length");
+        ensure!(!self.seeds.is_empty(), "give at least one seed");
+        ensure!(self.samples > 0, "run at least one sample");
+        posenc::limits::check("samples", self.samples, MAX_SAMPLES)?;
+        for &len in &self.lengths {
+            posenc::limits::check("length", len, posenc::limits::MAX_POSITIONS)?;
+        }
+        Ok(())
+    }
+}
+
+/// One sample's prompt and what its answer must hold.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Prompt {
+    /// The token ids, the answer's prefix last.
+    pub ids: Vec<u32>,
+    /// The strings a full answer holds.
+    pub answers: Vec<String>,
+    /// Tokens to generate (RULER's budget for the task, cut where ours are shorter).
+    pub max_new: usize,
+}
+
+/// Text to token ids.
+pub type Encode<'a> = &'a dyn Fn(&str) -> Result<Vec<u32>>;
+
+/// The random draws of one sample: the same for the same task, length, seed and sample.
+fn rng(task: &str, length: usize, seed: u64, sample: usize) -> ChaCha8Rng {
+    let task_bits = task.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
+    });
+    ChaCha8Rng::seed_from_u64(
+        seed ^ task_bits.rotate_left(7)
+            ^ (length as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            ^ (sample as u64).wrapping_mul(0xD1B5_4A32_D192_ED03),
+    )
+}
+
+/// `n` distinct `adjective-noun` keys.
+fn keys(rng: &mut ChaCha8Rng, n: usize) -> Vec<String> {
+    let mut all: Vec<String> = ADJECTIVES
+        .iter()
+        .flat_map(|a| NOUNS.iter().map(move |n| format!("{a}-{n}")))
+        .collect();
+    all.shuffle(rng);
+    all.truncate(n);
+    all
+}
+
+/// A seven-digit number, as RULER's values.
+fn number(rng: &mut ChaCha8Rng) -> String {
+    rng.random_range(1_000_000..10_000_000u32).to_string()
+}
+
+/// The ids of `parts` laid into a haystack of whole filler units between `head` and
+/// `tail`: as many units as reach `length` tokens, the parts at the unit boundaries
+/// `slots` gives (one per part, each in `0..=units`).
+fn haystack(
+    encode: Encode,
+    length: usize,
+    head: &str,
+    parts: &[String],
+    tail: &str,
+    unit: &[u32],
+    mut slots: impl FnMut(usize) -> Vec<usize>,
+) -> Result<Vec<u32>> {
+    let head = encode(head)?;
+    let tail = encode(tail)?;
+    let parts: Vec<Vec<u32>> = parts.iter().map(|p| encode(p)).collect::<Result<_>>()?;
+    ensure!(!unit.is_empty(), "the tokenizer gives the filler no tokens");
+    let fixed = head.len() + tail.len() + parts.iter().map(Vec::len).sum::<usize>();
+    let shortest = fixed + unit.len();
+    ensure!(
+        length >= shortest,
+        "a prompt of {length} tokens is too short for this task: this tokenizer needs at least \
+         {shortest}"
+    );
+    let units = (length - fixed) / unit.len();
+    let mut at = slots(units);
+    at.sort_unstable();
+    let mut ids = head;
+    let mut next = 0;
+    for u in 0..=units {
+        while next < parts.len() && at[next] == u {
+            ids.extend_from_slice(&parts[next]);
+            next += 1;
+        }
+        if u < units {
+            ids.extend_from_slice(unit);
+        }
+    }
+    ids.extend(tail);
+    Ok(ids)
+}
+
+/// Needle in a haystack: `keys` keys (one asked about unless `queries` > 1), `values`
+/// numbers under each, the first `queries` keys asked for.
+fn niah(
+    encode: Encode,
+    length: usize,
+    rng: &mut ChaCha8Rng,
+    keys_n: usize,
+    values_n: usize,
+    queries: usize,
+) -> Result<Prompt> {
+    let keys = keys(rng, keys_n);
+    let values: Vec<Vec<String>> = keys
+        .iter()
+        .map(|_| (0..values_n).map(|_| number(rng)).collect())
+        .collect();
+    let mut needles: Vec<String> = keys
+        .iter()
+        .zip(&values)
+        .flat_map(|(k, vs)| {
+            vs.iter()
+                .map(move |v| format!(" One of the special magic numbers for {k} is: {v}."))
+        })
+        .collect();
+    needles.shuffle(rng);
+    let asked = &keys[..queries];
+    let query = match asked {
+        [one] => one.clone(),
+        many => format!(
+            "{} and {}",
+            many[..many.len() - 1].join(", "),
+            many[many.len() - 1]
+        ),
+    };
+    let head = "Some special magic numbers are hidden within the following text. Make sure to \
+                memorize it. I will quiz you about the numbers afterwards.\n";
+    let tail = format!(
+        "\nWhat are all the special magic numbers for {query} mentioned in the provided text? \
+         The special magic numbers for {query} mentioned in the provided text are"
+    );
+    let unit = encode(FILLER)?;
+    let n = needles.len();
+    let ids = haystack(encode, length, head, &needles, &tail, &unit, |units| {
+        (0..n).map(|_| rng.random_range(0..=units)).collect()
+    })?;
+    Ok(Prompt {
+        ids,
+        answers: values[..queries].concat(),
+        max_new: 16 * queries * values_n + 8,
+    })
+}
+
+/// A made-up variable name: five capital letters.
+fn variable(rng: &mut ChaCha8Rng) -> String {
+    (0..5)
+        .map(|_| rng.random_range(b'A'..=b'Z') as char)
+        .collect()
+}
+
+/// Variable tracking: one chain of four hops, `VAR A = 12345.` then `VAR B = VAR A.` …,
+/// spread through the haystack in order.
+fn vt(encode: Encode, length: usize, rng: &mut ChaCha8Rng) -> Result<Prompt> {
+    let value = rng.random_range(10_000..100_000u32).to_string();
+    let mut names: Vec<String> = Vec::new();
+    while names.len() < 5 {
+        let name = variable(rng);
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    let mut links = vec![format!(" VAR {} = {value}.", names[0])];
+    links.extend(
+        names
+            .windows(2)
+            .map(|w| format!(" VAR {} = VAR {}.", w[1], w[0])),
+    );
+    let head = "Memorize and track the chain(s) of variable assignment hidden in the following \
+                text.\n\n";
+    let tail = format!(
+        "\nQuestion: Find all variables that are assigned the value {value} in the text \
+         above. Answer: According to the chain(s) of variable assignment in the text above, 5 \
+         variables are assigned the value {value}, they are:"
+    );
+    let unit = encode(FILLER)?;
+    let ids = haystack(encode, length, head, &links, &tail, &unit, |units| {
+        // In order, at evenly spread places: a chain read forwards.
+        (0..links.len()).map(|i| i * units / links.len()).collect()
+    })?;
+    Ok(Prompt {
+        ids,
+        answers: names,
+        max_new: 40,
+    })
+}
+
+/// A pronounceable made-up word of three syllables.
+fn made_up(rng: &mut ChaCha8Rng) -> String {
+    (0..3)
+        .map(|_| *SYLLABLES.choose(rng).unwrap_or(&"ba"))
+        .collect()
+}
+
+/// Common-words extraction: a numbered list where ten words appear 30 times each and the
+/// rest 3 times, as many as reach the length; the ten asked for.
+fn cwe(encode: Encode, length: usize, rng: &mut ChaCha8Rng) -> Result<Prompt> {
+    const COMMON: usize = 10;
+    let head = encode(
+        "Below is a numbered list of words. In these words, some appear more often than \
+         others. Memorize the ones that appear most often.\n",
+    )?;
+    let tail = encode(
+        "\nQuestion: What are the 10 most common words in the above list? Answer: The top 10 \
+         words that appear most often in the list are:",
+    )?;
+    let mut words: Vec<String> = Vec::new();
+    let fresh = |words: &mut Vec<String>, rng: &mut ChaCha8Rng| loop {
+        let w = made_up(rng);
+        if !words.contains(&w) {
+            words.push(w.clone());
+            return w;
+        }
+    };
+    let common: Vec<String> = (0..COMMON).map(|_| fresh(&mut words, rng)).collect();
+    let entry = |i: usize, w: &str| encode(&format!("{}. {w}\n", i + 1));
+    let budget = length.saturating_sub(head.len() + tail.len());
+    let mut list: Vec<String> = common.iter().flat_map(|w| vec![w.clone(); 30]).collect();
+    let mut used = 0;
+    for (i, w) in list.iter().enumerate() {
+        used += entry(i, w)?.len();
+    }
+    // Uncommon words, three entries each, while the list (counted as laid out before its
+    // shuffle, which changes the count by a token or two) fits.
+    let mut uncommon = 0;
+    loop {
+        let w = fresh(&mut words, rng);
+        let mut more = 0;
+        for i in list.len()..list.len() + 3 {
+            more += entry(i, &w)?.len();
+        }
+        if used + more > budget {
+            break;
+        }
+        used += more;
+        list.extend([w.clone(), w.clone(), w]);
+        uncommon += 1;
+    }
+    ensure!(
+        uncommon > 0,
+        "a common-words prompt of {length} tokens is too short: the ten common words alone \
+         take {} tokens",
+        head.len() + tail.len() + used
+    );
+    list.shuffle(rng);
+    let mut ids = head;
+    for (i, w) in list.iter().enumerate() {
+        ids.extend(entry(i, w)?);
+    }
+    ids.extend(tail);
+    Ok(Prompt {
+        ids,
+        answers: common,
+        max_new: 120,
+    })
+}
+
+/// The prompt of one sample.
+///
+/// # Errors
+/// An unknown task, a length too short for it (naming the shortest), `encode`'s own.
+pub fn prompt(
+    encode: Encode,
+    task: &str,
+    length: usize,
+    seed: u64,
+    sample: usize,
+) -> Result<Prompt> {
+    let mut rng = rng(task, length, seed, sample);
+    let made = match task {
+        "niah_single" => niah(encode, length, &mut rng, 1, 1, 1),
+        "niah_multikey" => niah(encode, length, &mut rng, 4, 1, 1),
+        "niah_multivalue" => niah(encode, length, &mut rng, 1, 4, 1),
+        "niah_multiquery" => niah(encode, length, &mut rng, 4, 1, 2),
+        "vt" => vt(encode, length, &mut rng),
+        "cwe" => cwe(encode, length, &mut rng),
+        other => posenc_error::bail!(
+            "unknown RULER task `{other}` (the tasks are {})",
+            TASKS.join(", ")
+        ),
+    };
+    Ok(made.with_context(|| format!("the {task} prompt of {length} tokens"))?)
+}
+
+/// RULER's `string_match_all`: the fraction of `answers` found in `output`, case ignored.
+pub fn score(output: &str, answers: &[String]) -> f64 {
+    if answers.is_empty() {
+        return 0.0;
+    }
+    let output = output.to_lowercase();
+    let found = answers
+        .iter()
+        .filter(|a| output.contains(&a.to_lowercase()))
+        .count();
+    found as f64 / answers.len() as f64
+}
+
+/// One sample: a tidy record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RulerRecord {
+    /// The task.
+    pub task: String,
+    /// The requested length.
+    pub length: usize,
+    /// The prompt's real length in tokens.
+    pub tokens: usize,
+    /// The haystack's seed.
+    pub seed: u64,
+    /// The sample's number, from 0.
+    pub sample: usize,
+    /// What a full answer holds.
+    pub answers: Vec<String>,
+    /// What the model wrote.
+    pub output: String,
+    /// The fraction of `answers` found in `output`.
+    pub score: f64,
+    /// Wall time of the sample, prompt included.
+    pub seconds: f64,
+    /// The process's peak resident memory during the sample, in MB (Linux only).
+    pub peak_rss_mb: Option<f64>,
+}
+
+impl RulerRecord {
+    /// Whether this record is the one of `task`, `length`, `seed` and `sample`.
+    pub fn is(&self, task: &str, length: usize, seed: u64, sample: usize) -> bool {
+        (self.task.as_str(), self.length, self.seed, self.sample) == (task, length, seed, sample)
+    }
+}
+
+/// Every sample of `cfg` not `done` already, greedily, in order of length (shortest first),
+/// then task, seed and sample; each record goes to `on_record` as it is made. Every prompt
+/// is built and checked against the model's limits before the first runs.
+///
+/// # Errors
+/// A bad setting, a prompt too short or too long for the model, `on_record`'s and the
+/// model's own.
+pub fn run(
+    subject: &Subject,
+    cfg: &RulerConfig,
+    done: impl Fn(&str, usize, u64, usize) -> bool,
+    mut on_tokens: impl FnMut(usize),
+    mut on_record: impl FnMut(RulerRecord) -> Result<()>,
+) -> Result<()> {
+    cfg.validate()?;
+    let mut todo = Vec::new();
+    for &length in &cfg.lengths {
+        for task in &cfg.tasks {
+            for &seed in &cfg.seeds {
+                for sample in 0..cfg.samples {
+                    if done(task, length, seed, sample) {
+                        continue;
+                    }
+                    let p = prompt(subject.encode, task, length, seed, sample)?;
+                    subject
+                        .model
+                        .check_cache(1, p.ids.len() + p.max_new)
+                        .with_context(|| format!("the {task} prompt of {length} tokens"))?;
+                    todo.push((task.clone(), length, seed, sample, p));
+                }
+            }
+        }
+    }
+    for (task, length, seed, sample, p) in todo {
+        reset_peak_rss();
+        let start = Instant::now();
+        let output = subject.answer(&p.ids, p.max_new, &mut on_tokens)?;
+        on_record(RulerRecord {
+            score: score(&output, &p.answers),
+            task,
+            length,
+            tokens: p.ids.len(),
+            seed,
+            sample,
+            answers: p.answers,
+            output,
+            seconds: start.elapsed().as_secs_f64(),
+            peak_rss_mb: peak_rss_mb(),
+        })?;
+    }
+    Ok(())
+}
+
+/// Mean score by task and length over `records`: `(task, length, mean, sd, n)`, in the
+/// order of `cfg`, the spread over seeds (each seed's mean over its samples).
+pub fn table(cfg: &RulerConfig, records: &[RulerRecord]) -> Vec<(String, usize, f64, f64, usize)> {
+    let mut rows = Vec::new();
+    for task in &cfg.tasks {
+        for &length in &cfg.lengths {
+            let per_seed: Vec<f64> = cfg
+                .seeds
+                .iter()
+                .filter_map(|&seed| {
+                    let scores: Vec<f64> = records
+                        .iter()
+                        .filter(|r| &r.task == task && r.length == length && r.seed == seed)
+                        .map(|r| r.score)
+                        .collect();
+                    (!scores.is_empty()).then(|| scores.iter().sum::<f64>() / scores.len() as f64)
+                })
+                .collect();
+            let (mean, sd) = posenc_train::results::mean_sd(&per_seed);
+            rows.push((task.clone(), length, mean, sd, per_seed.len()));
+        }
+    }
+    rows
+}
