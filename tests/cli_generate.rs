@@ -451,4 +451,23 @@ fn ruler_resumes_from_its_records_and_refuses_bad_input() {
         .unwrap();
     let stderr = text(&o).1;
     assert!(stderr.contains("unknown RULER task `qa`"), "{stderr}");
+    // A length whose cache would not fit in memory, before any prompt is laid out.
+    let o = posenc()
+        .args([
+            "lm",
+            "ruler",
+            "--model",
+            "smollm2",
+            "--tasks",
+            "cwe",
+            "--lengths",
+            "1000000",
+        ])
+        .output()
+        .unwrap();
+    let stderr = text(&o).1;
+    assert!(
+        stderr.contains("RULER prompts of 1000000 tokens") && stderr.contains("past the limit"),
+        "{stderr}"
+    );
 }

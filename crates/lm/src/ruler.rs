@@ -45,6 +45,9 @@ pub const TASKS: [&str; 6] = [
     "cwe",
 ];
 
+/// The most tokens any task's answer may take (common words': RULER's 120).
+pub const MAX_ANSWER: usize = 120;
+
 /// The most samples per task, length and seed.
 pub const MAX_SAMPLES: usize = 1000;
 
@@ -347,7 +350,7 @@ fn cwe(encode: Encode, length: usize, rng: &mut ChaCha8Rng) -> Result<Prompt> {
     Ok(Prompt {
         ids,
         answers: common,
-        max_new: 120,
+        max_new: MAX_ANSWER,
     })
 }
 
@@ -438,6 +441,14 @@ pub fn run(
     mut on_record: impl FnMut(RulerRecord) -> Result<()>,
 ) -> Result<()> {
     cfg.validate()?;
+    // A length whose cache could not fit is refused before any prompt is built (a
+    // common-words list of a million tokens takes a while to lay out).
+    for &length in &cfg.lengths {
+        subject
+            .model
+            .check_cache(1, length + MAX_ANSWER)
+            .with_context(|| format!("RULER prompts of {length} tokens"))?;
+    }
     let mut todo = Vec::new();
     for &length in &cfg.lengths {
         for task in &cfg.tasks {

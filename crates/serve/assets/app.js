@@ -449,7 +449,7 @@ async function loadRecordsList() {
     for (const r of RECORDS.filter(filter)) select.add(new Option(r.path, r.path));
   };
   fill($("#results-file"), (r) => r.path.endsWith("results.json"));
-  fill($("#lc-file"), (r) => /long-context|passkey|position/.test(r.path));
+  fill($("#lc-file"), (r) => /long-context|passkey|position|ruler/.test(r.path));
   const pick = (select, name) => {
     const found = Array.from(select.options).find((o) => o.value === name);
     if (found) select.value = name;
@@ -608,6 +608,23 @@ async function drawLongContext() {
           `depth ${depths[p.value[1]]}, length ${lengths[p.value[0]]}: ${counts[p.value[1]][p.value[0]]} found` },
         series: [{ label: { show: true, fontSize: 14, formatter: (p) => counts[p.value[1]][p.value[0]] } }],
       });
+    } else if (["task", "length", "score"].every((n) => names.includes(n))) {
+      // RULER: the mean score by task and length.
+      const series = await api("/api/aggregate", { path, y: "score", x: "length", group: "task", filter });
+      const tasks = series.map((s) => s.name);
+      const lengths = Array.from(new Set(series.flatMap((s) => s.points.map((p) => p.x)))).sort((a, b) => a - b);
+      const cells = tasks.map((t) => lengths.map((l) => series.find((s) => s.name === t).points.find((q) => q.x === l)));
+      $("#lc-note").textContent = "RULER: the share of the expected answers given, by task and length; each cell the mean over its samples and seeds ± their sd.";
+      heatmap(element, { title: `RULER score, ${path}`, rows: tasks, columns: lengths,
+        values: cells.map((row) => row.map((p) => (p ? p.mean : null))),
+        rowName: "task", columnName: "length",
+        colours: ["#b40426", "#f6bfa6", "#dddddd", "#a3c2f0", "#3b4cc0"], range: [0, 1] });
+      chart(element).setOption({
+        series: [{ label: { show: true, fontSize: 13, formatter: (p) => {
+          const c = cells[p.value[1]][p.value[0]];
+          return c ? `${c.mean.toFixed(2)} ± ${c.sd.toFixed(2)}` : "";
+        } } }],
+      });
     } else if (["position", "loss"].every((n) => names.includes(n))) {
       const group = ["model", "label", "encoding"].find((n) => names.includes(n)) || null;
       const series = await api("/api/aggregate", { path, y: "loss", x: "position", group, filter });
@@ -623,7 +640,7 @@ async function drawLongContext() {
       }, true);
     } else {
       $("#lc-note").textContent = "";
-      throw new Error(`${path} has neither passkey records (length, depth, correct) nor loss by position (position, loss)`);
+      throw new Error(`${path} has no passkey records (length, depth, correct), RULER records (task, length, score) or loss by position (position, loss)`);
     }
     element.dataset.drawn = String(Number(element.dataset.drawn || 0) + 1);
   } catch (e) { error.textContent = e.message; }
