@@ -366,9 +366,9 @@ fn a_chat_goes_on_turn_by_turn() {
 }
 
 /// `lm ruler` keeps its records in `--out` and goes on from them: a second run with one more
-/// seed runs only that seed, the first seed's record unchanged; a file of another model's
-/// records, a file that is not records and an unknown task are refused by name, and nothing
-/// is written.
+/// seed runs only that seed, the first seed's record unchanged, and another scaling's
+/// records go beside them; a file of another model's records, a file that is not records,
+/// an unknown task and a length past memory are refused by name, and nothing is written.
 #[test]
 fn ruler_resumes_from_its_records_and_refuses_bad_input() {
     let dir = tempfile::tempdir().unwrap();
@@ -411,22 +411,34 @@ fn ruler_resumes_from_its_records_and_refuses_bad_input() {
     assert_eq!(second[1]["seed"], 1);
     assert!(std::fs::read(&plot).unwrap().starts_with(b"\x89PNG"));
 
-    let before = std::fs::read(&out).unwrap();
+    // Another scaling goes into the same file beside the first; the first's records stay.
     let o = ruler(&[
         "--seeds",
         "0",
         "--rope-scaling",
         r#"{"rope_type": "yarn", "factor": 2}"#,
     ]);
+    let (stdout, stderr) = text(&o);
+    assert!(o.status.success(), "{stderr}");
+    assert!(stdout.contains("scaling yarn ×2"), "{stdout}");
+    let third: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(third.len(), 3);
+    assert_eq!(third[..2], second[..]);
+    assert_eq!(third[2]["scaling"], "yarn ×2");
+
+    // Another model's records are refused, and left as they were.
+    let other = std::fs::read_to_string(&out)
+        .unwrap()
+        .replace("\"smollm2\"", "\"other\"");
+    std::fs::write(&out, &other).unwrap();
+    let o = ruler(&["--seeds", "0"]);
     let stderr = text(&o).1;
     assert!(!o.status.success());
-    assert!(
-        stderr.contains("holds records of model smollm2 with rope_scaling none"),
-        "{stderr}"
-    );
+    assert!(stderr.contains("holds records of model other"), "{stderr}");
     assert_eq!(
-        std::fs::read(&out).unwrap(),
-        before,
+        std::fs::read_to_string(&out).unwrap(),
+        other,
         "the records were touched"
     );
 

@@ -212,9 +212,17 @@ fn study(dir: &Path) -> Result<(String, serde_json::Value)> {
         (e.markdown(), serde_json::to_value(&e.records)?)
     } else if let Ok(e) = posenc_kotoba::experiment::Experiment::load(&path) {
         (e.markdown(), serde_json::to_value(&e.records)?)
+    } else if let Ok(rows) = posenc_lm::ruler::load_rows(&path) {
+        let page = format!(
+            "# RULER\n\nThe share of the expected answers given (`posenc lm ruler`), by task and \
+             prompt length.\n\n{}",
+            posenc_lm::ruler::markdown(&rows)
+        );
+        (page, serde_json::to_value(&rows)?)
     } else {
         bail!(
-            "{} is not the results of an experiment (posenc kotoba, lm or lengthgen experiment)",
+            "{} is not the results of an experiment (posenc kotoba, lm or lengthgen experiment) \
+             or RULER's records (posenc lm ruler)",
             path.display()
         );
     })

@@ -6,8 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use clap::Args;
 use posenc_lm::passkey::Subject;
-use posenc_lm::ruler::{self, RulerConfig, RulerRecord};
-use serde::{Deserialize, Serialize};
+use posenc_lm::ruler::{self, RulerConfig, RulerRow};
 
 use super::model::{self, ModelArgs};
 use super::Format;
@@ -52,38 +51,18 @@ pub struct RulerArgs {
     quiet: bool,
 }
 
-/// One row of the records: a sample, with the model it ran on.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct RulerRow {
-    model: String,
-    rope_scaling: Option<String>,
-    #[serde(flatten)]
-    record: RulerRecord,
-}
-
-/// The rows already in `path`, checked to be this model's with this scaling.
-fn earlier(path: &Path, model: &str, scaling: Option<&str>) -> Result<Vec<RulerRow>> {
+/// The rows already in `path`, checked to be this model's (a file may hold several
+/// scalings of one model, each resumed apart).
+fn earlier(path: &Path, model: &str) -> Result<Vec<RulerRow>> {
     if !path.exists() {
         return Ok(Vec::new());
     }
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let rows: Vec<RulerRow> = serde_json::from_str(&text).with_context(|| {
-        format!(
-            "{} is not a file of RULER records (give another --out)",
-            path.display()
-        )
-    })?;
-    if let Some(other) = rows
-        .iter()
-        .find(|r| r.model != model || r.rope_scaling.as_deref() != scaling)
-    {
+    let rows = ruler::load_rows(path).context("give another --out")?;
+    if let Some(other) = rows.iter().find(|r| r.model != model) {
         anyhow::bail!(
-            "{} holds records of model {} with rope_scaling {}: give another --out for model {model} with rope_scaling {}",
+            "{} holds records of model {}: give another --out for model {model}",
             path.display(),
             other.model,
-            other.rope_scaling.as_deref().unwrap_or("none"),
-            scaling.unwrap_or("none")
         );
     }
     Ok(rows)
@@ -106,8 +85,9 @@ impl RulerArgs {
         cfg.validate()?;
         let spec = self.model.spec(&default).to_string();
         let scaling = self.model.rope_scaling().map(String::from);
+        let label = ruler::scaling_label(scaling.as_deref());
         let mut rows = match &self.out {
-            Some(path) => earlier(path, &spec, scaling.as_deref())?,
+            Some(path) => earlier(path, &spec)?,
             None => Vec::new(),
         };
         for path in [self.out.as_ref(), self.plot.as_ref()]
@@ -155,23 +135,17 @@ impl RulerArgs {
         let total =
             cfg.lengths.iter().sum::<usize>() * cfg.tasks.len() * cfg.seeds.len() * cfg.samples;
         let bar = posenc_train::token_bar(self.quiet, total);
+        // This scaling's samples already in the file: not run again.
         let done: Vec<(String, usize, u64, usize)> = rows
             .iter()
+            .filter(|r| r.scaling == label)
             .map(|r| {
-                (
-                    r.record.task.clone(),
-                    r.record.length,
-                    r.record.seed,
-                    r.record.sample,
-                )
+                let x = &r.record;
+                (x.task.clone(), x.length, x.seed, x.sample)
             })
             .collect();
-        bar.inc(
-            rows.iter()
-                .filter(|r| cfg.lengths.contains(&r.record.length))
-                .map(|r| r.record.length as u64)
-                .sum(),
-        );
+        // They count as read.
+        bar.inc(done.iter().map(|d| d.1 as u64).sum());
         ruler::run(
             &subject,
             &cfg,
@@ -188,6 +162,7 @@ impl RulerArgs {
                 rows.push(RulerRow {
                     model: spec.clone(),
                     rope_scaling: scaling.clone(),
+                    scaling: label.clone(),
                     record,
                 });
                 if let Some(path) = &self.out {
@@ -200,89 +175,95 @@ impl RulerArgs {
             },
         )?;
         bar.finish_and_clear();
-        // The rows of this configuration (the file may hold more).
-        let records: Vec<RulerRecord> = rows
+        // The rows of this run's scaling and settings (the file may hold more).
+        let mine: Vec<RulerRow> = rows
             .iter()
-            .map(|r| r.record.clone())
             .filter(|r| {
-                cfg.tasks.contains(&r.task)
-                    && cfg.lengths.contains(&r.length)
-                    && cfg.seeds.contains(&r.seed)
-                    && r.sample < cfg.samples
+                let x = &r.record;
+                r.scaling == label
+                    && cfg.tasks.contains(&x.task)
+                    && cfg.lengths.contains(&x.length)
+                    && cfg.seeds.contains(&x.seed)
+                    && x.sample < cfg.samples
             })
+            .cloned()
             .collect();
-        let table = ruler::table(&cfg, &records);
         match self.format {
-            Format::Json => {
-                let rows: Vec<&RulerRow> = rows.iter().collect();
-                writeln!(out, "{}", serde_json::to_string_pretty(&rows)?)?;
-            }
+            Format::Json => writeln!(out, "{}", serde_json::to_string_pretty(&mine)?)?,
             Format::Text => {
                 writeln!(
                     out,
-                    "{}: RULER score (the share of the expected answers given), mean ± sd over {} seed(s) of {} sample(s)\n",
-                    lm.describe(),
-                    cfg.seeds.len(),
-                    cfg.samples
+                    "{}: RULER score, the share of the expected answers given\n",
+                    lm.describe()
                 )?;
-                write!(out, "| task |")?;
-                for l in &cfg.lengths {
-                    write!(out, " {l} |")?;
-                }
-                write!(out, "\n|---|")?;
-                for _ in &cfg.lengths {
-                    write!(out, "---:|")?;
-                }
-                writeln!(out)?;
-                for task in &cfg.tasks {
-                    write!(out, "| {task} |")?;
-                    for (_, _, mean, sd, _) in table.iter().filter(|r| &r.0 == task) {
-                        write!(out, " {mean:.2} ± {sd:.2} |")?;
-                    }
-                    writeln!(out)?;
-                }
+                write!(out, "{}", ruler::markdown(&mine))?;
             }
         }
         out.flush()?;
         if let Some(path) = &self.plot {
-            let cell = |task: &str, length: usize| {
-                table
+            // Every scaling of this model in the file, side by side: a column per scaling
+            // and length.
+            let summaries = ruler::summaries(&rows);
+            let columns: Vec<(&ruler::Summary, usize)> = summaries
+                .iter()
+                .flat_map(|s| s.cfg.lengths.iter().map(move |&l| (s, l)))
+                .collect();
+            let cell = |task: &str, (s, length): (&ruler::Summary, usize)| {
+                s.table
                     .iter()
-                    .find(|r| r.0 == task && r.1 == length)
+                    .find(|r| r.0 == task && r.1 == length && r.4 > 0)
                     .map_or((f32::NAN, String::new()), |r| {
                         (r.2 as f32, format!("{:.2} ± {:.2}", r.2, r.3))
                     })
             };
-            let values: Vec<Vec<f32>> = cfg
-                .tasks
+            let tasks: Vec<String> = ruler::TASKS
                 .iter()
-                .map(|t| cfg.lengths.iter().map(|&l| cell(t, l).0).collect())
+                .filter(|t| {
+                    summaries
+                        .iter()
+                        .any(|s| s.cfg.tasks.iter().any(|x| x == *t))
+                })
+                .map(|t| t.to_string())
                 .collect();
-            let text: Vec<Vec<String>> = cfg
-                .tasks
+            // A row per scaling and length, a column per task under its short name (a
+            // label set on end fits a short word).
+            let values: Vec<Vec<f32>> = columns
                 .iter()
-                .map(|t| cfg.lengths.iter().map(|&l| cell(t, l).1).collect())
+                .map(|&c| tasks.iter().map(|t| cell(t, c).0).collect())
                 .collect();
-            let x_ticks: Vec<String> = cfg.lengths.iter().map(|l| l.to_string()).collect();
+            let text: Vec<Vec<String>> = columns
+                .iter()
+                .map(|&c| tasks.iter().map(|t| cell(t, c).1).collect())
+                .collect();
+            let y_ticks: Vec<String> = columns
+                .iter()
+                .map(|(s, l)| format!("{l}, {}", s.scaling))
+                .collect();
+            let x_ticks: Vec<String> = tasks
+                .iter()
+                .map(|t| t.trim_start_matches("niah_").replace("multi", "m"))
+                .collect();
             let name = Path::new(&spec)
                 .file_name()
                 .map_or_else(|| spec.clone(), |n| n.to_string_lossy().into_owned());
+            let seeds: Vec<usize> = summaries.iter().map(|s| s.cfg.seeds.len()).collect();
             let title = format!(
-                "RULER: {name}{}, mean over {} seeds",
-                scaling
-                    .as_deref()
-                    .map_or(String::new(), |s| format!(", rope_scaling {s}")),
-                cfg.seeds.len()
+                "RULER: {name}, mean over {} seeds",
+                match (seeds.iter().min(), seeds.iter().max()) {
+                    (Some(a), Some(b)) if a != b => format!("{a}–{b}"),
+                    (Some(a), _) => a.to_string(),
+                    _ => "0".into(),
+                }
             );
             posenc_plot::passkey::scores(
                 &posenc_plot::passkey::Grid {
                     what: "score",
                     values: &values,
                     text: &text,
-                    x_desc: "prompt tokens",
+                    x_desc: "task (niah_ single, mkey, mvalue, mquery; vt; cwe)",
                     x_ticks: &x_ticks,
-                    y_desc: "task",
-                    y_ticks: &cfg.tasks,
+                    y_desc: "prompt tokens, scaling",
+                    y_ticks: &y_ticks,
                 },
                 &title,
                 path,

@@ -107,6 +107,12 @@ try {
   await page.waitForFunction(() => Number(document.querySelector("#lc-chart").dataset.drawn || 0) >= 1);
   check(await inked("#lc-chart") > 1000, "the long-context chart is blank");
   await page.screenshot({ path: `${out}/long-context.png`, fullPage: true });
+  // RULER's records: a grid by task and length.
+  const before_ruler = await drawn("#lc-chart");
+  await page.selectOption("#lc-file", "docs/long-context/ruler/results.json");
+  await page.waitForFunction((n) => Number(document.querySelector("#lc-chart").dataset.drawn) > n, before_ruler);
+  check(/RULER/.test(await page.textContent("#lc-note")), "the RULER records were not drawn as RULER's grid");
+  check(await inked("#lc-chart") > 1000, "the RULER grid is blank");
 
   check(consoleErrors.length === 0, `the page logged errors: ${consoleErrors.join("; ")}`);
 } catch (e) {

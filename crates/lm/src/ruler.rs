@@ -511,3 +511,147 @@ pub fn table(cfg: &RulerConfig, records: &[RulerRecord]) -> Vec<(String, usize, 
     }
     rows
 }
+
+/// One row of a RULER records file: a sample, with the model and scaling it ran with.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RulerRow {
+    /// The model, as `--model` named it.
+    pub model: String,
+    /// `--rope-scaling` as given, if any.
+    pub rope_scaling: Option<String>,
+    /// The scaling in a few words ([`scaling_label`]): what claims compare.
+    #[serde(default)]
+    pub scaling: String,
+    /// The sample.
+    #[serde(flatten)]
+    pub record: RulerRecord,
+}
+
+/// `none`, or a `--rope-scaling`'s type and factor (`yarn ×2`); the JSON itself where it
+/// has neither.
+pub fn scaling_label(rope_scaling: Option<&str>) -> String {
+    let Some(json) = rope_scaling else {
+        return "none".into();
+    };
+    let value: serde_json::Value = serde_json::from_str(json).unwrap_or_default();
+    match (value["rope_type"].as_str(), value["factor"].as_f64()) {
+        (Some(kind), Some(factor)) => format!("{kind} ×{factor}"),
+        _ => json.to_string(),
+    }
+}
+
+/// The rows of a RULER records file, each with its [`RulerRow::scaling`].
+///
+/// # Errors
+/// A file that cannot be read or is not a list of RULER rows.
+pub fn load_rows(path: &std::path::Path) -> Result<Vec<RulerRow>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut rows: Vec<RulerRow> = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a file of RULER records", path.display()))?;
+    for row in &mut rows {
+        row.scaling = scaling_label(row.rope_scaling.as_deref());
+    }
+    Ok(rows)
+}
+
+/// One model and scaling's results: its settings as found in the records, and
+/// `(task, length, mean, sd, seeds)` rows ([`table`]).
+pub struct Summary {
+    /// The model.
+    pub model: String,
+    /// The scaling ([`scaling_label`]).
+    pub scaling: String,
+    /// The tasks, lengths, seeds and samples its records hold.
+    pub cfg: RulerConfig,
+    /// Mean score ± sd over seeds by task and length.
+    pub table: Vec<(String, usize, f64, f64, usize)>,
+}
+
+/// The results of `rows`, one [`Summary`] per model and scaling, in the order they first
+/// appear.
+pub fn summaries(rows: &[RulerRow]) -> Vec<Summary> {
+    let mut groups: Vec<(&str, &str)> = Vec::new();
+    for r in rows {
+        if !groups.contains(&(r.model.as_str(), r.scaling.as_str())) {
+            groups.push((&r.model, &r.scaling));
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(model, scaling)| {
+            let records: Vec<RulerRecord> = rows
+                .iter()
+                .filter(|r| (r.model.as_str(), r.scaling.as_str()) == (model, scaling))
+                .map(|r| r.record.clone())
+                .collect();
+            let present = |f: &dyn Fn(&RulerRecord) -> u64| {
+                let mut v: Vec<u64> = records.iter().map(f).collect();
+                v.sort_unstable();
+                v.dedup();
+                v
+            };
+            let cfg = RulerConfig {
+                tasks: TASKS
+                    .iter()
+                    .filter(|t| records.iter().any(|r| r.task == **t))
+                    .map(|t| t.to_string())
+                    .collect(),
+                lengths: present(&|r| r.length as u64)
+                    .into_iter()
+                    .map(|l| l as usize)
+                    .collect(),
+                seeds: present(&|r| r.seed),
+                samples: present(&|r| r.sample as u64).len(),
+            };
+            let table = table(&cfg, &records);
+            Summary {
+                model: model.to_string(),
+                scaling: scaling.to_string(),
+                cfg,
+                table,
+            }
+        })
+        .collect()
+}
+
+/// The tables of `rows`: one per model and scaling, mean score ± sd over seeds by task and
+/// length (each seed's value the mean over its samples).
+pub fn markdown(rows: &[RulerRow]) -> String {
+    let mut s = String::new();
+    for Summary {
+        model,
+        scaling,
+        cfg,
+        table,
+    } in summaries(rows)
+    {
+        s += &format!(
+            "### {model}, scaling {scaling}\n\nMean score ± sd over seeds {} ({} sample(s) each)\n\n| task |",
+            cfg.seeds
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
+            cfg.samples
+        );
+        for l in &cfg.lengths {
+            s += &format!(" {l} |");
+        }
+        s += "\n|---|";
+        s += &"---:|".repeat(cfg.lengths.len());
+        s += "\n";
+        for task in &cfg.tasks {
+            s += &format!("| {task} |");
+            for (_, _, mean, sd, n) in table.iter().filter(|r| &r.0 == task) {
+                s += &match n {
+                    0 => " |".to_string(),
+                    _ => format!(" {mean:.2} ± {sd:.2} |"),
+                };
+            }
+            s += "\n";
+        }
+        s += "\n";
+    }
+    s
+}

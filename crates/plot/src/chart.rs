@@ -224,14 +224,23 @@ pub fn heatmap(area: &Area, h: &Heatmap) -> Result<()> {
         } else {
             30
         })
-        .y_label_area_size(if h.y_ticks.is_some() { 70 } else { 40 })
+        // Room for the row labels: 70 pixels, wider only for labels that would not fit
+        // (RULER's task names), so every figure whose labels fit is drawn as before.
+        .y_label_area_size(match h.y_ticks {
+            Some(ticks) => {
+                let longest = ticks.iter().map(|t| t.chars().count()).max().unwrap_or(0);
+                70.max(7 * longest as u32 + 14)
+            }
+            None => 40,
+        })
         // A segmented `0..n - 1` has one segment per value, `n` in all.
         .build_cartesian_2d(
             (0..(cols - 1).max(0)).into_segmented(),
             (0..(rows - 1).max(0)).into_segmented(),
         )
         .map_err(err)?;
-    let x_style = if h.x_ticks.is_some() && !numeric {
+    let rotated = h.x_ticks.is_some() && !numeric;
+    let x_style = if rotated {
         TextStyle::from((FONT, 12).into_font()).transform(FontTransform::Rotate90)
     } else {
         TextStyle::from((FONT, 12).into_font())
@@ -246,10 +255,22 @@ pub fn heatmap(area: &Area, h: &Heatmap) -> Result<()> {
         .x_label_style(x_style)
         .y_label_style((FONT, 12))
         .axis_desc_style((FONT, 13))
-        .x_label_formatter(&|v| label(h.x_ticks, v, false))
+        // Words set on end are drawn below, hanging from the axis: plotters centres a
+        // rotated label on its place, which put the first letters of any word longer than
+        // a few under the cells.
+        .x_label_formatter(&|v| match rotated {
+            true => String::new(),
+            false => label(h.x_ticks, v, false),
+        })
         .y_label_formatter(&|v| label(h.y_ticks, v, true))
         .draw()
         .map_err(err)?;
+    // A cell's far edge: the next value's, or the axis's end where there is one value (a
+    // range of one value has no next to map).
+    let far = |i: i32, n: i32| match n {
+        1 => SegmentValue::Last,
+        _ => SegmentValue::Exact(i + 1),
+    };
     chart
         .draw_series(h.values.iter().enumerate().flat_map(|(r, row)| {
             let y = rows - 1 - r as i32;
@@ -258,7 +279,7 @@ pub fn heatmap(area: &Area, h: &Heatmap) -> Result<()> {
                 Rectangle::new(
                     [
                         (SegmentValue::Exact(c), SegmentValue::Exact(y)),
-                        (SegmentValue::Exact(c + 1), SegmentValue::Exact(y + 1)),
+                        (far(c, cols), far(y, rows)),
                     ],
                     colour(v).filled(),
                 )
@@ -287,6 +308,26 @@ pub fn heatmap(area: &Area, h: &Heatmap) -> Result<()> {
                     )))
                     .map_err(err)?;
             }
+        }
+    }
+    if let (true, Some(ticks)) = (rotated, h.x_ticks) {
+        let (_, ys) = chart.plotting_area().get_pixel_range();
+        let base = area.get_base_pixel();
+        let style = TextStyle::from((FONT, 12).into_font())
+            .transform(FontTransform::Rotate90)
+            .pos(plotters::style::text_anchor::Pos::new(
+                plotters::style::text_anchor::HPos::Left,
+                plotters::style::text_anchor::VPos::Center,
+            ));
+        for (c, tick) in ticks.iter().enumerate() {
+            let (x, _) =
+                chart.backend_coord(&(SegmentValue::CenterOf(c as i32), SegmentValue::Exact(0)));
+            area.draw(&Text::new(
+                tick.clone(),
+                (x - base.0, ys.end - base.1 + 8),
+                style.clone(),
+            ))
+            .map_err(err)?;
         }
     }
     if let Some(bar) = bar {

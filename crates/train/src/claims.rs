@@ -55,6 +55,10 @@ pub struct Claim {
     pub better: String,
     /// The label it is claimed ahead of.
     pub than: String,
+    /// The record field whose values `better` and `than` are (default `label`: the
+    /// encoding; `task` or `scaling` in records that compare those).
+    #[serde(default = "label_field")]
+    pub by: String,
     /// Whether a lower value is better (a loss) rather than a higher one (an accuracy).
     #[serde(default)]
     pub lower_is_better: bool,
@@ -69,6 +73,10 @@ pub struct Claim {
 
 fn one() -> f64 {
     1.0
+}
+
+fn label_field() -> String {
+    "label".into()
 }
 
 /// `claims.json`.
@@ -116,8 +124,8 @@ pub struct Verdict {
     pub held: bool,
 }
 
-/// Checks `claim` against `records` (tidy records, each with `label`, `seed` and the
-/// metric).
+/// Checks `claim` against `records` (tidy records, each with the claim's `by` field,
+/// `seed` and the metric).
 ///
 /// # Errors
 /// A label with no record matching the claim's filter, or a metric that is not a number
@@ -151,7 +159,8 @@ pub fn check(records: &[Value], claim: &Claim) -> Result<Verdict> {
 fn side(records: &[Value], claim: &Claim, label: &str) -> Result<Side> {
     let mut by_seed: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
     for r in records {
-        let matches = r["label"] == label && claim.filter.iter().all(|(k, v)| r.get(k) == Some(v));
+        let matches =
+            r[&claim.by] == label && claim.filter.iter().all(|(k, v)| r.get(k) == Some(v));
         if !matches {
             continue;
         }
