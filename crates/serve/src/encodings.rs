@@ -159,8 +159,9 @@ fn compute(
     // A bias is read through the hook at the sampled positions only: a whole (heads, len,
     // len) table at 2 048 positions is a quarter of a gigabyte. The form is known from a
     // table too short to cost anything.
-    let (table, by_distance, pairs) = match enc.table(2)?.form {
-        Form::Bias { .. } => bias_views(enc, len, &rows)?,
+    let probe = enc.table(2)?;
+    let (table, by_distance, pairs) = match probe.form {
+        Form::Bias { .. } => bias_views(enc, &probe.title, len, &rows)?,
         _ => match enc.table(len)? {
             posenc::Table {
                 title,
@@ -202,9 +203,9 @@ fn compute(
                 )
             }
             posenc::Table {
+                title,
                 form: Form::Bias { .. },
-                ..
-            } => bias_views(enc, len, &rows)?,
+            } => bias_views(enc, &title, len, &rows)?,
         },
     };
     Ok(EncodingView {
@@ -261,9 +262,10 @@ fn turning_pairs(
 }
 
 /// A bias encoding's heatmap per head at the sampled queries and keys, and the last
-/// position's bias against each earlier one.
+/// position's bias against each earlier one; `title` is its table's.
 fn bias_views(
     enc: &dyn PositionalEncoding,
+    title: &str,
     len: usize,
     rows: &[usize],
 ) -> posenc::Result<(Heatmap, ByDistance, Option<Pairs>)> {
@@ -276,7 +278,6 @@ fn bias_views(
         .attention_bias(1, len, Positions::From(len - 1), Positions::From(0))?
         .map(|b| b.squeeze(1)?.to_vec2::<f32>())
         .transpose()?;
-    let title = enc.table(2)?.title;
     let heads = bias.as_ref().map_or(1, Vec::len);
     let shown = |x: f32| masked(x).filter(|x| x.is_finite());
     let values = match bias {
