@@ -205,6 +205,7 @@ pub const BUILT_IN: &[Registration] = &[
     Registration::of::<crate::ssmax::SsmaxConfig>(),
     Registration::of::<crate::stack::StackConfig>(),
     Registration::of::<crate::window::WindowConfig>(),
+    Registration::of::<crate::sink::SinkConfig>(),
 ];
 
 static REGISTRY: LazyLock<RwLock<Vec<Registration>>> =

@@ -14,6 +14,10 @@
 //! 4. [`PositionalEncoding::score_bias`]: a bias computed from the queries and the
 //!    attention logits themselves, for positions that depend on content (CoPE).
 //!
+//! An encoding may also give each head a sink ([`PositionalEncoding::sink_logits`]): the
+//! score of a key that every query sees and whose value is zero, so that a head can put
+//! weight on nothing (gpt-oss's learned sinks).
+//!
 //! An encoding may also hand each layer of a stack an encoding of its own
 //! ([`PositionalEncoding::layer`]): a per-layer pattern such as iRoPE's.
 //!
@@ -196,6 +200,14 @@ pub trait PositionalEncoding: std::fmt::Debug + Send + Sync {
     /// that [`reads_scores`](Self::reads_scores).
     fn score_bias(&self, q: &Tensor, logits: &Tensor) -> Result<Option<Tensor>> {
         let _ = (q, logits);
+        Ok(None)
+    }
+
+    /// The logit `(heads)` (f32) of each head's sink, or `None` for none (the default): a key
+    /// that every query sees, beside the real ones, whose value is zero. The softmax then
+    /// runs over the keys and the sink, and the weights on the real keys add up to less
+    /// than 1 ([`crate::sink`]). Attention with a sink takes its composite path.
+    fn sink_logits(&self) -> Result<Option<Tensor>> {
         Ok(None)
     }
 

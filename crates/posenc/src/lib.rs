@@ -26,6 +26,7 @@
 //! | `fraction`, `index`, `binary`, `sine-single` | add | [`naive`] |
 //! | `layers` | each layer its own: a pattern of the above | [`layers`] |
 //! | `window` | bias (keys past a sliding window masked) | [`window`] |
+//! | `sink` | a sink per head (a key of value zero every query sees) | [`sink`] |
 //! | `stack` | several of the above in the same layers | [`stack`] |
 //!
 //! Tables are computed in f64, stored in f32 and cast to the model's dtype only when
@@ -53,6 +54,7 @@ pub mod none;
 pub mod prope;
 pub mod rope;
 pub mod rope_scaling;
+pub mod sink;
 pub mod sinusoidal;
 pub mod ssmax;
 pub mod stack;

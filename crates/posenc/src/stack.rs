@@ -143,6 +143,21 @@ impl PositionalEncoding for Stack {
             .collect::<Result<_>>()?)
     }
 
+    /// The entries' sinks as one: two keys of value zero with logits `a` and `b` weigh as
+    /// one of logit `ln(e^a + e^b)`.
+    fn sink_logits(&self) -> Result<Option<Tensor>> {
+        let mut total: Option<Tensor> = None;
+        for s in self.of.iter().map(|e| e.sink_logits()) {
+            if let Some(s) = s? {
+                total = Some(match total {
+                    Some(t) => Tensor::stack(&[t, s], 0)?.log_sum_exp(0)?,
+                    None => s,
+                });
+            }
+        }
+        Ok(total)
+    }
+
     /// The shortest end of any entry's.
     fn max_positions(&self) -> Option<usize> {
         self.of.iter().filter_map(|e| e.max_positions()).min()

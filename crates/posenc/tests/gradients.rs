@@ -26,7 +26,7 @@ fn grad_norm(grads: &candle_core::backprop::GradStore, t: &Tensor) -> f32 {
 
 /// Runs all three hooks the way attention does, from a parameter `w` upstream:
 /// embeddings = x·w → add → split heads → rotate q and k → scores + bias (+ the bias read
-/// from the scores) → softmax. The loss reads the biased scores as well as the weights:
+/// from the scores) → softmax (beside the sink, if there is one). The loss reads the biased scores as well as the weights:
 /// softmax ignores a constant added to a whole row, so a weight that only shifts rows (the
 /// last bias of FIRE's MLP) has an exactly zero gradient through the weights, and a test of
 /// it there would pass or fail on rounding alone.
@@ -52,13 +52,20 @@ fn forward(enc: &dyn PositionalEncoding, w: &Tensor) -> Tensor {
             scores = (scores + extra).unwrap();
         }
     }
+    if let Some(sink) = enc.sink_logits().unwrap() {
+        // A column more in the softmax, as attention puts it.
+        let column = sink.reshape((1, HEADS, 1, 1)).unwrap();
+        let column = column.broadcast_as((1, HEADS, T, 1)).unwrap();
+        scores = Tensor::cat(&[&scores, &column], 3).unwrap();
+    }
     let attn = candle_nn::ops::softmax(&scores, candle_core::D::Minus1).unwrap();
     let target = Tensor::randn(0f32, 1.0, attn.shape(), &dev).unwrap();
     let read_scores = (&scores * Tensor::randn(0f32, 1.0, scores.shape(), &dev).unwrap())
         .unwrap()
         .sum_all()
         .unwrap();
-    let read_weights = (attn.matmul(&q).unwrap().sum_all().unwrap()
+    let on_keys = attn.narrow(3, 0, T).unwrap();
+    let read_weights = (on_keys.matmul(&q).unwrap().sum_all().unwrap()
         + (attn * target).unwrap().sum_all().unwrap())
     .unwrap();
     (read_weights + read_scores).unwrap()

@@ -283,8 +283,8 @@ impl MultiHeadAttention {
         let (k, v) = cache.append(&k, &v)?;
         let scale = 1.0 / (self.head_dim as f64).sqrt();
         // Tile by tile where the kernels can (they decide), with the encoding's bias asked
-        // for each tile; an encoding that reads the scores needs them whole.
-        if let (false, Some(encoding)) = (self.reads_scores(), &self.encoding) {
+        // for each tile; an encoding that reads the scores, or has sinks, needs them whole.
+        if let (false, Some(encoding)) = (self.whole_scores(), &self.encoding) {
             let bias = |rows: Range<usize>, keys: Range<usize>| {
                 let (q_at, k_at) = (Positions::From(offset + rows.start), keys.start.into());
                 encoding
@@ -351,7 +351,7 @@ impl MultiHeadAttention {
         let q = self.rotate_packed(&self.q_proj.forward(x)?, lens, Role::Query)?;
         let k = self.rotate_packed(&self.k_proj.forward(x)?, lens, Role::Key)?;
         let v = self.v_proj.forward(x)?;
-        if !self.reads_scores() {
+        if !self.whole_scores() {
             let scale = 1.0 / (self.head_dim as f32).sqrt();
             if let Some(out) =
                 kernels::packed_attention(&q, &k, &v, self.head_dim, lens, bias, scale)?
@@ -498,7 +498,11 @@ impl MultiHeadAttention {
         let k_len = self.split(k)?.dim(2)?;
         let dropout = dropout::active(q, self.dropout);
         let content = own && self.reads_scores();
-        if bias.is_none() && !content {
+        let sink = match (own, &self.encoding) {
+            (true, Some(encoding)) => encoding.sink_logits()?,
+            _ => None,
+        };
+        if bias.is_none() && !content && sink.is_none() {
             // One op for scores, mask, softmax, dropout and weighted sum, heads merged: the
             // CPU's kernel in f32, candle's ops under one node elsewhere.
             let sample = dropout
@@ -544,9 +548,11 @@ impl MultiHeadAttention {
                 (logits, None, 1.0)
             }
         };
-        let bias = bias.as_ref();
         let keep = mask.map(|m| m.broadcast_to(&scores)).transpose()?;
-        let weights = kernels::attention_softmax(&scores, bias, keep.as_ref(), scale)?;
+        let weights = match sink {
+            None => kernels::attention_softmax(&scores, bias.as_ref(), keep.as_ref(), scale)?,
+            Some(sink) => with_sink(&scores, bias.as_ref(), keep.as_ref(), scale, &sink)?,
+        };
         let dropped = if dropout {
             dropout::dropout(&weights, self.dropout)?
         } else {
@@ -563,6 +569,48 @@ impl MultiHeadAttention {
     fn reads_scores(&self) -> bool {
         self.encoding.as_ref().is_some_and(|e| e.reads_scores())
     }
+
+    /// Whether self-attention needs its scores whole, and so its composite path: the
+    /// encoding reads them, or gives each head a sink.
+    fn whole_scores(&self) -> bool {
+        self.reads_scores()
+            || (self.encoding.as_ref())
+                .is_some_and(|e| e.sink_logits().is_ok_and(|sink| sink.is_some()))
+    }
+}
+
+/// The softmax weights of `scores (b, h, q, k)` (times `scale`, plus `bias (h, q, k)`,
+/// under `keep`) beside a sink per head with logits `sink (h)`: a key every query sees, of
+/// value zero ([`posenc::sink`]). The sink is a column more in the softmax, dropped after,
+/// so the weights on the real keys add up to `1 − w_sink`; a query that sees no key puts all
+/// its weight on the sink.
+fn with_sink(
+    scores: &Tensor,
+    bias: Option<&Tensor>,
+    keep: Option<&Tensor>,
+    scale: f64,
+    sink: &Tensor,
+) -> Result<Tensor> {
+    let (b, h, q, k) = scores.dims4()?;
+    let column = sink
+        .to_dtype(scores.dtype())?
+        .reshape((1, h, 1, 1))?
+        .broadcast_as((b, h, q, 1))?;
+    let scores = Tensor::cat(&[&(scores * scale)?, &column], 3)?;
+    let bias = bias
+        .map(|bias| {
+            let zero = Tensor::zeros((h, q, 1), bias.dtype(), bias.device())?;
+            Tensor::cat(&[bias, &zero], 2)
+        })
+        .transpose()?;
+    let keep = keep
+        .map(|keep| {
+            let seen = Tensor::ones((b, h, q, 1), keep.dtype(), keep.device())?;
+            Tensor::cat(&[&keep.broadcast_as((b, h, q, k))?, &seen], 3)
+        })
+        .transpose()?;
+    let weights = kernels::attention_softmax(&scores, bias.as_ref(), keep.as_ref(), 1.0)?;
+    Ok(weights.narrow(3, 0, k)?)
 }
 
 /// Xavier-uniform `W^Q, W^K, W^V` packed in `in_proj_weight` (as PyTorch's

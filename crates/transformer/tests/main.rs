@@ -14,5 +14,6 @@ mod long_context;
 mod masks;
 mod packed;
 mod pytorch;
+mod sinks;
 mod stacks;
 mod training;
