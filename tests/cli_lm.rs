@@ -1207,3 +1207,123 @@ fn pooled_experiments_equal_the_one_process_run() {
         .unwrap();
     assert!(!o.status.success() && text(&o).1.contains("--seeds"));
 }
+
+/// A rolling cache (`--window` with `--sinks`) on the shipped model: `lm eval` reads
+/// windows of 8 × 64 through 64 positions and records the cache; `lm generate` runs past
+/// the window in it; `lm experiment` tabulates each reading; a window that does not hold
+/// more than its sinks is refused by name before anything is loaded or written.
+#[test]
+fn a_rolling_cache_reads_and_generates_past_its_window() {
+    let eval = |extra: &[&str]| {
+        posenc()
+            .args([
+                "lm",
+                "eval",
+                "--windows",
+                "2",
+                "--lengths",
+                "512",
+                "--format",
+                "json",
+            ])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let rows = |o: &std::process::Output| -> serde_json::Value {
+        assert!(o.status.success(), "{}", text(o).1);
+        serde_json::from_str(&text(o).0).unwrap()
+    };
+    let whole = rows(&eval(&[]));
+    let rolled = rows(&eval(&["--window", "64", "--sinks", "4"]));
+    assert!(whole[0].get("window").is_none(), "{whole}");
+    assert_eq!(
+        (rolled[0]["window"].as_u64(), rolled[0]["sinks"].as_u64()),
+        (Some(64), Some(4))
+    );
+    // Within the first 64 positions the two read the same tokens the same way.
+    let first = |r: &serde_json::Value, i: usize| r[0]["by_position"][i].as_f64().unwrap();
+    for i in [0, 31, 63] {
+        assert!(
+            (first(&whole, i) - first(&rolled, i)).abs() < 1e-4,
+            "position {i}"
+        );
+    }
+    // ALiBi, at 8L, still predicts the text through 64 positions of it.
+    assert!(rolled[0]["loss"].as_f64().unwrap() < 2.3, "{rolled}");
+
+    let o = posenc()
+        .args([
+            "lm",
+            "generate",
+            "--max-tokens",
+            "150",
+            "--window",
+            "16",
+            "--sinks",
+            "2",
+        ])
+        .args(["--temperature", "0", "HAMLET.\n"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&o);
+    assert!(o.status.success(), "{stderr}");
+    assert!(
+        stdout.starts_with("HAMLET.\n") && stdout.chars().count() > 100,
+        "{stdout:?}"
+    );
+
+    for args in [
+        ["lm", "eval", "--window", "4", "--sinks", "4"],
+        ["lm", "generate", "--window", "2", "--sinks", "9"],
+    ] {
+        let o = posenc()
+            .args(args)
+            .arg("--model")
+            .arg("no-such-model")
+            .output()
+            .unwrap();
+        let stderr = text(&o).1;
+        assert!(
+            !o.status.success() && stderr.contains("sink") && !stderr.contains("no-such-model"),
+            "refused before loading: {stderr}"
+        );
+    }
+    let o = posenc()
+        .args(["lm", "eval", "--sinks", "4"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success() && text(&o).1.contains("--window"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("exp");
+    let o = quick_lm_experiment("alibi", &out)
+        .args([
+            "--context",
+            "16",
+            "--factors",
+            "1,4",
+            "--window",
+            "16",
+            "--sinks",
+            "0,2",
+        ])
+        .output()
+        .unwrap();
+    let (table, stderr) = text(&o);
+    assert!(o.status.success(), "{stderr}");
+    let md = std::fs::read_to_string(out.join("results.md")).unwrap();
+    for read in [
+        "| alibi | whole | 1 |",
+        "| alibi | rolling, 0 sinks | 1 |",
+        "| alibi | rolling, 2 sinks | 1 |",
+    ] {
+        assert!(md.contains(read), "{read}: {md}");
+    }
+    assert!(table.contains("ppl @ 64"), "{table}");
+    let results: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let records = results["records"].as_array().unwrap();
+    assert_eq!(records.len(), 6, "two lengths, three readings");
+    assert_eq!(records.iter().filter(|r| r["sinks"] == 2).count(), 2);
+}

@@ -7,8 +7,9 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::Args;
 use posenc_llama::chat::Message;
-use posenc_lm::sample::generate_observed;
+use posenc_lm::sample::{generate_observed, Window};
 use posenc_transformer::lm;
+use posenc_transformer::Streaming;
 
 use super::model::{CausalLm, ModelArgs};
 use super::{read_prompt, SamplingArgs};
@@ -32,6 +33,13 @@ pub struct GenerateArgs {
     /// better or worse, which `lm eval` measures].
     #[arg(long)]
     window: Option<usize>,
+    /// With --window, roll the key/value cache instead of reading the window again: keep
+    /// the first N tokens (attention sinks) and the most recent ones, each at its place
+    /// within the cache, so every token costs one position and memory stays flat however
+    /// long the generation (StreamingLLM, Xiao et al. 2024); 0 rolls with no sinks
+    /// [default: off, the window is read again from position 0 for each token].
+    #[arg(long, requires = "window")]
+    sinks: Option<usize>,
     #[command(flatten)]
     sampling: SamplingArgs,
     /// Prompt tokens read per pass through the model: fewer, larger passes over a long
@@ -69,6 +77,9 @@ impl GenerateArgs {
         posenc::limits::check("tokens", self.max_tokens, posenc::limits::MAX_POSITIONS)?;
         let chunk = self.prompt_chunk;
         posenc::limits::check_positive("the prompt chunk", chunk, lm::MAX_PREFILL_CHUNK)?;
+        if let (Some(window), Some(sinks)) = (self.window, self.sinks) {
+            Streaming::new(sinks, window)?;
+        }
         // The model before the prompt: a model that does not load is named without waiting
         // on standard input.
         let loading = std::time::Instant::now();
@@ -147,7 +158,10 @@ impl GenerateArgs {
         out: &mut W,
         mut each: impl FnMut(&mut W) -> std::io::Result<()>,
     ) -> Result<String> {
-        let window = self.window.or(lm.model.max_positions());
+        let window = match (self.window.or(lm.model.max_positions()), self.sinks) {
+            (Some(window), Some(sinks)) => Some(Window::Roll(Streaming::new(sinks, window)?)),
+            (window, _) => window.map(Window::Crop),
+        };
         if window.is_none() && self.model.rope_scaling().is_none() {
             check_context(lm, ids.len() + self.max_tokens, self.strict_context)?;
         }

@@ -17,6 +17,7 @@ use posenc_lm::passkey::{self, PasskeyConfig, PasskeyRecord, Subject};
 use posenc_lm::tables;
 use posenc_lm::text_tokenizer::TextTokenizer;
 use posenc_train::fit::RunOptions;
+use posenc_transformer::Streaming;
 use serde::Serialize;
 
 use super::model::{self, ModelArgs};
@@ -147,6 +148,17 @@ pub struct EvalArgs {
     /// context before it [default: off, separate windows (--windows)].
     #[arg(long)]
     stride: Option<usize>,
+    /// Read each window a token at a time through a rolling key/value cache that holds
+    /// this many positions: the first --sinks tokens and the most recent ones, each at its
+    /// place within the cache (StreamingLLM, Xiao et al. 2024), in memory that stays flat
+    /// however long the window [default: off, each window read whole].
+    #[arg(long, requires = "sinks", conflicts_with = "stride")]
+    window: Option<usize>,
+    /// The tokens a rolling cache keeps from the start of each window (attention sinks; 0:
+    /// none, the cache holds only the most recent tokens) [default: off; given with
+    /// --window].
+    #[arg(long, requires = "window")]
+    sinks: Option<usize>,
     /// The split of the corpus.
     #[arg(long, value_enum, default_value_t = Split::Test, conflicts_with = "text")]
     split: Split,
@@ -229,6 +241,16 @@ pub struct ExperimentArgs {
     /// 2023); the default learned table then has this many rows [default: off].
     #[arg(long)]
     randomized_positions: Option<usize>,
+    /// Also read every evaluation window a token at a time through a rolling key/value
+    /// cache of this many positions, once per --sinks count (StreamingLLM, Xiao et al.
+    /// 2024) [default: off, windows read whole only].
+    #[arg(long, requires = "sinks")]
+    window: Option<usize>,
+    /// Comma-separated sink counts for --window: the tokens each rolling cache keeps from
+    /// the start of the window (0: the most recent only) [default: off; given with
+    /// --window].
+    #[arg(long, value_delimiter = ',', requires = "window")]
+    sinks: Option<Vec<usize>>,
     #[command(flatten)]
     budget: super::BudgetArg,
     /// A JSON training config for every run (model size, steps, batch, schedule), as
@@ -250,7 +272,7 @@ pub struct ExperimentArgs {
     /// results.md and figures; trains nothing [default: off].
     #[arg(long, num_args = 1.., value_name = "RESULTS", conflicts_with_all = [
         "shard", "merge", "encodings", "seeds", "steps", "context", "seed", "factors",
-        "randomized_positions", "budget", "base", "corpus",
+        "randomized_positions", "window", "sinks", "budget", "base", "corpus",
     ])]
     pool: Vec<PathBuf>,
 }
@@ -463,10 +485,20 @@ struct EvalRow {
     eval: Option<posenc_lm::lm_train::LengthEval>,
     perplexity: Option<f64>,
     unavailable: Option<String>,
+    /// The rolling cache's window and sinks, when the windows were read through one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    window: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sinks: Option<usize>,
 }
 
 fn eval(a: EvalArgs, out: &mut impl Write) -> Result<()> {
     let default = model::shipped();
+    // Settings first: nothing is loaded for a window that cannot roll.
+    let rolling = match (a.window, a.sinks) {
+        (Some(window), Some(sinks)) => Some(Streaming::new(sinks, window)?),
+        _ => None,
+    };
     let lm = a.model.load(&default)?;
     let text = match &a.text {
         Some(path) => {
@@ -504,7 +536,7 @@ fn eval(a: EvalArgs, out: &mut impl Write) -> Result<()> {
     for len in lengths {
         let (eval, unavailable) = match lm.model.max_positions() {
             // Past a learned table there is no answer, and the row says why.
-            Some(max) if len > max => (
+            Some(max) if len > max && rolling.is_none() => (
                 None,
                 Some(format!(
                     "the encoding has max_positions = {max}: no position past it"
@@ -512,9 +544,10 @@ fn eval(a: EvalArgs, out: &mut impl Write) -> Result<()> {
             ),
             _ => {
                 bar.set_message(format!("length {len}"));
-                let e = evaluate_observed(&lm.model, &ids, len, a.windows, context, |n| {
-                    bar.inc(n as u64)
-                })?;
+                let e =
+                    evaluate_observed(&lm.model, &ids, len, a.windows, context, rolling, |n| {
+                        bar.inc(n as u64)
+                    })?;
                 (Some(e), None)
             }
         };
@@ -525,6 +558,8 @@ fn eval(a: EvalArgs, out: &mut impl Write) -> Result<()> {
             perplexity: eval.as_ref().map(|e| e.perplexity()),
             eval,
             unavailable,
+            window: rolling.map(|s| s.window()),
+            sinks: rolling.map(|s| s.sinks()),
         });
     }
     bar.finish_and_clear();
@@ -540,9 +575,16 @@ fn eval(a: EvalArgs, out: &mut impl Write) -> Result<()> {
         })
         .collect();
     let evals: Vec<&LengthEval> = rows.iter().filter_map(|r| r.eval.as_ref()).collect();
+    let reading = rolling.map_or(String::new(), |s| {
+        format!(
+            "; each window read a token at a time through a rolling cache of {} positions, its first {} token(s) kept as sinks",
+            s.window(),
+            s.sinks()
+        )
+    });
     write!(
         out,
-        "{}{}\n\n{}{}",
+        "{}{}{reading}\n\n{}{}",
         lm.describe(),
         scaling_note(&a.model),
         tables::lengths(&table),
@@ -750,6 +792,11 @@ fn experiment(a: ExperimentArgs, out: &mut impl Write) -> Result<()> {
     cfg.base.run.steps = a.steps.unwrap_or(cfg.base.run.steps);
     cfg.base.run.seed = a.seed.unwrap_or(cfg.base.run.seed);
     cfg.seeds = a.grid.seeds.unwrap_or(cfg.seeds);
+    if let (Some(window), Some(sinks)) = (a.window, a.sinks.clone()) {
+        let streaming = lm_experiment::StreamingEval { window, sinks };
+        streaming.caches()?;
+        cfg.streaming = Some(streaming);
+    }
     if let Some(mut factors) = a.factors {
         factors.sort_unstable();
         factors.dedup();

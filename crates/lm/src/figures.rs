@@ -53,7 +53,7 @@ pub fn lm_experiment(exp: &LmExperiment, out: &Path) -> Result<Vec<PathBuf>> {
                     let ppl: Vec<f64> = exp
                         .records
                         .iter()
-                        .filter(|r| r.run.label == label && r.length == len)
+                        .filter(|r| r.run.label == label && r.length == len && r.sinks.is_none())
                         .filter_map(|r| r.perplexity)
                         .collect();
                     (len as f64, ppl)

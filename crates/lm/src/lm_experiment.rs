@@ -23,12 +23,15 @@ use tokenizers::Tokenizer;
 
 use crate::corpus::Corpus;
 use crate::lm_run;
-use crate::lm_train::{evaluate, LengthEval, LmData, LmRecord, LmState, LmTrainConfig};
+use crate::lm_train::{
+    evaluate, evaluate_observed, LengthEval, LmData, LmRecord, LmState, LmTrainConfig,
+};
 use crate::text_tokenizer::encode;
 use posenc_train::experiment::{Cell, Experiment, Grid, Outcome, Start};
 use posenc_train::fit::RunOptions;
 use posenc_train::labelled::{distinct, Labelled, RunKey};
 use posenc_train::results::spread;
+use posenc_transformer::Streaming;
 
 pub use posenc_train::results::{RESULTS_JSON, RESULTS_MD};
 
@@ -47,6 +50,35 @@ pub struct LmExperimentConfig {
     pub factors: Vec<usize>,
     /// Windows per evaluation length (fewer where the test works hold fewer).
     pub eval_windows: usize,
+    /// Also read every evaluation window through a rolling cache, once per sink count
+    /// (StreamingLLM); none in results written before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub streaming: Option<StreamingEval>,
+}
+
+/// The rolling caches an experiment also reads its windows through ([`Streaming`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StreamingEval {
+    /// Positions the cache holds, sinks included.
+    pub window: usize,
+    /// The sink counts, one reading each (0: the most recent tokens only).
+    pub sinks: Vec<usize>,
+}
+
+impl StreamingEval {
+    /// The caches, one per sink count.
+    ///
+    /// # Errors
+    /// No sink count, or a window that does not hold more than one of them.
+    pub fn caches(&self) -> Result<Vec<Streaming>> {
+        ensure!(!self.sinks.is_empty(), "give at least one sink count");
+        Ok(self
+            .sinks
+            .iter()
+            .map(|&s| Streaming::new(s, self.window))
+            .collect::<std::result::Result<_, _>>()?)
+    }
 }
 
 fn one() -> usize {
@@ -65,6 +97,7 @@ impl LmExperimentConfig {
             seeds: 1,
             factors: vec![1, 2, 4, 8],
             eval_windows: 64,
+            streaming: None,
         }
     }
 
@@ -122,6 +155,18 @@ pub struct LengthRow {
     /// Why there is none (a table too short).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub missing: Option<String>,
+    /// The rolling cache the window was read through, if it was ([`StreamingEval`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rolling: Option<Rolling>,
+}
+
+/// A rolling cache's window and sinks, as a record gives them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rolling {
+    /// Positions the cache holds, sinks included.
+    pub window: usize,
+    /// Tokens kept from the start.
+    pub sinks: usize,
 }
 
 /// A [`LengthRow`] as written now, or before (`"eval": {"Ok": …}` or `{"Err": …}`).
@@ -133,6 +178,8 @@ enum LengthRowFile {
         eval: Option<LengthEval>,
         #[serde(default)]
         missing: Option<String>,
+        #[serde(default)]
+        rolling: Option<Rolling>,
     },
     Before {
         len: usize,
@@ -143,11 +190,22 @@ enum LengthRowFile {
 impl From<LengthRowFile> for LengthRow {
     fn from(f: LengthRowFile) -> Self {
         match f {
-            LengthRowFile::Now { len, eval, missing } => Self { len, eval, missing },
+            LengthRowFile::Now {
+                len,
+                eval,
+                missing,
+                rolling,
+            } => Self {
+                len,
+                eval,
+                missing,
+                rolling,
+            },
             LengthRowFile::Before { len, eval } => Self {
                 len,
                 missing: eval.as_ref().err().cloned(),
                 eval: eval.ok(),
+                rolling: None,
             },
         }
     }
@@ -172,9 +230,10 @@ pub struct LmEncodingResult {
 }
 
 impl LmEncodingResult {
-    /// The evaluation at the longest length that has one.
+    /// The evaluation at the longest length that has one, read whole.
     pub fn longest(&self) -> Option<&LengthEval> {
-        self.lengths.iter().rev().find_map(|r| r.eval.as_ref())
+        let whole = self.lengths.iter().filter(|r| r.rolling.is_none());
+        whole.rev().find_map(|r| r.eval.as_ref())
     }
 }
 
@@ -188,6 +247,10 @@ pub struct LmLengthRecord {
     pub context: usize,
     /// The window length.
     pub length: usize,
+    /// The rolling cache's window, when the window was read through one (null: whole).
+    pub cache_window: Option<usize>,
+    /// The rolling cache's sinks (null: read whole).
+    pub sinks: Option<usize>,
     /// Windows evaluated (none where the model does not reach the length).
     pub windows: Option<usize>,
     /// Mean next-token loss, nats.
@@ -289,6 +352,9 @@ impl Experiment for LmExperimentRun<'_> {
                 test.len()
             );
         }
+        if let Some(streaming) = &cfg.streaming {
+            streaming.caches()?;
+        }
         for entry in &cfg.encodings {
             cfg.run_config(entry, cfg.base.run.seed, &tokenizer)
                 .validate()
@@ -356,6 +422,7 @@ impl Experiment for LmExperimentRun<'_> {
                         len,
                         eval: None,
                         missing: Some(format!("no positions past {max}")),
+                        rolling: None,
                     },
                     _ => LengthRow {
                         len,
@@ -367,8 +434,37 @@ impl Experiment for LmExperimentRun<'_> {
                             context,
                         )?),
                         missing: None,
+                        rolling: None,
                     },
                 });
+            }
+            let caches = match &self.config.streaming {
+                Some(s) => s.caches()?,
+                None => Vec::new(),
+            };
+            for cache in caches {
+                for f in &self.config.factors {
+                    let len = f * context;
+                    let windows = self.config.eval_windows;
+                    let e = evaluate_observed(
+                        &model,
+                        &data.test,
+                        len,
+                        windows,
+                        context,
+                        Some(cache),
+                        |_| {},
+                    )?;
+                    lengths.push(LengthRow {
+                        len,
+                        eval: Some(e),
+                        missing: None,
+                        rolling: Some(Rolling {
+                            window: cache.window(),
+                            sinks: cache.sinks(),
+                        }),
+                    });
+                }
             }
         }
         Ok(LmEncodingResult {
@@ -519,6 +615,8 @@ impl LmExperiment {
                     ),
                     context,
                     length: row.len,
+                    cache_window: row.rolling.map(|r| r.window),
+                    sinks: row.rolling.map(|r| r.sinks),
                     windows: row.eval.as_ref().map(|e| e.windows),
                     loss: row.eval.as_ref().map(|e| e.loss),
                     perplexity: row.eval.as_ref().map(|e| e.perplexity()),
@@ -568,7 +666,7 @@ impl LmExperiment {
             let at = |len: usize, f: fn(&LmLengthRecord) -> Option<f64>| -> Vec<f64> {
                 records
                     .iter()
-                    .filter(|r| r.length == len)
+                    .filter(|r| r.length == len && r.sinks.is_none())
                     .filter_map(|r| f(r))
                     .collect()
             };
@@ -581,6 +679,58 @@ impl LmExperiment {
             let train: Vec<f64> = runs.iter().map(|r| r.state.elapsed_s).collect();
             let peak: Vec<f64> = runs.iter().filter_map(|r| r.state.peak_rss_mb).collect();
             s += &format!(" {} | {} |\n", spread(&train, 0), spread(&peak, 0));
+        }
+        s
+    }
+
+    /// Each entry's perplexity with its windows read whole and through each rolling cache
+    /// ([`StreamingEval`]), a row per reading; empty without rolling caches.
+    pub fn streaming_table(&self) -> String {
+        let Some(streaming) = &self.config.streaming else {
+            return String::new();
+        };
+        let context = self.config.base.model.context;
+        let lens: Vec<usize> = self.config.factors.iter().map(|f| f * context).collect();
+        let mut s = format!(
+            "\n## Read through a rolling cache\n\nEach window read again a token at a time \
+             through a key/value cache of {} positions that keeps its first tokens (the sinks) \
+             and the most recent ones, each at its place within the cache (StreamingLLM, Xiao \
+             et al. 2024): memory stays at {} positions however long the window.\n\n\
+             | encoding | read | seeds |",
+            streaming.window, streaming.window
+        );
+        for l in &lens {
+            s += &format!(" ppl @ {l} |");
+        }
+        s += "\n|---|---|---:|";
+        s += &"---:|".repeat(lens.len());
+        s += "\n";
+        let readings = std::iter::once(None).chain(streaming.sinks.iter().map(|&n| Some(n)));
+        let readings: Vec<Option<usize>> = readings.collect();
+        for label in self.labels() {
+            for &sinks in &readings {
+                let records: Vec<&LmLengthRecord> = self
+                    .records
+                    .iter()
+                    .filter(|r| r.run.label == label && r.sinks == sinks)
+                    .collect();
+                let mut seeds: Vec<u64> = records.iter().map(|r| r.run.seed).collect();
+                seeds.dedup();
+                let read = match sinks {
+                    None => "whole".to_string(),
+                    Some(n) => format!("rolling, {n} sinks"),
+                };
+                s += &format!("| {label} | {read} | {} |", seeds.len());
+                for &l in &lens {
+                    let ppl: Vec<f64> = records
+                        .iter()
+                        .filter(|r| r.length == l)
+                        .filter_map(|r| r.perplexity)
+                        .collect();
+                    s += &format!(" {} |", spread(&ppl, 2));
+                }
+                s += "\n";
+            }
         }
         s
     }
@@ -619,7 +769,8 @@ impl LmExperiment {
             self.config.eval_windows,
             m.context,
             self.table()
-        ) + &self.diverged_note()
+        ) + &self.streaming_table()
+            + &self.diverged_note()
     }
 
     /// A line per run whose loss diverged (it has no evaluation), or nothing.

@@ -15,7 +15,7 @@ use candle_nn::{VarBuilder, VarMap};
 use posenc::Positions;
 use posenc_error::ensure;
 use posenc_train::error::Result;
-use posenc_transformer::{LanguageModel, LmConfig};
+use posenc_transformer::{LanguageModel, LmConfig, Streaming};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
@@ -296,20 +296,26 @@ pub fn evaluate(
     max_windows: usize,
     trained: usize,
 ) -> Result<LengthEval> {
-    evaluate_observed(model, stream, len, max_windows, trained, |_| {})
+    evaluate_observed(model, stream, len, max_windows, trained, None, |_| {})
 }
 
 /// As [`evaluate`], also calling `on_tokens(n)` each time `n` more tokens have been
 /// scored: a progress bar for long windows.
 ///
+/// With `streaming`, each window is read a token at a time through a rolling key/value
+/// cache ([`Streaming`]: its first tokens as sinks and the most recent ones, each at its
+/// place within the cache), as StreamingLLM evaluates: memory stays at the cache's window
+/// however long the window read.
+///
 /// # Errors
-/// As [`evaluate`].
+/// As [`evaluate`]; a streaming window past a learned encoding's table.
 pub fn evaluate_observed(
     model: &LanguageModel,
     stream: &[u32],
     len: usize,
     max_windows: usize,
     trained: usize,
+    streaming: Option<Streaming>,
     mut on_tokens: impl FnMut(usize),
 ) -> Result<LengthEval> {
     ensure!(max_windows > 0, "evaluate at least one window");
@@ -320,13 +326,18 @@ pub fn evaluate_observed(
     );
     let long = len > model.prefill_chunk();
     // Long windows go as many at a time as keep their caches within LONG_EVAL_BYTES.
-    let batch = match long {
-        true => {
+    let batch = match (streaming, long) {
+        (Some(s), _) => {
+            model.check_cache(1, s.window())?;
+            let each = model.cache_bytes(1, s.window()).max(1);
+            (LONG_EVAL_BYTES / each).clamp(1, EVAL_BATCH as u128) as usize
+        }
+        (None, true) => {
             model.check_cache(1, len)?;
             (LONG_EVAL_BYTES / model.cache_bytes(1, len).max(1)).clamp(1, EVAL_BATCH as u128)
                 as usize
         }
-        false => {
+        (None, false) => {
             posenc_train::memory::fits_in_memory(
                 EVAL_BATCH,
                 model.config().heads,
@@ -349,7 +360,11 @@ pub fn evaluate_observed(
     let mut per_tail = Vec::new();
     for chunk in starts.chunks(batch) {
         let (x, y) = windows(stream, len, chunk, &model.device())?;
-        let nll = window_losses(model, &x, &y.reshape((chunk.len(), len))?, &mut on_tokens)?;
+        let y = y.reshape((chunk.len(), len))?;
+        let nll = match streaming {
+            Some(s) => streamed_losses(model, &x, &y, s, &mut on_tokens)?,
+            None => window_losses(model, &x, &y, &mut on_tokens)?,
+        };
         for (s, v) in sums.iter_mut().zip(nll.sum(0)?.to_vec1::<f64>()?) {
             *s += v;
         }
@@ -401,6 +416,26 @@ fn window_losses(
         let logits = model.logits_cached(&x.narrow(1, start, k)?, &mut cache)?;
         parts.push(nll(&logits, &y.narrow(1, start, k)?)?);
         on_tokens(b * k);
+    }
+    Ok(Tensor::cat(&parts, 1)?)
+}
+
+/// The next-token losses of windows `x (batch, n)` against `y (batch, n)` read a token at
+/// a time through a rolling cache ([`Streaming`]); `on_tokens` sees each step's count.
+fn streamed_losses(
+    model: &LanguageModel,
+    x: &Tensor,
+    y: &Tensor,
+    streaming: Streaming,
+    on_tokens: &mut impl FnMut(usize),
+) -> Result<Tensor> {
+    let (b, n) = x.dims2()?;
+    let mut cache = model.rolling_cache(streaming)?;
+    let mut parts = Vec::with_capacity(n);
+    for t in 0..n {
+        let logits = model.logits_cached(&x.narrow(1, t, 1)?, &mut cache)?;
+        parts.push(nll(&logits, &y.narrow(1, t, 1)?)?);
+        on_tokens(b);
     }
     Ok(Tensor::cat(&parts, 1)?)
 }

@@ -13,7 +13,7 @@ use candle_core::Tensor;
 use posenc_error::ensure;
 use posenc_train::error::Result;
 use posenc_transformer::LanguageModel;
-use posenc_transformer::StackCache;
+use posenc_transformer::{StackCache, Streaming};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
@@ -169,12 +169,22 @@ pub(crate) fn generate_with(
     generate_observed(model, prompt, max_new, sampling, None, |_| {}, on_token)
 }
 
+/// What a generation keeps of its sequence once it is longer than a window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Window {
+    /// Every token is drawn from the last `n` tokens only (nanoGPT's crop at
+    /// `block_size`): the prompt is cropped to them, and once the sequence fills them, they
+    /// are read again from position 0 for each new token.
+    Crop(usize),
+    /// The key/value cache rolls ([`Streaming`]): it keeps the first tokens as sinks and
+    /// the most recent ones, each at its place within the cache, so each new token costs
+    /// one position and memory stays flat, however long the generation (StreamingLLM).
+    Roll(Streaming),
+}
+
 /// As `generate_with`, also calling `on_prompt(n)` each time `n` more tokens of the
 /// prompt have been read ([`LanguageModel::prefill_chunk`] at a time): a progress bar for
-/// long prompts.
-/// With a `window`, every token is drawn from the last `window` tokens only (nanoGPT's crop
-/// at `block_size`): the prompt is cropped to it, and once the sequence fills it, the last
-/// `window` tokens are read again from position 0 for each new token.
+/// long prompts. With a `window`, the sequence is cropped or the cache rolls ([`Window`]).
 ///
 /// # Errors
 /// As `generate_with`; a window of 0.
@@ -183,7 +193,7 @@ pub fn generate_observed(
     prompt: &[u32],
     max_new: usize,
     sampling: Sampling,
-    window: Option<usize>,
+    window: Option<Window>,
     mut on_prompt: impl FnMut(usize),
     mut on_token: impl FnMut(u32) -> Result<bool>,
 ) -> Result<()> {
@@ -191,25 +201,39 @@ pub fn generate_observed(
         !prompt.is_empty(),
         "the prompt is empty: give at least one token"
     );
-    ensure!(window != Some(0), "the window must hold at least one token");
+    ensure!(
+        window != Some(Window::Crop(0)),
+        "the window must hold at least one token"
+    );
     posenc::limits::check("tokens", max_new, posenc::limits::MAX_POSITIONS)?;
-    let window = window.unwrap_or(usize::MAX);
+    let (window, rolling) = match window {
+        Some(Window::Crop(n)) => (n, None),
+        Some(Window::Roll(s)) => (usize::MAX, Some(s)),
+        None => (usize::MAX, None),
+    };
     // The cache holds the prompt and every token fed back (the last one drawn is not).
     let positions = (prompt.len() + max_new.saturating_sub(1)).min(window);
-    model.check_cache(1, positions)?;
+    let mut cache = match rolling {
+        Some(s) => model.rolling_cache(s)?,
+        None => {
+            model.check_cache(1, positions)?;
+            model.cache(positions)
+        }
+    };
     let mut sampler = Sampler::new(sampling)?;
     if max_new == 0 {
         return Ok(());
     }
     let mut seen = prompt[prompt.len().saturating_sub(window)..].to_vec();
-    let mut cache = model.cache(positions);
     let mut logits = read(model, &seen, &mut cache, &mut on_prompt)?;
     for i in 0..max_new {
         let token = sampler.pick(&logits.get(0)?.to_vec1::<f32>()?);
         if !on_token(token)? || i + 1 == max_new {
             break;
         }
-        seen.push(token);
+        if window != usize::MAX {
+            seen.push(token);
+        }
         logits = if cache.len() < window {
             let next = Tensor::new(&[token], &model.device())?.unsqueeze(0)?;
             model.step(&next, &mut cache)?

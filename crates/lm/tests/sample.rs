@@ -4,7 +4,7 @@
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{VarBuilder, VarMap};
 use posenc::EncodingConfig;
-use posenc_lm::sample::{generate, generate_observed, Sampler, Sampling};
+use posenc_lm::sample::{generate, generate_observed, Sampler, Sampling, Window};
 use posenc_transformer::{LanguageModel, LmConfig};
 
 /// How often each of three tokens is drawn from `logits` in `n` draws.
@@ -193,7 +193,7 @@ fn a_window_crops_the_context_as_rerunning_its_last_tokens_does() {
                 &prompt,
                 14,
                 Sampling::greedy(),
-                Some(window),
+                Some(Window::Crop(window)),
                 |_| {},
                 |t| {
                     got.push(t);
@@ -214,7 +214,7 @@ fn a_window_crops_the_context_as_rerunning_its_last_tokens_does() {
         &[1],
         3,
         Sampling::greedy(),
-        Some(0),
+        Some(Window::Crop(0)),
         |_| {},
         |_| Ok(true),
     );

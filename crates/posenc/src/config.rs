@@ -206,6 +206,7 @@ pub const BUILT_IN: &[Registration] = &[
     Registration::of::<crate::stack::StackConfig>(),
     Registration::of::<crate::window::WindowConfig>(),
     Registration::of::<crate::sink::SinkConfig>(),
+    Registration::of::<crate::pope::PopeConfig>(),
 ];
 
 static REGISTRY: LazyLock<RwLock<Vec<Registration>>> =

@@ -26,6 +26,7 @@
 //! | `fraction`, `index`, `binary`, `sine-single` | add | [`naive`] |
 //! | `layers` | each layer its own: a pattern of the above | [`layers`] |
 //! | `window` | bias (keys past a sliding window masked) | [`window`] |
+//! | `pope` | rotate (magnitudes from the content, phases from the position; twice as wide) | [`pope`] |
 //! | `sink` | a sink per head (a key of value zero every query sees) | [`sink`] |
 //! | `stack` | several of the above in the same layers | [`stack`] |
 //!
@@ -51,6 +52,7 @@ pub mod learned;
 pub mod limits;
 pub mod naive;
 pub mod none;
+pub mod pope;
 pub mod prope;
 pub mod rope;
 pub mod rope_scaling;

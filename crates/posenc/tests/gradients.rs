@@ -42,7 +42,7 @@ fn forward(enc: &dyn PositionalEncoding, w: &Tensor) -> Tensor {
         .transpose(1, 2)
         .unwrap();
     let q = enc.rotate(&heads, 0.into()).unwrap();
-    let k = enc.rotate(&(&heads * 0.5).unwrap(), 0.into()).unwrap();
+    let k = enc.rotate_keys(&(&heads * 0.5).unwrap(), 0.into()).unwrap();
     let mut scores = q.matmul(&k.t().unwrap()).unwrap();
     if let Some(bias) = enc.attention_bias(T, T, 0.into(), 0.into()).unwrap() {
         scores = scores.broadcast_add(&bias.unsqueeze(0).unwrap()).unwrap();

@@ -4,6 +4,7 @@
 mod composed;
 mod errors;
 mod gradients;
+mod pope;
 mod positions;
 mod properties;
 mod reference;

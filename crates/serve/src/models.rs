@@ -10,6 +10,7 @@ use candle_core::{Device, Tensor};
 use posenc_kotoba::inspect::AttentionMaps;
 use posenc_kotoba::trainer::Translator;
 use posenc_lm::causal::CausalLm;
+use posenc_lm::sample::Window;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ApiError;
@@ -269,7 +270,7 @@ pub fn generate(
     request: &GenerateRequest,
     mut send: impl FnMut(Token) -> bool,
 ) -> Result<(), ApiError> {
-    let window = lm.model.max_positions();
+    let window = lm.model.max_positions().map(Window::Crop);
     let mut seen = prompt.to_vec();
     let mut index = 0;
     posenc_lm::sample::generate_observed(

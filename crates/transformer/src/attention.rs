@@ -250,6 +250,11 @@ impl MultiHeadAttention {
         let [q, k, v] = Proj::forward_fused([&self.q_proj, &self.k_proj, &self.v_proj], x)?;
         let q = self.rotate(&q, at, Role::Query)?;
         let k = self.rotate(&k, at, Role::Key)?;
+        if cache.as_ref().is_some_and(|c| c.rolls().is_some()) {
+            return Err(Error::Input(
+                "a rolling key/value cache runs causally with neither a mask nor weights".into(),
+            ));
+        }
         let (k, v, bias) = match cache.map(|c| self.append(c, &k, &v, q.dtype())) {
             Some(kv) if bias.is_none() => {
                 // After a cache the keys reach further than the queries: the bias of these
@@ -274,17 +279,32 @@ impl MultiHeadAttention {
     /// inference ([`MultiHeadAttention::forward`]).
     fn cached_self_attention(&self, x: &Tensor, cache: &mut KvCache) -> Result<Tensor> {
         self.check(x, "query")?;
-        let (offset, new) = (cache.len(), x.dim(1)?);
+        let new = x.dim(1)?;
         let at = cache.positions(new);
+        let offset = at.get(0);
         let [q, k, v] = Proj::forward_fused([&self.q_proj, &self.k_proj, &self.v_proj], x)?;
         let q = self.rotate(&q, at, Role::Query)?;
-        let k = self.split(&self.rotate(&k, at, Role::Key)?)?;
         let v = self.split(&v)?;
-        let (k, v) = cache.append(&k, &v)?;
+        let (k, v) = match cache.rolls() {
+            None => cache.append(&self.split(&self.rotate(&k, at, Role::Key)?)?, &v)?,
+            Some(_) => {
+                // A rolling cache keeps its keys as they came: all of them are turned to
+                // their places in it at every read, the new ones last.
+                let (k, v) = cache.append(&self.split(&k)?, &v)?;
+                let k = self.rotate(&k.to_dtype(q.dtype())?, 0.into(), Role::Key)?;
+                (k, v)
+            }
+        };
         let scale = 1.0 / (self.head_dim as f64).sqrt();
         // Tile by tile where the kernels can (they decide), with the encoding's bias asked
         // for each tile; an encoding that reads the scores, or has sinks, needs them whole.
-        if let (false, Some(encoding)) = (self.whole_scores(), &self.encoding) {
+        // The tiled kernel reads queries, keys and values of one width.
+        let q_width = match q.rank() {
+            4 => q.dim(3)?,
+            _ => self.head_dim,
+        };
+        let same_width = q_width == v.dim(3)?;
+        if let (false, true, Some(encoding)) = (self.whole_scores(), same_width, &self.encoding) {
             let bias = |rows: Range<usize>, keys: Range<usize>| {
                 let (q_at, k_at) = (Positions::From(offset + rows.start), keys.start.into());
                 encoding
@@ -348,25 +368,34 @@ impl MultiHeadAttention {
     ) -> Result<Tensor> {
         self.check(x, "query")?;
         check_packed(x, lens)?;
-        let q = self.rotate_packed(&self.q_proj.forward(x)?, lens, Role::Query)?;
-        let k = self.rotate_packed(&self.k_proj.forward(x)?, lens, Role::Key)?;
-        let v = self.v_proj.forward(x)?;
+        let [q, k, v] = [&self.q_proj, &self.k_proj, &self.v_proj].map(|p| p.forward(x));
+        let (q, k, v) = (q?, k?, v?);
         if !self.whole_scores() {
-            let scale = 1.0 / (self.head_dim as f32).sqrt();
-            if let Some(out) =
-                kernels::packed_attention(&q, &k, &v, self.head_dim, lens, bias, scale)?
-            {
-                return Ok(self.out_proj.forward(&out)?);
+            let rq = self.rotate_packed(&q, lens, Role::Query)?;
+            let rk = self.rotate_packed(&k, lens, Role::Key)?;
+            // The packed kernel reads queries and keys as wide as they came (not PoPE's).
+            if rq.dim(2)? == q.dim(2)? && rk.dim(2)? == k.dim(2)? {
+                let scale = 1.0 / (self.head_dim as f32).sqrt();
+                if let Some(out) =
+                    kernels::packed_attention(&rq, &rk, &v, self.head_dim, lens, bias, scale)?
+                {
+                    return Ok(self.out_proj.forward(&out)?);
+                }
             }
         }
+        // Each sequence in turn, rotated on its own.
         let mut outs = Vec::with_capacity(lens.len());
         for (start, len) in segments(lens) {
             let part = |t: &Tensor| t.narrow(1, start, len);
             let bias = bias
                 .map(|b| b.narrow(1, 0, len)?.narrow(2, 0, len))
                 .transpose()?;
-            let (q, k, v) = (part(&q)?, part(&k)?, part(&v)?);
-            outs.push(self.attend(&q, &k, &v, bias.as_ref(), None, true)?.0);
+            let q = self.rotate(&part(&q)?, 0.into(), Role::Query)?;
+            let k = self.rotate(&part(&k)?, 0.into(), Role::Key)?;
+            outs.push(
+                self.attend(&q, &k, &part(&v)?, bias.as_ref(), None, true)?
+                    .0,
+            );
         }
         match outs.is_empty() {
             true => Ok(x.zeros_like()?),
@@ -472,7 +501,8 @@ impl MultiHeadAttention {
             if rotated.id() == part.id() {
                 return Ok(x.clone());
             }
-            parts.push(rotated.transpose(1, 2)?.reshape(part.shape())?);
+            let (_, heads, len, width) = rotated.dims4()?;
+            parts.push(rotated.transpose(1, 2)?.reshape((1, len, heads * width))?);
         }
         match parts.is_empty() {
             true => Ok(x.clone()),
@@ -494,6 +524,7 @@ impl MultiHeadAttention {
         own: bool,
     ) -> Result<(Tensor, Option<Tensor>)> {
         let (b, h, tq, d_k) = self.split(q)?.dims4()?;
+        let d_v = self.split(v)?.dim(3)?;
         let scale = 1.0 / (self.head_dim as f64).sqrt();
         let k_len = self.split(k)?.dim(2)?;
         let dropout = dropout::active(q, self.dropout);
@@ -502,7 +533,7 @@ impl MultiHeadAttention {
             (true, Some(encoding)) => encoding.sink_logits()?,
             _ => None,
         };
-        if bias.is_none() && !content && sink.is_none() {
+        if bias.is_none() && !content && sink.is_none() && d_k == d_v {
             // One op for scores, mask, softmax, dropout and weighted sum, heads merged: the
             // CPU's kernel in f32, candle's ops under one node elsewhere.
             let sample = dropout
@@ -559,9 +590,9 @@ impl MultiHeadAttention {
             weights.clone()
         };
         let out = kernels::matmul(&grouped(&dropped, tq, k_len)?, v)?
-            .reshape((b, h, tq, d_k))?
+            .reshape((b, h, tq, d_v))?
             .transpose(1, 2)?
-            .reshape((b, tq, h * d_k))?;
+            .reshape((b, tq, h * d_v))?;
         Ok((self.out_proj.forward(&out)?, Some(weights)))
     }
 

@@ -1,13 +1,76 @@
 //! The keys and values a self- or cross-attention has computed so far, kept for
 //! incremental decoding: each generated token projects only its own key and value.
+//!
+//! A cache may also roll ([`Streaming`]): it keeps the first few tokens (the attention
+//! sinks) and the most recent ones, so that a model reads or generates past any length in
+//! constant memory (StreamingLLM, Xiao et al. 2024).
 
-use candle_core::{DType, Tensor};
+use candle_core::{DType, Tensor, D};
 use posenc::Positions;
 
 use crate::{Error, Result};
 
 /// The most positions [`KvCache::reserve`] allocates ahead of those written.
 pub const RESERVE_AHEAD: usize = 8192;
+
+/// A rolling cache with attention sinks (StreamingLLM, Xiao et al. 2024): it holds at most
+/// `window` positions, the first `sinks` tokens of the sequence and the `window − sinks`
+/// most recent ones, and evicts the oldest of the others as new ones arrive.
+///
+/// Positions are assigned within the cache, as StreamingLLM does: its keys are kept as
+/// they come, before any rotation, and every read presents them at positions
+/// `0, 1, …, len − 1`, the new tokens after them; so a query never sits further than
+/// `window − 1` from a key, whatever the sequence's length, and the encoding is asked only
+/// about positions it was trained on.
+///
+/// ```
+/// use posenc_transformer::Streaming;
+/// let s = Streaming::new(4, 1020).unwrap();
+/// assert_eq!((s.sinks(), s.window(), s.most_new()), (4, 1020, 1016));
+/// assert!(Streaming::new(8, 8).is_err());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Streaming {
+    sinks: usize,
+    window: usize,
+}
+
+impl Streaming {
+    /// Keeps the first `sinks` tokens and the most recent `window − sinks`.
+    ///
+    /// # Errors
+    /// A window that does not hold more than its sinks (no room for a recent token), or
+    /// one past [`posenc::limits::MAX_POSITIONS`].
+    pub fn new(sinks: usize, window: usize) -> Result<Self> {
+        posenc::limits::check(
+            "the streaming window",
+            window,
+            posenc::limits::MAX_POSITIONS,
+        )?;
+        if window <= sinks {
+            return Err(Error::Input(format!(
+                "a streaming window of {window} positions does not hold more than its {sinks} sink token(s): it needs room for recent ones"
+            )));
+        }
+        Ok(Self { sinks, window })
+    }
+
+    /// The tokens kept from the start of the sequence.
+    pub fn sinks(&self) -> usize {
+        self.sinks
+    }
+
+    /// The most positions the cache holds, sinks included.
+    pub fn window(&self) -> usize {
+        self.window
+    }
+
+    /// The most tokens one read may add: `window − sinks`, so that every one of them fits
+    /// beside the sinks.
+    pub fn most_new(&self) -> usize {
+        self.window - self.sinks
+    }
+}
 
 /// Keys and values computed so far, for incremental decoding.
 ///
@@ -32,6 +95,10 @@ pub struct KvCache {
     reach: usize,
     /// The dtype keys and values are kept in, if not their own.
     dtype: Option<DType>,
+    /// Whether and how the cache rolls.
+    streaming: Option<Streaming>,
+    /// Positions written in all, evicted ones included.
+    seen: usize,
 }
 
 impl KvCache {
@@ -43,8 +110,33 @@ impl KvCache {
         self.reach = total;
     }
 
-    /// Where `new` tokens after the cached ones sit.
+    /// An empty cache that rolls ([`Streaming`]), keeping keys and values as `dtype` if
+    /// one is given.
+    pub fn streaming(streaming: Streaming, dtype: Option<DType>) -> Self {
+        Self {
+            dtype,
+            streaming: Some(streaming),
+            reserved: streaming.window,
+            ..Self::default()
+        }
+    }
+
+    /// How the cache rolls, if it does.
+    pub fn rolls(&self) -> Option<Streaming> {
+        self.streaming
+    }
+
+    /// Positions written in all, those a rolling cache has evicted included.
+    pub fn seen(&self) -> usize {
+        self.seen
+    }
+
+    /// Where `new` tokens after the cached ones sit: after them, or, in a rolling cache
+    /// whose window they would overflow, after the ones that stay.
     pub(crate) fn positions(&self, new: usize) -> Positions<'static> {
+        if let Some(s) = self.streaming {
+            return Positions::From(self.len.min(s.window.saturating_sub(new)));
+        }
         match self.reach > self.len + new {
             true => Positions::Within {
                 offset: self.len,
@@ -151,23 +243,31 @@ impl KvCache {
             None => (k, v),
         };
         let (b, heads, new, d) = k.dims4()?;
-        if v.dims() != k.dims() {
+        let d_v = v.dim(D::Minus1)?;
+        // Values may be narrower than keys (PoPE's keys are twice as wide), no more.
+        if v.dims()[..3] != k.dims()[..3] {
             return Err(Error::Input(format!(
-                "cached keys {:?} and values {:?} must have one shape",
+                "cached keys {:?} and values {:?} must have one batch, head count and length",
                 k.dims(),
                 v.dims()
             )));
         }
-        if let Some((ck, _)) = &self.buffers {
+        if let Some((ck, cv)) = &self.buffers {
             let (cb, ch, _, cd) = ck.dims4()?;
-            if (cb, ch, cd) != (b, heads, d) || ck.dtype() != k.dtype() {
+            let fits = (cb, ch, cd, cv.dim(D::Minus1)?) == (b, heads, d, d_v);
+            if !fits || ck.dtype() != k.dtype() {
                 return Err(Error::Input(format!(
-                    "new keys {:?} ({:?}) do not fit a cache of (batch {cb}, heads {ch}, width {cd}) ({:?})",
+                    "new keys {:?} and values {:?} ({:?}) do not fit a cache of (batch {cb}, heads {ch}, widths {cd} and {}) ({:?})",
                     k.dims(),
+                    v.dims(),
                     k.dtype(),
+                    cv.dim(D::Minus1)?,
                     ck.dtype()
                 )));
             }
+        }
+        if let Some(s) = self.streaming {
+            self.evict(s, new)?;
         }
         let end = self.len + new;
         if end > self.capacity() {
@@ -177,8 +277,8 @@ impl KvCache {
             let certain = end.max(self.reach);
             let reserved = self.reserved.min(certain.saturating_add(RESERVE_AHEAD));
             let capacity = certain.max(reserved).max(2 * self.capacity());
-            let fresh = || Tensor::zeros((b, heads, capacity, d), k.dtype(), k.device());
-            let (nk, nv) = (fresh()?, fresh()?);
+            let fresh = |d| Tensor::zeros((b, heads, capacity, d), k.dtype(), k.device());
+            let (nk, nv) = (fresh(d)?, fresh(d_v)?);
             if let Some((ok, ov)) = self.get()? {
                 nk.slice_set(&ok.contiguous()?, 2, 0)?;
                 nv.slice_set(&ov.contiguous()?, 2, 0)?;
@@ -190,8 +290,39 @@ impl KvCache {
             bv.slice_set(&v.contiguous()?, 2, self.len)?;
         }
         self.len = end;
+        self.seen += new;
         self.get()?
             .ok_or_else(|| Error::Input("an empty write to the key/value cache".into()))
+    }
+
+    /// Makes room in a rolling cache for `new` positions: the oldest ones after the sinks
+    /// leave, and the rest move down to follow the sinks.
+    fn evict(&mut self, s: Streaming, new: usize) -> Result<()> {
+        if new > s.most_new() {
+            return Err(Error::Input(format!(
+                "{new} new tokens do not fit a streaming window of {} beside its {} sink(s): read at most {} at a time",
+                s.window,
+                s.sinks,
+                s.most_new()
+            )));
+        }
+        let gone = (self.len + new).saturating_sub(s.window);
+        if gone == 0 {
+            return Ok(());
+        }
+        let kept = self.len - s.sinks - gone;
+        if let (Some((k, v)), true) = (&self.buffers, kept > 0) {
+            for buffer in [k, v] {
+                // A copy first: the rows move down within the same buffer.
+                let recent = buffer
+                    .narrow(2, s.sinks + gone, kept)?
+                    .copy()?
+                    .contiguous()?;
+                buffer.slice_set(&recent, 2, s.sinks)?;
+            }
+        }
+        self.len -= gone;
+        Ok(())
     }
 
     /// Keeps batch entries `indices` (u32), in that order: beam search reorders hypotheses.

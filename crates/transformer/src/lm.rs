@@ -21,6 +21,7 @@ use posenc::{Direction, EncodingConfig, PositionalEncoding, Positions, Target};
 use serde::{Deserialize, Serialize};
 
 use crate::embeddings::Embeddings;
+use crate::kv_cache::Streaming;
 use crate::linear::Proj;
 use crate::mask::Mask;
 use crate::stack::{Stack, StackCache, StackInput};
@@ -253,6 +254,21 @@ impl LanguageModel {
         StackCache::with_capacity(positions).kept_as(self.cache_dtype)
     }
 
+    /// An empty cache that rolls ([`Streaming`]): the first `sinks` tokens and the most
+    /// recent ones, `window` positions in all, kept in [`LanguageModel::cache_dtype`]. With
+    /// it [`LanguageModel::step`] and [`LanguageModel::logits_cached`] read any length in
+    /// constant memory, each token at its place within the cache (StreamingLLM).
+    ///
+    /// # Errors
+    /// A window past a learned encoding's table, or whose cache would pass
+    /// [`MAX_CACHE_BYTES`].
+    pub fn rolling_cache(&self, streaming: Streaming) -> Result<StackCache> {
+        self.check_cache(1, streaming.window())?;
+        Ok(StackCache::default()
+            .kept_as(self.cache_dtype)
+            .rolling(streaming))
+    }
+
     /// The token embeddings, to quantize their table.
     pub fn embeddings_mut(&mut self) -> &mut Embeddings {
         &mut self.embed
@@ -344,19 +360,46 @@ impl LanguageModel {
     /// A bad shape or token id; positions past a learned encoding's table; a batch that
     /// differs from the cache's.
     pub fn step(&self, ids: &Tensor, cache: &mut StackCache) -> Result<Tensor> {
-        let new = self.check(ids, Positions::From(cache.len()))?;
+        let new = self.check_cached(ids, cache)?;
         // Every chunk of the prompt is a piece of one sequence of this length (or of a
         // longer one, when the caller reads it in pieces and has said how long).
         cache.read_until(cache.reach().max(cache.len() + new));
         let mut last = None;
-        let size = self.prefill_chunk;
-        for start in (0..new).step_by(size) {
-            let chunk = ids.narrow(1, start, size.min(new - start))?;
-            last = Some(self.hidden_cached(&chunk, cache)?);
+        for (start, len) in self.chunks(new, self.prefill_chunk, cache) {
+            last = Some(self.hidden_cached(&ids.narrow(1, start, len)?, cache)?);
         }
         let h = last.ok_or_else(|| Error::Input("no tokens to run".into()))?;
         let n = h.dim(1)?;
         Ok(self.head.forward(&h.narrow(1, n - 1, 1)?.squeeze(1)?)?)
+    }
+
+    /// `(start, len)` of the pieces of `new` tokens read `size` at a time, or fewer where
+    /// a rolling cache takes fewer at once ([`Streaming::most_new`]).
+    fn chunks(&self, new: usize, size: usize, cache: &StackCache) -> Vec<(usize, usize)> {
+        let size = cache
+            .rolls()
+            .map_or(size, |s| size.min(s.most_new()))
+            .max(1);
+        (0..new)
+            .step_by(size)
+            .map(|start| (start, size.min(new - start)))
+            .collect()
+    }
+
+    /// Checks `ids` as [`LanguageModel::check`] does at the positions the cache puts them:
+    /// after the cached ones, or within a rolling cache's window, which a learned table
+    /// was checked to hold when the cache was made.
+    fn check_cached(&self, ids: &Tensor, cache: &StackCache) -> Result<usize> {
+        match cache.rolls() {
+            None => self.check(ids, Positions::From(cache.len())),
+            Some(_) => match *ids.dims() {
+                [_, seq] if seq > 0 => {
+                    self.check(&ids.narrow(1, 0, 1)?, 0.into())?;
+                    Ok(seq)
+                }
+                _ => self.check(ids, 0.into()),
+            },
+        }
     }
 
     /// Runs `ids (batch, new)` after the positions in `cache`, as [`LanguageModel::step`]
@@ -366,13 +409,25 @@ impl LanguageModel {
     /// # Errors
     /// As [`LanguageModel::step`].
     pub fn logits_cached(&self, ids: &Tensor, cache: &mut StackCache) -> Result<Tensor> {
-        self.check(ids, Positions::From(cache.len()))?;
-        Ok(self.head.forward(&self.hidden_cached(ids, cache)?)?)
+        let new = self.check_cached(ids, cache)?;
+        let mut parts = Vec::new();
+        for (start, len) in self.chunks(new, new, cache) {
+            let h = self.hidden_cached(&ids.narrow(1, start, len)?, cache)?;
+            parts.push(self.head.forward(&h)?);
+        }
+        match parts.len() {
+            1 => Ok(parts.swap_remove(0)),
+            _ => Ok(Tensor::cat(&parts, 1)?),
+        }
     }
 
     /// The stack's output for `ids` after the cached positions.
     fn hidden_cached(&self, ids: &Tensor, cache: &mut StackCache) -> Result<Tensor> {
-        let x = self.embed.forward(ids, Positions::From(cache.len()))?;
+        let at = match cache.rolls() {
+            Some(_) => cache.positions(ids.dim(1)?),
+            None => Positions::From(cache.len()),
+        };
+        let x = self.embed.forward(ids, at)?;
         self.stack.forward_cached(&x, None, None, cache)
     }
 

@@ -22,7 +22,7 @@ use posenc::{PositionalEncoding, Positions};
 
 use crate::attention::{AttentionInput, Source};
 use crate::block::{Block, BlockConfig, BlockOutput, CrossInput};
-use crate::kv_cache::KvCache;
+use crate::kv_cache::{KvCache, Streaming};
 use crate::layer_encodings::{bias_of, LayerEncodings};
 use crate::linear::Proj;
 use crate::mask::Mask;
@@ -37,6 +37,7 @@ pub struct StackCache {
     reserved: usize,
     reach: usize,
     dtype: Option<DType>,
+    streaming: Option<Streaming>,
 }
 
 impl StackCache {
@@ -59,12 +60,40 @@ impl StackCache {
         }
     }
 
+    /// The same empty cache, rolling in every block ([`Streaming`]): it holds the first
+    /// `sinks` tokens and the most recent ones, `window` positions in all, whatever the
+    /// length read.
+    pub fn rolling(self, streaming: Streaming) -> Self {
+        Self {
+            streaming: Some(streaming),
+            ..self
+        }
+    }
+
+    /// How the cache rolls, if it does.
+    pub fn rolls(&self) -> Option<Streaming> {
+        self.streaming
+    }
+
+    /// Positions run in all, those a rolling cache has evicted included.
+    pub fn seen(&self) -> usize {
+        self.layers.first().map_or(0, |(own, _)| own.seen())
+    }
+
+    /// Where `new` tokens run next sit ([`KvCache`]'s positions): after the cached ones, or
+    /// in a rolling cache, after the ones that stay.
+    pub fn positions(&self, new: usize) -> Positions<'static> {
+        self.layers
+            .first()
+            .map_or(Positions::From(0), |(own, _)| own.positions(new))
+    }
+
     /// The dtype the self-attention keys and values are kept in, if one was named.
     pub fn dtype(&self) -> Option<DType> {
         self.dtype
     }
 
-    /// Number of positions run so far.
+    /// Number of positions held: run so far, less those a rolling cache has evicted.
     pub fn len(&self) -> usize {
         self.layers.first().map_or(0, |(own, _)| own.len())
     }
@@ -307,10 +336,16 @@ impl Stack {
         memory: Option<Memory>,
         cache: &mut StackCache,
     ) -> Result<Tensor> {
-        let (reserved, dtype) = (cache.reserved, cache.dtype);
+        let (reserved, dtype, streaming) = (cache.reserved, cache.dtype, cache.streaming);
         cache.layers.resize_with(self.layers.len(), || {
-            let mut own = dtype.map_or_else(KvCache::default, KvCache::kept_as);
-            own.reserve(reserved);
+            let own = match streaming {
+                Some(s) => KvCache::streaming(s, dtype),
+                None => {
+                    let mut own = dtype.map_or_else(KvCache::default, KvCache::kept_as);
+                    own.reserve(reserved);
+                    own
+                }
+            };
             (own, KvCache::default())
         });
         let mut x = x.clone();

@@ -16,4 +16,5 @@ mod packed;
 mod pytorch;
 mod sinks;
 mod stacks;
+mod streaming;
 mod training;
