@@ -1216,16 +1216,8 @@ fn pooled_experiments_equal_the_one_process_run() {
 fn a_rolling_cache_reads_and_generates_past_its_window() {
     let eval = |extra: &[&str]| {
         posenc()
-            .args([
-                "lm",
-                "eval",
-                "--windows",
-                "2",
-                "--lengths",
-                "512",
-                "--format",
-                "json",
-            ])
+            .args(["lm", "eval", "--format", "json"])
+            .args(["--windows", "2", "--lengths", "512"])
             .args(extra)
             .output()
             .unwrap()
@@ -1298,16 +1290,8 @@ fn a_rolling_cache_reads_and_generates_past_its_window() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("exp");
     let o = quick_lm_experiment("alibi", &out)
-        .args([
-            "--context",
-            "16",
-            "--factors",
-            "1,4",
-            "--window",
-            "16",
-            "--sinks",
-            "0,2",
-        ])
+        .args(["--context", "16", "--factors", "1,4"])
+        .args(["--window", "16", "--sinks", "0,2"])
         .output()
         .unwrap();
     let (table, stderr) = text(&o);

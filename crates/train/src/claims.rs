@@ -56,7 +56,8 @@ pub struct Claim {
     /// The label it is claimed ahead of.
     pub than: String,
     /// The record field whose values `better` and `than` are (default `label`: the
-    /// encoding; `task` or `scaling` in records that compare those).
+    /// encoding; `task` or `scaling` in records that compare those; a number or null
+    /// written as JSON writes it, `"4"` or `"null"`).
     #[serde(default = "label_field")]
     pub by: String,
     /// Whether a lower value is better (a loss) rather than a higher one (an accuracy).
@@ -155,12 +156,24 @@ pub fn check(records: &[Value], claim: &Claim) -> Result<Verdict> {
     })
 }
 
+/// Whether a record's value of the compared field is `label`: a string equal to it, or a
+/// number or null written as it (`"by": "sinks"` compares `"4"` with `"null"`).
+fn names(value: &Value, label: &str) -> bool {
+    match value {
+        Value::String(s) => s == label,
+        Value::Number(_) | Value::Null | Value::Bool(_) => {
+            serde_json::from_str::<Value>(label).is_ok_and(|v| v == *value)
+        }
+        _ => false,
+    }
+}
+
 /// The values of `label`'s seeds under `claim`'s filter.
 fn side(records: &[Value], claim: &Claim, label: &str) -> Result<Side> {
     let mut by_seed: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
     for r in records {
         let matches =
-            r[&claim.by] == label && claim.filter.iter().all(|(k, v)| r.get(k) == Some(v));
+            names(&r[&claim.by], label) && claim.filter.iter().all(|(k, v)| r.get(k) == Some(v));
         if !matches {
             continue;
         }

@@ -464,4 +464,23 @@ fn a_claim_holds_only_by_the_rule() {
         page.contains("| held |") && page.contains("| **not held** |"),
         "{page}"
     );
+    // A field of numbers and nulls compared as JSON writes them: 4 sinks against none,
+    // another count left out.
+    let sinks: Vec<serde_json::Value> = (0..3)
+        .flat_map(|seed| {
+            [
+                json!({"sinks": 4, "seed": seed, "x": 5.0 + seed as f64 * 0.1}),
+                json!({"sinks": null, "seed": seed, "x": 1.0}),
+                json!({"sinks": 0, "seed": seed, "x": 100.0}),
+            ]
+        })
+        .collect();
+    let by_sinks: Claim = serde_json::from_value(json!({"claim": "4 sinks ahead of none",
+        "metric": "x", "better": "4", "than": "null", "by": "sinks"}))
+    .unwrap();
+    let v = check(&sinks, &by_sinks).unwrap();
+    assert!(
+        v.held && (v.better.mean - 5.1).abs() < 1e-12 && v.than.mean == 1.0,
+        "{v:?}"
+    );
 }
