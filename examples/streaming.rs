@@ -9,33 +9,16 @@
 //!   --sinks 4 --grow 8192 --out docs/long-context/streaming/generate.json
 //! ```
 //!
-//! The record is a JSON list of tidy rows (`pandas.DataFrame(json.load(f))`), written
-//! atomically once both readings have run.
+//! The record is a JSON list of tidy rows ([`posenc_lm::streaming::GenerateRow`],
+//! `pandas.DataFrame(json.load(f))`), written atomically once both readings have run.
 
 use std::time::Instant;
 
 use anyhow::{bail, Context};
 use posenc_lm::causal::CausalLm;
 use posenc_lm::sample::{generate_observed, Sampling, Window};
+use posenc_lm::streaming::GenerateRow as Row;
 use posenc_transformer::Streaming;
-use serde::Serialize;
-
-/// One block of generated tokens.
-#[derive(Serialize)]
-struct Row {
-    model: String,
-    /// `rolling` or `growing`.
-    cache: &'static str,
-    window: Option<usize>,
-    sinks: Option<usize>,
-    /// Tokens generated when the block ended.
-    position: usize,
-    /// Decode speed over the block.
-    tokens_per_s: f64,
-    /// Resident memory when the block ended, and its peak so far, MB.
-    rss_mb: f64,
-    peak_rss_mb: f64,
-}
 
 fn status_mb(field: &str) -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -87,7 +70,7 @@ fn run(
                 let seconds = block.elapsed().as_secs_f64();
                 rows.push(Row {
                     model: s.model.clone(),
-                    cache,
+                    cache: cache.into(),
                     window: roll.map(|r| r.window()),
                     sinks: roll.map(|r| r.sinks()),
                     position: count,

@@ -219,10 +219,12 @@ fn study(dir: &Path) -> Result<(String, serde_json::Value)> {
             posenc_lm::ruler::markdown(&rows)
         );
         (page, serde_json::to_value(&rows)?)
+    } else if let Ok(study) = posenc_lm::streaming::StreamingStudy::load(&path) {
+        (study.markdown(), serde_json::Value::Array(Vec::new()))
     } else {
         bail!(
-            "{} is not the results of an experiment (posenc kotoba, lm or lengthgen experiment) \
-             or RULER's records (posenc lm ruler)",
+            "{} is not the results of an experiment (posenc kotoba, lm or lengthgen experiment), \
+             RULER's records (posenc lm ruler) or a streaming study's (scripts/streaming_study.sh)",
             path.display()
         );
     })

@@ -9,6 +9,7 @@
 //! | [`sample`] | generation with a key/value cache and an optional window |
 //! | [`passkey`] | retrieval of a key hidden past the window |
 //! | [`ruler`] | a subset of RULER: needles, variable tracking, common words |
+//! | [`streaming`] | the records of reading and generating past the window with a rolling cache |
 //! | [`tables`] | the Markdown tables the commands print: loss by length and octave, sliding windows, passkey |
 //! | [`lm_experiment`] | every encoding (and seed) trained and measured past its context |
 //!
@@ -26,6 +27,7 @@ pub mod lm_train;
 pub mod passkey;
 pub mod ruler;
 pub mod sample;
+pub mod streaming;
 pub mod tables;
 pub mod text_tokenizer;
 

@@ -127,7 +127,8 @@ fn gram(a: &Matrix, b: &Matrix) -> Matrix {
         .collect()
 }
 
-/// `⟨R_i q, R_j k⟩` for one fixed query and key, rotated by the encoding's own hook.
+/// `⟨R_i q, R_j k⟩` for one fixed query and key, rotated by the encoding's own hook, in
+/// head 0 (every head gets them: an encoding may turn each head's keys its own way).
 fn rotary_scores(
     enc: &dyn PositionalEncoding,
     setting: Setting,
@@ -141,13 +142,12 @@ fn rotary_scores(
             .map(|i| ((i as f64 + 1.0) * phase).sin() as f32)
             .collect();
         let v = Tensor::new(v, device)?;
-        Ok(v.broadcast_as((1, 1, len, head_dim))?.contiguous()?)
+        Ok(v.broadcast_as((1, setting.heads, len, head_dim))?
+            .contiguous()?)
     };
-    let q = enc.rotate(&fixed(1.3)?, 0.into())?.squeeze(0)?.squeeze(0)?;
-    let k = enc
-        .rotate_keys(&fixed(0.7)?, 0.into())?
-        .squeeze(0)?
-        .squeeze(0)?;
+    let head0 = |t: Tensor| -> Result<Tensor> { Ok(t.get(0)?.get(0)?) };
+    let q = head0(enc.rotate(&fixed(1.3)?, 0.into())?)?;
+    let k = head0(enc.rotate_keys(&fixed(0.7)?, 0.into())?)?;
     Ok(gram(&matrix(&q)?, &matrix(&k)?))
 }
 

@@ -1,0 +1,152 @@
+//! The records of a model read and run past its window through a rolling key/value cache
+//! (StreamingLLM, Xiao et al. 2024), and their tables: perplexity over long windows read
+//! whole and rolled, and decode speed and memory block by block through a long generation,
+//! rolling and growing. `scripts/streaming_study.sh` writes them as one `results.json`;
+//! `posenc report` renders its page.
+
+use std::path::Path;
+
+use posenc_error::Context;
+use serde::{Deserialize, Serialize};
+
+use crate::Result;
+
+/// One reading of `lm eval` (its JSON rows, whose other fields are not needed here).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PerplexityRow {
+    /// The model.
+    pub model: String,
+    /// The window length.
+    pub len: usize,
+    /// Windows read.
+    pub windows: usize,
+    /// Mean loss over every position of every window, nats.
+    pub loss: f64,
+    /// `exp(loss)`.
+    pub perplexity: f64,
+    /// Each window's mean loss.
+    pub window_losses: Vec<f64>,
+    /// The rolling cache's positions (none: read whole).
+    #[serde(default)]
+    pub window: Option<usize>,
+    /// The rolling cache's sinks (none: read whole).
+    #[serde(default)]
+    pub sinks: Option<usize>,
+}
+
+/// One block of a long generation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GenerateRow {
+    /// The model.
+    pub model: String,
+    /// `rolling` or `growing`.
+    pub cache: String,
+    /// The rolling cache's positions (none for the growing cache).
+    pub window: Option<usize>,
+    /// The rolling cache's sinks.
+    pub sinks: Option<usize>,
+    /// Tokens generated when the block ended.
+    pub position: usize,
+    /// Decode speed over the block.
+    pub tokens_per_s: f64,
+    /// Resident memory when the block ended, MB.
+    pub rss_mb: f64,
+    /// Peak resident memory so far, MB.
+    pub peak_rss_mb: f64,
+}
+
+/// `results.json` of a streaming study.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StreamingStudy {
+    /// What the machine was doing meanwhile, and anything else a reader must know.
+    pub note: String,
+    /// Long windows read whole and rolled.
+    pub perplexity: Vec<PerplexityRow>,
+    /// Long generations, block by block.
+    pub generate: Vec<GenerateRow>,
+}
+
+/// How a row was read: `whole`, or `rolling W, S sinks`.
+fn reading(window: Option<usize>, sinks: Option<usize>) -> String {
+    match (window, sinks) {
+        (Some(w), Some(s)) => format!("rolling cache of {w}, {s} sinks"),
+        _ => "whole".into(),
+    }
+}
+
+impl StreamingStudy {
+    /// Reads a study's `results.json`.
+    ///
+    /// # Errors
+    /// A missing file, or one that is not a streaming study's.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        Ok(serde_json::from_str(&text)
+            .with_context(|| format!("{} is not a streaming study's results", path.display()))?)
+    }
+
+    /// The page: both tables.
+    pub fn markdown(&self) -> String {
+        let mut s = format!(
+            "# Past the window: a rolling cache with attention sinks\n\n{}\n\n\
+             ## Perplexity over long windows\n\n\
+             | model | reading | window length | windows | perplexity | loss ± sd over windows |\n\
+             |---|---|---:|---:|---:|---:|\n",
+            self.note
+        );
+        for r in &self.perplexity {
+            s += &format!(
+                "| {} | {} | {} | {} | {:.2} | {} |\n",
+                r.model,
+                reading(r.window, r.sinks),
+                r.len,
+                r.windows,
+                r.perplexity,
+                posenc_train::results::spread(&r.window_losses, 3)
+            );
+        }
+        s += "\n## Decode speed and memory through a long generation\n\n\
+              Speed over each block of generated tokens; resident memory at its end.\n\n\
+              | model | cache | tokens | blocks | tokens/s, first block | tokens/s, last block | \
+              tokens/s, min–max | memory, first block (MB) | memory, last block (MB) | \
+              peak memory (MB) |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+        let mut caches: Vec<(&str, Option<usize>, Option<usize>)> = Vec::new();
+        for r in &self.generate {
+            let key = (r.cache.as_str(), r.window, r.sinks);
+            if !caches.contains(&key) {
+                caches.push(key);
+            }
+        }
+        for (cache, window, sinks) in caches {
+            let rows: Vec<&GenerateRow> = self
+                .generate
+                .iter()
+                .filter(|r| (r.cache.as_str(), r.window, r.sinks) == (cache, window, sinks))
+                .collect();
+            let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
+                continue;
+            };
+            let speeds = rows.iter().map(|r| r.tokens_per_s);
+            let min = speeds.clone().fold(f64::INFINITY, f64::min);
+            let max = speeds.fold(f64::NEG_INFINITY, f64::max);
+            let what = match cache {
+                "rolling" => reading(window, sinks),
+                other => format!("{other} (every position kept)"),
+            };
+            s += &format!(
+                "| {} | {what} | {} | {} | {:.1} | {:.1} | {min:.1}–{max:.1} | {:.0} | {:.0} | {:.0} |\n",
+                first.model,
+                last.position,
+                rows.len(),
+                first.tokens_per_s,
+                last.tokens_per_s,
+                first.rss_mb,
+                last.rss_mb,
+                rows.iter().map(|r| r.peak_rss_mb).fold(0.0, f64::max),
+            );
+        }
+        s
+    }
+}
