@@ -235,7 +235,12 @@ pub fn markdown(verdicts: &[Verdict], with: &[String]) -> String {
     for v in verdicts {
         let c = &v.claim;
         let side = |label: &str, x: &Side| {
-            format!("{label} {:.2} ± {:.2}", c.scale * x.mean, c.scale * x.sd)
+            // A number or null is named with its field (`sinks = 4`), a string as it is.
+            let name = match serde_json::from_str::<Value>(label) {
+                Ok(Value::String(_)) | Err(_) => label.to_string(),
+                Ok(_) => format!("{} = {label}", c.by),
+            };
+            format!("{name} {:.2} ± {:.2}", c.scale * x.mean, c.scale * x.sd)
         };
         let filter = match c.filter.is_empty() {
             true => String::new(),
