@@ -147,12 +147,13 @@ pub fn view(request: &EncodingRequest) -> Result<EncodingView, ApiError> {
     let enc = config
         .build_untrained(d_model, heads, &Device::Cpu)
         .map_err(bad)?;
-    compute(&*enc, config.to_json(), len).map_err(bad)
+    compute(&*enc, config.to_json(), (d_model, heads), len).map_err(bad)
 }
 
 fn compute(
     enc: &dyn PositionalEncoding,
     config: serde_json::Value,
+    (d_model, heads): (usize, usize),
     len: usize,
 ) -> posenc::Result<EncodingView> {
     let rows = sample(len, MAX_SIDE);
@@ -197,7 +198,7 @@ fn compute(
                     position_heatmap(format!("cos(pos·θ_i), {title}"), "pair", &cos, &rows),
                     ByDistance {
                         title: "⟨R_p q, R_(p−k) k⟩ for a fixed q and k, p the last position".into(),
-                        values: vec![rotary_by_distance(enc, 2 * half, len)?],
+                        values: vec![rotary_by_distance(enc, (d_model / heads, heads), len)?],
                     },
                     Some(turning_pairs(&cos, &all, &sin, &all, &rows)),
                 )
@@ -321,10 +322,12 @@ fn masked(x: f32) -> Option<f32> {
 }
 
 /// `⟨R_(len−1) q, R_(len−1−k) k⟩` for `k = 0 … len − 1`, with the same fixed, irregular
-/// query and key as `posenc encoding props` rotates, through the encoding's own hooks.
+/// query and key as `posenc encoding props` rotates, through the encoding's own hooks, in
+/// head 0 of `heads` of width `head_dim` (an encoding may turn each head's keys its own
+/// way, and its output may be wider than its input, as PoPE's).
 fn rotary_by_distance(
     enc: &dyn PositionalEncoding,
-    head_dim: usize,
+    (head_dim, heads): (usize, usize),
     len: usize,
 ) -> posenc::Result<Vec<Option<f32>>> {
     let fixed = |phase: f64, n: usize| -> posenc::Result<Tensor> {
@@ -332,13 +335,13 @@ fn rotary_by_distance(
             .map(|i| ((i as f64 + 1.0) * phase).sin() as f32)
             .collect();
         Ok(Tensor::new(v, &Device::Cpu)?
-            .broadcast_as((1, 1, n, head_dim))?
+            .broadcast_as((1, heads, n, head_dim))?
             .contiguous()?)
     };
     let q = enc.rotate(&fixed(1.3, 1)?, Positions::From(len - 1))?;
     let k = enc.rotate_keys(&fixed(0.7, len)?, Positions::From(0))?;
-    let q: Vec<f32> = q.flatten_all()?.to_vec1()?;
-    let k: Vec<Vec<f32>> = k.squeeze(0)?.squeeze(0)?.to_vec2()?;
+    let q: Vec<f32> = q.get(0)?.get(0)?.flatten_all()?.to_vec1()?;
+    let k: Vec<Vec<f32>> = k.get(0)?.get(0)?.to_vec2()?;
     Ok((0..len).map(|d| Some(dot(&q, &k[len - 1 - d]))).collect())
 }
 

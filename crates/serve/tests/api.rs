@@ -52,6 +52,22 @@ fn kinds_lists_every_registered_encoding_with_its_defaults() {
     assert_eq!(f(&rope["base"]), 10000.0);
 }
 
+/// Every registered kind draws at its defaults, in several heads (an encoding may turn
+/// each head's keys its own way, and widen them, as PoPE does).
+#[test]
+fn every_kind_has_a_view() {
+    for kind in posenc::EncodingConfig::kinds() {
+        let request = posenc_serve::encodings::EncodingRequest {
+            encoding: serde_json::json!(kind),
+            d_model: 32,
+            heads: 4,
+            len: 12,
+        };
+        let view = posenc_serve::encodings::view(&request);
+        assert!(view.is_ok(), "{kind}: {:?}", view.err());
+    }
+}
+
 /// Sinusoidal: the heatmap is the paper's PE(pos, i), and PE(p)·PE(p − k) = Σ_i cos(k ω_i)
 /// (sin a sin b + cos a cos b = cos(a − b)), whatever p.
 #[test]
