@@ -369,29 +369,33 @@ impl MultiHeadAttention {
         self.check(x, "query")?;
         check_packed(x, lens)?;
         let [q, k, v] = [&self.q_proj, &self.k_proj, &self.v_proj].map(|p| p.forward(x));
-        let (q, k, v) = (q?, k?, v?);
-        if !self.whole_scores() {
-            let rq = self.rotate_packed(&q, lens, Role::Query)?;
-            let rk = self.rotate_packed(&k, lens, Role::Key)?;
-            // The packed kernel reads queries and keys as wide as they came (not PoPE's).
-            if rq.dim(2)? == q.dim(2)? && rk.dim(2)? == k.dim(2)? {
-                let scale = 1.0 / (self.head_dim as f32).sqrt();
-                if let Some(out) =
-                    kernels::packed_attention(&rq, &rk, &v, self.head_dim, lens, bias, scale)?
-                {
-                    return Ok(self.out_proj.forward(&out)?);
-                }
+        let (raw_q, raw_k, v) = (q?, k?, v?);
+        let q = self.rotate_packed(&raw_q, lens, Role::Query)?;
+        let k = self.rotate_packed(&raw_k, lens, Role::Key)?;
+        // Queries and keys as wide as they came (not PoPE's) stay packed.
+        let packed = q.dim(2)? == raw_q.dim(2)? && k.dim(2)? == raw_k.dim(2)?;
+        if packed && !self.whole_scores() {
+            let scale = 1.0 / (self.head_dim as f32).sqrt();
+            if let Some(out) =
+                kernels::packed_attention(&q, &k, &v, self.head_dim, lens, bias, scale)?
+            {
+                return Ok(self.out_proj.forward(&out)?);
             }
         }
-        // Each sequence in turn, rotated on its own.
         let mut outs = Vec::with_capacity(lens.len());
         for (start, len) in segments(lens) {
             let part = |t: &Tensor| t.narrow(1, start, len);
             let bias = bias
                 .map(|b| b.narrow(1, 0, len)?.narrow(2, 0, len))
                 .transpose()?;
-            let q = self.rotate(&part(&q)?, 0.into(), Role::Query)?;
-            let k = self.rotate(&part(&k)?, 0.into(), Role::Key)?;
+            // Wider ones are rotated again, each sequence on its own, with their heads apart.
+            let (q, k) = match packed {
+                true => (part(&q)?, part(&k)?),
+                false => (
+                    self.rotate(&part(&raw_q)?, 0.into(), Role::Query)?,
+                    self.rotate(&part(&raw_k)?, 0.into(), Role::Key)?,
+                ),
+            };
             outs.push(
                 self.attend(&q, &k, &part(&v)?, bias.as_ref(), None, true)?
                     .0,
