@@ -13,6 +13,14 @@
 //! | `duplicate` | n digits x | x twice (Delétang et al. 2023, "duplicate string") |
 //! | `addition` | a + b, n digits each, least significant first | a + b in n + 1 digits, least significant first (Kazemnejad et al. 2023) |
 //! | `addition-hints` | the same, each digit after its index hint | the same, each digit after its index hint (Zhou et al. 2023, 2024) |
+//! | `count` | n digits x, `+`, a digit q | how many times q occurs in x, in as many digits as n has, least significant first |
+//! | `selective-copy` | n tokens: ⌈n/2⌉ digits with ⌊n/2⌋ blanks (`+`) among them | the digits, in order, without the blanks |
+//!
+//! The last two are the kind of task Golovneva et al. 2024 (CoPE) built to need counting
+//! rather than positions: to count one digit's occurrences, or to find the k-th digit that
+//! is not a blank, attention must count tokens of a kind, which an index does not give.
+//! Theirs count words and copy past noise tokens in text; these are digit versions in the
+//! format of the others.
 //!
 //! Index hints label each digit with its place: `3`, the units, `1`, the tens, of 13 + 22
 //! become `c3d1+c2d2=c5d3e0.`: the digits of one place share a hint, so attention can find
@@ -62,6 +70,11 @@ pub enum Problem {
     /// The sum, each digit after an index hint of its place.
     #[serde(rename = "addition-hints")]
     AdditionHints,
+    /// How many times the query digit occurs.
+    Count,
+    /// The digits without the blanks among them.
+    #[serde(rename = "selective-copy")]
+    SelectiveCopy,
 }
 
 /// A prompt and its answer (tokens, without the separator and end token).
@@ -102,13 +115,15 @@ impl Instance {
 
 impl Problem {
     /// Every problem.
-    pub const ALL: [Problem; 6] = [
+    pub const ALL: [Problem; 8] = [
         Problem::Copy,
         Problem::Reverse,
         Problem::Sort,
         Problem::Duplicate,
         Problem::Addition,
         Problem::AdditionHints,
+        Problem::Count,
+        Problem::SelectiveCopy,
     ];
 
     /// Its name in commands and files.
@@ -120,6 +135,8 @@ impl Problem {
             Problem::Duplicate => "duplicate",
             Problem::Addition => "addition",
             Problem::AdditionHints => "addition-hints",
+            Problem::Count => "count",
+            Problem::SelectiveCopy => "selective-copy",
         }
     }
 
@@ -147,6 +164,8 @@ impl Problem {
             Problem::Duplicate => (n, 2 * n),
             Problem::Addition => (2 * n + 1, n + 1),
             Problem::AdditionHints => (4 * n + 1, 2 * (n + 1)),
+            Problem::Count => (n + 2, decimal_width(n)),
+            Problem::SelectiveCopy => (n, n.div_ceil(2)),
         };
         prompt + answer + 2
     }
@@ -175,6 +194,19 @@ impl Problem {
                 let first = prompt.first().map_or(0, |&h| h.saturating_sub(HINT));
                 with_hints(&sum, first)
             }
+            Problem::Count => {
+                let n = prompt.len().saturating_sub(2);
+                let query = prompt.last().copied().unwrap_or(DIGIT);
+                let count = prompt[..n].iter().filter(|&&t| t == query).count();
+                (0..decimal_width(n))
+                    .scan(count, |left, _| {
+                        let digit = DIGIT + (*left % 10) as u32;
+                        *left /= 10;
+                        Some(digit)
+                    })
+                    .collect()
+            }
+            Problem::SelectiveCopy => prompt.iter().copied().filter(|&t| t != PLUS).collect(),
         }
     }
 
@@ -192,6 +224,15 @@ impl Problem {
                 let (a, b) = (digits(n), digits(n));
                 let first = rng.random_range(0..=HINTS.saturating_sub(n + 1) as u32);
                 [with_hints(&a, first), vec![PLUS], with_hints(&b, first)].concat()
+            }
+            Problem::Count => [digits(n), vec![PLUS], digits(1)].concat(),
+            Problem::SelectiveCopy => {
+                // ⌈n/2⌉ digits, and ⌊n/2⌋ blanks put among them by a random shuffle.
+                let mut prompt = [digits(n.div_ceil(2)), vec![PLUS; n / 2]].concat();
+                for i in (1..prompt.len()).rev() {
+                    prompt.swap(i, rng.random_range(0..=i));
+                }
+                prompt
             }
             _ => digits(n),
         };
@@ -244,6 +285,11 @@ fn add(a: &[u32], b: &[u32]) -> Vec<u32> {
         .collect();
     sum.push(DIGIT + carry);
     sum
+}
+
+/// How many decimal digits `n` has (1 for 0): a count of at most `n` fits in them.
+fn decimal_width(n: usize) -> usize {
+    n.checked_ilog10().map_or(1, |l| l as usize + 1)
 }
 
 /// `digits`, each after its index hint, the hints consecutive from hint `first`.

@@ -88,6 +88,24 @@ fn every_answer_is_the_direct_computation() {
             let sum: Vec<u32> = digits(&sum).chars().map(token).collect();
             assert_eq!(number(&sum), number(&a) + number(&b), "{text}");
 
+            // Count: the query digit's occurrences, read from the text, in as many digits
+            // as n has, least significant first.
+            let count = Problem::Count.random(n, &mut rng);
+            let text = render(&count.prompt);
+            let (x, q) = text.split_once('+').unwrap();
+            assert_eq!((x.len(), q.len()), (n, 1), "{text}");
+            let times = x.matches(q).count();
+            let width = n.to_string().len();
+            let want: String = format!("{times:0width$}").chars().rev().collect();
+            assert_eq!(render(&count.answer), want, "{text}");
+
+            // Selective copy: half the prompt blanks, the answer the rest in order.
+            let sel = Problem::SelectiveCopy.random(n, &mut rng);
+            let text = render(&sel.prompt);
+            assert_eq!(text.len(), n);
+            assert_eq!(text.matches('+').count(), n / 2, "{text}");
+            assert_eq!(render(&sel.answer), text.replace('+', ""), "{text}");
+
             for (p, i) in [
                 (Problem::Copy, &copy),
                 (Problem::Reverse, &rev),
@@ -95,6 +113,8 @@ fn every_answer_is_the_direct_computation() {
                 (Problem::Duplicate, &dup),
                 (Problem::Addition, &add),
                 (Problem::AdditionHints, &hinted),
+                (Problem::Count, &count),
+                (Problem::SelectiveCopy, &sel),
             ] {
                 assert_eq!(i.len(), p.sequence_len(n), "{p}");
                 let seq = i.sequence();
@@ -112,6 +132,9 @@ fn every_answer_is_the_direct_computation() {
         })
         .collect();
     assert_eq!(render(&Problem::Addition.solve(&p)), "001");
+    // Twelve 7s among 12 digits: "21", least significant first.
+    let sevens: Vec<u32> = [vec![DIGIT + 7; 12], vec![3, DIGIT + 7]].concat();
+    assert_eq!(render(&Problem::Count.solve(&sevens)), "21");
 }
 
 /// Hints start anywhere that leaves room for the sum, so short training instances use
