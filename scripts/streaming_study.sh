@@ -4,9 +4,9 @@
 #   perplexity  three windows of 16 384 tokens of the Shakespeare test plays, read whole and
 #               a token at a time through a rolling cache of 1 024 positions with 4 sink
 #               tokens and with none (about 40 minutes on two cores);
-#   generate    16 384 tokens generated with that rolling cache, and 4 096 with the
+#   generate    65 536 tokens generated with that rolling cache, and 8 192 with the
 #               ordinary growing cache as the baseline: decode speed and resident memory
-#               every 1 024 tokens (about 15 minutes);
+#               every 1 024 tokens (about 35 minutes);
 #   page        both records joined into results.json with NOTE (what else ran on the
 #               machine), and its page rendered by `posenc report`.
 #
@@ -36,8 +36,8 @@ for part in "${parts[@]}"; do
       rm -rf "$tmp"
       ;;
     generate)
-      target/release/examples/streaming --model smollm2 --tokens 16384 --window 1024 --sinks 4 \
-        --grow 4096 --every 1024 --out "$OUT/generate.json"
+      target/release/examples/streaming --model smollm2 --tokens 65536 --window 1024 --sinks 4 \
+        --grow 8192 --every 1024 --out "$OUT/generate.json"
       ;;
     page)
       NOTE="${NOTE:-SmolLM2-135M-Instruct (Q4_1 GGUF, f16 cache) on two cores.}" python3 - "$OUT" <<'PY'
