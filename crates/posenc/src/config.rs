@@ -43,6 +43,9 @@ pub struct Target {
     /// The context the model is trained for, when it is known: what a rotary scaling
     /// stretches from when it names no `original_max_position_embeddings`.
     pub context: Option<usize>,
+    /// The layers of the stack the encoding serves, when it is known: an encoding that
+    /// learns weights per layer (FoX's gates) builds that many.
+    pub layers: Option<usize>,
 }
 
 impl Target {
@@ -56,7 +59,16 @@ impl Target {
             heads,
             direction,
             context: None,
+            layers: None,
         })
+    }
+
+    /// The same target, for a stack of `layers` layers.
+    pub fn with_layers(self, layers: usize) -> Self {
+        Self {
+            layers: Some(layers),
+            ..self
+        }
     }
 
     /// The same target, for a model trained on `context` positions.
@@ -194,6 +206,7 @@ pub const BUILT_IN: &[Registration] = &[
     Registration::of::<crate::t5::T5Config>(),
     Registration::of::<crate::kerple::KerpleConfig>(),
     Registration::of::<crate::fire::FireConfig>(),
+    Registration::of::<crate::fox::FoxConfig>(),
     Registration::of::<crate::cope::CopeConfig>(),
     Registration::of::<crate::naive::FractionConfig>(),
     Registration::of::<crate::naive::IndexConfig>(),

@@ -18,6 +18,11 @@
 //! score of a key that every query sees and whose value is zero, so that a head can put
 //! weight on nothing (gpt-oss's learned sinks).
 //!
+//! An encoding may also read a decay from the attention's input
+//! ([`PositionalEncoding::decay`]): a gate per head and token, whose logs, summed over the
+//! tokens between a query and a key, bias their score (the Forgetting Transformer's forget
+//! gates). Position then comes from the data.
+//!
 //! An encoding may also hand each layer of a stack an encoding of its own
 //! ([`PositionalEncoding::layer`]): a per-layer pattern such as iRoPE's.
 //!
@@ -211,6 +216,18 @@ pub trait PositionalEncoding: std::fmt::Debug + Send + Sync {
         Ok(None)
     }
 
+    /// Hook (e): a decay read from the attention's input `x: (batch, seq, d_model)` (after
+    /// the layer's norm, where it has one), or `None` for none (the default): the log of a
+    /// gate in (0, 1] per head and token ([`Decay`]). Query `i`'s score on key `j ≤ i` gains
+    /// the logs of the gates of the tokens after the key up to the query, `Σ_{l=j+1..i} g_l`;
+    /// in bidirectional attention a second set of gates does the same for keys after the
+    /// query. A key/value cache keeps each key's running sum, so generation reads the same
+    /// bias as one forward over the whole.
+    fn decay(&self, x: &Tensor) -> Result<Option<Decay>> {
+        let _ = x;
+        Ok(None)
+    }
+
     /// Whether [`score_bias`](Self::score_bias) needs the logits (default: no, and attention
     /// never forms them for it).
     fn reads_scores(&self) -> bool {
@@ -244,6 +261,113 @@ pub trait PositionalEncoding: std::fmt::Debug + Send + Sync {
     /// default).
     fn tables(&self, len: usize) -> Result<Vec<Table>> {
         Ok(vec![self.table(len)?])
+    }
+}
+
+/// The log-gates an encoding reads from the attention's input
+/// ([`PositionalEncoding::decay`]), `(batch, heads, seq)` each, f32, every entry ≤ 0.
+#[derive(Debug, Clone)]
+pub struct Decay {
+    /// How much each token lets the keys before it fade: `ln f_l`, summed over the tokens
+    /// `j < l ≤ i` between key `j` and query `i`.
+    pub before: Tensor,
+    /// For bidirectional attention, how much each token lets the keys after it fade, summed
+    /// over the tokens `i < l ≤ j` between query `i` and key `j`; `None` in causal
+    /// attention.
+    pub after: Option<Tensor>,
+}
+
+impl Decay {
+    /// The sum of two decays (a stack of two encodings that decay): gates multiply.
+    ///
+    /// # Errors
+    /// Gates of different shapes, or one bidirectional and one not.
+    pub fn add(&self, other: &Decay) -> Result<Decay> {
+        let after = match (&self.after, &other.after) {
+            (Some(a), Some(b)) => Some((a + b)?),
+            (None, None) => None,
+            _ => {
+                return Err(Error::Config(
+                    "two decays in one stack must both be causal or both bidirectional".into(),
+                ))
+            }
+        };
+        Ok(Decay {
+            before: (&self.before + &other.before)?,
+            after,
+        })
+    }
+
+    /// The bias `(batch, heads, seq, seq)` (f32) the gates put on the scores of a sequence
+    /// against itself, from the running sums `c_i = Σ_{l ≤ i} g_l` (and `r` of the gates
+    /// after):
+    ///
+    /// ```text
+    /// D_ij = c_i − c_j = Σ_{l=j+1..i} g_l        for j ≤ i
+    /// D_ij = r_j − r_i = Σ_{l=i+1..j} g'_l       for j > i (bidirectional; else c_i − c_j, masked)
+    /// ```
+    ///
+    /// as x-transformers' `DataDependentAlibi` forms it.
+    ///
+    /// # Errors
+    /// Gates that are not `(batch, heads, seq)`.
+    pub fn bias(&self) -> Result<Tensor> {
+        let c = Self::running_sums(&self.before)?;
+        let forward = Self::between(&c, &c)?;
+        let Some(after) = &self.after else {
+            return Ok(forward);
+        };
+        let r = Self::running_sums(after)?;
+        let backward = Self::between(&r, &r)?.neg()?;
+        let n = c.dim(2)?;
+        // tril(forward) + triu(backward): the diagonal is 0 in both.
+        let lower = Tensor::tril2(n, c.dtype(), c.device())?;
+        let upper = (Tensor::ones((n, n), c.dtype(), c.device())? - &lower)?;
+        Ok((forward.broadcast_mul(&lower)? + backward.broadcast_mul(&upper)?)?)
+    }
+
+    /// The running sums of `gates` along their last axis, `c_i = Σ_{l ≤ i} g_l`, of the same
+    /// shape, differentiable.
+    ///
+    /// candle's `cumsum` multiplies by an `n × n` triangle, which at 32 768 tokens is 4 GB;
+    /// this one sums blocks of [`Decay::BLOCK`] that way, then the blocks' totals, so its
+    /// memory and work grow linearly with `n`.
+    ///
+    /// # Errors
+    /// A tensor of rank 0.
+    pub fn running_sums(gates: &Tensor) -> Result<Tensor> {
+        let dims = gates.dims().to_vec();
+        let Some((&n, outer)) = dims.split_last() else {
+            return Err(Error::Config("running sums of a scalar".into()));
+        };
+        if n <= Self::BLOCK {
+            return Ok(gates.cumsum(dims.len() - 1)?);
+        }
+        let blocks = n.div_ceil(Self::BLOCK);
+        let padded = gates.pad_with_zeros(dims.len() - 1, 0, blocks * Self::BLOCK - n)?;
+        let mut shape = outer.to_vec();
+        shape.extend([blocks, Self::BLOCK]);
+        let within = padded.reshape(shape.as_slice())?.cumsum(shape.len() - 1)?;
+        let totals = within
+            .narrow(shape.len() - 1, Self::BLOCK - 1, 1)?
+            .squeeze(shape.len() - 1)?;
+        // Each block starts from the totals of the blocks before it.
+        let before = (Self::running_sums(&totals)? - &totals)?;
+        let sums = within.broadcast_add(&before.unsqueeze(shape.len() - 1)?)?;
+        Ok(sums.reshape(padded.shape())?.narrow(dims.len() - 1, 0, n)?)
+    }
+
+    /// The block of [`Decay::running_sums`].
+    pub const BLOCK: usize = 64;
+
+    /// `a_i − b_j`, `(batch, heads, i, j)`, of running sums `a (batch, heads, i)` and
+    /// `b (batch, heads, j)`: the causal decay bias of queries whose sums are `a` against
+    /// keys whose sums are `b` (a cache keeps the keys' sums).
+    ///
+    /// # Errors
+    /// Sums that are not `(batch, heads, len)`, or whose batch or heads differ.
+    pub fn between(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        Ok(a.unsqueeze(3)?.broadcast_sub(&b.unsqueeze(2)?)?)
     }
 }
 

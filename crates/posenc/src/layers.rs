@@ -24,7 +24,7 @@ use candle_core::Tensor;
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::encoding::{require, PositionalEncoding, Table};
+use crate::encoding::{require, Decay, PositionalEncoding, Table};
 use crate::{EncodingConfig, EncodingSpec, Positions, Result, Target};
 
 /// The settings of `layers`.
@@ -130,12 +130,21 @@ impl EncodingSpec for LayersConfig {
 
     fn build(&self, target: &Target, vb: VarBuilder) -> Result<Arc<dyn PositionalEncoding>> {
         self.check()?;
-        let pattern = build_list(&self.pattern, target, &vb)?;
+        // Each entry is built once, for every layer it serves.
+        let entry = Target {
+            layers: None,
+            ..*target
+        };
+        let pattern = build_list(&self.pattern, &entry, &vb)?;
         Ok(Arc::new(Layers { pattern }))
     }
 
     fn parameter_count(&self, target: &Target) -> u128 {
-        self.pattern.iter().map(|e| e.parameter_count(target)).sum()
+        let entry = Target {
+            layers: None,
+            ..*target
+        };
+        self.pattern.iter().map(|e| e.parameter_count(&entry)).sum()
     }
 }
 
@@ -205,6 +214,10 @@ impl PositionalEncoding for Layers {
 
     fn score_bias(&self, q: &Tensor, logits: &Tensor) -> Result<Option<Tensor>> {
         self.first().score_bias(q, logits)
+    }
+
+    fn decay(&self, x: &Tensor) -> Result<Option<Decay>> {
+        self.first().decay(x)
     }
 
     /// The shortest end of any entry's.

@@ -27,6 +27,7 @@
 //! | `layers` | each layer its own: a pattern of the above | [`layers`] |
 //! | `window` | bias (keys past a sliding window masked) | [`window`] |
 //! | `pope` | rotate (magnitudes from the content, phases from the position; twice as wide) | [`pope`] |
+//! | `fox` | decay read from the data (the Forgetting Transformer's forget gates) | [`fox`] |
 //! | `sink` | a sink per head (a key of value zero every query sees) | [`sink`] |
 //! | `stack` | several of the above in the same layers | [`stack`] |
 //!
@@ -45,6 +46,7 @@ pub mod alibi;
 pub mod analysis;
 pub mod cope;
 pub mod fire;
+pub mod fox;
 pub mod hope;
 pub mod kerple;
 pub mod layers;
@@ -68,6 +70,6 @@ pub use config::{
     register, Direction, EncodingConfig, EncodingSpec, Registration, Target, BUILT_IN,
 };
 pub use encoding::{
-    inverse_frequencies, Form, Index, PairLayout, PositionalEncoding, Positions, Table,
+    inverse_frequencies, Decay, Form, Index, PairLayout, PositionalEncoding, Positions, Table,
 };
 pub use error::{Error, Result};

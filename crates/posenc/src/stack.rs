@@ -18,7 +18,7 @@ use candle_core::Tensor;
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
-use crate::encoding::{PositionalEncoding, Table};
+use crate::encoding::{Decay, PositionalEncoding, Table};
 use crate::layers;
 use crate::{EncodingConfig, EncodingSpec, Positions, Result, Target};
 
@@ -156,6 +156,33 @@ impl PositionalEncoding for Stack {
             }
         }
         Ok(total)
+    }
+
+    /// The entries' decays added up: their gates multiply.
+    fn decay(&self, x: &Tensor) -> Result<Option<Decay>> {
+        let mut total: Option<Decay> = None;
+        for d in self.of.iter().map(|e| e.decay(x)) {
+            if let Some(d) = d? {
+                total = Some(match total {
+                    Some(t) => t.add(&d)?,
+                    None => d,
+                });
+            }
+        }
+        Ok(total)
+    }
+
+    /// For an entry that gives each layer its own (FoX's gates), a stack per layer of the
+    /// entries' layer encodings, the others as they are.
+    fn layer(&self, index: usize) -> Option<Arc<dyn PositionalEncoding>> {
+        let own: Vec<_> = self.of.iter().map(|e| e.layer(index)).collect();
+        if own.iter().all(Option::is_none) {
+            return None;
+        }
+        let of = (own.into_iter().zip(&self.of))
+            .map(|(layer, e)| layer.unwrap_or_else(|| e.clone()))
+            .collect();
+        Some(Arc::new(Stack { of }))
     }
 
     /// The shortest end of any entry's.

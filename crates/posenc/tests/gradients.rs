@@ -25,8 +25,8 @@ fn grad_norm(grads: &candle_core::backprop::GradStore, t: &Tensor) -> f32 {
 }
 
 /// Runs all three hooks the way attention does, from a parameter `w` upstream:
-/// embeddings = x·w → add → split heads → rotate q and k → scores + bias (+ the bias read
-/// from the scores) → softmax (beside the sink, if there is one). The loss reads the biased scores as well as the weights:
+/// embeddings = x·w → add → split heads → rotate q and k → scores + bias (+ the decay read
+/// from the embeddings, + the bias read from the scores) → softmax (beside the sink, if there is one). The loss reads the biased scores as well as the weights:
 /// softmax ignores a constant added to a whole row, so a weight that only shifts rows (the
 /// last bias of FIRE's MLP) has an exactly zero gradient through the weights, and a test of
 /// it there would pass or fail on rounding alone.
@@ -46,6 +46,9 @@ fn forward(enc: &dyn PositionalEncoding, w: &Tensor) -> Tensor {
     let mut scores = q.matmul(&k.t().unwrap()).unwrap();
     if let Some(bias) = enc.attention_bias(T, T, 0.into(), 0.into()).unwrap() {
         scores = scores.broadcast_add(&bias.unsqueeze(0).unwrap()).unwrap();
+    }
+    if let Some(decay) = enc.decay(&h).unwrap() {
+        scores = (scores + decay.bias().unwrap()).unwrap();
     }
     if enc.reads_scores() {
         if let Some(extra) = enc.score_bias(&q, &scores).unwrap() {

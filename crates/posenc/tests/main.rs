@@ -2,6 +2,7 @@
 //! all of candle, so one per crate keeps the suite's build and link time down.
 
 mod composed;
+mod decay;
 mod errors;
 mod gradients;
 mod pope;

@@ -22,13 +22,13 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use candle_core::{DType, Tensor};
+use candle_core::Tensor;
 use candle_nn::{init, Init, VarBuilder};
-use posenc::{PositionalEncoding, Positions};
+use posenc::{Decay, PositionalEncoding, Positions};
 use posenc_kernels as kernels;
 
 use crate::dropout;
-use crate::kv_cache::KvCache;
+use crate::kv_cache::{DecaySums, KvCache};
 use crate::linear::Proj;
 use crate::mask::Mask;
 use crate::{BlockConfig, Error, Result};
@@ -250,29 +250,35 @@ impl MultiHeadAttention {
         let [q, k, v] = Proj::forward_fused([&self.q_proj, &self.k_proj, &self.v_proj], x)?;
         let q = self.rotate(&q, at, Role::Query)?;
         let k = self.rotate(&k, at, Role::Key)?;
-        if cache.as_ref().is_some_and(|c| c.rolls().is_some()) {
+        let decay = self.decay(x)?;
+        let Some(cache) = cache else {
+            let decay = decay.map(|d| d.bias()).transpose()?;
+            let bias = ScoreBias {
+                position: bias,
+                decay: decay.as_ref(),
+            };
+            return self.attend(&q, &k, &v, bias, mask, true);
+        };
+        if cache.rolls().is_some() {
             return Err(Error::Input(
                 "a rolling key/value cache runs causally with neither a mask nor weights".into(),
             ));
         }
-        let (k, v, bias) = match cache.map(|c| self.append(c, &k, &v, q.dtype())) {
-            Some(kv) if bias.is_none() => {
-                // After a cache the keys reach further than the queries: the bias of these
-                // positions, which the stack (computing one bias for all) did not give.
-                let (k, v) = kv?;
-                let bias = match &self.encoding {
-                    Some(e) => e.attention_bias(x.dim(1)?, k.dim(2)?, at, 0.into())?,
-                    None => None,
-                };
-                (k, v, bias)
-            }
-            Some(kv) => {
-                let (k, v) = kv?;
-                (k, v, bias.cloned())
-            }
-            None => (k, v, bias.cloned()),
+        let (k, v, sums) = self.append(cache, &k, &v, decay.as_ref())?;
+        let (k, v) = (k.to_dtype(q.dtype())?, v.to_dtype(q.dtype())?);
+        // After a cache the keys reach further than the queries: the bias of these
+        // positions, which the stack (computing one bias for all) did not give.
+        let bias = match (bias, &self.encoding) {
+            (Some(bias), _) => Some(bias.clone()),
+            (None, Some(e)) => e.attention_bias(x.dim(1)?, k.dim(2)?, at, 0.into())?,
+            (None, None) => None,
         };
-        self.attend(&q, &k, &v, bias.as_ref(), mask, true)
+        let decay = sums.map(|s| s.bias()).transpose()?;
+        let bias = ScoreBias {
+            position: bias.as_ref(),
+            decay: decay.as_ref(),
+        };
+        self.attend(&q, &k, &v, bias, mask, true)
     }
 
     /// Causal self-attention of the new positions `x` after those in `cache`, at
@@ -284,15 +290,15 @@ impl MultiHeadAttention {
         let offset = at.get(0);
         let [q, k, v] = Proj::forward_fused([&self.q_proj, &self.k_proj, &self.v_proj], x)?;
         let q = self.rotate(&q, at, Role::Query)?;
-        let v = self.split(&v)?;
-        let (k, v) = match cache.rolls() {
-            None => cache.append(&self.split(&self.rotate(&k, at, Role::Key)?)?, &v)?,
+        let decay = self.decay(x)?;
+        let (k, v, sums) = match cache.rolls() {
+            None => self.append(cache, &self.rotate(&k, at, Role::Key)?, &v, decay.as_ref())?,
             Some(_) => {
                 // A rolling cache keeps its keys as they came: all of them are turned to
                 // their places in it at every read, the new ones last.
-                let (k, v) = cache.append(&self.split(&k)?, &v)?;
+                let (k, v, sums) = self.append(cache, &k, &v, decay.as_ref())?;
                 let k = self.rotate(&k.to_dtype(q.dtype())?, 0.into(), Role::Key)?;
-                (k, v)
+                (k, v, sums)
             }
         };
         let scale = 1.0 / (self.head_dim as f64).sqrt();
@@ -304,12 +310,24 @@ impl MultiHeadAttention {
             _ => self.head_dim,
         };
         let same_width = q_width == v.dim(3)?;
-        if let (false, true, Some(encoding)) = (self.whole_scores(), same_width, &self.encoding) {
+        // A decay's bias differs between the sequences of a batch; the tiles take one.
+        let tiled = !self.whole_scores() && same_width && (sums.is_none() || q.dim(0)? == 1);
+        if let (true, Some(encoding)) = (tiled, &self.encoding) {
             let bias = |rows: Range<usize>, keys: Range<usize>| {
                 let (q_at, k_at) = (Positions::From(offset + rows.start), keys.start.into());
-                encoding
-                    .attention_bias(rows.len(), keys.len(), q_at, k_at)
-                    .map_err(candle_core::Error::wrap)
+                let position = encoding.attention_bias(rows.len(), keys.len(), q_at, k_at);
+                let decay = (sums.as_ref())
+                    .map(|s| -> Result<Tensor> {
+                        let q_sums = s.queries.narrow(2, rows.start, rows.len())?;
+                        let k_sums = s.keys.narrow(2, keys.start, keys.len())?;
+                        Ok(Decay::between(&q_sums, &k_sums)?.squeeze(0)?)
+                    })
+                    .transpose();
+                match (position.map_err(candle_core::Error::wrap)?, decay) {
+                    (p, Err(e)) => Err(candle_core::Error::wrap(e)).map(|()| p),
+                    (Some(p), Ok(Some(d))) => Ok(Some((p + d)?)),
+                    (p, Ok(d)) => Ok(p.or(d)),
+                }
             };
             let causal = Some(offset);
             if let Some(out) = kernels::flash_attention(
@@ -331,20 +349,31 @@ impl MultiHeadAttention {
             Some(encoding) => encoding.attention_bias(new, len, at, 0.into())?,
             None => None,
         };
-        Ok(self.attend(&q, &k, &v, bias.as_ref(), Some(&mask), true)?.0)
+        let decay = sums.map(|s| s.bias()).transpose()?;
+        let bias = ScoreBias {
+            position: bias.as_ref(),
+            decay: decay.as_ref(),
+        };
+        Ok(self.attend(&q, &k, &v, bias, Some(&mask), true)?.0)
     }
 
-    /// Writes the new keys and values `k, v (batch, new, kv_heads·d_k)` to `cache` and
-    /// returns all it holds, split into heads and as `dtype` (the cache may keep another).
+    /// Writes the new keys and values `k, v (batch, new, kv_heads·d_k)` to `cache`, with the
+    /// gates of a `decay` if the encoding reads one, and returns all it holds, split into
+    /// heads, and the gates' running sums for the new positions and for all of them.
     fn append(
         &self,
         cache: &mut KvCache,
         k: &Tensor,
         v: &Tensor,
-        dtype: DType,
-    ) -> Result<(Tensor, Tensor)> {
-        let (k, v) = cache.append(&self.split(k)?, &self.split(v)?)?;
-        Ok((k.to_dtype(dtype)?, v.to_dtype(dtype)?))
+        decay: Option<&Decay>,
+    ) -> Result<(Tensor, Tensor, Option<DecaySums>)> {
+        if decay.is_some_and(|d| d.after.is_some()) {
+            return Err(Error::Input(
+                "a key/value cache serves causal attention: it cannot keep a decay of the keys after a query".into(),
+            ));
+        }
+        let gates = decay.map(|d| &d.before);
+        cache.append_decayed(&self.split(k)?, &self.split(v)?, gates)
     }
 
     /// Self-attention within sequences packed end to end along the rows of
@@ -374,7 +403,8 @@ impl MultiHeadAttention {
         let k = self.rotate_packed(&raw_k, lens, Role::Key)?;
         // Queries and keys as wide as they came (not PoPE's) stay packed.
         let packed = q.dim(2)? == raw_q.dim(2)? && k.dim(2)? == raw_k.dim(2)?;
-        if packed && !self.whole_scores() {
+        let decay = self.decay(x)?;
+        if packed && !self.whole_scores() && decay.is_none() {
             let scale = 1.0 / (self.head_dim as f32).sqrt();
             if let Some(out) =
                 kernels::packed_attention(&q, &k, &v, self.head_dim, lens, bias, scale)?
@@ -388,6 +418,18 @@ impl MultiHeadAttention {
             let bias = bias
                 .map(|b| b.narrow(1, 0, len)?.narrow(2, 0, len))
                 .transpose()?;
+            let gates = |g: &Tensor| g.narrow(2, start, len);
+            let decay = (decay.as_ref())
+                .map(|d| -> Result<Tensor> {
+                    let after = d.after.as_ref().map(gates).transpose()?;
+                    let before = gates(&d.before)?;
+                    Ok(Decay { before, after }.bias()?)
+                })
+                .transpose()?;
+            let score_bias = ScoreBias {
+                position: bias.as_ref(),
+                decay: decay.as_ref(),
+            };
             // Wider ones are rotated again, each sequence on its own, with their heads apart.
             let (q, k) = match packed {
                 true => (part(&q)?, part(&k)?),
@@ -396,10 +438,7 @@ impl MultiHeadAttention {
                     self.rotate(&part(&raw_k)?, 0.into(), Role::Key)?,
                 ),
             };
-            outs.push(
-                self.attend(&q, &k, &part(&v)?, bias.as_ref(), None, true)?
-                    .0,
-            );
+            outs.push(self.attend(&q, &k, &part(&v)?, score_bias, None, true)?.0);
         }
         match outs.is_empty() {
             true => Ok(x.zeros_like()?),
@@ -431,7 +470,7 @@ impl MultiHeadAttention {
             },
             None => memory_kv()?,
         };
-        self.attend(&q, &k, &v, None, mask, false)
+        self.attend(&q, &k, &v, ScoreBias::default(), mask, false)
     }
 
     /// Attention over distinct key and value inputs, with no positional hooks.
@@ -448,7 +487,7 @@ impl MultiHeadAttention {
         let q = self.q_proj.forward(query)?;
         let k = self.k_proj.forward(key)?;
         let v = self.v_proj.forward(value)?;
-        self.attend(&q, &k, &v, None, mask, false)
+        self.attend(&q, &k, &v, ScoreBias::default(), mask, false)
     }
 
     fn check(&self, x: &Tensor, what: &str) -> Result<()> {
@@ -514,19 +553,24 @@ impl MultiHeadAttention {
         }
     }
 
-    /// Scaled dot-product attention of projected `q`, `k`, `v` with the encoding's position
-    /// `bias` and, for self-attention (`own`) under an encoding that reads the scores, its
-    /// [`score_bias`](posenc::PositionalEncoding::score_bias) on the logits. Returns the
-    /// output and the weights (which the fused path keeps for its backward anyway).
+    /// Scaled dot-product attention of projected `q`, `k`, `v` with the encoding's `bias`
+    /// (position and decay) and, for self-attention (`own`) under an encoding that reads
+    /// the scores, its [`score_bias`](posenc::PositionalEncoding::score_bias) on the
+    /// logits. Returns the output and the weights (which the fused path keeps for its
+    /// backward anyway).
     fn attend(
         &self,
         q: &Tensor,
         k: &Tensor,
         v: &Tensor,
-        bias: Option<&Tensor>,
+        bias: ScoreBias,
         mask: Option<&Mask>,
         own: bool,
     ) -> Result<(Tensor, Option<Tensor>)> {
+        let ScoreBias {
+            position: bias,
+            decay,
+        } = bias;
         let (b, h, tq, d_k) = self.split(q)?.dims4()?;
         let d_v = self.split(v)?.dim(3)?;
         let scale = 1.0 / (self.head_dim as f64).sqrt();
@@ -537,7 +581,7 @@ impl MultiHeadAttention {
             (true, Some(encoding)) => encoding.sink_logits()?,
             _ => None,
         };
-        if bias.is_none() && !content && sink.is_none() && d_k == d_v {
+        if bias.is_none() && decay.is_none() && !content && sink.is_none() && d_k == d_v {
             // One op for scores, mask, softmax, dropout and weighted sum, heads merged: the
             // CPU's kernel in f32, candle's ops under one node elsewhere.
             let sample = dropout
@@ -561,8 +605,9 @@ impl MultiHeadAttention {
             |x: &Tensor, rows: usize, cols: usize| x.reshape((b, kv, (h / kv) * rows, cols));
         let scores =
             kernels::matmul(&grouped(q, tq, d_k)?, &k.t()?)?.reshape((b, h, tq, k.dim(2)?))?;
-        // An encoding that reads the scores gets the logits, masked, and adds to them.
-        let (scores, bias, scale) = match content {
+        // A decay's bias differs between the sequences of a batch, and an encoding that
+        // reads the scores gets the logits, masked, and adds to them: both form the logits.
+        let (scores, bias, scale) = match content || decay.is_some() {
             false => (scores, bias.cloned(), scale),
             true => {
                 let mut logits = (scores * scale)?;
@@ -570,15 +615,21 @@ impl MultiHeadAttention {
                     let bias = bias.to_dtype(logits.dtype())?.unsqueeze(0)?;
                     logits = logits.broadcast_add(&bias)?;
                 }
-                let masked = match mask {
-                    Some(mask) => mask.fill(&logits)?,
-                    None => logits.clone(),
-                };
-                let encoding = self.encoding.as_ref().ok_or_else(|| {
-                    Error::Config("attention reads the scores but holds no encoding".into())
-                })?;
-                if let Some(extra) = encoding.score_bias(q, &masked)? {
-                    logits = (logits + extra.to_dtype(masked.dtype())?)?;
+                if let Some(decay) = decay {
+                    let decay = decay.to_dtype(logits.dtype())?;
+                    logits = (logits + decay)?;
+                }
+                if content {
+                    let masked = match mask {
+                        Some(mask) => mask.fill(&logits)?,
+                        None => logits.clone(),
+                    };
+                    let encoding = self.encoding.as_ref().ok_or_else(|| {
+                        Error::Config("attention reads the scores but holds no encoding".into())
+                    })?;
+                    if let Some(extra) = encoding.score_bias(q, &masked)? {
+                        logits = (logits + extra.to_dtype(masked.dtype())?)?;
+                    }
                 }
                 (logits, None, 1.0)
             }
@@ -600,6 +651,14 @@ impl MultiHeadAttention {
         Ok((self.out_proj.forward(&out)?, Some(weights)))
     }
 
+    /// The decay the encoding reads from the attention's input `x`, if it reads one.
+    fn decay(&self, x: &Tensor) -> Result<Option<Decay>> {
+        match &self.encoding {
+            Some(encoding) => Ok(encoding.decay(x)?),
+            None => Ok(None),
+        }
+    }
+
     /// Whether the encoding reads the attention scores (CoPE).
     fn reads_scores(&self) -> bool {
         self.encoding.as_ref().is_some_and(|e| e.reads_scores())
@@ -612,6 +671,15 @@ impl MultiHeadAttention {
             || (self.encoding.as_ref())
                 .is_some_and(|e| e.sink_logits().is_ok_and(|sink| sink.is_some()))
     }
+}
+
+/// What attention adds to its scaled scores beside the mask.
+#[derive(Debug, Clone, Copy, Default)]
+struct ScoreBias<'a> {
+    /// The encoding's position bias, `(heads, q_len, k_len)`.
+    position: Option<&'a Tensor>,
+    /// The bias of an encoding that decays ([`Decay`]), `(batch, heads, q_len, k_len)`.
+    decay: Option<&'a Tensor>,
 }
 
 /// The softmax weights of `scores (b, h, q, k)` (times `scale`, plus `bias (h, q, k)`,

@@ -302,13 +302,11 @@ impl Config {
             sv * d + 2 * tv * d
         };
         // Each stack has its own instance of the encoding.
-        let encodings: u128 = self
-            .encoding
-            .stacks()
-            .iter()
-            .filter_map(|&(e, direction)| {
+        let layers = [self.encoder_layers, self.decoder_layers];
+        let encodings: u128 = (self.encoding.stacks().iter().zip(layers))
+            .filter_map(|(&(e, direction), n)| {
                 let target = Target::new(self.d_model, self.heads, direction).ok()?;
-                Some(e.parameter_count(&target))
+                Some(e.parameter_count(&target.with_layers(n)))
             })
             .sum();
         embeddings

@@ -6,7 +6,7 @@
 //! constant memory (StreamingLLM, Xiao et al. 2024).
 
 use candle_core::{DType, Tensor, D};
-use posenc::Positions;
+use posenc::{Decay, Positions};
 
 use crate::{Error, Result};
 
@@ -21,7 +21,9 @@ pub const RESERVE_AHEAD: usize = 8192;
 /// they come, before any rotation, and every read presents them at positions
 /// `0, 1, …, len − 1`, the new tokens after them; so a query never sits further than
 /// `window − 1` from a key, whatever the sequence's length, and the encoding is asked only
-/// about positions it was trained on.
+/// about positions it was trained on. An encoding that decays ([`posenc::Decay`]) sums its
+/// gates the same way, over the tokens the cache holds: the evicted ones' gates leave the
+/// running sums with them.
 ///
 /// ```
 /// use posenc_transformer::Streaming;
@@ -72,6 +74,36 @@ impl Streaming {
     }
 }
 
+/// The running sums of an encoding's decay gates ([`KvCache::append_decayed`]), f32.
+#[derive(Debug, Clone)]
+pub struct DecaySums {
+    /// The new positions', `(batch, heads, new)`: the queries' of this read.
+    pub queries: Tensor,
+    /// Every cached position's, the new ones last, `(batch, heads, len)`: the keys'.
+    pub keys: Tensor,
+}
+
+impl DecaySums {
+    /// The decay bias of the queries against the keys, `(batch, heads, new, len)`
+    /// ([`Decay::between`]).
+    ///
+    /// # Errors
+    /// Sums whose batch or heads differ.
+    pub fn bias(&self) -> Result<Tensor> {
+        Ok(Decay::between(&self.queries, &self.keys)?)
+    }
+}
+
+/// `gates` as f32, checked to be `(batch, heads, new)`.
+fn check_gates(gates: &Tensor, batch: usize, new: usize) -> Result<Tensor> {
+    match gates.dims() {
+        &[b, _, n] if (b, n) == (batch, new) => Ok(gates.to_dtype(DType::F32)?),
+        dims => Err(Error::Input(format!(
+            "decay gates {dims:?} must be (batch {batch}, heads, {new} new positions)"
+        ))),
+    }
+}
+
 /// Keys and values computed so far, for incremental decoding.
 ///
 /// They live in one buffer per tensor, `(batch, kv_heads, capacity, head_dim)`, written in
@@ -85,8 +117,10 @@ impl Streaming {
 /// its own, and [`posenc_kernels::flash_attention`] reads it tile by tile in f32.
 #[derive(Debug, Default)]
 pub struct KvCache {
-    /// The buffers, `(batch, kv_heads, capacity, head_dim)`, contiguous.
-    buffers: Option<(Tensor, Tensor)>,
+    /// The buffers, contiguous: keys and values `(batch, kv_heads, capacity, head_dim)`,
+    /// then, for an encoding that decays ([`posenc::Decay`]), the running sums of its
+    /// log-gates `(batch, heads, capacity, 1)` (f32); empty before the first write.
+    buffers: Vec<Tensor>,
     /// Positions written.
     len: usize,
     /// The capacity to allocate on the first write.
@@ -160,7 +194,7 @@ impl KvCache {
     /// # Errors
     /// A cache that already holds positions in another dtype.
     pub fn store_as(&mut self, dtype: DType) -> Result<()> {
-        if let Some((k, _)) = &self.buffers {
+        if let Some(k) = self.buffers.first() {
             if k.dtype() != dtype {
                 return Err(Error::Input(format!(
                     "the key/value cache already holds {:?}: it cannot be kept as {dtype:?}",
@@ -176,7 +210,7 @@ impl KvCache {
     /// that of the first write (`None` before it).
     pub fn dtype(&self) -> Option<DType> {
         self.dtype
-            .or_else(|| self.buffers.as_ref().map(|(k, _)| k.dtype()))
+            .or_else(|| self.buffers.first().map(|k| k.dtype()))
     }
 
     /// Number of positions cached.
@@ -194,18 +228,17 @@ impl KvCache {
     /// # Errors
     /// The copy's own failure.
     pub fn try_clone(&self) -> Result<Self> {
-        let buffers = match &self.buffers {
-            Some((k, v)) => Some((k.copy()?, v.copy()?)),
-            None => None,
-        };
+        let buffers = self
+            .buffers
+            .iter()
+            .map(|b| b.copy())
+            .collect::<candle_core::Result<_>>()?;
         Ok(Self { buffers, ..*self })
     }
 
     /// Positions the buffers hold room for (0 before the first write).
     pub fn capacity(&self) -> usize {
-        self.buffers
-            .as_ref()
-            .map_or(0, |(k, _)| k.dim(2).unwrap_or(0))
+        self.buffers.first().map_or(0, |k| k.dim(2).unwrap_or(0))
     }
 
     /// Makes room for `positions` in all at the first write (or the next growth), so that
@@ -220,10 +253,19 @@ impl KvCache {
     /// The cached keys and values, `(batch, kv_heads, len, head_dim)` each: views of the
     /// buffers, no copy.
     pub fn get(&self) -> Result<Option<(Tensor, Tensor)>> {
-        match &self.buffers {
-            Some((k, v)) if self.len > 0 => {
+        match self.buffers.as_slice() {
+            [k, v, ..] if self.len > 0 => {
                 Ok(Some((k.narrow(2, 0, self.len)?, v.narrow(2, 0, self.len)?)))
             }
+            _ => Ok(None),
+        }
+    }
+
+    /// The running sums of the log-gates of the cached keys, `(batch, heads, len)`, for an
+    /// encoding that decays; `None` for one that does not.
+    pub fn decay_sums(&self) -> Result<Option<Tensor>> {
+        match self.buffers.get(2) {
+            Some(sums) if self.len > 0 => Ok(Some(sums.narrow(2, 0, self.len)?.squeeze(3)?)),
             _ => Ok(None),
         }
     }
@@ -238,6 +280,24 @@ impl KvCache {
     /// Keys or values whose batch, heads or width differ from those cached, or whose dtype
     /// differs from the cache's when [`KvCache::store_as`] named none.
     pub fn append(&mut self, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
+        let (k, v, _) = self.append_decayed(k, v, None)?;
+        Ok((k, v))
+    }
+
+    /// [`KvCache::append`], with the log-gates `(batch, heads, new)` of an encoding that
+    /// decays ([`posenc::Decay::before`]): the cache keeps their running sum past every
+    /// key, evicted ones included, and returns it for the new positions and for all it
+    /// holds ([`DecaySums`]).
+    ///
+    /// # Errors
+    /// As [`KvCache::append`]; gates whose batch or length differ from the keys', or a
+    /// cache that holds keys written with gates now written without, or the other way.
+    pub fn append_decayed(
+        &mut self,
+        k: &Tensor,
+        v: &Tensor,
+        gates: Option<&Tensor>,
+    ) -> Result<(Tensor, Tensor, Option<DecaySums>)> {
         let (k, v) = match self.dtype {
             Some(dtype) => (&k.to_dtype(dtype)?, &v.to_dtype(dtype)?),
             None => (k, v),
@@ -252,7 +312,7 @@ impl KvCache {
                 v.dims()
             )));
         }
-        if let Some((ck, cv)) = &self.buffers {
+        if let [ck, cv, ..] = self.buffers.as_slice() {
             let (cb, ch, _, cd) = ck.dims4()?;
             let fits = (cb, ch, cd, cv.dim(D::Minus1)?) == (b, heads, d, d_v);
             if !fits || ck.dtype() != k.dtype() {
@@ -266,10 +326,28 @@ impl KvCache {
                 )));
             }
         }
+        let gates = gates.map(|g| check_gates(g, b, new)).transpose()?;
+        if !self.buffers.is_empty() && gates.is_some() != (self.buffers.len() == 3) {
+            return Err(Error::Input(
+                "a key/value cache holds keys with and without decay gates: one encoding writes it"
+                    .into(),
+            ));
+        }
         if let Some(s) = self.streaming {
             self.evict(s, new)?;
         }
+        // After the cached keys' sums: the last one's, plus the new gates' running sums.
+        let sums = match (gates, self.decay_sums()?) {
+            (Some(g), Some(cached)) => {
+                let last = cached.narrow(2, self.len - 1, 1)?;
+                Some(Decay::running_sums(&g)?.broadcast_add(&last)?)
+            }
+            (Some(g), None) => Some(Decay::running_sums(&g)?),
+            (None, _) => None,
+        };
         let end = self.len + new;
+        let mut writes = vec![k.contiguous()?, v.contiguous()?];
+        writes.extend((sums.as_ref().map(|s| s.unsqueeze(3)?.contiguous())).transpose()?);
         if end > self.capacity() {
             // The sequence surely reaches `certain`: a prompt read in pieces allocates its
             // whole cache at the first, where growing piece by piece would leave the
@@ -277,22 +355,30 @@ impl KvCache {
             let certain = end.max(self.reach);
             let reserved = self.reserved.min(certain.saturating_add(RESERVE_AHEAD));
             let capacity = certain.max(reserved).max(2 * self.capacity());
-            let fresh = |d| Tensor::zeros((b, heads, capacity, d), k.dtype(), k.device());
-            let (nk, nv) = (fresh(d)?, fresh(d_v)?);
-            if let Some((ok, ov)) = self.get()? {
-                nk.slice_set(&ok.contiguous()?, 2, 0)?;
-                nv.slice_set(&ov.contiguous()?, 2, 0)?;
+            let mut grown = Vec::with_capacity(writes.len());
+            for (i, w) in writes.iter().enumerate() {
+                let (b, h, _, d) = w.dims4()?;
+                let fresh = Tensor::zeros((b, h, capacity, d), w.dtype(), w.device())?;
+                if let (Some(old), true) = (self.buffers.get(i), self.len > 0) {
+                    fresh.slice_set(&old.narrow(2, 0, self.len)?.contiguous()?, 2, 0)?;
+                }
+                grown.push(fresh);
             }
-            self.buffers = Some((nk, nv));
+            self.buffers = grown;
         }
-        if let Some((bk, bv)) = &self.buffers {
-            bk.slice_set(&k.contiguous()?, 2, self.len)?;
-            bv.slice_set(&v.contiguous()?, 2, self.len)?;
+        for (buffer, w) in self.buffers.iter().zip(&writes) {
+            buffer.slice_set(w, 2, self.len)?;
         }
         self.len = end;
         self.seen += new;
-        self.get()?
-            .ok_or_else(|| Error::Input("an empty write to the key/value cache".into()))
+        let (k, v) = self
+            .get()?
+            .ok_or_else(|| Error::Input("an empty write to the key/value cache".into()))?;
+        let sums = match (sums, self.decay_sums()?) {
+            (Some(queries), Some(keys)) => Some(DecaySums { queries, keys }),
+            _ => None,
+        };
+        Ok((k, v, sums))
     }
 
     /// Makes room in a rolling cache for `new` positions: the oldest ones after the sinks
@@ -311,14 +397,20 @@ impl KvCache {
             return Ok(());
         }
         let kept = self.len - s.sinks - gone;
-        if let (Some((k, v)), true) = (&self.buffers, kept > 0) {
-            for buffer in [k, v] {
+        if kept > 0 {
+            for (i, buffer) in self.buffers.iter().enumerate() {
                 // A copy first: the rows move down within the same buffer.
-                let recent = buffer
-                    .narrow(2, s.sinks + gone, kept)?
-                    .copy()?
-                    .contiguous()?;
-                buffer.slice_set(&recent, 2, s.sinks)?;
+                let mut recent = buffer.narrow(2, s.sinks + gone, kept)?.copy()?;
+                if i == 2 {
+                    // Decay sums, as within the cache: the evicted tokens' gates leave them.
+                    let last_evicted = buffer.narrow(2, s.sinks + gone - 1, 1)?;
+                    let evicted = match s.sinks {
+                        0 => last_evicted,
+                        n => (last_evicted - buffer.narrow(2, n - 1, 1)?)?,
+                    };
+                    recent = recent.broadcast_sub(&evicted)?;
+                }
+                buffer.slice_set(&recent.contiguous()?, 2, s.sinks)?;
             }
         }
         self.len -= gone;
@@ -327,9 +419,9 @@ impl KvCache {
 
     /// Keeps batch entries `indices` (u32), in that order: beam search reorders hypotheses.
     pub fn select(&mut self, indices: &Tensor) -> Result<()> {
-        if let Some((k, v)) = &self.buffers {
-            self.buffers = Some((k.index_select(indices, 0)?, v.index_select(indices, 0)?));
-        }
+        self.buffers = (self.buffers.iter())
+            .map(|b| b.index_select(indices, 0))
+            .collect::<candle_core::Result<_>>()?;
         Ok(())
     }
 }

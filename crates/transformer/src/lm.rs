@@ -103,7 +103,8 @@ impl LmConfig {
         let table = self.vocab_size as u128 * self.d_model as u128;
         let head = if self.tie_embeddings { 0 } else { table };
         let encoding = Target::new(self.d_model, self.heads, Direction::Causal).map_or(0, |t| {
-            self.encoding.parameter_count(&t.with_context(self.context))
+            let t = t.with_context(self.context).with_layers(self.layers);
+            self.encoding.parameter_count(&t)
         });
         table + head + encoding + self.block().stack_parameters(self.layers)
     }
@@ -155,8 +156,9 @@ impl LanguageModel {
     /// encodings), `stack.layers.N.*`, `stack.norm.*`, and `head.weight` if untied.
     pub fn new(cfg: &LmConfig, vb: VarBuilder) -> Result<Self> {
         cfg.validate()?;
-        let target =
-            Target::new(cfg.d_model, cfg.heads, Direction::Causal)?.with_context(cfg.context);
+        let target = Target::new(cfg.d_model, cfg.heads, Direction::Causal)?
+            .with_context(cfg.context)
+            .with_layers(cfg.layers);
         let encoding = cfg.encoding.build(&target, vb.pp("encoding"))?;
         let lut = candle_nn::embedding(cfg.vocab_size, cfg.d_model, vb.pp("embed"))?;
         let head = if cfg.tie_embeddings {
@@ -190,7 +192,8 @@ impl LanguageModel {
     /// An encoding that does not fit the model's heads.
     pub fn with_encoding(mut self, encoding: &EncodingConfig) -> Result<Self> {
         let target = Target::new(self.cfg.d_model, self.cfg.heads, Direction::Causal)?
-            .with_context(self.cfg.context);
+            .with_context(self.cfg.context)
+            .with_layers(self.cfg.layers);
         let varmap = VarMap::new();
         let vb = VarBuilder::from_varmap(&varmap, candle_core::DType::F32, &self.device());
         let built = encoding.build(&target, vb)?;

@@ -57,13 +57,13 @@ impl Transformer {
     pub fn new(cfg: &Config, vb: VarBuilder) -> Result<Self> {
         cfg.validate()?;
         let (d, h) = (cfg.d_model, cfg.heads);
-        let build = |(encoding, direction): (&EncodingConfig, _), name: &str| -> Result<_> {
-            let target = Target::new(d, h, direction)?;
-            Ok(encoding.build(&target, vb.pp(name))?)
+        let build = |(encoding, direction): (&EncodingConfig, _), layers, name: &str| {
+            let target = Target::new(d, h, direction)?.with_layers(layers);
+            Ok::<_, crate::Error>(encoding.build(&target, vb.pp(name))?)
         };
         let [encoder, decoder] = cfg.encoding.stacks();
-        let src_pe = build(encoder, "encoder.encoding")?;
-        let tgt_pe = build(decoder, "decoder.encoding")?;
+        let src_pe = build(encoder, cfg.encoder_layers, "encoder.encoding")?;
+        let tgt_pe = build(decoder, cfg.decoder_layers, "decoder.encoding")?;
         let src_lut = candle_nn::embedding(cfg.src_vocab_size, d, vb.pp("src_embed"))?;
         let tgt_lut = if cfg.tie_embeddings {
             src_lut.clone()

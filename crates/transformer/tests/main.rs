@@ -8,6 +8,7 @@ mod claims;
 mod common;
 mod devices;
 mod dropout;
+mod fox;
 mod incremental;
 mod lm;
 mod long_context;

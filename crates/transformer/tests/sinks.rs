@@ -9,10 +9,9 @@ use std::path::PathBuf;
 use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::{VarBuilder, VarMap};
 use posenc::{Direction, EncodingConfig, Target};
-use posenc_transformer::attention::{AttentionInput, MultiHeadAttention};
-use posenc_transformer::{BlockConfig, Mask};
+use posenc_transformer::attention::AttentionInput;
 
-use crate::common::max_abs_diff;
+use crate::common::{fixture_attention, max_abs_diff, var};
 
 const TOL: f32 = 1e-5;
 
@@ -21,60 +20,12 @@ fn fixtures() -> HashMap<String, Tensor> {
     candle_core::safetensors::load(path, &Device::Cpu).unwrap()
 }
 
-/// The case's attention with its weights in a `VarMap`, and its mask.
-fn case(f: &HashMap<String, Tensor>, name: &str) -> (MultiHeadAttention, VarMap, Mask) {
-    let x = &f[&format!("{name}.x")];
-    let (_, n, d_model) = x.dims3().unwrap();
-    let heads = f[&format!("{name}.encoding.logits")].dim(0).unwrap();
-    let causal = name == "causal";
-    let direction = match causal {
-        true => Direction::Causal,
-        false => Direction::Bidirectional,
-    };
-    // The weights as the fixture names them, so the projections load apart (`q_proj`, …).
-    let varmap = VarMap::new();
-    for key in ["q_proj", "k_proj", "v_proj", "out_proj"].map(|p| format!("{p}.weight")) {
-        let t = &f[&format!("{name}.{key}")];
-        varmap
-            .get(
-                t.shape(),
-                &key,
-                candle_nn::init::ZERO,
-                DType::F32,
-                &Device::Cpu,
-            )
-            .unwrap();
-    }
-    let vb = VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu);
-    let target = Target::new(d_model, heads, direction).unwrap();
-    let sink = EncodingConfig::from_kind("sink")
-        .unwrap()
-        .build(&target, vb.pp("encoding"))
-        .unwrap();
-    let cfg = BlockConfig {
-        bias: false,
-        ..BlockConfig::new(d_model, heads, 4 * d_model)
-    };
-    let mha = MultiHeadAttention::new(&cfg, Some(sink), vb).unwrap();
-    for (key, var) in varmap.data().lock().unwrap().iter() {
-        var.set(&f[&format!("{name}.{key}")]).unwrap();
-    }
-    let mask = match causal {
-        true => Mask::causal(n, n, 0, &Device::Cpu).unwrap(),
-        false => Mask::from_keep(&f[&format!("{name}.keep")]).unwrap(),
-    };
-    (mha, varmap, mask)
-}
-
-fn var(varmap: &VarMap, name: &str) -> Var {
-    varmap.data().lock().unwrap()[name].clone()
-}
-
 #[test]
 fn attention_with_sinks_matches_x_transformers() {
     let f = fixtures();
     for name in ["causal", "padded"] {
-        let (mha, varmap, mask) = case(&f, name);
+        let heads = f[&format!("{name}.encoding.logits")].dim(0).unwrap();
+        let (mha, varmap, mask) = fixture_attention(&f, name, "sink", heads);
         let x = Var::from_tensor(&f[&format!("{name}.x")]).unwrap();
         let attended = mha
             .forward(

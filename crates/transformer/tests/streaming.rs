@@ -21,6 +21,7 @@ fn kinds() -> Vec<EncodingConfig> {
         r#""alibi""#,
         r#""xpos""#,
         r#""fire""#,
+        r#""fox""#,
         r#"{"kind": "stack", "of": ["rope", {"kind": "sink", "init": 1.0}]}"#,
     ]
     .iter()

@@ -101,3 +101,66 @@ pub fn lm_weights(cfg: &LmConfig) -> VarMap {
     }
     varmap
 }
+
+/// Attention with the encoding `kind` as a fixture names it: case `name`'s projections
+/// (`{name}.q_proj.weight`, …, loaded apart, no biases) and the encoding's weights
+/// (`{name}.encoding.*`), all in a `VarMap`, over `heads` heads; the mask causal for the
+/// case `"causal"`, else `{name}.keep`'s padding.
+pub fn fixture_attention(
+    f: &std::collections::HashMap<String, Tensor>,
+    name: &str,
+    kind: &str,
+    heads: usize,
+) -> (
+    posenc_transformer::attention::MultiHeadAttention,
+    VarMap,
+    posenc_transformer::Mask,
+) {
+    use posenc::{Direction, Target};
+    use posenc_transformer::{attention::MultiHeadAttention, BlockConfig, Mask};
+    let x = &f[&format!("{name}.x")];
+    let (_, n, d_model) = x.dims3().unwrap();
+    let causal = name == "causal";
+    let direction = match causal {
+        true => Direction::Causal,
+        false => Direction::Bidirectional,
+    };
+    // The weights as the fixture names them, so the projections load apart (`q_proj`, …).
+    let varmap = VarMap::new();
+    for key in ["q_proj", "k_proj", "v_proj", "out_proj"].map(|p| format!("{p}.weight")) {
+        let t = &f[&format!("{name}.{key}")];
+        varmap
+            .get(
+                t.shape(),
+                &key,
+                candle_nn::init::ZERO,
+                DType::F32,
+                &Device::Cpu,
+            )
+            .unwrap();
+    }
+    let vb = VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu);
+    let target = Target::new(d_model, heads, direction).unwrap();
+    let encoding = EncodingConfig::from_kind(kind)
+        .unwrap()
+        .build(&target, vb.pp("encoding"))
+        .unwrap();
+    let cfg = BlockConfig {
+        bias: false,
+        ..BlockConfig::new(d_model, heads, 4 * d_model)
+    };
+    let mha = MultiHeadAttention::new(&cfg, Some(encoding), vb).unwrap();
+    for (key, var) in varmap.data().lock().unwrap().iter() {
+        var.set(&f[&format!("{name}.{key}")]).unwrap();
+    }
+    let mask = match causal {
+        true => Mask::causal(n, n, 0, &Device::Cpu).unwrap(),
+        false => Mask::from_keep(&f[&format!("{name}.keep")]).unwrap(),
+    };
+    (mha, varmap, mask)
+}
+
+/// The variable `name` of `varmap`.
+pub fn var(varmap: &VarMap, name: &str) -> candle_core::Var {
+    varmap.data().lock().unwrap()[name].clone()
+}

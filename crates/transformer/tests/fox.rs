@@ -1,0 +1,107 @@
+//! Attention with the Forgetting Transformer's forget gates (`fox`) against x-transformers'
+//! `Attention(data_dependent_alibi = True)`, causal and bidirectional under padding: the
+//! output, the weights, and the gradients in the input, the gates' weight and bias and
+//! `W^Q` (fixtures by `scripts/make_fox_fixtures.py`). Then what the model builds of it:
+//! gates of its own for every layer.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use candle_core::{Device, Tensor, Var};
+use posenc::EncodingConfig;
+use posenc_transformer::attention::AttentionInput;
+
+use crate::common::{fixture_attention, lm_weights, max_abs_diff, tiny_lm_config, var};
+
+const TOL: f32 = 1e-5;
+
+fn fixtures() -> HashMap<String, Tensor> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fox.safetensors");
+    candle_core::safetensors::load(path, &Device::Cpu).unwrap()
+}
+
+#[test]
+fn attention_with_forget_gates_matches_x_transformers() {
+    let f = fixtures();
+    for name in ["causal", "padded"] {
+        let (mha, varmap, mask) = fixture_attention(&f, name, "fox", 2);
+        let x = Var::from_tensor(&f[&format!("{name}.x")]).unwrap();
+        let attended = mha
+            .forward(
+                AttentionInput::own(x.as_tensor())
+                    .with_mask(Some(&mask))
+                    .with_weights(),
+            )
+            .unwrap();
+        // Padded queries are left out: x-transformers gives them outputs of its own.
+        let rows = f[&format!("{name}.keep")]
+            .to_dtype(candle_core::DType::F32)
+            .unwrap()
+            .unsqueeze(2)
+            .unwrap();
+        let out = attended.output.broadcast_mul(&rows).unwrap();
+        let by_row = |w: &Tensor| w.broadcast_mul(&rows.unsqueeze(1).unwrap()).unwrap();
+        let weights = by_row(&attended.weights.unwrap());
+        let d_out = max_abs_diff(&out, &f[&format!("{name}.out")]);
+        let d_w = max_abs_diff(&weights, &by_row(&f[&format!("{name}.weights")]));
+
+        let loss = (out * &f[&format!("{name}.w")]).unwrap().sum_all().unwrap();
+        let grads = loss.backward().unwrap();
+        let grad = |t: &Tensor| grads.get(t).unwrap().clone();
+        let d_x = max_abs_diff(&grad(x.as_tensor()), &f[&format!("{name}.grad_x")]);
+        let mut diffs = vec![("output", d_out), ("weights", d_w), ("∂x", d_x)];
+        for (what, weight, expected) in [
+            ("∂gate weight", "encoding.0.weight", "grad_gate_weight"),
+            ("∂gate bias", "encoding.0.bias", "grad_gate_bias"),
+            ("∂W^Q", "q_proj.weight", "grad_q_proj"),
+        ] {
+            let g = grad(var(&varmap, weight).as_tensor());
+            diffs.push((what, max_abs_diff(&g, &f[&format!("{name}.{expected}")])));
+        }
+        println!("{name}: max |Δ| {diffs:?}");
+        for (what, d) in diffs {
+            assert!(d < TOL, "{name}: {what} off by {d:e}");
+        }
+    }
+}
+
+/// As in the paper, each layer reads gates of its own: a model of `n` layers holds `n`
+/// gate maps, counted in its parameters, and layers given different gates attend
+/// differently.
+#[test]
+fn every_layer_has_gates_of_its_own() {
+    let cfg = posenc_transformer::LmConfig {
+        layers: 3,
+        ..tiny_lm_config(EncodingConfig::from_kind("fox").unwrap(), 16)
+    };
+    let varmap = lm_weights(&cfg);
+    let names: Vec<String> = {
+        let data = varmap.data().lock().unwrap();
+        let mut names: Vec<String> = (data.keys())
+            .filter(|k| k.starts_with("encoding."))
+            .cloned()
+            .collect();
+        names.sort();
+        names
+    };
+    let expected: Vec<String> = (0..3)
+        .flat_map(|i| [format!("encoding.{i}.bias"), format!("encoding.{i}.weight")])
+        .collect();
+    assert_eq!(names, expected);
+    let without = posenc_transformer::LmConfig {
+        encoding: EncodingConfig::from_kind("none").unwrap(),
+        ..cfg.clone()
+    };
+    let gates = 3 * cfg.heads as u128 * (cfg.d_model as u128 + 1);
+    assert_eq!(cfg.parameter_count(), without.parameter_count() + gates);
+    // Layer 1's gates matter to the output: change them and it changes.
+    let model = |varmap: &candle_nn::VarMap| {
+        posenc_transformer::LanguageModel::frozen(&cfg, varmap, &Device::Cpu).unwrap()
+    };
+    let ids = Tensor::new(&[[1u32, 5, 7, 2, 9, 4, 3, 8]], &Device::Cpu).unwrap();
+    let before = model(&varmap).logits(&ids).unwrap();
+    let bias = var(&varmap, "encoding.1.bias");
+    bias.set(&(bias.as_tensor() - 6.0).unwrap()).unwrap();
+    let after = model(&varmap).logits(&ids).unwrap();
+    assert!(max_abs_diff(&before, &after) > 1e-4);
+}
