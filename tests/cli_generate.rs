@@ -284,6 +284,44 @@ fn lm_eval_measures_a_pretrained_model_past_one_chunk() {
     );
 }
 
+/// `lm eval --self-extend` on the pretrained model: within the neighbour window every
+/// token reads as it does without it; past it the scores change, and the records say how
+/// the model was read.
+#[test]
+fn self_extend_reads_the_window_as_it_was_and_regroups_past_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("prose.txt");
+    let (_, prose) = reference_continuation("long");
+    std::fs::write(&path, prose).unwrap();
+    let eval = |extra: &[&str]| {
+        let o = posenc()
+            .args(["lm", "eval", "--model", "smollm2", "--lengths", "400"])
+            .args(["--windows", "1", "--format", "json", "--text"])
+            .arg(&path)
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o).1);
+        let rows: Vec<serde_json::Value> = serde_json::from_str(&text(&o).0).unwrap();
+        rows[0].clone()
+    };
+    let plain = eval(&[]);
+    let extended = eval(&["--self-extend", r#"{"group": 4, "window": 128}"#]);
+    assert_eq!(extended["self_extend"]["group"], 4, "{extended}");
+    assert!(plain.get("self_extend").is_none(), "{plain}");
+    let at = |r: &serde_json::Value, i: usize| r["by_position"][i].as_f64().unwrap();
+    for i in [0, 64, 127] {
+        assert!(
+            (at(&plain, i) - at(&extended, i)).abs() < 1e-4,
+            "position {i}"
+        );
+    }
+    let past = (128..400).map(|i| (at(&plain, i) - at(&extended, i)).abs());
+    assert!(past.fold(0.0, f64::max) > 1e-3);
+    let ppl = extended["perplexity"].as_f64().unwrap();
+    assert!(ppl > 1.0 && ppl < 40.0, "{ppl}");
+}
+
 /// `posenc bench generate` without llama.cpp: our figures alone, in the table's rows, and
 /// bad settings refused by name before anything is loaded.
 #[test]

@@ -1311,3 +1311,34 @@ fn a_rolling_cache_reads_and_generates_past_its_window() {
     assert_eq!(records.len(), 6, "two lengths, three readings");
     assert_eq!(records.iter().filter(|r| r["sinks"] == 2).count(), 2);
 }
+
+/// `--self-extend` settings that cannot work are refused by name before any model is
+/// loaded; a model whose encoding does not rotate (the shipped ALiBi model) is refused
+/// with the reason.
+#[test]
+fn self_extend_refuses_what_it_cannot_regroup() {
+    let run = |json: &str| {
+        let o = posenc()
+            .args(["lm", "eval", "--lengths", "128", "--windows", "1"])
+            .args(["--self-extend", json])
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "{json}");
+        text(&o).1
+    };
+    for (json, named) in [
+        (r#"{"group": 0, "window": 64}"#, "group"),
+        (r#"{"group": 2, "window": 0}"#, "window"),
+        (r#"{"group": 3, "window": 64}"#, "multiple"),
+        (r#"{"group": 2}"#, "window"),
+        ("4,64", "--self-extend"),
+    ] {
+        let err = run(json);
+        assert!(
+            err.contains(named) && !err.contains("panicked"),
+            "{json}: {err}"
+        );
+    }
+    let err = run(r#"{"group": 2, "window": 32}"#);
+    assert!(err.contains("alibi") && err.contains("rotar"), "{err}");
+}

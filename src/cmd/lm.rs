@@ -476,9 +476,9 @@ fn report(state: &LmState, dir: &Path, out: &mut impl Write) -> Result<()> {
 /// One row of `lm eval`: a tidy record (the evaluation's own fields, `len` among them, or
 /// `len` and why there is none).
 #[derive(Serialize)]
-struct EvalRow {
-    model: String,
-    rope_scaling: Option<String>,
+struct EvalRow<'a> {
+    #[serde(flatten)]
+    model: model::ModelNote<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
     len: Option<usize>,
     #[serde(flatten)]
@@ -552,8 +552,7 @@ fn eval(a: EvalArgs, out: &mut impl Write) -> Result<()> {
             }
         };
         rows.push(EvalRow {
-            model: a.model.spec(&default).to_string(),
-            rope_scaling: a.model.rope_scaling().map(str::to_string),
+            model: a.model.note(&default),
             len: eval.is_none().then_some(len),
             perplexity: eval.as_ref().map(|e| e.perplexity()),
             eval,
@@ -586,7 +585,7 @@ fn eval(a: EvalArgs, out: &mut impl Write) -> Result<()> {
         out,
         "{}{}{reading}\n\n{}{}",
         lm.describe(),
-        scaling_note(&a.model),
+        a.model.reading_note(),
         tables::lengths(&table),
         tables::octaves(&evals, context)
     )?;
@@ -596,8 +595,8 @@ fn eval(a: EvalArgs, out: &mut impl Write) -> Result<()> {
 /// One row of `lm eval --stride`: a tidy record.
 #[derive(Serialize)]
 struct StridedRow<'a> {
-    model: &'a str,
-    rope_scaling: Option<&'a str>,
+    #[serde(flatten)]
+    model: model::ModelNote<'a>,
     #[serde(flatten)]
     eval: &'a StridedEval,
     perplexity: f64,
@@ -629,8 +628,7 @@ fn eval_strided(
         let rows: Vec<_> = evals
             .iter()
             .map(|eval| StridedRow {
-                model: a.model.spec(&default),
-                rope_scaling: a.model.rope_scaling(),
+                model: a.model.note(&default),
                 eval,
                 perplexity: eval.perplexity(),
             })
@@ -642,23 +640,17 @@ fn eval_strided(
         out,
         "{}{}; sliding windows, each token scored once\n\n{}",
         lm.describe(),
-        scaling_note(&a.model),
+        a.model.reading_note(),
         tables::strided(&evals)
     )?;
     Ok(())
 }
 
-/// `, rope_scaling {…}` when `--rope-scaling` was given.
-fn scaling_note(m: &ModelArgs) -> String {
-    m.rope_scaling()
-        .map_or(String::new(), |j| format!(", rope_scaling {j}"))
-}
-
 /// One row of `lm passkey --format json`: a trial, with the model it ran on.
 #[derive(Serialize)]
 struct PasskeyRow<'a> {
-    model: &'a str,
-    rope_scaling: Option<&'a str>,
+    #[serde(flatten)]
+    model: model::ModelNote<'a>,
     #[serde(flatten)]
     record: &'a PasskeyRecord,
 }
@@ -726,8 +718,7 @@ fn passkey(a: PasskeyArgs, out: &mut impl Write) -> Result<()> {
             let rows: Vec<_> = records
                 .iter()
                 .map(|record| PasskeyRow {
-                    model: a.model.spec(&default),
-                    rope_scaling: a.model.rope_scaling(),
+                    model: a.model.note(&default),
                     record,
                 })
                 .collect();
@@ -738,7 +729,7 @@ fn passkey(a: PasskeyArgs, out: &mut impl Write) -> Result<()> {
                 out,
                 "{}{}: passkey accuracy over {} trial(s) per cell\n",
                 lm.describe(),
-                scaling_note(&a.model),
+                a.model.reading_note(),
                 cfg.trials
             )?;
             write!(out, "{}", tables::passkey(&cfg, &accuracy))?;
@@ -750,7 +741,7 @@ fn passkey(a: PasskeyArgs, out: &mut impl Write) -> Result<()> {
         let name = Path::new(a.model.spec(&default))
             .file_name()
             .map_or_else(|| a.model.spec(&default).into(), |n| n.to_string_lossy());
-        let title = format!("Passkey retrieval: {name}{}", scaling_note(&a.model));
+        let title = format!("Passkey retrieval: {name}{}", a.model.reading_note());
         let found = passkey::found(&cfg, &records);
         posenc_lm::figures::passkey(&cfg, &found, &title, path)?;
     }

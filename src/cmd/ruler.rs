@@ -85,7 +85,7 @@ impl RulerArgs {
         cfg.validate()?;
         let spec = self.model.spec(&default).to_string();
         let scaling = self.model.rope_scaling().map(String::from);
-        let label = ruler::scaling_label(scaling.as_deref());
+        let label = ruler::scaling_label(scaling.as_deref(), self.model.self_extend());
         let mut rows = match &self.out {
             Some(path) => earlier(path, &spec)?,
             None => Vec::new(),
@@ -162,6 +162,7 @@ impl RulerArgs {
                 rows.push(RulerRow {
                     model: spec.clone(),
                     rope_scaling: scaling.clone(),
+                    self_extend: self.model.self_extend(),
                     scaling: label.clone(),
                     record,
                 });

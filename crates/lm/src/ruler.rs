@@ -519,6 +519,9 @@ pub struct RulerRow {
     pub model: String,
     /// `--rope-scaling` as given, if any.
     pub rope_scaling: Option<String>,
+    /// `--self-extend`, if given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub self_extend: Option<posenc_transformer::SelfExtend>,
     /// The scaling in a few words ([`scaling_label`]): what claims compare.
     #[serde(default)]
     pub scaling: String,
@@ -527,16 +530,24 @@ pub struct RulerRow {
     pub record: RulerRecord,
 }
 
-/// `none`, or a `--rope-scaling`'s type and factor (`yarn ×2`); the JSON itself where it
-/// has neither.
-pub fn scaling_label(rope_scaling: Option<&str>) -> String {
-    let Some(json) = rope_scaling else {
-        return "none".into();
-    };
-    let value: serde_json::Value = serde_json::from_str(json).unwrap_or_default();
-    match (value["rope_type"].as_str(), value["factor"].as_f64()) {
-        (Some(kind), Some(factor)) => format!("{kind} ×{factor}"),
-        _ => json.to_string(),
+/// `none`, or a `--rope-scaling`'s type and factor (`yarn ×2`; the JSON itself where it
+/// has neither), and self-extend's group and window (`self-extend 4/2048`).
+pub fn scaling_label(
+    rope_scaling: Option<&str>,
+    self_extend: Option<posenc_transformer::SelfExtend>,
+) -> String {
+    let scaling = rope_scaling.map(|json| {
+        let value: serde_json::Value = serde_json::from_str(json).unwrap_or_default();
+        match (value["rope_type"].as_str(), value["factor"].as_f64()) {
+            (Some(kind), Some(factor)) => format!("{kind} ×{factor}"),
+            _ => json.to_string(),
+        }
+    });
+    let extend = self_extend.map(|se| format!("self-extend {}/{}", se.group, se.window));
+    match (scaling, extend) {
+        (None, None) => "none".into(),
+        (Some(s), None) | (None, Some(s)) => s,
+        (Some(s), Some(e)) => format!("{s} + {e}"),
     }
 }
 
@@ -550,7 +561,7 @@ pub fn load_rows(path: &std::path::Path) -> Result<Vec<RulerRow>> {
     let mut rows: Vec<RulerRow> = serde_json::from_str(&text)
         .with_context(|| format!("{} is not a file of RULER records", path.display()))?;
     for row in &mut rows {
-        row.scaling = scaling_label(row.rope_scaling.as_deref());
+        row.scaling = scaling_label(row.rope_scaling.as_deref(), row.self_extend);
     }
     Ok(rows)
 }

@@ -45,8 +45,9 @@ use crate::{Direction, Error, Result};
 pub enum Positions<'a> {
     /// `offset, offset + 1, …`: consecutive, the usual case.
     From(usize),
-    /// These positions, strictly increasing, one per token (randomized positions: a sorted
-    /// random subset of a range longer than the sequence, Ruoss et al. 2023).
+    /// These positions, one per token, never decreasing: randomized positions (a sorted
+    /// random subset of a range longer than the sequence, Ruoss et al. 2023), or grouped ones
+    /// that several tokens share (self-extend's `⌊j / G⌋`, Jin et al. 2024).
     At(&'a [u32]),
     /// `offset, offset + 1, …`, a piece of a sequence read in pieces that will reach
     /// `total` positions (a long prompt read through the cache chunk by chunk): an encoding
@@ -110,14 +111,14 @@ impl Positions<'_> {
     }
 
     /// Checks that these positions can hold `len` tokens: a list must have one position per
-    /// token, strictly increasing.
+    /// token, never decreasing.
     pub(crate) fn check(&self, kind: &'static str, len: usize) -> Result<()> {
         if let Self::At(list) = self {
-            if list.len() != len || list.windows(2).any(|w| w[0] >= w[1]) {
+            if list.len() != len || list.windows(2).any(|w| w[0] > w[1]) {
                 return Err(Error::Shape {
                     kind,
                     msg: format!(
-                        "{} positions for {len} tokens: need one per token, strictly increasing",
+                        "{} positions for {len} tokens: need one per token, never decreasing",
                         list.len()
                     ),
                 });

@@ -31,6 +31,7 @@ use crate::dropout;
 use crate::kv_cache::{DecaySums, KvCache};
 use crate::linear::Proj;
 use crate::mask::Mask;
+use crate::self_extend::{self, SelfExtend};
 use crate::{BlockConfig, Error, Result};
 
 /// Multi-head attention, self or cross. Self-attention holds the positional encoding;
@@ -45,7 +46,12 @@ pub struct MultiHeadAttention {
     head_dim: usize,
     dropout: f32,
     encoding: Option<Arc<dyn PositionalEncoding>>,
+    /// Self-extend's grouped reading of far keys, when set ([`SelfExtend`]).
+    self_extend: Option<SelfExtend>,
 }
+
+/// Queries taken at once by attention with self-extend: its scores span this many rows.
+const SELF_EXTEND_ROWS: usize = 64;
 
 /// Where the keys and values of an attention call come from.
 #[derive(Debug, Clone, Copy)]
@@ -179,12 +185,27 @@ impl MultiHeadAttention {
             head_dim,
             dropout: cfg.dropout,
             encoding,
+            self_extend: None,
         })
     }
 
     /// Replaces the positional encoding of self-attention.
     pub(crate) fn set_encoding(&mut self, encoding: Arc<dyn PositionalEncoding>) {
         self.encoding = Some(encoding);
+    }
+
+    /// Reads far keys at grouped positions from now on ([`SelfExtend`]), or as they are
+    /// (`None`).
+    pub(crate) fn set_self_extend(&mut self, self_extend: Option<SelfExtend>) {
+        self.self_extend = self_extend;
+    }
+
+    /// The same attention with self-extend ([`SelfExtend`]): its encoding must rotate
+    /// ([`crate::self_extend::check_encoding`]; [`crate::LanguageModel::with_self_extend`]
+    /// checks it for a whole model).
+    pub fn with_self_extend(mut self, self_extend: SelfExtend) -> Self {
+        self.set_self_extend(Some(self_extend));
+        self
     }
 
     /// The projections `W^Q, W^K, W^V, W^O`, named `q`, `k`, `v`, `out`: to swap in
@@ -248,6 +269,14 @@ impl MultiHeadAttention {
     ) -> Result<(Tensor, Option<Tensor>)> {
         self.check(x, "query")?;
         let [q, k, v] = Proj::forward_fused([&self.q_proj, &self.k_proj, &self.v_proj], x)?;
+        if let Some(se) = self.self_extend {
+            let Positions::From(offset) = at else {
+                return Err(Error::Input(
+                    "self-extend reads tokens at consecutive positions".into(),
+                ));
+            };
+            return self.self_extended(se, &q, &k, &v, offset, mask, cache);
+        }
         let q = self.rotate(&q, at, Role::Query)?;
         let k = self.rotate(&k, at, Role::Key)?;
         let decay = self.decay(x)?;
@@ -289,6 +318,12 @@ impl MultiHeadAttention {
         let at = cache.positions(new);
         let offset = at.get(0);
         let [q, k, v] = Proj::forward_fused([&self.q_proj, &self.k_proj, &self.v_proj], x)?;
+        if let Some(se) = self.self_extend {
+            let causal = Mask::causal(new, offset + new, offset, x.device())?;
+            return Ok(self
+                .self_extended(se, &q, &k, &v, offset, Some(&causal), Some(cache))?
+                .0);
+        }
         let q = self.rotate(&q, at, Role::Query)?;
         let decay = self.decay(x)?;
         let (k, v, sums) = match cache.rolls() {
@@ -355,6 +390,87 @@ impl MultiHeadAttention {
             decay: decay.as_ref(),
         };
         Ok(self.attend(&q, &k, &v, bias, Some(&mask), true)?.0)
+    }
+
+    /// Self-attention with self-extend ([`SelfExtend`]) of the projected, unrotated `q`, `k`,
+    /// `v (batch, new, ·)` of tokens at `offset, offset + 1, …`, after what `cache` holds
+    /// (which keeps keys unrotated), under `mask (…, new, offset + new)`: every key is
+    /// rotated at its own position and at its group's, and the queries, 64 at a time, read
+    /// the near keys one way and the far ones the other, in one softmax.
+    #[allow(clippy::too_many_arguments)]
+    fn self_extended(
+        &self,
+        se: SelfExtend,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        offset: usize,
+        mask: Option<&Mask>,
+        cache: Option<&mut KvCache>,
+    ) -> Result<(Tensor, Option<Tensor>)> {
+        let encoding = self.encoding.as_ref().ok_or_else(|| {
+            Error::Config("self-extend needs a rotary encoding; attention holds none".into())
+        })?;
+        let (k, v) = match cache {
+            Some(cache) if cache.rolls().is_some() => {
+                return Err(Error::Input(
+                    "self-extend and a rolling key/value cache each move far keys: use one".into(),
+                ))
+            }
+            Some(cache) => {
+                let (k, v, _) = self.append(cache, k, v, None)?;
+                (k.to_dtype(q.dtype())?, v.to_dtype(q.dtype())?)
+            }
+            None => (self.split(k)?, self.split(v)?),
+        };
+        let (q, keys) = (self.split(q)?, k.dim(2)?);
+        let grouped = self_extend::positions(0..keys, |j| se.key_position(j))?;
+        let near_k = encoding.rotate_keys(&k, 0.into())?;
+        let far_k = encoding.rotate_keys(&k, Positions::At(&grouped))?;
+        let (mut outs, mut weights) = (Vec::new(), Vec::new());
+        for start in (0..q.dim(2)?).step_by(SELF_EXTEND_ROWS) {
+            let len = SELF_EXTEND_ROWS.min(q.dim(2)? - start);
+            let rows = offset + start..offset + start + len;
+            let part = q.narrow(2, start, len)?;
+            let near_q = encoding.rotate(&part, rows.start.into())?;
+            let at = self_extend::positions(rows.clone(), |i| se.query_position(i))?;
+            let far_q = encoding.rotate(&part, Positions::At(&at))?;
+            // Keys before `a` are far for every query of these rows, from `b` on near.
+            let (a, b) = se.bands(rows.clone(), keys);
+            let far = self.scores(&far_q, &far_k.narrow(2, 0, b)?)?;
+            let near = self.scores(&near_q, &near_k.narrow(2, a, keys - a)?)?;
+            let pick: Vec<u8> = (rows.clone())
+                .flat_map(|i| (a..b).map(move |j| u8::from(j > i || se.near(i, j))))
+                .collect();
+            let pick = Tensor::from_vec(pick, (1, 1, len, b - a), q.device())?;
+            let band_near = near.narrow(3, 0, b - a)?;
+            let band = (pick.broadcast_as(band_near.shape())?)
+                .where_cond(&band_near, &far.narrow(3, a, b - a)?)?;
+            let parts = [far.narrow(3, 0, a)?, band, near.narrow(3, b - a, keys - b)?];
+            let parts: Vec<&Tensor> = parts
+                .iter()
+                .filter(|t| t.dim(3).is_ok_and(|n| n > 0))
+                .collect();
+            let scores = Tensor::cat(&parts, 3)?;
+            let mask = mask.map(|m| m.rows(start, len)).transpose()?;
+            let (out, w) = self.weigh(
+                &near_q,
+                scores,
+                &v,
+                ScoreBias::default(),
+                mask.as_ref(),
+                true,
+            )?;
+            outs.push(out);
+            weights.extend(w);
+        }
+        let weights = match weights.len() == outs.len() && !weights.is_empty() {
+            true => Some(Tensor::cat(&weights, 2)?),
+            false => None,
+        };
+        // W^O once over every row, as attention without self-extend applies it (a quantized
+        // product may take another path for fewer rows).
+        Ok((self.out_proj.forward(&Tensor::cat(&outs, 1)?)?, weights))
     }
 
     /// Writes the new keys and values `k, v (batch, new, kv_heads·d_k)` to `cache`, with the
@@ -595,16 +711,63 @@ impl MultiHeadAttention {
                 kernels::attention(q, k, v, d_k, keep.as_ref(), scale as f32, sample)?;
             return Ok((self.out_proj.forward(&out)?, Some(weights)));
         }
+        let scores = self.scores(q, k)?;
+        let (out, weights) = self.weigh(
+            q,
+            scores,
+            v,
+            ScoreBias {
+                position: bias,
+                decay,
+            },
+            mask,
+            own,
+        )?;
+        Ok((self.out_proj.forward(&out)?, weights))
+    }
+
+    /// The scores `QKᵀ (b, h, q_len, k_len)` of projected queries and keys, unscaled.
+    fn scores(&self, q: &Tensor, k: &Tensor) -> Result<Tensor> {
         // candle's matmul needs each head's rows contiguous.
-        let heads = |x: &Tensor| -> Result<Tensor> { Ok(self.split(x)?.contiguous()?) };
-        let (q, k, v) = (&heads(q)?, &heads(k)?, &heads(v)?);
+        let (q, k) = (&self.split(q)?.contiguous()?, &self.split(k)?.contiguous()?);
+        let (b, h, tq, d_k) = q.dims4()?;
         // Grouped-query attention without copying keys: the `h / kv` query heads that share
         // a key head are stacked as rows of one product, `(b, kv, h/kv · tq, d_k) · Kᵀ`.
         let kv = k.dim(1)?;
+        let rows = q.reshape((b, kv, (h / kv) * tq, d_k))?;
+        Ok(kernels::matmul(&rows, &k.t()?)?.reshape((b, h, tq, k.dim(2)?))?)
+    }
+
+    /// Attention from its `scores (b, h, q_len, k_len)` ([`Self::scores`]): scaled, biased,
+    /// read by the encoding (`own`, with the queries `q`), masked, softmaxed beside any
+    /// sink, dropped out, then the weighted sum of `v`, its heads merged, before `W^O`.
+    /// Returns that sum `(b, q_len, h·d_v)` and the weights.
+    fn weigh(
+        &self,
+        q: &Tensor,
+        scores: Tensor,
+        v: &Tensor,
+        bias: ScoreBias,
+        mask: Option<&Mask>,
+        own: bool,
+    ) -> Result<(Tensor, Option<Tensor>)> {
+        let ScoreBias {
+            position: bias,
+            decay,
+        } = bias;
+        let (b, h, tq, k_len) = scores.dims4()?;
+        let v = &self.split(v)?.contiguous()?;
+        let (kv, d_v) = (v.dim(1)?, v.dim(3)?);
         let grouped =
             |x: &Tensor, rows: usize, cols: usize| x.reshape((b, kv, (h / kv) * rows, cols));
-        let scores =
-            kernels::matmul(&grouped(q, tq, d_k)?, &k.t()?)?.reshape((b, h, tq, k.dim(2)?))?;
+        let scale = 1.0 / (self.head_dim as f64).sqrt();
+        let dropout = dropout::active(q, self.dropout);
+        let content = own && self.reads_scores();
+        let sink = match (own, &self.encoding) {
+            (true, Some(encoding)) => encoding.sink_logits()?,
+            _ => None,
+        };
+        let q = &self.split(q)?.contiguous()?;
         // A decay's bias differs between the sequences of a batch, and an encoding that
         // reads the scores gets the logits, masked, and adds to them: both form the logits.
         let (scores, bias, scale) = match content || decay.is_some() {
@@ -648,7 +811,7 @@ impl MultiHeadAttention {
             .reshape((b, h, tq, d_v))?
             .transpose(1, 2)?
             .reshape((b, tq, h * d_v))?;
-        Ok((self.out_proj.forward(&out)?, Some(weights)))
+        Ok((out, Some(weights)))
     }
 
     /// The decay the encoding reads from the attention's input `x`, if it reads one.

@@ -244,6 +244,11 @@ impl Block {
         self.self_attn.set_encoding(encoding);
     }
 
+    /// Self-extend in the block's self-attention ([`crate::SelfExtend`]), or none.
+    pub(crate) fn set_self_extend(&mut self, self_extend: Option<crate::SelfExtend>) {
+        self.self_attn.set_self_extend(self_extend);
+    }
+
     /// Runs the block: `self_attend` is its self-attention input (queries, positions, mask,
     /// cache), `memory` the encoder's output and its mask for the cross-attention, if the
     /// block has one.

@@ -33,6 +33,7 @@ pub mod linear;
 pub mod lm;
 pub mod mask;
 pub mod model;
+pub mod self_extend;
 pub mod stack;
 pub mod sublayer;
 
@@ -45,4 +46,5 @@ pub use kv_cache::{DecaySums, KvCache, Streaming, RESERVE_AHEAD};
 pub use lm::{LanguageModel, LmConfig};
 pub use mask::Mask;
 pub use model::{Generator, Transformer};
+pub use self_extend::SelfExtend;
 pub use stack::{Stack, StackCache};

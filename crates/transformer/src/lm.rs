@@ -25,7 +25,7 @@ use crate::kv_cache::Streaming;
 use crate::linear::Proj;
 use crate::mask::Mask;
 use crate::stack::{Stack, StackCache, StackInput};
-use crate::{BlockConfig, BlockOptions, Error, Result};
+use crate::{BlockConfig, BlockOptions, Error, Result, SelfExtend};
 
 /// Sizes of a decoder-only language model. The defaults are nanoGPT's CPU run on
 /// Shakespeare's characters: 4 layers, 4 heads, width 128, context 64, dropout 0.
@@ -206,6 +206,26 @@ impl LanguageModel {
     /// The configuration the model was built from.
     pub fn config(&self) -> &LmConfig {
         &self.cfg
+    }
+
+    /// The same model reading past its context with self-extend ([`SelfExtend`]): keys
+    /// further than `window` from a query at grouped positions, with no training.
+    ///
+    /// # Errors
+    /// A window wider than the trained context, or an encoding that does not rotate queries
+    /// and keys or that adds anything else to the scores (self-extend regroups rotary
+    /// positions; a bias or a decay would still read the true distances).
+    pub fn with_self_extend(mut self, self_extend: SelfExtend) -> Result<Self> {
+        self_extend.check_context(self.cfg.context)?;
+        let head_dim = self.cfg.d_model / self.cfg.heads;
+        crate::self_extend::check_encoding(
+            self.stack.encoding().as_ref(),
+            self.cfg.d_model,
+            head_dim,
+            &self.device(),
+        )?;
+        self.stack.set_self_extend(Some(self_extend));
+        Ok(self)
     }
 
     /// The device the weights live on.

@@ -72,6 +72,17 @@ impl Mask {
         })
     }
 
+    /// The mask of queries `start..start + len` alone (a mask that holds one row for every
+    /// query is the same).
+    pub(crate) fn rows(&self, start: usize, len: usize) -> Result<Self> {
+        match self.keep.dim(2)? {
+            1 => Ok(self.clone()),
+            _ => Ok(Self {
+                keep: self.keep.narrow(2, start, len)?,
+            }),
+        }
+    }
+
     /// The u8 tensor, 1 = attend.
     pub fn keep(&self) -> &Tensor {
         &self.keep

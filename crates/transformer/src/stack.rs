@@ -254,6 +254,13 @@ impl Stack {
         }
     }
 
+    /// Self-extend in every block's self-attention ([`crate::SelfExtend`]), or none.
+    pub(crate) fn set_self_extend(&mut self, self_extend: Option<crate::SelfExtend>) {
+        for layer in &mut self.layers {
+            layer.set_self_extend(self_extend);
+        }
+    }
+
     /// The positional encoding of this stack.
     pub fn encoding(&self) -> &Arc<dyn PositionalEncoding> {
         self.encodings.stack()

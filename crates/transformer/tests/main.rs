@@ -15,6 +15,7 @@ mod long_context;
 mod masks;
 mod packed;
 mod pytorch;
+mod self_extend;
 mod sinks;
 mod stacks;
 mod streaming;
