@@ -348,21 +348,17 @@ impl MultiHeadAttention {
         // A decay's bias differs between the sequences of a batch; the tiles take one.
         let tiled = !self.whole_scores() && same_width && (sums.is_none() || q.dim(0)? == 1);
         if let (true, Some(encoding)) = (tiled, &self.encoding) {
+            let tiles = sums.as_ref().map(DecayTiles::new).transpose()?;
             let bias = |rows: Range<usize>, keys: Range<usize>| {
                 let (q_at, k_at) = (Positions::From(offset + rows.start), keys.start.into());
-                let position = encoding.attention_bias(rows.len(), keys.len(), q_at, k_at);
-                let decay = (sums.as_ref())
-                    .map(|s| -> Result<Tensor> {
-                        let q_sums = s.queries.narrow(2, rows.start, rows.len())?;
-                        let k_sums = s.keys.narrow(2, keys.start, keys.len())?;
-                        Ok(Decay::between(&q_sums, &k_sums)?.squeeze(0)?)
-                    })
-                    .transpose();
-                match (position.map_err(candle_core::Error::wrap)?, decay) {
-                    (p, Err(e)) => Err(candle_core::Error::wrap(e)).map(|()| p),
-                    (Some(p), Ok(Some(d))) => Ok(Some((p + d)?)),
-                    (p, Ok(d)) => Ok(p.or(d)),
-                }
+                let position = encoding
+                    .attention_bias(rows.len(), keys.len(), q_at, k_at)
+                    .map_err(candle_core::Error::wrap)?;
+                let decay = tiles.as_ref().map(|t| t.tile(rows, keys)).transpose()?;
+                Ok(match (position, decay) {
+                    (Some(p), Some(d)) => Some((p + d)?),
+                    (p, d) => p.or(d),
+                })
             };
             let causal = Some(offset);
             if let Some(out) = kernels::flash_attention(
@@ -833,6 +829,53 @@ impl MultiHeadAttention {
         self.reads_scores()
             || (self.encoding.as_ref())
                 .is_some_and(|e| e.sink_logits().is_ok_and(|sink| sink.is_some()))
+    }
+}
+
+/// One sequence's decay sums on the host ([`DecaySums`]), for the tiled kernel, which asks
+/// for its bias tile by tile: a tile is `c_i − c_j` for its query rows and keys, made in one
+/// pass here where tensor ops would allocate and broadcast several times a tile.
+struct DecayTiles {
+    /// `(heads, new)`, row-major.
+    queries: Vec<f32>,
+    /// `(heads, len)`, row-major.
+    keys: Vec<f32>,
+    heads: usize,
+    device: candle_core::Device,
+}
+
+impl DecayTiles {
+    /// The sums of a batch of one.
+    fn new(sums: &DecaySums) -> Result<Self> {
+        let flat = |t: &Tensor| -> Result<Vec<f32>> {
+            Ok(t.squeeze(0)?
+                .contiguous()?
+                .flatten_all()?
+                .to_vec1::<f32>()?)
+        };
+        Ok(Self {
+            queries: flat(&sums.queries)?,
+            keys: flat(&sums.keys)?,
+            heads: sums.keys.dim(1)?,
+            device: sums.keys.device().clone(),
+        })
+    }
+
+    /// The bias `(heads, rows, keys)` of queries `rows` (indices into the new positions)
+    /// against keys `keys` (indices into the cache).
+    fn tile(&self, rows: Range<usize>, keys: Range<usize>) -> candle_core::Result<Tensor> {
+        let (new, len) = (
+            self.queries.len() / self.heads,
+            self.keys.len() / self.heads,
+        );
+        let mut values = Vec::with_capacity(self.heads * rows.len() * keys.len());
+        for h in 0..self.heads {
+            let k = &self.keys[h * len..][keys.clone()];
+            for &q in &self.queries[h * new..][rows.clone()] {
+                values.extend(k.iter().map(|&k| q - k));
+            }
+        }
+        Tensor::from_vec(values, (self.heads, rows.len(), keys.len()), &self.device)
     }
 }
 

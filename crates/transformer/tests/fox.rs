@@ -105,3 +105,30 @@ fn every_layer_has_gates_of_its_own() {
     let after = model(&varmap).logits(&ids).unwrap();
     assert!(max_abs_diff(&before, &after) > 1e-4);
 }
+
+/// One sequence read through the cache past several of the tiled kernel's tiles (which ask
+/// for the decay's bias tile by tile from the cached sums) gives the scores of one forward
+/// over the whole (where the bias is one tensor).
+#[test]
+fn tiled_reading_equals_one_forward() {
+    let cfg = tiny_lm_config(EncodingConfig::from_kind("fox").unwrap(), 16);
+    let varmap = lm_weights(&cfg);
+    // Gates that forget at different rates, so that the bias matters.
+    let bias = var(&varmap, "encoding.0.bias");
+    bias.set(&Tensor::new(&[0.5f32, 2.0, 4.0, 8.0], &Device::Cpu).unwrap())
+        .unwrap();
+    let model = posenc_transformer::LanguageModel::frozen(&cfg, &varmap, &Device::Cpu).unwrap();
+    let len = 700;
+    let ids: Vec<u32> = (0..len).map(|i| ((i * 7 + i / 11) % 30) as u32).collect();
+    let ids = Tensor::from_vec(ids, (1, len), &Device::Cpu).unwrap();
+    let whole = model.logits(&ids).unwrap();
+    let mut cache = posenc_transformer::StackCache::default();
+    let mut parts = Vec::new();
+    for (start, n) in [(0, 300), (300, 1), (301, len - 301)] {
+        let chunk = ids.narrow(1, start, n).unwrap();
+        parts.push(model.logits_cached(&chunk, &mut cache).unwrap());
+    }
+    let read = Tensor::cat(&parts, 1).unwrap();
+    let d = max_abs_diff(&read, &whole);
+    assert!(d < 1e-4, "tiled reading differs by {d:e}");
+}
