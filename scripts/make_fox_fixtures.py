@@ -23,8 +23,9 @@ import os
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import save_file
 from x_transformers.x_transformers import Attention
+
+from xt_attention import CASES, check, inputs, make_exact, save, store
 
 OUT = os.path.join(os.path.dirname(__file__), "..", "crates", "transformer", "tests",
                    "fixtures", "fox.safetensors")
@@ -61,20 +62,15 @@ def by_formula(attn, x, gate_w, gate_b, wq, keep, causal):
 
 torch.manual_seed(0)
 f = {}
-for case, causal in (("causal", True), ("padded", False)):
+for case, causal in CASES:
     attn = Attention(dim=DIM, heads=HEADS, dim_head=DIM // HEADS, causal=causal,
                      data_dependent_alibi=True).double()
     gate = attn.data_dependent_alibi.to_forget_gates[0]
     with torch.no_grad():
         gate.weight.copy_(torch.randn_like(gate.weight))
         gate.bias.copy_(5 + torch.randn_like(gate.bias) * 2)
-        for p in attn.parameters():  # values exact in f32, as the Rust side reads them
-            p.copy_(p.float().double())
-    x = torch.randn(B, N, DIM, dtype=torch.float64).float().double().requires_grad_(True)
-    keep = torch.ones(B, N, dtype=torch.bool)
-    if not causal:
-        keep[1, -2:] = False
-    w = torch.randn(B, N, DIM, dtype=torch.float64).float().double() * keep[..., None]
+    make_exact(attn)
+    x, keep, w = inputs(B, N, DIM, causal)
     out, inter = attn(x, mask=None if causal else keep, return_intermediates=True)
     weights = inter.post_softmax_attn
     (out * w).sum().backward()
@@ -84,29 +80,10 @@ for case, causal in (("causal", True), ("padded", False)):
     wq64 = attn.to_q.weight.detach().clone().requires_grad_(True)
     out64 = by_formula(attn, x64, gw64, gb64, wq64, keep, causal)
     (out64 * w).sum().backward()
-    real = keep[..., None]
-    assert torch.allclose(out64 * real, out * real, atol=1e-6), (out64 - out).abs().max()
-    for ours, theirs in ((x64, x), (gw64, gate.weight), (gb64, gate.bias),
-                         (wq64, attn.to_q.weight)):
-        assert torch.allclose(ours.grad, theirs.grad, atol=1e-6), (ours.grad - theirs.grad).abs().max()
-    names = {"to_q": "q_proj", "to_k": "k_proj", "to_v": "v_proj", "to_out": "out_proj"}
-    for ours, theirs in ((n, getattr(attn, t)) for t, n in names.items()):
-        f[f"{case}.{ours}.weight"] = theirs.weight.detach().float()
-    f[f"{case}.encoding.0.weight"] = gate.weight.detach().float()
-    f[f"{case}.encoding.0.bias"] = gate.bias.detach().float()
-    f[f"{case}.x"] = x.detach().float()
-    f[f"{case}.keep"] = keep.to(torch.uint8)
-    f[f"{case}.w"] = w.float()
-    f[f"{case}.out"] = (out * real).detach().float()
-    f[f"{case}.weights"] = weights.detach().float()
-    f[f"{case}.grad_x"] = x.grad.float()
-    f[f"{case}.grad_gate_weight"] = gate.weight.grad.float()
-    f[f"{case}.grad_gate_bias"] = gate.bias.grad.float()
-    f[f"{case}.grad_q_proj"] = attn.to_q.weight.grad.float()
+    check(out, out64, keep, ((x64, x), (gw64, gate.weight), (gb64, gate.bias),
+                             (wq64, attn.to_q.weight)))
+    store(f, case, attn, x, keep, w, out, weights, {
+        "encoding.0.weight": gate.weight, "encoding.0.bias": gate.bias,
+        "grad_gate_weight": gate.weight.grad, "grad_gate_bias": gate.bias.grad})
 
-os.makedirs(os.path.dirname(OUT), exist_ok=True)
-save_file({k: v.contiguous() for k, v in f.items()}, OUT, metadata={
-    "torch": torch.__version__,
-    "x-transformers": __import__("importlib.metadata").metadata.version("x-transformers"),
-})
-print(f"wrote {len(f)} tensors to {os.path.normpath(OUT)}")
+save(f, OUT)

@@ -21,8 +21,9 @@ crates/transformer/tests/sinks.rs compares the `sink` encoding's attention again
 import os
 
 import torch
-from safetensors.torch import save_file
 from x_transformers.x_transformers import Attention
+
+from xt_attention import CASES, check, inputs, make_exact, save, store
 
 OUT = os.path.join(os.path.dirname(__file__), "..", "crates", "transformer", "tests",
                    "fixtures", "sinks.safetensors")
@@ -48,20 +49,13 @@ def by_formula(attn, x, sink, wq, keep, causal):
 
 torch.manual_seed(0)
 f = {}
-for case, causal in (("causal", True), ("padded", False)):
+for case, causal in CASES:
     attn = Attention(dim=DIM, heads=HEADS, dim_head=DIM // HEADS, causal=causal,
                      head_learned_sink=True).double()
     with torch.no_grad():
         attn.attend.head_attn_sink.copy_(torch.randn(HEADS, dtype=torch.float64) * 2)
-        for p in attn.parameters():  # values exact in f32, as the Rust side reads them
-            p.copy_(p.float().double())
-    x = torch.randn(B, N, DIM, dtype=torch.float64).float().double().requires_grad_(True)
-    keep = torch.ones(B, N, dtype=torch.bool)
-    if not causal:
-        keep[1, -2:] = False
-    # Padded queries are not compared (x-transformers gives them outputs of its own), so
-    # they carry no weight in the gradients either.
-    w = torch.randn(B, N, DIM, dtype=torch.float64).float().double() * keep[..., None]
+    make_exact(attn)
+    x, keep, w = inputs(B, N, DIM, causal)
     out, inter = attn(x, mask=None if causal else keep, return_intermediates=True)
     weights = inter.post_softmax_attn[..., 1:]
     (out * w).sum().backward()
@@ -70,26 +64,9 @@ for case, causal in (("causal", True), ("padded", False)):
     wq64 = attn.to_q.weight.detach().clone().requires_grad_(True)
     out64 = by_formula(attn, x64, sink64, wq64, keep, causal)
     (out64 * w).sum().backward()
-    real = keep[..., None]
-    assert torch.allclose(out64 * real, out * real, atol=1e-6), (out64 - out).abs().max()
-    for ours, theirs in ((x64, x), (sink64, attn.attend.head_attn_sink), (wq64, attn.to_q.weight)):
-        assert torch.allclose(ours.grad, theirs.grad, atol=1e-6), (ours.grad - theirs.grad).abs().max()
-    names = {"to_q": "q_proj", "to_k": "k_proj", "to_v": "v_proj", "to_out": "out_proj"}
-    for ours, theirs in ((n, getattr(attn, t)) for t, n in names.items()):
-        f[f"{case}.{ours}.weight"] = theirs.weight.detach().float()
-    f[f"{case}.encoding.logits"] = attn.attend.head_attn_sink.detach().float()
-    f[f"{case}.x"] = x.detach().float()
-    f[f"{case}.keep"] = keep.to(torch.uint8)
-    f[f"{case}.w"] = w.float()
-    f[f"{case}.out"] = (out * real).detach().float()
-    f[f"{case}.weights"] = weights.detach().float()
-    f[f"{case}.grad_x"] = x.grad.float()
-    f[f"{case}.grad_sink"] = attn.attend.head_attn_sink.grad.float()
-    f[f"{case}.grad_q_proj"] = attn.to_q.weight.grad.float()
+    check(out, out64, keep, ((x64, x), (sink64, attn.attend.head_attn_sink), (wq64, attn.to_q.weight)))
+    sink = attn.attend.head_attn_sink
+    store(f, case, attn, x, keep, w, out, weights,
+          {"encoding.logits": sink, "grad_sink": sink.grad})
 
-os.makedirs(os.path.dirname(OUT), exist_ok=True)
-save_file({k: v.contiguous() for k, v in f.items()}, OUT, metadata={
-    "torch": torch.__version__,
-    "x-transformers": __import__("importlib.metadata").metadata.version("x-transformers"),
-})
-print(f"wrote {len(f)} tensors to {os.path.normpath(OUT)}")
+save(f, OUT)

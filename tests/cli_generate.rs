@@ -250,31 +250,7 @@ fn smollm2_finds_the_passkey_inside_its_window() {
 /// the thousands), and `--rope-scaling` changes the scores.
 #[test]
 fn lm_eval_measures_a_pretrained_model_past_one_chunk() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("prose.txt");
-    let (_, prose) = reference_continuation("long");
-    std::fs::write(&path, prose).unwrap();
-    let eval = |extra: &[&str]| {
-        let o = posenc()
-            .args([
-                "lm",
-                "eval",
-                "--model",
-                "smollm2",
-                "--lengths",
-                "700",
-                "--windows",
-                "1",
-            ])
-            .args(["--format", "json", "--text"])
-            .arg(&path)
-            .args(extra)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", text(&o).1);
-        let rows: Vec<serde_json::Value> = serde_json::from_str(&text(&o).0).unwrap();
-        rows[0]["perplexity"].as_f64().unwrap()
-    };
+    let eval = |extra: &[&str]| eval_prose(700, extra)["perplexity"].as_f64().unwrap();
     let plain = eval(&[]);
     assert!(plain > 1.0 && plain < 20.0, "{plain}");
     let stretched = eval(&["--rope-scaling", r#"{"rope_type": "linear", "factor": 4}"#]);
@@ -284,27 +260,38 @@ fn lm_eval_measures_a_pretrained_model_past_one_chunk() {
     );
 }
 
+/// `lm eval --format json`'s row for SmolLM2 on one window of `len` tokens of the
+/// fixture's long prose, with the `extra` flags.
+fn eval_prose(len: usize, extra: &[&str]) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("prose.txt");
+    let (_, prose) = reference_continuation("long");
+    std::fs::write(&path, prose).unwrap();
+    let o = posenc()
+        .args([
+            "lm",
+            "eval",
+            "--model",
+            "smollm2",
+            "--lengths",
+            &len.to_string(),
+        ])
+        .args(["--windows", "1", "--format", "json", "--text"])
+        .arg(&path)
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o).1);
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&text(&o).0).unwrap();
+    rows[0].clone()
+}
+
 /// `lm eval --self-extend` on the pretrained model: within the neighbour window every
 /// token reads as it does without it; past it the scores change, and the records say how
 /// the model was read.
 #[test]
 fn self_extend_reads_the_window_as_it_was_and_regroups_past_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("prose.txt");
-    let (_, prose) = reference_continuation("long");
-    std::fs::write(&path, prose).unwrap();
-    let eval = |extra: &[&str]| {
-        let o = posenc()
-            .args(["lm", "eval", "--model", "smollm2", "--lengths", "400"])
-            .args(["--windows", "1", "--format", "json", "--text"])
-            .arg(&path)
-            .args(extra)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", text(&o).1);
-        let rows: Vec<serde_json::Value> = serde_json::from_str(&text(&o).0).unwrap();
-        rows[0].clone()
-    };
+    let eval = |extra: &[&str]| eval_prose(400, extra);
     let plain = eval(&[]);
     let extended = eval(&["--self-extend", r#"{"group": 4, "window": 128}"#]);
     assert_eq!(extended["self_extend"]["group"], 4, "{extended}");

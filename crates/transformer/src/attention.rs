@@ -679,10 +679,6 @@ impl MultiHeadAttention {
         mask: Option<&Mask>,
         own: bool,
     ) -> Result<(Tensor, Option<Tensor>)> {
-        let ScoreBias {
-            position: bias,
-            decay,
-        } = bias;
         let (b, h, tq, d_k) = self.split(q)?.dims4()?;
         let d_v = self.split(v)?.dim(3)?;
         let scale = 1.0 / (self.head_dim as f64).sqrt();
@@ -693,7 +689,8 @@ impl MultiHeadAttention {
             (true, Some(encoding)) => encoding.sink_logits()?,
             _ => None,
         };
-        if bias.is_none() && decay.is_none() && !content && sink.is_none() && d_k == d_v {
+        let biased = bias.position.is_some() || bias.decay.is_some();
+        if !biased && !content && sink.is_none() && d_k == d_v {
             // One op for scores, mask, softmax, dropout and weighted sum, heads merged: the
             // CPU's kernel in f32, candle's ops under one node elsewhere.
             let sample = dropout
@@ -708,17 +705,7 @@ impl MultiHeadAttention {
             return Ok((self.out_proj.forward(&out)?, Some(weights)));
         }
         let scores = self.scores(q, k)?;
-        let (out, weights) = self.weigh(
-            q,
-            scores,
-            v,
-            ScoreBias {
-                position: bias,
-                decay,
-            },
-            mask,
-            own,
-        )?;
+        let (out, weights) = self.weigh(q, scores, v, bias, mask, own)?;
         Ok((self.out_proj.forward(&out)?, weights))
     }
 

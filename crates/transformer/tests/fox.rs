@@ -4,35 +4,22 @@
 //! `W^Q` (fixtures by `scripts/make_fox_fixtures.py`). Then what the model builds of it:
 //! gates of its own for every layer.
 
-use std::collections::HashMap;
-use std::path::PathBuf;
-
 use candle_core::{Device, Tensor, Var};
 use posenc::EncodingConfig;
-use posenc_transformer::attention::AttentionInput;
 
-use crate::common::{fixture_attention, lm_weights, max_abs_diff, tiny_lm_config, var};
+use crate::common::{
+    attend_whole, fixture_attention, fixtures, lm_weights, max_abs_diff, tiny_lm_config, var,
+};
 
 const TOL: f32 = 1e-5;
 
-fn fixtures() -> HashMap<String, Tensor> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fox.safetensors");
-    candle_core::safetensors::load(path, &Device::Cpu).unwrap()
-}
-
 #[test]
 fn attention_with_forget_gates_matches_x_transformers() {
-    let f = fixtures();
+    let f = fixtures("fox");
     for name in ["causal", "padded"] {
         let (mha, varmap, mask) = fixture_attention(&f, name, "fox", 2);
         let x = Var::from_tensor(&f[&format!("{name}.x")]).unwrap();
-        let attended = mha
-            .forward(
-                AttentionInput::own(x.as_tensor())
-                    .with_mask(Some(&mask))
-                    .with_weights(),
-            )
-            .unwrap();
+        let attended = attend_whole(&mha, x.as_tensor(), &mask);
         // Padded queries are left out: x-transformers gives them outputs of its own.
         let rows = f[&format!("{name}.keep")]
             .to_dtype(candle_core::DType::F32)

@@ -3,36 +3,26 @@
 //! whole, through the cache in chunks, and a token at a time; and what cannot work is
 //! refused by name.
 
-use std::collections::HashMap;
-use std::path::PathBuf;
-
 use candle_core::{Device, Tensor};
 use posenc::EncodingConfig;
 use posenc_transformer::attention::AttentionInput;
 use posenc_transformer::{KvCache, LanguageModel, SelfExtend, Streaming};
 
-use crate::common::{fixture_attention, lm_weights, max_abs_diff, tiny_lm_config};
+use crate::common::{
+    attend_whole, fixture_attention, fixtures, lm_weights, max_abs_diff, tiny_lm_config,
+};
 
 const TOL: f32 = 1e-5;
 
-fn fixtures() -> HashMap<String, Tensor> {
-    let path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/self_extend.safetensors");
-    candle_core::safetensors::load(path, &Device::Cpu).unwrap()
-}
-
 #[test]
 fn self_extend_matches_the_papers_formulation() {
-    let f = fixtures();
+    let f = fixtures("self_extend");
     let (plain, _, mask) = fixture_attention(&f, "causal", "rope", 2);
     let se = plain
         .clone()
         .with_self_extend(SelfExtend::new(4, 8).unwrap());
     let x = &f["causal.x"];
-    let whole = |mha: &posenc_transformer::attention::MultiHeadAttention| {
-        mha.forward(AttentionInput::own(x).with_mask(Some(&mask)).with_weights())
-            .unwrap()
-    };
+    let whole = |mha| attend_whole(mha, x, &mask);
     // Without it, the fixture's plain attention: the same weights and rotation.
     assert!(max_abs_diff(&whole(&plain).output, &f["causal.plain"]) < TOL);
     let read = whole(&se);

@@ -3,37 +3,22 @@
 //! gradients in the input, the sink logits and `W^Q` (fixtures by
 //! `scripts/make_sink_fixtures.py`).
 
-use std::collections::HashMap;
-use std::path::PathBuf;
-
 use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::{VarBuilder, VarMap};
 use posenc::{Direction, EncodingConfig, Target};
-use posenc_transformer::attention::AttentionInput;
 
-use crate::common::{fixture_attention, max_abs_diff, var};
+use crate::common::{attend_whole, fixture_attention, fixtures, max_abs_diff, var};
 
 const TOL: f32 = 1e-5;
 
-fn fixtures() -> HashMap<String, Tensor> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sinks.safetensors");
-    candle_core::safetensors::load(path, &Device::Cpu).unwrap()
-}
-
 #[test]
 fn attention_with_sinks_matches_x_transformers() {
-    let f = fixtures();
+    let f = fixtures("sinks");
     for name in ["causal", "padded"] {
         let heads = f[&format!("{name}.encoding.logits")].dim(0).unwrap();
         let (mha, varmap, mask) = fixture_attention(&f, name, "sink", heads);
         let x = Var::from_tensor(&f[&format!("{name}.x")]).unwrap();
-        let attended = mha
-            .forward(
-                AttentionInput::own(x.as_tensor())
-                    .with_mask(Some(&mask))
-                    .with_weights(),
-            )
-            .unwrap();
+        let attended = attend_whole(&mha, x.as_tensor(), &mask);
         // Padded queries are left out: x-transformers gives them outputs of its own.
         let real = f[&format!("{name}.keep")].to_dtype(DType::F32).unwrap();
         let rows = real.unsqueeze(2).unwrap();

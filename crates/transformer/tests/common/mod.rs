@@ -164,3 +164,21 @@ pub fn fixture_attention(
 pub fn var(varmap: &VarMap, name: &str) -> candle_core::Var {
     varmap.data().lock().unwrap()[name].clone()
 }
+
+/// The tensors of `tests/fixtures/{name}.safetensors`, made by the script its test names.
+pub fn fixtures(name: &str) -> std::collections::HashMap<String, Tensor> {
+    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("tests/fixtures/{name}.safetensors"));
+    candle_core::safetensors::load(path, &Device::Cpu).unwrap()
+}
+
+/// Self-attention of `x` under `mask`, all positions at once, with its weights.
+pub fn attend_whole(
+    mha: &posenc_transformer::attention::MultiHeadAttention,
+    x: &Tensor,
+    mask: &posenc_transformer::Mask,
+) -> posenc_transformer::attention::Attended {
+    use posenc_transformer::attention::AttentionInput;
+    mha.forward(AttentionInput::own(x).with_mask(Some(mask)).with_weights())
+        .unwrap()
+}

@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""The tables of the self-extend passkey study, from its records alone: posenc's
+`lm passkey --format json` rows (`posenc-*.json`) and llama.cpp's (`llama-cpp-*.json`, by
+scripts/llama_cpp_passkey.py), each beside its /usr/bin/time log (`*.time`). Standard
+library only.
+
+    python3 scripts/self_extend_table.py docs/long-context/self-extend > docs/long-context/self-extend/results.md
+"""
+import json
+import re
+import sys
+from pathlib import Path
+
+
+def peak_mb(path):
+    """The peak resident memory /usr/bin/time -v logged, in MB, or None."""
+    if not path.exists():
+        return None
+    m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", path.read_text())
+    return int(m.group(1)) / 1024 if m else None
+
+
+def rows(study):
+    out = []
+    for path in sorted(study.glob("*.json")):
+        tool = "llama.cpp" if path.name.startswith("llama-cpp") else "posenc"
+        peak = peak_mb(path.with_suffix(".time"))
+        for r in json.loads(path.read_text()):
+            se = r.get("self_extend") or {"group": r.get("group"), "window": r.get("window")}
+            out.append({"tool": tool, "length": r["length"], "tokens": r["tokens"],
+                        "group": se["group"], "window": se["window"], "depth": r["depth"],
+                        "key": r["key"], "answer": r["answer"].strip(), "correct": r["correct"],
+                        "seconds": r["seconds"], "peak": peak})
+    return out
+
+
+def main():
+    study = Path(sys.argv[1])
+    records = rows(study)
+    print("# Self-extend: passkey retrieval past SmolLM2's 8 192 tokens\n")
+    print("Rendered by `python3 scripts/self_extend_table.py` from the records beside this page.\n")
+    print("## Keys found\n")
+    print("| tool | length | group | window | found / trials | peak MB (run) |")
+    print("|---|---:|---:|---:|---:|---:|")
+    cells = {}
+    for r in records:
+        cells.setdefault((r["tool"], r["length"], r["group"], r["window"]), []).append(r)
+    for (tool, length, group, window), rs in sorted(cells.items()):
+        found = sum(r["correct"] for r in rs)
+        peak = rs[0]["peak"]
+        print(f"| {tool} | {length} | {group} | {window} | {found}/{len(rs)} | "
+              f"{'–' if peak is None else f'{peak:.0f}'} |")
+    print("\n## Each trial\n")
+    print("| tool | length | prompt tokens | depth | key | answer | found | seconds |")
+    print("|---|---:|---:|---:|---:|---|---|---:|")
+    for r in sorted(records, key=lambda r: (r["length"], r["depth"], r["tool"])):
+        answer = r["answer"].replace("|", "\\|")[:40]
+        print(f"| {r['tool']} | {r['length']} | {r['tokens']} | {r['depth']} | {r['key']} | "
+              f"{answer} | {'yes' if r['correct'] else 'no'} | {r['seconds']:.0f} |")
+
+
+if __name__ == "__main__":
+    main()
