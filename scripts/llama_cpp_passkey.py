@@ -4,7 +4,8 @@ the baseline of `posenc lm passkey --self-extend`: the same prompt (llama.cpp's 
 posenc's passkey task copies), the same length to within a filler sentence, the same
 depths, and self-extend with the same group (`--grp-attn-n`) and window (its batch,
 `-b`, which is the window that example keeps at full resolution). One trial per depth and
-seed; its key is llama.cpp's own (`rand()` after `--seed`).
+seed. Its key is llama.cpp's own: the example draws it from `rand()` unseeded, so every run
+has the same key (39384), and `--seed` seeds only the sampler, which is greedy here.
 
     scripts/llama_cpp_passkey.py --model .cache/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf \
         --length 16384 --depths 0.1,0.5,0.9 --seeds 0 --group 4 --window 2048 --out records.json

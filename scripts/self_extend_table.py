@@ -40,23 +40,25 @@ def main():
     print("# Self-extend: passkey retrieval past SmolLM2's 8 192 tokens\n")
     print("Rendered by `python3 scripts/self_extend_table.py` from the records beside this page.\n")
     print("## Keys found\n")
-    print("| tool | length | group | window | found / trials | peak MB (run) |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("| tool | length | reading | found / trials | peak MB (run) |")
+    print("|---|---:|---|---:|---:|")
     cells = {}
     for r in records:
         cells.setdefault((r["tool"], r["length"], r["group"], r["window"]), []).append(r)
     for (tool, length, group, window), rs in sorted(cells.items()):
         found = sum(r["correct"] for r in rs)
-        peak = rs[0]["peak"]
-        print(f"| {tool} | {length} | {group} | {window} | {found}/{len(rs)} | "
+        peaks = [r["peak"] for r in rs if r["peak"] is not None]
+        peak = max(peaks) if peaks else None
+        reading = "no grouping" if group == 1 else f"self-extend, group {group}, window {window}"
+        print(f"| {tool} | {length} | {reading} | {found}/{len(rs)} | "
               f"{'–' if peak is None else f'{peak:.0f}'} |")
     print("\n## Each trial\n")
-    print("| tool | length | prompt tokens | depth | key | answer | found | seconds |")
-    print("|---|---:|---:|---:|---:|---|---|---:|")
-    for r in sorted(records, key=lambda r: (r["length"], r["depth"], r["tool"])):
+    print("| tool | group | length | prompt tokens | depth | key | answer | found | seconds |")
+    print("|---|---:|---:|---:|---:|---:|---|---|---:|")
+    for r in sorted(records, key=lambda r: (r["length"], r["group"], r["depth"], r["tool"])):
         answer = r["answer"].replace("|", "\\|")[:40]
-        print(f"| {r['tool']} | {r['length']} | {r['tokens']} | {r['depth']} | {r['key']} | "
-              f"{answer} | {'yes' if r['correct'] else 'no'} | {r['seconds']:.0f} |")
+        print(f"| {r['tool']} | {r['group']} | {r['length']} | {r['tokens']} | {r['depth']} | "
+              f"{r['key']} | {answer} | {'yes' if r['correct'] else 'no'} | {r['seconds']:.0f} |")
 
 
 if __name__ == "__main__":
