@@ -100,13 +100,17 @@ fn a_bad_list_is_refused() {
         let uses_positions = changed(&enc.add_to_embeddings(&e, from).unwrap(), &e)
             || changed(&enc.rotate(&h, from).unwrap(), &h)
             || enc.attention_bias(4, 4, from, from).unwrap().is_some();
-        for bad in [&[1u32, 2, 3][..], &[1, 3, 3, 4], &[4, 3, 2, 1]] {
-            let at = Positions::At(bad);
-            let refused = enc.add_to_embeddings(&e, at).is_err()
+        let refused = |list: &[u32]| {
+            let at = Positions::At(list);
+            enc.add_to_embeddings(&e, at).is_err()
                 || enc.rotate(&h, at).is_err()
-                || enc.attention_bias(4, 4, at, at).is_err();
-            assert_eq!(refused, uses_positions, "{}: {bad:?}", cfg.kind());
+                || enc.attention_bias(4, 4, at, at).is_err()
+        };
+        for bad in [&[1u32, 2, 3][..], &[4, 3, 2, 1], &[0, 2, 1, 3]] {
+            assert_eq!(refused(bad), uses_positions, "{}: {bad:?}", cfg.kind());
         }
+        // Tokens may share a position (self-extend's groups): never decreasing is enough.
+        assert!(!refused(&[1, 3, 3, 4]), "{}: a shared position", cfg.kind());
     }
 }
 
