@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds llama.cpp's `llama-bench`, `llama-simple` and `llama-passkey` from the PyPI sdist of
-# llama-cpp-python (which vendors llama.cpp) into .cache/llama.cpp/: the baselines of
-# `posenc bench generate` and of self-extend's passkey study (scripts/self_extend_study.sh).
+# Builds llama.cpp's `llama-bench`, `llama-simple`, `llama-passkey` and `llama-perplexity` from
+# the PyPI sdist of llama-cpp-python (which vendors llama.cpp) into .cache/llama.cpp/: the
+# baselines of `posenc bench generate`, of self-extend's passkey study
+# (scripts/self_extend_study.sh) and of the quantized cache's (scripts/kv_cache_study.sh).
 # cmake comes from PyPI into a private virtual environment when it is missing; a C++
 # compiler (g++ from Debian) must be there.
 #
@@ -11,9 +12,12 @@ cd "$(dirname "$0")/.."
 version=0.3.36
 cache=${POSENC_CACHE:-.cache}
 dest=$cache/llama.cpp
-if [ -x "$dest/llama-bench" ] && [ -x "$dest/llama-simple" ] && [ -x "$dest/llama-passkey" ]; then
-  exit 0
-fi
+tools="llama-bench llama-simple llama-passkey llama-perplexity"
+missing=""
+for tool in $tools; do
+  [ -x "$dest/$tool" ] || missing="$missing $tool"
+done
+[ -z "$missing" ] && exit 0
 command -v g++ > /dev/null || { echo "llama.cpp needs a C++ compiler: apt-get install g++" >&2; exit 1; }
 mkdir -p "$dest"
 if ! command -v cmake > /dev/null; then
@@ -32,10 +36,10 @@ src="$tmp/llama_cpp_python-$version/vendor/llama.cpp"
 cmake -S "$src" -B "$tmp/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
   -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TESTS=OFF -DGGML_OPENMP=OFF -DBUILD_SHARED_LIBS=OFF > /dev/null
 # Compiler warnings go to a log: the vendored sources print thousands.
-cmake --build "$tmp/build" --target llama-bench llama-simple llama-passkey -j "$(nproc)" > "$tmp/build.log" 2>&1 \
+cmake --build "$tmp/build" --target $missing -j "$(nproc)" > "$tmp/build.log" 2>&1 \
   || { tail -n 40 "$tmp/build.log" >&2; exit 1; }
-for tool in llama-bench llama-simple llama-passkey; do
+for tool in $missing; do
   cp "$tmp/build/bin/$tool" "$dest/$tool.tmp"
   mv "$dest/$tool.tmp" "$dest/$tool"
 done
-echo "llama.cpp (llama-cpp-python $version) in $dest: llama-bench, llama-simple, llama-passkey"
+echo "llama.cpp (llama-cpp-python $version) in $dest:$missing built"

@@ -2,10 +2,9 @@
 //! `generate`) load ([`CausalLm`]), and how.
 
 use anyhow::{Context, Result};
-use candle_core::DType;
 use posenc_llama::Precision;
 use posenc_lm::lm_run;
-use posenc_transformer::SelfExtend;
+use posenc_transformer::{KvType, SelfExtend};
 
 pub use posenc_lm::causal::CausalLm;
 
@@ -24,10 +23,11 @@ pub struct ModelArgs {
     /// quantized.
     #[arg(long)]
     f32: bool,
-    /// The dtype of the key/value cache [default: f16 for a quantized GGUF, as llama.cpp's;
-    /// f32 otherwise].
+    /// What the key/value cache keeps keys and values as (llama.cpp's -ctk/-ctv; q8_0 and
+    /// q4_0 need heads of a multiple of 32 values) [default: f16 for a quantized GGUF, as
+    /// llama.cpp's; f32 otherwise].
     #[arg(long, value_enum)]
-    kv_cache: Option<CacheDtype>,
+    kv_cache: Option<CacheType>,
     /// Where to compute: cpu; cuda or cuda:N (built with --features cuda); metal or metal:N
     /// (--features metal).
     #[arg(long, default_value = "cpu")]
@@ -62,22 +62,33 @@ pub struct ModelNote<'a> {
     /// `--self-extend`, when given.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub self_extend: Option<SelfExtend>,
+    /// `--kv-cache`, when given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kv_cache: Option<KvType>,
 }
 
-/// What `--kv-cache` keeps keys and values in.
+/// What `--kv-cache` keeps keys and values as (llama.cpp's `-ctk`/`-ctv`).
 #[derive(clap::ValueEnum, Debug, Clone, Copy)]
-pub enum CacheDtype {
+pub enum CacheType {
     /// 4 bytes a value: exact.
     F32,
     /// 2 bytes a value, rounded to 11 significant bits.
     F16,
+    /// Blocks of 32 values, 34 bytes: an f16 scale and 8-bit codes.
+    #[value(name = "q8_0")]
+    Q8_0,
+    /// Blocks of 32 values, 18 bytes: an f16 scale and 4-bit codes.
+    #[value(name = "q4_0")]
+    Q4_0,
 }
 
-impl From<CacheDtype> for DType {
-    fn from(d: CacheDtype) -> Self {
+impl From<CacheType> for KvType {
+    fn from(d: CacheType) -> Self {
         match d {
-            CacheDtype::F32 => DType::F32,
-            CacheDtype::F16 => DType::F16,
+            CacheType::F32 => KvType::F32,
+            CacheType::F16 => KvType::F16,
+            CacheType::Q8_0 => KvType::Q8_0,
+            CacheType::Q4_0 => KvType::Q4_0,
         }
     }
 }
@@ -104,17 +115,21 @@ impl ModelArgs {
             model: self.spec(default),
             rope_scaling: self.rope_scaling(),
             self_extend: self.self_extend,
+            kv_cache: self.kv_cache.map(KvType::from),
         }
     }
 
-    /// `, rope_scaling {…}` and `, self-extend G/W` for the flags given, for a title.
+    /// `, rope_scaling {…}`, `, self-extend G/W` and `, q8_0 cache` for the flags given,
+    /// for a title.
     pub fn reading_note(&self) -> String {
         let scaling =
             (self.rope_scaling()).map_or(String::new(), |j| format!(", rope_scaling {j}"));
         let extend = self.self_extend.map_or(String::new(), |se| {
             format!(", self-extend (group {}, window {})", se.group, se.window)
         });
-        format!("{scaling}{extend}")
+        let cache =
+            (self.kv_cache).map_or(String::new(), |c| format!(", {} cache", KvType::from(c)));
+        format!("{scaling}{extend}{cache}")
     }
 
     /// Loads `--model` (or `default`).
@@ -133,8 +148,8 @@ impl ModelArgs {
         if let Some(se) = self.self_extend {
             lm.model = lm.model.with_self_extend(se)?;
         }
-        if let Some(dtype) = self.kv_cache {
-            lm.model.keep_cache_as(dtype.into())?;
+        if let Some(kind) = self.kv_cache {
+            lm.model.keep_cache_as(kind.into())?;
         }
         Ok(lm)
     }

@@ -85,7 +85,8 @@ impl RulerArgs {
         cfg.validate()?;
         let spec = self.model.spec(&default).to_string();
         let scaling = self.model.rope_scaling().map(String::from);
-        let label = ruler::scaling_label(scaling.as_deref(), self.model.self_extend());
+        let note = self.model.note(&default);
+        let label = ruler::scaling_label(scaling.as_deref(), note.self_extend, note.kv_cache);
         let mut rows = match &self.out {
             Some(path) => earlier(path, &spec)?,
             None => Vec::new(),
@@ -162,7 +163,8 @@ impl RulerArgs {
                 rows.push(RulerRow {
                     model: spec.clone(),
                     rope_scaling: scaling.clone(),
-                    self_extend: self.model.self_extend(),
+                    self_extend: note.self_extend,
+                    kv_cache: note.kv_cache,
                     scaling: label.clone(),
                     record,
                 });

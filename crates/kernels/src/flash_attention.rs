@@ -18,8 +18,10 @@
 //! diagonal are never computed. The query heads that share a key/value head (grouped-query
 //! attention) are stacked as the rows of one task and read that head in place, so each key
 //! tile is loaded once for the group. Keys and values may be kept in f16 (a cache of half
-//! the memory, as llama.cpp keeps its own): each tile is then widened to f32 as it is read,
-//! and every product and sum stays f32.
+//! the memory, as llama.cpp keeps its own), or in Q8_0 or Q4_0 blocks ([`crate::kv_blocks`],
+//! llama.cpp's `-ctk`/`-ctv`): each tile is then widened to f32 as it is read, and every
+//! product and sum stays f32 (llama.cpp also quantizes the queries to Q8_0 against a
+//! quantized cache; here they stay f32).
 //!
 //! A decode step has one query row per head. When the tasks are fewer than the cores could
 //! take, each task's key tiles are split into parts, each with its own running maximum and
@@ -35,8 +37,10 @@ use half::f16;
 use rayon::prelude::*;
 
 use super::attention::{cpu_f32, split_dims, Heads};
+use super::kv_blocks::Kept;
 use super::matmul::{gemm_into, Mat, OutPtr};
 use super::packed_attention::check_inference;
+use super::quantized::{dequantize_row, Format};
 use super::simd::{self, exp, vectorized};
 
 /// Query rows per tile (per query head).
@@ -52,8 +56,9 @@ pub type TileBias<'a> =
     dyn Fn(Range<usize>, Range<usize>) -> candle_core::Result<Option<Tensor>> + Sync + 'a;
 
 /// The tiled attention of [`crate::cpu::flash_attention`] where it runs: `q` f32 and `k`,
-/// `v` f32 or f16 on the CPU, with no gradient to track. `None` elsewhere, where the caller
-/// composes the same attention (a causal mask and the ordinary path).
+/// `v` f32, f16 or blocks ([`Kept`]) on the CPU, with no gradient to track. `None`
+/// elsewhere, where the caller composes the same attention (a causal mask and the ordinary
+/// path).
 ///
 /// # Shapes
 /// As [`crate::cpu::flash_attention`].
@@ -62,17 +67,22 @@ pub type TileBias<'a> =
 /// As [`crate::cpu::flash_attention`], where it runs.
 pub fn flash_attention(
     q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
+    k: impl Into<Kept>,
+    v: impl Into<Kept>,
     head_dim: usize,
     scale: f32,
     causal: Option<usize>,
     bias: Option<&TileBias>,
 ) -> Result<Option<Tensor>> {
+    let (k, v) = (k.into(), v.into());
+    let readable = |t: &Kept| match t {
+        Kept::Dense(t) => matches!(t.dtype(), DType::F32 | DType::F16),
+        Kept::Blocks { .. } => true,
+    };
     let runs = q.dtype() == DType::F32
-        && matches!(k.dtype(), DType::F32 | DType::F16)
+        && readable(&k)
         && q.device().is_cpu()
-        && ![q, k, v].iter().any(|t| t.track_op());
+        && ![q, k.tensor(), v.tensor()].iter().any(|t| t.track_op());
     if !runs {
         return Ok(None);
     }
@@ -87,11 +97,12 @@ pub fn flash_attention(
 /// `0 ..= offset + i` (a chunk of new tokens after `offset` cached ones: `tk` must be at
 /// least `offset + tq`); with `None` every query sees every key. Query head `i` reads
 /// key/value head `i / (h / kv)`. On the CPU, at inference: there is no backward. `q` is
-/// f32; `k` and `v` are f32 or f16 (widened to f32 a tile at a time).
+/// f32; `k` and `v` are f32, f16 or Q8_0 or Q4_0 blocks ([`Kept::Blocks`]), widened to
+/// f32 a tile at a time.
 ///
 /// # Shapes
 /// - `q`: `(b, h, tq, d)` or `(b, tq, h·d)`
-/// - `k`, `v`: `(b, kv, tk, d)` or `(b, tk, kv·d)`
+/// - `k`, `v`: `(b, kv, tk, d)` or `(b, tk, kv·d)` (blocks: `d` counted in values)
 /// - output: `(b, tq, h·d)`
 ///
 /// # Errors
@@ -100,15 +111,17 @@ pub fn flash_attention(
 /// the bias callback's own error.
 pub fn flash_attention_cpu(
     q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
+    k: impl Into<Kept>,
+    v: impl Into<Kept>,
     head_dim: usize,
     scale: f32,
     causal: Option<usize>,
     bias: Option<&TileBias>,
 ) -> Result<Tensor> {
-    let shape = |t: &Tensor| split_dims(t.dims(), head_dim);
-    let (Some([b, h, tq, d]), Some([kb, kv, tk, kd]), Some(vs)) = (shape(q), shape(k), shape(v))
+    let (k, v) = (&k.into(), &v.into());
+    let shape = |dims: &[usize]| split_dims(dims, head_dim);
+    let (Some([b, h, tq, d]), Some([kb, kv, tk, kd]), Some(vs)) =
+        (shape(q.dims()), shape(&k.dims()), shape(&v.dims()))
     else {
         candle_core::bail!(
             "flash attention: q {:?}, k {:?}, v {:?} must each be (b, heads, len, {head_dim}) or (b, len, heads·{head_dim})",
@@ -126,11 +139,21 @@ pub fn flash_attention_cpu(
         );
     }
     check_inference("flash attention", [q, q, q])?;
-    for (t, what) in [(k, "keys"), (v, "values")] {
-        if !matches!(t.dtype(), DType::F32 | DType::F16) || !t.device().is_cpu() {
+    for (kept, what) in [(k, "keys"), (v, "values")] {
+        let t = kept.tensor();
+        let dense = matches!(t.dtype(), DType::F32 | DType::F16);
+        let blocks = matches!(
+            kept,
+            Kept::Blocks {
+                format: Format::Q8_0 | Format::Q4_0,
+                ..
+            }
+        ) && t.dtype() == DType::U8;
+        if !(dense || blocks) || !t.device().is_cpu() {
             candle_core::bail!(
-                "flash attention: the {what} must be f32 or f16 on the CPU, got {:?}",
-                t.dtype()
+                "flash attention: the {what} must be f32, f16, or q8_0 or q4_0 blocks, on the CPU, got {:?} {:?}",
+                t.dtype(),
+                t.device().location()
             );
         }
         if t.track_op() {
@@ -149,11 +172,11 @@ pub fn flash_attention_cpu(
     if out.is_empty() || tk == 0 {
         return Tensor::from_vec(out, (b, tq, h * d), q.device());
     }
-    let guards = [q, k, v].map(|t| t.storage_and_layout());
+    let guards = [q, k.tensor(), v.tensor()].map(|t| t.storage_and_layout());
     let qh = Heads::new(cpu_f32(&guards[0].0, "q")?, guards[0].1, head_dim)?;
     let (kh, vh) = (
-        Stored::new(&guards[1], head_dim)?,
-        Stored::new(&guards[2], head_dim)?,
+        Stored::new(&guards[1], k, head_dim)?,
+        Stored::new(&guards[2], v, head_dim)?,
     );
     let tiles = Tiles {
         h,
@@ -203,22 +226,42 @@ pub fn flash_attention_cpu(
     Tensor::from_vec(out, (b, tq, h * d), q.device())
 }
 
-/// Keys or values as they are kept: f32, read in place, or f16, widened a tile at a time.
+/// Keys or values as they are kept: f32, read in place, or f16 or blocks, widened a tile
+/// at a time.
 enum Stored<'a> {
     F32(Heads<'a>),
     F16(Heads<'a, f16>),
+    /// Rows of `bytes` bytes, blocks of `format`: `Heads` over bytes, a row per position.
+    Blocks {
+        heads: Heads<'a, u8>,
+        format: Format,
+        bytes: usize,
+    },
 }
 
 impl<'a> Stored<'a> {
     fn new(
         (storage, layout): &'a (impl std::ops::Deref<Target = Storage>, &candle_core::Layout),
+        kept: &Kept,
         head_dim: usize,
     ) -> Result<Self> {
-        match &**storage {
-            Storage::Cpu(candle_core::CpuStorage::F16(data)) => {
+        match (&**storage, kept) {
+            (Storage::Cpu(candle_core::CpuStorage::U8(data)), &Kept::Blocks { format, .. }) => {
+                let bytes = head_dim / super::quantized::BLOCK * format.block_bytes();
+                let heads = Heads::new(data.as_slice(), layout, bytes)?;
+                if heads.strided(0, 0).2 != 1 {
+                    candle_core::bail!("flash attention: each row of blocks must lie in one piece");
+                }
+                Ok(Self::Blocks {
+                    heads,
+                    format,
+                    bytes,
+                })
+            }
+            (Storage::Cpu(candle_core::CpuStorage::F16(data)), _) => {
                 Ok(Self::F16(Heads::new(data, layout, head_dim)?))
             }
-            s => Ok(Self::F32(Heads::new(
+            (s, _) => Ok(Self::F32(Heads::new(
                 cpu_f32(s, "keys and values")?,
                 layout,
                 head_dim,
@@ -258,12 +301,37 @@ impl<'a> Stored<'a> {
                 }
                 Mat::rows(scratch, d)
             }
+            Self::Blocks {
+                heads,
+                format,
+                bytes,
+            } => {
+                let (ptr, rs, _) = heads.strided(bi, g);
+                for (r, out) in scratch[..cols * d].chunks_exact_mut(d).enumerate() {
+                    let row = ptr.wrapping_offset((k0 + r) as isize * rs);
+                    // SAFETY: row `k0 + r < tk` of the layout, its `bytes` side by side
+                    // (checked in `new`).
+                    dequantize_row(
+                        *format,
+                        unsafe { std::slice::from_raw_parts(row, *bytes) },
+                        out,
+                    );
+                }
+                Mat::rows(scratch, d)
+            }
         }
     }
 
-    /// Rows `k0 ..` of matrix `(bi, g)` where they lie, for [`few_rows`]: `None` unless
-    /// each row's values are side by side.
-    fn in_place(&self, bi: usize, g: usize, k0: usize) -> Option<few_rows::Rows> {
+    /// Rows `k0 .. k0 + cols` of matrix `(bi, g)` for [`few_rows`]: where they lie, or, for
+    /// blocks, widened into `scratch` (at least `cols · d` long); `None` unless each row's
+    /// values are side by side.
+    fn few_rows(
+        &self,
+        (bi, g, k0): (usize, usize, usize),
+        cols: usize,
+        d: usize,
+        scratch: &mut [f32],
+    ) -> Option<few_rows::Rows> {
         fn rows<T>(
             h: &Heads<T>,
             (bi, g, k0): (usize, usize, usize),
@@ -277,12 +345,25 @@ impl<'a> Stored<'a> {
         match self {
             Self::F32(h) => rows(h, (bi, g, k0), false),
             Self::F16(h) => rows(h, (bi, g, k0), true),
+            Self::Blocks { .. } => {
+                self.rows(bi, g, k0, cols, d, scratch);
+                Some(few_rows::Rows {
+                    ptr: scratch.as_ptr().cast(),
+                    stride: (d * std::mem::size_of::<f32>()) as isize,
+                    half: false,
+                })
+            }
         }
     }
 
-    /// Whether tiles are widened into a buffer of their own.
-    fn widened(&self) -> bool {
-        matches!(self, Self::F16(_))
+    /// Whether a task needs a buffer of its own to widen tiles into (`few`: whether it
+    /// reads them with [`few_rows`]).
+    fn widened(&self, few: bool) -> bool {
+        match self {
+            Self::F32(_) => false,
+            Self::F16(_) => !few,
+            Self::Blocks { .. } => true,
+        }
     }
 }
 
@@ -352,19 +433,21 @@ impl Tiles {
         // into a buffer of its own and then spend most of its time packing it.
         let few = n <= few_rows::ROWS
             && few_rows::runs(d)
-            && kh.in_place(bi, g, 0).is_some()
-            && vh.in_place(bi, g, 0).is_some();
-        let scratch = |kept: &Stored| {
-            let widened = kept.widened() && !few;
-            vec![0f32; if widened { tile } else { 0 }]
-        };
+            && kh.few_rows((bi, g, 0), 0, d, &mut []).is_some()
+            && vh.few_rows((bi, g, 0), 0, d, &mut []).is_some();
+        let scratch = |kept: &Stored| vec![0f32; if kept.widened(few) { tile } else { 0 }];
         let (mut kbuf, mut vbuf) = (scratch(kh), scratch(vh));
         let key_tiles = end.div_ceil(KEY_TILE);
         let (first, last) = (key_tiles * p / parts, key_tiles * (p + 1) / parts);
         for k0 in (first * KEY_TILE..(last * KEY_TILE).min(end)).step_by(KEY_TILE) {
             let cols = KEY_TILE.min(end - k0);
             let in_place = match few {
-                true => kh.in_place(bi, g, k0).zip(vh.in_place(bi, g, k0)),
+                true => (kh.few_rows((bi, g, k0), cols, d, &mut kbuf)).zip(vh.few_rows(
+                    (bi, g, k0),
+                    cols,
+                    d,
+                    &mut vbuf,
+                )),
                 false => None,
             };
             let values = match in_place {

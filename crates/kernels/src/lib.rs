@@ -17,6 +17,7 @@
 //! | attention without a score bias | [`attention()`] | scores, mask, softmax, dropout, sum | candle's ops under one node |
 //! | attention weights with a bias | [`attention_softmax`] | [`cpu::masked_softmax`] | scale, bias, mask fill, softmax, empty rows to zero |
 //! | attention over a cache, by tiles | [`flash_attention()`] | [`cpu::flash_attention`] | `None`: the model composes it |
+//! | a cache's quantized rows | [`kv_blocks::quantize`], [`kv_blocks::dequantize`] | candle's `QTensor::quantize`; rows widened per tile | the same, through the CPU |
 //! | attention of packed sequences | [`packed_attention()`] | [`cpu::packed_attention`] | `None`: the model composes it |
 //! | quantized product (GGUF) | [`quantized::quantized_matmul`] | SIMD dot products per format | `None`: candle's `QMatMul` |
 //! | label-smoothed cross-entropy | [`smoothed_cross_entropy`] | log-softmax and loss fused | `None`: the caller composes it |
@@ -32,6 +33,7 @@ mod bias;
 mod cross_entropy;
 mod flash_attention;
 mod gelu;
+pub mod kv_blocks;
 mod layer_norm;
 mod linear;
 mod matmul;

@@ -1060,6 +1060,34 @@ pub fn quantized_matmul_on(
     x.contiguous()?.apply_op1_no_bwd(&op).map(Some)
 }
 
+/// One row of blocks of 32 (Q8_0, Q4_0, Q4_1) as its `out.len()` values, in f32.
+///
+/// The callers pass only those formats (a K-quant is a bug here); a row shorter than `out`
+/// leaves the rest of `out` as it was.
+pub(crate) fn dequantize_row(format: Format, row: &[u8], out: &mut [f32]) {
+    let blocks = row.chunks_exact(format.block_bytes());
+    for (blk, out) in blocks.zip(out.chunks_exact_mut(BLOCK)) {
+        let dw = half(blk, 0);
+        match format {
+            Format::Q8_0 => {
+                (out.iter_mut().zip(&blk[2..])).for_each(|(o, &q)| *o = dw * f32::from(q as i8))
+            }
+            Format::Q4K | Format::Q6K => unreachable!("blocks of 32 only"),
+            Format::Q4_0 | Format::Q4_1 => {
+                let (qs, m) = match format {
+                    Format::Q4_0 => (&blk[2..], -8.0 * dw),
+                    _ => (&blk[4..], half(blk, 2)),
+                };
+                let (low, high) = out.split_at_mut(BLOCK / 2);
+                for ((lo, hi), &q) in low.iter_mut().zip(high).zip(qs) {
+                    *lo = dw * f32::from(q & 15) + m;
+                    *hi = dw * f32::from(q >> 4) + m;
+                }
+            }
+        }
+    }
+}
+
 /// Rows `ids` of a quantized table `(vocab, d)` as f32 `(ids.len(), d)`: only those rows
 /// are expanded (a token embedding looked up without holding the whole table in f32).
 ///
@@ -1081,24 +1109,10 @@ pub fn dequantize_rows(table: &QTensor, ids: &[u32]) -> Result<Tensor> {
     };
     let data = table.data()?;
     let row_bytes = d / BLOCK * format.block_bytes();
-    let mut out = Vec::with_capacity(ids.len() * d);
-    for &id in ids {
+    let mut out = vec![0f32; ids.len() * d];
+    for (&id, out) in ids.iter().zip(out.chunks_exact_mut(d)) {
         let row = &data[id as usize * row_bytes..(id as usize + 1) * row_bytes];
-        for blk in row.chunks_exact(format.block_bytes()) {
-            let dw = half(blk, 0);
-            match format {
-                Format::Q8_0 => out.extend(blk[2..].iter().map(|&q| dw * f32::from(q as i8))),
-                Format::Q4K | Format::Q6K => unreachable!("filtered out above"),
-                Format::Q4_0 | Format::Q4_1 => {
-                    let (qs, m) = match format {
-                        Format::Q4_0 => (&blk[2..], -8.0 * dw),
-                        _ => (&blk[4..], half(blk, 2)),
-                    };
-                    out.extend(qs.iter().map(|&q| dw * f32::from(q & 15) + m));
-                    out.extend(qs.iter().map(|&q| dw * f32::from(q >> 4) + m));
-                }
-            }
-        }
+        dequantize_row(format, row, out);
     }
     Tensor::from_vec(out, (ids.len(), d), &device)
 }

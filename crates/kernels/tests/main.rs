@@ -2,4 +2,5 @@
 //! all of candle, so one per crate keeps the suite's build and link time down.
 
 mod fused_ops;
+mod kv_blocks;
 mod quantized;

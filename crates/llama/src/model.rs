@@ -20,7 +20,7 @@ use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use posenc::PairLayout;
 use posenc_error::{bail, ensure, invalid, Context};
-use posenc_transformer::LanguageModel;
+use posenc_transformer::{KvType, LanguageModel};
 use tokenizers::Tokenizer;
 
 use crate::chat::ChatTemplate;
@@ -259,7 +259,7 @@ fn weights(
     if quantized {
         quantize(&mut model, file, config, device)?;
         // As llama.cpp's default cache: half the memory, far below the weights' rounding.
-        model.keep_cache_as(DType::F16)?;
+        model.keep_cache_as(KvType::F16)?;
     }
     Ok(model)
 }

@@ -522,6 +522,9 @@ pub struct RulerRow {
     /// `--self-extend`, if given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub self_extend: Option<posenc_transformer::SelfExtend>,
+    /// `--kv-cache`, if given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_cache: Option<posenc_transformer::KvType>,
     /// The scaling in a few words ([`scaling_label`]): what claims compare.
     #[serde(default)]
     pub scaling: String,
@@ -531,10 +534,12 @@ pub struct RulerRow {
 }
 
 /// `none`, or a `--rope-scaling`'s type and factor (`yarn ×2`; the JSON itself where it
-/// has neither), and self-extend's group and window (`self-extend 4/2048`).
+/// has neither), and self-extend's group and window (`self-extend 4/2048`), then the
+/// cache's type if one was given (`yarn ×2, q8_0 cache`).
 pub fn scaling_label(
     rope_scaling: Option<&str>,
     self_extend: Option<posenc_transformer::SelfExtend>,
+    kv_cache: Option<posenc_transformer::KvType>,
 ) -> String {
     let scaling = rope_scaling.map(|json| {
         let value: serde_json::Value = serde_json::from_str(json).unwrap_or_default();
@@ -544,10 +549,14 @@ pub fn scaling_label(
         }
     });
     let extend = self_extend.map(|se| format!("self-extend {}/{}", se.group, se.window));
-    match (scaling, extend) {
+    let label = match (scaling, extend) {
         (None, None) => "none".into(),
         (Some(s), None) | (None, Some(s)) => s,
         (Some(s), Some(e)) => format!("{s} + {e}"),
+    };
+    match kv_cache {
+        Some(kind) => format!("{label}, {kind} cache"),
+        None => label,
     }
 }
 
@@ -561,7 +570,7 @@ pub fn load_rows(path: &std::path::Path) -> Result<Vec<RulerRow>> {
     let mut rows: Vec<RulerRow> = serde_json::from_str(&text)
         .with_context(|| format!("{} is not a file of RULER records", path.display()))?;
     for row in &mut rows {
-        row.scaling = scaling_label(row.rope_scaling.as_deref(), row.self_extend);
+        row.scaling = scaling_label(row.rope_scaling.as_deref(), row.self_extend, row.kv_cache);
     }
     Ok(rows)
 }

@@ -33,6 +33,7 @@ use crate::linear::Proj;
 use crate::mask::Mask;
 use crate::self_extend::{self, SelfExtend};
 use crate::{BlockConfig, Error, Result};
+use posenc_kernels::kv_blocks::Kept;
 
 /// Multi-head attention, self or cross. Self-attention holds the positional encoding;
 /// cross-attention relates two sequences that no encoding orders, and holds none.
@@ -294,7 +295,7 @@ impl MultiHeadAttention {
             ));
         }
         let (k, v, sums) = self.append(cache, &k, &v, decay.as_ref())?;
-        let (k, v) = (k.to_dtype(q.dtype())?, v.to_dtype(q.dtype())?);
+        let (k, v) = (dense(&k, &q)?, dense(&v, &q)?);
         // After a cache the keys reach further than the queries: the bias of these
         // positions, which the stack (computing one bias for all) did not give.
         let bias = match (bias, &self.encoding) {
@@ -332,8 +333,8 @@ impl MultiHeadAttention {
                 // A rolling cache keeps its keys as they came: all of them are turned to
                 // their places in it at every read, the new ones last.
                 let (k, v, sums) = self.append(cache, &k, &v, decay.as_ref())?;
-                let k = self.rotate(&k.to_dtype(q.dtype())?, 0.into(), Role::Key)?;
-                (k, v, sums)
+                let k = self.rotate(&dense(&k, &q)?, 0.into(), Role::Key)?;
+                (Kept::Dense(k), v, sums)
             }
         };
         let scale = 1.0 / (self.head_dim as f64).sqrt();
@@ -344,7 +345,7 @@ impl MultiHeadAttention {
             4 => q.dim(3)?,
             _ => self.head_dim,
         };
-        let same_width = q_width == v.dim(3)?;
+        let same_width = Some(&q_width) == v.dims().get(3);
         // A decay's bias differs between the sequences of a batch; the tiles take one.
         let tiled = !self.whole_scores() && same_width && (sums.is_none() || q.dim(0)? == 1);
         if let (true, Some(encoding)) = (tiled, &self.encoding) {
@@ -363,8 +364,8 @@ impl MultiHeadAttention {
             let causal = Some(offset);
             if let Some(out) = kernels::flash_attention(
                 &q,
-                &k,
-                &v,
+                k.clone(),
+                v.clone(),
                 self.head_dim,
                 scale as f32,
                 causal,
@@ -373,7 +374,7 @@ impl MultiHeadAttention {
                 return Ok(self.out_proj.forward(&out)?);
             }
         }
-        let (k, v) = (k.to_dtype(q.dtype())?, v.to_dtype(q.dtype())?);
+        let (k, v) = (dense(&k, &q)?, dense(&v, &q)?);
         let len = offset + new;
         let mask = Mask::causal(new, len, offset, x.device())?;
         let bias = match &self.encoding {
@@ -415,7 +416,7 @@ impl MultiHeadAttention {
             }
             Some(cache) => {
                 let (k, v, _) = self.append(cache, k, v, None)?;
-                (k.to_dtype(q.dtype())?, v.to_dtype(q.dtype())?)
+                (dense(&k, q)?, dense(&v, q)?)
             }
             None => (self.split(k)?, self.split(v)?),
         };
@@ -471,21 +472,25 @@ impl MultiHeadAttention {
 
     /// Writes the new keys and values `k, v (batch, new, kv_heads·d_k)` to `cache`, with the
     /// gates of a `decay` if the encoding reads one, and returns all it holds, split into
-    /// heads, and the gates' running sums for the new positions and for all of them.
+    /// heads and as it keeps them ([`KvCache::kept`]), and the gates' running sums for the
+    /// new positions and for all of them.
     fn append(
         &self,
         cache: &mut KvCache,
         k: &Tensor,
         v: &Tensor,
         decay: Option<&Decay>,
-    ) -> Result<(Tensor, Tensor, Option<DecaySums>)> {
+    ) -> Result<(Kept, Kept, Option<DecaySums>)> {
         if decay.is_some_and(|d| d.after.is_some()) {
             return Err(Error::Input(
                 "a key/value cache serves causal attention: it cannot keep a decay of the keys after a query".into(),
             ));
         }
         let gates = decay.map(|d| &d.before);
-        cache.append_decayed(&self.split(k)?, &self.split(v)?, gates)
+        let sums = cache.write_decayed(&self.split(k)?, &self.split(v)?, gates)?;
+        let (k, v) = (cache.kept()?)
+            .ok_or_else(|| Error::Input("an empty write to the key/value cache".into()))?;
+        Ok((k, v, sums))
     }
 
     /// Self-attention within sequences packed end to end along the rows of
@@ -817,6 +822,11 @@ impl MultiHeadAttention {
             || (self.encoding.as_ref())
                 .is_some_and(|e| e.sink_logits().is_ok_and(|sink| sink.is_some()))
     }
+}
+
+/// Keys or values as kept, expanded to `q`'s dtype.
+fn dense(kept: &Kept, q: &Tensor) -> Result<Tensor> {
+    Ok(kept.dense()?.to_dtype(q.dtype())?)
 }
 
 /// One sequence's decay sums on the host ([`DecaySums`]), for the tiled kernel, which asks

@@ -7,6 +7,8 @@
 
 use candle_core::{DType, Tensor, D};
 use posenc::{Decay, Positions};
+use posenc_kernels::kv_blocks::{self, Kept};
+use posenc_kernels::quantized::Format;
 
 use crate::{Error, Result};
 
@@ -74,6 +76,112 @@ impl Streaming {
     }
 }
 
+/// What a key/value cache keeps each key and value as, llama.cpp's `-ctk`/`-ctv`: values
+/// (f32, exact; f16, rounded to 11 significant bits) or blocks of 32 with one f16 scale
+/// each ([`posenc_kernels::kv_blocks`]: Q8_0, 8-bit codes; Q4_0, 4-bit codes).
+///
+/// ```
+/// use posenc_transformer::KvType;
+/// assert_eq!(KvType::F16.row_bytes(64).unwrap(), 128);
+/// assert_eq!(KvType::Q8_0.row_bytes(64).unwrap(), 68);
+/// assert_eq!(KvType::Q4_0.row_bytes(64).unwrap(), 36);
+/// assert!(KvType::Q8_0.row_bytes(48).is_err());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KvType {
+    /// 4 bytes a value: exact.
+    F32,
+    /// 2 bytes a value.
+    F16,
+    /// 34 bytes per 32 values.
+    #[serde(rename = "q8_0")]
+    Q8_0,
+    /// 18 bytes per 32 values.
+    #[serde(rename = "q4_0")]
+    Q4_0,
+}
+
+/// How a [`KvType`] keeps a row.
+enum Form {
+    Values(DType),
+    Blocks(Format),
+}
+
+impl KvType {
+    fn form(self) -> Form {
+        match self {
+            Self::F32 => Form::Values(DType::F32),
+            Self::F16 => Form::Values(DType::F16),
+            Self::Q8_0 => Form::Blocks(Format::Q8_0),
+            Self::Q4_0 => Form::Blocks(Format::Q4_0),
+        }
+    }
+
+    /// The dtype of a cache of values; `None` for blocks.
+    pub fn dtype(self) -> Option<DType> {
+        match self.form() {
+            Form::Values(dtype) => Some(dtype),
+            Form::Blocks(_) => None,
+        }
+    }
+
+    /// The type that keeps `dtype` as it is, if a cache keeps it (f32 and f16).
+    pub fn of(dtype: DType) -> Option<Self> {
+        match dtype {
+            DType::F32 => Some(Self::F32),
+            DType::F16 => Some(Self::F16),
+            _ => None,
+        }
+    }
+
+    /// Bytes per row of `width` values (one head's key or value at one position).
+    ///
+    /// # Errors
+    /// Blocks over a width that is not a whole number of them (a multiple of 32).
+    pub fn row_bytes(self, width: usize) -> Result<usize> {
+        match self.form() {
+            Form::Values(dtype) => Ok(width * dtype.size_in_bytes()),
+            Form::Blocks(format) => kv_blocks::row_bytes(format, width).ok_or_else(|| {
+                Error::Input(format!(
+                    "a {self} key/value cache keeps blocks of 32 values: heads of {width} cannot be blocked (use f16 or f32)"
+                ))
+            }),
+        }
+    }
+
+    /// Keeps `x (…, width)` as this type: converted, or quantized to `u8 (…, row bytes)`.
+    fn keep(self, x: &Tensor) -> Result<Tensor> {
+        self.row_bytes(x.dim(D::Minus1)?)?;
+        Ok(match self.form() {
+            Form::Values(dtype) => x.to_dtype(dtype)?,
+            Form::Blocks(format) => kv_blocks::quantize(x, format)?,
+        })
+    }
+
+    /// What `buffer` (a view of a cache's) holds, as the kernels read it.
+    fn kept(self, buffer: Tensor) -> Kept {
+        match self.form() {
+            Form::Blocks(format) => Kept::Blocks {
+                rows: buffer,
+                format,
+            },
+            Form::Values(_) => Kept::Dense(buffer),
+        }
+    }
+}
+
+impl std::fmt::Display for KvType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::F32 => "f32",
+            Self::F16 => "f16",
+            Self::Q8_0 => "q8_0",
+            Self::Q4_0 => "q4_0",
+        })
+    }
+}
+
 /// The running sums of an encoding's decay gates ([`KvCache::append_decayed`]), f32.
 #[derive(Debug, Clone)]
 pub struct DecaySums {
@@ -112,13 +220,14 @@ fn check_gates(gates: &Tensor, batch: usize, new: usize) -> Result<Tensor> {
 /// [`KvCache::reserve`] asked for, or else doubles when it runs out. Not `Clone`: a shallow
 /// clone would share the buffers that the next write changes; [`KvCache::try_clone`] copies.
 ///
-/// Keys and values are kept in the dtype they come in, or in the one
+/// Keys and values are kept in the dtype they come in, or as the [`KvType`]
 /// [`KvCache::store_as`] names: f16 halves the cache of an f32 model, as llama.cpp keeps
-/// its own, and [`posenc_kernels::flash_attention`] reads it tile by tile in f32.
+/// its own, and Q8_0 and Q4_0 blocks take 0.53 and 0.28 of f16's bytes;
+/// [`posenc_kernels::flash_attention`] reads any of them tile by tile in f32.
 #[derive(Debug, Default)]
 pub struct KvCache {
-    /// The buffers, contiguous: keys and values `(batch, kv_heads, capacity, head_dim)`,
-    /// then, for an encoding that decays ([`posenc::Decay`]), the running sums of its
+    /// The buffers, contiguous: keys and values `(batch, kv_heads, capacity, head_dim)`
+    /// (blocks: `u8`, the last dimension a row's bytes), then, for an encoding that decays ([`posenc::Decay`]), the running sums of its
     /// log-gates `(batch, heads, capacity, 1)` (f32); empty before the first write.
     buffers: Vec<Tensor>,
     /// Positions written.
@@ -127,8 +236,8 @@ pub struct KvCache {
     reserved: usize,
     /// The length the sequence being read will reach ([`KvCache::read_until`]).
     reach: usize,
-    /// The dtype keys and values are kept in, if not their own.
-    dtype: Option<DType>,
+    /// What keys and values are kept as, if not as they come.
+    kind: Option<KvType>,
     /// Whether and how the cache rolls.
     streaming: Option<Streaming>,
     /// Positions written in all, evicted ones included.
@@ -144,11 +253,11 @@ impl KvCache {
         self.reach = total;
     }
 
-    /// An empty cache that rolls ([`Streaming`]), keeping keys and values as `dtype` if
+    /// An empty cache that rolls ([`Streaming`]), keeping keys and values as `kind` if
     /// one is given.
-    pub fn streaming(streaming: Streaming, dtype: Option<DType>) -> Self {
+    pub fn streaming(streaming: Streaming, kind: Option<KvType>) -> Self {
         Self {
-            dtype,
+            kind,
             streaming: Some(streaming),
             reserved: streaming.window,
             ..Self::default()
@@ -180,37 +289,37 @@ impl KvCache {
         }
     }
 
-    /// An empty cache that keeps keys and values as `dtype` ([`KvCache::store_as`]).
-    pub fn kept_as(dtype: DType) -> Self {
+    /// An empty cache that keeps keys and values as `kind` ([`KvCache::store_as`]).
+    pub fn kept_as(kind: KvType) -> Self {
         Self {
-            dtype: Some(dtype),
+            kind: Some(kind),
             ..Self::default()
         }
     }
 
-    /// Keeps what is written from now on as `dtype` (f16 to halve an f32 cache);
-    /// [`KvCache::get`] and [`KvCache::append`] then hand back `dtype`.
+    /// Keeps what is written from now on as `kind` (f16 to halve an f32 cache, Q8_0 or
+    /// Q4_0 blocks to quarter it or less); [`KvCache::get`] and [`KvCache::append`] then
+    /// hand back f16 for f16, and f32 for blocks, expanded.
     ///
     /// # Errors
-    /// A cache that already holds positions in another dtype.
-    pub fn store_as(&mut self, dtype: DType) -> Result<()> {
-        if let Some(k) = self.buffers.first() {
-            if k.dtype() != dtype {
-                return Err(Error::Input(format!(
-                    "the key/value cache already holds {:?}: it cannot be kept as {dtype:?}",
-                    k.dtype()
-                )));
+    /// A cache that already holds positions kept otherwise.
+    pub fn store_as(&mut self, kind: KvType) -> Result<()> {
+        match self.kind() {
+            Some(held) if !self.buffers.is_empty() && held != kind => Err(Error::Input(format!(
+                "the key/value cache already holds {held}: it cannot be kept as {kind}"
+            ))),
+            _ => {
+                self.kind = Some(kind);
+                Ok(())
             }
         }
-        self.dtype = Some(dtype);
-        Ok(())
     }
 
-    /// The dtype keys and values are kept in: the one [`KvCache::store_as`] named, or else
-    /// that of the first write (`None` before it).
-    pub fn dtype(&self) -> Option<DType> {
-        self.dtype
-            .or_else(|| self.buffers.first().map(|k| k.dtype()))
+    /// What keys and values are kept as: the type [`KvCache::store_as`] named, or else
+    /// that of the first write (`None` before it, or for a dtype no [`KvType`] names).
+    pub fn kind(&self) -> Option<KvType> {
+        self.kind
+            .or_else(|| self.buffers.first().and_then(|k| KvType::of(k.dtype())))
     }
 
     /// Number of positions cached.
@@ -251,11 +360,25 @@ impl KvCache {
     }
 
     /// The cached keys and values, `(batch, kv_heads, len, head_dim)` each: views of the
-    /// buffers, no copy.
+    /// buffers, no copy; blocks are expanded to f32 (a copy: [`KvCache::kept`] reads them
+    /// as they lie).
     pub fn get(&self) -> Result<Option<(Tensor, Tensor)>> {
+        Ok(match self.kept()? {
+            Some((k, v)) => Some((k.dense()?, v.dense()?)),
+            None => None,
+        })
+    }
+
+    /// The cached keys and values as they are kept, for [`posenc_kernels::flash_attention`]:
+    /// views of the buffers, blocks as blocks.
+    pub fn kept(&self) -> Result<Option<(Kept, Kept)>> {
         match self.buffers.as_slice() {
             [k, v, ..] if self.len > 0 => {
-                Ok(Some((k.narrow(2, 0, self.len)?, v.narrow(2, 0, self.len)?)))
+                let (k, v) = (k.narrow(2, 0, self.len)?, v.narrow(2, 0, self.len)?);
+                Ok(Some(match self.kind {
+                    Some(kind) => (kind.kept(k), kind.kept(v)),
+                    None => (Kept::Dense(k), Kept::Dense(v)),
+                }))
             }
             _ => Ok(None),
         }
@@ -298,8 +421,27 @@ impl KvCache {
         v: &Tensor,
         gates: Option<&Tensor>,
     ) -> Result<(Tensor, Tensor, Option<DecaySums>)> {
-        let (k, v) = match self.dtype {
-            Some(dtype) => (&k.to_dtype(dtype)?, &v.to_dtype(dtype)?),
+        let sums = self.write_decayed(k, v, gates)?;
+        let (k, v) = self
+            .get()?
+            .ok_or_else(|| Error::Input("an empty write to the key/value cache".into()))?;
+        Ok((k, v, sums))
+    }
+
+    /// [`KvCache::append_decayed`], without reading the cache back: the running sums of
+    /// the gates, if given ([`KvCache::kept`] reads the keys and values as kept).
+    ///
+    /// # Errors
+    /// As [`KvCache::append_decayed`]; rows a quantized cache cannot block (a width that is
+    /// not a multiple of 32).
+    pub fn write_decayed(
+        &mut self,
+        k: &Tensor,
+        v: &Tensor,
+        gates: Option<&Tensor>,
+    ) -> Result<Option<DecaySums>> {
+        let (k, v) = match self.kind {
+            Some(kind) => (&kind.keep(k)?, &kind.keep(v)?),
             None => (k, v),
         };
         let (b, heads, new, d) = k.dims4()?;
@@ -371,14 +513,10 @@ impl KvCache {
         }
         self.len = end;
         self.seen += new;
-        let (k, v) = self
-            .get()?
-            .ok_or_else(|| Error::Input("an empty write to the key/value cache".into()))?;
-        let sums = match (sums, self.decay_sums()?) {
+        Ok(match (sums, self.decay_sums()?) {
             (Some(queries), Some(keys)) => Some(DecaySums { queries, keys }),
             _ => None,
-        };
-        Ok((k, v, sums))
+        })
     }
 
     /// Makes room in a rolling cache for `new` positions: the oldest ones after the sinks

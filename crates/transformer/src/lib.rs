@@ -42,7 +42,7 @@ pub use config::{
     BlockOptions, Config, Encodings, NormKind, MAX_LAYERS, MAX_PARAMETERS, MAX_VOCAB,
 };
 pub use error::{Error, Result};
-pub use kv_cache::{DecaySums, KvCache, Streaming, RESERVE_AHEAD};
+pub use kv_cache::{DecaySums, KvCache, KvType, Streaming, RESERVE_AHEAD};
 pub use lm::{LanguageModel, LmConfig};
 pub use mask::Mask;
 pub use model::{Generator, Transformer};

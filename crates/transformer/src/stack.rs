@@ -16,13 +16,13 @@
 
 use std::sync::Arc;
 
-use candle_core::{DType, Tensor};
+use candle_core::Tensor;
 use candle_nn::{Module, VarBuilder};
 use posenc::{PositionalEncoding, Positions};
 
 use crate::attention::{AttentionInput, Source};
 use crate::block::{Block, BlockConfig, BlockOutput, CrossInput};
-use crate::kv_cache::{KvCache, Streaming};
+use crate::kv_cache::{KvCache, KvType, Streaming};
 use crate::layer_encodings::{bias_of, LayerEncodings};
 use crate::linear::Proj;
 use crate::mask::Mask;
@@ -36,7 +36,7 @@ pub struct StackCache {
     layers: Vec<(KvCache, KvCache)>,
     reserved: usize,
     reach: usize,
-    dtype: Option<DType>,
+    kind: Option<KvType>,
     streaming: Option<Streaming>,
 }
 
@@ -51,11 +51,11 @@ impl StackCache {
         }
     }
 
-    /// The same empty cache, keeping its self-attention keys and values as `dtype`
+    /// The same empty cache, keeping its self-attention keys and values as `kind`
     /// ([`KvCache::kept_as`]).
-    pub fn kept_as(self, dtype: DType) -> Self {
+    pub fn kept_as(self, kind: KvType) -> Self {
         Self {
-            dtype: Some(dtype),
+            kind: Some(kind),
             ..self
         }
     }
@@ -88,9 +88,9 @@ impl StackCache {
             .map_or(Positions::From(0), |(own, _)| own.positions(new))
     }
 
-    /// The dtype the self-attention keys and values are kept in, if one was named.
-    pub fn dtype(&self) -> Option<DType> {
-        self.dtype
+    /// What the self-attention keys and values are kept as, if it was named.
+    pub fn kind(&self) -> Option<KvType> {
+        self.kind
     }
 
     /// Number of positions held: run so far, less those a rolling cache has evicted.
@@ -343,12 +343,12 @@ impl Stack {
         memory: Option<Memory>,
         cache: &mut StackCache,
     ) -> Result<Tensor> {
-        let (reserved, dtype, streaming) = (cache.reserved, cache.dtype, cache.streaming);
+        let (reserved, kind, streaming) = (cache.reserved, cache.kind, cache.streaming);
         cache.layers.resize_with(self.layers.len(), || {
             let own = match streaming {
-                Some(s) => KvCache::streaming(s, dtype),
+                Some(s) => KvCache::streaming(s, kind),
                 None => {
-                    let mut own = dtype.map_or_else(KvCache::default, KvCache::kept_as);
+                    let mut own = kind.map_or_else(KvCache::default, KvCache::kept_as);
                     own.reserve(reserved);
                     own
                 }

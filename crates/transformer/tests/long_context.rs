@@ -12,11 +12,13 @@ use candle_core::{DType, Device, IndexOp, Tensor, Var};
 use common::*;
 use posenc::EncodingConfig;
 use posenc_kernels::cpu::flash_attention;
+use posenc_kernels::kv_blocks::{dequantize, quantize, row_bytes, Kept};
+use posenc_kernels::quantized::Format;
 use posenc_transformer::lm::PREFILL_CHUNK;
-use posenc_transformer::KvCache;
-use posenc_transformer::LanguageModel;
 use posenc_transformer::StackCache;
 use posenc_transformer::RESERVE_AHEAD;
+use posenc_transformer::{KvCache, KvType, Streaming};
+use posenc_transformer::{LanguageModel, LmConfig};
 
 fn filled(shape: &[usize], seed: u64) -> Tensor {
     posenc_testkit::uniform(shape, seed, -2.0, 2.0)
@@ -192,7 +194,7 @@ fn reads_half_precision(tq: usize, d: usize) {
             .unwrap()
     };
     let wide = |t: &Tensor| t.to_dtype(DType::F32).unwrap();
-    let want = flash_attention(&q, &wide(&k), &wide(&v), d, 0.3, Some(offset), None).unwrap();
+    let want = flash_attention(&q, wide(&k), wide(&v), d, 0.3, Some(offset), None).unwrap();
     assert_eq!(strided(&k).stride()[3], tk);
     for (k, v) in [
         (k.clone(), v.clone()),
@@ -207,8 +209,8 @@ fn reads_half_precision(tq: usize, d: usize) {
     // The rounding is real: f16 keys and values are not the f32 ones.
     let exact = flash_attention(
         &q,
-        &filled(&[b, kv, tk, d], 22),
-        &filled(&[b, kv, tk, d], 23),
+        filled(&[b, kv, tk, d], 22),
+        filled(&[b, kv, tk, d], 23),
         d,
         0.3,
         Some(offset),
@@ -219,7 +221,7 @@ fn reads_half_precision(tq: usize, d: usize) {
     // Other dtypes of keys are named.
     let e = flash_attention(
         &q,
-        &k.to_dtype(DType::BF16).unwrap(),
+        k.to_dtype(DType::BF16).unwrap(),
         &v,
         d,
         0.3,
@@ -228,7 +230,45 @@ fn reads_half_precision(tq: usize, d: usize) {
     )
     .unwrap_err()
     .to_string();
-    assert!(e.contains("f32 or f16"), "{e}");
+    assert!(e.contains("f32, f16, or q8_0 or q4_0 blocks"), "{e}");
+}
+
+/// Keys and values kept as Q8_0 or Q4_0 blocks are read as their expansion would be, with
+/// many query rows (matrix products) and one (a decode step, dot products), in a view of a
+/// larger buffer as a cache's.
+#[test]
+fn the_tiled_kernel_reads_blocks_as_their_expansion() {
+    let (b, h, kv, d, offset) = (1, 4, 2, 64, 300);
+    for format in [Format::Q8_0, Format::Q4_0] {
+        for tq in [1, 9, 70] {
+            let tk = offset + tq;
+            let q = filled(&[b, h, tq, d], 41);
+            // Rows of blocks in a buffer with room for more, narrowed as a cache's are.
+            let blocks = |seed| {
+                let buffer = quantize(&filled(&[b, kv, tk + 17, d], seed), format).unwrap();
+                buffer.narrow(2, 0, tk).unwrap()
+            };
+            let (k, v) = (blocks(42), blocks(43));
+            let kept = |rows: &Tensor| Kept::Blocks {
+                rows: rows.clone(),
+                format,
+            };
+            let expanded = |rows: &Tensor| dequantize(rows, format).unwrap();
+            let want = flash_attention(&q, expanded(&k), expanded(&v), d, 0.2, Some(offset), None)
+                .unwrap();
+            let got = flash_attention(&q, kept(&k), kept(&v), d, 0.2, Some(offset), None).unwrap();
+            let diff = max_abs_diff(&got, &want);
+            assert!(diff < 1e-6, "{format:?}, {tq} rows: max |Δ| {diff}");
+            // Blocks for keys only, values as they are.
+            let mixed = flash_attention(&q, kept(&k), expanded(&v), d, 0.2, Some(offset), None);
+            assert!(max_abs_diff(&mixed.unwrap(), &want) < 1e-6);
+            // The rounding is real.
+            let exact = |seed| filled(&[b, kv, tk + 17, d], seed).narrow(2, 0, tk).unwrap();
+            let exact =
+                flash_attention(&q, exact(42), exact(43), d, 0.2, Some(offset), None).unwrap();
+            assert!(max_abs_diff(&exact, &want) > 0.0);
+        }
+    }
 }
 
 #[test]
@@ -333,11 +373,11 @@ fn the_cache_is_written_in_place_and_grows_geometrically() {
 #[test]
 fn a_cache_kept_in_f16_rounds_what_it_is_given() {
     let (k, v) = (filled(&[1, 2, 3, 4], 31), filled(&[1, 2, 3, 4], 32));
-    let mut cache = KvCache::kept_as(DType::F16);
+    let mut cache = KvCache::kept_as(KvType::F16);
     let (got_k, got_v) = cache.append(&k, &v).unwrap();
     assert_eq!(
-        (got_k.dtype(), cache.dtype()),
-        (DType::F16, Some(DType::F16))
+        (got_k.dtype(), cache.kind()),
+        (DType::F16, Some(KvType::F16))
     );
     let rounded = |t: &Tensor| {
         t.to_dtype(DType::F16)
@@ -356,9 +396,48 @@ fn a_cache_kept_in_f16_rounds_what_it_is_given() {
     // A cache that holds f32 cannot be said to hold f16 afterwards.
     let mut f32_cache = KvCache::default();
     f32_cache.append(&k, &v).unwrap();
-    let e = f32_cache.store_as(DType::F16).unwrap_err().to_string();
-    assert!(e.contains("already holds F32"), "{e}");
-    f32_cache.store_as(DType::F32).unwrap();
+    let e = f32_cache.store_as(KvType::F16).unwrap_err().to_string();
+    assert!(e.contains("already holds f32"), "{e}");
+    f32_cache.store_as(KvType::F32).unwrap();
+}
+
+/// A cache kept as blocks hands back what gguf-py's rounding would (the kernels' test
+/// checks the bytes), keeps them as blocks for the tiled kernel, and refuses rows it
+/// cannot block.
+#[test]
+fn a_cache_kept_as_blocks_rounds_what_it_is_given() {
+    for (kind, format) in [(KvType::Q8_0, Format::Q8_0), (KvType::Q4_0, Format::Q4_0)] {
+        let (k, v) = (filled(&[1, 2, 3, 64], 51), filled(&[1, 2, 3, 64], 52));
+        let mut cache = KvCache::kept_as(kind);
+        cache.append(&k, &v).unwrap();
+        let (got_k, got_v) = cache.append(&k, &v).unwrap();
+        assert_eq!(
+            (got_k.dims(), got_k.dtype()),
+            (&[1, 2, 6, 64][..], DType::F32)
+        );
+        let rounded = |t: &Tensor| dequantize(&quantize(t, format).unwrap(), format).unwrap();
+        let twice = |t: &Tensor| Tensor::cat(&[rounded(t), rounded(t)], 2).unwrap();
+        assert_eq!(max_abs_diff(&got_k, &twice(&k)), 0.0, "{kind}");
+        assert_eq!(max_abs_diff(&got_v, &twice(&v)), 0.0, "{kind}");
+        assert!(max_abs_diff(&got_k, &Tensor::cat(&[&k, &k], 2).unwrap()) > 0.0);
+        let Some((Kept::Blocks { rows, format: f }, Kept::Blocks { .. })) = cache.kept().unwrap()
+        else {
+            panic!("{kind}: the cache does not hand back its blocks");
+        };
+        let bytes = row_bytes(format, 64).unwrap();
+        assert_eq!(
+            (rows.dims(), rows.dtype(), f),
+            (&[1, 2, 6, bytes][..], DType::U8, format)
+        );
+        let e = cache.store_as(KvType::F16).unwrap_err().to_string();
+        assert!(e.contains(&format!("already holds {kind}")), "{e}");
+        let mut narrow = KvCache::kept_as(kind);
+        let e = narrow
+            .append(&filled(&[1, 2, 3, 24], 1), &filled(&[1, 2, 3, 24], 2))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("heads of 24 cannot be blocked"), "{e}");
+    }
 }
 
 /// A model whose cache is kept in f16 reads a long text chunk by chunk to within the
@@ -371,12 +450,12 @@ fn a_model_reads_through_an_f16_cache_to_within_its_rounding() {
     for kind in ["rope", "alibi", "cope"] {
         let mut model = lm(EncodingConfig::from_kind(kind).unwrap(), len);
         let bytes = model.cache_bytes(1, len);
-        model.keep_cache_as(DType::F16).unwrap();
+        model.keep_cache_as(KvType::F16).unwrap();
         assert_eq!(model.cache_bytes(1, len) * 2, bytes);
         let ids = long_ids(1, len);
         let full = model.logits(&ids).unwrap();
         let mut cache = model.cache(len);
-        assert_eq!(cache.dtype(), Some(DType::F16));
+        assert_eq!(cache.kind(), Some(KvType::F16));
         let parts: Vec<Tensor> = [(0, 300), (300, 1), (301, len - 301)]
             .iter()
             .map(|&(start, n)| {
@@ -391,9 +470,86 @@ fn a_model_reads_through_an_f16_cache_to_within_its_rounding() {
             "{kind}: f16 cache differs by {diff}"
         );
     }
+}
+
+/// A model whose cache is kept as Q8_0 or Q4_0 blocks reads a long text chunk by chunk,
+/// and through a rolling cache, to within their rounding (Q4_0's the coarser), with the
+/// tiled kernel and without it; its cache is 34 (18) bytes per 32 values. A model whose
+/// heads are not whole blocks is refused.
+#[test]
+fn a_model_reads_through_a_quantized_cache_to_within_its_rounding() {
+    let len = PREFILL_CHUNK + 76;
+    let ids = long_ids(1, len);
+    let chunks = [(0, 300), (300, 1), (301, len - 301)];
+    for kind in ["rope", "alibi", "cope"] {
+        let cfg = LmConfig {
+            d_model: 64,
+            heads: 2,
+            ..tiny_lm_config(EncodingConfig::from_kind(kind).unwrap(), len)
+        };
+        let mut model = LanguageModel::frozen(&cfg, &lm_weights(&cfg), &Device::Cpu).unwrap();
+        let full = model.logits(&ids).unwrap();
+        let f32_bytes = model.cache_bytes(1, len);
+        let mut diffs = Vec::new();
+        let top = full
+            .abs()
+            .unwrap()
+            .max_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
+        // Bounds on the logits' largest change, as a fraction of the largest logit: 8-bit
+        // codes round to 1/254 of a block's largest value, 4-bit ones to 1/16.
+        for (cache_type, per_32, bound) in [(KvType::Q8_0, 34, 0.005), (KvType::Q4_0, 18, 0.04)] {
+            model.keep_cache_as(cache_type).unwrap();
+            assert_eq!(model.cache_bytes(1, len) * 128, f32_bytes * per_32);
+            let mut cache = model.cache(len);
+            assert_eq!(cache.kind(), Some(cache_type));
+            let parts: Vec<Tensor> = (chunks.iter())
+                .map(|&(start, n)| {
+                    let part = ids.narrow(1, start, n).unwrap();
+                    model.logits_cached(&part, &mut cache).unwrap()
+                })
+                .collect();
+            let diff = max_abs_diff(&Tensor::cat(&parts, 1).unwrap(), &full);
+            assert!(
+                diff > 0.0 && diff < bound * top,
+                "{kind}: a {cache_type} cache differs by {diff}, the largest logit {top}"
+            );
+            diffs.push(diff);
+        }
+        assert!(
+            diffs[1] > diffs[0],
+            "{kind}: q4_0 {} within q8_0 {}",
+            diffs[1],
+            diffs[0]
+        );
+        // A rolling cache keeps its keys unrotated: as blocks, they are expanded to be
+        // turned at every read.
+        let rolling = |model: &LanguageModel| {
+            let mut cache = model
+                .rolling_cache(Streaming::new(4, 200).unwrap())
+                .unwrap();
+            let parts: Vec<Tensor> = (0..len)
+                .step_by(150)
+                .map(|start| {
+                    let part = ids.narrow(1, start, 150.min(len - start)).unwrap();
+                    model.logits_cached(&part, &mut cache).unwrap()
+                })
+                .collect();
+            Tensor::cat(&parts, 1).unwrap()
+        };
+        let blocks = rolling(&model);
+        model.keep_cache_as(KvType::F32).unwrap();
+        let diff = max_abs_diff(&blocks, &rolling(&model));
+        assert!(
+            diff > 0.0 && diff < 0.04 * top,
+            "{kind}: rolling q4_0 differs by {diff}"
+        );
+    }
     let mut model = lm(EncodingConfig::from_kind("rope").unwrap(), 8);
-    let e = model.keep_cache_as(DType::BF16).unwrap_err().to_string();
-    assert!(e.contains("f32 or f16"), "{e}");
+    let e = model.keep_cache_as(KvType::Q8_0).unwrap_err().to_string();
+    assert!(e.contains("heads of 4 cannot be blocked"), "{e}");
 }
 
 fn lm(encoding: EncodingConfig, context: usize) -> LanguageModel {

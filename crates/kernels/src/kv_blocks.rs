@@ -1,0 +1,158 @@
+//! Keys and values kept as llama.cpp keeps a quantized cache (`-ctk`/`-ctv q8_0|q4_0`):
+//! each row of `width` values (one head's key or value at one position) as `width / 32`
+//! blocks of 32, a block an f16 scale `d` and its values' codes:
+//!
+//! - Q8_0, 34 bytes: `d = max|x| / 127`, `q = round(x / d)`, `x ≈ d q`;
+//! - Q4_0, 18 bytes: `d = −m / 8` (`m` the value of largest magnitude, sign kept),
+//!   `q = min(15, ⌊x / d + 8.5⌋)`, `x ≈ d (q − 8)`, values `0..16` in the low nibbles and
+//!   `16..32` in the high ones.
+//!
+//! Rows are quantized by candle's own `QTensor::quantize` (ggml's reference rounding) and
+//! kept as a `u8` tensor `(…, width / 32 · block bytes)`, so that a cache's buffers are
+//! written, narrowed and moved as any other tensor. [`crate::flash_attention()`] reads
+//! them in place, widening a tile of rows to f32 as it reads it; everything else reads
+//! them through [`Kept::dense`].
+
+use candle_core::quantized::QTensor;
+use candle_core::{DType, Device, Result, Tensor};
+
+use crate::quantized::{dequantize_row, Format, BLOCK};
+
+/// Keys or values as a cache keeps them: a tensor of values, or rows of blocks.
+#[derive(Debug, Clone)]
+pub enum Kept {
+    /// Values as they are (f32 or f16 for [`crate::flash_attention()`]).
+    Dense(Tensor),
+    /// `u8 (…, row bytes)`: each row `width / 32` blocks of `format` ([`quantize`]).
+    Blocks {
+        /// The blocks' bytes, a row of blocks per row of values.
+        rows: Tensor,
+        /// Q8_0 or Q4_0.
+        format: Format,
+    },
+}
+
+impl From<&Tensor> for Kept {
+    fn from(t: &Tensor) -> Self {
+        Self::Dense(t.clone())
+    }
+}
+
+impl From<Tensor> for Kept {
+    fn from(t: Tensor) -> Self {
+        Self::Dense(t)
+    }
+}
+
+impl Kept {
+    /// The shape of the values: a dense tensor's own, or the blocks' with their last
+    /// dimension counted in values.
+    pub fn dims(&self) -> Vec<usize> {
+        match self {
+            Self::Dense(t) => t.dims().to_vec(),
+            Self::Blocks { rows, format } => {
+                let mut dims = rows.dims().to_vec();
+                if let Some(last) = dims.last_mut() {
+                    *last = *last / format.block_bytes() * BLOCK;
+                }
+                dims
+            }
+        }
+    }
+
+    /// The values as a tensor: a dense one as it is, blocks expanded to f32 ([`dequantize`]).
+    ///
+    /// # Errors
+    /// As [`dequantize`].
+    pub fn dense(&self) -> Result<Tensor> {
+        match self {
+            Self::Dense(t) => Ok(t.clone()),
+            Self::Blocks { rows, format } => dequantize(rows, *format),
+        }
+    }
+
+    /// The tensor kept: the values, or the blocks' bytes.
+    pub fn tensor(&self) -> &Tensor {
+        match self {
+            Self::Dense(t) | Self::Blocks { rows: t, .. } => t,
+        }
+    }
+}
+
+/// Bytes per row of `width` values kept as `format`: `None` for a format a cache does not
+/// keep (only Q8_0 and Q4_0 do) or a width that is not a whole number of blocks.
+///
+/// ```
+/// use posenc_kernels::kv_blocks::row_bytes;
+/// use posenc_kernels::quantized::Format;
+/// assert_eq!(row_bytes(Format::Q8_0, 64), Some(68));
+/// assert_eq!(row_bytes(Format::Q4_0, 64), Some(36));
+/// assert_eq!(row_bytes(Format::Q8_0, 48), None);
+/// assert_eq!(row_bytes(Format::Q4K, 256), None);
+/// ```
+pub fn row_bytes(format: Format, width: usize) -> Option<usize> {
+    let cached = matches!(format, Format::Q8_0 | Format::Q4_0);
+    (cached && width > 0 && width.is_multiple_of(BLOCK))
+        .then(|| width / BLOCK * format.block_bytes())
+}
+
+/// `x (…, width)` as rows of `format` blocks, `u8 (…, width / 32 · block bytes)`, on
+/// `x`'s device.
+///
+/// # Shapes
+/// - `x`: `(…, width)`, `width` a multiple of 32
+/// - output: `(…, row_bytes(format, width))`
+///
+/// # Errors
+/// A format other than Q8_0 or Q4_0, or a width that is not a whole number of blocks.
+pub fn quantize(x: &Tensor, format: Format) -> Result<Tensor> {
+    let dims = x.dims();
+    let width = dims.last().copied().unwrap_or(0);
+    let Some(bytes) = row_bytes(format, width) else {
+        candle_core::bail!(
+            "a key/value cache keeps rows of whole blocks of {BLOCK} as q8_0 or q4_0: rows of {width} values cannot be kept as {format:?}"
+        )
+    };
+    let rows = x.elem_count() / width;
+    let flat = x
+        .to_device(&Device::Cpu)?
+        .to_dtype(DType::F32)?
+        .reshape((rows, width))?;
+    let blocks = QTensor::quantize(&flat, format.dtype())?;
+    let mut shape = dims.to_vec();
+    if let Some(last) = shape.last_mut() {
+        *last = bytes;
+    }
+    Tensor::from_vec(blocks.data()?.into_owned(), shape, &Device::Cpu)?.to_device(x.device())
+}
+
+/// Rows of `format` blocks, `u8 (…, row bytes)`, as f32 `(…, width)`.
+///
+/// # Errors
+/// A tensor that is not `u8`, a format other than Q8_0 or Q4_0, or rows that are not a
+/// whole number of blocks.
+pub fn dequantize(rows: &Tensor, format: Format) -> Result<Tensor> {
+    let dims = rows.dims();
+    let bytes = dims.last().copied().unwrap_or(0);
+    let bb = format.block_bytes();
+    let width = bytes / bb * BLOCK;
+    if rows.dtype() != DType::U8 || row_bytes(format, width) != Some(bytes) {
+        candle_core::bail!(
+            "{format:?} rows must be u8 of whole {bb}-byte blocks, got {:?} {dims:?}",
+            rows.dtype()
+        )
+    }
+    let data = rows
+        .to_device(&Device::Cpu)?
+        .flatten_all()?
+        .to_vec1::<u8>()?;
+    let mut out = vec![0f32; data.len() / bytes * width];
+    for (row, out) in data.chunks_exact(bytes).zip(out.chunks_exact_mut(width)) {
+        dequantize_row(format, row, out);
+    }
+    let mut shape = dims.to_vec();
+    if let Some(last) = shape.last_mut() {
+        *last = width;
+    }
+    Tensor::from_vec(out, shape, &Device::Cpu)?.to_device(rows.device())
+}
