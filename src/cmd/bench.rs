@@ -86,6 +86,11 @@ pub enum BenchCommand {
         /// Dequantize the weights to f32 instead of multiplying them quantized.
         #[arg(long)]
         f32: bool,
+        /// What both keep the key/value cache as: ours, and llama-bench's -ctk/-ctv (with
+        /// -fa on, which its quantized cache needs) [default: each its own; f16 for a
+        /// quantized model].
+        #[arg(long, value_enum)]
+        kv_cache: Option<super::model::CacheType>,
         /// Where ours computes: cpu; cuda or cuda:N (built with --features cuda); metal or
         /// metal:N (--features metal). llama.cpp (a CPU build) runs only against the CPU.
         #[arg(long, default_value = "cpu")]
@@ -118,6 +123,7 @@ impl BenchCommand {
                 rounds,
                 no_llama_cpp,
                 f32,
+                kv_cache,
                 device,
             } => {
                 let model = match model {
@@ -137,6 +143,7 @@ impl BenchCommand {
                             false => posenc_llama::Precision::Quantized,
                         },
                         device: device.0,
+                        kv_cache: kv_cache.map(Into::into),
                     },
                     out,
                 )?;

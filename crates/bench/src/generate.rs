@@ -12,6 +12,7 @@ use candle_core::{Device, Tensor};
 use posenc_error::{ensure, Context};
 use posenc_kotoba::bench::median;
 use posenc_llama::{Llama, Precision};
+use posenc_transformer::KvType;
 
 use crate::Result;
 
@@ -33,6 +34,9 @@ pub struct GenerateBench {
     pub precision: Precision,
     /// Where ours computes.
     pub device: Device,
+    /// What both keep the cache as (llama-bench's `-ctk`/`-ctv`); `None`: each its default
+    /// (f16 for a quantized model, f32 for ours in f32).
+    pub kv_cache: Option<KvType>,
 }
 
 /// One side's figures for one round: prefill tokens/s per prompt length, decode tokens/s
@@ -147,12 +151,19 @@ fn llama_cpp_round(
             .collect::<Vec<_>>()
             .join(",")
     };
+    let cache = cfg.kv_cache.map(|k| k.to_string());
+    // A quantized cache's values are read by llama.cpp's flash attention only.
+    let cache_args = match &cache {
+        Some(t) => vec!["-ctk", t, "-ctv", t, "-fa", "on"],
+        None => Vec::new(),
+    };
     let run = |args: &[&str]| -> Result<(Vec<serde_json::Value>, Option<f64>)> {
         let (out, peak) = run_watched(
             Command::new(bench)
                 .arg("-m")
                 .arg(&cfg.model)
                 .args(args)
+                .args(&cache_args)
                 .args(["-r", "1", "-o", "json", "-t", &threads.to_string()]),
         )?;
         let runs = serde_json::from_slice(&out.stdout).context("reading llama-bench's JSON")?;
@@ -279,12 +290,15 @@ pub fn generate(cfg: GenerateBench, out: &mut impl Write) -> Result<()> {
         posenc::limits::check("depth", d, 32_768)?;
     }
     let threads = candle_core::utils::get_num_threads();
-    let llama = Llama::from_gguf(
+    let mut llama = Llama::from_gguf(
         &cfg.model,
         cfg.precision,
         posenc::PairLayout::Interleaved,
         &cfg.device,
     )?;
+    if let Some(kind) = cfg.kv_cache {
+        llama.model.keep_cache_as(kind)?;
+    }
     let on_cpu = cfg.device.is_cpu();
     let bench = match cfg.no_llama_cpp || !on_cpu {
         true => None,
@@ -320,7 +334,7 @@ pub fn generate(cfg: GenerateBench, out: &mut impl Write) -> Result<()> {
     );
     writeln!(
         out,
-        "{}, {threads} threads, posenc {} on {}: {} alternating rounds, medians",
+        "{}, {threads} threads, posenc {} on {}, a {} cache: {} alternating rounds, medians",
         cfg.model
             .file_name()
             .map_or("model".into(), |n| n.to_string_lossy()),
@@ -329,6 +343,7 @@ pub fn generate(cfg: GenerateBench, out: &mut impl Write) -> Result<()> {
             Precision::Quantized => "quantized",
         },
         device_name(&cfg.device),
+        llama.model.cache_type(),
         cfg.rounds
     )?;
     // A GPU loads each kernel (and cuBLAS picks its own for each shape) on first use: an

@@ -26,8 +26,9 @@
 //! A decode step has one query row per head. When the tasks are fewer than the cores could
 //! take, each task's key tiles are split into parts, each with its own running maximum and
 //! sum, merged at the end (flash-decoding). A task of few rows does no matrix product: on
-//! AVX-512 its scores are dot products over key rows read where they lie, f16 widened as it
-//! is loaded, and its weighted sum adds each value row to every row's accumulator.
+//! AVX-512 its scores are dot products over key rows read where they lie, f16 widened and
+//! Q8_0 or Q4_0 codes scaled as they are loaded, and its weighted sum adds each value row
+//! to every row's accumulator. Other tasks widen a tile of f16 or blocks into a buffer.
 
 use std::ops::Range;
 
@@ -307,63 +308,53 @@ impl<'a> Stored<'a> {
                 bytes,
             } => {
                 let (ptr, rs, _) = heads.strided(bi, g);
-                for (r, out) in scratch[..cols * d].chunks_exact_mut(d).enumerate() {
-                    let row = ptr.wrapping_offset((k0 + r) as isize * rs);
-                    // SAFETY: row `k0 + r < tk` of the layout, its `bytes` side by side
-                    // (checked in `new`).
-                    dequantize_row(
-                        *format,
-                        unsafe { std::slice::from_raw_parts(row, *bytes) },
-                        out,
-                    );
-                }
+                // Compiled for the CPU's vector instructions: a block's values widen and
+                // scale in a few instructions.
+                vectorized(
+                    #[inline(always)]
+                    || {
+                        for (r, out) in scratch[..cols * d].chunks_exact_mut(d).enumerate() {
+                            let row = ptr.wrapping_offset((k0 + r) as isize * rs);
+                            // SAFETY: row `k0 + r < tk` of the layout, its `bytes` side by
+                            // side (checked in `new`).
+                            let row = unsafe { std::slice::from_raw_parts(row, *bytes) };
+                            dequantize_row(*format, row, out);
+                        }
+                    },
+                );
                 Mat::rows(scratch, d)
             }
         }
     }
 
-    /// Rows `k0 .. k0 + cols` of matrix `(bi, g)` for [`few_rows`]: where they lie, or, for
-    /// blocks, widened into `scratch` (at least `cols · d` long); `None` unless each row's
-    /// values are side by side.
-    fn few_rows(
-        &self,
-        (bi, g, k0): (usize, usize, usize),
-        cols: usize,
-        d: usize,
-        scratch: &mut [f32],
-    ) -> Option<few_rows::Rows> {
+    /// Rows `k0 ..` of matrix `(bi, g)` where they lie, for [`few_rows`]: `None` unless
+    /// each row's values (or blocks) are side by side.
+    fn in_place(&self, bi: usize, g: usize, k0: usize) -> Option<few_rows::Rows> {
         fn rows<T>(
             h: &Heads<T>,
             (bi, g, k0): (usize, usize, usize),
-            half: bool,
+            kind: few_rows::Kind,
         ) -> Option<few_rows::Rows> {
             let (p, rs, cs) = h.strided(bi, g);
             let ptr = p.wrapping_offset(k0 as isize * rs).cast::<u8>();
             let stride = rs * std::mem::size_of::<T>() as isize;
-            (cs == 1).then_some(few_rows::Rows { ptr, stride, half })
+            (cs == 1).then_some(few_rows::Rows { ptr, stride, kind })
         }
+        let at = (bi, g, k0);
         match self {
-            Self::F32(h) => rows(h, (bi, g, k0), false),
-            Self::F16(h) => rows(h, (bi, g, k0), true),
-            Self::Blocks { .. } => {
-                self.rows(bi, g, k0, cols, d, scratch);
-                Some(few_rows::Rows {
-                    ptr: scratch.as_ptr().cast(),
-                    stride: (d * std::mem::size_of::<f32>()) as isize,
-                    half: false,
-                })
-            }
+            Self::F32(h) => rows(h, at, few_rows::Kind::F32),
+            Self::F16(h) => rows(h, at, few_rows::Kind::F16),
+            Self::Blocks { heads, format, .. } => match format {
+                Format::Q8_0 => rows(heads, at, few_rows::Kind::Q8_0),
+                _ => rows(heads, at, few_rows::Kind::Q4_0),
+            },
         }
     }
 
     /// Whether a task needs a buffer of its own to widen tiles into (`few`: whether it
-    /// reads them with [`few_rows`]).
+    /// reads them in place with [`few_rows`]).
     fn widened(&self, few: bool) -> bool {
-        match self {
-            Self::F32(_) => false,
-            Self::F16(_) => !few,
-            Self::Blocks { .. } => true,
-        }
+        !matches!(self, Self::F32(_)) && !few
     }
 }
 
@@ -433,8 +424,8 @@ impl Tiles {
         // into a buffer of its own and then spend most of its time packing it.
         let few = n <= few_rows::ROWS
             && few_rows::runs(d)
-            && kh.few_rows((bi, g, 0), 0, d, &mut []).is_some()
-            && vh.few_rows((bi, g, 0), 0, d, &mut []).is_some();
+            && kh.in_place(bi, g, 0).is_some()
+            && vh.in_place(bi, g, 0).is_some();
         let scratch = |kept: &Stored| vec![0f32; if kept.widened(few) { tile } else { 0 }];
         let (mut kbuf, mut vbuf) = (scratch(kh), scratch(vh));
         let key_tiles = end.div_ceil(KEY_TILE);
@@ -442,12 +433,7 @@ impl Tiles {
         for k0 in (first * KEY_TILE..(last * KEY_TILE).min(end)).step_by(KEY_TILE) {
             let cols = KEY_TILE.min(end - k0);
             let in_place = match few {
-                true => (kh.few_rows((bi, g, k0), cols, d, &mut kbuf)).zip(vh.few_rows(
-                    (bi, g, k0),
-                    cols,
-                    d,
-                    &mut vbuf,
-                )),
+                true => kh.in_place(bi, g, k0).zip(vh.in_place(bi, g, k0)),
                 false => None,
             };
             let values = match in_place {
@@ -596,18 +582,29 @@ impl Tiles {
 /// Attention products for a task of few stacked query rows (a decode step), on AVX-512:
 /// each score a dot product over a row of keys, four keys at a time, and the weighted sum
 /// of values one value row at a time, broadcast over each query row's accumulator; keys
-/// and values are read where they lie, f16 widened sixteen at a time as it is loaded.
+/// and values are read where they lie, f16 widened and blocks' codes scaled sixteen at a
+/// time as they are loaded.
 mod few_rows {
     /// The most stacked query rows these kernels take.
     pub(super) const ROWS: usize = 8;
 
-    /// Rows of f32 or (`half`) f16 values: the first at `ptr`, each `stride` bytes after the
-    /// one before, its values side by side.
+    /// What a row holds: values (f32, f16), or blocks of 32 (an f16 scale then 32 bytes
+    /// of 8-bit codes, or 16 bytes of 4-bit ones).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub(super) enum Kind {
+        F32,
+        F16,
+        Q8_0,
+        Q4_0,
+    }
+
+    /// Rows of `kind`: the first at `ptr`, each `stride` bytes after the one before, its
+    /// values (or blocks) side by side.
     #[derive(Clone, Copy)]
     pub(super) struct Rows {
         pub(super) ptr: *const u8,
         pub(super) stride: isize,
-        pub(super) half: bool,
+        pub(super) kind: Kind,
     }
 
     /// Whether they run here for rows of `d` values: AVX-512F, and `d` a multiple of 16.
@@ -642,15 +639,18 @@ mod few_rows {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the caller's promise.
         unsafe {
-            match k.half {
-                true => x86::scores::<true>(q, d, k, cols, scale, s),
-                false => x86::scores::<false>(q, d, k, cols, scale, s),
+            use x86::{F16, F32, Q4_0, Q8_0};
+            match k.kind {
+                Kind::F32 => x86::scores::<F32>(q, d, k, cols, scale, s),
+                Kind::F16 => x86::scores::<F16>(q, d, k, cols, scale, s),
+                Kind::Q8_0 => x86::scores::<Q8_0>(q, d, k, cols, scale, s),
+                Kind::Q4_0 => x86::scores::<Q4_0>(q, d, k, cols, scale, s),
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
         unreachable!(
             "runs() is false off x86-64: {:?}",
-            (q.len(), d, k.half, cols, scale, s.len())
+            (q.len(), d, k.kind, cols, scale, s.len())
         )
     }
 
@@ -663,15 +663,18 @@ mod few_rows {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the caller's promise.
         unsafe {
-            match v.half {
-                true => x86::weighted::<true>(w, cols, v, d, acc),
-                false => x86::weighted::<false>(w, cols, v, d, acc),
+            use x86::{F16, F32, Q4_0, Q8_0};
+            match v.kind {
+                Kind::F32 => x86::weighted::<F32>(w, cols, v, d, acc),
+                Kind::F16 => x86::weighted::<F16>(w, cols, v, d, acc),
+                Kind::Q8_0 => x86::weighted::<Q8_0>(w, cols, v, d, acc),
+                Kind::Q4_0 => x86::weighted::<Q4_0>(w, cols, v, d, acc),
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
         unreachable!(
             "runs() is false off x86-64: {:?}",
-            (w.len(), cols, v.half, d, acc.len())
+            (w.len(), cols, v.kind, d, acc.len())
         )
     }
 
@@ -680,21 +683,51 @@ mod few_rows {
         use super::Rows;
         use std::arch::x86_64::*;
 
-        /// Values `i .. i + 16` of the row at `p`, as f32.
+        pub(in super::super) const F32: u8 = 0;
+        pub(in super::super) const F16: u8 = 1;
+        pub(in super::super) const Q8_0: u8 = 2;
+        pub(in super::super) const Q4_0: u8 = 3;
+
+        /// Values `i .. i + 16` (`i` a multiple of 16) of the row at `p`, of kind `K`, as
+        /// f32. A block's value is its scale times its code (Q4_0: less 8), each product
+        /// exact in f32, so that the values are those `dequantize_row` writes.
         #[target_feature(enable = "avx512f")]
         #[inline]
-        unsafe fn load16<const HALF: bool>(p: *const u8, i: usize) -> __m512 {
-            // SAFETY: the caller's 16 values.
+        unsafe fn load16<const K: u8>(p: *const u8, i: usize) -> __m512 {
+            // SAFETY: the caller's 16 values, in the whole block that holds them.
             unsafe {
-                match HALF {
-                    true => _mm512_cvtph_ps(_mm256_loadu_si256(p.add(2 * i).cast())),
-                    false => _mm512_loadu_ps(p.add(4 * i).cast()),
+                match K {
+                    F16 => _mm512_cvtph_ps(_mm256_loadu_si256(p.add(2 * i).cast())),
+                    Q8_0 => {
+                        let block = p.add(i / 32 * 34);
+                        let d = _mm512_cvtph_ps(_mm256_set1_epi16(
+                            block.cast::<i16>().read_unaligned(),
+                        ));
+                        let codes = _mm_loadu_si128(block.add(2 + i % 32).cast());
+                        _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(codes)))
+                    }
+                    Q4_0 => {
+                        let block = p.add(i / 32 * 18);
+                        let d = _mm512_cvtph_ps(_mm256_set1_epi16(
+                            block.cast::<i16>().read_unaligned(),
+                        ));
+                        let bytes = _mm_loadu_si128(block.add(2).cast());
+                        // Values 0..16 are the low nibbles, 16..32 the high ones.
+                        let bytes = match i % 32 {
+                            0 => bytes,
+                            _ => _mm_srli_epi16::<4>(bytes),
+                        };
+                        let nibbles = _mm_and_si128(bytes, _mm_set1_epi8(0x0f));
+                        let codes = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(nibbles));
+                        _mm512_mul_ps(d, _mm512_sub_ps(codes, _mm512_set1_ps(8.0)))
+                    }
+                    _ => _mm512_loadu_ps(p.add(4 * i).cast()),
                 }
             }
         }
 
         #[target_feature(enable = "avx512f")]
-        pub(super) unsafe fn scores<const HALF: bool>(
+        pub(super) unsafe fn scores<const K: u8>(
             q: &[f32],
             d: usize,
             k: Rows,
@@ -717,7 +750,7 @@ mod few_rows {
                         for c in (0..d).step_by(16) {
                             let qv = _mm512_loadu_ps(qr.add(c));
                             for t in 0..4 {
-                                let kv = load16::<HALF>(ks[t], c);
+                                let kv = load16::<K>(ks[t], c);
                                 acc[t] = _mm512_fmadd_ps(qv, kv, acc[t]);
                             }
                         }
@@ -733,7 +766,7 @@ mod few_rows {
                         let qr = q.as_ptr().add(r * d);
                         let mut acc = _mm512_setzero_ps();
                         for c in (0..d).step_by(16) {
-                            let kv = load16::<HALF>(row(j), c);
+                            let kv = load16::<K>(row(j), c);
                             acc = _mm512_fmadd_ps(_mm512_loadu_ps(qr.add(c)), kv, acc);
                         }
                         *s.get_unchecked_mut(r * cols + j) = scale * _mm512_reduce_add_ps(acc);
@@ -743,7 +776,7 @@ mod few_rows {
         }
 
         #[target_feature(enable = "avx512f")]
-        pub(super) unsafe fn weighted<const HALF: bool>(
+        pub(super) unsafe fn weighted<const K: u8>(
             w: &[f32],
             cols: usize,
             v: Rows,
@@ -762,7 +795,7 @@ mod few_rows {
                         for j in 0..cols {
                             let wj = _mm512_set1_ps(*w.get_unchecked(r * cols + j));
                             let vj = v.ptr.wrapping_offset(j as isize * v.stride);
-                            a = _mm512_fmadd_ps(wj, load16::<HALF>(vj, c), a);
+                            a = _mm512_fmadd_ps(wj, load16::<K>(vj, c), a);
                         }
                         _mm512_storeu_ps(out, a);
                     }

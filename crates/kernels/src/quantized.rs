@@ -1064,6 +1064,7 @@ pub fn quantized_matmul_on(
 ///
 /// The callers pass only those formats (a K-quant is a bug here); a row shorter than `out`
 /// leaves the rest of `out` as it was.
+#[inline(always)]
 pub(crate) fn dequantize_row(format: Format, row: &[u8], out: &mut [f32]) {
     let blocks = row.chunks_exact(format.block_bytes());
     for (blk, out) in blocks.zip(out.chunks_exact_mut(BLOCK)) {

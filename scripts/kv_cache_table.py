@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""The tables of the quantized key/value cache's study, from its records alone
+(scripts/kv_cache_study.sh): posenc's `lm eval` and `lm passkey` JSON with their
+/usr/bin/time logs, llama.cpp's llama-perplexity logs and the `bench generate` reports.
+Writes results.json (tidy records, one per measurement) and prints results.md. Standard
+library only.
+
+    python3 scripts/kv_cache_table.py docs/long-context/kv-cache > docs/long-context/kv-cache/results.md
+"""
+import json
+import math
+import re
+import statistics
+import sys
+from pathlib import Path
+
+TYPES = ["f16", "q8_0", "q4_0"]
+
+
+def timing(path):
+    t = json.loads(path.read_text()) if path.exists() else {}
+    return t.get("wall_s"), (t["peak_rss_kb"] / 1024 if "peak_rss_kb" in t else None)
+
+
+def perplexities(study):
+    out = []
+    for t in TYPES:
+        for path in sorted(study.glob(f"ppl-{t}-*.json")):
+            wall, peak = timing(path.with_suffix(".time"))
+            for r in json.loads(path.read_text()):
+                windows = [math.exp(x) for x in r["window_losses"]]
+                out.append({"table": "perplexity", "tool": "posenc", "kv_cache": t,
+                            "length": r["len"], "rope_scaling": r["rope_scaling"],
+                            "windows": len(windows), "perplexity": r["perplexity"],
+                            "window_perplexities": windows, "wall_s": wall, "peak_mb": peak})
+        for path in sorted(study.glob(f"llama-ppl-{t}-*.log")):
+            log = path.read_text()
+            m = re.search(r"Final estimate: PPL = ([\d.]+) \+/- ([\d.]+)", log)
+            chunks = re.search(r"calculating perplexity over (\d+) chunks", log)
+            if m:
+                out.append({"table": "perplexity", "tool": "llama.cpp", "kv_cache": t,
+                            "length": int(path.stem.split("-")[-1]), "rope_scaling": None,
+                            "windows": int(chunks.group(1)) if chunks else None,
+                            "perplexity": float(m.group(1)), "stderr": float(m.group(2))})
+    return out
+
+
+def passkeys(study):
+    out = []
+    for t in TYPES:
+        for path in sorted(study.glob(f"passkey-{t}-*.json")):
+            wall, peak = timing(path.with_suffix(".time"))
+            for r in json.loads(path.read_text()):
+                out.append({"table": "passkey", "tool": "posenc", "kv_cache": t,
+                            "length": r["length"], "depth": r["depth"], "seed": r["seed"],
+                            "key": r["key"], "answer": r["answer"].strip(),
+                            "correct": r["correct"], "seconds": r["seconds"],
+                            "peak_mb": r.get("peak_rss_mb")})
+    return out
+
+
+def speeds(study):
+    out = []
+    for t in TYPES:
+        path = study / f"speed-{t}.md"
+        if not path.exists():
+            continue
+        for line in path.read_text().splitlines():
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            if len(cells) != 5 or not re.match(r"(prefill|decode|time|peak)", cells[0]):
+                continue
+            num = lambda c: float(c.split()[0].rstrip("×")) if c not in ("", "–") else None
+            out.append({"table": "speed", "kv_cache": t, "measure": cells[0],
+                        "posenc": num(cells[1]), "llama_cpp": num(cells[2]),
+                        "unit": cells[1].split()[-1] if cells[1] else None,
+                        "speed_ratio": num(cells[3])})
+    return out
+
+
+def fmt(x, digits=2):
+    return "–" if x is None else f"{x:.{digits}f}"
+
+
+def main():
+    study = Path(sys.argv[1])
+    ppl, keys, speed = perplexities(study), passkeys(study), speeds(study)
+    (study / "results.json").write_text(json.dumps(ppl + keys + speed, indent=1) + "\n")
+    print("# A quantized key/value cache: SmolLM2-135M with its cache in f16, q8_0 and q4_0\n")
+    print("Rendered by `python3 scripts/kv_cache_table.py` from the records beside this page "
+          "(`scripts/kv_cache_study.sh`).\n")
+    print("## Perplexity and memory\n")
+    print("posenc: `lm eval` over the test plays (three windows of 4 096 tokens, mean ± sd "
+          "over windows of each window's perplexity; one window of 32 768 with YaRN ×4). "
+          "llama.cpp: `llama-perplexity -c 4096` on the same file, which scores the second "
+          "half of each window, so its figure is not ours: compare the changes.\n")
+    print("| tool | length | cache | perplexity | change against f16 | peak MB (process) | wall s |")
+    print("|---|---:|---|---:|---:|---:|---:|")
+    base = {(r["tool"], r["length"]): r["perplexity"] for r in ppl if r["kv_cache"] == "f16"}
+    for r in sorted(ppl, key=lambda r: (r["tool"] != "posenc", r["length"], TYPES.index(r["kv_cache"]))):
+        w = r.get("window_perplexities") or []
+        value = (f"{statistics.mean(w):.3f} ± {statistics.stdev(w):.3f}" if len(w) > 1
+                 else f"{r['perplexity']:.3f}" + (f" ± {r['stderr']:.3f}" if r.get("stderr") else ""))
+        f16 = base.get((r["tool"], r["length"]))
+        change = "–" if f16 is None else f"{100 * (r['perplexity'] / f16 - 1):+.2f}%"
+        scaling = " (YaRN ×4)" if r.get("rope_scaling") else ""
+        print(f"| {r['tool']} | {r['length']}{scaling} | {r['kv_cache']} | {value} | {change} | "
+              f"{fmt(r.get('peak_mb'), 0)} | {fmt(r.get('wall_s'), 0)} |")
+    if keys:
+        print("\n## Passkey retrieval\n")
+        print("| cache | length | found / keys | by seed |")
+        print("|---|---:|---:|---|")
+        for t in TYPES:
+            rs = [r for r in keys if r["kv_cache"] == t]
+            if not rs:
+                continue
+            seeds = sorted({r["seed"] for r in rs})
+            by_seed = ", ".join(f"{sum(r['correct'] for r in rs if r['seed'] == s)}/"
+                                f"{sum(1 for r in rs if r['seed'] == s)}" for s in seeds)
+            print(f"| {t} | {rs[0]['length']} | {sum(r['correct'] for r in rs)}/{len(rs)} | {by_seed} |")
+    if speed:
+        print("\n## Speed against llama.cpp with the same cache type\n")
+        print("`posenc bench generate --kv-cache T` against `llama-bench -ctk T -ctv T -fa on`, "
+              "three alternating rounds; speed > 1: posenc is faster (median of the rounds' "
+              "ratios).\n")
+        print("| cache | measure | posenc | llama.cpp | speed |")
+        print("|---|---|---:|---:|---:|")
+        for r in speed:
+            unit = r["unit"] or ""
+            print(f"| {r['kv_cache']} | {r['measure']} | {fmt(r['posenc'], 1)} {unit} | "
+                  f"{fmt(r['llama_cpp'], 1)} {unit if r['llama_cpp'] is not None else ''} | "
+                  f"{fmt(r['speed_ratio'])}{'×' if r['speed_ratio'] else ''} |")
+
+
+if __name__ == "__main__":
+    main()
