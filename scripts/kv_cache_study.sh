@@ -10,14 +10,17 @@
 #            Gutenberg's files, one after the other), three windows of 4 096 tokens (no
 #            scaling) and one of 32 768 with YaRN ×4, each under /usr/bin/time (wall
 #            seconds, peak resident memory);
-#   llama    llama.cpp's llama-perplexity on the same file, 4 096-token windows,
+#   llama    llama.cpp's llama-perplexity on the same file, its first six 4 096-token windows,
 #            with -ctk/-ctv and flash attention on (its quantized cache needs it). It scores
 #            the second half of each window only, so its perplexity is not ours: the
 #            comparison is of the change each cache type makes;
 #   passkey  ours: one key at depths 0.1, 0.5 and 0.9 of 8 192 tokens (the trained length),
 #            seeds 0, 1 and 2: nine keys per cache type;
-#   speed    `posenc bench generate` per cache type: prefill of 4 096 tokens and decode
-#            after 4 096 and 32 768 cached, against llama-bench with the same -ctk/-ctv.
+#   speed    `posenc bench generate` per cache type against llama-bench with the same
+#            -ctk/-ctv: prefill of 4 096 tokens and 32 tokens' decode after 4 096 cached,
+#            three rounds; then the decode after 32 768 cached, one round (each side reads
+#            the 32 768 tokens first, untimed: llama.cpp's quantized cache reads them at
+#            under 100 tokens/s, so a round takes over ten minutes).
 #
 # Every run writes one file and is skipped when it exists, so the script can be stopped and
 # started again. scripts/kv_cache_table.py then writes docs/long-context/kv-cache/.
@@ -74,7 +77,8 @@ if [[ $parts == *,llama,* ]]; then
     name="llama-ppl-$t-4096"
     [ -s "$out/$name.log" ] && continue
     echo "$name" >&2
-    .cache/llama.cpp/llama-perplexity -m "$gguf" -f "$text" -c 4096 -b 4096 -t "$(nproc)" \
+    .cache/llama.cpp/llama-perplexity -m "$gguf" -f "$text" -c 4096 -b 4096 --chunks 6 \
+      -t "$(nproc)" \
       -ctk "$t" -ctv "$t" -fa on > "$out/$name.log.tmp" 2>&1
     mv "$out/$name.log.tmp" "$out/$name.log"
   done
@@ -90,12 +94,18 @@ if [[ $parts == *,passkey,* ]]; then
 fi
 
 if [[ $parts == *,speed,* ]]; then
-  for t in $types; do
-    name="speed-$t"
-    [ -s "$out/$name.md" ] && continue
+  bench() { # name, then bench generate's arguments
+    local name=$1
+    shift
+    [ -s "$out/$name.md" ] && return
     echo "$name" >&2
-    "$posenc" bench generate --kv-cache "$t" --prompts 4096 --decode 32 --depths 4096,32768 \
-      --rounds 3 > "$out/$name.md.tmp"
+    "$posenc" bench generate "$@" > "$out/$name.md.tmp"
     mv "$out/$name.md.tmp" "$out/$name.md"
+  }
+  for t in $types; do
+    bench "speed-$t" --kv-cache "$t" --prompts 4096 --decode 32 --depths 4096 --rounds 3
+  done
+  for t in $types; do
+    bench "speed-$t-32768" --kv-cache "$t" --prompts 512 --decode 32 --depths 32768 --rounds 1
   done
 fi

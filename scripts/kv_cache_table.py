@@ -62,19 +62,24 @@ def passkeys(study):
 def speeds(study):
     out = []
     for t in TYPES:
-        path = study / f"speed-{t}.md"
-        if not path.exists():
-            continue
-        for line in path.read_text().splitlines():
-            cells = [c.strip() for c in line.strip("|").split("|")]
-            if len(cells) != 5 or not re.match(r"(prefill|decode|time|peak)", cells[0]):
-                continue
-            num = lambda c: float(c.split()[0].rstrip("×")) if c not in ("", "–") else None
-            out.append({"table": "speed", "kv_cache": t, "measure": cells[0],
-                        "posenc": num(cells[1]), "llama_cpp": num(cells[2]),
-                        "unit": cells[1].split()[-1] if cells[1] else None,
-                        "speed_ratio": num(cells[3])})
+        for path in sorted(study.glob(f"speed-{t}*.md")):
+            text = path.read_text()
+            rounds = re.search(r"(\d+) alternating rounds", text)
+            for line in text.splitlines():
+                cells = [c.strip() for c in line.strip("|").split("|")]
+                if len(cells) != 5 or not re.match(r"(prefill|decode|time|peak)", cells[0]):
+                    continue
+                out.append({"table": "speed", "kv_cache": t, "measure": cells[0],
+                            "rounds": int(rounds.group(1)) if rounds else None,
+                            "posenc": number(cells[1]), "llama_cpp": number(cells[2]),
+                            "unit": cells[1].split()[-1] if cells[1] else None,
+                            "speed_ratio": number(cells[3])})
     return out
+
+
+def number(cell):
+    """The figure a table cell starts with (`113.7 tokens/s`, `1.26×`), or None."""
+    return float(cell.split()[0].rstrip("×")) if cell not in ("", "–") else None
 
 
 def fmt(x, digits=2):
@@ -120,13 +125,13 @@ def main():
     if speed:
         print("\n## Speed against llama.cpp with the same cache type\n")
         print("`posenc bench generate --kv-cache T` against `llama-bench -ctk T -ctv T -fa on`, "
-              "three alternating rounds; speed > 1: posenc is faster (median of the rounds' "
+              "alternating rounds; speed > 1: posenc is faster (median of the rounds' "
               "ratios).\n")
-        print("| cache | measure | posenc | llama.cpp | speed |")
-        print("|---|---|---:|---:|---:|")
+        print("| cache | measure | rounds | posenc | llama.cpp | speed |")
+        print("|---|---|---:|---:|---:|---:|")
         for r in speed:
             unit = r["unit"] or ""
-            print(f"| {r['kv_cache']} | {r['measure']} | {fmt(r['posenc'], 1)} {unit} | "
+            print(f"| {r['kv_cache']} | {r['measure']} | {r['rounds']} | {fmt(r['posenc'], 1)} {unit} | "
                   f"{fmt(r['llama_cpp'], 1)} {unit if r['llama_cpp'] is not None else ''} | "
                   f"{fmt(r['speed_ratio'])}{'×' if r['speed_ratio'] else ''} |")
 

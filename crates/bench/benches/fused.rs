@@ -226,7 +226,7 @@ fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("attention of one token over 4096 cached in f16");
     g.sample_size(30);
     g.bench_function("flash_attention", |bench| {
-        bench.iter(|| flash_attention(&q, &k, &v, d, scale, Some(keys - 1), None).unwrap())
+        bench.iter(|| flash_attention(&q, &k, &v, d, scale, Some((keys - 1).into()), None).unwrap())
     });
     g.bench_function("widened, matmul, softmax, matmul", |bench| {
         bench.iter(|| {

@@ -334,7 +334,7 @@ pub fn generate(cfg: GenerateBench, out: &mut impl Write) -> Result<()> {
     );
     writeln!(
         out,
-        "{}, {threads} threads, posenc {} on {}, a {} cache: {} alternating rounds, medians",
+        "{}, {threads} threads, posenc {} on {}, key/value cache {}: {} alternating rounds, medians",
         cfg.model
             .file_name()
             .map_or("model".into(), |n| n.to_string_lossy()),

@@ -56,6 +56,33 @@ const KEY_TILE: usize = 256;
 pub type TileBias<'a> =
     dyn Fn(Range<usize>, Range<usize>) -> candle_core::Result<Option<Tensor>> + Sync + 'a;
 
+/// Which keys a causal query sees in [`flash_attention`]: query `i` sits at key index
+/// `offset + i` and sees keys `0 ..= offset + i`, or, with a `window`, only the last
+/// `window` of them (keys are positions: a sliding window). Key tiles wholly before every
+/// row's window are skipped; the tiles that are read must still mask the keys past the
+/// window through the bias, as the window's own encoding does.
+///
+/// ```
+/// use posenc_kernels::Causal;
+/// assert_eq!(Causal::from(7), Causal { offset: 7, window: None });
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Causal {
+    /// Keys before the first query (those cached).
+    pub offset: usize,
+    /// How many keys a query sees, itself included, if not all those before it.
+    pub window: Option<usize>,
+}
+
+impl From<usize> for Causal {
+    fn from(offset: usize) -> Self {
+        Self {
+            offset,
+            window: None,
+        }
+    }
+}
+
 /// The tiled attention of [`crate::cpu::flash_attention`] where it runs: `q` f32 and `k`,
 /// `v` f32, f16 or blocks ([`Kept`]) on the CPU, with no gradient to track. `None`
 /// elsewhere, where the caller composes the same attention (a causal mask and the ordinary
@@ -72,7 +99,7 @@ pub fn flash_attention(
     v: impl Into<Kept>,
     head_dim: usize,
     scale: f32,
-    causal: Option<usize>,
+    causal: Option<Causal>,
     bias: Option<&TileBias>,
 ) -> Result<Option<Tensor>> {
     let (k, v) = (k.into(), v.into());
@@ -96,7 +123,8 @@ pub fn flash_attention(
 ///
 /// With `causal = Some(offset)`, query `i` sits at key index `offset + i` and sees keys
 /// `0 ..= offset + i` (a chunk of new tokens after `offset` cached ones: `tk` must be at
-/// least `offset + tq`); with `None` every query sees every key. Query head `i` reads
+/// least `offset + tq`), the last `window` of them if [`Causal::window`] says so; with
+/// `None` every query sees every key. Query head `i` reads
 /// key/value head `i / (h / kv)`. On the CPU, at inference: there is no backward. `q` is
 /// f32; `k` and `v` are f32, f16 or Q8_0 or Q4_0 blocks ([`Kept::Blocks`]), widened to
 /// f32 a tile at a time.
@@ -116,7 +144,7 @@ pub fn flash_attention_cpu(
     v: impl Into<Kept>,
     head_dim: usize,
     scale: f32,
-    causal: Option<usize>,
+    causal: Option<Causal>,
     bias: Option<&TileBias>,
 ) -> Result<Tensor> {
     let (k, v) = (&k.into(), &v.into());
@@ -161,12 +189,15 @@ pub fn flash_attention_cpu(
             candle_core::bail!("flash attention is for inference: the {what} carry a gradient");
         }
     }
-    if let Some(offset) = causal {
+    if let Some(Causal { offset, window }) = causal {
         if offset + tq > tk {
             candle_core::bail!(
                 "flash attention: {tq} causal queries after {offset} cached positions need at least {} keys, got {tk}",
                 offset + tq
             );
+        }
+        if window == Some(0) {
+            candle_core::bail!("flash attention: a window of 0 keys leaves a query nothing");
         }
     }
     let mut out: Vec<f32> = vec![0.0; b * tq * h * d];
@@ -186,7 +217,8 @@ pub fn flash_attention_cpu(
         tk,
         d,
         scale,
-        causal,
+        causal: causal.map(|c| c.offset),
+        window: causal.and_then(|c| c.window),
     };
     let dst = OutPtr(out.as_mut_ptr());
     let q_tiles = tq.div_ceil(QUERY_TILE);
@@ -380,7 +412,10 @@ struct Tiles {
     tk: usize,
     d: usize,
     scale: f32,
+    /// The causal offset ([`Causal::offset`]).
     causal: Option<usize>,
+    /// The causal window ([`Causal::window`]).
+    window: Option<usize>,
 }
 
 impl Tiles {
@@ -428,8 +463,13 @@ impl Tiles {
             && vh.in_place(bi, g, 0).is_some();
         let scratch = |kept: &Stored| vec![0f32; if kept.widened(few) { tile } else { 0 }];
         let (mut kbuf, mut vbuf) = (scratch(kh), scratch(vh));
-        let key_tiles = end.div_ceil(KEY_TILE);
-        let (first, last) = (key_tiles * p / parts, key_tiles * (p + 1) / parts);
+        // Key tiles from the one that holds the first row's first key in its window.
+        let begin = match (self.causal, self.window) {
+            (Some(o), Some(w)) => (o + q0 + 1).saturating_sub(w) / KEY_TILE,
+            _ => 0,
+        };
+        let span = end.div_ceil(KEY_TILE) - begin;
+        let (first, last) = (begin + span * p / parts, begin + span * (p + 1) / parts);
         for k0 in (first * KEY_TILE..(last * KEY_TILE).min(end)).step_by(KEY_TILE) {
             let cols = KEY_TILE.min(end - k0);
             let in_place = match few {

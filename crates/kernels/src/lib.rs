@@ -47,7 +47,7 @@ pub mod with_grad;
 pub use adamw::{adamw_in_place, AdamWStep};
 pub use attention::attention;
 pub use cross_entropy::smoothed_cross_entropy;
-pub use flash_attention::{flash_attention, TileBias};
+pub use flash_attention::{flash_attention, Causal, TileBias};
 pub use gelu::gelu;
 pub use layer_norm::{add_layer_norm, layer_norm, rms_norm};
 pub use linear::{linear, linear_gelu, linear_rows};

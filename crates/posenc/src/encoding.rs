@@ -229,6 +229,14 @@ pub trait PositionalEncoding: std::fmt::Debug + Send + Sync {
         Ok(None)
     }
 
+    /// How many keys a query sees, itself included, counting back from it, when the
+    /// encoding's bias masks the ones further back (a sliding window), or `None`, every one
+    /// (the default). A hint, never the mask itself: attention's tiled kernel skips the
+    /// key tiles wholly past it, and reads the same as without it.
+    fn reach(&self) -> Option<usize> {
+        None
+    }
+
     /// Whether [`score_bias`](Self::score_bias) needs the logits (default: no, and attention
     /// never forms them for it).
     fn reads_scores(&self) -> bool {

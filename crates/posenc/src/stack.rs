@@ -134,6 +134,11 @@ impl PositionalEncoding for Stack {
         self.of.iter().any(|e| e.reads_scores())
     }
 
+    /// The narrowest entry's: each entry's bias masks the keys past its own.
+    fn reach(&self) -> Option<usize> {
+        self.of.iter().filter_map(|e| e.reach()).min()
+    }
+
     /// Each entry's bias from the same logits, added up.
     fn score_bias(&self, q: &Tensor, logits: &Tensor) -> Result<Option<Tensor>> {
         sum(self

@@ -124,6 +124,11 @@ impl PositionalEncoding for Window {
         WindowConfig::KIND
     }
 
+    /// The window: keys `size` or more positions back are masked.
+    fn reach(&self) -> Option<usize> {
+        Some(self.size)
+    }
+
     fn attention_bias(
         &self,
         q_len: usize,

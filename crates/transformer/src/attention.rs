@@ -361,7 +361,11 @@ impl MultiHeadAttention {
                     (p, d) => p.or(d),
                 })
             };
-            let causal = Some(offset);
+            // A sliding window's bias masks the keys past it; the kernel skips their tiles.
+            let causal = Some(kernels::Causal {
+                offset,
+                window: encoding.reach(),
+            });
             if let Some(out) = kernels::flash_attention(
                 &q,
                 k.clone(),

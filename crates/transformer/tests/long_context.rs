@@ -14,6 +14,7 @@ use posenc::EncodingConfig;
 use posenc_kernels::cpu::flash_attention;
 use posenc_kernels::kv_blocks::{dequantize, quantize, row_bytes, Kept};
 use posenc_kernels::quantized::Format;
+use posenc_kernels::Causal;
 use posenc_transformer::lm::PREFILL_CHUNK;
 use posenc_transformer::StackCache;
 use posenc_transformer::RESERVE_AHEAD;
@@ -138,7 +139,7 @@ fn follows_the_formula(b: usize, h: usize, kv: usize, d: usize, tq: usize, offse
             &v,
             d,
             scale as f32,
-            causal,
+            causal.map(Causal::from),
             bias.then_some(&tile_bias as _),
         )
         .unwrap();
@@ -165,6 +166,57 @@ fn follows_the_formula(b: usize, h: usize, kv: usize, d: usize, tq: usize, offse
         assert!(rows.len() <= 64 && keys.len() <= 256, "{rows:?} × {keys:?}");
         assert!(keys.start < offset + rows.end, "{rows:?} × {keys:?}");
     }
+}
+
+/// A causal window: the key tiles wholly before every row's window are never read, and
+/// the output is the one reading them gives (their keys, masked by the bias, weigh
+/// exactly 0), for a chunk of queries and for a decode step split over parts.
+#[test]
+fn the_tiled_kernel_skips_the_tiles_past_a_window() {
+    let (b, h, kv, d, offset, window) = (1, 4, 2, 8, 900, 100);
+    for tq in [70, 1] {
+        let tk = offset + tq;
+        let q = filled(&[b, h, tq, d], 61);
+        let (k, v) = (filled(&[b, kv, tk, d], 62), filled(&[b, kv, tk, d], 63));
+        let asked = Mutex::new(Vec::new());
+        let tile_bias = |rows: Range<usize>, keys: Range<usize>| {
+            asked.lock().unwrap().push(keys.clone());
+            let (n, m) = (rows.len(), keys.len());
+            let values: Vec<f32> = (0..h * n * m)
+                .map(|x| {
+                    let (i, j) = (offset + rows.start + x / m % n, keys.start + x % m);
+                    match j + window <= i {
+                        true => posenc::window::OUTSIDE,
+                        false => bias_at(x / (n * m), i, j) as f32,
+                    }
+                })
+                .collect();
+            Tensor::from_vec(values, (h, n, m), &Device::Cpu).map(Some)
+        };
+        let read = |window| {
+            asked.lock().unwrap().clear();
+            let causal = Causal { offset, window };
+            let out = flash_attention(&q, &k, &v, d, 0.3, Some(causal), Some(&tile_bias));
+            (out.unwrap(), asked.lock().unwrap().clone())
+        };
+        let (all, all_asked) = read(None);
+        let (skipped, skip_asked) = read(Some(window));
+        assert_eq!(max_abs_diff(&all, &skipped), 0.0, "{tq} rows");
+        // The first row sees keys from `offset + 1 − window` on: no tile ending before it.
+        let first = offset + 1 - window;
+        assert!(
+            skip_asked.iter().all(|keys| keys.end > first),
+            "{skip_asked:?}"
+        );
+        assert!(all_asked.iter().any(|keys| keys.end <= first));
+    }
+    let q = filled(&[1, 2, 3, 4], 1);
+    let causal = Causal {
+        offset: 0,
+        window: Some(0),
+    };
+    let e = flash_attention(&q, &q, &q, 4, 1.0, Some(causal), None).unwrap_err();
+    assert!(e.to_string().contains("window of 0"), "{e}");
 }
 
 /// Keys and values kept in f16 are widened to f32 tile by tile: the kernel's output
@@ -194,7 +246,7 @@ fn reads_half_precision(tq: usize, d: usize) {
             .unwrap()
     };
     let wide = |t: &Tensor| t.to_dtype(DType::F32).unwrap();
-    let want = flash_attention(&q, wide(&k), wide(&v), d, 0.3, Some(offset), None).unwrap();
+    let want = flash_attention(&q, wide(&k), wide(&v), d, 0.3, Some(offset.into()), None).unwrap();
     assert_eq!(strided(&k).stride()[3], tk);
     for (k, v) in [
         (k.clone(), v.clone()),
@@ -202,7 +254,7 @@ fn reads_half_precision(tq: usize, d: usize) {
         (k.clone(), wide(&v)),
         (strided(&k), v.clone()),
     ] {
-        let got = flash_attention(&q, &k, &v, d, 0.3, Some(offset), None).unwrap();
+        let got = flash_attention(&q, &k, &v, d, 0.3, Some(offset.into()), None).unwrap();
         let diff = max_abs_diff(&got, &want);
         assert!(diff < 1e-6, "strides {:?}: max |Δ| {diff}", k.stride());
     }
@@ -213,7 +265,7 @@ fn reads_half_precision(tq: usize, d: usize) {
         filled(&[b, kv, tk, d], 23),
         d,
         0.3,
-        Some(offset),
+        Some(offset.into()),
         None,
     )
     .unwrap();
@@ -225,7 +277,7 @@ fn reads_half_precision(tq: usize, d: usize) {
         &v,
         d,
         0.3,
-        Some(offset),
+        Some(offset.into()),
         None,
     )
     .unwrap_err()
@@ -254,18 +306,36 @@ fn the_tiled_kernel_reads_blocks_as_their_expansion() {
                 format,
             };
             let expanded = |rows: &Tensor| dequantize(rows, format).unwrap();
-            let want = flash_attention(&q, expanded(&k), expanded(&v), d, 0.2, Some(offset), None)
-                .unwrap();
-            let got = flash_attention(&q, kept(&k), kept(&v), d, 0.2, Some(offset), None).unwrap();
+            let want = flash_attention(
+                &q,
+                expanded(&k),
+                expanded(&v),
+                d,
+                0.2,
+                Some(offset.into()),
+                None,
+            )
+            .unwrap();
+            let got =
+                flash_attention(&q, kept(&k), kept(&v), d, 0.2, Some(offset.into()), None).unwrap();
             let diff = max_abs_diff(&got, &want);
             assert!(diff < 1e-6, "{format:?}, {tq} rows: max |Δ| {diff}");
             // Blocks for keys only, values as they are.
-            let mixed = flash_attention(&q, kept(&k), expanded(&v), d, 0.2, Some(offset), None);
+            let mixed = flash_attention(
+                &q,
+                kept(&k),
+                expanded(&v),
+                d,
+                0.2,
+                Some(offset.into()),
+                None,
+            );
             assert!(max_abs_diff(&mixed.unwrap(), &want) < 1e-6);
             // The rounding is real.
             let exact = |seed| filled(&[b, kv, tk + 17, d], seed).narrow(2, 0, tk).unwrap();
             let exact =
-                flash_attention(&q, exact(42), exact(43), d, 0.2, Some(offset), None).unwrap();
+                flash_attention(&q, exact(42), exact(43), d, 0.2, Some(offset.into()), None)
+                    .unwrap();
             assert!(max_abs_diff(&exact, &want) > 0.0);
         }
     }
@@ -298,7 +368,7 @@ fn the_tiled_kernel_refuses_what_it_cannot_do() {
     assert!(e.contains("f32"), "{e}");
     let e = err(flash_attention(&q, &q, &q, 3, 1.0, None, None));
     assert!(e.contains("heads"), "{e}");
-    let e = err(flash_attention(&q, &q, &q, 4, 1.0, Some(1), None));
+    let e = err(flash_attention(&q, &q, &q, 4, 1.0, Some(1.into()), None));
     assert!(e.contains("at least 7 keys"), "{e}");
     let wrong = |_: Range<usize>, _: Range<usize>| {
         Tensor::zeros((2, 1, 1), DType::F32, &Device::Cpu).map(Some)
