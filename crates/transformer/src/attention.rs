@@ -286,6 +286,7 @@ impl MultiHeadAttention {
             let bias = ScoreBias {
                 position: bias,
                 decay: decay.as_ref(),
+                sink: None,
             };
             return self.attend(&q, &k, &v, bias, mask, true);
         };
@@ -307,6 +308,7 @@ impl MultiHeadAttention {
         let bias = ScoreBias {
             position: bias.as_ref(),
             decay: decay.as_ref(),
+            sink: None,
         };
         self.attend(&q, &k, &v, bias, mask, true)
     }
@@ -389,6 +391,7 @@ impl MultiHeadAttention {
         let bias = ScoreBias {
             position: bias.as_ref(),
             decay: decay.as_ref(),
+            sink: None,
         };
         Ok(self.attend(&q, &k, &v, bias, Some(&mask), true)?.0)
     }
@@ -429,6 +432,7 @@ impl MultiHeadAttention {
         let near_k = encoding.rotate_keys(&k, 0.into())?;
         let far_k = encoding.rotate_keys(&k, Positions::At(&grouped))?;
         let (mut outs, mut weights) = (Vec::new(), Vec::new());
+        let sink = self.sink(true)?;
         for start in (0..q.dim(2)?).step_by(SELF_EXTEND_ROWS) {
             let len = SELF_EXTEND_ROWS.min(q.dim(2)? - start);
             let rows = offset + start..offset + start + len;
@@ -454,14 +458,11 @@ impl MultiHeadAttention {
                 .collect();
             let scores = Tensor::cat(&parts, 3)?;
             let mask = mask.map(|m| m.rows(start, len)).transpose()?;
-            let (out, w) = self.weigh(
-                &near_q,
-                scores,
-                &v,
-                ScoreBias::default(),
-                mask.as_ref(),
-                true,
-            )?;
+            let bias = ScoreBias {
+                sink: sink.as_ref(),
+                ..ScoreBias::default()
+            };
+            let (out, w) = self.weigh(&near_q, scores, &v, bias, mask.as_ref(), true)?;
             outs.push(out);
             weights.extend(w);
         }
@@ -550,6 +551,7 @@ impl MultiHeadAttention {
             let score_bias = ScoreBias {
                 position: bias.as_ref(),
                 decay: decay.as_ref(),
+                sink: None,
             };
             // Wider ones are rotated again, each sequence on its own, with their heads apart.
             let (q, k) = match packed {
@@ -694,9 +696,10 @@ impl MultiHeadAttention {
         let k_len = self.split(k)?.dim(2)?;
         let dropout = dropout::active(q, self.dropout);
         let content = own && self.reads_scores();
-        let sink = match (own, &self.encoding) {
-            (true, Some(encoding)) => encoding.sink_logits()?,
-            _ => None,
+        let sink = self.sink(own)?;
+        let bias = ScoreBias {
+            sink: sink.as_ref(),
+            ..bias
         };
         let biased = bias.position.is_some() || bias.decay.is_some();
         if !biased && !content && sink.is_none() && d_k == d_v {
@@ -746,6 +749,7 @@ impl MultiHeadAttention {
         let ScoreBias {
             position: bias,
             decay,
+            sink,
         } = bias;
         let (b, h, tq, k_len) = scores.dims4()?;
         let v = &self.split(v)?.contiguous()?;
@@ -755,10 +759,6 @@ impl MultiHeadAttention {
         let scale = 1.0 / (self.head_dim as f64).sqrt();
         let dropout = dropout::active(q, self.dropout);
         let content = own && self.reads_scores();
-        let sink = match (own, &self.encoding) {
-            (true, Some(encoding)) => encoding.sink_logits()?,
-            _ => None,
-        };
         let q = &self.split(q)?.contiguous()?;
         // A decay's bias differs between the sequences of a batch, and an encoding that
         // reads the scores gets the logits, masked, and adds to them: both form the logits.
@@ -792,7 +792,7 @@ impl MultiHeadAttention {
         let keep = mask.map(|m| m.broadcast_to(&scores)).transpose()?;
         let weights = match sink {
             None => kernels::attention_softmax(&scores, bias.as_ref(), keep.as_ref(), scale)?,
-            Some(sink) => with_sink(&scores, bias.as_ref(), keep.as_ref(), scale, &sink)?,
+            Some(sink) => with_sink(&scores, bias.as_ref(), keep.as_ref(), scale, sink)?,
         };
         let dropped = if dropout {
             dropout::dropout(&weights, self.dropout)?
@@ -804,6 +804,14 @@ impl MultiHeadAttention {
             .transpose(1, 2)?
             .reshape((b, tq, h * d_v))?;
         Ok((out, Some(weights)))
+    }
+
+    /// The logits of the encoding's sink per head, if it has one, in self-attention (`own`).
+    fn sink(&self, own: bool) -> Result<Option<Tensor>> {
+        match (own, &self.encoding) {
+            (true, Some(encoding)) => Ok(encoding.sink_logits()?),
+            _ => Ok(None),
+        }
     }
 
     /// The decay the encoding reads from the attention's input `x`, if it reads one.
@@ -887,6 +895,9 @@ struct ScoreBias<'a> {
     position: Option<&'a Tensor>,
     /// The bias of an encoding that decays ([`Decay`]), `(batch, heads, q_len, k_len)`.
     decay: Option<&'a Tensor>,
+    /// The logits of each head's sink, `(heads)`, a column more in the softmax (`attend`
+    /// sets it from the encoding).
+    sink: Option<&'a Tensor>,
 }
 
 /// The softmax weights of `scores (b, h, q, k)` (times `scale`, plus `bias (h, q, k)`,
