@@ -10,7 +10,8 @@
 #            Gutenberg's files, one after the other), three windows of 4 096 tokens (no
 #            scaling) and one of 32 768 with YaRN ×4, each under /usr/bin/time (wall
 #            seconds, peak resident memory);
-#   llama    llama.cpp's llama-perplexity on the same file, its first six 4 096-token windows,
+#   llama    llama.cpp's llama-perplexity on the same file, its first six 4 096-token windows
+#            (a quantized cache with and without its Hadamard rotation),
 #            with -ctk/-ctv and flash attention on (its quantized cache needs it). It scores
 #            the second half of each window only, so its perplexity is not ours: the
 #            comparison is of the change each cache type makes;
@@ -73,14 +74,20 @@ fi
 
 if [[ $parts == *,llama,* ]]; then
   gguf=$(ls .cache/smollm2/*.gguf | head -n 1)
+  # llama.cpp turns a quantized cache's keys and values by a Hadamard matrix before they
+  # are rounded (undoing it after), unless LLAMA_ATTN_ROT_DISABLE is set: both ways, the
+  # second as posenc keeps its blocks.
   for t in $types; do
-    name="llama-ppl-$t-4096"
-    [ -s "$out/$name.log" ] && continue
-    echo "$name" >&2
-    .cache/llama.cpp/llama-perplexity -m "$gguf" -f "$text" -c 4096 -b 4096 --chunks 6 \
-      -t "$(nproc)" \
-      -ctk "$t" -ctv "$t" -fa on > "$out/$name.log.tmp" 2>&1
-    mv "$out/$name.log.tmp" "$out/$name.log"
+    for rot in "" -norot; do
+      name="llama-ppl-$t-4096$rot"
+      [ -s "$out/$name.log" ] && continue
+      [ "$t" = f16 ] && [ -n "$rot" ] && continue
+      echo "$name" >&2
+      env ${rot:+LLAMA_ATTN_ROT_DISABLE=1} .cache/llama.cpp/llama-perplexity -m "$gguf" -f "$text" \
+        -c 4096 -b 4096 --chunks 6 -t "$(nproc)" -ctk "$t" -ctv "$t" -fa on \
+        > "$out/$name.log.tmp" 2>&1
+      mv "$out/$name.log.tmp" "$out/$name.log"
+    done
   done
 fi
 

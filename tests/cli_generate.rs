@@ -337,6 +337,30 @@ fn a_quantized_cache_reads_close_to_the_f16_one() {
     );
 }
 
+/// Greedy generation through a Q8_0 cache, whose decode steps read the blocks in place,
+/// begins as through the f16 one: the first sentence is the same. (A decode step's
+/// values are a view into the projection's output; quantizing the buffer's start instead
+/// gave "Paris- wisersrr…".)
+#[test]
+fn greedy_text_through_a_q8_0_cache_begins_as_through_f16() {
+    let run = |cache: &str| {
+        let o = posenc()
+            .args(["generate", "--kv-cache", cache, "--temperature", "0"])
+            .args(["--max-tokens", "12", "The capital of France is"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{cache}: {}", text(&o).1);
+        text(&o).0
+    };
+    let (f16, q8) = (run("f16"), run("q8_0"));
+    let sentence = |t: &str| t.split_inclusive('.').next().unwrap_or("").to_string();
+    assert!(
+        sentence(&f16).len() > "The capital of France is".len(),
+        "{f16}"
+    );
+    assert_eq!(sentence(&q8), sentence(&f16), "q8_0: {q8:?}, f16: {f16:?}");
+}
+
 /// `posenc bench generate` without llama.cpp: our figures alone, in the table's rows, and
 /// bad settings refused by name before anything is loaded.
 #[test]

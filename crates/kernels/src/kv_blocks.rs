@@ -114,10 +114,15 @@ pub fn quantize(x: &Tensor, format: Format) -> Result<Tensor> {
         )
     };
     let rows = x.elem_count() / width;
-    let flat = x
+    // A fresh buffer: candle's quantization reads its source's storage from the start,
+    // whatever view of it the tensor is (a decode step's values are a view into the
+    // fused projection's output, after the queries and keys).
+    let values = x
         .to_device(&Device::Cpu)?
         .to_dtype(DType::F32)?
-        .reshape((rows, width))?;
+        .flatten_all()?
+        .to_vec1::<f32>()?;
+    let flat = Tensor::from_vec(values, (rows, width), &Device::Cpu)?;
     let blocks = QTensor::quantize(&flat, format.dtype())?;
     let mut shape = dims.to_vec();
     if let Some(last) = shape.last_mut() {

@@ -38,6 +38,16 @@ fn rows_quantize_and_expand_as_gguf_py_does() {
         let row = row_bytes(format, 64).unwrap();
         assert_eq!(shaped.dims(), [2, 4, 1, row]);
         assert_eq!(bytes(&shaped), bytes(want), "{name}: by heads");
+        // A view that starts inside a larger buffer, as a decode step's values sit after
+        // its queries and keys in one projection's output: its own rows, not the buffer's.
+        let wide = Tensor::cat(&[&x.ones_like().unwrap(), x], 1).unwrap();
+        let view = wide.narrow(1, 64, 64).unwrap().narrow(0, 7, 1).unwrap();
+        let got = quantize(&view, format).unwrap();
+        assert_eq!(
+            bytes(&got),
+            bytes(&want.narrow(0, 7, 1).unwrap()),
+            "{name}: a view"
+        );
     }
 }
 

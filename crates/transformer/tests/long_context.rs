@@ -290,7 +290,7 @@ fn reads_half_precision(tq: usize, d: usize) {
 /// larger buffer as a cache's.
 #[test]
 fn the_tiled_kernel_reads_blocks_as_their_expansion() {
-    let (b, h, kv, d, offset) = (1, 4, 2, 64, 300);
+    let (b, h, kv, d, offset) = (1, 9, 3, 64, 300);
     for format in [Format::Q8_0, Format::Q4_0] {
         for tq in [1, 9, 70] {
             let tk = offset + tq;
