@@ -28,6 +28,8 @@ def times(path):
 def main():
     for path in sorted(Path(sys.argv[1]).glob("*.txt")):
         t = times(path)
+        if not (t.get("old") and t.get("new")):
+            continue  # not a timing log (identity.txt)
         ratios = [o / n for o, n in zip(t["old"], t["new"])]
         print(f"{path.name}: old {statistics.median(t['old'])}, new {statistics.median(t['new'])} (medians); "
               f"old/new per round {', '.join(f'{r:.3f}' for r in ratios)}; median {statistics.median(ratios):.3f}")

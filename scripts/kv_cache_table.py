@@ -42,8 +42,12 @@ def perplexities(study):
             m = re.search(r"Final estimate: PPL = ([\d.]+) \+/- ([\d.]+)", log)
             chunks = re.search(r"calculating perplexity over (\d+) chunks", log)
             if m:
-                out.append({"table": "perplexity", "tool": "llama.cpp", "kv_cache": t,
-                            "length": int(path.stem.split("-")[-1]), "rope_scaling": None,
+                # `-norot`: run with LLAMA_ATTN_ROT_DISABLE, the cache's blocks as they are.
+                rotated = t != "f16" and not path.stem.endswith("-norot")
+                tool = "llama.cpp" + ("" if rotated or t == "f16" else ", no rotation")
+                out.append({"table": "perplexity", "tool": tool, "kv_cache": t,
+                            "hadamard_rotation": rotated,
+                            "length": int(path.stem.split("-")[3]), "rope_scaling": None,
                             "windows": int(chunks.group(1)) if chunks else None,
                             "perplexity": float(m.group(1)), "stderr": float(m.group(2)),
                             "second_half_perplexity": float(m.group(1))})
@@ -105,15 +109,21 @@ def main():
           "llama.cpp: `llama-perplexity -c 4096 --chunks 6` on the same file, its first six "
           "windows, each scored on its second half only, ± its own standard error. The "
           "second-half column scores posenc's windows as llama.cpp scores its own (the "
-          "windows still differ but for the first); compare the changes, not the levels.\n")
+          "windows still differ but for the first); compare the changes, not the levels. "
+          "llama.cpp turns a quantized cache's keys and values by a Hadamard matrix before "
+          "rounding them (and turns the output back); with `LLAMA_ATTN_ROT_DISABLE=1` it keeps "
+          "them as posenc does (`no rotation`). Peak memory is the process's; wall times are "
+          "not speeds (other runs shared the cores for some): the speed table is.\n")
     print("| tool | length | cache | perplexity | change against f16 | second half | its change | peak MB (process) | wall s |")
     print("|---|---:|---|---:|---:|---:|---:|---:|---:|")
-    base = {(r["tool"], r["length"]): r for r in ppl if r["kv_cache"] == "f16"}
-    for r in sorted(ppl, key=lambda r: (r["tool"] != "posenc", r["length"], TYPES.index(r["kv_cache"]))):
+    family = lambda r: r["tool"].split(",")[0]
+    base = {(family(r), r["length"]): r for r in ppl if r["kv_cache"] == "f16"}
+    order = lambda r: (r["tool"] != "posenc", r["length"], TYPES.index(r["kv_cache"]), r["tool"])
+    for r in sorted(ppl, key=order):
         w = r.get("window_perplexities") or []
         value = (f"{statistics.mean(w):.3f} ± {statistics.stdev(w):.3f}" if len(w) > 1
                  else f"{r['perplexity']:.3f}" + (f" ± {r['stderr']:.3f}" if r.get("stderr") else ""))
-        f16 = base.get((r["tool"], r["length"]))
+        f16 = base.get((family(r), r["length"]))
         change = lambda k: "–" if f16 is None else f"{100 * (r[k] / f16[k] - 1):+.2f}%"
         scaling = " (YaRN ×4)" if r.get("rope_scaling") else ""
         print(f"| {r['tool']} | {r['length']}{scaling} | {r['kv_cache']} | {value} | "
@@ -134,15 +144,18 @@ def main():
             print(f"| {t} | {rs[0]['length']} | {sum(r['correct'] for r in rs)}/{len(rs)} | {by_seed} |")
     if speed:
         print("\n## Speed against llama.cpp with the same cache type\n")
-        print("`posenc bench generate --kv-cache T` against `llama-bench -ctk T -ctv T -fa on`, "
-              "alternating rounds; speed > 1: posenc is faster (median of the rounds' "
-              "ratios).\n")
+        print("`posenc bench generate --kv-cache T` against `llama-bench -ctk T -ctv T -fa on` "
+              "(whose quantized cache is turned by its Hadamard matrix), alternating rounds "
+              "with nothing else on the cores; speed > 1: posenc is faster (median of the "
+              "rounds' ratios). The reports are beside this page (`speed-*.md`), with "
+              "llama-bench's settings.\n")
         print("| cache | measure | rounds | posenc | llama.cpp | speed |")
         print("|---|---|---:|---:|---:|---:|")
         for r in speed:
             unit = r["unit"] or ""
-            print(f"| {r['kv_cache']} | {r['measure']} | {r['rounds']} | {fmt(r['posenc'], 1)} {unit} | "
-                  f"{fmt(r['llama_cpp'], 1)} {unit if r['llama_cpp'] is not None else ''} | "
+            digits = {"s": 2, "MB": 0}.get(unit, 1)
+            print(f"| {r['kv_cache']} | {r['measure']} | {r['rounds']} | {fmt(r['posenc'], digits)} {unit} | "
+                  f"{fmt(r['llama_cpp'], digits)} {unit if r['llama_cpp'] is not None else ''} | "
                   f"{fmt(r['speed_ratio'])}{'×' if r['speed_ratio'] else ''} |")
 
 
