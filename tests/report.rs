@@ -3,8 +3,13 @@
 
 use std::path::{Path, PathBuf};
 
-/// Records written by examples rather than by an experiment: `report` does not render them.
-const NOT_EXPERIMENTS: [&str; 2] = ["docs/long-context", "docs/smollm2-rope"];
+/// Records written by examples or study scripts rather than by an experiment: `report`
+/// does not render them (the quantized cache's page is `scripts/kv_cache_table.py`'s).
+const NOT_EXPERIMENTS: [&str; 3] = [
+    "docs/long-context",
+    "docs/long-context/kv-cache",
+    "docs/smollm2-rope",
+];
 
 fn results_dirs(dir: &Path, found: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {
