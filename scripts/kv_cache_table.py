@@ -58,7 +58,6 @@ def passkeys(study):
     out = []
     for t in TYPES:
         for path in sorted(study.glob(f"passkey-{t}-*.json")):
-            wall, peak = timing(path.with_suffix(".time"))
             for r in json.loads(path.read_text()):
                 out.append({"table": "passkey", "tool": "posenc", "kv_cache": t,
                             "length": r["length"], "depth": r["depth"], "seed": r["seed"],

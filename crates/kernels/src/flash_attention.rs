@@ -109,6 +109,7 @@ pub fn flash_attention(
     };
     let runs = q.dtype() == DType::F32
         && readable(&k)
+        && readable(&v)
         && q.device().is_cpu()
         && ![q, k.tensor(), v.tensor()].iter().any(|t| t.track_op());
     if !runs {

@@ -466,9 +466,10 @@ impl MultiHeadAttention {
             outs.push(out);
             weights.extend(w);
         }
-        let weights = match weights.len() == outs.len() && !weights.is_empty() {
-            true => Some(Tensor::cat(&weights, 2)?),
-            false => None,
+        // `weigh` gives every slice its weights: one per slice of rows.
+        let weights = match weights.is_empty() {
+            true => None,
+            false => Some(Tensor::cat(&weights, 2)?),
         };
         // W^O once over every row, as attention without self-extend applies it (a quantized
         // product may take another path for fewer rows).

@@ -305,37 +305,20 @@ fn the_tiled_kernel_reads_blocks_as_their_expansion() {
                 rows: rows.clone(),
                 format,
             };
-            let expanded = |rows: &Tensor| dequantize(rows, format).unwrap();
-            let want = flash_attention(
-                &q,
-                expanded(&k),
-                expanded(&v),
-                d,
-                0.2,
-                Some(offset.into()),
-                None,
-            )
-            .unwrap();
-            let got =
-                flash_attention(&q, kept(&k), kept(&v), d, 0.2, Some(offset.into()), None).unwrap();
+            let expanded = |rows: &Tensor| Kept::Dense(dequantize(rows, format).unwrap());
+            let read = |k: Kept, v: Kept| {
+                flash_attention(&q, k, v, d, 0.2, Some(offset.into()), None).unwrap()
+            };
+            let want = read(expanded(&k), expanded(&v));
+            let got = read(kept(&k), kept(&v));
             let diff = max_abs_diff(&got, &want);
             assert!(diff < 1e-6, "{format:?}, {tq} rows: max |Δ| {diff}");
             // Blocks for keys only, values as they are.
-            let mixed = flash_attention(
-                &q,
-                kept(&k),
-                expanded(&v),
-                d,
-                0.2,
-                Some(offset.into()),
-                None,
-            );
-            assert!(max_abs_diff(&mixed.unwrap(), &want) < 1e-6);
+            assert!(max_abs_diff(&read(kept(&k), expanded(&v)), &want) < 1e-6);
             // The rounding is real.
-            let exact = |seed| filled(&[b, kv, tk + 17, d], seed).narrow(2, 0, tk).unwrap();
             let exact =
-                flash_attention(&q, exact(42), exact(43), d, 0.2, Some(offset.into()), None)
-                    .unwrap();
+                |seed| Kept::from(filled(&[b, kv, tk + 17, d], seed).narrow(2, 0, tk).unwrap());
+            let exact = read(exact(42), exact(43));
             assert!(max_abs_diff(&exact, &want) > 0.0);
         }
     }
