@@ -34,4 +34,12 @@ for r in 1 2 3; do
     echo "$b $(cat /tmp/ab-time)" >> "$d/swa_eval_32768.txt"
   done
 done
+: > "$d/bench_train.txt"
+for r in 1 2 3; do
+  for b in old new; do
+    out=$("$(bin $b)" bench train --steps 40 --no-torch 2>&1)
+    step() { echo "$out" | grep "^| $1" | awk -F'|' '{print $6}'; }
+    echo "$b  $(step reference) $(step toy)" >> "$d/bench_train.txt"
+  done
+done
 python3 scripts/ab_ratio.py "$d"
