@@ -220,6 +220,7 @@ pub const BUILT_IN: &[Registration] = &[
     Registration::of::<crate::window::WindowConfig>(),
     Registration::of::<crate::sink::SinkConfig>(),
     Registration::of::<crate::pope::PopeConfig>(),
+    Registration::of::<crate::abacus::AbacusConfig>(),
 ];
 
 static REGISTRY: LazyLock<RwLock<Vec<Registration>>> =

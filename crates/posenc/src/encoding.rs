@@ -5,7 +5,8 @@
 //!
 //! 1. [`PositionalEncoding::add_to_embeddings`]: what to add to the (scaled) token
 //!    embeddings `x` of shape `(batch, seq, d_model)`. Absolute encodings
-//!    (sinusoidal, learned, the naive ones) live here.
+//!    (sinusoidal, learned, the naive ones) live here, and so do those that read their
+//!    positions from the tokens ([`PositionalEncoding::add_to_embeddings_of`]: Abacus).
 //! 2. [`PositionalEncoding::rotate`]: how to transform queries and keys of shape
 //!    `(batch, heads, seq, head_dim)` before their dot product. Rotary encodings live here.
 //! 3. [`PositionalEncoding::attention_bias`]: what to add to the attention scores
@@ -169,6 +170,23 @@ pub trait PositionalEncoding: std::fmt::Debug + Send + Sync {
         Ok(x.clone())
     }
 
+    /// Hook (a), given the tokens: `x + PE` for the embeddings `x: (batch, seq, d_model)`
+    /// of `tokens`, at positions `at`, for an encoding whose positions are read from the
+    /// tokens themselves (Abacus numbers each digit by its place in its number). The model
+    /// calls this one. By default it is [`add_to_embeddings`](Self::add_to_embeddings),
+    /// which reads no token.
+    fn add_to_embeddings_of(&self, x: &Tensor, tokens: Tokens, at: Positions) -> Result<Tensor> {
+        let _ = tokens;
+        self.add_to_embeddings(x, at)
+    }
+
+    /// Whether [`add_to_embeddings_of`](Self::add_to_embeddings_of) reads the tokens
+    /// (default: no). A key/value cache then keeps the ids it has run, so that each step
+    /// is given the tokens before it ([`Tokens::before`]).
+    fn reads_tokens(&self) -> bool {
+        false
+    }
+
     /// Hook (b): rotate queries `x: (batch, heads, seq, head_dim)` at positions `at`, and
     /// keys too unless [`rotate_keys`](Self::rotate_keys) says otherwise. Identity by
     /// default.
@@ -270,6 +288,24 @@ pub trait PositionalEncoding: std::fmt::Debug + Send + Sync {
     /// default).
     fn tables(&self, len: usize) -> Result<Vec<Table>> {
         Ok(vec![self.table(len)?])
+    }
+}
+
+/// The token ids whose embeddings hook (a) is given
+/// ([`PositionalEncoding::add_to_embeddings_of`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Tokens<'a> {
+    /// The ids `(batch, seq)` of the embeddings, any integer dtype.
+    pub ids: &'a Tensor,
+    /// The ids `(batch, earlier)` that come before them in their sequences (a cache keeps
+    /// them), or `None` where `ids` start their sequences.
+    pub before: Option<&'a Tensor>,
+}
+
+impl<'a> Tokens<'a> {
+    /// Ids that start their sequences.
+    pub fn new(ids: &'a Tensor) -> Self {
+        Self { ids, before: None }
     }
 }
 

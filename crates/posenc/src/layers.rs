@@ -24,7 +24,7 @@ use candle_core::Tensor;
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::encoding::{require, Decay, PositionalEncoding, Table};
+use crate::encoding::{require, Decay, PositionalEncoding, Table, Tokens};
 use crate::{EncodingConfig, EncodingSpec, Positions, Result, Target};
 
 /// The settings of `layers`.
@@ -188,6 +188,14 @@ impl PositionalEncoding for Layers {
 
     fn add_to_embeddings(&self, x: &Tensor, at: Positions) -> Result<Tensor> {
         self.first().add_to_embeddings(x, at)
+    }
+
+    fn add_to_embeddings_of(&self, x: &Tensor, tokens: Tokens, at: Positions) -> Result<Tensor> {
+        self.first().add_to_embeddings_of(x, tokens, at)
+    }
+
+    fn reads_tokens(&self) -> bool {
+        self.first().reads_tokens()
     }
 
     fn rotate(&self, x: &Tensor, at: Positions) -> Result<Tensor> {

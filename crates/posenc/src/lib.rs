@@ -29,6 +29,7 @@
 //! | `pope` | rotate (magnitudes from the content, phases from the position; twice as wide) | [`pope`] |
 //! | `fox` | decay read from the data (the Forgetting Transformer's forget gates) | [`fox`] |
 //! | `sink` | a sink per head (a key of value zero every query sees) | [`sink`] |
+//! | `abacus` | add, from the tokens (each digit's place within its number) | [`abacus`] |
 //! | `stack` | several of the above in the same layers | [`stack`] |
 //!
 //! Tables are computed in f64, stored in f32 and cast to the model's dtype only when
@@ -42,9 +43,11 @@ mod config;
 mod encoding;
 mod error;
 
+pub mod abacus;
 pub mod alibi;
 pub mod analysis;
 pub mod cope;
+pub mod draws;
 pub mod fire;
 pub mod fox;
 pub mod hope;
@@ -71,5 +74,6 @@ pub use config::{
 };
 pub use encoding::{
     inverse_frequencies, Decay, Form, Index, PairLayout, PositionalEncoding, Positions, Table,
+    Tokens,
 };
 pub use error::{Error, Result};

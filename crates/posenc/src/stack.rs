@@ -18,7 +18,7 @@ use candle_core::Tensor;
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
-use crate::encoding::{Decay, PositionalEncoding, Table};
+use crate::encoding::{Decay, PositionalEncoding, Table, Tokens};
 use crate::layers;
 use crate::{EncodingConfig, EncodingSpec, Positions, Result, Target};
 
@@ -104,6 +104,16 @@ impl PositionalEncoding for Stack {
         self.of
             .iter()
             .try_fold(x.clone(), |x, e| e.add_to_embeddings(&x, at))
+    }
+
+    fn add_to_embeddings_of(&self, x: &Tensor, tokens: Tokens, at: Positions) -> Result<Tensor> {
+        self.of
+            .iter()
+            .try_fold(x.clone(), |x, e| e.add_to_embeddings_of(&x, tokens, at))
+    }
+
+    fn reads_tokens(&self) -> bool {
+        self.of.iter().any(|e| e.reads_tokens())
     }
 
     fn rotate(&self, x: &Tensor, at: Positions) -> Result<Tensor> {

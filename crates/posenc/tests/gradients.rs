@@ -4,7 +4,7 @@
 
 use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::{VarBuilder, VarMap};
-use posenc::{Direction, EncodingConfig, PositionalEncoding, Target};
+use posenc::{Direction, EncodingConfig, PositionalEncoding, Target, Tokens};
 
 const D: usize = 8;
 const HEADS: usize = 2;
@@ -33,8 +33,14 @@ fn grad_norm(grads: &candle_core::backprop::GradStore, t: &Tensor) -> f32 {
 fn forward(enc: &dyn PositionalEncoding, w: &Tensor) -> Tensor {
     let dev = Device::Cpu;
     let x = Tensor::randn(0f32, 1.0, (1, T, D), &dev).unwrap();
+    // Digits for an encoding that reads the tokens (Abacus's default ids), a number of
+    // them then another token, so that places vary.
+    let ids: Vec<u32> = (0..T as u32)
+        .map(|i| if i % 4 == 3 { 0 } else { 4 + i % 10 })
+        .collect();
+    let ids = Tensor::from_vec(ids, (1, T), &dev).unwrap();
     let h = enc
-        .add_to_embeddings(&x.broadcast_matmul(w).unwrap(), 0.into())
+        .add_to_embeddings_of(&x.broadcast_matmul(w).unwrap(), Tokens::new(&ids), 0.into())
         .unwrap();
     let heads = h
         .reshape((1, T, HEADS, D / HEADS))

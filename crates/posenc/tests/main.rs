@@ -1,6 +1,7 @@
 //! The tests of `posenc-posenc`, one module a file, built as one test binary: each binary links
 //! all of candle, so one per crate keeps the suite's build and link time down.
 
+mod abacus;
 mod composed;
 mod decay;
 mod errors;

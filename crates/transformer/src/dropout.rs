@@ -29,7 +29,9 @@ thread_local! {
 
 /// Seeds this thread's dropout generator for `step` of a run seeded `seed` (one ChaCha8
 /// stream per step; a thread never seeded draws as `seed(0, 0)`).
+/// It seeds the encodings' generator ([`posenc::draws`]) the same way.
 pub fn seed(seed: u64, step: u64) {
+    posenc::draws::seed(seed, step);
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ DROPOUT_STREAM);
     rng.set_stream(step);
     SAMPLER.with(|s| *s.borrow_mut() = rng);

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use candle_core::quantized::QTensor;
 use candle_core::{DType, Tensor};
 use candle_nn::{Embedding, Module};
-use posenc::{PositionalEncoding, Positions};
+use posenc::{PositionalEncoding, Positions, Tokens};
 
 use crate::{Error, Result};
 
@@ -99,6 +99,46 @@ impl Embeddings {
     /// # Errors
     /// Ids not `(batch, seq)`, or outside the vocabulary; positions the encoding refuses.
     pub fn forward(&self, ids: &Tensor, at: Positions) -> Result<Tensor> {
+        self.forward_after(ids, None, at)
+    }
+
+    /// Whether the positional encoding reads the tokens
+    /// ([`PositionalEncoding::reads_tokens`]): a cached run then passes the ids before the
+    /// new ones to [`Embeddings::forward_after`].
+    pub fn reads_tokens(&self) -> bool {
+        self.encoding.reads_tokens()
+    }
+
+    /// [`Embeddings::forward`] of ids run after those in `cache`, at `at`: given the ids
+    /// before them, and kept in the cache, where the encoding reads the tokens.
+    ///
+    /// # Errors
+    /// As [`Embeddings::forward`]; ids whose batch differs from the cache's.
+    pub fn forward_cached(
+        &self,
+        ids: &Tensor,
+        at: Positions,
+        cache: &mut crate::StackCache,
+    ) -> Result<Tensor> {
+        if !self.reads_tokens() {
+            return self.forward(ids, at);
+        }
+        let x = self.forward_after(ids, cache.tokens(), at)?;
+        cache.keep_tokens(ids)?;
+        Ok(x)
+    }
+
+    /// [`Embeddings::forward`] of ids that follow `before (batch, earlier)` in their
+    /// sequences (`None`: they start them), for an encoding that reads the tokens.
+    ///
+    /// # Errors
+    /// As [`Embeddings::forward`].
+    pub fn forward_after(
+        &self,
+        ids: &Tensor,
+        before: Option<&Tensor>,
+        at: Positions,
+    ) -> Result<Tensor> {
         if ids.rank() != 2 {
             return Err(Error::Input(format!(
                 "token ids must be (batch, seq), got {:?}",
@@ -135,7 +175,9 @@ impl Embeddings {
         } else {
             (x * self.scale)?
         };
-        let x = self.encoding.add_to_embeddings(&x, at)?;
+        let x = self
+            .encoding
+            .add_to_embeddings_of(&x, Tokens { ids, before }, at)?;
         Ok(crate::dropout::dropout(&x, self.dropout)?)
     }
 }

@@ -451,7 +451,7 @@ impl LanguageModel {
             Some(_) => cache.positions(ids.dim(1)?),
             None => Positions::From(cache.len()),
         };
-        let x = self.embed.forward(ids, at)?;
+        let x = self.embed.forward_cached(ids, at, cache)?;
         self.stack.forward_cached(&x, None, None, cache)
     }
 

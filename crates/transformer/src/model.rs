@@ -189,17 +189,19 @@ impl Transformer {
         tgt_mask: Option<&Mask>,
         cache: Option<&mut StackCache>,
     ) -> Result<Tensor> {
-        let offset = cache.as_ref().map_or(0, |c| c.len());
-        let y = self.tgt_embed.forward(tgt, Positions::From(offset))?;
         let memory = Memory {
             states: memory,
             mask: src_mask,
         };
         match cache {
-            Some(cache) => self
-                .decoder
-                .forward_cached(&y, tgt_mask, Some(memory), cache),
+            Some(cache) => {
+                let at = Positions::From(cache.len());
+                let y = self.tgt_embed.forward_cached(tgt, at, cache)?;
+                self.decoder
+                    .forward_cached(&y, tgt_mask, Some(memory), cache)
+            }
             None => {
+                let y = self.tgt_embed.forward(tgt, Positions::From(0))?;
                 let input = StackInput {
                     memory: Some(memory),
                     ..StackInput::new(&y, tgt_mask)

@@ -38,6 +38,8 @@ pub struct StackCache {
     reach: usize,
     kind: Option<KvType>,
     streaming: Option<Streaming>,
+    /// The ids run so far, `(batch, seen)`, kept for an encoding that reads the tokens.
+    tokens: Option<Tensor>,
 }
 
 impl StackCache {
@@ -115,6 +117,8 @@ impl StackCache {
             .map(|(own, cross)| Ok::<_, Error>((own.try_clone()?, cross.try_clone()?)));
         Ok(Self {
             layers: layers.collect::<Result<_>>()?,
+            // Never written in place: a shared tensor is a copy of its own.
+            tokens: self.tokens.clone(),
             ..*self
         })
     }
@@ -141,6 +145,28 @@ impl StackCache {
             own.select(indices)?;
             cross.select(indices)?;
         }
+        if let Some(tokens) = &self.tokens {
+            self.tokens = Some(tokens.index_select(indices, 0)?);
+        }
+        Ok(())
+    }
+
+    /// The ids run so far `(batch, seen)`, where they were kept ([`StackCache::keep_tokens`]).
+    pub fn tokens(&self) -> Option<&Tensor> {
+        self.tokens.as_ref()
+    }
+
+    /// Keeps `ids (batch, new)`, run next, after those kept: for an encoding that reads
+    /// the tokens ([`posenc::PositionalEncoding::reads_tokens`]).
+    ///
+    /// # Errors
+    /// Ids whose batch differs from those kept.
+    pub fn keep_tokens(&mut self, ids: &Tensor) -> Result<()> {
+        let ids = ids.to_dtype(candle_core::DType::U32)?;
+        self.tokens = Some(match &self.tokens {
+            None => ids,
+            Some(kept) => Tensor::cat(&[kept, &ids], 1)?,
+        });
         Ok(())
     }
 }
