@@ -115,6 +115,12 @@ pub struct RunSettings {
     steps: Option<usize>,
     #[command(flatten)]
     schedule: super::ScheduleArgs,
+    /// Instances per step.
+    #[arg(long, help = format!(
+        "Instances per step [default: {}]",
+        LengthgenConfig::default().run.batch_size
+    ))]
+    batch_size: Option<usize>,
     // The decoder's size (its defaults are in the command's long help).
     #[command(flatten)]
     size: super::ModelSizeArgs,
@@ -145,6 +151,7 @@ impl RunSettings {
         cfg.base.run.steps = self.steps.unwrap_or(cfg.base.run.steps);
         let b = &mut cfg.base;
         (b.lr, b.min_lr, b.run.warmup) = self.schedule.apply(b.lr, b.min_lr, b.run.warmup);
+        b.run.batch_size = self.batch_size.unwrap_or(b.run.batch_size);
         self.size.apply_to(&mut cfg.base.model);
         cfg.base.run.seed = self.seed.unwrap_or(cfg.base.run.seed);
         cfg

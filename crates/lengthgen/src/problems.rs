@@ -13,6 +13,7 @@
 //! | `duplicate` | n digits x | x twice (Delétang et al. 2023, "duplicate string") |
 //! | `addition` | a + b, n digits each, least significant first | a + b in n + 1 digits, least significant first (Kazemnejad et al. 2023) |
 //! | `addition-hints` | the same, each digit after its index hint | the same, each digit after its index hint (Zhou et al. 2023, 2024) |
+//! | `addition-mixed` | a + b, one of n digits, the other of 1 to n (uniform), least significant first | a + b in n + 1 digits, least significant first (McLeish et al. 2024 draw the two lengths apart) |
 //! | `count` | n digits x, `+`, a digit q | how many times q occurs in x, in as many digits as n has, least significant first |
 //! | `selective-copy` | n tokens: ⌈n/2⌉ digits with ⌊n/2⌋ blanks (`+`) among them | the digits, in order, without the blanks |
 //!
@@ -70,6 +71,9 @@ pub enum Problem {
     /// The sum, each digit after an index hint of its place.
     #[serde(rename = "addition-hints")]
     AdditionHints,
+    /// The sum of two numbers of different lengths, least significant digit first.
+    #[serde(rename = "addition-mixed")]
+    AdditionMixed,
     /// How many times the query digit occurs.
     Count,
     /// The digits without the blanks among them.
@@ -115,13 +119,14 @@ impl Instance {
 
 impl Problem {
     /// Every problem.
-    pub const ALL: [Problem; 8] = [
+    pub const ALL: [Problem; 9] = [
         Problem::Copy,
         Problem::Reverse,
         Problem::Sort,
         Problem::Duplicate,
         Problem::Addition,
         Problem::AdditionHints,
+        Problem::AdditionMixed,
         Problem::Count,
         Problem::SelectiveCopy,
     ];
@@ -135,6 +140,7 @@ impl Problem {
             Problem::Duplicate => "duplicate",
             Problem::Addition => "addition",
             Problem::AdditionHints => "addition-hints",
+            Problem::AdditionMixed => "addition-mixed",
             Problem::Count => "count",
             Problem::SelectiveCopy => "selective-copy",
         }
@@ -157,12 +163,13 @@ impl Problem {
         }
     }
 
-    /// Tokens in the sequence of an instance of length `n`.
+    /// Tokens in the sequence of an instance of length `n` (`addition-mixed`: the longest,
+    /// both numbers of `n` digits).
     pub fn sequence_len(self, n: usize) -> usize {
         let (prompt, answer) = match self {
             Problem::Copy | Problem::Reverse | Problem::Sort => (n, n),
             Problem::Duplicate => (n, 2 * n),
-            Problem::Addition => (2 * n + 1, n + 1),
+            Problem::Addition | Problem::AdditionMixed => (2 * n + 1, n + 1),
             Problem::AdditionHints => (4 * n + 1, 2 * (n + 1)),
             Problem::Count => (n + 2, decimal_width(n)),
             Problem::SelectiveCopy => (n, n.div_ceil(2)),
@@ -184,6 +191,17 @@ impl Problem {
             Problem::Addition => {
                 let n = prompt.len() / 2;
                 add(&prompt[..n], &prompt[n + 1..])
+            }
+            Problem::AdditionMixed => {
+                let plus = prompt
+                    .iter()
+                    .position(|&t| t == PLUS)
+                    .unwrap_or(prompt.len());
+                let (a, b) = (&prompt[..plus], prompt.get(plus + 1..).unwrap_or(&[]));
+                // Zeros after the shorter number's most significant digit.
+                let n = a.len().max(b.len());
+                let widen = |x: &[u32]| [x, &vec![DIGIT; n - x.len()]].concat();
+                add(&widen(a), &widen(b))
             }
             Problem::AdditionHints => {
                 let n = prompt.len() / 4;
@@ -211,7 +229,8 @@ impl Problem {
     }
 
     /// A uniformly random prompt of length `n` (digits; addition: two numbers of `n`
-    /// digits, with hints from a uniformly random start) with its answer.
+    /// digits, with hints from a uniformly random start; mixed: one of `n` digits, the
+    /// other of a uniform length in `1..=n`, either first) with its answer.
     ///
     /// `addition-hints` needs `n < HINTS` ([`Problem::max_length`]); past it the hints
     /// run out, and the prompt has meaningless tokens.
@@ -220,6 +239,14 @@ impl Problem {
             |k: usize| -> Vec<u32> { (0..k).map(|_| DIGIT + rng.random_range(0..10)).collect() };
         let prompt = match self {
             Problem::Addition => [digits(n), vec![PLUS], digits(n)].concat(),
+            Problem::AdditionMixed => {
+                let (long, mut short) = (digits(n), digits(n));
+                short.truncate(rng.random_range(1..=n.max(1)));
+                match rng.random_bool(0.5) {
+                    true => [long, vec![PLUS], short].concat(),
+                    false => [short, vec![PLUS], long].concat(),
+                }
+            }
             Problem::AdditionHints => {
                 let (a, b) = (digits(n), digits(n));
                 let first = rng.random_range(0..=HINTS.saturating_sub(n + 1) as u32);

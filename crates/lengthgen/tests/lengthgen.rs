@@ -64,6 +64,22 @@ fn every_answer_is_the_direct_computation() {
             assert_eq!(add.answer.len(), n + 1);
             assert_eq!(number(&add.answer), number(a) + number(b), "{text}");
 
+            // Mixed: one number of n digits, the other of 1 to n, either first; the sum
+            // in n + 1 digits.
+            let mixed = Problem::AdditionMixed.random(n, &mut rng);
+            let text = render(&mixed.prompt);
+            let (a, b) = text.split_once('+').unwrap();
+            assert_eq!(a.len().max(b.len()), n, "{text}");
+            assert!(a.len().min(b.len()) >= 1, "{text}");
+            assert_eq!(mixed.answer.len(), n + 1, "{text}");
+            let plus = a.len();
+            let (a, b) = (&mixed.prompt[..plus], &mixed.prompt[plus + 1..]);
+            assert_eq!(number(&mixed.answer), number(a) + number(b), "{text}");
+            assert!(
+                mixed.len() <= Problem::AdditionMixed.sequence_len(n),
+                "{text}"
+            );
+
             // Hints: each digit after its place's letter, the same letters in the
             // operands and the sum, and without them the same sum.
             let hinted = Problem::AdditionHints.random(n, &mut rng);
@@ -558,4 +574,24 @@ fn pooled_experiments_keep_every_seed_and_refuse_other_settings() {
         "{clash}"
     );
     assert!(Exp::merge(Vec::new()).is_err());
+}
+
+#[test]
+fn mixed_addition_draws_the_shorter_length_and_the_order_apart() {
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let (mut shorter, mut first_longer) = (std::collections::BTreeSet::new(), 0);
+    for _ in 0..200 {
+        let text = render(&Problem::AdditionMixed.random(6, &mut rng).prompt);
+        let (a, b) = text.split_once('+').unwrap();
+        shorter.insert(a.len().min(b.len()));
+        first_longer += usize::from(a.len() == 6);
+    }
+    assert_eq!(
+        shorter.into_iter().collect::<Vec<_>>(),
+        (1..=6).collect::<Vec<_>>()
+    );
+    assert!(
+        (60..=140).contains(&first_longer),
+        "{first_longer} of 200 first"
+    );
 }

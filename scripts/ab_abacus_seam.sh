@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The seam's token-reading hook (Abacus): the old binary (at OLD, default
+# /tmp/old-target/release/posenc, built at the commit before it) and the new one give the same
+# bytes for runs of encodings that read no token, and alternate for speed; writes
+# docs/speed/ab-abacus-seam/. Pass `identity` to run only the identity part.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export POSENC_CACHE=${POSENC_CACHE:-$PWD/.cache}
+d=docs/speed/ab-abacus-seam
+mkdir -p "$d"
+bin() { case $1 in old) echo "${OLD:-/tmp/old-target/release/posenc}" ;; new) echo target/release/posenc ;; esac; }
+prompt="Once upon a time, in a land far away,"
+t=$(mktemp -d)
+# A Shakespeare model with dropout, so that dropout's draws are compared too.
+"$(bin new)" lm train --encoding alibi --steps 60 --out "$t/unused" --print-config |
+  python3 -c "import json, sys; c = json.load(sys.stdin); c['model']['dropout'] = 0.1; print(json.dumps(c))" > "$t/lm.json"
+: > "$d/identity.txt"
+for b in old new; do
+  "$(bin $b)" generate --temperature 0 --max-tokens 48 "$prompt" > "$t/gen-$b.txt"
+  "$(bin $b)" lengthgen train --task copy --encoding rope --steps 200 --quiet --out "$t/copy-$b" > /dev/null
+  "$(bin $b)" lm train --config "$t/lm.json" --quiet --out "$t/lm-$b" > /dev/null
+  "$(bin $b)" kotoba train --encoding sinusoidal --steps 60 --quiet --out "$t/kotoba-$b" > /dev/null
+done
+same() { if cmp -s "$2" "$3"; then echo "$1: identical ($(wc -c < "$2") bytes)"; else echo "$1: DIFFER"; fi >> "$d/identity.txt"; }
+# A checkpoint's header names its run (a fresh id each run): compare the tensors' table and bytes.
+tensors() {
+  python3 -c '
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+header = json.loads(raw[8:8 + n]); header.pop("__metadata__", None)
+sys.stdout.buffer.write(json.dumps(header, sort_keys=True).encode() + raw[8 + n:])' "$1"
+}
+same "generate (SmolLM2, greedy)" "$t/gen-old.txt" "$t/gen-new.txt"
+for run in copy lm kotoba; do
+  tensors "$t/$run-old/model.safetensors" > "$t/$run-old.bin"
+  tensors "$t/$run-new/model.safetensors" > "$t/$run-new.bin"
+  same "$run: trained weights" "$t/$run-old.bin" "$t/$run-new.bin"
+done
+cat "$d/identity.txt"
+[ "${1:-}" = identity ] && exit 0
+: > "$d/generate.txt"; : > "$d/bench_train.txt"
+for r in 1 2 3; do
+  for b in old new; do
+    line=$("$(bin $b)" generate --timing --temperature 0 --max-tokens 64 "$prompt" 2>&1 >/dev/null | grep "loaded in")
+    echo "$b $line" >> "$d/generate.txt"
+  done
+done
+for r in 1 2 3; do
+  for b in old new; do
+    out=$("$(bin $b)" bench train --steps 40 --no-torch 2>&1)
+    step() { echo "$out" | grep "^| $1" | awk -F'|' '{print $6}'; }
+    echo "$b  $(step reference) $(step toy)" >> "$d/bench_train.txt"
+  done
+done
+python3 scripts/ab_ratio.py "$d"
