@@ -61,3 +61,98 @@ fn the_readme_glance_is_what_the_records_give() {
     );
     assert!(rendered.contains("| held:") && rendered.contains("**not held**"));
 }
+
+/// Every page of the book (and the README) with generated tables.
+fn pages_with_tables(dir: &Path, found: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            pages_with_tables(&path, found);
+        } else if path.extension().is_some_and(|e| e == "md")
+            && std::fs::read_to_string(&path)
+                .unwrap()
+                .contains("<!-- table: ")
+        {
+            found.push(path);
+        }
+    }
+}
+
+/// The book's generated tables are what the studies' records give now.
+#[test]
+fn every_generated_table_is_what_the_records_give() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut pages = vec![];
+    pages_with_tables(&root.join("docs"), &mut pages);
+    assert!(pages.len() >= 2, "{pages:?}");
+    for page in pages {
+        let rendered = posenc_cli::cmd::report::tables(&page).unwrap();
+        assert!(
+            rendered == std::fs::read_to_string(&page).unwrap(),
+            "{} is not what its records give: run `posenc report --tables {}`",
+            page.display(),
+            page.display()
+        );
+    }
+}
+
+/// A generated table: each cell the mean ± sd over seeds of each seed's mean over the
+/// matching records, computed here from the records; a row without records in a column
+/// leaves the cell empty; a row without any record, and an unpaired marker, are refused.
+#[test]
+fn a_generated_table_reads_its_records() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let copy = root.join("docs/lengthgen/copy");
+    let dir = tempfile::tempdir().unwrap();
+    let spec = |rows: &[&str]| {
+        serde_json::json!({
+            "rows": rows,
+            "digits": 3,
+            "columns": [
+                {"title": "at 13", "studies": [&copy], "metric": "accuracy",
+                 "where": {"length": 13}, "scale": 100},
+                {"title": "xpos past", "studies": [copy.join("after-alibi")],
+                 "metric": "accuracy", "where": {"trained": false}}
+            ]
+        })
+    };
+    std::fs::write(
+        dir.path().join("t.json"),
+        spec(&["alibi", "xpos"]).to_string(),
+    )
+    .unwrap();
+    let page = dir.path().join("page.md");
+    std::fs::write(
+        &page,
+        "# A page\n\n<!-- table: t.json -->\nstale\n<!-- table end -->\n",
+    )
+    .unwrap();
+    let text = posenc_cli::cmd::report::tables(&page).unwrap();
+    // ALiBi at 13, by hand: each seed's accuracy (one record per seed and length).
+    let results: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(copy.join("results.json")).unwrap()).unwrap();
+    let at13: Vec<f64> = results["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["label"] == "alibi" && r["length"] == 13)
+        .map(|r| 100.0 * r["accuracy"].as_f64().unwrap())
+        .collect();
+    assert_eq!(at13.len(), 3);
+    let mean = at13.iter().sum::<f64>() / 3.0;
+    let sd = (at13.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / 2.0).sqrt();
+    let row = format!("| alibi | {mean:.3} ± {sd:.3} |  |");
+    assert!(text.contains(&row), "{text}\nwant {row}");
+    assert!(text.contains("| xpos |  | 0.0"), "{text}");
+    assert!(!text.contains("stale"), "{text}");
+    assert!(
+        text.starts_with("# A page\n\n<!-- table: t.json -->\n\n| encoding | at 13 | xpos past |")
+    );
+    assert!(text.ends_with("|\n\n<!-- table end -->\n"), "{text}");
+    std::fs::write(dir.path().join("t.json"), spec(&["nothing"]).to_string()).unwrap();
+    let e = format!("{:#}", posenc_cli::cmd::report::tables(&page).unwrap_err());
+    assert!(e.contains("`nothing` has no record in any column"), "{e}");
+    std::fs::write(&page, "<!-- table: t.json -->\n").unwrap();
+    let e = format!("{:#}", posenc_cli::cmd::report::tables(&page).unwrap_err());
+    assert!(e.contains("no end marker"), "{e}");
+}

@@ -20,7 +20,7 @@ pub const CLAIMS_JSON: &str = "claims.json";
 pub struct ReportArgs {
     /// Study directories, each holding an experiment's results.json (and, if it makes
     /// claims, claims.json).
-    #[arg(required_unless_present = "glance")]
+    #[arg(required_unless_present_any = ["glance", "tables"])]
     dirs: Vec<PathBuf>,
     /// Write nothing; fail, naming each results.md that is not what its records give.
     #[arg(long)]
@@ -29,6 +29,11 @@ pub struct ReportArgs {
     /// markers) from docs/glance.json beside it.
     #[arg(long, value_name = "README")]
     glance: Option<PathBuf>,
+    /// Also render the generated tables of these pages (each between `<!-- table: SPEC -->`
+    /// and `<!-- table end -->`, SPEC a JSON file relative to the page that names the rows,
+    /// and for each column the studies, metric and records).
+    #[arg(long, value_name = "PAGE", num_args = 1..)]
+    tables: Vec<PathBuf>,
 }
 
 impl ReportArgs {
@@ -42,6 +47,9 @@ impl ReportArgs {
             .collect::<Result<_>>()?;
         if let Some(readme) = &self.glance {
             pages.push((readme.clone(), glance(readme)?));
+        }
+        for page in &self.tables {
+            pages.push((page.clone(), tables(page)?));
         }
         let mut stale = Vec::new();
         for (path, page) in pages {
@@ -201,6 +209,150 @@ pub fn glance(readme: &Path) -> Result<String> {
         &text[..begin],
         &text[end..]
     ))
+}
+
+/// Where a generated table begins (followed by its spec's path and ` -->`) and ends.
+const TABLE_BEGIN: &str = "<!-- table: ";
+const TABLE_END: &str = "<!-- table end -->";
+
+/// A generated table: a row per entry, a column per (studies, metric, records), each cell
+/// the entry's mean ± standard deviation over seeds, each seed's value the mean over its
+/// records that match ([`claims::Entry`]).
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TableSpec {
+    /// The first column's heading (default `encoding`).
+    #[serde(default = "TableSpec::default_heading")]
+    heading: String,
+    /// The entries, in order: values of the records' `by` field.
+    rows: Vec<String>,
+    /// The field that names entries (default `label`).
+    #[serde(default = "TableSpec::default_by")]
+    by: String,
+    /// Digits after the point.
+    #[serde(default)]
+    digits: usize,
+    /// The columns.
+    columns: Vec<TableColumn>,
+}
+
+impl TableSpec {
+    fn default_heading() -> String {
+        "encoding".into()
+    }
+    fn default_by() -> String {
+        "label".into()
+    }
+}
+
+/// A column of a [`TableSpec`].
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TableColumn {
+    /// Its heading.
+    title: String,
+    /// The studies whose records it reads, directories relative to the spec.
+    studies: Vec<PathBuf>,
+    /// The field read (`accuracy`, `perplexity`, …).
+    metric: String,
+    /// Only the records whose fields equal these.
+    #[serde(default, rename = "where")]
+    filter: serde_json::Map<String, serde_json::Value>,
+    /// What the values are multiplied by when printed (100 for percent).
+    #[serde(default = "TableColumn::one")]
+    scale: f64,
+}
+
+impl TableColumn {
+    fn one() -> f64 {
+        1.0
+    }
+}
+
+/// `page` with every generated table rendered from its spec and the records now. A row
+/// with no record in a column leaves its cell empty.
+///
+/// # Errors
+/// Markers that do not pair; a spec that does not parse; a study that does not render; a
+/// record that matches and is bad; a row with no record in any column.
+pub fn tables(page: &Path) -> Result<String> {
+    let text =
+        std::fs::read_to_string(page).with_context(|| format!("reading {}", page.display()))?;
+    let base = page.parent().unwrap_or(Path::new("."));
+    let mut out = String::new();
+    let mut rest = text.as_str();
+    while let Some(begin) = rest.find(TABLE_BEGIN) {
+        let after = &rest[begin + TABLE_BEGIN.len()..];
+        let spec_end = after
+            .find(" -->")
+            .with_context(|| format!("{}: a table marker without ` -->`", page.display()))?;
+        let spec_path = base.join(after[..spec_end].trim());
+        let end = after.find(TABLE_END).with_context(|| {
+            format!(
+                "{}: the table of {} has no end marker ({TABLE_END})",
+                page.display(),
+                spec_path.display()
+            )
+        })?;
+        let table = render_table(&spec_path)
+            .with_context(|| format!("{}: rendering {}", page.display(), spec_path.display()))?;
+        let header = &rest[..begin + TABLE_BEGIN.len() + spec_end + " -->".len()];
+        out += &format!("{header}\n\n{table}\n");
+        rest = &after[end..];
+    }
+    out += rest;
+    Ok(out)
+}
+
+/// The Markdown table of the spec at `path`.
+fn render_table(path: &Path) -> Result<String> {
+    let spec: TableSpec = load_results(path)?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    let mut records = Vec::new();
+    for column in &spec.columns {
+        let mut all = Vec::new();
+        for dir in &column.studies {
+            let (_, r) = study(&base.join(dir))?;
+            all.extend(r.as_array().cloned().unwrap_or_default());
+        }
+        records.push(all);
+    }
+    let mut table = format!("| {} |", spec.heading);
+    for c in &spec.columns {
+        table += &format!(" {} |", c.title);
+    }
+    table += &format!("\n|---|{}\n", "---:|".repeat(spec.columns.len()));
+    for row in &spec.rows {
+        let mut cells = Vec::new();
+        for (column, records) in spec.columns.iter().zip(&records) {
+            let entry = claims::Entry {
+                by: &spec.by,
+                label: row,
+                metric: &column.metric,
+                filter: &column.filter,
+            };
+            cells.push(match entry.side(records) {
+                Ok(side) => Some(format!(
+                    "{:.d$} ± {:.d$}",
+                    column.scale * side.mean,
+                    column.scale * side.sd,
+                    d = spec.digits
+                )),
+                Err(claims::Missing::NoRecord) => None,
+                Err(claims::Missing::Bad(e)) => return Err(e.into()),
+            });
+        }
+        ensure!(
+            cells.iter().any(Option::is_some),
+            "`{row}` has no record in any column"
+        );
+        table += &format!("| {row} |");
+        for cell in cells {
+            table += &format!(" {} |", cell.unwrap_or_default());
+        }
+        table += "\n";
+    }
+    Ok(table)
 }
 
 /// The page and the tidy records of the experiment in `dir`, its results read once.

@@ -33,7 +33,6 @@
 
 use std::collections::BTreeMap;
 
-use posenc_error::{bail, ensure};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -170,44 +169,94 @@ fn names(value: &Value, label: &str) -> bool {
 
 /// The values of `label`'s seeds under `claim`'s filter.
 fn side(records: &[Value], claim: &Claim, label: &str) -> Result<Side> {
-    let mut by_seed: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
-    for r in records {
-        let matches =
-            names(&r[&claim.by], label) && claim.filter.iter().all(|(k, v)| r.get(k) == Some(v));
-        if !matches {
-            continue;
-        }
-        let Some(seed) = r["seed"].as_u64() else {
-            bail!("a record of `{label}` has no seed: {r}");
-        };
-        match &r[&claim.metric] {
-            Value::Null => {}
-            v => match v.as_f64() {
-                Some(x) => by_seed.entry(seed).or_default().push(x),
-                None => bail!(
-                    "`{}` is not a number in a record of `{label}`: {v}",
-                    claim.metric
-                ),
+    let entry = Entry {
+        by: &claim.by,
+        label,
+        metric: &claim.metric,
+        filter: &claim.filter,
+    };
+    entry.side(records).map_err(|e| match e {
+        NoRecord => posenc_error::invalid!(
+            "no record of `{label}` has a `{}`{} (claim: {})",
+            claim.metric,
+            match claim.filter.is_empty() {
+                true => String::new(),
+                false => format!(" where {}", Value::Object(claim.filter.clone())),
             },
+            claim.claim
+        )
+        .into(),
+        Bad(e) => e,
+    })
+}
+
+/// One entry of a study's records: those whose `by` field names `label` and whose fields
+/// equal `filter`'s, read at `metric`.
+#[derive(Debug, Clone, Copy)]
+pub struct Entry<'a> {
+    /// The field that names entries (`label`, `task`, …).
+    pub by: &'a str,
+    /// The entry.
+    pub label: &'a str,
+    /// The field read.
+    pub metric: &'a str,
+    /// Only the records whose fields equal these.
+    pub filter: &'a Map<String, Value>,
+}
+
+/// Why an [`Entry`] has no [`Side`].
+#[derive(Debug)]
+pub enum Missing {
+    /// No record matches it.
+    NoRecord,
+    /// A record that matches is bad (no seed, a metric that is not a number).
+    Bad(crate::Error),
+}
+use Missing::{Bad, NoRecord};
+
+impl Entry<'_> {
+    /// Its values over seeds: each seed's the mean over its matching records (a metric of
+    /// null is left out), then their mean and sample standard deviation.
+    ///
+    /// # Errors
+    /// [`Missing::NoRecord`] where nothing matches; [`Missing::Bad`] for a record without a
+    /// seed or with a metric that is not a number.
+    pub fn side(&self, records: &[Value]) -> std::result::Result<Side, Missing> {
+        let bad = |msg: String| Bad(posenc_error::invalid!("{msg}").into());
+        let (label, metric) = (self.label, self.metric);
+        let mut by_seed: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
+        for r in records {
+            let matches =
+                names(&r[self.by], label) && self.filter.iter().all(|(k, v)| r.get(k) == Some(v));
+            if !matches {
+                continue;
+            }
+            let Some(seed) = r["seed"].as_u64() else {
+                return Err(bad(format!("a record of `{label}` has no seed: {r}")));
+            };
+            match &r[metric] {
+                Value::Null => {}
+                v => match v.as_f64() {
+                    Some(x) => by_seed.entry(seed).or_default().push(x),
+                    None => {
+                        return Err(bad(format!(
+                            "`{metric}` is not a number in a record of `{label}`: {v}"
+                        )))
+                    }
+                },
+            }
         }
+        if by_seed.is_empty() {
+            return Err(NoRecord);
+        }
+        let by_seed: BTreeMap<u64, f64> = by_seed
+            .into_iter()
+            .map(|(seed, xs)| (seed, xs.iter().sum::<f64>() / xs.len() as f64))
+            .collect();
+        let values: Vec<f64> = by_seed.values().copied().collect();
+        let (mean, sd) = mean_sd(&values);
+        Ok(Side { by_seed, mean, sd })
     }
-    ensure!(
-        !by_seed.is_empty(),
-        "no record of `{label}` has a `{}`{} (claim: {})",
-        claim.metric,
-        match claim.filter.is_empty() {
-            true => String::new(),
-            false => format!(" where {}", Value::Object(claim.filter.clone())),
-        },
-        claim.claim
-    );
-    let by_seed: BTreeMap<u64, f64> = by_seed
-        .into_iter()
-        .map(|(seed, xs)| (seed, xs.iter().sum::<f64>() / xs.len() as f64))
-        .collect();
-    let values: Vec<f64> = by_seed.values().copied().collect();
-    let (mean, sd) = mean_sd(&values);
-    Ok(Side { by_seed, mean, sd })
 }
 
 /// The claims as a Markdown section (their records pooled `with` other studies'): a row each, with both sides' mean ± sd over their
