@@ -261,6 +261,21 @@ struct TableColumn {
     /// What the values are multiplied by when printed (100 for percent).
     #[serde(default = "TableColumn::one")]
     scale: f64,
+    /// Digits after the point, where they differ from the table's.
+    #[serde(default)]
+    digits: Option<usize>,
+    /// Which mean to set in bold: `lowest` (a loss) or `highest` (an accuracy); none if
+    /// absent.
+    #[serde(default)]
+    best: Option<Best>,
+}
+
+/// The best value of a column, to set in bold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Best {
+    Lowest,
+    Highest,
 }
 
 impl TableColumn {
@@ -322,6 +337,8 @@ fn render_table(path: &Path) -> Result<String> {
         table += &format!(" {} |", c.title);
     }
     table += &format!("\n|---|{}\n", "---:|".repeat(spec.columns.len()));
+    // Every cell's mean and sd, by row then column.
+    let mut sides = Vec::new();
     for row in &spec.rows {
         let mut cells = Vec::new();
         for (column, records) in spec.columns.iter().zip(&records) {
@@ -332,12 +349,7 @@ fn render_table(path: &Path) -> Result<String> {
                 filter: &column.filter,
             };
             cells.push(match entry.side(records) {
-                Ok(side) => Some(format!(
-                    "{:.d$} ± {:.d$}",
-                    column.scale * side.mean,
-                    column.scale * side.sd,
-                    d = spec.digits
-                )),
+                Ok(side) => Some((column.scale * side.mean, column.scale * side.sd)),
                 Err(claims::Missing::NoRecord) => None,
                 Err(claims::Missing::Bad(e)) => return Err(e.into()),
             });
@@ -346,9 +358,29 @@ fn render_table(path: &Path) -> Result<String> {
             cells.iter().any(Option::is_some),
             "`{row}` has no record in any column"
         );
+        sides.push(cells);
+    }
+    for (row, cells) in spec.rows.iter().zip(&sides) {
         table += &format!("| {row} |");
-        for cell in cells {
-            table += &format!(" {} |", cell.unwrap_or_default());
+        for (c, (column, cell)) in spec.columns.iter().zip(cells).enumerate() {
+            let Some((mean, sd)) = *cell else {
+                table += "  |";
+                continue;
+            };
+            let d = column.digits.unwrap_or(spec.digits);
+            let text = format!("{mean:.d$} ± {sd:.d$}");
+            // Bold where no row's mean, as printed, is better.
+            let printed = |m: f64| format!("{m:.d$}").parse::<f64>().unwrap_or(m);
+            let best = column.best.is_some_and(|best| {
+                sides.iter().filter_map(|r| r[c]).all(|(m, _)| match best {
+                    Best::Lowest => printed(m) >= printed(mean),
+                    Best::Highest => printed(m) <= printed(mean),
+                })
+            });
+            table += &match best {
+                true => format!(" **{text}** |"),
+                false => format!(" {text} |"),
+            };
         }
         table += "\n";
     }
@@ -357,6 +389,19 @@ fn render_table(path: &Path) -> Result<String> {
 
 /// The page and the tidy records of the experiment in `dir`, its results read once.
 fn study(dir: &Path) -> Result<(String, serde_json::Value)> {
+    let (page, typed) = typed_study(dir)?;
+    // The records as written, every field kept (a newer field an older record type does
+    // not read, such as a run's peak memory), as pandas would load them.
+    let raw: serde_json::Value = load_results(&dir.join(RESULTS_JSON))?;
+    let records = match raw.get("records") {
+        Some(r) if r.is_array() => r.clone(),
+        _ => typed,
+    };
+    Ok((page, records))
+}
+
+/// The page and the records of the experiment in `dir`, read by the experiment's type.
+fn typed_study(dir: &Path) -> Result<(String, serde_json::Value)> {
     let path = dir.join(RESULTS_JSON);
     Ok(if let Ok(e) = LengthgenExperiment::load(&path) {
         (e.markdown(), serde_json::to_value(&e.records)?)
