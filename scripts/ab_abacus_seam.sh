@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 export POSENC_CACHE=${POSENC_CACHE:-$PWD/.cache}
 d=docs/speed/ab-abacus-seam
 mkdir -p "$d"
-bin() { case $1 in old) echo "${OLD:-/tmp/old-target/release/posenc}" ;; new) echo target/release/posenc ;; esac; }
+source scripts/ab_rounds.sh
 prompt="Once upon a time, in a land far away,"
 t=$(mktemp -d)
 # A Shakespeare model with dropout, so that dropout's draws are compared too.
@@ -39,18 +39,6 @@ for run in copy lm kotoba; do
 done
 cat "$d/identity.txt"
 [ "${1:-}" = identity ] && exit 0
-: > "$d/generate.txt"; : > "$d/bench_train.txt"
-for r in 1 2 3; do
-  for b in old new; do
-    line=$("$(bin $b)" generate --timing --temperature 0 --max-tokens 64 "$prompt" 2>&1 >/dev/null | grep "loaded in")
-    echo "$b $line" >> "$d/generate.txt"
-  done
-done
-for r in 1 2 3; do
-  for b in old new; do
-    out=$("$(bin $b)" bench train --steps 40 --no-torch 2>&1)
-    step() { echo "$out" | grep "^| $1" | awk -F'|' '{print $6}'; }
-    echo "$b  $(step reference) $(step toy)" >> "$d/bench_train.txt"
-  done
-done
+ab_generate "$prompt"
+ab_bench_train
 python3 scripts/ab_ratio.py "$d"

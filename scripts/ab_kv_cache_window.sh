@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 export POSENC_CACHE=${POSENC_CACHE:-$PWD/.cache}
 d=docs/speed/ab-kv-cache-window
 mkdir -p "$d"
-bin() { case $1 in old) echo "${OLD:-/tmp/old-target/release/posenc}" ;; new) echo target/release/posenc ;; esac; }
+source scripts/ab_rounds.sh
 prompt="Once upon a time, in a land far away,"
 swa=runs/lm-swa/rope-swa16/seed-1337
 : > "$d/identity.txt"
@@ -20,13 +20,8 @@ for f in gen-%s.txt swa-%s.json smol-%s.json; do
   a=/tmp/ab-$(printf "$f" old); n=/tmp/ab-$(printf "$f" new)
   if cmp -s "$a" "$n"; then echo "$(printf "$f" '*'): identical ($(wc -c < "$a") bytes)"; else echo "$(printf "$f" '*'): DIFFER"; fi >> "$d/identity.txt"
 done
-: > "$d/generate.txt"; : > "$d/swa_eval_32768.txt"
-for r in 1 2 3; do
-  for b in old new; do
-    line=$("$(bin $b)" generate --timing --temperature 0 --max-tokens 64 "$prompt" 2>&1 >/dev/null | grep "loaded in")
-    echo "$b $line" >> "$d/generate.txt"
-  done
-done
+: > "$d/swa_eval_32768.txt"
+ab_generate "$prompt"
 for r in 1 2 3; do
   for b in old new; do
     /usr/bin/time -f "%e s, peak %M KB" -o /tmp/ab-time "$(bin $b)" lm eval --model "$swa" --lengths 32768 \
@@ -34,12 +29,5 @@ for r in 1 2 3; do
     echo "$b $(cat /tmp/ab-time)" >> "$d/swa_eval_32768.txt"
   done
 done
-: > "$d/bench_train.txt"
-for r in 1 2 3; do
-  for b in old new; do
-    out=$("$(bin $b)" bench train --steps 40 --no-torch 2>&1)
-    step() { echo "$out" | grep "^| $1" | awk -F'|' '{print $6}'; }
-    echo "$b  $(step reference) $(step toy)" >> "$d/bench_train.txt"
-  done
-done
+ab_bench_train
 python3 scripts/ab_ratio.py "$d"
