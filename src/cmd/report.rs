@@ -369,13 +369,19 @@ fn render_table(path: &Path) -> Result<String> {
             };
             let d = column.digits.unwrap_or(spec.digits);
             let text = format!("{mean:.d$} ± {sd:.d$}");
-            // Bold where no row's mean, as printed, is better.
+            // Bold where no row's mean, as printed, is better and some row's is worse.
             let printed = |m: f64| format!("{m:.d$}").parse::<f64>().unwrap_or(m);
+            let others: Vec<f64> = sides
+                .iter()
+                .filter_map(|r| r[c])
+                .map(|(m, _)| printed(m))
+                .collect();
             let best = column.best.is_some_and(|best| {
-                sides.iter().filter_map(|r| r[c]).all(|(m, _)| match best {
-                    Best::Lowest => printed(m) >= printed(mean),
-                    Best::Highest => printed(m) <= printed(mean),
-                })
+                let at_least = |m: f64| match best {
+                    Best::Lowest => m >= printed(mean),
+                    Best::Highest => m <= printed(mean),
+                };
+                others.iter().all(|&m| at_least(m)) && others.iter().any(|&m| m != printed(mean))
             });
             table += &match best {
                 true => format!(" **{text}** |"),
