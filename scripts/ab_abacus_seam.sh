@@ -39,6 +39,6 @@ for run in copy lm kotoba; do
 done
 cat "$d/identity.txt"
 [ "${1:-}" = identity ] && exit 0
-ab_generate "$prompt"
+ab_generate "$prompt" 256
 ab_bench_train
 python3 scripts/ab_ratio.py "$d"

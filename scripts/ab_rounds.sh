@@ -3,12 +3,12 @@
 # /tmp/old-target/release/posenc, and target/release/posenc).
 bin() { case $1 in old) echo "${OLD:-/tmp/old-target/release/posenc}" ;; new) echo target/release/posenc ;; esac; }
 
-# Greedy generation's timing line, 64 tokens after $1.
+# Greedy generation's timing line, $2 tokens (default 64) after $1.
 ab_generate() {
   : > "$d/generate.txt"
   for r in 1 2 3; do
     for b in old new; do
-      line=$("$(bin $b)" generate --timing --temperature 0 --max-tokens 64 "$1" 2>&1 >/dev/null | grep "loaded in")
+      line=$("$(bin $b)" generate --timing --temperature 0 --max-tokens "${2:-64}" "$1" 2>&1 >/dev/null | grep "loaded in")
       echo "$b $line" >> "$d/generate.txt"
     done
   done
