@@ -110,7 +110,8 @@ fn a_generated_table_reads_its_records() {
             "digits": 3,
             "columns": [
                 {"title": "at 13", "studies": [&copy], "metric": "accuracy",
-                 "where": {"length": 13}, "scale": 100},
+                 "where": {"length": 13}, "scale": 100, "best": "highest"},
+                {"title": "seeds", "studies": [&copy], "metric": "accuracy", "seeds": true},
                 {"title": "xpos past", "studies": [copy.join("after-alibi")],
                  "metric": "accuracy", "where": {"trained": false}}
             ]
@@ -118,7 +119,7 @@ fn a_generated_table_reads_its_records() {
     };
     std::fs::write(
         dir.path().join("t.json"),
-        spec(&["alibi", "xpos"]).to_string(),
+        spec(&["alibi", "none", "xpos"]).to_string(),
     )
     .unwrap();
     let page = dir.path().join("page.md");
@@ -141,13 +142,18 @@ fn a_generated_table_reads_its_records() {
     assert_eq!(at13.len(), 3);
     let mean = at13.iter().sum::<f64>() / 3.0;
     let sd = (at13.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / 2.0).sqrt();
-    let row = format!("| alibi | {mean:.3} ± {sd:.3} |  |");
+    // ALiBi is ahead of NoPE at 13 on copy, so in bold; three seeds; no xPos in the study.
+    let row = format!("| alibi | **{mean:.3} ± {sd:.3}** | 3 |  |");
     assert!(text.contains(&row), "{text}\nwant {row}");
-    assert!(text.contains("| xpos |  | 0.0"), "{text}");
-    assert!(!text.contains("stale"), "{text}");
     assert!(
-        text.starts_with("# A page\n\n<!-- table: t.json -->\n\n| encoding | at 13 | xpos past |")
+        text.contains("| none | 21.") && !text.contains("| none | **"),
+        "{text}"
     );
+    assert!(text.contains("| xpos |  |  | 0.0"), "{text}");
+    assert!(!text.contains("stale"), "{text}");
+    assert!(text.starts_with(
+        "# A page\n\n<!-- table: t.json -->\n\n| encoding | at 13 | seeds | xpos past |"
+    ));
     assert!(text.ends_with("|\n\n<!-- table end -->\n"), "{text}");
     std::fs::write(dir.path().join("t.json"), spec(&["nothing"]).to_string()).unwrap();
     let e = format!("{:#}", posenc_cli::cmd::report::tables(&page).unwrap_err());

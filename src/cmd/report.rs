@@ -268,6 +268,12 @@ struct TableColumn {
     /// absent.
     #[serde(default)]
     best: Option<Best>,
+    /// Written after each cell (`%`).
+    #[serde(default)]
+    unit: String,
+    /// Print how many seeds the entry has, instead of the mean ± sd.
+    #[serde(default)]
+    seeds: bool,
 }
 
 /// The best value of a column, to set in bold.
@@ -349,7 +355,11 @@ fn render_table(path: &Path) -> Result<String> {
                 filter: &column.filter,
             };
             cells.push(match entry.side(records) {
-                Ok(side) => Some((column.scale * side.mean, column.scale * side.sd)),
+                Ok(side) => Some((
+                    column.scale * side.mean,
+                    column.scale * side.sd,
+                    side.by_seed.len(),
+                )),
                 Err(claims::Missing::NoRecord) => None,
                 Err(claims::Missing::Bad(e)) => return Err(e.into()),
             });
@@ -363,18 +373,22 @@ fn render_table(path: &Path) -> Result<String> {
     for (row, cells) in spec.rows.iter().zip(&sides) {
         table += &format!("| {row} |");
         for (c, (column, cell)) in spec.columns.iter().zip(cells).enumerate() {
-            let Some((mean, sd)) = *cell else {
+            let Some((mean, sd, seeds)) = *cell else {
                 table += "  |";
                 continue;
             };
+            if column.seeds {
+                table += &format!(" {seeds} |");
+                continue;
+            }
             let d = column.digits.unwrap_or(spec.digits);
-            let text = format!("{mean:.d$} ± {sd:.d$}");
+            let text = format!("{mean:.d$} ± {sd:.d$}{}", column.unit);
             // Bold where no row's mean, as printed, is better and some row's is worse.
             let printed = |m: f64| format!("{m:.d$}").parse::<f64>().unwrap_or(m);
             let others: Vec<f64> = sides
                 .iter()
                 .filter_map(|r| r[c])
-                .map(|(m, _)| printed(m))
+                .map(|(m, _, _)| printed(m))
                 .collect();
             let best = column.best.is_some_and(|best| {
                 let at_least = |m: f64| match best {
