@@ -142,6 +142,10 @@ const NO_DEFAULT: &[(&str, &str)] = &[
         "--glance",
         "a README to render the glance table into; without it, none",
     ),
+    (
+        "--tables",
+        "pages to render the generated tables of; without it, none",
+    ),
 ];
 
 /// Every option that takes a value and may be left out shows what it is when left out:
