@@ -150,6 +150,40 @@ fn a_generated_table_reads_its_records() {
         "{text}"
     );
     assert!(text.contains("| xpos |  |  | 0.0"), "{text}");
+    // A list in `where` matches any of its values: ALiBi's seeds at 13 and 15, each seed's
+    // value the mean of its two.
+    std::fs::write(
+        dir.path().join("t.json"),
+        serde_json::json!({"rows": ["alibi"], "digits": 3, "columns": [
+            {"title": "13 or 15", "studies": [&copy], "metric": "accuracy",
+             "where": {"length": [13, 15]}, "scale": 100}
+        ]})
+        .to_string(),
+    )
+    .unwrap();
+    let either = posenc_cli::cmd::report::tables(&page).unwrap();
+    let at = |len: u64| -> Vec<f64> {
+        let mut by_seed: Vec<(u64, f64)> = results["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["label"] == "alibi" && r["length"] == len)
+            .map(|r| (r["seed"].as_u64().unwrap(), r["accuracy"].as_f64().unwrap()))
+            .collect();
+        by_seed.sort_by_key(|&(s, _)| s);
+        by_seed.into_iter().map(|(_, a)| a).collect()
+    };
+    let seeds: Vec<f64> = at(13)
+        .iter()
+        .zip(at(15))
+        .map(|(a, b)| 100.0 * (a + b) / 2.0)
+        .collect();
+    let m = seeds.iter().sum::<f64>() / 3.0;
+    let v = (seeds.iter().map(|x| (x - m).powi(2)).sum::<f64>() / 2.0).sqrt();
+    assert!(
+        either.contains(&format!("| alibi | {m:.3} ± {v:.3} |")),
+        "{either}"
+    );
     assert!(!text.contains("stale"), "{text}");
     assert!(text.starts_with(
         "# A page\n\n<!-- table: t.json -->\n\n| encoding | at 13 | seeds | xpos past |"

@@ -255,7 +255,7 @@ struct TableColumn {
     studies: Vec<PathBuf>,
     /// The field read (`accuracy`, `perplexity`, …).
     metric: String,
-    /// Only the records whose fields equal these.
+    /// Only the records whose fields equal these (a list: any of its values).
     #[serde(default, rename = "where")]
     filter: serde_json::Map<String, serde_json::Value>,
     /// What the values are multiplied by when printed (100 for percent).

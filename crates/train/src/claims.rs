@@ -62,8 +62,9 @@ pub struct Claim {
     /// Whether a lower value is better (a loss) rather than a higher one (an accuracy).
     #[serde(default)]
     pub lower_is_better: bool,
-    /// Only the records whose fields equal these (`{"length": 512}`, `{"trained": false}`);
-    /// each seed's value is the mean over its records that match.
+    /// Only the records whose fields equal these (`{"length": 512}`, `{"trained": false}`;
+    /// a list matches any of its values, `{"length": [20, 30, 40]}`); each seed's value is
+    /// the mean over its records that match.
     #[serde(default, rename = "where")]
     pub filter: Map<String, Value>,
     /// What the values are multiplied by when printed (100 for percent).
@@ -200,7 +201,7 @@ pub struct Entry<'a> {
     pub label: &'a str,
     /// The field read.
     pub metric: &'a str,
-    /// Only the records whose fields equal these.
+    /// Only the records whose fields equal these (a list: any of its values).
     pub filter: &'a Map<String, Value>,
 }
 
@@ -226,8 +227,12 @@ impl Entry<'_> {
         let (label, metric) = (self.label, self.metric);
         let mut by_seed: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
         for r in records {
-            let matches =
-                names(&r[self.by], label) && self.filter.iter().all(|(k, v)| r.get(k) == Some(v));
+            let matches = names(&r[self.by], label)
+                && self.filter.iter().all(|(k, v)| match v {
+                    // A list: any of its values.
+                    Value::Array(any) => r.get(k).is_some_and(|x| any.contains(x)),
+                    v => r.get(k) == Some(v),
+                });
             if !matches {
                 continue;
             }
