@@ -329,12 +329,19 @@ pub fn tables(page: &Path) -> Result<String> {
 fn render_table(path: &Path) -> Result<String> {
     let spec: TableSpec = load_results(path)?;
     let base = path.parent().unwrap_or(Path::new("."));
+    // Each study read once, however many columns read it.
+    let mut read: std::collections::HashMap<PathBuf, Vec<serde_json::Value>> =
+        std::collections::HashMap::new();
     let mut records = Vec::new();
     for column in &spec.columns {
         let mut all = Vec::new();
         for dir in &column.studies {
-            let (_, r) = study(&base.join(dir))?;
-            all.extend(r.as_array().cloned().unwrap_or_default());
+            let dir = base.join(dir);
+            if !read.contains_key(&dir) {
+                let (_, r) = study(&dir)?;
+                read.insert(dir.clone(), r.as_array().cloned().unwrap_or_default());
+            }
+            all.extend(read[&dir].iter().cloned());
         }
         records.push(all);
     }

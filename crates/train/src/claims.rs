@@ -38,6 +38,7 @@ use serde_json::{Map, Value};
 
 use crate::error::Result;
 use crate::results::mean_sd;
+use Missing::{Bad, NoRecord};
 
 /// The fewest seeds a claim can hold over: one seed is an anecdote, two a coincidence.
 pub const MIN_SEEDS: usize = 3;
@@ -213,7 +214,6 @@ pub enum Missing {
     /// A record that matches is bad (no seed, a metric that is not a number).
     Bad(crate::Error),
 }
-use Missing::{Bad, NoRecord};
 
 impl Entry<'_> {
     /// Its values over seeds: each seed's the mean over its matching records (a metric of
