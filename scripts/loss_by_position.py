@@ -6,8 +6,9 @@
 Each EVAL.json is what `posenc lm eval --format json` printed for one model (LABEL names
 it, e.g. its seed, or GROUP/NAME, e.g. rope/1337, to compare groups of models) at one or
 more window lengths. Writes OUT.csv, one row per model, window length and position
-(model, length, windows, position, loss: tidy records that `pandas.read_csv` loads; model
-is the LABEL), and prints a Markdown table: for each group (if any) and window length,
+(model, label, seed, length, windows, position, loss: tidy records that `pandas.read_csv`
+loads and `posenc report` tables read; model is the LABEL, and a LABEL of GROUP/SEED
+gives label GROUP and seed SEED), and prints a Markdown table: for each group (if any) and window length,
 the mean loss over positions 0–31, 32–63, 64–127, 128–255, … (each model's own mean over
 the range), as the mean ± sample standard deviation over the group's models (posenc's
 `spread`). Standard library only.
@@ -28,6 +29,13 @@ def octaves(length):
     return ranges
 
 
+def label_seed(model):
+    """(label, seed) of a LABEL: `rope/1337` is rope's seed 1337; a LABEL without a whole
+    number after its last `/` has no seed (an empty field)."""
+    group, sep, seed = model.rpartition("/")
+    return (group, seed) if sep and seed.isdigit() else (model, "")
+
+
 def main(out, runs):
     evals = {}  # (model, length) -> (windows, by_position)
     for run in runs:
@@ -44,8 +52,9 @@ def main(out, runs):
     models = list(dict.fromkeys(m for m, _ in evals))
     lengths = sorted({n for _, n in evals})
     # Everything read and checked first; the CSV then replaces OUT whole.
-    eval_records.write_csv(out, ["model", "length", "windows", "position", "loss"],
-                           [[model, length, windows, i, loss]
+    eval_records.write_csv(out, ["model", "label", "seed", "length", "windows", "position",
+                                 "loss"],
+                           [[model, *label_seed(model), length, windows, i, loss]
                             for (model, length), (windows, losses) in evals.items()
                             for i, loss in enumerate(losses)])
     # GROUP/NAME labels make one row per group; plain labels one group of every model.

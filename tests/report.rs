@@ -62,29 +62,45 @@ fn the_readme_glance_is_what_the_records_give() {
     assert!(rendered.contains("| held:") && rendered.contains("**not held**"));
 }
 
-/// Every page of the book (and the README) with generated tables.
-fn pages_with_tables(dir: &Path, found: &mut Vec<PathBuf>) {
+/// Every Markdown page under `dir`.
+fn pages(dir: &Path, found: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
         if path.is_dir() {
-            pages_with_tables(&path, found);
-        } else if path.extension().is_some_and(|e| e == "md")
-            && std::fs::read_to_string(&path)
-                .unwrap()
-                .contains("<!-- table: ")
-        {
+            pages(&path, found);
+        } else if path.extension().is_some_and(|e| e == "md") {
             found.push(path);
         }
     }
 }
 
-/// The book's generated tables are what the studies' records give now.
+/// The README and every page of the book.
+fn book() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut found = vec![root.join("README.md")];
+    pages(&root.join("docs"), &mut found);
+    found.sort();
+    found
+}
+
+/// The markers of what `posenc report --tables` renders.
+const GENERATED: [(&str, &str); 3] = [
+    ("<!-- table: ", "<!-- table end -->"),
+    ("<!-- claims: ", "<!-- claims end -->"),
+    ("<!-- value: ", "<!-- /value -->"),
+];
+
+/// The book's generated tables, claims and values are what the studies' records give now.
 #[test]
 fn every_generated_table_is_what_the_records_give() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut pages = vec![];
-    pages_with_tables(&root.join("docs"), &mut pages);
-    assert!(pages.len() >= 2, "{pages:?}");
+    let pages: Vec<PathBuf> = book()
+        .into_iter()
+        .filter(|p| {
+            let text = std::fs::read_to_string(p).unwrap();
+            GENERATED.iter().any(|(begin, _)| text.contains(begin))
+        })
+        .collect();
+    assert!(pages.len() >= 10, "{pages:?}");
     for page in pages {
         let rendered = posenc_cli::cmd::report::tables(&page).unwrap();
         assert!(
@@ -111,7 +127,7 @@ fn a_generated_table_reads_its_records() {
             "columns": [
                 {"title": "at 13", "studies": [&copy], "metric": "accuracy",
                  "where": {"length": 13}, "scale": 100, "best": "highest"},
-                {"title": "seeds", "studies": [&copy], "metric": "accuracy", "seeds": true},
+                {"title": "seeds", "studies": [&copy], "metric": "accuracy", "show": "count"},
                 {"title": "xpos past", "studies": [copy.join("after-alibi")],
                  "metric": "accuracy", "where": {"trained": false}}
             ]
@@ -195,4 +211,388 @@ fn a_generated_table_reads_its_records() {
     std::fs::write(&page, "<!-- table: t.json -->\n").unwrap();
     let e = format!("{:#}", posenc_cli::cmd::report::tables(&page).unwrap_err());
     assert!(e.contains("no end marker"), "{e}");
+}
+
+/// Pages kept as a command printed them, records in their own right: what they show is
+/// not rendered again from other records.
+const PRINTED: [&str; 1] = [
+    // `posenc lm experiment`'s own page of the retrained by-octave runs, kept beside the
+    // per-position records it does not hold.
+    "docs/lm-experiment-new-encodings/by-octave/experiment-results.md",
+];
+
+/// Pages a study script or example renders from the records beside them (checked by
+/// `script_made_pages_are_what_their_scripts_give`, or redrawn by
+/// `examples/long_context_report.rs --from-records` and `examples/smollm2_rope.rs`).
+const SCRIPT_MADE: [&str; 4] = [
+    "docs/long-context/kv-cache/results.md",
+    "docs/long-context/self-extend/results.md",
+    "docs/long-context/results.md",
+    "docs/smollm2-rope/results.md",
+];
+
+/// `text` without code blocks and without what `posenc report` renders.
+fn typed_by_hand(text: &str) -> String {
+    let mut text = text.to_string();
+    for (begin, end) in GENERATED
+        .iter()
+        .chain(&[("```", "```"), ("<!-- glance: ", "<!-- glance end -->")])
+    {
+        let mut kept = String::new();
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find(begin) {
+            kept += &rest[..at];
+            let after = &rest[at + begin.len()..];
+            rest = match after.find(end) {
+                Some(e) => &after[e + end.len()..],
+                None => "",
+            };
+        }
+        kept += rest;
+        text = kept;
+    }
+    text
+}
+
+/// No mean and spread in the README or the book is typed by hand: every `±` followed by a
+/// number sits in a table, value or claims block that `posenc report` renders from the
+/// records (and a test checks), or on a page a command renders whole.
+#[test]
+fn no_spread_is_typed_by_hand() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut typed = Vec::new();
+    for page in book() {
+        let name = page.strip_prefix(root).unwrap().display().to_string();
+        let rendered_whole = page.file_name().is_some_and(|n| n == "results.md")
+            && page.with_file_name("results.json").exists();
+        if rendered_whole
+            || PRINTED.contains(&name.as_str())
+            || SCRIPT_MADE.contains(&name.as_str())
+        {
+            continue;
+        }
+        let text = typed_by_hand(&std::fs::read_to_string(&page).unwrap());
+        for (i, _) in text.match_indices('±') {
+            let after = text[i + '±'.len_utf8()..].trim_start();
+            if after.starts_with(|c: char| c.is_ascii_digit()) {
+                let from = text[..i].char_indices().rev().nth(40).map_or(0, |(j, _)| j);
+                let to = text[i..]
+                    .char_indices()
+                    .nth(20)
+                    .map_or(text.len(), |(j, _)| i + j);
+                typed.push(format!("{name}: …{}…", &text[from..to]));
+            }
+        }
+    }
+    assert!(
+        typed.is_empty(),
+        "a mean ± sd typed by hand (render it: a `<!-- value: NAME -->` or a table spec):\n{}",
+        typed.join("\n")
+    );
+}
+
+/// A copy of the study `dir` in a temporary directory.
+fn copy_of(dir: &Path) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            std::fs::copy(&path, tmp.path().join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    tmp
+}
+
+/// The pages the study scripts print from their raw logs are what they print now, and the
+/// tidy records they write are the ones committed (each run on a copy of its study).
+#[test]
+fn script_made_pages_are_what_their_scripts_give() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for (script, study, writes_records) in [
+        (
+            "scripts/kv_cache_table.py",
+            "docs/long-context/kv-cache",
+            true,
+        ),
+        (
+            "scripts/self_extend_table.py",
+            "docs/long-context/self-extend",
+            false,
+        ),
+    ] {
+        let dir = root.join(study);
+        let copy = copy_of(&dir);
+        let out = std::process::Command::new("python3")
+            .arg(root.join(script))
+            .arg(copy.path())
+            .output()
+            .expect("python3 runs");
+        assert!(
+            out.status.success(),
+            "{script}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let page = std::fs::read_to_string(dir.join("results.md")).unwrap();
+        assert!(
+            String::from_utf8(out.stdout).unwrap() == page,
+            "{study}/results.md is not what {script} prints from its records: run `python3 {script} {study} > {study}/results.md`"
+        );
+        if writes_records {
+            let written = std::fs::read_to_string(copy.path().join("results.json")).unwrap();
+            let committed = std::fs::read_to_string(dir.join("results.json")).unwrap();
+            assert!(
+                written == committed,
+                "{study}/results.json is not what {script} writes from the raw logs"
+            );
+        }
+    }
+    // The speed table of one day's raw benchmark logs, as the speed record shows it.
+    let day = "docs/speed/runs-2026-11-28";
+    let out = std::process::Command::new("python3")
+        .arg(root.join("scripts/speed_table.py"))
+        .arg(root.join(day))
+        .output()
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let table = String::from_utf8(out.stdout).unwrap();
+    let record = std::fs::read_to_string(root.join("docs/speed/README.md")).unwrap();
+    assert!(
+        table.lines().count() > 4 && record.contains(&table),
+        "docs/speed/README.md does not show what `python3 scripts/speed_table.py {day}` prints:\n{table}"
+    );
+}
+
+/// A value in the prose: an entry's mean ± sd, mean, sd, range, seeds or count, each
+/// computed here from the records; one record's field; tidy CSV records with a range in
+/// the filter and another replicate field; and the refusals.
+#[test]
+fn a_generated_value_reads_its_records() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    let copy = root.join("docs/lengthgen/copy");
+    let windows = root.join("docs/long-context/more-windows/windows.csv");
+    let alibi = root.join("docs/lm-experiment/alibi-by-position/loss_by_position.csv");
+    let at13 = serde_json::json!({"length": 13});
+    let spec = |show: &str| {
+        serde_json::json!({"studies": [&copy], "row": "alibi", "metric": "accuracy",
+                           "where": at13, "scale": 100, "digits": 2, "show": show})
+    };
+    std::fs::write(
+        dir.path().join("v.json"),
+        serde_json::json!({
+            "mean sd": spec("mean_sd"), "mean": spec("mean"), "sd": spec("sd"),
+            "range": spec("range"), "seeds": spec("seeds"), "count": spec("count"),
+            "first window": {"studies": [&windows], "by": "scaling", "row": "none",
+                             "metric": "loss", "where": {"length": 8192, "window": 0},
+                             "digits": 4, "show": "value"},
+            "over windows": {"studies": [&windows], "by": "scaling", "row": "yarn",
+                             "metric": "tail_loss", "where": {"length": 16384},
+                             "over": "window", "digits": 4},
+            "an octave": {"studies": [&alibi], "row": "alibi", "metric": "loss",
+                          "where": {"length": 128, "position": {"from": 64, "to": 127}},
+                          "digits": 4}
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let page = dir.path().join("page.md");
+    let names = [
+        "mean sd",
+        "mean",
+        "sd",
+        "range",
+        "seeds",
+        "count",
+        "first window",
+        "over windows",
+        "an octave",
+    ];
+    let body: String = names
+        .iter()
+        .map(|n| format!("{n}: <!-- value: {n} -->stale<!-- /value -->.\n"))
+        .collect();
+    std::fs::write(
+        &page,
+        format!("# A page\n\n<!-- values: v.json -->\n\n{body}"),
+    )
+    .unwrap();
+    let text = posenc_cli::cmd::report::tables(&page).unwrap();
+    let value = |name: &str| -> String {
+        let begin = format!("<!-- value: {name} -->");
+        let at = text.find(&begin).unwrap() + begin.len();
+        text[at..at + text[at..].find("<!-- /value -->").unwrap()].to_string()
+    };
+    // By hand: ALiBi's accuracy at 13 in each seed (one record each).
+    let records = |path: &Path| -> Vec<serde_json::Value> {
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        v["records"].as_array().unwrap().clone()
+    };
+    let mut seeds: Vec<(u64, f64)> = records(&copy.join("results.json"))
+        .iter()
+        .filter(|r| r["label"] == "alibi" && r["length"] == 13)
+        .map(|r| {
+            (
+                r["seed"].as_u64().unwrap(),
+                100.0 * r["accuracy"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    seeds.sort_by_key(|&(s, _)| s);
+    let xs: Vec<f64> = seeds.iter().map(|&(_, x)| x).collect();
+    assert_eq!(xs.len(), 3);
+    let mean = xs.iter().sum::<f64>() / 3.0;
+    let sd = (xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / 2.0).sqrt();
+    assert_eq!(value("mean sd"), format!("{mean:.2} ± {sd:.2}"));
+    assert_eq!(value("mean"), format!("{mean:.2}"));
+    assert_eq!(value("sd"), format!("{sd:.2}"));
+    let (lo, hi) = (
+        xs.iter().copied().fold(f64::MAX, f64::min),
+        xs.iter().copied().fold(f64::MIN, f64::max),
+    );
+    assert_eq!(value("range"), format!("{lo:.2}–{hi:.2}"));
+    assert_eq!(
+        value("seeds"),
+        format!("{:.2}, {:.2} and {:.2}", xs[0], xs[1], xs[2])
+    );
+    assert_eq!(value("count"), "3");
+    // The CSVs, read here as plain text.
+    let rows = |path: &Path| -> Vec<Vec<String>> {
+        std::fs::read_to_string(path)
+            .unwrap()
+            .lines()
+            .map(|l| l.split(',').map(str::to_string).collect())
+            .collect()
+    };
+    let w = rows(&windows);
+    let col = |name: &str| w[0].iter().position(|h| h == name).unwrap();
+    let first: f64 = w
+        .iter()
+        .find(|r| {
+            r[col("scaling")] == "none" && r[col("length")] == "8192" && r[col("window")] == "0"
+        })
+        .map(|r| r[col("loss")].parse().unwrap())
+        .unwrap();
+    assert_eq!(value("first window"), format!("{first:.4}"));
+    let tails: Vec<f64> = w
+        .iter()
+        .filter(|r| r[col("scaling")] == "yarn" && r[col("length")] == "16384")
+        .map(|r| r[col("tail_loss")].parse().unwrap())
+        .collect();
+    assert_eq!(tails.len(), 3);
+    let m = tails.iter().sum::<f64>() / 3.0;
+    let s = (tails.iter().map(|x| (x - m).powi(2)).sum::<f64>() / 2.0).sqrt();
+    assert_eq!(value("over windows"), format!("{m:.4} ± {s:.4}"));
+    // An octave: each seed's mean over positions 64–127 of the 128-long windows.
+    let a = rows(&alibi);
+    let c = |name: &str| a[0].iter().position(|h| h == name).unwrap();
+    let mut by_seed = std::collections::BTreeMap::<String, Vec<f64>>::new();
+    for r in &a[1..] {
+        let p: usize = r[c("position")].parse().unwrap();
+        if r[c("length")] == "128" && (64..=127).contains(&p) {
+            by_seed
+                .entry(r[c("seed")].clone())
+                .or_default()
+                .push(r[c("loss")].parse().unwrap());
+        }
+    }
+    let per: Vec<f64> = by_seed
+        .values()
+        .map(|v| v.iter().sum::<f64>() / v.len() as f64)
+        .collect();
+    assert_eq!(per.len(), 3);
+    assert!(by_seed.values().all(|v| v.len() == 64));
+    let m = per.iter().sum::<f64>() / 3.0;
+    let s = (per.iter().map(|x| (x - m).powi(2)).sum::<f64>() / 2.0).sqrt();
+    assert_eq!(value("an octave"), format!("{m:.4} ± {s:.4}"));
+    assert!(!text.contains("stale"), "{text}");
+
+    // Refusals, each naming its cause.
+    let refused = |body: &str| -> String {
+        std::fs::write(&page, body).unwrap();
+        format!("{:#}", posenc_cli::cmd::report::tables(&page).unwrap_err())
+    };
+    let e = refused("<!-- value: mean -->1<!-- /value -->\n");
+    assert!(e.contains("names no values file"), "{e}");
+    let e = refused("<!-- values: v.json -->\n<!-- value: nothing -->1<!-- /value -->\n");
+    assert!(e.contains("has no value `nothing`"), "{e}");
+    let e = refused("<!-- values: v.json -->\n<!-- value: mean -->1\n");
+    assert!(e.contains("has no end marker"), "{e}");
+    let mut bad: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("v.json")).unwrap()).unwrap();
+    bad["three"] = spec("value");
+    bad["bad range"] = serde_json::json!({"studies": [&alibi], "row": "alibi", "metric": "loss",
+                                          "where": {"position": {"below": 3}}});
+    std::fs::write(dir.path().join("v.json"), bad.to_string()).unwrap();
+    let e = refused("<!-- values: v.json -->\n<!-- value: three -->1<!-- /value -->\n");
+    assert!(e.contains("3 records of `alibi` match"), "{e}");
+    let e = refused("<!-- values: v.json -->\n<!-- value: bad range -->1<!-- /value -->\n");
+    assert!(e.contains("must be a range"), "{e}");
+}
+
+/// A table whose rows name their records by a filter, a column of e to the mean, and a
+/// claims block: each checked against the records by hand.
+#[test]
+fn generated_rows_by_filter_and_claims_read_their_records() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    let edge = root.join("docs/long-context/more-trials/edge_perplexity.csv");
+    std::fs::write(
+        dir.path().join("t.json"),
+        serde_json::json!({
+            "heading": "scaling", "digits": 3,
+            "rows": [{"title": "YaRN ×4", "where": {"scaling": "yarn", "factor": 4}},
+                     {"title": "none", "where": {"scaling": "none"}}],
+            "columns": [
+                {"title": "loss", "studies": [&edge], "metric": "loss", "over": "window"},
+                {"title": "ppl", "studies": [&edge], "metric": "loss", "over": "window",
+                 "show": "mean", "exp": true, "digits": 2}
+            ]
+        })
+        .to_string(),
+    )
+    .unwrap();
+    // The claim must come out "not held": two seeds only.
+    std::fs::write(
+        dir.path().join("results.json"),
+        serde_json::json!([
+            {"label": "a", "seed": 1, "loss": 1.0}, {"label": "b", "seed": 1, "loss": 2.0},
+            {"label": "a", "seed": 2, "loss": 1.1}, {"label": "b", "seed": 2, "loss": 2.1}
+        ])
+        .to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("c.json"),
+        serde_json::json!({"claims": [{"claim": "a below b", "metric": "loss", "better": "a",
+                                       "than": "b", "lower_is_better": true}]})
+        .to_string(),
+    )
+    .unwrap();
+    let page = dir.path().join("page.md");
+    std::fs::write(
+        &page,
+        "<!-- table: t.json -->\n<!-- table end -->\n\n- item\n\n  <!-- claims: c.json -->\n  <!-- claims end -->\n",
+    )
+    .unwrap();
+    let text = posenc_cli::cmd::report::tables(&page).unwrap();
+    let losses: Vec<f64> = std::fs::read_to_string(&edge)
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with("yarn,4,"))
+        .map(|l| l.split(',').nth(5).unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(losses.len(), 3);
+    let m = losses.iter().sum::<f64>() / 3.0;
+    let s = (losses.iter().map(|x| (x - m).powi(2)).sum::<f64>() / 2.0).sqrt();
+    let row = format!("| YaRN ×4 | {m:.3} ± {s:.3} | {:.2} |", m.exp());
+    assert!(text.contains(&row), "{text}\nwant {row}");
+    assert!(text.contains("| none | "), "{text}");
+    // The claims block, indented as its marker inside a list item.
+    assert!(text.contains("\n  | a below b | loss, lower better | a 1.05 ± 0.07 | b 2.05 ± 0.07 | +1.00 | 0.14 | 2 of 2 | **not held** |\n"), "{text}");
+    assert!(text.ends_with("\n  <!-- claims end -->\n"), "{text}");
 }

@@ -29,9 +29,11 @@ pub struct ReportArgs {
     /// markers) from docs/glance.json beside it.
     #[arg(long, value_name = "README")]
     glance: Option<PathBuf>,
-    /// Also render the generated tables of these pages (each between `<!-- table: SPEC -->`
-    /// and `<!-- table end -->`, SPEC a JSON file relative to the page that names the rows,
-    /// and for each column the studies, metric and records).
+    /// Also render the generated tables and values of these pages: each table between
+    /// `<!-- table: SPEC -->` and `<!-- table end -->` (SPEC a JSON file relative to the
+    /// page that names the rows, and for each column the studies, metric and records), each
+    /// number in the prose between `<!-- value: NAME -->` and `<!-- /value -->` (NAME a
+    /// spec in the file the page names by `<!-- values: FILE -->`).
     #[arg(long, value_name = "PAGE", num_args = 1..)]
     tables: Vec<PathBuf>,
 }
@@ -211,6 +213,20 @@ pub fn glance(readme: &Path) -> Result<String> {
     ))
 }
 
+/// Where `marker` first stands in `text` as a marker: not quoted in inline code, where a
+/// page tells of the markers themselves.
+fn find_marker(text: &str, marker: &str) -> Option<usize> {
+    let mut from = 0;
+    while let Some(at) = text[from..].find(marker) {
+        let at = from + at;
+        if !text[..at].ends_with('`') {
+            return Some(at);
+        }
+        from = at + marker.len();
+    }
+    None
+}
+
 /// Where a generated table begins (followed by its spec's path and ` -->`) and ends.
 const TABLE_BEGIN: &str = "<!-- table: ";
 const TABLE_END: &str = "<!-- table end -->";
@@ -224,8 +240,9 @@ struct TableSpec {
     /// The first column's heading (default `encoding`).
     #[serde(default = "TableSpec::default_heading")]
     heading: String,
-    /// The entries, in order: values of the records' `by` field.
-    rows: Vec<String>,
+    /// The entries, in order: values of the records' `by` field, or rows that name their
+    /// records by a filter.
+    rows: Vec<Row>,
     /// The field that names entries (default `label`).
     #[serde(default = "TableSpec::default_by")]
     by: String,
@@ -245,13 +262,69 @@ impl TableSpec {
     }
 }
 
+/// A row of a [`TableSpec`].
+#[derive(Debug, serde::Deserialize)]
+#[serde(untagged)]
+enum Row {
+    /// The records whose `by` field is this.
+    Label(String),
+    /// The records that match `where` (with each column's own filter), titled `title`.
+    Filtered {
+        /// What the row is called.
+        title: String,
+        /// Its records: those that match every field (as a column's `where`; at least one
+        /// field a plain value).
+        #[serde(rename = "where")]
+        filter: serde_json::Map<String, serde_json::Value>,
+    },
+}
+
+impl Row {
+    /// What the row is called.
+    fn title(&self) -> &str {
+        match self {
+            Row::Label(label) | Row::Filtered { title: label, .. } => label,
+        }
+    }
+
+    /// The `by` field, the entry and the filter of this row's records in `column`.
+    fn entry(
+        &self,
+        by: &str,
+        column: &TableColumn,
+    ) -> Result<(String, String, serde_json::Map<String, serde_json::Value>)> {
+        Ok(match self {
+            Row::Label(label) => (by.to_string(), label.clone(), column.filter.clone()),
+            Row::Filtered { title, filter } => {
+                let mut filter = filter.clone();
+                // One plain field names the entry; the others narrow it.
+                let (field, value) = filter
+                    .iter()
+                    .find(|(_, v)| !v.is_array() && !v.is_object())
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .with_context(|| {
+                        format!("row `{title}`: its `where` has no field of one plain value")
+                    })?;
+                filter.remove(&field);
+                let label = match value {
+                    serde_json::Value::String(s) => s,
+                    other => other.to_string(),
+                };
+                filter.extend(column.filter.clone());
+                (field, label, filter)
+            }
+        })
+    }
+}
+
 /// A column of a [`TableSpec`].
 #[derive(Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct TableColumn {
     /// Its heading.
     title: String,
-    /// The studies whose records it reads, directories relative to the spec.
+    /// The studies whose records it reads, relative to the spec: directories (their
+    /// `results.json`) or tidy CSV files.
     studies: Vec<PathBuf>,
     /// The field read (`accuracy`, `perplexity`, …).
     metric: String,
@@ -271,9 +344,20 @@ struct TableColumn {
     /// Written after each cell (`%`).
     #[serde(default)]
     unit: String,
-    /// Print how many seeds the entry has, instead of the mean ± sd.
+    /// What each cell shows (default `mean_sd`; also `mean`, `sd`, or `count`: how many
+    /// seeds).
     #[serde(default)]
-    seeds: bool,
+    show: Show,
+    /// The field whose values are the replicates (default `seed`).
+    #[serde(default = "default_over")]
+    over: String,
+    /// Print e to the mean (a perplexity from a mean loss); only with `show: mean`.
+    #[serde(default)]
+    exp: bool,
+}
+
+fn default_over() -> String {
+    "seed".into()
 }
 
 /// The best value of a column, to set in bold.
@@ -290,39 +374,381 @@ impl TableColumn {
     }
 }
 
-/// `page` with every generated table rendered from its spec and the records now. A row
-/// with no record in a column leaves its cell empty.
+/// `page` with every generated table and value rendered from its spec and the records now.
+/// A row with no record in a column leaves its cell empty.
 ///
 /// # Errors
 /// Markers that do not pair; a spec that does not parse; a study that does not render; a
-/// record that matches and is bad; a row with no record in any column.
+/// record that matches and is bad; a row with no record in any column; a value with no
+/// record.
 pub fn tables(page: &Path) -> Result<String> {
     let text =
         std::fs::read_to_string(page).with_context(|| format!("reading {}", page.display()))?;
+    let text = tables_in(page, &text)?;
+    values(page, &text)
+}
+
+/// `text` (the page at `page`) with its generated tables and claims rendered.
+fn tables_in(page: &Path, text: &str) -> Result<String> {
+    let text = blocks(page, text, TABLE_BEGIN, TABLE_END, "table", render_table)?;
+    blocks(
+        page,
+        &text,
+        CLAIMS_BEGIN,
+        CLAIMS_END,
+        "claims",
+        render_claims,
+    )
+}
+
+/// Where a generated list of claims begins (followed by its claims file's path and ` -->`)
+/// and ends.
+const CLAIMS_BEGIN: &str = "<!-- claims: ";
+const CLAIMS_END: &str = "<!-- claims end -->";
+
+/// `text` with every block between `begin` (followed by a spec's path, relative to the
+/// page, and ` -->`) and `end` rendered by `render` from that spec.
+fn blocks(
+    page: &Path,
+    text: &str,
+    begin_marker: &str,
+    end_marker: &str,
+    what: &str,
+    render: impl Fn(&Path) -> Result<String>,
+) -> Result<String> {
     let base = page.parent().unwrap_or(Path::new("."));
     let mut out = String::new();
-    let mut rest = text.as_str();
-    while let Some(begin) = rest.find(TABLE_BEGIN) {
-        let after = &rest[begin + TABLE_BEGIN.len()..];
+    let mut rest = text;
+    while let Some(begin) = find_marker(rest, begin_marker) {
+        let after = &rest[begin + begin_marker.len()..];
         let spec_end = after
             .find(" -->")
-            .with_context(|| format!("{}: a table marker without ` -->`", page.display()))?;
+            .with_context(|| format!("{}: a {what} marker without ` -->`", page.display()))?;
         let spec_path = base.join(after[..spec_end].trim());
-        let end = after.find(TABLE_END).with_context(|| {
+        let end = after.find(end_marker).with_context(|| {
             format!(
-                "{}: the table of {} has no end marker ({TABLE_END})",
+                "{}: the {what} of {} has no end marker ({end_marker})",
                 page.display(),
                 spec_path.display()
             )
         })?;
-        let table = render_table(&spec_path)
+        let block = render(&spec_path)
             .with_context(|| format!("{}: rendering {}", page.display(), spec_path.display()))?;
-        let header = &rest[..begin + TABLE_BEGIN.len() + spec_end + " -->".len()];
-        out += &format!("{header}\n\n{table}\n");
+        let header = &rest[..begin + begin_marker.len() + spec_end + " -->".len()];
+        // A block inside a list item is indented as its marker is.
+        let line_start = rest[..begin].rfind('\n').map_or(0, |i| i + 1);
+        let indent = &rest[line_start..begin];
+        let indent = match indent.chars().all(|c| c == ' ') {
+            true => indent,
+            false => "",
+        };
+        let block: String = block
+            .lines()
+            .map(|l| match l.is_empty() {
+                true => "\n".to_string(),
+                false => format!("{indent}{l}\n"),
+            })
+            .collect();
+        out += &format!("{header}\n\n{block}\n{indent}");
         rest = &after[end..];
     }
     out += rest;
     Ok(out)
+}
+
+/// The claims of the claims file at `path` (a [`Claims`]) checked against the records of the
+/// study in its directory (and the studies it is `with`), as a Markdown section.
+fn render_claims(path: &Path) -> Result<String> {
+    let claims: Claims = load_results(path)?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    let mut dirs = vec![PathBuf::from(".")];
+    dirs.extend(claims.with.iter().map(PathBuf::from));
+    let records = Records::default().of(base, &dirs)?;
+    let verdicts = claims
+        .claims
+        .iter()
+        .map(|c| claims::check(&records, c))
+        .collect::<posenc_train::Result<Vec<_>>>()?;
+    Ok(claims::markdown(&verdicts, &claims.with))
+}
+
+/// Where a page names the file of its generated values (followed by the file's path,
+/// relative to the page, and ` -->`).
+const VALUES_FILE: &str = "<!-- values: ";
+/// Where a generated value begins (followed by its name and ` -->`) and ends.
+const VALUE_BEGIN: &str = "<!-- value: ";
+const VALUE_END: &str = "<!-- /value -->";
+
+/// A number in a page's prose, read from the records: an entry's mean ± sd over seeds (each
+/// seed's value the mean over its matching records, as in a table's cell), or its mean, its
+/// sd, its seeds' range or how many seeds it has.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ValueSpec {
+    /// The studies whose records it reads, relative to the values file: directories (their
+    /// `results.json`) or tidy CSV files.
+    studies: Vec<PathBuf>,
+    /// The field that names entries (default `label`).
+    #[serde(default = "TableSpec::default_by")]
+    by: String,
+    /// The entry: a value of the records' `by` field.
+    row: String,
+    /// The field read.
+    metric: String,
+    /// Only the records whose fields equal these (a list: any of its values).
+    #[serde(default, rename = "where")]
+    filter: serde_json::Map<String, serde_json::Value>,
+    /// What the values are multiplied by when printed (100 for percent).
+    #[serde(default = "TableColumn::one")]
+    scale: f64,
+    /// Digits after the point.
+    #[serde(default)]
+    digits: usize,
+    /// What is printed (default `mean_sd`).
+    #[serde(default)]
+    show: Show,
+    /// The field whose values are the replicates (default `seed`).
+    #[serde(default = "default_over")]
+    over: String,
+}
+
+/// What a [`ValueSpec`] prints.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Show {
+    /// `mean ± sd`.
+    #[default]
+    MeanSd,
+    /// The mean over seeds.
+    Mean,
+    /// The standard deviation over seeds.
+    Sd,
+    /// The lowest and highest seed, `low–high`.
+    Range,
+    /// Each seed's value, in the order of the seeds, `a, b and c`.
+    Seeds,
+    /// How many seeds there are.
+    Count,
+    /// The metric of the one record that matches (no replicates: a record of a study
+    /// script, say), refused where more or none match.
+    Value,
+}
+
+/// `text` (the page at `page`) with every value between `<!-- value: NAME -->` and
+/// `<!-- /value -->` rendered from the spec of that name in the page's values file (named
+/// by a `<!-- values: FILE -->` line).
+///
+/// # Errors
+/// Values without a values file; a file that does not parse; a name it lacks; markers that
+/// do not pair; a value whose records are missing or bad.
+fn values(page: &Path, text: &str) -> Result<String> {
+    if find_marker(text, VALUE_BEGIN).is_none() {
+        return Ok(text.to_string());
+    }
+    let base = page.parent().unwrap_or(Path::new("."));
+    let file = find_marker(text, VALUES_FILE)
+        .and_then(|at| {
+            let after = &text[at + VALUES_FILE.len()..];
+            Some(after[..after.find(" -->")?].trim())
+        })
+        .with_context(|| {
+            format!(
+                "{} has values but names no values file ({VALUES_FILE}FILE -->)",
+                page.display()
+            )
+        })?;
+    let file = base.join(file);
+    let specs: std::collections::BTreeMap<String, ValueSpec> = load_results(&file)?;
+    let spec_base = file.parent().unwrap_or(Path::new("."));
+    let mut read = Records::default();
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(begin) = find_marker(rest, VALUE_BEGIN) {
+        let after = &rest[begin + VALUE_BEGIN.len()..];
+        let name_end = after
+            .find(" -->")
+            .with_context(|| format!("{}: a value marker without ` -->`", page.display()))?;
+        let name = after[..name_end].trim();
+        let body = &after[name_end + " -->".len()..];
+        let end = body.find(VALUE_END).with_context(|| {
+            format!(
+                "{}: the value `{name}` has no end marker ({VALUE_END})",
+                page.display()
+            )
+        })?;
+        ensure!(
+            find_marker(&body[..end], VALUE_BEGIN).is_none(),
+            "{}: the value `{name}` has no end marker before the next value",
+            page.display()
+        );
+        let spec = specs.get(name).with_context(|| {
+            format!(
+                "{}: {} has no value `{name}`",
+                page.display(),
+                file.display()
+            )
+        })?;
+        let value = render_value(spec, spec_base, &mut read).with_context(|| {
+            format!(
+                "{}: rendering the value `{name}` of {}",
+                page.display(),
+                file.display()
+            )
+        })?;
+        out += &rest[..begin + VALUE_BEGIN.len() + name_end + " -->".len()];
+        out += &value;
+        out += VALUE_END;
+        rest = &body[end + VALUE_END.len()..];
+    }
+    out += rest;
+    Ok(out)
+}
+
+/// The records of studies, each read once.
+#[derive(Default)]
+struct Records(std::collections::HashMap<PathBuf, Vec<serde_json::Value>>);
+
+impl Records {
+    /// The records of the studies `dirs` (relative to `base`), joined.
+    fn of(&mut self, base: &Path, dirs: &[PathBuf]) -> Result<Vec<serde_json::Value>> {
+        let mut all = Vec::new();
+        for dir in dirs {
+            let dir = base.join(dir);
+            if !self.0.contains_key(&dir) {
+                let records = match dir.extension().is_some_and(|e| e == "csv") {
+                    true => csv_records(&dir)?,
+                    false => records(&dir)?,
+                };
+                self.0.insert(dir.clone(), records);
+            }
+            all.extend(self.0[&dir].iter().cloned());
+        }
+        Ok(all)
+    }
+}
+
+/// The tidy records of the study in `dir`: an experiment's ([`study`]), or those a study
+/// script wrote (a `results.json` that is a list of records, or holds one as `records`).
+fn records(dir: &Path) -> Result<Vec<serde_json::Value>> {
+    if let Ok((_, records)) = study(dir) {
+        return Ok(records.as_array().cloned().unwrap_or_default());
+    }
+    let raw: serde_json::Value = load_results(&dir.join(RESULTS_JSON))?;
+    match raw.get("records").unwrap_or(&raw) {
+        serde_json::Value::Array(records) => Ok(records.clone()),
+        _ => bail!(
+            "{} holds no list of records",
+            dir.join(RESULTS_JSON).display()
+        ),
+    }
+}
+
+/// The rows of the tidy CSV file at `path` as records: a field that reads as a whole
+/// number or a number is one, an empty field null, anything else a string.
+fn csv_records(path: &Path) -> Result<Vec<serde_json::Value>> {
+    let mut reader =
+        csv::Reader::from_path(path).with_context(|| format!("reading {}", path.display()))?;
+    let header = reader
+        .headers()
+        .with_context(|| format!("reading {}", path.display()))?
+        .clone();
+    let mut records = Vec::new();
+    for (i, row) in reader.records().enumerate() {
+        let row = row.with_context(|| format!("{}: row {}", path.display(), i + 2))?;
+        let record: serde_json::Map<String, serde_json::Value> = header
+            .iter()
+            .zip(row.iter())
+            .map(|(k, v)| {
+                let v = if v.is_empty() {
+                    serde_json::Value::Null
+                } else if let Ok(n) = v.parse::<i64>() {
+                    n.into()
+                } else if let Some(x) = v.parse::<f64>().ok().and_then(serde_json::Number::from_f64)
+                {
+                    serde_json::Value::Number(x)
+                } else {
+                    v.into()
+                };
+                (k.to_string(), v)
+            })
+            .collect();
+        records.push(serde_json::Value::Object(record));
+    }
+    Ok(records)
+}
+
+/// The text of one value.
+fn render_value(spec: &ValueSpec, base: &Path, read: &mut Records) -> Result<String> {
+    let records = read.of(base, &spec.studies)?;
+    let d = spec.digits;
+    let n = |x: f64| format!("{:.d$}", spec.scale * x);
+    if spec.show == Show::Value {
+        return one_value(spec, &records).map(n);
+    }
+    let entry = claims::Entry {
+        by: &spec.by,
+        label: &spec.row,
+        metric: &spec.metric,
+        filter: &spec.filter,
+        over: &spec.over,
+    };
+    let side = match entry.side(&records) {
+        Ok(side) => side,
+        Err(claims::Missing::NoRecord) => bail!(
+            "no record of `{}` has a `{}`{}",
+            spec.row,
+            spec.metric,
+            match spec.filter.is_empty() {
+                true => String::new(),
+                false => format!(" where {}", serde_json::Value::Object(spec.filter.clone())),
+            }
+        ),
+        Err(claims::Missing::Bad(e)) => return Err(e.into()),
+    };
+    let seeds: Vec<f64> = side.by_seed.values().copied().collect();
+    Ok(match spec.show {
+        Show::MeanSd => format!("{} ± {}", n(side.mean), n(side.sd)),
+        Show::Mean => n(side.mean),
+        Show::Sd => n(side.sd),
+        Show::Range => {
+            let low = seeds.iter().copied().fold(f64::INFINITY, f64::min);
+            let high = seeds.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            format!("{}–{}", n(low), n(high))
+        }
+        Show::Seeds => match seeds.split_last() {
+            Some((last, [])) => n(*last),
+            Some((last, rest)) => format!(
+                "{} and {}",
+                rest.iter().map(|&x| n(x)).collect::<Vec<_>>().join(", "),
+                n(*last)
+            ),
+            None => String::new(),
+        },
+        Show::Count => seeds.len().to_string(),
+        Show::Value => one_value(spec, &records).map(n)?,
+    })
+}
+
+/// The metric of the one record of `spec`'s entry that matches its filter.
+fn one_value(spec: &ValueSpec, records: &[serde_json::Value]) -> Result<f64> {
+    let found: Vec<&serde_json::Value> = records
+        .iter()
+        .filter(|r| {
+            r.get(&spec.by).is_some_and(|v| claims::names(v, &spec.row))
+                && claims::matches(r, &spec.filter)
+        })
+        .collect();
+    let [record] = found[..] else {
+        bail!(
+            "{} records of `{}` match {}, where one must",
+            found.len(),
+            spec.row,
+            serde_json::Value::Object(spec.filter.clone())
+        );
+    };
+    record[&spec.metric]
+        .as_f64()
+        .with_context(|| format!("`{}` is not a number in {record}", spec.metric))
 }
 
 /// The Markdown table of the spec at `path`.
@@ -330,20 +756,18 @@ fn render_table(path: &Path) -> Result<String> {
     let spec: TableSpec = load_results(path)?;
     let base = path.parent().unwrap_or(Path::new("."));
     // Each study read once, however many columns read it.
-    let mut read: std::collections::HashMap<PathBuf, Vec<serde_json::Value>> =
-        std::collections::HashMap::new();
-    let mut records = Vec::new();
-    for column in &spec.columns {
-        let mut all = Vec::new();
-        for dir in &column.studies {
-            let dir = base.join(dir);
-            if !read.contains_key(&dir) {
-                let (_, r) = study(&dir)?;
-                read.insert(dir.clone(), r.as_array().cloned().unwrap_or_default());
-            }
-            all.extend(read[&dir].iter().cloned());
-        }
-        records.push(all);
+    let mut read = Records::default();
+    let records = spec
+        .columns
+        .iter()
+        .map(|column| read.of(base, &column.studies))
+        .collect::<Result<Vec<_>>>()?;
+    for c in &spec.columns {
+        ensure!(
+            !c.exp || c.show == Show::Mean,
+            "column `{}`: `exp` goes only with `show: mean`",
+            c.title
+        );
     }
     let mut table = format!("| {} |", spec.heading);
     for c in &spec.columns {
@@ -355,15 +779,20 @@ fn render_table(path: &Path) -> Result<String> {
     for row in &spec.rows {
         let mut cells = Vec::new();
         for (column, records) in spec.columns.iter().zip(&records) {
+            let (by, label, filter) = row.entry(&spec.by, column)?;
             let entry = claims::Entry {
-                by: &spec.by,
-                label: row,
+                by: &by,
+                label: &label,
                 metric: &column.metric,
-                filter: &column.filter,
+                filter: &filter,
+                over: &column.over,
             };
             cells.push(match entry.side(records) {
                 Ok(side) => Some((
-                    column.scale * side.mean,
+                    match column.exp {
+                        true => (column.scale * side.mean).exp(),
+                        false => column.scale * side.mean,
+                    },
                     column.scale * side.sd,
                     side.by_seed.len(),
                 )),
@@ -373,23 +802,32 @@ fn render_table(path: &Path) -> Result<String> {
         }
         ensure!(
             cells.iter().any(Option::is_some),
-            "`{row}` has no record in any column"
+            "`{}` has no record in any column",
+            row.title()
         );
         sides.push(cells);
     }
     for (row, cells) in spec.rows.iter().zip(&sides) {
-        table += &format!("| {row} |");
+        table += &format!("| {} |", row.title());
         for (c, (column, cell)) in spec.columns.iter().zip(cells).enumerate() {
             let Some((mean, sd, seeds)) = *cell else {
                 table += "  |";
                 continue;
             };
-            if column.seeds {
-                table += &format!(" {seeds} |");
-                continue;
-            }
             let d = column.digits.unwrap_or(spec.digits);
-            let text = format!("{mean:.d$} ± {sd:.d$}{}", column.unit);
+            let text = match column.show {
+                Show::Count => {
+                    table += &format!(" {seeds} |");
+                    continue;
+                }
+                Show::MeanSd => format!("{mean:.d$} ± {sd:.d$}{}", column.unit),
+                Show::Mean => format!("{mean:.d$}{}", column.unit),
+                Show::Sd => format!("{sd:.d$}{}", column.unit),
+                other => bail!(
+                    "column `{}` shows {other:?}: a table's cell shows mean_sd, mean, sd or count",
+                    column.title
+                ),
+            };
             // Bold where no row's mean, as printed, is better and some row's is worse.
             let printed = |m: f64| format!("{m:.d$}").parse::<f64>().unwrap_or(m);
             let others: Vec<f64> = sides

@@ -63,9 +63,9 @@ pub struct Claim {
     /// Whether a lower value is better (a loss) rather than a higher one (an accuracy).
     #[serde(default)]
     pub lower_is_better: bool,
-    /// Only the records whose fields equal these (`{"length": 512}`, `{"trained": false}`;
-    /// a list matches any of its values, `{"length": [20, 30, 40]}`); each seed's value is
-    /// the mean over its records that match.
+    /// Only the records whose fields match these ([`matches`]: `{"length": 512}`,
+    /// `{"trained": false}`, `{"length": [20, 30, 40]}`, `{"position": {"from": 0, "to":
+    /// 31}}`); each seed's value is the mean over its records that match.
     #[serde(default, rename = "where")]
     pub filter: Map<String, Value>,
     /// What the values are multiplied by when printed (100 for percent).
@@ -159,7 +159,7 @@ pub fn check(records: &[Value], claim: &Claim) -> Result<Verdict> {
 
 /// Whether a record's value of the compared field is `label`: a string equal to it, or a
 /// number or null written as it (`"by": "sinks"` compares `"4"` with `"null"`).
-fn names(value: &Value, label: &str) -> bool {
+pub fn names(value: &Value, label: &str) -> bool {
     match value {
         Value::String(s) => s == label,
         Value::Number(_) | Value::Null | Value::Bool(_) => {
@@ -176,6 +176,7 @@ fn side(records: &[Value], claim: &Claim, label: &str) -> Result<Side> {
         label,
         metric: &claim.metric,
         filter: &claim.filter,
+        over: "seed",
     };
     entry.side(records).map_err(|e| match e {
         NoRecord => posenc_error::invalid!(
@@ -193,7 +194,8 @@ fn side(records: &[Value], claim: &Claim, label: &str) -> Result<Side> {
 }
 
 /// One entry of a study's records: those whose `by` field names `label` and whose fields
-/// equal `filter`'s, read at `metric`.
+/// match `filter`'s, read at `metric`, one value per replicate (the records' `over` field:
+/// `seed` for a claim).
 #[derive(Debug, Clone, Copy)]
 pub struct Entry<'a> {
     /// The field that names entries (`label`, `task`, …).
@@ -202,8 +204,31 @@ pub struct Entry<'a> {
     pub label: &'a str,
     /// The field read.
     pub metric: &'a str,
-    /// Only the records whose fields equal these (a list: any of its values).
+    /// Only the records whose fields match these ([`matches`]).
     pub filter: &'a Map<String, Value>,
+    /// The field whose values are the replicates (`seed`; `window` for the windows of one
+    /// model), each a whole number.
+    pub over: &'a str,
+}
+
+/// Whether `record` matches `filter`: each field equal to the filter's value, or, where
+/// that is a list, to any of its values, or, where it is `{"from": A, "to": B}`, a number
+/// from A to B inclusive.
+pub fn matches(record: &Value, filter: &Map<String, Value>) -> bool {
+    filter.iter().all(|(k, v)| match v {
+        Value::Array(any) => record.get(k).is_some_and(|x| any.contains(x)),
+        Value::Object(range) => record.get(k).and_then(Value::as_f64).is_some_and(|x| {
+            range
+                .get("from")
+                .and_then(Value::as_f64)
+                .is_none_or(|a| x >= a)
+                && range
+                    .get("to")
+                    .and_then(Value::as_f64)
+                    .is_none_or(|b| x <= b)
+        }),
+        v => record.get(k) == Some(v),
+    })
 }
 
 /// Why an [`Entry`] has no [`Side`].
@@ -221,23 +246,33 @@ impl Entry<'_> {
     ///
     /// # Errors
     /// [`Missing::NoRecord`] where nothing matches; [`Missing::Bad`] for a record without a
-    /// seed or with a metric that is not a number.
+    /// replicate or with a metric that is not a number, or a range in the filter that is not
+    /// one.
     pub fn side(&self, records: &[Value]) -> std::result::Result<Side, Missing> {
         let bad = |msg: String| Bad(posenc_error::invalid!("{msg}").into());
+        for (k, v) in self.filter {
+            if let Value::Object(range) = v {
+                let numbers = range.values().all(Value::is_number);
+                let known = range.keys().all(|k| k == "from" || k == "to");
+                if range.is_empty() || !numbers || !known {
+                    return Err(bad(format!(
+                        "the filter of `{k}` is {v}: an object must be a range, \
+                         {{\"from\": A, \"to\": B}} (numbers, either may be left out)"
+                    )));
+                }
+            }
+        }
         let (label, metric) = (self.label, self.metric);
         let mut by_seed: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
         for r in records {
-            let matches = names(&r[self.by], label)
-                && self.filter.iter().all(|(k, v)| match v {
-                    // A list: any of its values.
-                    Value::Array(any) => r.get(k).is_some_and(|x| any.contains(x)),
-                    v => r.get(k) == Some(v),
-                });
-            if !matches {
+            if !(names(&r[self.by], label) && matches(r, self.filter)) {
                 continue;
             }
-            let Some(seed) = r["seed"].as_u64() else {
-                return Err(bad(format!("a record of `{label}` has no seed: {r}")));
+            let Some(seed) = r[self.over].as_u64() else {
+                return Err(bad(format!(
+                    "a record of `{label}` has no `{}` (a whole number): {r}",
+                    self.over
+                )));
             };
             match &r[metric] {
                 Value::Null => {}
