@@ -19,9 +19,10 @@
 #            seeds 0, 1 and 2: nine keys per cache type;
 #   speed    `posenc bench generate` per cache type against llama-bench with the same
 #            -ctk/-ctv: prefill of 4 096 tokens and 32 tokens' decode after 4 096 cached,
-#            three rounds; then, for f16 and q8_0, the decode after 32 768 cached, one
-#            round, posenc alone and then against llama.cpp (each side reads the 32 768
-#            tokens first, untimed, which takes llama.cpp minutes with a quantized cache).
+#            three rounds; then the decode after 32 768 cached, one round: posenc alone
+#            (f16 and q8_0), then against llama.cpp for every cache type (each side reads
+#            the 32 768 tokens first, untimed, which takes llama.cpp minutes with a
+#            quantized cache).
 #
 # Every run writes one file and is skipped when it exists, so the script can be stopped and
 # started again. scripts/kv_cache_table.py then writes docs/long-context/kv-cache/.
@@ -106,7 +107,7 @@ if [[ $parts == *,speed,* ]]; then
     bench "speed-$t-32768-posenc-only" --kv-cache "$t" --prompts 512 --decode 32 \
       --depths 32768 --rounds 1 --no-llama-cpp
   done
-  for t in f16 q8_0; do
+  for t in $types; do
     bench "speed-$t-32768" --kv-cache "$t" --prompts 512 --decode 32 --depths 32768 --rounds 1
   done
 fi

@@ -346,24 +346,29 @@ fn script_made_pages_are_what_their_scripts_give() {
             );
         }
     }
-    // The speed table of one day's raw benchmark logs, as the speed record shows it.
-    let day = "docs/speed/runs-2026-11-28";
-    let out = std::process::Command::new("python3")
-        .arg(root.join("scripts/speed_table.py"))
-        .arg(root.join(day))
-        .output()
-        .expect("python3 runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let table = String::from_utf8(out.stdout).unwrap();
-    let record = std::fs::read_to_string(root.join("docs/speed/README.md")).unwrap();
-    assert!(
-        table.lines().count() > 4 && record.contains(&table),
-        "docs/speed/README.md does not show what `python3 scripts/speed_table.py {day}` prints:\n{table}"
-    );
+    // The speed tables of one day's raw benchmark logs, as the pages show them.
+    for (day, page) in [
+        ("docs/speed/runs-2026-11-28", "docs/speed/README.md"),
+        ("docs/generate/runs-2026-11-28", "docs/generate/README.md"),
+        ("docs/generate/runs-2026-11-28", "docs/pretrained.md"),
+    ] {
+        let out = std::process::Command::new("python3")
+            .arg(root.join("scripts/speed_table.py"))
+            .arg(root.join(day))
+            .output()
+            .expect("python3 runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let table = String::from_utf8(out.stdout).unwrap();
+        let record = std::fs::read_to_string(root.join(page)).unwrap();
+        assert!(
+            table.lines().count() > 4 && record.contains(&table),
+            "{page} does not show what `python3 scripts/speed_table.py {day}` prints:\n{table}"
+        );
+    }
 }
 
 /// A value in the prose: an entry's mean ± sd, mean, sd, range, seeds or count, each

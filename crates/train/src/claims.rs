@@ -214,6 +214,18 @@ pub struct Entry<'a> {
 /// Whether `record` matches `filter`: each field equal to the filter's value, or, where
 /// that is a list, to any of its values, or, where it is `{"from": A, "to": B}`, a number
 /// from A to B inclusive.
+///
+/// ```
+/// use posenc_train::claims::matches;
+/// use serde_json::json;
+///
+/// let r = json!({"length": 13, "position": 64, "trained": false});
+/// let filter = |f: serde_json::Value| f.as_object().unwrap().clone();
+/// assert!(matches(&r, &filter(json!({"trained": false}))));
+/// assert!(matches(&r, &filter(json!({"length": [13, 15], "position": {"from": 64, "to": 127}}))));
+/// assert!(!matches(&r, &filter(json!({"position": {"from": 0, "to": 63}}))));
+/// assert!(!matches(&r, &filter(json!({"length": 15}))));
+/// ```
 pub fn matches(record: &Value, filter: &Map<String, Value>) -> bool {
     filter.iter().all(|(k, v)| match v {
         Value::Array(any) => record.get(k).is_some_and(|x| any.contains(x)),
