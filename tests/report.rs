@@ -530,6 +530,8 @@ fn a_generated_value_reads_its_records() {
     let mut bad: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("v.json")).unwrap()).unwrap();
     bad["three"] = spec("value");
+    bad["misspelt"] = serde_json::json!({"studies": [&copy], "row": "alibi",
+                                         "metric": "accuracy", "digit": 2});
     bad["bad range"] = serde_json::json!({"studies": [&alibi], "row": "alibi", "metric": "loss",
                                           "where": {"position": {"below": 3}}});
     std::fs::write(dir.path().join("v.json"), bad.to_string()).unwrap();
@@ -537,6 +539,8 @@ fn a_generated_value_reads_its_records() {
     assert!(e.contains("3 records of `alibi` match"), "{e}");
     let e = refused("<!-- values: v.json -->\n<!-- value: bad range -->1<!-- /value -->\n");
     assert!(e.contains("must be a range"), "{e}");
+    let e = refused("<!-- values: v.json -->\n<!-- value: misspelt -->1<!-- /value -->\n");
+    assert!(e.contains("fields it does not know: digit"), "{e}");
 }
 
 /// A table whose rows name their records by a filter, a column of e to the mean, and a

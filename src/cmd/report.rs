@@ -294,7 +294,7 @@ impl Row {
         column: &TableColumn,
     ) -> Result<(String, String, serde_json::Map<String, serde_json::Value>)> {
         Ok(match self {
-            Row::Label(label) => (by.to_string(), label.clone(), column.filter.clone()),
+            Row::Label(label) => (by.to_string(), label.clone(), column.read.filter.clone()),
             Row::Filtered { title, filter } => {
                 let mut filter = filter.clone();
                 // One plain field names the entry; the others narrow it.
@@ -310,30 +310,67 @@ impl Row {
                     serde_json::Value::String(s) => s,
                     other => other.to_string(),
                 };
-                filter.extend(column.filter.clone());
+                filter.extend(column.read.filter.clone());
                 (field, label, filter)
             }
         })
     }
 }
 
-/// A column of a [`TableSpec`].
+/// What a table's column and a value in the prose read: which records, which field, over
+/// what, and what is shown of it.
 #[derive(Debug, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TableColumn {
-    /// Its heading.
-    title: String,
+struct Reading {
     /// The studies whose records it reads, relative to the spec: directories (their
     /// `results.json`) or tidy CSV files.
     studies: Vec<PathBuf>,
     /// The field read (`accuracy`, `perplexity`, …).
     metric: String,
-    /// Only the records whose fields equal these (a list: any of its values).
+    /// Only the records that match these ([`claims::matches`]: a value, any of a list, or
+    /// a range `{"from": A, "to": B}`).
     #[serde(default, rename = "where")]
     filter: serde_json::Map<String, serde_json::Value>,
     /// What the values are multiplied by when printed (100 for percent).
-    #[serde(default = "TableColumn::one")]
+    #[serde(default = "Reading::one")]
     scale: f64,
+    /// What is shown (default `mean_sd`).
+    #[serde(default)]
+    show: Show,
+    /// The field whose values are the replicates (default `seed`).
+    #[serde(default = "Reading::seed")]
+    over: String,
+}
+
+impl Reading {
+    fn one() -> f64 {
+        1.0
+    }
+    fn seed() -> String {
+        "seed".into()
+    }
+}
+
+/// Fails, naming them, where a spec has fields nobody reads (a misspelt one would
+/// otherwise be dropped without a word: serde refuses unknown fields only in a struct
+/// without a flattened part).
+fn no_unknown(what: &str, unknown: &serde_json::Map<String, serde_json::Value>) -> Result<()> {
+    ensure!(
+        unknown.is_empty(),
+        "{what} has fields it does not know: {}",
+        unknown.keys().cloned().collect::<Vec<_>>().join(", ")
+    );
+    Ok(())
+}
+
+/// A column of a [`TableSpec`].
+#[derive(Debug, serde::Deserialize)]
+struct TableColumn {
+    /// Its heading.
+    title: String,
+    /// Its records and field; a cell shows `mean_sd`, `mean`, `sd` or `count` (how many
+    /// seeds).
+    #[serde(flatten)]
+    read: Reading,
     /// Digits after the point, where they differ from the table's.
     #[serde(default)]
     digits: Option<usize>,
@@ -344,20 +381,12 @@ struct TableColumn {
     /// Written after each cell (`%`).
     #[serde(default)]
     unit: String,
-    /// What each cell shows (default `mean_sd`; also `mean`, `sd`, or `count`: how many
-    /// seeds).
-    #[serde(default)]
-    show: Show,
-    /// The field whose values are the replicates (default `seed`).
-    #[serde(default = "default_over")]
-    over: String,
     /// Print e to the mean (a perplexity from a mean loss); only with `show: mean`.
     #[serde(default)]
     exp: bool,
-}
-
-fn default_over() -> String {
-    "seed".into()
+    /// Anything else: refused.
+    #[serde(flatten)]
+    unknown: serde_json::Map<String, serde_json::Value>,
 }
 
 /// The best value of a column, to set in bold.
@@ -366,12 +395,6 @@ fn default_over() -> String {
 enum Best {
     Lowest,
     Highest,
-}
-
-impl TableColumn {
-    fn one() -> f64 {
-        1.0
-    }
 }
 
 /// `page` with every generated table and value rendered from its spec and the records now.
@@ -483,33 +506,21 @@ const VALUE_END: &str = "<!-- /value -->";
 /// seed's value the mean over its matching records, as in a table's cell), or its mean, its
 /// sd, its seeds' range or how many seeds it has.
 #[derive(Debug, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
 struct ValueSpec {
-    /// The studies whose records it reads, relative to the values file: directories (their
-    /// `results.json`) or tidy CSV files.
-    studies: Vec<PathBuf>,
     /// The field that names entries (default `label`).
     #[serde(default = "TableSpec::default_by")]
     by: String,
     /// The entry: a value of the records' `by` field.
     row: String,
-    /// The field read.
-    metric: String,
-    /// Only the records whose fields equal these (a list: any of its values).
-    #[serde(default, rename = "where")]
-    filter: serde_json::Map<String, serde_json::Value>,
-    /// What the values are multiplied by when printed (100 for percent).
-    #[serde(default = "TableColumn::one")]
-    scale: f64,
+    /// Its records, field and what is shown.
+    #[serde(flatten)]
+    read: Reading,
     /// Digits after the point.
     #[serde(default)]
     digits: usize,
-    /// What is printed (default `mean_sd`).
-    #[serde(default)]
-    show: Show,
-    /// The field whose values are the replicates (default `seed`).
-    #[serde(default = "default_over")]
-    over: String,
+    /// Anything else: refused.
+    #[serde(flatten)]
+    unknown: serde_json::Map<String, serde_json::Value>,
 }
 
 /// What a [`ValueSpec`] prints.
@@ -588,6 +599,7 @@ fn values(page: &Path, text: &str) -> Result<String> {
                 file.display()
             )
         })?;
+        no_unknown(&format!("the value `{name}`"), &spec.unknown)?;
         let value = render_value(spec, spec_base, &mut read).with_context(|| {
             format!(
                 "{}: rendering the value `{name}` of {}",
@@ -679,34 +691,37 @@ fn csv_records(path: &Path) -> Result<Vec<serde_json::Value>> {
 
 /// The text of one value.
 fn render_value(spec: &ValueSpec, base: &Path, read: &mut Records) -> Result<String> {
-    let records = read.of(base, &spec.studies)?;
+    let records = read.of(base, &spec.read.studies)?;
     let d = spec.digits;
-    let n = |x: f64| format!("{:.d$}", spec.scale * x);
-    if spec.show == Show::Value {
+    let n = |x: f64| format!("{:.d$}", spec.read.scale * x);
+    if spec.read.show == Show::Value {
         return one_value(spec, &records).map(n);
     }
     let entry = claims::Entry {
         by: &spec.by,
         label: &spec.row,
-        metric: &spec.metric,
-        filter: &spec.filter,
-        over: &spec.over,
+        metric: &spec.read.metric,
+        filter: &spec.read.filter,
+        over: &spec.read.over,
     };
     let side = match entry.side(&records) {
         Ok(side) => side,
         Err(claims::Missing::NoRecord) => bail!(
             "no record of `{}` has a `{}`{}",
             spec.row,
-            spec.metric,
-            match spec.filter.is_empty() {
+            spec.read.metric,
+            match spec.read.filter.is_empty() {
                 true => String::new(),
-                false => format!(" where {}", serde_json::Value::Object(spec.filter.clone())),
+                false => format!(
+                    " where {}",
+                    serde_json::Value::Object(spec.read.filter.clone())
+                ),
             }
         ),
         Err(claims::Missing::Bad(e)) => return Err(e.into()),
     };
     let seeds: Vec<f64> = side.by_seed.values().copied().collect();
-    Ok(match spec.show {
+    Ok(match spec.read.show {
         Show::MeanSd => format!("{} ± {}", n(side.mean), n(side.sd)),
         Show::Mean => n(side.mean),
         Show::Sd => n(side.sd),
@@ -735,7 +750,7 @@ fn one_value(spec: &ValueSpec, records: &[serde_json::Value]) -> Result<f64> {
         .iter()
         .filter(|r| {
             r.get(&spec.by).is_some_and(|v| claims::names(v, &spec.row))
-                && claims::matches(r, &spec.filter)
+                && claims::matches(r, &spec.read.filter)
         })
         .collect();
     let [record] = found[..] else {
@@ -743,12 +758,12 @@ fn one_value(spec: &ValueSpec, records: &[serde_json::Value]) -> Result<f64> {
             "{} records of `{}` match {}, where one must",
             found.len(),
             spec.row,
-            serde_json::Value::Object(spec.filter.clone())
+            serde_json::Value::Object(spec.read.filter.clone())
         );
     };
-    record[&spec.metric]
+    record[&spec.read.metric]
         .as_f64()
-        .with_context(|| format!("`{}` is not a number in {record}", spec.metric))
+        .with_context(|| format!("`{}` is not a number in {record}", spec.read.metric))
 }
 
 /// The Markdown table of the spec at `path`.
@@ -760,11 +775,12 @@ fn render_table(path: &Path) -> Result<String> {
     let records = spec
         .columns
         .iter()
-        .map(|column| read.of(base, &column.studies))
+        .map(|column| read.of(base, &column.read.studies))
         .collect::<Result<Vec<_>>>()?;
     for c in &spec.columns {
+        no_unknown(&format!("column `{}`", c.title), &c.unknown)?;
         ensure!(
-            !c.exp || c.show == Show::Mean,
+            !c.exp || c.read.show == Show::Mean,
             "column `{}`: `exp` goes only with `show: mean`",
             c.title
         );
@@ -783,17 +799,17 @@ fn render_table(path: &Path) -> Result<String> {
             let entry = claims::Entry {
                 by: &by,
                 label: &label,
-                metric: &column.metric,
+                metric: &column.read.metric,
                 filter: &filter,
-                over: &column.over,
+                over: &column.read.over,
             };
             cells.push(match entry.side(records) {
                 Ok(side) => Some((
                     match column.exp {
-                        true => (column.scale * side.mean).exp(),
-                        false => column.scale * side.mean,
+                        true => (column.read.scale * side.mean).exp(),
+                        false => column.read.scale * side.mean,
                     },
-                    column.scale * side.sd,
+                    column.read.scale * side.sd,
                     side.by_seed.len(),
                 )),
                 Err(claims::Missing::NoRecord) => None,
@@ -815,7 +831,7 @@ fn render_table(path: &Path) -> Result<String> {
                 continue;
             };
             let d = column.digits.unwrap_or(spec.digits);
-            let text = match column.show {
+            let text = match column.read.show {
                 Show::Count => {
                     table += &format!(" {seeds} |");
                     continue;

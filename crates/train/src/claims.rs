@@ -63,7 +63,7 @@ pub struct Claim {
     /// Whether a lower value is better (a loss) rather than a higher one (an accuracy).
     #[serde(default)]
     pub lower_is_better: bool,
-    /// Only the records whose fields match these ([`matches`]: `{"length": 512}`,
+    /// Only the records whose fields match these ([`matches()`]: `{"length": 512}`,
     /// `{"trained": false}`, `{"length": [20, 30, 40]}`, `{"position": {"from": 0, "to":
     /// 31}}`); each seed's value is the mean over its records that match.
     #[serde(default, rename = "where")]
@@ -204,7 +204,7 @@ pub struct Entry<'a> {
     pub label: &'a str,
     /// The field read.
     pub metric: &'a str,
-    /// Only the records whose fields match these ([`matches`]).
+    /// Only the records whose fields match these ([`matches()`]).
     pub filter: &'a Map<String, Value>,
     /// The field whose values are the replicates (`seed`; `window` for the windows of one
     /// model), each a whole number.
