@@ -62,6 +62,14 @@ fn the_readme_glance_is_what_the_records_give() {
     assert!(rendered.contains("| held:") && rendered.contains("**not held**"));
 }
 
+/// The mean and the sample standard deviation of three values, computed here by hand.
+fn mean_sd(xs: &[f64]) -> (f64, f64) {
+    assert_eq!(xs.len(), 3, "{xs:?}");
+    let mean = xs.iter().sum::<f64>() / 3.0;
+    let sd = (xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / 2.0).sqrt();
+    (mean, sd)
+}
+
 /// Every Markdown page under `dir`.
 fn pages(dir: &Path, found: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {
@@ -156,8 +164,7 @@ fn a_generated_table_reads_its_records() {
         .map(|r| 100.0 * r["accuracy"].as_f64().unwrap())
         .collect();
     assert_eq!(at13.len(), 3);
-    let mean = at13.iter().sum::<f64>() / 3.0;
-    let sd = (at13.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / 2.0).sqrt();
+    let (mean, sd) = mean_sd(&at13);
     // ALiBi is ahead of NoPE at 13 on copy, so in bold; three seeds; no xPos in the study.
     let row = format!("| alibi | **{mean:.3} ± {sd:.3}** | 3 |  |");
     assert!(text.contains(&row), "{text}\nwant {row}");
@@ -194,8 +201,7 @@ fn a_generated_table_reads_its_records() {
         .zip(at(15))
         .map(|(a, b)| 100.0 * (a + b) / 2.0)
         .collect();
-    let m = seeds.iter().sum::<f64>() / 3.0;
-    let v = (seeds.iter().map(|x| (x - m).powi(2)).sum::<f64>() / 2.0).sqrt();
+    let (m, v) = mean_sd(&seeds);
     assert!(
         either.contains(&format!("| alibi | {m:.3} ± {v:.3} |")),
         "{either}"
@@ -450,8 +456,7 @@ fn a_generated_value_reads_its_records() {
     seeds.sort_by_key(|&(s, _)| s);
     let xs: Vec<f64> = seeds.iter().map(|&(_, x)| x).collect();
     assert_eq!(xs.len(), 3);
-    let mean = xs.iter().sum::<f64>() / 3.0;
-    let sd = (xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / 2.0).sqrt();
+    let (mean, sd) = mean_sd(&xs);
     assert_eq!(value("mean sd"), format!("{mean:.2} ± {sd:.2}"));
     assert_eq!(value("mean"), format!("{mean:.2}"));
     assert_eq!(value("sd"), format!("{sd:.2}"));
@@ -489,8 +494,7 @@ fn a_generated_value_reads_its_records() {
         .map(|r| r[col("tail_loss")].parse().unwrap())
         .collect();
     assert_eq!(tails.len(), 3);
-    let m = tails.iter().sum::<f64>() / 3.0;
-    let s = (tails.iter().map(|x| (x - m).powi(2)).sum::<f64>() / 2.0).sqrt();
+    let (m, s) = mean_sd(&tails);
     assert_eq!(value("over windows"), format!("{m:.4} ± {s:.4}"));
     // An octave: each seed's mean over positions 64–127 of the 128-long windows.
     let a = rows(&alibi);
@@ -511,8 +515,7 @@ fn a_generated_value_reads_its_records() {
         .collect();
     assert_eq!(per.len(), 3);
     assert!(by_seed.values().all(|v| v.len() == 64));
-    let m = per.iter().sum::<f64>() / 3.0;
-    let s = (per.iter().map(|x| (x - m).powi(2)).sum::<f64>() / 2.0).sqrt();
+    let (m, s) = mean_sd(&per);
     assert_eq!(value("an octave"), format!("{m:.4} ± {s:.4}"));
     assert!(!text.contains("stale"), "{text}");
 
@@ -596,8 +599,7 @@ fn generated_rows_by_filter_and_claims_read_their_records() {
         .map(|l| l.split(',').nth(5).unwrap().parse().unwrap())
         .collect();
     assert_eq!(losses.len(), 3);
-    let m = losses.iter().sum::<f64>() / 3.0;
-    let s = (losses.iter().map(|x| (x - m).powi(2)).sum::<f64>() / 2.0).sqrt();
+    let (m, s) = mean_sd(&losses);
     let row = format!("| YaRN ×4 | {m:.3} ± {s:.3} | {:.2} |", m.exp());
     assert!(text.contains(&row), "{text}\nwant {row}");
     assert!(text.contains("| none | "), "{text}");
