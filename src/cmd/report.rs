@@ -90,13 +90,8 @@ pub fn render(dir: &Path) -> Result<String> {
             false => pooled(dir, &claims.with)
                 .with_context(|| format!("pooling the records of {}", claims_path.display()))?,
         };
-        let verdicts = claims
-            .claims
-            .iter()
-            .map(|c| claims::check(&records, c))
-            .collect::<posenc_train::Result<Vec<_>>>()
+        let section = claims_section(&claims, &records)
             .with_context(|| format!("checking {}", claims_path.display()))?;
-        let section = claims::markdown(&verdicts, &claims.with);
         page = format!("{}\n\n{section}", page.trim_end());
     }
     Ok(page)
@@ -487,10 +482,15 @@ fn render_claims(path: &Path) -> Result<String> {
     let mut dirs = vec![PathBuf::from(".")];
     dirs.extend(claims.with.iter().map(PathBuf::from));
     let records = Records::default().of(base, &dirs)?;
+    claims_section(&claims, &records)
+}
+
+/// `claims` checked by the rule against `records`, as a Markdown section.
+fn claims_section(claims: &Claims, records: &[serde_json::Value]) -> Result<String> {
     let verdicts = claims
         .claims
         .iter()
-        .map(|c| claims::check(&records, c))
+        .map(|c| claims::check(records, c))
         .collect::<posenc_train::Result<Vec<_>>>()?;
     Ok(claims::markdown(&verdicts, &claims.with))
 }
@@ -639,12 +639,11 @@ impl Records {
     }
 }
 
-/// The tidy records of the study in `dir`: an experiment's ([`study`]), or those a study
-/// script wrote (a `results.json` that is a list of records, or holds one as `records`).
+/// The tidy records of the study in `dir` as written, every field kept: its `results.json`
+/// is a list of records (a study script's, RULER's) or holds one as `records` (an
+/// experiment's). Read raw, not through the experiment's type, so no page is rendered to
+/// read them.
 fn records(dir: &Path) -> Result<Vec<serde_json::Value>> {
-    if let Ok((_, records)) = study(dir) {
-        return Ok(records.as_array().cloned().unwrap_or_default());
-    }
     let raw: serde_json::Value = load_results(&dir.join(RESULTS_JSON))?;
     match raw.get("records").unwrap_or(&raw) {
         serde_json::Value::Array(records) => Ok(records.clone()),
