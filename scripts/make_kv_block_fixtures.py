@@ -13,6 +13,13 @@ among small ones.
 writes crates/kernels/tests/fixtures/kv_blocks.safetensors: `x` (rows, 64) f32 and, per
 format, `<format>` (rows, bytes) u8 and `<format>_back` (rows, 64) f32, which
 crates/kernels/tests/kv_blocks.rs compares `kv_blocks::quantize` and `dequantize` with.
+
+Also the rows turned first, as llama.cpp turns a quantized cache's unless
+LLAMA_ATTN_ROT_DISABLE is set (`llama_mul_mat_hadamard` by `ggml_gen_hadamard`'s matrix):
+`hadamard64`, the orthonormal Walsh-Hadamard matrix built here as a Kronecker power of
+[[1, 1], [1, -1]] over sqrt(n) (order 128 likewise, not stored); `<format>_turned<n>` the blocks of
+`x` (rows of 64 for n = 64, pairs of rows as rows of 128 for n = 128) times the matrix,
+and `<format>_turned<n>_back` their expansion turned back.
 """
 import os
 
@@ -44,6 +51,26 @@ for name, qtype in (("q8_0", T.Q8_0), ("q4_0", T.Q4_0)):
     q = quantize(x, qtype)
     tensors[name] = np.ascontiguousarray(q, dtype=np.uint8)
     tensors[f"{name}_back"] = dequantize(q, qtype).astype(np.float32)
+
+
+def hadamard(n):
+    h = np.ones((1, 1))
+    while h.shape[0] < n:
+        h = np.kron(np.array([[1.0, 1.0], [1.0, -1.0]]), h)
+    return h / np.sqrt(n)
+
+
+for n in (64, 128):
+    h = hadamard(n)
+    if n == 64:  # the order-128 matrix is checked through the blocks it makes
+        tensors[f"hadamard{n}"] = h.astype(np.float32)
+    rows_n = x.reshape(-1, n).astype(np.float64)
+    turned = (rows_n @ h).astype(np.float32)
+    for name, qtype in (("q8_0", T.Q8_0), ("q4_0", T.Q4_0)):
+        q = quantize(turned, qtype)
+        tensors[f"{name}_turned{n}"] = np.ascontiguousarray(q, dtype=np.uint8)
+        back = dequantize(q, qtype).astype(np.float64) @ h
+        tensors[f"{name}_turned{n}_back"] = back.astype(np.float32)
 os.makedirs(os.path.dirname(OUT), exist_ok=True)
 save_file(tensors, OUT)
 print({k: v.shape for k, v in tensors.items()})

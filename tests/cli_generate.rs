@@ -312,15 +312,18 @@ fn self_extend_reads_the_window_as_it_was_and_regroups_past_it() {
 /// `lm eval --kv-cache q8_0|q4_0` on the pretrained model, 700 tokens read through the
 /// cache in two chunks: q8_0 moves the perplexity from the f16 cache's by less than a
 /// percent; q4_0 moves it further (SmolLM2's keys lose much at 4 bits), though less than
-/// double; the records say which cache was read.
+/// double; turned first by a Walsh–Hadamard matrix, as llama.cpp keeps them, 4-bit
+/// blocks move it less than plain ones; the records say which cache was read.
 #[test]
 fn a_quantized_cache_reads_close_to_the_f16_one() {
     let ppl = |r: &serde_json::Value| r["perplexity"].as_f64().unwrap();
     let f16 = eval_prose(700, &["--kv-cache", "f16"]);
     let q8 = eval_prose(700, &["--kv-cache", "q8_0"]);
     let q4 = eval_prose(700, &["--kv-cache", "q4_0"]);
+    let q4h = eval_prose(700, &["--kv-cache", "q4_0-hadamard"]);
     assert_eq!(q8["kv_cache"], "q8_0", "{q8}");
     assert_eq!(q4["kv_cache"], "q4_0", "{q4}");
+    assert_eq!(q4h["kv_cache"], "q4_0-hadamard", "{q4h}");
     let change = |r: &serde_json::Value| (ppl(r) / ppl(&f16) - 1.0).abs();
     assert!(
         change(&q8) > 0.0 && change(&q8) < 0.01,
@@ -333,6 +336,13 @@ fn a_quantized_cache_reads_close_to_the_f16_one() {
         "q4_0: {} (q8_0 {}, f16 {})",
         ppl(&q4),
         ppl(&q8),
+        ppl(&f16)
+    );
+    assert!(
+        change(&q4h) > 0.0 && change(&q4h) < change(&q4),
+        "q4_0-hadamard: {} (q4_0 {}, f16 {})",
+        ppl(&q4h),
+        ppl(&q4),
         ppl(&f16)
     );
 }

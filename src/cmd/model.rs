@@ -80,6 +80,12 @@ pub enum CacheType {
     /// Blocks of 32 values, 18 bytes: an f16 scale and 4-bit codes.
     #[value(name = "q4_0")]
     Q4_0,
+    /// q8_0, each head's row turned by a Walsh–Hadamard matrix first (llama.cpp's q8_0).
+    #[value(name = "q8_0-hadamard")]
+    Q8_0Hadamard,
+    /// q4_0, each head's row turned by a Walsh–Hadamard matrix first (llama.cpp's q4_0).
+    #[value(name = "q4_0-hadamard")]
+    Q4_0Hadamard,
 }
 
 impl From<CacheType> for KvType {
@@ -89,6 +95,8 @@ impl From<CacheType> for KvType {
             CacheType::F16 => KvType::F16,
             CacheType::Q8_0 => KvType::Q8_0,
             CacheType::Q4_0 => KvType::Q4_0,
+            CacheType::Q8_0Hadamard => KvType::Q8_0Hadamard,
+            CacheType::Q4_0Hadamard => KvType::Q4_0Hadamard,
         }
     }
 }

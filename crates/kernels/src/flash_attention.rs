@@ -128,7 +128,8 @@ pub fn flash_attention(
 /// `None` every query sees every key. Query head `i` reads
 /// key/value head `i / (h / kv)`. On the CPU, at inference: there is no backward. `q` is
 /// f32; `k` and `v` are f32, f16 or Q8_0 or Q4_0 blocks ([`Kept::Blocks`]), widened to
-/// f32 a tile at a time.
+/// f32 a tile at a time. Keys turned before they were rounded ([`crate::kv_blocks::turn`])
+/// are read by the queries turned alike, and turned values' sum is turned back.
 ///
 /// # Shapes
 /// - `q`: `(b, h, tq, d)` or `(b, tq, h·d)`
@@ -201,6 +202,47 @@ pub fn flash_attention_cpu(
             candle_core::bail!("flash attention: a window of 0 keys leaves a query nothing");
         }
     }
+    // Keys turned before they were rounded are read by queries turned alike, and a sum of
+    // turned values is turned back (`kv_blocks::turn`): the same scores and output.
+    let turned_q;
+    let q = match k.turned() {
+        Some(n) => {
+            turned_q = crate::kv_blocks::turn(q, n)?;
+            &turned_q
+        }
+        None => q,
+    };
+    let out = attend_tiles(
+        q,
+        k,
+        v,
+        [b, h, tq, d],
+        [kv, tk],
+        head_dim,
+        scale,
+        causal,
+        bias,
+    )?;
+    match v.turned() {
+        Some(n) => crate::kv_blocks::turn(&out, n),
+        None => Ok(out),
+    }
+}
+
+/// [`flash_attention_cpu`] past its checks: `q (b, h, tq, d)` over `kv` key/value heads of
+/// `tk` positions.
+#[allow(clippy::too_many_arguments)]
+fn attend_tiles(
+    q: &Tensor,
+    k: &Kept,
+    v: &Kept,
+    [b, h, tq, d]: [usize; 4],
+    [kv, tk]: [usize; 2],
+    head_dim: usize,
+    scale: f32,
+    causal: Option<Causal>,
+    bias: Option<&TileBias>,
+) -> Result<Tensor> {
     let mut out: Vec<f32> = vec![0.0; b * tq * h * d];
     if out.is_empty() || tk == 0 {
         return Tensor::from_vec(out, (b, tq, h * d), q.device());

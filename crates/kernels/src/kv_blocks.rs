@@ -12,6 +12,14 @@
 //! written, narrowed and moved as any other tensor. [`crate::flash_attention()`] reads
 //! them in place, widening a tile of rows to f32 as it reads it; everything else reads
 //! them through [`Kept::dense`].
+//!
+//! A row may also be turned before it is rounded, as llama.cpp turns a quantized cache's
+//! (its `attn_rot_k`/`attn_rot_v`, on unless `LLAMA_ATTN_ROT_DISABLE` is set): [`turn`]
+//! multiplies it, block by block, by the orthonormal Walsh–Hadamard matrix [`hadamard`],
+//! which spreads a channel of outlying magnitude over all of the block, so that one scale
+//! no longer has to cover it. The matrix is symmetric and its own inverse: a turned key is
+//! read by a query turned the same way (their dot product is unchanged), and a weighted sum
+//! of turned values is turned back once.
 
 use candle_core::quantized::QTensor;
 use candle_core::{DType, Device, Result, Tensor};
@@ -29,6 +37,9 @@ pub enum Kept {
         rows: Tensor,
         /// Q8_0 or Q4_0.
         format: Format,
+        /// The order of the Walsh–Hadamard matrix each row was turned by, block by block,
+        /// before it was rounded ([`turn`]); `None`: kept as it came.
+        turned: Option<usize>,
     },
 }
 
@@ -50,7 +61,7 @@ impl Kept {
     pub fn dims(&self) -> Vec<usize> {
         match self {
             Self::Dense(t) => t.dims().to_vec(),
-            Self::Blocks { rows, format } => {
+            Self::Blocks { rows, format, .. } => {
                 let mut dims = rows.dims().to_vec();
                 if let Some(last) = dims.last_mut() {
                     *last = *last / format.block_bytes() * BLOCK;
@@ -60,14 +71,33 @@ impl Kept {
         }
     }
 
-    /// The values as a tensor: a dense one as it is, blocks expanded to f32 ([`dequantize`]).
+    /// The values as a tensor: a dense one as it is, blocks expanded to f32 ([`dequantize`])
+    /// and turned back if they were turned ([`turn`]).
     ///
     /// # Errors
-    /// As [`dequantize`].
+    /// As [`dequantize`] and [`turn`].
     pub fn dense(&self) -> Result<Tensor> {
         match self {
             Self::Dense(t) => Ok(t.clone()),
-            Self::Blocks { rows, format } => dequantize(rows, *format),
+            Self::Blocks {
+                rows,
+                format,
+                turned,
+            } => {
+                let values = dequantize(rows, *format)?;
+                match turned {
+                    Some(n) => turn(&values, *n),
+                    None => Ok(values),
+                }
+            }
+        }
+    }
+
+    /// The order of the Walsh–Hadamard matrix the rows were turned by, if they were.
+    pub fn turned(&self) -> Option<usize> {
+        match self {
+            Self::Blocks { turned, .. } => *turned,
+            Self::Dense(_) => None,
         }
     }
 
@@ -129,6 +159,65 @@ pub fn quantize(x: &Tensor, format: Format) -> Result<Tensor> {
         *last = bytes;
     }
     Tensor::from_vec(blocks.data()?.into_owned(), shape, &Device::Cpu)?.to_device(x.device())
+}
+
+/// The orthonormal Walsh–Hadamard matrix of order `n` (a power of two), f32 `(n, n)`: Sylvester's
+/// construction `H₂ₙ = [[Hₙ, Hₙ], [Hₙ, −Hₙ]] / √2` from `H₁ = 1`, llama.cpp's
+/// `ggml_gen_hadamard`. Symmetric, and its own inverse.
+///
+/// ```
+/// use posenc_kernels::kv_blocks::hadamard;
+/// let h = hadamard(4).unwrap().to_vec2::<f32>().unwrap();
+/// assert_eq!(h[1], [0.5, -0.5, 0.5, -0.5]);
+/// assert_eq!(h[3], [0.5, -0.5, -0.5, 0.5]);
+/// assert!(hadamard(48).is_err());
+/// ```
+///
+/// # Errors
+/// An order that is not a power of two, or past 4 096.
+pub fn hadamard(n: usize) -> Result<Tensor> {
+    if !n.is_power_of_two() || n > 4096 {
+        candle_core::bail!(
+            "a Walsh–Hadamard matrix has an order that is a power of two, at most 4096: not {n}"
+        )
+    }
+    let mut h = vec![0f32; n * n];
+    h[0] = 1.0 / (n as f32).sqrt();
+    let mut s = 1;
+    while s < n {
+        for i in 0..s {
+            for j in 0..s {
+                let v = h[i * n + j];
+                h[(i + s) * n + j] = v;
+                h[i * n + j + s] = v;
+                h[(i + s) * n + j + s] = -v;
+            }
+        }
+        s *= 2;
+    }
+    Tensor::from_vec(h, (n, n), &Device::Cpu)
+}
+
+/// `x (…, width)` turned block by block: each run of `n` values along the last dimension
+/// multiplied by [`hadamard`]`(n)`, in f32. Turning twice gives `x` back (to float error).
+///
+/// # Shapes
+/// - `x`: `(…, width)`, `width` a multiple of `n`
+/// - output: `(…, width)`, f32
+///
+/// # Errors
+/// An order [`hadamard`] refuses, or a width that is not a multiple of it.
+pub fn turn(x: &Tensor, n: usize) -> Result<Tensor> {
+    let h = hadamard(n)?.to_device(x.device())?;
+    let width = x.dims().last().copied().unwrap_or(0);
+    if width == 0 || !width.is_multiple_of(n) {
+        candle_core::bail!("rows of {width} values cannot be turned in blocks of {n}")
+    }
+    let flat = x
+        .to_dtype(DType::F32)?
+        .contiguous()?
+        .reshape((x.elem_count() / n, n))?;
+    flat.matmul(&h)?.reshape(x.dims())
 }
 
 /// Rows of `format` blocks, `u8 (…, row bytes)`, as f32 `(…, width)`.

@@ -2,7 +2,7 @@
 //! dequantization of the same rows, byte for byte (`scripts/make_kv_block_fixtures.py`).
 
 use candle_core::{DType, Device, Tensor};
-use posenc_kernels::kv_blocks::{dequantize, quantize, row_bytes};
+use posenc_kernels::kv_blocks::{dequantize, hadamard, quantize, row_bytes, turn, Kept};
 use posenc_kernels::quantized::Format;
 
 fn fixtures() -> std::collections::HashMap<String, Tensor> {
@@ -64,4 +64,62 @@ fn what_cannot_be_blocked_is_refused_by_name() {
     let ragged = Tensor::zeros((2, 50), DType::U8, &Device::Cpu).unwrap();
     let e = dequantize(&ragged, Format::Q4_0).unwrap_err().to_string();
     assert!(e.contains("18-byte blocks"), "{e}");
+}
+
+fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
+    let (a, b) = (values(a), values(b));
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(&b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+/// Rows turned first, as llama.cpp turns a quantized cache's: the matrix is the
+/// Walsh–Hadamard matrix the script builds its own way, the turned rows round to gguf-py's
+/// bytes, and a kept row reads back as the script's expansion turned back.
+#[test]
+fn turned_rows_round_and_read_back_as_llama_cpp_keeps_them() {
+    let f = fixtures();
+    let x = &f["x"];
+    for n in [64, 128] {
+        if let Some(want) = f.get(&format!("hadamard{n}")) {
+            assert!(max_diff(&hadamard(n).unwrap(), want) < 1e-7, "order {n}");
+        }
+        let rows = x.reshape((8 * 64 / n, n)).unwrap();
+        let turned = turn(&rows, n).unwrap();
+        // Its own inverse: turning twice gives the rows back.
+        // f32 sums of n terms: n ε of the largest value.
+        let largest = values(x).iter().fold(0f32, |m, v| m.max(v.abs()));
+        let float = n as f32 * f32::EPSILON * largest;
+        assert!(max_diff(&turn(&turned, n).unwrap(), &rows) < float);
+        for (name, format) in [("q8_0", Format::Q8_0), ("q4_0", Format::Q4_0)] {
+            let want = &f[&format!("{name}_turned{n}")];
+            let blocks = quantize(&turned, format).unwrap();
+            assert_eq!(
+                bytes(&blocks),
+                bytes(want),
+                "{name}, order {n}: the blocks differ"
+            );
+            let kept = Kept::Blocks {
+                rows: blocks,
+                format,
+                turned: Some(n),
+            };
+            assert_eq!(kept.turned(), Some(n));
+            let back = kept.dense().unwrap();
+            let want_back = &f[&format!("{name}_turned{n}_back")];
+            assert!(max_diff(&back, want_back) < float, "{name}, order {n}");
+            // Turning changes the rounding: not the plain blocks' expansion.
+            let plain = dequantize(&quantize(&rows, format).unwrap(), format).unwrap();
+            assert!(max_diff(&back, &plain) > 0.0, "{name}, order {n}");
+        }
+    }
+    let e = hadamard(96).unwrap_err().to_string();
+    assert!(e.contains("power of two"), "{e}");
+    let e = turn(x, 128).unwrap_err().to_string();
+    assert!(
+        e.contains("rows of 64 values cannot be turned in blocks of 128"),
+        "{e}"
+    );
 }

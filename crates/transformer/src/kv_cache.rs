@@ -78,14 +78,20 @@ impl Streaming {
 
 /// What a key/value cache keeps each key and value as, llama.cpp's `-ctk`/`-ctv`: values
 /// (f32, exact; f16, rounded to 11 significant bits) or blocks of 32 with one f16 scale
-/// each ([`posenc_kernels::kv_blocks`]: Q8_0, 8-bit codes; Q4_0, 4-bit codes).
+/// each ([`posenc_kernels::kv_blocks`]: Q8_0, 8-bit codes; Q4_0, 4-bit codes), as they
+/// come or turned first by a Walsh–Hadamard matrix ([`posenc_kernels::kv_blocks::turn`]),
+/// as llama.cpp keeps a quantized cache unless `LLAMA_ATTN_ROT_DISABLE` is set: keys by the
+/// largest order that divides a head (from 64 up), values by 64.
 ///
 /// ```
 /// use posenc_transformer::KvType;
 /// assert_eq!(KvType::F16.row_bytes(64).unwrap(), 128);
 /// assert_eq!(KvType::Q8_0.row_bytes(64).unwrap(), 68);
 /// assert_eq!(KvType::Q4_0.row_bytes(64).unwrap(), 36);
+/// assert_eq!(KvType::Q4_0Hadamard.row_bytes(64).unwrap(), 36);
 /// assert!(KvType::Q8_0.row_bytes(48).is_err());
+/// assert!(KvType::Q8_0Hadamard.row_bytes(32).is_err());
+/// assert_eq!(KvType::Q4_0Hadamard.to_string(), "q4_0-hadamard");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -100,21 +106,33 @@ pub enum KvType {
     /// 18 bytes per 32 values.
     #[serde(rename = "q4_0")]
     Q4_0,
+    /// Q8_0, each row turned first (llama.cpp's `-ctk q8_0` by default).
+    #[serde(rename = "q8_0-hadamard")]
+    Q8_0Hadamard,
+    /// Q4_0, each row turned first (llama.cpp's `-ctk q4_0` by default).
+    #[serde(rename = "q4_0-hadamard")]
+    Q4_0Hadamard,
 }
 
 /// How a [`KvType`] keeps a row.
 enum Form {
     Values(DType),
-    Blocks(Format),
+    /// Blocks, and whether their rows are turned first.
+    Blocks(Format, bool),
 }
+
+/// The smallest order llama.cpp turns a row by, and the one it turns values by.
+const TURN: usize = 64;
 
 impl KvType {
     fn form(self) -> Form {
         match self {
             Self::F32 => Form::Values(DType::F32),
             Self::F16 => Form::Values(DType::F16),
-            Self::Q8_0 => Form::Blocks(Format::Q8_0),
-            Self::Q4_0 => Form::Blocks(Format::Q4_0),
+            Self::Q8_0 => Form::Blocks(Format::Q8_0, false),
+            Self::Q4_0 => Form::Blocks(Format::Q4_0, false),
+            Self::Q8_0Hadamard => Form::Blocks(Format::Q8_0, true),
+            Self::Q4_0Hadamard => Form::Blocks(Format::Q4_0, true),
         }
     }
 
@@ -122,8 +140,23 @@ impl KvType {
     pub fn dtype(self) -> Option<DType> {
         match self.form() {
             Form::Values(dtype) => Some(dtype),
-            Form::Blocks(_) => None,
+            Form::Blocks(..) => None,
         }
+    }
+
+    /// The type's name in ggml (llama.cpp's `-ctk`): f32, f16, q8_0 or q4_0, turned or not.
+    pub fn ggml_name(self) -> &'static str {
+        match self.form() {
+            Form::Values(DType::F16) => "f16",
+            Form::Values(_) => "f32",
+            Form::Blocks(Format::Q8_0, _) => "q8_0",
+            Form::Blocks(..) => "q4_0",
+        }
+    }
+
+    /// Whether rows are turned by a Walsh–Hadamard matrix before they are rounded.
+    pub fn turned(self) -> bool {
+        matches!(self.form(), Form::Blocks(_, true))
     }
 
     /// The type that keeps `dtype` as it is, if a cache keeps it (f32 and f16).
@@ -138,11 +171,16 @@ impl KvType {
     /// Bytes per row of `width` values (one head's key or value at one position).
     ///
     /// # Errors
-    /// Blocks over a width that is not a whole number of them (a multiple of 32).
+    /// Blocks over a width that is not a whole number of them (a multiple of 32); turned
+    /// blocks over one that is not a multiple of 64.
     pub fn row_bytes(self, width: usize) -> Result<usize> {
         match self.form() {
             Form::Values(dtype) => Ok(width * dtype.size_in_bytes()),
-            Form::Blocks(format) => kv_blocks::row_bytes(format, width).ok_or_else(|| {
+            Form::Blocks(_, true) if !width.is_multiple_of(TURN) => Err(Error::Input(format!(
+                "a {self} key/value cache turns rows {TURN} values at a time: heads of {width} cannot be turned (use {})",
+                self.ggml_name()
+            ))),
+            Form::Blocks(format, _) => kv_blocks::row_bytes(format, width).ok_or_else(|| {
                 Error::Input(format!(
                     "a {self} key/value cache keeps blocks of 32 values: heads of {width} cannot be blocked (use f16 or f32)"
                 ))
@@ -150,22 +188,46 @@ impl KvType {
         }
     }
 
-    /// Keeps `x (…, width)` as this type: converted, or quantized to `u8 (…, row bytes)`.
-    fn keep(self, x: &Tensor) -> Result<Tensor> {
-        self.row_bytes(x.dim(D::Minus1)?)?;
-        Ok(match self.form() {
-            Form::Values(dtype) => x.to_dtype(dtype)?,
-            Form::Blocks(format) => kv_blocks::quantize(x, format)?,
+    /// The order a row of `width` is turned by, if this type turns it: keys by the largest
+    /// power of two from 64 up that divides the width, values by 64, as llama.cpp does
+    /// (`build_input_k_rot`, `build_input_v_rot`).
+    fn turn(self, width: usize, keys: bool) -> Option<usize> {
+        if !self.turned() {
+            return None;
+        }
+        let mut n = TURN;
+        while keys && width.is_multiple_of(2 * n) {
+            n *= 2;
+        }
+        Some(n)
+    }
+
+    /// Keeps `x (…, width)`, keys or values, as this type: converted, or quantized to
+    /// `u8 (…, row bytes)`, turned first if the type turns.
+    fn keep(self, x: &Tensor, keys: bool) -> Result<Tensor> {
+        let width = x.dim(D::Minus1)?;
+        self.row_bytes(width)?;
+        Ok(match (self.form(), self.turn(width, keys)) {
+            (Form::Values(dtype), _) => x.to_dtype(dtype)?,
+            (Form::Blocks(format, _), Some(n)) => {
+                kv_blocks::quantize(&kv_blocks::turn(x, n)?, format)?
+            }
+            (Form::Blocks(format, _), None) => kv_blocks::quantize(x, format)?,
         })
     }
 
-    /// What `buffer` (a view of a cache's) holds, as the kernels read it.
-    fn kept(self, buffer: Tensor) -> Kept {
+    /// What `buffer` (a view of a cache's keys or values) holds, as the kernels read it.
+    fn kept(self, buffer: Tensor, keys: bool) -> Kept {
         match self.form() {
-            Form::Blocks(format) => Kept::Blocks {
-                rows: buffer,
-                format,
-            },
+            Form::Blocks(format, _) => {
+                let bytes = buffer.dims().last().copied().unwrap_or(0);
+                let width = bytes / format.block_bytes() * posenc_kernels::quantized::BLOCK;
+                Kept::Blocks {
+                    rows: buffer,
+                    format,
+                    turned: self.turn(width, keys),
+                }
+            }
             Form::Values(_) => Kept::Dense(buffer),
         }
     }
@@ -178,6 +240,8 @@ impl std::fmt::Display for KvType {
             Self::F16 => "f16",
             Self::Q8_0 => "q8_0",
             Self::Q4_0 => "q4_0",
+            Self::Q8_0Hadamard => "q8_0-hadamard",
+            Self::Q4_0Hadamard => "q4_0-hadamard",
         })
     }
 }
@@ -376,7 +440,7 @@ impl KvCache {
             [k, v, ..] if self.len > 0 => {
                 let (k, v) = (k.narrow(2, 0, self.len)?, v.narrow(2, 0, self.len)?);
                 Ok(Some(match self.kind {
-                    Some(kind) => (kind.kept(k), kind.kept(v)),
+                    Some(kind) => (kind.kept(k, true), kind.kept(v, false)),
                     None => (Kept::Dense(k), Kept::Dense(v)),
                 }))
             }
@@ -441,7 +505,7 @@ impl KvCache {
         gates: Option<&Tensor>,
     ) -> Result<Option<DecaySums>> {
         let (k, v) = match self.kind {
-            Some(kind) => (&kind.keep(k)?, &kind.keep(v)?),
+            Some(kind) => (&kind.keep(k, true)?, &kind.keep(v, false)?),
             None => (k, v),
         };
         let (b, heads, new, d) = k.dims4()?;

@@ -12,7 +12,7 @@ use candle_core::{DType, Device, IndexOp, Tensor, Var};
 use common::*;
 use posenc::EncodingConfig;
 use posenc_kernels::cpu::flash_attention;
-use posenc_kernels::kv_blocks::{dequantize, quantize, row_bytes, Kept};
+use posenc_kernels::kv_blocks::{dequantize, quantize, row_bytes, turn, Kept};
 use posenc_kernels::quantized::Format;
 use posenc_kernels::Causal;
 use posenc_transformer::lm::PREFILL_CHUNK;
@@ -301,25 +301,50 @@ fn the_tiled_kernel_reads_blocks_as_their_expansion() {
                 buffer.narrow(2, 0, tk).unwrap()
             };
             let (k, v) = (blocks(42), blocks(43));
-            let kept = |rows: &Tensor| Kept::Blocks {
+            // Rows kept as they came, and turned (the kernel then turns the queries and
+            // the output): either way what the expansion, turned back, gives.
+            for turned in [None, Some(64)] {
+                let kept = |rows: &Tensor| Kept::Blocks {
+                    rows: rows.clone(),
+                    format,
+                    turned,
+                };
+                let expanded = |rows: &Tensor| Kept::Dense(kept(rows).dense().unwrap());
+                let read = |k: Kept, v: Kept| {
+                    flash_attention(&q, k, v, d, 0.2, Some(offset.into()), None).unwrap()
+                };
+                let want = read(expanded(&k), expanded(&v));
+                let got = read(kept(&k), kept(&v));
+                let diff = max_abs_diff(&got, &want);
+                assert!(
+                    diff < 1e-5,
+                    "{format:?} {turned:?}, {tq} rows: max |Δ| {diff}"
+                );
+                // Blocks for keys only, values as they are.
+                assert!(max_abs_diff(&read(kept(&k), expanded(&v)), &want) < 1e-5);
+                // Blocks for values only.
+                assert!(max_abs_diff(&read(expanded(&k), kept(&v)), &want) < 1e-5);
+                // The rounding is real.
+                let exact =
+                    |seed| Kept::from(filled(&[b, kv, tk + 17, d], seed).narrow(2, 0, tk).unwrap());
+                let exact = read(exact(42), exact(43));
+                assert!(max_abs_diff(&exact, &want) > 0.0);
+            }
+            // A turned reading is not the plain one: the queries and output are turned.
+            let plain = |rows: &Tensor| Kept::Dense(dequantize(rows, format).unwrap());
+            let as_turned = |rows: &Tensor| Kept::Blocks {
                 rows: rows.clone(),
                 format,
+                turned: Some(64),
             };
-            let expanded = |rows: &Tensor| Kept::Dense(dequantize(rows, format).unwrap());
             let read = |k: Kept, v: Kept| {
                 flash_attention(&q, k, v, d, 0.2, Some(offset.into()), None).unwrap()
             };
-            let want = read(expanded(&k), expanded(&v));
-            let got = read(kept(&k), kept(&v));
-            let diff = max_abs_diff(&got, &want);
-            assert!(diff < 1e-6, "{format:?}, {tq} rows: max |Δ| {diff}");
-            // Blocks for keys only, values as they are.
-            assert!(max_abs_diff(&read(kept(&k), expanded(&v)), &want) < 1e-6);
-            // The rounding is real.
-            let exact =
-                |seed| Kept::from(filled(&[b, kv, tk + 17, d], seed).narrow(2, 0, tk).unwrap());
-            let exact = read(exact(42), exact(43));
-            assert!(max_abs_diff(&exact, &want) > 0.0);
+            let diff = max_abs_diff(
+                &read(as_turned(&k), as_turned(&v)),
+                &read(plain(&k), plain(&v)),
+            );
+            assert!(diff > 1e-3, "{format:?}: turning changed nothing ({diff})");
         }
     }
 }
@@ -473,7 +498,12 @@ fn a_cache_kept_as_blocks_rounds_what_it_is_given() {
         assert_eq!(max_abs_diff(&got_k, &twice(&k)), 0.0, "{kind}");
         assert_eq!(max_abs_diff(&got_v, &twice(&v)), 0.0, "{kind}");
         assert!(max_abs_diff(&got_k, &Tensor::cat(&[&k, &k], 2).unwrap()) > 0.0);
-        let Some((Kept::Blocks { rows, format: f }, Kept::Blocks { .. })) = cache.kept().unwrap()
+        let Some((
+            Kept::Blocks {
+                rows, format: f, ..
+            },
+            Kept::Blocks { .. },
+        )) = cache.kept().unwrap()
         else {
             panic!("{kind}: the cache does not hand back its blocks");
         };
@@ -490,6 +520,48 @@ fn a_cache_kept_as_blocks_rounds_what_it_is_given() {
             .unwrap_err()
             .to_string();
         assert!(e.contains("heads of 24 cannot be blocked"), "{e}");
+    }
+}
+
+/// A cache that turns its blocks (llama.cpp's default for a quantized cache) keeps each
+/// key turned by the largest order from 64 up that divides its head and each value by 64,
+/// as llama.cpp does; reads them back turned back; and refuses heads it cannot turn.
+#[test]
+fn a_cache_of_turned_blocks_turns_keys_and_values_as_llama_cpp_does() {
+    for (kind, format) in [
+        (KvType::Q8_0Hadamard, Format::Q8_0),
+        (KvType::Q4_0Hadamard, Format::Q4_0),
+    ] {
+        for (width, key_order) in [(64, 64), (128, 128), (192, 64)] {
+            let (k, v) = (filled(&[1, 2, 3, width], 61), filled(&[1, 2, 3, width], 62));
+            let mut cache = KvCache::kept_as(kind);
+            let (got_k, got_v) = cache.append(&k, &v).unwrap();
+            let kept = |t: &Tensor, n| {
+                let rows = quantize(&turn(t, n).unwrap(), format).unwrap();
+                turn(&dequantize(&rows, format).unwrap(), n).unwrap()
+            };
+            assert!(
+                max_abs_diff(&got_k, &kept(&k, key_order)) < 1e-5,
+                "{kind} {width}"
+            );
+            assert!(max_abs_diff(&got_v, &kept(&v, 64)) < 1e-5, "{kind} {width}");
+            // Not the plain blocks' reading.
+            let plain = |t: &Tensor| dequantize(&quantize(t, format).unwrap(), format).unwrap();
+            assert!(max_abs_diff(&got_k, &plain(&k)) > 0.0, "{kind} {width}");
+            let Some((k_kept, v_kept)) = cache.kept().unwrap() else {
+                panic!("{kind}: nothing kept");
+            };
+            assert_eq!(
+                (k_kept.turned(), v_kept.turned()),
+                (Some(key_order), Some(64))
+            );
+        }
+        let mut narrow = KvCache::kept_as(kind);
+        let e = narrow
+            .append(&filled(&[1, 2, 3, 32], 1), &filled(&[1, 2, 3, 32], 2))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("heads of 32 cannot be turned"), "{e}");
     }
 }
 
