@@ -151,15 +151,23 @@ fn llama_cpp_round(
             .collect::<Vec<_>>()
             .join(",")
     };
-    let cache = cfg.kv_cache.map(|k| k.to_string());
-    // A quantized cache's values are read by llama.cpp's flash attention only.
-    let cache_args = match &cache {
-        Some(t) => vec!["-ctk", t, "-ctv", t, "-fa", "on"],
+    // A quantized cache's values are read by llama.cpp's flash attention only. llama.cpp
+    // turns a quantized cache's rows by a Walsh–Hadamard matrix unless told not to: as
+    // ours, turned or not.
+    let cache_args = match cfg.kv_cache {
+        Some(t) => vec!["-ctk", t.ggml_name(), "-ctv", t.ggml_name(), "-fa", "on"],
         None => Vec::new(),
     };
+    let plain_blocks = cfg
+        .kv_cache
+        .is_some_and(|t| t.dtype().is_none() && !t.turned());
     let run = |args: &[&str]| -> Result<(Vec<serde_json::Value>, Option<f64>)> {
+        let mut command = Command::new(bench);
+        if plain_blocks {
+            command.env("LLAMA_ATTN_ROT_DISABLE", "1");
+        }
         let (out, peak) = run_watched(
-            Command::new(bench)
+            command
                 .arg("-m")
                 .arg(&cfg.model)
                 .args(args)
@@ -176,7 +184,10 @@ fn llama_cpp_round(
         false => "0",
     };
     let (mut runs, mut peak) = run(&["-p", &list(&cfg.prompts), "-n", empty])?;
-    let settings = runs.first().map_or(String::new(), llama_cpp_settings);
+    let mut settings = runs.first().map_or(String::new(), llama_cpp_settings);
+    if plain_blocks {
+        settings.push_str("; LLAMA_ATTN_ROT_DISABLE=1 (its cache's rows not turned, as ours)");
+    }
     let deep: Vec<usize> = cfg.depths.iter().copied().filter(|&d| d > 0).collect();
     if !deep.is_empty() {
         let (more, deep_peak) = run(&["-p", "0", "-n", &decode, "-d", &list(&deep)])?;
