@@ -88,10 +88,26 @@ fn turned_rows_round_and_read_back_as_llama_cpp_keeps_them() {
         }
         let rows = x.reshape((8 * 64 / n, n)).unwrap();
         let turned = turn(&rows, n).unwrap();
-        // Its own inverse: turning twice gives the rows back.
-        // f32 sums of n terms: n ε of the largest value.
+        // The fast transform is the product with the matrix it stands for.
+        let product = rows.matmul(&hadamard(n).unwrap()).unwrap();
         let largest = values(x).iter().fold(0f32, |m, v| m.max(v.abs()));
         let float = n as f32 * f32::EPSILON * largest;
+        assert!(max_diff(&turned, &product) < float, "order {n}");
+        // In blocks along the last dimension, whatever the leading shape and strides.
+        let wide = x.reshape((2, 4, 64)).unwrap().transpose(0, 1).unwrap();
+        let by_block = turn(&wide, 32).unwrap();
+        let want = wide
+            .contiguous()
+            .unwrap()
+            .reshape((16, 32))
+            .unwrap()
+            .matmul(&hadamard(32).unwrap())
+            .unwrap()
+            .reshape((4, 2, 64))
+            .unwrap();
+        assert!(max_diff(&by_block, &want) < float);
+        // Its own inverse: turning twice gives the rows back.
+        // f32 sums of n terms: n ε of the largest value.
         assert!(max_diff(&turn(&turned, n).unwrap(), &rows) < float);
         for (name, format) in [("q8_0", Format::Q8_0), ("q4_0", Format::Q4_0)] {
             let want = &f[&format!("{name}_turned{n}")];
