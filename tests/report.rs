@@ -400,6 +400,12 @@ fn a_generated_value_reads_its_records() {
             "first window": {"studies": [&windows], "by": "scaling", "row": "none",
                              "metric": "loss", "where": {"length": 8192, "window": 0},
                              "digits": 4, "show": "value"},
+            "signed": {"studies": [&windows], "by": "scaling", "row": "none",
+                       "metric": "loss", "where": {"length": 8192, "window": 0},
+                       "digits": 4, "show": "value", "signed": true},
+            "signed below zero": {"studies": [&windows], "by": "scaling", "row": "none",
+                                  "metric": "loss", "where": {"length": 8192, "window": 0},
+                                  "digits": 4, "show": "value", "signed": true, "scale": -1},
             "over windows": {"studies": [&windows], "by": "scaling", "row": "yarn",
                              "metric": "tail_loss", "where": {"length": 16384},
                              "over": "window", "digits": 4},
@@ -419,6 +425,8 @@ fn a_generated_value_reads_its_records() {
         "seeds",
         "count",
         "first window",
+        "signed",
+        "signed below zero",
         "over windows",
         "an octave",
     ];
@@ -488,6 +496,8 @@ fn a_generated_value_reads_its_records() {
         .map(|r| r[col("loss")].parse().unwrap())
         .unwrap();
     assert_eq!(value("first window"), format!("{first:.4}"));
+    assert_eq!(value("signed"), format!("+{first:.4}"));
+    assert_eq!(value("signed below zero"), format!("-{first:.4}"));
     let tails: Vec<f64> = w
         .iter()
         .filter(|r| r[col("scaling")] == "yarn" && r[col("length")] == "16384")

@@ -518,6 +518,9 @@ struct ValueSpec {
     /// Digits after the point.
     #[serde(default)]
     digits: usize,
+    /// A sign before each number, `+` as well as `−` (a change).
+    #[serde(default)]
+    signed: bool,
     /// Anything else: refused.
     #[serde(flatten)]
     unknown: serde_json::Map<String, serde_json::Value>,
@@ -692,7 +695,10 @@ fn csv_records(path: &Path) -> Result<Vec<serde_json::Value>> {
 fn render_value(spec: &ValueSpec, base: &Path, read: &mut Records) -> Result<String> {
     let records = read.of(base, &spec.read.studies)?;
     let d = spec.digits;
-    let n = |x: f64| format!("{:.d$}", spec.read.scale * x);
+    let n = |x: f64| match spec.signed {
+        true => format!("{:+.d$}", spec.read.scale * x),
+        false => format!("{:.d$}", spec.read.scale * x),
+    };
     if spec.read.show == Show::Value {
         return one_value(spec, &records).map(n);
     }
