@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The quantized key/value cache's study (docs/long-context/kv-cache): SmolLM2-135M-Instruct
-# with its cache kept as f16 (the default), q8_0 and q4_0, ours beside llama.cpp's own
-# `-ctk/-ctv` on the same GGUF.
+# with its cache kept as f16 (the default), q8_0 and q4_0, plain or turned by a Walsh-Hadamard
+# matrix first (`-hadamard`, as llama.cpp keeps a quantized cache by default), ours beside
+# llama.cpp's own `-ctk/-ctv` on the same GGUF.
 #
 #   scripts/kv_cache_study.sh [OUT [PARTS]]   (default runs/kv-cache; about an hour on two cores)
 #
@@ -39,10 +40,13 @@ done
 mkdir -p "$out"
 scripts/fetch_smollm2.sh
 scripts/fetch_shakespeare.sh
-scripts/build_llama_cpp.sh
+if [[ $parts == *,llama,* || $parts == *,speed,* ]]; then
+  scripts/build_llama_cpp.sh
+fi
 posenc=target/release/posenc
 cargo build --release --quiet --bin posenc
-types="f16 q8_0 q4_0"
+plain="f16 q8_0 q4_0"
+types="$plain q8_0-hadamard q4_0-hadamard"
 yarn() { echo "{\"rope_type\":\"yarn\",\"factor\":$1}"; }
 text="$out/test-plays.txt"
 if [ ! -s "$text" ]; then
@@ -68,7 +72,7 @@ if [[ $parts == *,llama,* ]]; then
   # llama.cpp turns a quantized cache's keys and values by a Hadamard matrix before they
   # are rounded (undoing it after), unless LLAMA_ATTN_ROT_DISABLE is set: both ways, the
   # second as posenc keeps its blocks.
-  for t in $types; do
+  for t in $plain; do
     for rot in "" -norot; do
       name="llama-ppl-$t-4096$rot"
       [ -s "$out/$name.log" ] && continue
@@ -107,7 +111,7 @@ if [[ $parts == *,speed,* ]]; then
     bench "speed-$t-32768-posenc-only" --kv-cache "$t" --prompts 512 --decode 32 \
       --depths 32768 --rounds 1 --no-llama-cpp
   done
-  for t in $types; do
+  for t in $plain; do
     bench "speed-$t-32768" --kv-cache "$t" --prompts 512 --decode 32 --depths 32768 --rounds 1
   done
 fi

@@ -24,8 +24,9 @@ pub struct ModelArgs {
     #[arg(long)]
     f32: bool,
     /// What the key/value cache keeps keys and values as (llama.cpp's -ctk/-ctv; q8_0 and
-    /// q4_0 need heads of a multiple of 32 values) [default: f16 for a quantized GGUF, as
-    /// llama.cpp's; f32 otherwise].
+    /// q4_0 need heads of a multiple of 32 values, their -hadamard forms, which turn each
+    /// row first as llama.cpp does by default, of 64) [default: f16 for a quantized GGUF,
+    /// as llama.cpp's; f32 otherwise].
     #[arg(long, value_enum)]
     kv_cache: Option<CacheType>,
     /// Where to compute: cpu; cuda or cuda:N (built with --features cuda); metal or metal:N
