@@ -4,6 +4,10 @@
 #   perplexity  three windows of 16 384 tokens of the Shakespeare test plays, read whole and
 #               a token at a time through a rolling cache of 1 024 positions with 4 sink
 #               tokens and with none (about 40 minutes on two cores);
+#   perplexity-64k  one window of 65 536 tokens of the test plays (8 times the model's
+#               context), a token at a time through the rolling cache with 4 sinks and
+#               with none (about 35 minutes), each under /usr/bin/time; added to
+#               perplexity.json beside the others;
 #   generate    65 536 tokens generated with that rolling cache, and 8 192 with the
 #               ordinary growing cache as the baseline: decode speed and resident memory
 #               every 1 024 tokens (about 35 minutes);
@@ -20,7 +24,7 @@ cargo build --release --quiet --bin posenc --example streaming
 OUT=docs/long-context/streaming
 mkdir -p "$OUT"
 parts=("$@")
-[ ${#parts[@]} -eq 0 ] && parts=(perplexity generate page)
+[ ${#parts[@]} -eq 0 ] && parts=(perplexity perplexity-64k generate page)
 for part in "${parts[@]}"; do
   case "$part" in
     perplexity)
@@ -34,6 +38,23 @@ for part in "${parts[@]}"; do
         "$tmp"/whole.json "$tmp"/sinks4.json "$tmp"/sinks0.json > "$tmp/all.json"
       mv "$tmp/all.json" "$OUT/perplexity.json"
       rm -rf "$tmp"
+      ;;
+    perplexity-64k)
+      # Each reading under /usr/bin/time (its peak resident memory beside its record):
+      # perplexity-65536-sinks{4,0}.{json,time}, kept, and skipped when present.
+      out=$OUT
+      # shellcheck source=scripts/timed.sh
+      . scripts/timed.sh
+      for sinks in 4 0; do
+        timed "perplexity-65536-sinks$sinks" target/release/posenc lm eval --model smollm2 \
+          --split test --lengths 65536 --windows 1 --format json --quiet --window 1024 \
+          --sinks "$sinks"
+      done
+      # perplexity.json: the records of other lengths as they are, those of 65 536 replaced.
+      python3 -c 'import json,sys; old=[r for r in json.load(open(sys.argv[1])) if r["len"] != 65536]; print(json.dumps(old + [r for f in sys.argv[2:] for r in json.load(open(f))], indent=1))' \
+        "$OUT/perplexity.json" "$OUT"/perplexity-65536-sinks4.json "$OUT"/perplexity-65536-sinks0.json \
+        > "$OUT/.perplexity.json.tmp"
+      mv "$OUT/.perplexity.json.tmp" "$OUT/perplexity.json"
       ;;
     generate)
       target/release/examples/streaming --model smollm2 --tokens 65536 --window 1024 --sinks 4 \
@@ -55,6 +76,6 @@ os.replace(tmp, os.path.join(out, "results.json"))
 PY
       target/release/posenc report "$OUT"
       ;;
-    *) echo "unknown part $part (perplexity, generate, page)" >&2; exit 2 ;;
+    *) echo "unknown part $part (perplexity, perplexity-64k, generate, page)" >&2; exit 2 ;;
   esac
 done
