@@ -50,10 +50,18 @@ for part in "${parts[@]}"; do
           --split test --lengths 65536 --windows 1 --format json --quiet --window 1024 \
           --sinks "$sinks"
       done
-      # perplexity.json: the records of other lengths as they are, those of 65 536 replaced.
-      python3 -c 'import json,sys; old=[r for r in json.load(open(sys.argv[1])) if r["len"] != 65536]; print(json.dumps(old + [r for f in sys.argv[2:] for r in json.load(open(f))], indent=1))' \
-        "$OUT/perplexity.json" "$OUT"/perplexity-65536-sinks4.json "$OUT"/perplexity-65536-sinks0.json \
-        > "$OUT/.perplexity.json.tmp"
+      # perplexity.json: the records of other lengths as they are, those of 65 536 replaced,
+      # each with its process's peak memory.
+      python3 - "$OUT" > "$OUT/.perplexity.json.tmp" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+rows = [r for r in json.load(open(os.path.join(out, "perplexity.json"))) if r["len"] != 65536]
+for sinks in (4, 0):
+    name = os.path.join(out, f"perplexity-65536-sinks{sinks}")
+    peak = json.load(open(name + ".time"))["peak_rss_kb"] / 1024
+    rows += [dict(r, peak_rss_mb=peak) for r in json.load(open(name + ".json"))]
+print(json.dumps(rows, indent=1))
+PY
       mv "$OUT/.perplexity.json.tmp" "$OUT/perplexity.json"
       ;;
     generate)

@@ -32,6 +32,24 @@ pub struct PerplexityRow {
     /// The rolling cache's sinks (none: read whole).
     #[serde(default)]
     pub sinks: Option<usize>,
+    /// The loss at each position, over the windows, nats (none where not kept).
+    #[serde(default)]
+    pub by_position: Vec<f64>,
+    /// The reading process's peak resident memory, MB, where it was measured.
+    #[serde(default)]
+    pub peak_rss_mb: Option<f64>,
+}
+
+impl PerplexityRow {
+    /// The mean loss over the first and the last eighth of the positions, if kept.
+    pub fn first_and_last_eighth(&self) -> Option<(f64, f64)> {
+        let n = self.by_position.len() / 8;
+        let mean = |xs: &[f64]| xs.iter().sum::<f64>() / xs.len() as f64;
+        (n > 0).then(|| {
+            let last = &self.by_position[self.by_position.len() - n..];
+            (mean(&self.by_position[..n]), mean(last))
+        })
+    }
 }
 
 /// One block of a long generation.
@@ -92,13 +110,20 @@ impl StreamingStudy {
         let mut s = format!(
             "# Past the window: a rolling cache with attention sinks\n\n{}\n\n\
              ## Perplexity over long windows\n\n\
-             | model | reading | window length | windows | perplexity | loss ± sd over windows |\n\
-             |---|---|---:|---:|---:|---:|\n",
+             The loss by eighth is over the positions of each eighth of the window, the \
+             windows' mean; peak memory is the reading process's, where it was measured.\n\n\
+             | model | reading | window length | windows | perplexity | loss ± sd over windows \
+             | loss, first eighth → last | peak memory (MB) |\n\
+             |---|---|---:|---:|---:|---:|---:|---:|\n",
             self.note
         );
         for r in &self.perplexity {
+            let eighths = r
+                .first_and_last_eighth()
+                .map_or("–".into(), |(a, b)| format!("{a:.3} → {b:.3}"));
+            let peak = r.peak_rss_mb.map_or("–".into(), |m| format!("{m:.0}"));
             s += &format!(
-                "| {} | {} | {} | {} | {:.2} | {} |\n",
+                "| {} | {} | {} | {} | {:.2} | {} | {eighths} | {peak} |\n",
                 r.model,
                 reading(r.window, r.sinks),
                 r.len,

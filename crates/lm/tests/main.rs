@@ -6,3 +6,4 @@ mod lm_train;
 mod passkey;
 mod ruler;
 mod sample;
+mod streaming;
