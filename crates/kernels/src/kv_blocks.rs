@@ -177,11 +177,7 @@ pub fn quantize(x: &Tensor, format: Format) -> Result<Tensor> {
 /// # Errors
 /// An order that is not a power of two, or past 4 096.
 pub fn hadamard(n: usize) -> Result<Tensor> {
-    if !n.is_power_of_two() || n > 4096 {
-        candle_core::bail!(
-            "a Walsh–Hadamard matrix has an order that is a power of two, at most 4096: not {n}"
-        )
-    }
+    check_order(n)?;
     let mut h = vec![0f32; n * n];
     h[0] = 1.0 / (n as f32).sqrt();
     let mut s = 1;
@@ -199,6 +195,19 @@ pub fn hadamard(n: usize) -> Result<Tensor> {
     Tensor::from_vec(h, (n, n), &Device::Cpu)
 }
 
+/// The largest order [`hadamard`] and [`turn`] take.
+pub const MAX_ORDER: usize = 4096;
+
+/// Refuses an order that is not a power of two, or past [`MAX_ORDER`].
+fn check_order(n: usize) -> Result<()> {
+    if !n.is_power_of_two() || n > MAX_ORDER {
+        candle_core::bail!(
+            "a Walsh–Hadamard matrix has an order that is a power of two, at most {MAX_ORDER}: not {n}"
+        )
+    }
+    Ok(())
+}
+
 /// `x (…, width)` turned block by block: each run of `n` values along the last dimension
 /// multiplied by [`hadamard`]`(n)`, in f32. Turning twice gives `x` back (to float error).
 ///
@@ -213,11 +222,7 @@ pub fn hadamard(n: usize) -> Result<Tensor> {
 /// # Errors
 /// An order [`hadamard`] refuses, or a width that is not a multiple of it.
 pub fn turn(x: &Tensor, n: usize) -> Result<Tensor> {
-    if !n.is_power_of_two() || n > 4096 {
-        candle_core::bail!(
-            "a Walsh–Hadamard matrix has an order that is a power of two, at most 4096: not {n}"
-        )
-    }
+    check_order(n)?;
     let width = x.dims().last().copied().unwrap_or(0);
     if width == 0 || !width.is_multiple_of(n) {
         candle_core::bail!("rows of {width} values cannot be turned in blocks of {n}")

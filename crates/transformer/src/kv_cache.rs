@@ -196,7 +196,7 @@ impl KvType {
             return None;
         }
         let mut n = TURN;
-        while keys && width.is_multiple_of(2 * n) {
+        while keys && 2 * n <= kv_blocks::MAX_ORDER && width.is_multiple_of(2 * n) {
             n *= 2;
         }
         Some(n)
