@@ -178,11 +178,14 @@ fn the_packed_encoder_equals_the_padded_batch_on_real_tokens() {
             .encoder()
             .forward_packed(tracked.as_tensor(), &lens)
             .unwrap();
+        // Float error relative to the outputs' size (2–3 here): the two paths sum in other
+        // orders, and a fixed 1e-5 was crossed once under a loaded full test run.
+        let bound = 1e-5 * posenc_testkit::max_abs(&want).max(1.0);
         for (path, got) in [("fused", fused), ("per sequence", each)] {
             let diff = max_abs_diff(&got.i(0).unwrap(), &want);
             assert!(
-                diff < 1e-5,
-                "{} ({path}): packed differs from padded by {diff}",
+                diff < bound,
+                "{} ({path}): packed differs from padded by {diff} (bound {bound})",
                 enc.kind()
             );
         }
