@@ -411,7 +411,13 @@ fn a_generated_value_reads_its_records() {
                              "over": "window", "digits": 4},
             "an octave": {"studies": [&alibi], "row": "alibi", "metric": "loss",
                           "where": {"length": 128, "position": {"from": 64, "to": 127}},
-                          "digits": 4}
+                          "digits": 4},
+            "less none": {"studies": [&copy], "row": "alibi", "metric": "accuracy",
+                          "where": at13, "scale": 100, "digits": 2, "show": "mean",
+                          "signed": true, "minus": {"row": "none"}},
+            "less at 15": {"studies": [&copy], "row": "alibi", "metric": "accuracy",
+                           "where": at13, "scale": 100, "digits": 2, "show": "seeds",
+                           "minus": {"where": {"length": 15}}}
         })
         .to_string(),
     )
@@ -429,6 +435,8 @@ fn a_generated_value_reads_its_records() {
         "signed below zero",
         "over windows",
         "an octave",
+        "less none",
+        "less at 15",
     ];
     let body: String = names
         .iter()
@@ -445,24 +453,27 @@ fn a_generated_value_reads_its_records() {
         let at = text.find(&begin).unwrap() + begin.len();
         text[at..at + text[at..].find("<!-- /value -->").unwrap()].to_string()
     };
-    // By hand: ALiBi's accuracy at 13 in each seed (one record each).
+    // By hand: an encoding's accuracy at a length in each seed (one record each).
     let records = |path: &Path| -> Vec<serde_json::Value> {
         let v: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
         v["records"].as_array().unwrap().clone()
     };
-    let mut seeds: Vec<(u64, f64)> = records(&copy.join("results.json"))
-        .iter()
-        .filter(|r| r["label"] == "alibi" && r["length"] == 13)
-        .map(|r| {
-            (
-                r["seed"].as_u64().unwrap(),
-                100.0 * r["accuracy"].as_f64().unwrap(),
-            )
-        })
-        .collect();
-    seeds.sort_by_key(|&(s, _)| s);
-    let xs: Vec<f64> = seeds.iter().map(|&(_, x)| x).collect();
+    let at = |label: &str, length: u64| -> Vec<f64> {
+        let mut seeds: Vec<(u64, f64)> = records(&copy.join("results.json"))
+            .iter()
+            .filter(|r| r["label"] == label && r["length"] == length)
+            .map(|r| {
+                (
+                    r["seed"].as_u64().unwrap(),
+                    100.0 * r["accuracy"].as_f64().unwrap(),
+                )
+            })
+            .collect();
+        seeds.sort_by_key(|&(s, _)| s);
+        seeds.iter().map(|&(_, x)| x).collect()
+    };
+    let xs = at("alibi", 13);
     assert_eq!(xs.len(), 3);
     let (mean, sd) = mean_sd(&xs);
     assert_eq!(value("mean sd"), format!("{mean:.2} ± {sd:.2}"));
@@ -478,6 +489,15 @@ fn a_generated_value_reads_its_records() {
         format!("{:.2}, {:.2} and {:.2}", xs[0], xs[1], xs[2])
     );
     assert_eq!(value("count"), "3");
+    // Differences, seed by seed: from another entry, and from another filter.
+    let none = at("none", 13);
+    let less: f64 = xs.iter().zip(&none).map(|(a, b)| a - b).sum::<f64>() / 3.0;
+    assert_eq!(value("less none"), format!("{less:+.2}"));
+    let d: Vec<f64> = xs.iter().zip(at("alibi", 15)).map(|(a, b)| a - b).collect();
+    assert_eq!(
+        value("less at 15"),
+        format!("{:.2}, {:.2} and {:.2}", d[0], d[1], d[2])
+    );
     // The CSVs, read here as plain text.
     let rows = |path: &Path| -> Vec<Vec<String>> {
         std::fs::read_to_string(path)
@@ -547,6 +567,14 @@ fn a_generated_value_reads_its_records() {
                                          "metric": "accuracy", "digit": 2});
     bad["bad range"] = serde_json::json!({"studies": [&alibi], "row": "alibi", "metric": "loss",
                                           "where": {"position": {"below": 3}}});
+    bad["difference with sd"] = serde_json::json!({"studies": [&copy], "row": "alibi",
+                                                   "metric": "accuracy", "where": at13,
+                                                   "minus": {"row": "none"}});
+    bad["difference unpaired"] = serde_json::json!({"studies": [&copy], "row": "alibi",
+                                                    "metric": "accuracy", "where": at13,
+                                                    "show": "mean",
+                                                    "minus": {"row": "none",
+                                                              "where": {"length": 13, "seed": 1}}});
     std::fs::write(dir.path().join("v.json"), bad.to_string()).unwrap();
     let e = refused("<!-- values: v.json -->\n<!-- value: three -->1<!-- /value -->\n");
     assert!(e.contains("3 records of `alibi` match"), "{e}");
@@ -554,6 +582,12 @@ fn a_generated_value_reads_its_records() {
     assert!(e.contains("must be a range"), "{e}");
     let e = refused("<!-- values: v.json -->\n<!-- value: misspelt -->1<!-- /value -->\n");
     assert!(e.contains("fields it does not know: digit"), "{e}");
+    let e =
+        refused("<!-- values: v.json -->\n<!-- value: difference with sd -->1<!-- /value -->\n");
+    assert!(e.contains("shows `mean`, `range` or `seeds`"), "{e}");
+    let e =
+        refused("<!-- values: v.json -->\n<!-- value: difference unpaired -->1<!-- /value -->\n");
+    assert!(e.contains("the same seeds on both sides"), "{e}");
 }
 
 /// A table whose rows name their records by a filter, a column of e to the mean, and a

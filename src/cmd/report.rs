@@ -521,9 +521,28 @@ struct ValueSpec {
     /// A sign before each number, `+` as well as `−` (a change).
     #[serde(default)]
     signed: bool,
+    /// Another entry taken away: the value is the difference, seed by seed (`mean`: the
+    /// mean of the differences, `range` and `seeds`: the seeds' differences).
+    #[serde(default)]
+    minus: Option<Minus>,
     /// Anything else: refused.
     #[serde(flatten)]
     unknown: serde_json::Map<String, serde_json::Value>,
+}
+
+/// The entry a [`ValueSpec`] takes away: each field left out is the value's own.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Minus {
+    /// Its entry.
+    row: Option<String>,
+    /// Its studies.
+    studies: Option<Vec<PathBuf>>,
+    /// Its field.
+    metric: Option<String>,
+    /// Its filter, in place of the value's.
+    #[serde(rename = "where")]
+    filter: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// What a [`ValueSpec`] prints.
@@ -700,31 +719,69 @@ fn render_value(spec: &ValueSpec, base: &Path, read: &mut Records) -> Result<Str
         false => format!("{:.d$}", spec.read.scale * x),
     };
     if spec.read.show == Show::Value {
+        ensure!(
+            spec.minus.is_none(),
+            "a difference (`minus`) of one record: read it as `mean`"
+        );
         return one_value(spec, &records).map(n);
     }
-    let entry = claims::Entry {
-        by: &spec.by,
-        label: &spec.row,
-        metric: &spec.read.metric,
-        filter: &spec.read.filter,
-        over: &spec.read.over,
+    let read_side = |records: &[serde_json::Value], row: &str, metric: &str, filter| {
+        let entry = claims::Entry {
+            by: &spec.by,
+            label: row,
+            metric,
+            filter,
+            over: &spec.read.over,
+        };
+        match entry.side(records) {
+            Ok(side) => Ok(side),
+            Err(claims::Missing::NoRecord) => bail!(
+                "no record of `{row}` has a `{metric}`{}",
+                match filter.is_empty() {
+                    true => String::new(),
+                    false => format!(" where {}", serde_json::Value::Object(filter.clone())),
+                }
+            ),
+            Err(claims::Missing::Bad(e)) => Err(anyhow::Error::from(e)),
+        }
     };
-    let side = match entry.side(&records) {
-        Ok(side) => side,
-        Err(claims::Missing::NoRecord) => bail!(
-            "no record of `{}` has a `{}`{}",
-            spec.row,
-            spec.read.metric,
-            match spec.read.filter.is_empty() {
-                true => String::new(),
-                false => format!(
-                    " where {}",
-                    serde_json::Value::Object(spec.read.filter.clone())
-                ),
-            }
-        ),
-        Err(claims::Missing::Bad(e)) => return Err(e.into()),
-    };
+    let mut side = read_side(&records, &spec.row, &spec.read.metric, &spec.read.filter)?;
+    if let Some(minus) = &spec.minus {
+        ensure!(
+            matches!(spec.read.show, Show::Mean | Show::Range | Show::Seeds),
+            "a difference (`minus`) shows `mean`, `range` or `seeds`, not {:?}",
+            spec.read.show
+        );
+        let other_records = match &minus.studies {
+            Some(studies) => read.of(base, studies)?,
+            None => records.clone(),
+        };
+        let other = read_side(
+            &other_records,
+            minus.row.as_deref().unwrap_or(&spec.row),
+            minus.metric.as_deref().unwrap_or(&spec.read.metric),
+            minus.filter.as_ref().unwrap_or(&spec.read.filter),
+        )?;
+        let unpaired: Vec<String> = side
+            .by_seed
+            .keys()
+            .chain(other.by_seed.keys())
+            .filter(|s| !side.by_seed.contains_key(s) || !other.by_seed.contains_key(s))
+            .map(u64::to_string)
+            .collect();
+        ensure!(
+            unpaired.is_empty(),
+            "a difference needs the same {}s on both sides; {} only on one",
+            spec.read.over,
+            unpaired.join(", ")
+        );
+        side.by_seed = side
+            .by_seed
+            .iter()
+            .map(|(seed, x)| (*seed, x - other.by_seed[seed]))
+            .collect();
+        side.mean = side.by_seed.values().sum::<f64>() / side.by_seed.len() as f64;
+    }
     let seeds: Vec<f64> = side.by_seed.values().copied().collect();
     Ok(match spec.read.show {
         Show::MeanSd => format!("{} ± {}", n(side.mean), n(side.sd)),
