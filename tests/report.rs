@@ -397,6 +397,7 @@ fn a_generated_value_reads_its_records() {
         serde_json::json!({
             "mean sd": spec("mean_sd"), "mean": spec("mean"), "sd": spec("sd"),
             "range": spec("range"), "seeds": spec("seeds"), "count": spec("count"),
+            "min": spec("min"), "max": spec("max"),
             "first window": {"studies": [&windows], "by": "scaling", "row": "none",
                              "metric": "loss", "where": {"length": 8192, "window": 0},
                              "digits": 4, "show": "value"},
@@ -417,7 +418,9 @@ fn a_generated_value_reads_its_records() {
                           "signed": true, "minus": {"row": "none"}},
             "less at 15": {"studies": [&copy], "row": "alibi", "metric": "accuracy",
                            "where": at13, "scale": 100, "digits": 2, "show": "seeds",
-                           "minus": {"where": {"length": 15}}}
+                           "minus": {"where": {"length": 15}}},
+            "train s": {"studies": [&copy], "list": "runs", "row": "alibi",
+                        "metric": "train_s", "show": "range", "digits": 3}
         })
         .to_string(),
     )
@@ -428,6 +431,8 @@ fn a_generated_value_reads_its_records() {
         "mean",
         "sd",
         "range",
+        "min",
+        "max",
         "seeds",
         "count",
         "first window",
@@ -437,6 +442,7 @@ fn a_generated_value_reads_its_records() {
         "an octave",
         "less none",
         "less at 15",
+        "train s",
     ];
     let body: String = names
         .iter()
@@ -484,6 +490,8 @@ fn a_generated_value_reads_its_records() {
         xs.iter().copied().fold(f64::MIN, f64::max),
     );
     assert_eq!(value("range"), format!("{lo:.2}–{hi:.2}"));
+    assert_eq!(value("min"), format!("{lo:.2}"));
+    assert_eq!(value("max"), format!("{hi:.2}"));
     assert_eq!(
         value("seeds"),
         format!("{:.2}, {:.2} and {:.2}", xs[0], xs[1], xs[2])
@@ -498,6 +506,22 @@ fn a_generated_value_reads_its_records() {
         value("less at 15"),
         format!("{:.2}, {:.2} and {:.2}", d[0], d[1], d[2])
     );
+    // Another list of the study's file: each run's training time.
+    let runs: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(copy.join("results.json")).unwrap()).unwrap();
+    let times: Vec<f64> = runs["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["label"] == "alibi")
+        .map(|r| r["train_s"].as_f64().unwrap())
+        .collect();
+    assert_eq!(times.len(), 3);
+    let (lo, hi) = (
+        times.iter().copied().fold(f64::MAX, f64::min),
+        times.iter().copied().fold(f64::MIN, f64::max),
+    );
+    assert_eq!(value("train s"), format!("{lo:.3}–{hi:.3}"));
     // The CSVs, read here as plain text.
     let rows = |path: &Path| -> Vec<Vec<String>> {
         std::fs::read_to_string(path)
@@ -567,6 +591,8 @@ fn a_generated_value_reads_its_records() {
                                          "metric": "accuracy", "digit": 2});
     bad["bad range"] = serde_json::json!({"studies": [&alibi], "row": "alibi", "metric": "loss",
                                           "where": {"position": {"below": 3}}});
+    bad["no such list"] = serde_json::json!({"studies": [&copy], "list": "ruins", "row": "alibi",
+                                             "metric": "train_s"});
     bad["difference with sd"] = serde_json::json!({"studies": [&copy], "row": "alibi",
                                                    "metric": "accuracy", "where": at13,
                                                    "minus": {"row": "none"}});
@@ -584,10 +610,15 @@ fn a_generated_value_reads_its_records() {
     assert!(e.contains("fields it does not know: digit"), "{e}");
     let e =
         refused("<!-- values: v.json -->\n<!-- value: difference with sd -->1<!-- /value -->\n");
-    assert!(e.contains("shows `mean`, `range` or `seeds`"), "{e}");
+    assert!(
+        e.contains("shows `mean`, `range`, `min`, `max` or `seeds`"),
+        "{e}"
+    );
     let e =
         refused("<!-- values: v.json -->\n<!-- value: difference unpaired -->1<!-- /value -->\n");
     assert!(e.contains("the same seeds on both sides"), "{e}");
+    let e = refused("<!-- values: v.json -->\n<!-- value: no such list -->1<!-- /value -->\n");
+    assert!(e.contains("has no list `ruins`"), "{e}");
 }
 
 /// A table whose rows name their records by a filter, a column of e to the mean, and a

@@ -334,6 +334,11 @@ struct Reading {
     /// The field whose values are the replicates (default `seed`).
     #[serde(default = "Reading::seed")]
     over: String,
+    /// The list read from each study's `results.json`: `records` (the default), or another
+    /// list of tidy records beside them (an experiment's `runs`: each run's training time
+    /// and validation reading).
+    #[serde(default = "Reading::records")]
+    list: String,
 }
 
 impl Reading {
@@ -342,6 +347,9 @@ impl Reading {
     }
     fn seed() -> String {
         "seed".into()
+    }
+    fn records() -> String {
+        "records".into()
     }
 }
 
@@ -481,7 +489,7 @@ fn render_claims(path: &Path) -> Result<String> {
     let base = path.parent().unwrap_or(Path::new("."));
     let mut dirs = vec![PathBuf::from(".")];
     dirs.extend(claims.with.iter().map(PathBuf::from));
-    let records = Records::default().of(base, &dirs)?;
+    let records = Records::default().of(base, &dirs, "records")?;
     claims_section(&claims, &records)
 }
 
@@ -558,6 +566,10 @@ enum Show {
     Sd,
     /// The lowest and highest seed, `low–high`.
     Range,
+    /// The lowest seed.
+    Min,
+    /// The highest seed.
+    Max,
     /// Each seed's value, in the order of the seeds, `a, b and c`.
     Seeds,
     /// How many seeds there are.
@@ -638,24 +650,32 @@ fn values(page: &Path, text: &str) -> Result<String> {
     Ok(out)
 }
 
-/// The records of studies, each read once.
+/// The records of studies, each list read once.
 #[derive(Default)]
-struct Records(std::collections::HashMap<PathBuf, Vec<serde_json::Value>>);
+struct Records(std::collections::HashMap<(PathBuf, String), Vec<serde_json::Value>>);
 
 impl Records {
-    /// The records of the studies `dirs` (relative to `base`), joined.
-    fn of(&mut self, base: &Path, dirs: &[PathBuf]) -> Result<Vec<serde_json::Value>> {
+    /// The records of the studies `dirs` (relative to `base`) in their list `list`, joined.
+    fn of(&mut self, base: &Path, dirs: &[PathBuf], list: &str) -> Result<Vec<serde_json::Value>> {
         let mut all = Vec::new();
         for dir in dirs {
-            let dir = base.join(dir);
-            if !self.0.contains_key(&dir) {
+            let key = (base.join(dir), list.to_string());
+            if !self.0.contains_key(&key) {
+                let dir = &key.0;
                 let records = match dir.extension().is_some_and(|e| e == "csv") {
-                    true => csv_records(&dir)?,
-                    false => records(&dir)?,
+                    true => {
+                        ensure!(
+                            list == "records",
+                            "{} is a CSV file, one list of records, not `{list}`",
+                            dir.display()
+                        );
+                        csv_records(dir)?
+                    }
+                    false => records(dir, list)?,
                 };
-                self.0.insert(dir.clone(), records);
+                self.0.insert(key.clone(), records);
             }
-            all.extend(self.0[&dir].iter().cloned());
+            all.extend(self.0[&key].iter().cloned());
         }
         Ok(all)
     }
@@ -663,15 +683,24 @@ impl Records {
 
 /// The tidy records of the study in `dir` as written, every field kept: its `results.json`
 /// is a list of records (a study script's, RULER's) or holds one as `records` (an
-/// experiment's). Read raw, not through the experiment's type, so no page is rendered to
-/// read them.
-fn records(dir: &Path) -> Result<Vec<serde_json::Value>> {
+/// experiment's), and perhaps other lists beside it (`runs`), read by their name `list`.
+/// Read raw, not through the experiment's type, so no page is rendered to read them.
+fn records(dir: &Path, list: &str) -> Result<Vec<serde_json::Value>> {
     let raw: serde_json::Value = load_results(&dir.join(RESULTS_JSON))?;
-    match raw.get("records").unwrap_or(&raw) {
+    let found = match (raw.get(list), list) {
+        (Some(found), _) => found,
+        (None, "records") => &raw,
+        (None, _) => bail!("{} has no list `{list}`", dir.join(RESULTS_JSON).display()),
+    };
+    match found {
         serde_json::Value::Array(records) => Ok(records.clone()),
         _ => bail!(
-            "{} holds no list of records",
-            dir.join(RESULTS_JSON).display()
+            "{} holds no list of records{}",
+            dir.join(RESULTS_JSON).display(),
+            match list {
+                "records" => String::new(),
+                _ => format!(" as `{list}`"),
+            }
         ),
     }
 }
@@ -712,7 +741,7 @@ fn csv_records(path: &Path) -> Result<Vec<serde_json::Value>> {
 
 /// The text of one value.
 fn render_value(spec: &ValueSpec, base: &Path, read: &mut Records) -> Result<String> {
-    let records = read.of(base, &spec.read.studies)?;
+    let records = read.of(base, &spec.read.studies, &spec.read.list)?;
     let d = spec.digits;
     let n = |x: f64| match spec.signed {
         true => format!("{:+.d$}", spec.read.scale * x),
@@ -748,12 +777,15 @@ fn render_value(spec: &ValueSpec, base: &Path, read: &mut Records) -> Result<Str
     let mut side = read_side(&records, &spec.row, &spec.read.metric, &spec.read.filter)?;
     if let Some(minus) = &spec.minus {
         ensure!(
-            matches!(spec.read.show, Show::Mean | Show::Range | Show::Seeds),
-            "a difference (`minus`) shows `mean`, `range` or `seeds`, not {:?}",
+            matches!(
+                spec.read.show,
+                Show::Mean | Show::Range | Show::Min | Show::Max | Show::Seeds
+            ),
+            "a difference (`minus`) shows `mean`, `range`, `min`, `max` or `seeds`, not {:?}",
             spec.read.show
         );
         let other_records = match &minus.studies {
-            Some(studies) => read.of(base, studies)?,
+            Some(studies) => read.of(base, studies, &spec.read.list)?,
             None => records.clone(),
         };
         let other = read_side(
@@ -792,6 +824,8 @@ fn render_value(spec: &ValueSpec, base: &Path, read: &mut Records) -> Result<Str
             let high = seeds.iter().copied().fold(f64::NEG_INFINITY, f64::max);
             format!("{}–{}", n(low), n(high))
         }
+        Show::Min => n(seeds.iter().copied().fold(f64::INFINITY, f64::min)),
+        Show::Max => n(seeds.iter().copied().fold(f64::NEG_INFINITY, f64::max)),
         Show::Seeds => match seeds.split_last() {
             Some((last, [])) => n(*last),
             Some((last, rest)) => format!(
@@ -837,7 +871,7 @@ fn render_table(path: &Path) -> Result<String> {
     let records = spec
         .columns
         .iter()
-        .map(|column| read.of(base, &column.read.studies))
+        .map(|column| read.of(base, &column.read.studies, &column.read.list))
         .collect::<Result<Vec<_>>>()?;
     for c in &spec.columns {
         no_unknown(&format!("column `{}`", c.title), &c.unknown)?;
