@@ -290,6 +290,33 @@ fn translate_and_eval_print_json_alone() {
     assert!(eval.status.success(), "{stderr}");
     let reports: Vec<serde_json::Value> = serde_json::from_str(&stdout).unwrap();
     assert!(reports.iter().any(|r| r["split"] == "test"), "{stdout}");
+    // The shipped model's record, which the toy's chapter renders, is what it gives now.
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/kotoba-shipped/results.json");
+    let kept: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(kept.len(), reports.len());
+    for (kept, now) in kept.iter().zip(&reports) {
+        for field in [
+            "split",
+            "sentences",
+            "exact",
+            "both_halves",
+            "exact_by_clauses",
+        ] {
+            assert_eq!(
+                kept[field],
+                now[field],
+                "{field}: rerun `posenc kotoba eval --format json > {}`",
+                path.display()
+            );
+        }
+        let (a, b) = (
+            kept["bleu"].as_f64().unwrap(),
+            now["bleu"].as_f64().unwrap(),
+        );
+        assert!((a - b).abs() < 1e-9, "BLEU {a} kept, {b} now");
+    }
 }
 
 /// On a terminal with no sentence given, `translate` prompts and translates each line as

@@ -3,9 +3,12 @@
 
 use std::path::{Path, PathBuf};
 
-/// Records written by examples or study scripts rather than by an experiment: `report`
-/// does not render them (the quantized cache's page is `scripts/kv_cache_table.py`'s).
-const NOT_EXPERIMENTS: [&str; 3] = [
+/// Records written by examples, study scripts or an evaluation rather than by an
+/// experiment: `report` does not render them (the quantized cache's page is
+/// `scripts/kv_cache_table.py`'s; the shipped translation model's reports are
+/// `posenc kotoba eval --format json`'s).
+const NOT_EXPERIMENTS: [&str; 4] = [
+    "docs/kotoba-shipped",
     "docs/long-context",
     "docs/long-context/kv-cache",
     "docs/smollm2-rope",
