@@ -390,6 +390,7 @@ fn a_generated_value_reads_its_records() {
     let copy = root.join("docs/lengthgen/copy");
     let windows = root.join("docs/long-context/more-windows/windows.csv");
     let alibi = root.join("docs/lm-experiment/alibi-by-position/loss_by_position.csv");
+    let trials = root.join("docs/long-context/more-trials/trials.csv");
     let at13 = serde_json::json!({"length": 13});
     let spec = |show: &str| {
         serde_json::json!({"studies": [&copy], "row": "alibi", "metric": "accuracy",
@@ -423,7 +424,12 @@ fn a_generated_value_reads_its_records() {
                            "where": at13, "scale": 100, "digits": 2, "show": "seeds",
                            "minus": {"where": {"length": 15}}},
             "train s": {"studies": [&copy], "list": "runs", "row": "alibi",
-                        "metric": "train_s", "show": "range", "digits": 3}
+                        "metric": "train_s", "show": "range", "digits": 3},
+            "found": {"studies": [&trials], "by": "scaling", "row": "none",
+                      "metric": "correct", "where": {"length": 8192}, "show": "tally"},
+            "largest": {"studies": [&trials], "by": "scaling", "row": "none",
+                        "metric": "peak_rss_mb", "where": {"length": 8192},
+                        "over": "record", "show": "max", "digits": 3}
         })
         .to_string(),
     )
@@ -446,6 +452,8 @@ fn a_generated_value_reads_its_records() {
         "less none",
         "less at 15",
         "train s",
+        "found",
+        "largest",
     ];
     let body: String = names
         .iter()
@@ -525,7 +533,24 @@ fn a_generated_value_reads_its_records() {
         times.iter().copied().fold(f64::MIN, f64::max),
     );
     assert_eq!(value("train s"), format!("{lo:.3}–{hi:.3}"));
-    // The CSVs, read here as plain text.
+    // The CSVs, read here as plain text; a tally of the passkey trials at 8 192 unscaled.
+    let t = std::fs::read_to_string(&trials).unwrap();
+    let head: Vec<&str> = t.lines().next().unwrap().split(',').collect();
+    let col = |name: &str| head.iter().position(|h| *h == name).unwrap();
+    let at8k: Vec<Vec<&str>> = t
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect::<Vec<_>>())
+        .filter(|r| r[col("scaling")] == "none" && r[col("length")] == "8192")
+        .collect();
+    let yes = at8k.iter().filter(|r| r[col("correct")] == "True").count();
+    assert!(yes > 0 && yes < at8k.len(), "{yes} of {}", at8k.len());
+    assert_eq!(value("found"), format!("{yes}/{}", at8k.len()));
+    let most = at8k
+        .iter()
+        .map(|r| r[col("peak_rss_mb")].parse::<f64>().unwrap())
+        .fold(f64::MIN, f64::max);
+    assert_eq!(value("largest"), format!("{most:.3}"));
     let rows = |path: &Path| -> Vec<Vec<String>> {
         std::fs::read_to_string(path)
             .unwrap()
@@ -594,6 +619,12 @@ fn a_generated_value_reads_its_records() {
                                          "metric": "accuracy", "digit": 2});
     bad["bad range"] = serde_json::json!({"studies": [&alibi], "row": "alibi", "metric": "loss",
                                           "where": {"position": {"below": 3}}});
+    bad["tally of numbers"] = serde_json::json!({"studies": [&copy], "row": "alibi",
+                                                 "metric": "accuracy", "show": "tally"});
+    bad["records paired"] = serde_json::json!({"studies": [&trials], "by": "scaling",
+                                               "row": "none", "metric": "seconds",
+                                               "over": "record", "show": "mean",
+                                               "minus": {"row": "yarn"}});
     bad["no such list"] = serde_json::json!({"studies": [&copy], "list": "ruins", "row": "alibi",
                                              "metric": "train_s"});
     bad["difference with sd"] = serde_json::json!({"studies": [&copy], "row": "alibi",
@@ -622,6 +653,10 @@ fn a_generated_value_reads_its_records() {
     assert!(e.contains("the same seeds on both sides"), "{e}");
     let e = refused("<!-- values: v.json -->\n<!-- value: no such list -->1<!-- /value -->\n");
     assert!(e.contains("has no list `ruins`"), "{e}");
+    let e = refused("<!-- values: v.json -->\n<!-- value: records paired -->1<!-- /value -->\n");
+    assert!(e.contains("records (`over: record`) have none"), "{e}");
+    let e = refused("<!-- values: v.json -->\n<!-- value: tally of numbers -->1<!-- /value -->\n");
+    assert!(e.contains("a tally counts what is true"), "{e}");
 }
 
 /// A table whose rows name their records by a filter, a column of e to the mean, and a

@@ -331,7 +331,8 @@ struct Reading {
     /// What is shown (default `mean_sd`).
     #[serde(default)]
     show: Show,
-    /// The field whose values are the replicates (default `seed`).
+    /// The field whose values are the replicates (default `seed`); in a value, `record`
+    /// makes every matching record a replicate of its own.
     #[serde(default = "Reading::seed")]
     over: String,
     /// The list read from each study's `results.json`: `records` (the default), or another
@@ -577,6 +578,9 @@ enum Show {
     /// The metric of the one record that matches (no replicates: a record of a study
     /// script, say), refused where more or none match.
     Value,
+    /// `k/n`: of the `n` records that match, the `k` whose metric is true (a passkey found,
+    /// say), refused where none match or a metric is not true or false.
+    Tally,
 }
 
 /// `text` (the page at `page`) with every value between `<!-- value: NAME -->` and
@@ -706,7 +710,8 @@ fn records(dir: &Path, list: &str) -> Result<Vec<serde_json::Value>> {
 }
 
 /// The rows of the tidy CSV file at `path` as records: a field that reads as a whole
-/// number or a number is one, an empty field null, anything else a string.
+/// number or a number is one, `True` or `False` (pandas' way, or in lower case) a
+/// boolean, an empty field null, anything else a string.
 fn csv_records(path: &Path) -> Result<Vec<serde_json::Value>> {
     let mut reader =
         csv::Reader::from_path(path).with_context(|| format!("reading {}", path.display()))?;
@@ -723,6 +728,12 @@ fn csv_records(path: &Path) -> Result<Vec<serde_json::Value>> {
             .map(|(k, v)| {
                 let v = if v.is_empty() {
                     serde_json::Value::Null
+                } else if let Some(b) = match v {
+                    "True" | "true" => Some(true),
+                    "False" | "false" => Some(false),
+                    _ => None,
+                } {
+                    b.into()
                 } else if let Ok(n) = v.parse::<i64>() {
                     n.into()
                 } else if let Some(x) = v.parse::<f64>().ok().and_then(serde_json::Number::from_f64)
@@ -747,6 +758,10 @@ fn render_value(spec: &ValueSpec, base: &Path, read: &mut Records) -> Result<Str
         true => format!("{:+.d$}", spec.read.scale * x),
         false => format!("{:.d$}", spec.read.scale * x),
     };
+    if spec.read.show == Show::Tally {
+        ensure!(spec.minus.is_none(), "a difference (`minus`) of a tally");
+        return tally(spec, &records);
+    }
     if spec.read.show == Show::Value {
         ensure!(
             spec.minus.is_none(),
@@ -774,8 +789,15 @@ fn render_value(spec: &ValueSpec, base: &Path, read: &mut Records) -> Result<Str
             Err(claims::Missing::Bad(e)) => Err(anyhow::Error::from(e)),
         }
     };
-    let mut side = read_side(&records, &spec.row, &spec.read.metric, &spec.read.filter)?;
+    let mut side = match spec.read.over.as_str() {
+        RECORD => each_record(spec, &records)?,
+        _ => read_side(&records, &spec.row, &spec.read.metric, &spec.read.filter)?,
+    };
     if let Some(minus) = &spec.minus {
+        ensure!(
+            spec.read.over != RECORD,
+            "a difference (`minus`) pairs replicates by name, and records (`over: record`) have none"
+        );
         ensure!(
             matches!(
                 spec.read.show,
@@ -837,18 +859,81 @@ fn render_value(spec: &ValueSpec, base: &Path, read: &mut Records) -> Result<Str
         },
         Show::Count => seeds.len().to_string(),
         Show::Value => one_value(spec, &records).map(n)?,
+        Show::Tally => tally(spec, &records)?,
     })
 }
 
-/// The metric of the one record of `spec`'s entry that matches its filter.
-fn one_value(spec: &ValueSpec, records: &[serde_json::Value]) -> Result<f64> {
-    let found: Vec<&serde_json::Value> = records
+/// The `over` of a value whose every matching record is a replicate of its own (the trials
+/// of a passkey grid, say, where no one field names them).
+const RECORD: &str = "record";
+
+/// The metric of each record of `spec`'s entry that matches its filter, as the replicates
+/// of one side.
+fn each_record(spec: &ValueSpec, records: &[serde_json::Value]) -> Result<claims::Side> {
+    let found = matching(spec, records);
+    ensure!(
+        !found.is_empty(),
+        "no record of `{}` matches {}",
+        spec.row,
+        serde_json::Value::Object(spec.read.filter.clone())
+    );
+    let xs = found
+        .iter()
+        .map(|r| {
+            r.get(&spec.read.metric)
+                .and_then(serde_json::Value::as_f64)
+                .with_context(|| format!("`{}` is not a number in {r}", spec.read.metric))
+        })
+        .collect::<Result<Vec<f64>>>()?;
+    let mean = xs.iter().sum::<f64>() / xs.len() as f64;
+    let sd = match xs.len() {
+        1 => 0.0,
+        n => (xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt(),
+    };
+    Ok(claims::Side {
+        by_seed: (0..).zip(xs).collect(),
+        mean,
+        sd,
+    })
+}
+
+/// `k/n`: of the `n` records of `spec`'s entry that match its filter, the `k` whose metric
+/// is true.
+fn tally(spec: &ValueSpec, records: &[serde_json::Value]) -> Result<String> {
+    let found = matching(spec, records);
+    ensure!(
+        !found.is_empty(),
+        "no record of `{}` matches {}",
+        spec.row,
+        serde_json::Value::Object(spec.read.filter.clone())
+    );
+    let mut yes = 0;
+    for record in &found {
+        match record.get(&spec.read.metric) {
+            Some(serde_json::Value::Bool(b)) => yes += usize::from(*b),
+            _ => bail!(
+                "`{}` is not true or false in {record}: a tally counts what is true",
+                spec.read.metric
+            ),
+        }
+    }
+    Ok(format!("{yes}/{}", found.len()))
+}
+
+/// The records of `spec`'s entry that match its filter.
+fn matching<'a>(spec: &ValueSpec, records: &'a [serde_json::Value]) -> Vec<&'a serde_json::Value> {
+    records
         .iter()
         .filter(|r| {
             r.get(&spec.by).is_some_and(|v| claims::names(v, &spec.row))
                 && claims::matches(r, &spec.read.filter)
         })
-        .collect();
+        .collect()
+}
+
+/// The metric of the one record of `spec`'s entry that matches its filter.
+fn one_value(spec: &ValueSpec, records: &[serde_json::Value]) -> Result<f64> {
+    let found = matching(spec, records);
     let [record] = found[..] else {
         bail!(
             "{} records of `{}` match {}, where one must",
