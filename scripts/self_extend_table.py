@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """The tables of the self-extend passkey study, from its records alone: posenc's
 `lm passkey --format json` rows (`posenc-*.json`) and llama.cpp's (`llama-cpp-*.json`, by
-scripts/llama_cpp_passkey.py), each beside its /usr/bin/time log (`*.time`). Standard
-library only.
+scripts/llama_cpp_passkey.py), each beside its /usr/bin/time log (`*.time`). Writes
+results.json (tidy records, one per trial, with the peak memory of the run it was in) and
+prints results.md. Standard library only.
 
     python3 scripts/self_extend_table.py docs/long-context/self-extend > docs/long-context/self-extend/results.md
 """
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -23,6 +25,8 @@ def peak_mb(path):
 def rows(study):
     out = []
     for path in sorted(study.glob("*.json")):
+        if path.name == "results.json":
+            continue
         tool = "llama.cpp" if path.name.startswith("llama-cpp") else "posenc"
         peak = peak_mb(path.with_suffix(".time"))
         for r in json.loads(path.read_text()):
@@ -37,6 +41,11 @@ def rows(study):
 def main():
     study = Path(sys.argv[1])
     records = rows(study)
+    tidy = [{**{k: v for k, v in r.items() if k != "peak"}, "peak_rss_mb": r["peak"]}
+            for r in records]
+    part = study / "results.json.part"
+    part.write_text(json.dumps(tidy, indent=1) + "\n")
+    os.replace(part, study / "results.json")
     print("# Self-extend: passkey retrieval past SmolLM2's 8 192 tokens\n")
     print("Rendered by `python3 scripts/self_extend_table.py` from the records beside this page.\n")
     print("## Keys found\n")
