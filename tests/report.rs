@@ -392,6 +392,7 @@ fn a_generated_value_reads_its_records() {
     let windows = root.join("docs/long-context/more-windows/windows.csv");
     let alibi = root.join("docs/lm-experiment/alibi-by-position/loss_by_position.csv");
     let trials = root.join("docs/long-context/more-trials/trials.csv");
+    let rope = root.join("docs/smollm2-rope");
     let at13 = serde_json::json!({"length": 13});
     let spec = |show: &str| {
         serde_json::json!({"studies": [&copy], "row": "alibi", "metric": "accuracy",
@@ -428,6 +429,10 @@ fn a_generated_value_reads_its_records() {
                         "metric": "train_s", "show": "range", "digits": 3},
             "found": {"studies": [&trials], "by": "scaling", "row": "none",
                       "metric": "correct", "where": {"length": 8192}, "show": "tally"},
+            "loss ratio": {"studies": [&rope], "list": "*.results", "by": "name",
+                           "row": "positions ÷ 2 (interpolation)", "metric": "loss",
+                           "over": "len", "show": "seeds", "digits": 4,
+                           "divided_by": {"row": "trained RoPE (θ = 100000)"}},
             "largest": {"studies": [&trials], "by": "scaling", "row": "none",
                         "metric": "peak_rss_mb", "where": {"length": 8192},
                         "over": "record", "show": "max", "digits": 3}
@@ -455,6 +460,7 @@ fn a_generated_value_reads_its_records() {
         "train s",
         "found",
         "largest",
+        "loss ratio",
     ];
     let body: String = names
         .iter()
@@ -534,6 +540,35 @@ fn a_generated_value_reads_its_records() {
         times.iter().copied().fold(f64::MIN, f64::max),
     );
     assert_eq!(value("train s"), format!("{lo:.3}–{hi:.3}"));
+    // A file of items, each with its list of records: a ratio, length by length.
+    let items: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(rope.join("results.json")).unwrap()).unwrap();
+    let losses = |name: &str| -> Vec<f64> {
+        let item = items
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["name"] == name)
+            .unwrap();
+        let mut by_len: Vec<(u64, f64)> = item["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| (r["len"].as_u64().unwrap(), r["loss"].as_f64().unwrap()))
+            .collect();
+        by_len.sort_by_key(|&(l, _)| l);
+        by_len.into_iter().map(|(_, x)| x).collect()
+    };
+    let q: Vec<f64> = losses("positions ÷ 2 (interpolation)")
+        .iter()
+        .zip(losses("trained RoPE (θ = 100000)"))
+        .map(|(a, b)| a / b)
+        .collect();
+    assert_eq!(q.len(), 3);
+    assert_eq!(
+        value("loss ratio"),
+        format!("{:.4}, {:.4} and {:.4}", q[0], q[1], q[2])
+    );
     // The CSVs, read here as plain text; a tally of the passkey trials at 8 192 unscaled.
     let t = std::fs::read_to_string(&trials).unwrap();
     let head: Vec<&str> = t.lines().next().unwrap().split(',').collect();
@@ -626,6 +661,9 @@ fn a_generated_value_reads_its_records() {
                                                "row": "none", "metric": "seconds",
                                                "over": "record", "show": "mean",
                                                "minus": {"row": "yarn"}});
+    bad["both"] = serde_json::json!({"studies": [&copy], "row": "alibi", "metric": "accuracy",
+                                     "show": "mean", "minus": {"row": "none"},
+                                     "divided_by": {"row": "none"}});
     bad["no such list"] = serde_json::json!({"studies": [&copy], "list": "ruins", "row": "alibi",
                                              "metric": "train_s"});
     bad["difference with sd"] = serde_json::json!({"studies": [&copy], "row": "alibi",
@@ -654,6 +692,8 @@ fn a_generated_value_reads_its_records() {
     assert!(e.contains("the same seeds on both sides"), "{e}");
     let e = refused("<!-- values: v.json -->\n<!-- value: no such list -->1<!-- /value -->\n");
     assert!(e.contains("has no list `ruins`"), "{e}");
+    let e = refused("<!-- values: v.json -->\n<!-- value: both -->1<!-- /value -->\n");
+    assert!(e.contains("`minus` or `divided_by`, not both"), "{e}");
     let e = refused("<!-- values: v.json -->\n<!-- value: records paired -->1<!-- /value -->\n");
     assert!(e.contains("records (`over: record`) have none"), "{e}");
     let e = refused("<!-- values: v.json -->\n<!-- value: tally of numbers -->1<!-- /value -->\n");

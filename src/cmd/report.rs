@@ -335,9 +335,10 @@ struct Reading {
     /// makes every matching record a replicate of its own.
     #[serde(default = "Reading::seed")]
     over: String,
-    /// The list read from each study's `results.json`: `records` (the default), or another
+    /// The list read from each study's `results.json`: `records` (the default), another
     /// list of tidy records beside them (an experiment's `runs`: each run's training time
-    /// and validation reading).
+    /// and validation reading), or `*.NAME`: the records in the list `NAME` of each item of
+    /// a file that is a list of items, each with its item's scalar fields.
     #[serde(default = "Reading::records")]
     list: String,
 }
@@ -533,16 +534,21 @@ struct ValueSpec {
     /// Another entry taken away: the value is the difference, seed by seed (`mean`: the
     /// mean of the differences, `range` and `seeds`: the seeds' differences).
     #[serde(default)]
-    minus: Option<Minus>,
+    minus: Option<Other>,
+    /// Another entry divided by, as `minus` takes one away: the value is the ratio, seed by
+    /// seed.
+    #[serde(default)]
+    divided_by: Option<Other>,
     /// Anything else: refused.
     #[serde(flatten)]
     unknown: serde_json::Map<String, serde_json::Value>,
 }
 
-/// The entry a [`ValueSpec`] takes away: each field left out is the value's own.
+/// The entry a [`ValueSpec`] takes away or divides by: each field left out is the value's
+/// own.
 #[derive(Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Minus {
+struct Other {
     /// Its entry.
     row: Option<String>,
     /// Its studies.
@@ -691,6 +697,10 @@ impl Records {
 /// Read raw, not through the experiment's type, so no page is rendered to read them.
 fn records(dir: &Path, list: &str) -> Result<Vec<serde_json::Value>> {
     let raw: serde_json::Value = load_results(&dir.join(RESULTS_JSON))?;
+    if let Some(inner) = list.strip_prefix("*.") {
+        return nested(&raw, inner)
+            .with_context(|| format!("{}", dir.join(RESULTS_JSON).display()));
+    }
     let found = match (raw.get(list), list) {
         (Some(found), _) => found,
         (None, "records") => &raw,
@@ -707,6 +717,40 @@ fn records(dir: &Path, list: &str) -> Result<Vec<serde_json::Value>> {
             }
         ),
     }
+}
+
+/// The records of a file that is a list of items each holding a list `inner` of records
+/// (an example's variants, each with its lengths): every inner record, with the scalar
+/// fields of its item beside its own.
+fn nested(raw: &serde_json::Value, inner: &str) -> Result<Vec<serde_json::Value>> {
+    let items = raw
+        .as_array()
+        .context("the file is not a list of items, as `*.` reads")?;
+    let mut records = Vec::new();
+    for item in items {
+        let list = item
+            .get(inner)
+            .and_then(serde_json::Value::as_array)
+            .with_context(|| format!("an item has no list `{inner}`"))?;
+        let outer: serde_json::Map<String, serde_json::Value> = item
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(_, v)| !v.is_array() && !v.is_object())
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        for record in list {
+            let mut record = record
+                .as_object()
+                .with_context(|| format!("`{inner}` holds something that is not a record"))?
+                .clone();
+            for (k, v) in &outer {
+                record.entry(k.clone()).or_insert_with(|| v.clone());
+            }
+            records.push(serde_json::Value::Object(record));
+        }
+    }
+    Ok(records)
 }
 
 /// The rows of the tidy CSV file at `path` as records: a field that reads as a whole
@@ -758,14 +802,20 @@ fn render_value(spec: &ValueSpec, base: &Path, read: &mut Records) -> Result<Str
         true => format!("{:+.d$}", spec.read.scale * x),
         false => format!("{:.d$}", spec.read.scale * x),
     };
+    let against = match (&spec.minus, &spec.divided_by) {
+        (Some(_), Some(_)) => bail!("a value takes `minus` or `divided_by`, not both"),
+        (Some(other), None) => Some((other, "a difference (`minus`)")),
+        (None, Some(other)) => Some((other, "a ratio (`divided_by`)")),
+        (None, None) => None,
+    };
     if spec.read.show == Show::Tally {
-        ensure!(spec.minus.is_none(), "a difference (`minus`) of a tally");
+        ensure!(against.is_none(), "a tally compares with nothing");
         return tally(spec, &records);
     }
     if spec.read.show == Show::Value {
         ensure!(
-            spec.minus.is_none(),
-            "a difference (`minus`) of one record: read it as `mean`"
+            against.is_none(),
+            "a comparison of one record: read it as `mean`"
         );
         return one_value(spec, &records).map(n);
     }
@@ -793,17 +843,17 @@ fn render_value(spec: &ValueSpec, base: &Path, read: &mut Records) -> Result<Str
         RECORD => each_record(spec, &records)?,
         _ => read_side(&records, &spec.row, &spec.read.metric, &spec.read.filter)?,
     };
-    if let Some(minus) = &spec.minus {
+    if let Some((minus, what)) = against {
         ensure!(
             spec.read.over != RECORD,
-            "a difference (`minus`) pairs replicates by name, and records (`over: record`) have none"
+            "{what} pairs replicates by name, and records (`over: record`) have none"
         );
         ensure!(
             matches!(
                 spec.read.show,
                 Show::Mean | Show::Range | Show::Min | Show::Max | Show::Seeds
             ),
-            "a difference (`minus`) shows `mean`, `range`, `min`, `max` or `seeds`, not {:?}",
+            "{what} shows `mean`, `range`, `min`, `max` or `seeds`, not {:?}",
             spec.read.show
         );
         let other_records = match &minus.studies {
@@ -825,14 +875,17 @@ fn render_value(spec: &ValueSpec, base: &Path, read: &mut Records) -> Result<Str
             .collect();
         ensure!(
             unpaired.is_empty(),
-            "a difference needs the same {}s on both sides; {} only on one",
+            "{what} needs the same {}s on both sides; {} only on one",
             spec.read.over,
             unpaired.join(", ")
         );
         side.by_seed = side
             .by_seed
             .iter()
-            .map(|(seed, x)| (*seed, x - other.by_seed[seed]))
+            .map(|(seed, x)| {
+                let y = other.by_seed[seed];
+                (*seed, if spec.minus.is_some() { x - y } else { x / y })
+            })
             .collect();
         side.mean = side.by_seed.values().sum::<f64>() / side.by_seed.len() as f64;
     }
