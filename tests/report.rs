@@ -429,6 +429,8 @@ fn a_generated_value_reads_its_records() {
                         "metric": "train_s", "show": "range", "digits": 3},
             "found": {"studies": [&trials], "by": "scaling", "row": "none",
                       "metric": "correct", "where": {"length": 8192}, "show": "tally"},
+            "every trial": {"studies": [&trials], "metric": "seconds", "over": "record",
+                            "where": {"length": 8192}, "show": "count"},
             "loss ratio": {"studies": [&rope], "list": "*.results", "by": "name",
                            "row": "positions ÷ 2 (interpolation)", "metric": "loss",
                            "over": "len", "show": "seeds", "digits": 4,
@@ -461,6 +463,7 @@ fn a_generated_value_reads_its_records() {
         "found",
         "largest",
         "loss ratio",
+        "every trial",
     ];
     let body: String = names
         .iter()
@@ -582,6 +585,8 @@ fn a_generated_value_reads_its_records() {
     let yes = at8k.iter().filter(|r| r[col("correct")] == "True").count();
     assert!(yes > 0 && yes < at8k.len(), "{yes} of {}", at8k.len());
     assert_eq!(value("found"), format!("{yes}/{}", at8k.len()));
+    // Only the unscaled model ran at 8 192: every record there is one of `at8k`.
+    assert_eq!(value("every trial"), at8k.len().to_string());
     let most = at8k
         .iter()
         .map(|r| r[col("peak_rss_mb")].parse::<f64>().unwrap())
@@ -661,6 +666,7 @@ fn a_generated_value_reads_its_records() {
                                                "row": "none", "metric": "seconds",
                                                "over": "record", "show": "mean",
                                                "minus": {"row": "yarn"}});
+    bad["no row"] = serde_json::json!({"studies": [&copy], "metric": "accuracy"});
     bad["both"] = serde_json::json!({"studies": [&copy], "row": "alibi", "metric": "accuracy",
                                      "show": "mean", "minus": {"row": "none"},
                                      "divided_by": {"row": "none"}});
@@ -692,6 +698,8 @@ fn a_generated_value_reads_its_records() {
     assert!(e.contains("the same seeds on both sides"), "{e}");
     let e = refused("<!-- values: v.json -->\n<!-- value: no such list -->1<!-- /value -->\n");
     assert!(e.contains("has no list `ruins`"), "{e}");
+    let e = refused("<!-- values: v.json -->\n<!-- value: no row -->1<!-- /value -->\n");
+    assert!(e.contains("without `row` reads every record"), "{e}");
     let e = refused("<!-- values: v.json -->\n<!-- value: both -->1<!-- /value -->\n");
     assert!(e.contains("`minus` or `divided_by`, not both"), "{e}");
     let e = refused("<!-- values: v.json -->\n<!-- value: records paired -->1<!-- /value -->\n");

@@ -520,8 +520,10 @@ struct ValueSpec {
     /// The field that names entries (default `label`).
     #[serde(default = "TableSpec::default_by")]
     by: String,
-    /// The entry: a value of the records' `by` field.
-    row: String,
+    /// The entry: a value of the records' `by` field; left out, every record (with
+    /// `over: record`, or a tally).
+    #[serde(default)]
+    row: Option<String>,
     /// Its records, field and what is shown.
     #[serde(flatten)]
     read: Reading,
@@ -542,6 +544,13 @@ struct ValueSpec {
     /// Anything else: refused.
     #[serde(flatten)]
     unknown: serde_json::Map<String, serde_json::Value>,
+}
+
+impl ValueSpec {
+    /// Its entry, as an error names it.
+    fn named(&self) -> &str {
+        self.row.as_deref().unwrap_or("any entry")
+    }
 }
 
 /// The entry a [`ValueSpec`] takes away or divides by: each field left out is the value's
@@ -841,7 +850,16 @@ fn render_value(spec: &ValueSpec, base: &Path, read: &mut Records) -> Result<Str
     };
     let mut side = match spec.read.over.as_str() {
         RECORD => each_record(spec, &records)?,
-        _ => read_side(&records, &spec.row, &spec.read.metric, &spec.read.filter)?,
+        _ => {
+            let row = spec.row.as_deref().with_context(|| {
+                format!(
+                    "a value without `row` reads every record, each its own replicate: \
+                     `over: {RECORD}`, not `{}`",
+                    spec.read.over
+                )
+            })?;
+            read_side(&records, row, &spec.read.metric, &spec.read.filter)?
+        }
     };
     if let Some((minus, what)) = against {
         ensure!(
@@ -862,7 +880,11 @@ fn render_value(spec: &ValueSpec, base: &Path, read: &mut Records) -> Result<Str
         };
         let other = read_side(
             &other_records,
-            minus.row.as_deref().unwrap_or(&spec.row),
+            minus
+                .row
+                .as_deref()
+                .or(spec.row.as_deref())
+                .context("a comparison without `row` on either side")?,
             minus.metric.as_deref().unwrap_or(&spec.read.metric),
             minus.filter.as_ref().unwrap_or(&spec.read.filter),
         )?;
@@ -927,7 +949,7 @@ fn each_record(spec: &ValueSpec, records: &[serde_json::Value]) -> Result<claims
     ensure!(
         !found.is_empty(),
         "no record of `{}` matches {}",
-        spec.row,
+        spec.named(),
         serde_json::Value::Object(spec.read.filter.clone())
     );
     let xs = found
@@ -957,7 +979,7 @@ fn tally(spec: &ValueSpec, records: &[serde_json::Value]) -> Result<String> {
     ensure!(
         !found.is_empty(),
         "no record of `{}` matches {}",
-        spec.row,
+        spec.named(),
         serde_json::Value::Object(spec.read.filter.clone())
     );
     let mut yes = 0;
@@ -978,7 +1000,9 @@ fn matching<'a>(spec: &ValueSpec, records: &'a [serde_json::Value]) -> Vec<&'a s
     records
         .iter()
         .filter(|r| {
-            r.get(&spec.by).is_some_and(|v| claims::names(v, &spec.row))
+            spec.row
+                .as_deref()
+                .is_none_or(|row| r.get(&spec.by).is_some_and(|v| claims::names(v, row)))
                 && claims::matches(r, &spec.read.filter)
         })
         .collect()
@@ -991,7 +1015,7 @@ fn one_value(spec: &ValueSpec, records: &[serde_json::Value]) -> Result<f64> {
         bail!(
             "{} records of `{}` match {}, where one must",
             found.len(),
-            spec.row,
+            spec.named(),
             serde_json::Value::Object(spec.read.filter.clone())
         );
     };
