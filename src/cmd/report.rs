@@ -317,7 +317,7 @@ impl Row {
 #[derive(Debug, serde::Deserialize)]
 struct Reading {
     /// The studies whose records it reads, relative to the spec: directories (their
-    /// `results.json`) or tidy CSV files.
+    /// `results.json`), JSON files of that form, or tidy CSV files.
     studies: Vec<PathBuf>,
     /// The field read (`accuracy`, `perplexity`, …).
     metric: String,
@@ -705,21 +705,24 @@ impl Records {
 /// experiment's), and perhaps other lists beside it (`runs`), read by their name `list`.
 /// Read raw, not through the experiment's type, so no page is rendered to read them.
 fn records(dir: &Path, list: &str) -> Result<Vec<serde_json::Value>> {
-    let raw: serde_json::Value = load_results(&dir.join(RESULTS_JSON))?;
+    let file = match dir.extension().is_some_and(|e| e == "json") {
+        true => dir.to_path_buf(),
+        false => dir.join(RESULTS_JSON),
+    };
+    let raw: serde_json::Value = load_results(&file)?;
     if let Some(inner) = list.strip_prefix("*.") {
-        return nested(&raw, inner)
-            .with_context(|| format!("{}", dir.join(RESULTS_JSON).display()));
+        return nested(&raw, inner).with_context(|| format!("{}", file.display()));
     }
     let found = match (raw.get(list), list) {
         (Some(found), _) => found,
         (None, "records") => &raw,
-        (None, _) => bail!("{} has no list `{list}`", dir.join(RESULTS_JSON).display()),
+        (None, _) => bail!("{} has no list `{list}`", file.display()),
     };
     match found {
         serde_json::Value::Array(records) => Ok(records.clone()),
         _ => bail!(
             "{} holds no list of records{}",
-            dir.join(RESULTS_JSON).display(),
+            file.display(),
             match list {
                 "records" => String::new(),
                 _ => format!(" as `{list}`"),
