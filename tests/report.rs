@@ -359,6 +359,7 @@ fn script_made_pages_are_what_their_scripts_give() {
     // The speed tables of one day's raw benchmark logs, as the pages show them.
     for (day, page) in [
         ("docs/speed/runs-2026-11-28", "docs/speed/README.md"),
+        ("docs/speed/runs-2026-11-28", "docs/performance.md"),
         ("docs/generate/runs-2026-11-28", "docs/generate/README.md"),
         ("docs/generate/runs-2026-11-28", "docs/pretrained.md"),
     ] {
