@@ -394,6 +394,8 @@ fn a_generated_value_reads_its_records() {
     let alibi = root.join("docs/lm-experiment/alibi-by-position/loss_by_position.csv");
     let trials = root.join("docs/long-context/more-trials/trials.csv");
     let rope = root.join("docs/smollm2-rope");
+    let load = root.join("docs/explorer/load.json");
+    let browser = root.join("docs/explorer/browser.json");
     let at13 = serde_json::json!({"length": 13});
     let spec = |show: &str| {
         serde_json::json!({"studies": [&copy], "row": "alibi", "metric": "accuracy",
@@ -430,6 +432,10 @@ fn a_generated_value_reads_its_records() {
                         "metric": "train_s", "show": "range", "digits": 3},
             "found": {"studies": [&trials], "by": "scaling", "row": "none",
                       "metric": "correct", "where": {"length": 8192}, "show": "tally"},
+            "one object": {"studies": [&load], "metric": "ok_per_s", "show": "value",
+                           "digits": 3},
+            "samples": {"studies": [&browser], "list": "redraw_ms_512x2048",
+                        "metric": "value", "over": "record", "show": "range", "digits": 1},
             "every trial": {"studies": [&trials], "metric": "seconds", "over": "record",
                             "where": {"length": 8192}, "show": "count"},
             "loss ratio": {"studies": [&rope], "list": "*.results", "by": "name",
@@ -465,6 +471,8 @@ fn a_generated_value_reads_its_records() {
         "largest",
         "loss ratio",
         "every trial",
+        "one object",
+        "samples",
     ];
     let body: String = names
         .iter()
@@ -544,6 +552,23 @@ fn a_generated_value_reads_its_records() {
         times.iter().copied().fold(f64::MIN, f64::max),
     );
     assert_eq!(value("train s"), format!("{lo:.3}–{hi:.3}"));
+    // A file that is one object, and a list of plain values.
+    let read = |path: &Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    };
+    let per_s = read(&load)["ok_per_s"].as_f64().unwrap();
+    assert_eq!(value("one object"), format!("{per_s:.3}"));
+    let ms: Vec<f64> = read(&browser)["redraw_ms_512x2048"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    let (lo, hi) = (
+        ms.iter().copied().fold(f64::MAX, f64::min),
+        ms.iter().copied().fold(f64::MIN, f64::max),
+    );
+    assert_eq!(value("samples"), format!("{lo:.1}–{hi:.1}"));
     // A file of items, each with its list of records: a ratio, length by length.
     let items: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(rope.join("results.json")).unwrap()).unwrap();

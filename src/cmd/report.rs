@@ -702,7 +702,9 @@ impl Records {
 
 /// The tidy records of the study in `dir` as written, every field kept: its `results.json`
 /// is a list of records (a study script's, RULER's) or holds one as `records` (an
-/// experiment's), and perhaps other lists beside it (`runs`), read by their name `list`.
+/// experiment's), and perhaps other lists beside it (`runs`), read by their name `list`;
+/// a file that is one object is one record, and a list of plain values is records of one
+/// field, `value`.
 /// Read raw, not through the experiment's type, so no page is rendered to read them.
 fn records(dir: &Path, list: &str) -> Result<Vec<serde_json::Value>> {
     let file = match dir.extension().is_some_and(|e| e == "json") {
@@ -719,7 +721,15 @@ fn records(dir: &Path, list: &str) -> Result<Vec<serde_json::Value>> {
         (None, _) => bail!("{} has no list `{list}`", file.display()),
     };
     match found {
+        // A list of plain values (a recorder's samples): each value a record of one
+        // field, `value`.
+        serde_json::Value::Array(values) if values.iter().all(|v| !v.is_object()) => Ok(values
+            .iter()
+            .map(|v| serde_json::json!({ "value": v }))
+            .collect()),
         serde_json::Value::Array(records) => Ok(records.clone()),
+        // One record on its own (a recorder's summary).
+        serde_json::Value::Object(_) if list == "records" => Ok(vec![found.clone()]),
         _ => bail!(
             "{} holds no list of records{}",
             file.display(),
