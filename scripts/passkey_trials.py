@@ -77,9 +77,10 @@ def trial(path, scaling, factor, seed, seconds, r):
 
 
 def grid(path, records):
-    """The grid's trials (seed 0) from the report's records."""
+    """The grid's trials from the report's records, each with the seed that drew its key
+    (`key_seed`; seed 0 where a record is older than the field)."""
     try:
-        return [trial(path, r["scaling"], r["factor"] or "", 0, r["wall_s"], r)
+        return [trial(path, r["scaling"], r["factor"] or "", r.get("key_seed", 0), r["wall_s"], r)
                 for r in records
                 if isinstance(r, dict) and r.get("experiment") == "smollm2-passkey"]
     except KeyError as e:

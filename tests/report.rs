@@ -795,3 +795,72 @@ fn generated_rows_by_filter_and_claims_read_their_records() {
     assert!(text.contains("\n  | a below b | loss, lower better | a 1.05 ± 0.07 | b 2.05 ± 0.07 | +1.00 | 0.14 | 2 of 2 | **not held** |\n"), "{text}");
     assert!(text.ends_with("\n  <!-- claims end -->\n"), "{text}");
 }
+
+/// The tidy CSVs of `docs/long-context/more-trials` are what `scripts/passkey_trials.py`
+/// writes from the trial records beside them, run as the page's own commands say, and the
+/// tables the page shows whole (`SHOWN`) are what it prints; the page's other figures are
+/// values rendered from the CSVs.
+#[test]
+fn passkey_trial_tables_are_what_their_script_prints() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = root.join("docs/long-context/more-trials");
+    let page = std::fs::read_to_string(dir.join("README.md")).unwrap();
+    let block = page
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .unwrap();
+    let commands: Vec<String> = block
+        .replace("\\\n", " ")
+        .lines()
+        .filter(|l| l.starts_with("python3 scripts/passkey_trials.py "))
+        .map(str::to_string)
+        .collect();
+    assert!(commands.len() >= 8, "{commands:?}");
+    let tmp = tempfile::tempdir().unwrap();
+    for command in &commands {
+        let args = command.trim_start_matches("python3 scripts/passkey_trials.py ");
+        let (flag, rest) = match args.strip_prefix("--by-depth ") {
+            Some(rest) => ("--by-depth ", rest),
+            None => ("", args),
+        };
+        let (csv, inputs) = rest.split_once(' ').unwrap();
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                "python3 {} {flag}{} {inputs}",
+                root.join("scripts/passkey_trials.py").display(),
+                tmp.path().join(csv).display()
+            ))
+            .current_dir(&dir)
+            .output()
+            .expect("bash runs");
+        assert!(
+            out.status.success(),
+            "{command}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            std::fs::read(tmp.path().join(csv)).unwrap() == std::fs::read(dir.join(csv)).unwrap(),
+            "{csv} is not what `{command}` writes"
+        );
+        const SHOWN: [&str; 2] = ["trials.csv", "depths.csv"];
+        if !SHOWN.contains(&csv) {
+            continue;
+        }
+        let printed = String::from_utf8(out.stdout).unwrap();
+        let mut table = String::new();
+        for line in printed.lines().chain([""]) {
+            if line.starts_with('|') {
+                table += line;
+                table += "\n";
+            } else if !table.is_empty() {
+                assert!(
+                    page.contains(&table),
+                    "more-trials/README.md lacks the table `{command}` prints:\n{table}"
+                );
+                table.clear();
+            }
+        }
+    }
+}
