@@ -395,6 +395,7 @@ fn a_generated_value_reads_its_records() {
     let trials = root.join("docs/long-context/more-trials/trials.csv");
     let rope = root.join("docs/smollm2-rope");
     let load = root.join("docs/explorer/load.json");
+    let stretch = root.join("docs/long-context/more-trials/stretch.csv");
     let browser = root.join("docs/explorer/browser.json");
     let at13 = serde_json::json!({"length": 13});
     let spec = |show: &str| {
@@ -432,6 +433,9 @@ fn a_generated_value_reads_its_records() {
                         "metric": "train_s", "show": "range", "digits": 3},
             "found": {"studies": [&trials], "by": "scaling", "row": "none",
                       "metric": "correct", "where": {"length": 8192}, "show": "tally"},
+            "one number": {"studies": [&stretch], "by": "scaling", "row": "yarn",
+                           "metric": "stretch", "where": {"factor": 2, "pair": {"to": 10}},
+                           "over": "record", "show": "range", "digits": 2},
             "one object": {"studies": [&load], "metric": "ok_per_s", "show": "value",
                            "digits": 3},
             "samples": {"studies": [&browser], "list": "redraw_ms_512x2048",
@@ -473,6 +477,7 @@ fn a_generated_value_reads_its_records() {
         "every trial",
         "one object",
         "samples",
+        "one number",
     ];
     let body: String = names
         .iter()
@@ -569,6 +574,8 @@ fn a_generated_value_reads_its_records() {
         ms.iter().copied().fold(f64::MIN, f64::max),
     );
     assert_eq!(value("samples"), format!("{lo:.1}–{hi:.1}"));
+    // YaRN leaves its fast pairs as trained: a range whose ends print alike is one number.
+    assert_eq!(value("one number"), "1.00");
     // A file of items, each with its list of records: a ratio, length by length.
     let items: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(rope.join("results.json")).unwrap()).unwrap();

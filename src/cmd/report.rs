@@ -580,7 +580,7 @@ enum Show {
     Mean,
     /// The standard deviation over seeds.
     Sd,
-    /// The lowest and highest seed, `low–high`.
+    /// The lowest and highest seed, `low–high` (one number where the two print alike).
     Range,
     /// The lowest seed.
     Min,
@@ -932,7 +932,11 @@ fn render_value(spec: &ValueSpec, base: &Path, read: &mut Records) -> Result<Str
         Show::Range => {
             let low = seeds.iter().copied().fold(f64::INFINITY, f64::min);
             let high = seeds.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            format!("{}–{}", n(low), n(high))
+            // A range whose ends print alike is one number.
+            match (n(low), n(high)) {
+                (low, high) if low == high => low,
+                (low, high) => format!("{low}–{high}"),
+            }
         }
         Show::Min => n(seeds.iter().copied().fold(f64::INFINITY, f64::min)),
         Show::Max => n(seeds.iter().copied().fold(f64::NEG_INFINITY, f64::max)),
