@@ -871,3 +871,51 @@ fn passkey_trial_tables_are_what_their_script_prints() {
         }
     }
 }
+
+/// A study whose `claims.json` writes the parts around its tables is rendered in the
+/// book's order (question, command, setup and results, figures, claims, paper, cost,
+/// limits), its figures shown from the files beside its records; one without them is
+/// rendered as before.
+#[test]
+fn a_study_page_follows_the_template() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let study = root.join("docs/lm-experiment-fox");
+    let copy = copy_of(&study);
+    let mut claims: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(study.join("claims.json")).unwrap()).unwrap();
+    for part in ["question", "command", "paper", "cost", "limits"] {
+        claims[part] = format!("the {part} part").into();
+    }
+    std::fs::write(copy.path().join("claims.json"), claims.to_string()).unwrap();
+    let page = posenc_cli::cmd::report::render(copy.path()).unwrap();
+    let headings: Vec<&str> = page.lines().filter(|l| l.starts_with("## ")).collect();
+    assert_eq!(
+        headings,
+        [
+            "## The question",
+            "## The command",
+            "## Setup and results",
+            "## Figures",
+            "## Claims",
+            "## Against the paper",
+            "## Cost",
+            "## Limits"
+        ],
+        "{page}"
+    );
+    assert!(page.contains("```sh\nthe command part\n```"), "{page}");
+    assert!(
+        page.contains("![extrapolation](extrapolation.png)")
+            && page.contains("![by position](by_position.png)"),
+        "{page}"
+    );
+    assert!(page.trim_end().ends_with("the limits part"), "{page}");
+    // A misspelt part is refused, not dropped.
+    claims["questoin"] = "?".into();
+    std::fs::write(copy.path().join("claims.json"), claims.to_string()).unwrap();
+    let e = format!(
+        "{:#}",
+        posenc_cli::cmd::report::render(copy.path()).unwrap_err()
+    );
+    assert!(e.contains("questoin"), "{e}");
+}

@@ -92,9 +92,65 @@ pub fn render(dir: &Path) -> Result<String> {
         };
         let section = claims_section(&claims, &records)
             .with_context(|| format!("checking {}", claims_path.display()))?;
-        page = format!("{}\n\n{section}", page.trim_end());
+        page = match claims.has_page_text() {
+            true => templated(dir, &page, &section, &claims)?,
+            false => format!("{}\n\n{section}", page.trim_end()),
+        };
     }
     Ok(page)
+}
+
+/// A study's page in the book's order: the question, the command, the setup and the
+/// tables (`body`, what the experiment renders under its title), the figures beside the
+/// records, the claims judged by the rule, the comparison with the paper, the cost and the
+/// limits, each written part where `claims.json` has it.
+fn templated(dir: &Path, body: &str, claims_section: &str, claims: &Claims) -> Result<String> {
+    let (title, body) = match body.split_once('\n') {
+        Some((title, rest)) if title.starts_with("# ") => (title, rest.trim()),
+        _ => bail!("{}: the study's page has no title", dir.display()),
+    };
+    let part = |heading: &str, text: &Option<String>| match text {
+        Some(text) => format!("## {heading}\n\n{}\n\n", text.trim()),
+        None => String::new(),
+    };
+    let mut page = format!("{title}\n\n");
+    page += &part("The question", &claims.question);
+    page += &part(
+        "The command",
+        &claims
+            .command
+            .as_ref()
+            .map(|c| format!("```sh\n{}\n```", c.trim())),
+    );
+    // The experiment's own sections sit one level down, under this one.
+    let body: Vec<String> = body
+        .lines()
+        .map(|l| match l.starts_with("##") {
+            true => format!("#{l}"),
+            false => l.to_string(),
+        })
+        .collect();
+    page += &format!("## Setup and results\n\n{}\n\n", body.join("\n"));
+    let mut figures: Vec<String> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|name| name.ends_with(".png"))
+        .collect();
+    figures.sort();
+    if !figures.is_empty() {
+        page += "## Figures\n\n";
+        for name in figures {
+            page += &format!(
+                "![{}]({name})\n\n",
+                name.trim_end_matches(".png").replace('_', " ")
+            );
+        }
+    }
+    page += &format!("{}\n\n", claims_section.trim());
+    page += &part("Against the paper", &claims.paper);
+    page += &part("Cost", &claims.cost);
+    page += &part("Limits", &claims.limits);
+    Ok(format!("{}\n", page.trim_end()))
 }
 
 /// The records of the lengthgen study in `dir` pooled with those of the studies `with`

@@ -91,6 +91,38 @@ pub struct Claims {
     pub with: Vec<String>,
     /// The claims, in the order a page lists them.
     pub claims: Vec<Claim>,
+    /// What the study asks (Markdown), the first part of its page. This and the parts
+    /// below are written, not rendered from the records: they say what was asked and how
+    /// to read the answer, and every number stays in the records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub question: Option<String>,
+    /// The shell commands that reproduce it, shown after the question.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// How the claims stand against the paper's own figures, after the claims.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paper: Option<String>,
+    /// What the runs cost (time, memory, machine), and where the records keep it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<String>,
+    /// What the study does not show, the page's last part.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<String>,
+}
+
+impl Claims {
+    /// Whether any part of the page around the tables and claims is written.
+    pub fn has_page_text(&self) -> bool {
+        [
+            &self.question,
+            &self.command,
+            &self.paper,
+            &self.cost,
+            &self.limits,
+        ]
+        .iter()
+        .any(|p| p.is_some())
+    }
 }
 
 /// One entry's values over seeds.
