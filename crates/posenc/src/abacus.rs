@@ -80,6 +80,10 @@ pub struct Abacus {
     max_offset: usize,
     rows: usize,
     d_model: usize,
+    /// Whether the offset moves every token's row, not the digits' only: position
+    /// coupling ([`crate::coupling`]), whose operators sit beside the units.
+    shift_all: bool,
+    kind: &'static str,
 }
 
 impl Abacus {
@@ -89,7 +93,18 @@ impl Abacus {
     /// A zero `rows` or `d_model`; digits whose first id is past their last; a
     /// `max_offset` that leaves no row for a digit (`max_offset + 1 ≥ rows`).
     pub fn new(cfg: &AbacusConfig, d_model: usize, vb: VarBuilder) -> Result<Self> {
-        let kind = AbacusConfig::KIND;
+        Self::build(cfg, d_model, vb, false, AbacusConfig::KIND)
+    }
+
+    /// The table of `cfg`, its offset moving every token's row where `shift_all`
+    /// ([`crate::coupling`]), known as `kind`.
+    pub(crate) fn build(
+        cfg: &AbacusConfig,
+        d_model: usize,
+        vb: VarBuilder,
+        shift_all: bool,
+        kind: &'static str,
+    ) -> Result<Self> {
         for (value, what) in [(cfg.rows, "rows"), (d_model, "d_model")] {
             if value == 0 {
                 return Err(Error::Zero { kind, what });
@@ -99,12 +114,12 @@ impl Abacus {
         let [first, last] = cfg.digits;
         if first > last {
             return Err(Error::Config(format!(
-                "abacus digits [{first}, {last}]: the first id is past the last"
+                "{kind} digits [{first}, {last}]: the first id is past the last"
             )));
         }
         if cfg.max_offset + 1 >= cfg.rows {
             return Err(Error::Config(format!(
-                "abacus max_offset {} leaves no room in its {} rows: a one-digit number \
+                "{kind} max_offset {} leaves no room in its {} rows: a one-digit number \
                  shifted by it needs row {}",
                 cfg.max_offset,
                 cfg.rows,
@@ -117,6 +132,8 @@ impl Abacus {
             max_offset: cfg.max_offset,
             rows: cfg.rows,
             d_model,
+            shift_all,
+            kind,
         })
     }
 
@@ -136,7 +153,7 @@ impl Abacus {
     /// # Errors
     /// Ids that are not `(batch, seq)`, or whose batch differs from those before them.
     pub fn places(&self, tokens: Tokens) -> Result<Vec<u32>> {
-        let kind = AbacusConfig::KIND;
+        let kind = self.kind;
         let rows = |t: &Tensor| -> Result<Vec<Vec<u32>>> {
             if t.rank() != 2 {
                 return Err(Error::Shape {
@@ -179,27 +196,28 @@ impl Abacus {
 
 impl PositionalEncoding for Abacus {
     fn kind(&self) -> &'static str {
-        AbacusConfig::KIND
+        self.kind
     }
 
     /// Without the tokens there are no places: an error that says so.
     fn add_to_embeddings(&self, x: &Tensor, at: Positions) -> Result<Tensor> {
         let _ = (x, at);
-        Err(Error::Config(
-            "abacus reads each digit's place from the tokens: it acts only where it is given \
-             them (add_to_embeddings_of)"
-                .into(),
-        ))
+        Err(Error::Config(format!(
+            "{} reads each digit's place from the tokens: it acts only where it is given \
+             them (add_to_embeddings_of)",
+            self.kind
+        )))
     }
 
-    /// `x + W[place + k]`, with `k` drawn while training ([`crate::draws`]) and 0 otherwise.
+    /// `x + W[place + k]`, with `k` drawn while training ([`crate::draws`]) and 0
+    /// otherwise, added to the digits' places (and, coupled, to every token's).
     fn add_to_embeddings_of(&self, x: &Tensor, tokens: Tokens, at: Positions) -> Result<Tensor> {
         let _ = at;
-        let seq = check_embeddings(AbacusConfig::KIND, x, self.d_model)?;
+        let seq = check_embeddings(self.kind, x, self.d_model)?;
         let batch = x.dim(0)?;
         if tokens.ids.dims() != [batch, seq] {
             return Err(Error::Shape {
-                kind: AbacusConfig::KIND,
+                kind: self.kind,
                 msg: format!(
                     "ids {:?} for embeddings {:?}: need one id per embedding",
                     tokens.ids.dims(),
@@ -212,14 +230,14 @@ impl PositionalEncoding for Abacus {
             true => crate::draws::up_to(self.max_offset) as u32,
             false => 0,
         };
-        for p in places.iter_mut().filter(|p| **p > 0) {
+        for p in places.iter_mut().filter(|p| self.shift_all || **p > 0) {
             *p += k;
         }
         if let Some(&far) = places.iter().max().filter(|&&p| p as usize >= self.rows) {
             return Err(Error::Config(format!(
-                "a run of digits reaches place {far} (offset {k} included), past the abacus \
+                "a run of digits reaches place {far} (offset {k} included), past the {} \
                  table's {} rows: raise `rows`",
-                self.rows
+                self.kind, self.rows
             )));
         }
         let idx = Tensor::from_vec(places, batch * seq, x.device())?;
@@ -235,7 +253,7 @@ impl PositionalEncoding for Abacus {
     /// The rows of places `0, 1, …, len − 1`: what a run of `len − 1` digits after one other
     /// token is given.
     fn table(&self, len: usize) -> Result<Table> {
-        check_end(AbacusConfig::KIND, Positions::From(0), len, self.rows)?;
+        check_end(self.kind, Positions::From(0), len, self.rows)?;
         let values = self.weight().narrow(0, 0, len)?.to_dtype(DType::F32)?;
         Ok(Table::additive(
             "PE(place, i) = W[place, i], learned (place: a digit's within its number)",

@@ -221,6 +221,7 @@ pub const BUILT_IN: &[Registration] = &[
     Registration::of::<crate::sink::SinkConfig>(),
     Registration::of::<crate::pope::PopeConfig>(),
     Registration::of::<crate::abacus::AbacusConfig>(),
+    Registration::of::<crate::coupling::CouplingConfig>(),
 ];
 
 static REGISTRY: LazyLock<RwLock<Vec<Registration>>> =

@@ -30,6 +30,7 @@
 //! | `fox` | decay read from the data (the Forgetting Transformer's forget gates) | [`fox`] |
 //! | `sink` | a sink per head (a key of value zero every query sees) | [`sink`] |
 //! | `abacus` | add, from the tokens (each digit's place within its number) | [`abacus`] |
+//! | `coupling` | add, from the tokens (position coupling: a digit's significance, the operators beside the units) | [`coupling`] |
 //! | `stack` | several of the above in the same layers | [`stack`] |
 //!
 //! Tables are computed in f64, stored in f32 and cast to the model's dtype only when
@@ -47,6 +48,7 @@ pub mod abacus;
 pub mod alibi;
 pub mod analysis;
 pub mod cope;
+pub mod coupling;
 pub mod draws;
 pub mod fire;
 pub mod fox;

@@ -3,6 +3,7 @@
 
 mod abacus;
 mod composed;
+mod coupling;
 mod decay;
 mod errors;
 mod gradients;
