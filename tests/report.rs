@@ -66,6 +66,11 @@ fn the_readme_glance_is_what_the_records_give() {
     assert!(rendered.contains("| held:") && rendered.contains("**not held**"));
 }
 
+/// The JSON file at `path`, parsed.
+fn json_of(path: impl AsRef<Path>) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
 /// The mean and the sample standard deviation of three values, computed here by hand.
 fn mean_sd(xs: &[f64]) -> (f64, f64) {
     assert_eq!(xs.len(), 3, "{xs:?}");
@@ -158,8 +163,7 @@ fn a_generated_table_reads_its_records() {
     .unwrap();
     let text = posenc_cli::cmd::report::tables(&page).unwrap();
     // ALiBi at 13, by hand: each seed's accuracy (one record per seed and length).
-    let results: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(copy.join("results.json")).unwrap()).unwrap();
+    let results = json_of(copy.join("results.json"));
     let at13: Vec<f64> = results["records"]
         .as_array()
         .unwrap()
@@ -496,8 +500,7 @@ fn a_generated_value_reads_its_records() {
     };
     // By hand: an encoding's accuracy at a length in each seed (one record each).
     let records = |path: &Path| -> Vec<serde_json::Value> {
-        let v: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let v = json_of(path);
         v["records"].as_array().unwrap().clone()
     };
     let at = |label: &str, length: u64| -> Vec<f64> {
@@ -542,8 +545,7 @@ fn a_generated_value_reads_its_records() {
         format!("{:.2}, {:.2} and {:.2}", d[0], d[1], d[2])
     );
     // Another list of the study's file: each run's training time.
-    let runs: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(copy.join("results.json")).unwrap()).unwrap();
+    let runs = json_of(copy.join("results.json"));
     let times: Vec<f64> = runs["runs"]
         .as_array()
         .unwrap()
@@ -558,9 +560,7 @@ fn a_generated_value_reads_its_records() {
     );
     assert_eq!(value("train s"), format!("{lo:.3}–{hi:.3}"));
     // A file that is one object, and a list of plain values.
-    let read = |path: &Path| -> serde_json::Value {
-        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-    };
+    let read = |path: &Path| json_of(path);
     let per_s = read(&load)["ok_per_s"].as_f64().unwrap();
     assert_eq!(value("one object"), format!("{per_s:.3}"));
     let ms: Vec<f64> = read(&browser)["redraw_ms_512x2048"]
@@ -577,8 +577,7 @@ fn a_generated_value_reads_its_records() {
     // YaRN leaves its fast pairs as trained: a range whose ends print alike is one number.
     assert_eq!(value("one number"), "1.00");
     // A file of items, each with its list of records: a ratio, length by length.
-    let items: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(rope.join("results.json")).unwrap()).unwrap();
+    let items = json_of(rope.join("results.json"));
     let losses = |name: &str| -> Vec<f64> {
         let item = items
             .as_array()

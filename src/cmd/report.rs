@@ -1018,13 +1018,7 @@ const RECORD: &str = "record";
 /// The metric of each record of `spec`'s entry that matches its filter, as the replicates
 /// of one side.
 fn each_record(spec: &ValueSpec, records: &[serde_json::Value]) -> Result<claims::Side> {
-    let found = matching(spec, records);
-    ensure!(
-        !found.is_empty(),
-        "no record of `{}` matches {}",
-        spec.named(),
-        serde_json::Value::Object(spec.read.filter.clone())
-    );
+    let found = matching_some(spec, records)?;
     let xs = found
         .iter()
         .map(|r| {
@@ -1048,13 +1042,7 @@ fn each_record(spec: &ValueSpec, records: &[serde_json::Value]) -> Result<claims
 /// `k/n`: of the `n` records of `spec`'s entry that match its filter, the `k` whose metric
 /// is true.
 fn tally(spec: &ValueSpec, records: &[serde_json::Value]) -> Result<String> {
-    let found = matching(spec, records);
-    ensure!(
-        !found.is_empty(),
-        "no record of `{}` matches {}",
-        spec.named(),
-        serde_json::Value::Object(spec.read.filter.clone())
-    );
+    let found = matching_some(spec, records)?;
     let mut yes = 0;
     for record in &found {
         match record.get(&spec.read.metric) {
@@ -1066,6 +1054,21 @@ fn tally(spec: &ValueSpec, records: &[serde_json::Value]) -> Result<String> {
         }
     }
     Ok(format!("{yes}/{}", found.len()))
+}
+
+/// The records of `spec`'s entry that match its filter, refused where none do.
+fn matching_some<'a>(
+    spec: &ValueSpec,
+    records: &'a [serde_json::Value],
+) -> Result<Vec<&'a serde_json::Value>> {
+    let found = matching(spec, records);
+    ensure!(
+        !found.is_empty(),
+        "no record of `{}` matches {}",
+        spec.named(),
+        serde_json::Value::Object(spec.read.filter.clone())
+    );
+    Ok(found)
 }
 
 /// The records of `spec`'s entry that match its filter.
