@@ -10,7 +10,7 @@ use anyhow::{bail, ensure, Context, Result};
 use clap::Args;
 use posenc_lengthgen::experiment::LengthgenExperiment;
 use posenc_train::claims::{self, Claims};
-use posenc_train::results::{load_results, RESULTS_JSON, RESULTS_MD};
+use posenc_train::results::{load_results, mean_sd, RESULTS_JSON, RESULTS_MD};
 
 /// The file of a study's claims, beside its `results.json`.
 pub const CLAIMS_JSON: &str = "claims.json";
@@ -978,24 +978,25 @@ fn render_value(spec: &ValueSpec, base: &Path, read: &mut Records) -> Result<Str
                 (*seed, if spec.minus.is_some() { x - y } else { x / y })
             })
             .collect();
-        side.mean = side.by_seed.values().sum::<f64>() / side.by_seed.len() as f64;
+        let paired: Vec<f64> = side.by_seed.values().copied().collect();
+        (side.mean, side.sd) = mean_sd(&paired);
     }
     let seeds: Vec<f64> = side.by_seed.values().copied().collect();
+    let low = seeds.iter().copied().fold(f64::INFINITY, f64::min);
+    let high = seeds.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     Ok(match spec.read.show {
         Show::MeanSd => format!("{} ± {}", n(side.mean), n(side.sd)),
         Show::Mean => n(side.mean),
         Show::Sd => n(side.sd),
         Show::Range => {
-            let low = seeds.iter().copied().fold(f64::INFINITY, f64::min);
-            let high = seeds.iter().copied().fold(f64::NEG_INFINITY, f64::max);
             // A range whose ends print alike is one number.
             match (n(low), n(high)) {
                 (low, high) if low == high => low,
                 (low, high) => format!("{low}–{high}"),
             }
         }
-        Show::Min => n(seeds.iter().copied().fold(f64::INFINITY, f64::min)),
-        Show::Max => n(seeds.iter().copied().fold(f64::NEG_INFINITY, f64::max)),
+        Show::Min => n(low),
+        Show::Max => n(high),
         Show::Seeds => match seeds.split_last() {
             Some((last, [])) => n(*last),
             Some((last, rest)) => format!(
@@ -1027,11 +1028,7 @@ fn each_record(spec: &ValueSpec, records: &[serde_json::Value]) -> Result<claims
                 .with_context(|| format!("`{}` is not a number in {r}", spec.read.metric))
         })
         .collect::<Result<Vec<f64>>>()?;
-    let mean = xs.iter().sum::<f64>() / xs.len() as f64;
-    let sd = match xs.len() {
-        1 => 0.0,
-        n => (xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt(),
-    };
+    let (mean, sd) = mean_sd(&xs);
     Ok(claims::Side {
         by_seed: (0..).zip(xs).collect(),
         mean,
