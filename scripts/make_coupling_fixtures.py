@@ -14,7 +14,14 @@ separator, the sum in `n + 1` digits, the end token. For instances of `addition-
 format and, for every token but the end, the id the repository's rule gives it (each
 operand's digits reversed with their ids). crates/posenc/tests/coupling.rs checks that the
 `coupling` encoding's rows are those ids reflected: its id plus the reference's is one
-constant over each instance. Standard library only.
+constant over each instance.
+
+The repository's relative variant (`coupled_relative_bias`, in
+`src/model/modeling/custom_t5_decoder_only.py`) reads the same ids in attention: query `i`
+and key `j` take bucket `clip(id[j] - id[i] + B // 2, 0, B - 1)` of a learned `(B, heads)`
+table, `B = relative_attention_num_buckets` (7 in its scripts). For every case this script
+also writes that bucket matrix (`reference_buckets`, over every token but the end), which
+the same test checks `coupling-bias` against. Standard library only.
 
     python3 scripts/make_coupling_fixtures.py
 
@@ -27,6 +34,7 @@ import random
 OUT = os.path.join(os.path.dirname(__file__), "..", "crates", "posenc", "tests",
                    "fixtures", "coupling.json")
 SEP, EOS, PLUS, DIGIT = 1, 2, 3, 4  # posenc lengthgen's vocabulary
+BUCKETS = 7  # relative_attention_num_buckets in the repository's scripts
 
 
 def reference_ids(a, b):
@@ -55,7 +63,16 @@ def instance(a, b):
     # Each operand's digits are reversed with their ids; its operator keeps its own.
     ref = (ids_a[:-1][::-1] + [ids_a[-1]] + ids_b[:-1][::-1] + [ids_b[-1]] + lab[::-1])
     assert len(ref) == len(tokens) - 1
-    return {"a": int(a), "b": int(b), "tokens": tokens, "reference_ids": ref}
+    return {"a": int(a), "b": int(b), "tokens": tokens, "reference_ids": ref,
+            "buckets": BUCKETS, "reference_buckets": relative_buckets(ref, BUCKETS)}
+
+
+def relative_buckets(ids, num_buckets):
+    """The repository's `coupled_relative_bias` buckets: `relative_position =
+    memory_position - context_position` (key minus query), shifted by `num_buckets // 2`
+    and clipped to the table."""
+    return [[min(max(key - query + num_buckets // 2, 0), num_buckets - 1) for key in ids]
+            for query in ids]
 
 
 def main():
@@ -68,8 +85,8 @@ def main():
     # One carried all the way: 999 + 1.
     cases.append(instance(999, 1))
     with open(OUT + ".part", "w") as f:
-        json.dump({"cases": cases}, f, indent=1)
-        f.write("\n")
+        # A case a line: the bucket matrices would take thousands of lines indented.
+        f.write('{"cases": [\n' + ",\n".join(json.dumps(c) for c in cases) + "\n]}\n")
     os.replace(OUT + ".part", OUT)
     print(f"wrote {len(cases)} cases to {OUT}")
 

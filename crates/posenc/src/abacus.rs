@@ -142,10 +142,6 @@ impl Abacus {
         self.embedding.embeddings()
     }
 
-    fn is_digit(&self, id: u32) -> bool {
-        (self.digits[0]..=self.digits[1]).contains(&id)
-    }
-
     /// The place of every token of `tokens`, row by row, `(batch, seq)` flattened: a digit
     /// is one past the token before it (counting the digits that end `tokens.before`),
     /// anything else 0.
@@ -153,45 +149,48 @@ impl Abacus {
     /// # Errors
     /// Ids that are not `(batch, seq)`, or whose batch differs from those before them.
     pub fn places(&self, tokens: Tokens) -> Result<Vec<u32>> {
-        let kind = self.kind;
-        let rows = |t: &Tensor| -> Result<Vec<Vec<u32>>> {
-            if t.rank() != 2 {
-                return Err(Error::Shape {
-                    kind,
-                    msg: format!("token ids must be (batch, seq), got {:?}", t.dims()),
-                });
-            }
-            Ok(t.to_dtype(DType::U32)?.to_vec2::<u32>()?)
-        };
-        let ids = rows(tokens.ids)?;
-        let before = match tokens.before {
-            Some(b) => rows(b)?,
-            None => vec![Vec::new(); ids.len()],
-        };
-        if before.len() != ids.len() {
+        places(self.kind, self.digits, tokens)
+    }
+}
+
+/// The place of every token of `tokens`, row by row, `(batch, seq)` flattened: a digit (an
+/// id in `digits`, inclusive) is one past the token before it (counting the digits that
+/// end `tokens.before`), anything else 0. `kind` names the encoding in errors.
+pub(crate) fn places(kind: &'static str, digits: [u32; 2], tokens: Tokens) -> Result<Vec<u32>> {
+    let is_digit = |id: u32| (digits[0]..=digits[1]).contains(&id);
+    let rows = |t: &Tensor| -> Result<Vec<Vec<u32>>> {
+        if t.rank() != 2 {
             return Err(Error::Shape {
                 kind,
-                msg: format!(
-                    "{} sequences of ids after {} sequences of earlier ones",
-                    ids.len(),
-                    before.len()
-                ),
+                msg: format!("token ids must be (batch, seq), got {:?}", t.dims()),
             });
         }
-        let mut places = Vec::with_capacity(ids.len() * ids.first().map_or(0, Vec::len));
-        for (row, earlier) in ids.iter().zip(&before) {
-            let mut run = earlier
-                .iter()
-                .rev()
-                .take_while(|&&id| self.is_digit(id))
-                .count() as u32;
-            for &id in row {
-                run = if self.is_digit(id) { run + 1 } else { 0 };
-                places.push(run);
-            }
-        }
-        Ok(places)
+        Ok(t.to_dtype(DType::U32)?.to_vec2::<u32>()?)
+    };
+    let ids = rows(tokens.ids)?;
+    let before = match tokens.before {
+        Some(b) => rows(b)?,
+        None => vec![Vec::new(); ids.len()],
+    };
+    if before.len() != ids.len() {
+        return Err(Error::Shape {
+            kind,
+            msg: format!(
+                "{} sequences of ids after {} sequences of earlier ones",
+                ids.len(),
+                before.len()
+            ),
+        });
     }
+    let mut places = Vec::with_capacity(ids.len() * ids.first().map_or(0, Vec::len));
+    for (row, earlier) in ids.iter().zip(&before) {
+        let mut run = earlier.iter().rev().take_while(|&&id| is_digit(id)).count() as u32;
+        for &id in row {
+            run = if is_digit(id) { run + 1 } else { 0 };
+            places.push(run);
+        }
+    }
+    Ok(places)
 }
 
 impl PositionalEncoding for Abacus {

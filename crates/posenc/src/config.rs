@@ -222,6 +222,7 @@ pub const BUILT_IN: &[Registration] = &[
     Registration::of::<crate::pope::PopeConfig>(),
     Registration::of::<crate::abacus::AbacusConfig>(),
     Registration::of::<crate::coupling::CouplingConfig>(),
+    Registration::of::<crate::coupling_bias::CouplingBiasConfig>(),
 ];
 
 static REGISTRY: LazyLock<RwLock<Vec<Registration>>> =

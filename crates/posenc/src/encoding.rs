@@ -215,6 +215,25 @@ pub trait PositionalEncoding: std::fmt::Debug + Send + Sync {
         Ok(None)
     }
 
+    /// Hook (c), given the tokens: the bias added to the attention scores of the last
+    /// `q_len` of the `k_len` tokens of `tokens` (its [`before`](Tokens::before) and its
+    /// ids) against all of them, for an encoding whose positions are read from the tokens
+    /// themselves (position coupling numbers each digit by its significance). It may differ
+    /// between the sequences of a batch: `(batch, heads, q_len, k_len)`, or `(heads, q_len,
+    /// k_len)` where it does not. The model calls this one wherever it has the tokens; by
+    /// default it is [`attention_bias`](Self::attention_bias), which reads no token.
+    fn attention_bias_of(
+        &self,
+        tokens: Tokens,
+        q_len: usize,
+        k_len: usize,
+        q: Positions,
+        k: Positions,
+    ) -> Result<Option<Tensor>> {
+        let _ = tokens;
+        self.attention_bias(q_len, k_len, q, k)
+    }
+
     /// Hook (d): a bias computed from the attention's own contents, for an encoding whose
     /// positions depend on them (CoPE counts the keys whose gates a query opens). Given the
     /// queries `q: (batch, heads, q_len, head_dim)` and the `logits: (batch, heads, q_len,
@@ -292,7 +311,8 @@ pub trait PositionalEncoding: std::fmt::Debug + Send + Sync {
 }
 
 /// The token ids whose embeddings hook (a) is given
-/// ([`PositionalEncoding::add_to_embeddings_of`]).
+/// ([`PositionalEncoding::add_to_embeddings_of`]), and whose attention hook (c) is
+/// ([`PositionalEncoding::attention_bias_of`]).
 #[derive(Debug, Clone, Copy)]
 pub struct Tokens<'a> {
     /// The ids `(batch, seq)` of the embeddings, any integer dtype.

@@ -216,6 +216,17 @@ impl PositionalEncoding for Layers {
         self.first().attention_bias(q_len, k_len, q, k)
     }
 
+    fn attention_bias_of(
+        &self,
+        tokens: Tokens,
+        q_len: usize,
+        k_len: usize,
+        q: Positions,
+        k: Positions,
+    ) -> Result<Option<Tensor>> {
+        self.first().attention_bias_of(tokens, q_len, k_len, q, k)
+    }
+
     fn reads_scores(&self) -> bool {
         self.first().reads_scores()
     }

@@ -31,6 +31,7 @@
 //! | `sink` | a sink per head (a key of value zero every query sees) | [`sink`] |
 //! | `abacus` | add, from the tokens (each digit's place within its number) | [`abacus`] |
 //! | `coupling` | add, from the tokens (position coupling: a digit's significance, the operators beside the units) | [`coupling`] |
+//! | `coupling-bias` | bias, from the tokens (position coupling's ids as a relative bias) | [`coupling_bias`] |
 //! | `stack` | several of the above in the same layers | [`stack`] |
 //!
 //! Tables are computed in f64, stored in f32 and cast to the model's dtype only when
@@ -49,6 +50,7 @@ pub mod alibi;
 pub mod analysis;
 pub mod cope;
 pub mod coupling;
+pub mod coupling_bias;
 pub mod draws;
 pub mod fire;
 pub mod fox;

@@ -140,6 +140,21 @@ impl PositionalEncoding for Stack {
             .collect::<Result<_>>()?)
     }
 
+    fn attention_bias_of(
+        &self,
+        tokens: Tokens,
+        q_len: usize,
+        k_len: usize,
+        q: Positions,
+        k: Positions,
+    ) -> Result<Option<Tensor>> {
+        sum(self
+            .of
+            .iter()
+            .map(|e| e.attention_bias_of(tokens, q_len, k_len, q, k))
+            .collect::<Result<_>>()?)
+    }
+
     fn reads_scores(&self) -> bool {
         self.of.iter().any(|e| e.reads_scores())
     }

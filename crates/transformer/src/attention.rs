@@ -246,7 +246,7 @@ impl MultiHeadAttention {
         } = input;
         self.check(x, "query")?;
         let (output, w) = match (source, cache) {
-            (Source::Own { .. }, Some(cache)) if mask.is_none() && !weights => {
+            (Source::Own { bias: None, .. }, Some(cache)) if mask.is_none() && !weights => {
                 (self.cached_self_attention(x, cache)?, None)
             }
             (Source::Own { at, bias }, cache) => self.self_attention(x, at, mask, bias, cache)?,
@@ -763,12 +763,19 @@ impl MultiHeadAttention {
         let q = &self.split(q)?.contiguous()?;
         // A decay's bias differs between the sequences of a batch, and an encoding that
         // reads the scores gets the logits, masked, and adds to them: both form the logits.
-        let (scores, bias, scale) = match content || decay.is_some() {
+        // A bias read from the tokens may differ between sequences, `(b, h, q, k)`: it is
+        // added to the logits as a decay is.
+        let per_sequence = bias.is_some_and(|b| b.rank() == 4);
+        let (scores, bias, scale) = match content || decay.is_some() || per_sequence {
             false => (scores, bias.cloned(), scale),
             true => {
                 let mut logits = (scores * scale)?;
                 if let Some(bias) = bias {
-                    let bias = bias.to_dtype(logits.dtype())?.unsqueeze(0)?;
+                    let bias = bias.to_dtype(logits.dtype())?;
+                    let bias = match per_sequence {
+                        true => bias,
+                        false => bias.unsqueeze(0)?,
+                    };
                     logits = logits.broadcast_add(&bias)?;
                 }
                 if let Some(decay) = decay {

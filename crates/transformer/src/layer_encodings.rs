@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use candle_core::Tensor;
-use posenc::{PositionalEncoding, Positions};
+use posenc::{PositionalEncoding, Positions, Tokens};
 
 use crate::Result;
 
@@ -57,15 +57,20 @@ impl LayerEncodings {
     }
 
     /// Each layer's position bias of `q_len` queries at `q` against `k_len` keys at `k`,
-    /// computed once for each distinct encoding.
+    /// computed once for each distinct encoding, from the `tokens` where they are given
+    /// ([`PositionalEncoding::attention_bias_of`]).
     pub(crate) fn biases(
         &self,
+        tokens: Option<Tokens>,
         q_len: usize,
         k_len: usize,
         q: Positions,
         k: Positions,
     ) -> Result<Vec<Option<Tensor>>> {
-        let bias = |e: &Arc<dyn PositionalEncoding>| e.attention_bias(q_len, k_len, q, k);
+        let bias = |e: &Arc<dyn PositionalEncoding>| match tokens {
+            Some(tokens) => e.attention_bias_of(tokens, q_len, k_len, q, k),
+            None => e.attention_bias(q_len, k_len, q, k),
+        };
         let Some(own) = &self.layers else {
             return Ok(vec![bias(&self.stack)?]);
         };

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use candle_core::{Device, Tensor};
 use candle_nn::{Activation, VarBuilder, VarMap};
-use posenc::{Direction, EncodingConfig, PositionalEncoding, Positions, Target};
+use posenc::{Direction, EncodingConfig, PositionalEncoding, Positions, Target, Tokens};
 use serde::{Deserialize, Serialize};
 
 use crate::embeddings::Embeddings;
@@ -342,6 +342,7 @@ impl LanguageModel {
         let x = self.embed.forward(ids, at)?;
         let input = StackInput {
             at,
+            tokens: Some(Tokens::new(ids)),
             ..StackInput::new(&x, Some(&mask))
         };
         let (h, _) = self.stack.forward(input)?;
@@ -364,6 +365,7 @@ impl LanguageModel {
         let x = self.embed.forward(ids, Positions::From(0))?;
         let input = StackInput {
             weights: true,
+            tokens: Some(Tokens::new(ids)),
             ..StackInput::new(&x, Some(&mask))
         };
         let (_, layers) = self.stack.forward(input)?;
@@ -451,8 +453,14 @@ impl LanguageModel {
             Some(_) => cache.positions(ids.dim(1)?),
             None => Positions::From(cache.len()),
         };
+        let before = cache.tokens().cloned();
         let x = self.embed.forward_cached(ids, at, cache)?;
-        self.stack.forward_cached(&x, None, None, cache)
+        let tokens = Tokens {
+            ids,
+            before: before.as_ref(),
+        };
+        self.stack
+            .forward_cached(&x, None, None, Some(tokens), cache)
     }
 
     /// The bytes of the key/value cache for `batch` sequences of `positions` tokens (kept

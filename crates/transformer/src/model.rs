@@ -14,7 +14,7 @@
 
 use candle_core::{Device, Tensor, D};
 use candle_nn::{Linear, VarBuilder, VarMap};
-use posenc::{EncodingConfig, Positions, Target};
+use posenc::{EncodingConfig, Positions, Target, Tokens};
 
 use crate::embeddings::Embeddings;
 use crate::linear;
@@ -169,6 +169,7 @@ impl Transformer {
         let x = self.src_embed.forward(src, at)?;
         let input = StackInput {
             at,
+            tokens: Some(Tokens::new(src)),
             ..StackInput::new(&x, src_mask)
         };
         Ok(self.encoder.forward(input)?.0)
@@ -196,14 +197,20 @@ impl Transformer {
         match cache {
             Some(cache) => {
                 let at = Positions::From(cache.len());
+                let before = cache.tokens().cloned();
                 let y = self.tgt_embed.forward_cached(tgt, at, cache)?;
+                let tokens = Tokens {
+                    ids: tgt,
+                    before: before.as_ref(),
+                };
                 self.decoder
-                    .forward_cached(&y, tgt_mask, Some(memory), cache)
+                    .forward_cached(&y, tgt_mask, Some(memory), Some(tokens), cache)
             }
             None => {
                 let y = self.tgt_embed.forward(tgt, Positions::From(0))?;
                 let input = StackInput {
                     memory: Some(memory),
+                    tokens: Some(Tokens::new(tgt)),
                     ..StackInput::new(&y, tgt_mask)
                 };
                 Ok(self.decoder.forward(input)?.0)
@@ -227,6 +234,7 @@ impl Transformer {
         let x = self.src_embed.forward(src, Positions::From(0))?;
         let encoded = StackInput {
             weights: true,
+            tokens: Some(Tokens::new(src)),
             ..StackInput::new(&x, src_mask)
         };
         let (memory, encoder) = self.encoder.forward(encoded)?;
@@ -237,6 +245,7 @@ impl Transformer {
                 mask: src_mask,
             }),
             weights: true,
+            tokens: Some(Tokens::new(tgt_in)),
             ..StackInput::new(&y, tgt_mask)
         };
         Ok((encoder, self.decoder.forward(decoded)?.1))
@@ -300,6 +309,7 @@ impl Transformer {
                 states: &memory,
                 mask: src_mask,
             }),
+            tokens: Some(Tokens::new(tgt_in)),
             ..StackInput::new(&y, tgt_mask)
         };
         let (y, _) = self.decoder.forward(input)?;

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use candle_core::Tensor;
 use candle_nn::{Module, VarBuilder};
-use posenc::{PositionalEncoding, Positions};
+use posenc::{PositionalEncoding, Positions, Tokens};
 
 use crate::attention::{AttentionInput, Source};
 use crate::block::{Block, BlockConfig, BlockOutput, CrossInput};
@@ -193,6 +193,10 @@ pub struct StackInput<'a> {
     pub memory: Option<Memory<'a>>,
     /// Return every block's attention weights.
     pub weights: bool,
+    /// The token ids of `x`, for an encoding that reads them in attention
+    /// ([`PositionalEncoding::attention_bias_of`](posenc::PositionalEncoding::attention_bias_of));
+    /// `None`, it is not given them.
+    pub tokens: Option<Tokens<'a>>,
 }
 
 impl<'a> StackInput<'a> {
@@ -204,6 +208,7 @@ impl<'a> StackInput<'a> {
             mask,
             memory: None,
             weights: false,
+            tokens: None,
         }
     }
 }
@@ -308,10 +313,11 @@ impl Stack {
             mask,
             memory,
             weights,
+            tokens,
         } = input;
         let seq = x.dim(1)?;
         let (keys, k_len) = at.keys(seq);
-        let biases = self.encodings.biases(seq, k_len, at, keys)?;
+        let biases = self.encodings.biases(tokens, seq, k_len, at, keys)?;
         let mut x = x.clone();
         let mut all = Vec::with_capacity(if weights { self.layers.len() } else { 0 });
         for (i, layer) in self.layers.iter().enumerate() {
@@ -353,7 +359,10 @@ impl Stack {
     /// decoder translates token by token. Without a `mask` no attention weights exist, and
     /// self-attention's memory is linear in the cached length
     /// ([`crate::attention::MultiHeadAttention::forward`]); a `mask` `(new, cached + new)`
-    /// takes the composite path under it.
+    /// takes the composite path under it. `tokens`, the ids of `x` after the cached ones
+    /// ([`Tokens::before`]), reach an encoding that reads them in attention
+    /// ([`PositionalEncoding::attention_bias_of`]): its bias is computed once for the new
+    /// queries against every key, which then take the composite path under a causal mask.
     ///
     /// # Shapes
     /// - `x`: `(batch, new, d_model)`; `mask`: broadcastable to `(batch, heads, new, cached + new)`
@@ -367,6 +376,7 @@ impl Stack {
         x: &Tensor,
         mask: Option<&Mask>,
         memory: Option<Memory>,
+        tokens: Option<Tokens>,
         cache: &mut StackCache,
     ) -> Result<Tensor> {
         let (reserved, kind, streaming) = (cache.reserved, cache.kind, cache.streaming);
@@ -381,14 +391,32 @@ impl Stack {
             };
             (own, KvCache::default())
         });
+        // The bias an encoding reads from the tokens, and the causal mask it then needs.
+        let new = x.dim(1)?;
+        let read = match tokens {
+            Some(tokens) if self.encodings.stack().reads_tokens() && streaming.is_none() => {
+                let cached = cache.len();
+                let at = Positions::From(cached);
+                let biases =
+                    self.encodings
+                        .biases(Some(tokens), new, cached + new, at, 0.into())?;
+                match biases.iter().any(Option::is_some) {
+                    true => Some((biases, Mask::causal(new, cached + new, cached, x.device())?)),
+                    false => None,
+                }
+            }
+            _ => None,
+        };
+        let mask = mask.or(read.as_ref().map(|(_, causal)| causal));
         let mut x = x.clone();
         for (i, (layer, (own, cross))) in self.layers.iter().zip(&mut cache.layers).enumerate() {
             own.read_until(cache.reach);
-            let at = own.positions(x.dim(1)?);
+            let at = own.positions(new);
             x = self.encodings.input(i, x, at)?;
+            let bias = read.as_ref().and_then(|(biases, _)| bias_of(biases, i));
             let input = AttentionInput {
                 x: &x,
-                source: Source::Own { at, bias: None },
+                source: Source::Own { at, bias },
                 mask,
                 cache: Some(own),
                 weights: false,
@@ -419,7 +447,9 @@ impl Stack {
     pub fn forward_packed(&self, x: &Tensor, lens: &[usize]) -> Result<Tensor> {
         let longest = crate::attention::check_packed(x, lens)?;
         let from0 = Positions::From(0);
-        let biases = self.encodings.biases(longest, longest, from0, from0)?;
+        let biases = self
+            .encodings
+            .biases(None, longest, longest, from0, from0)?;
         let mut x = x.clone();
         for (i, layer) in self.layers.iter().enumerate() {
             x = self.packed_input(i, x, lens)?;
