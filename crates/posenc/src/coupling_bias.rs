@@ -141,7 +141,8 @@ impl PositionalEncoding for CouplingBias {
         let _ = (q_len, k_len, q, k);
         Err(Error::Config(format!(
             "{} reads each digit's significance from the tokens: it acts only where \
-             attention is given them (attention_bias_of), as a decoder-only model's is",
+             attention is given them (attention_bias_of), which packed encoding and a \
+             rolling cache are not",
             CouplingBiasConfig::KIND
         )))
     }

@@ -25,7 +25,8 @@ fn grad_norm(grads: &candle_core::backprop::GradStore, t: &Tensor) -> f32 {
 }
 
 /// Runs all three hooks the way attention does, from a parameter `w` upstream:
-/// embeddings = x·w → add → split heads → rotate q and k → scores + bias (+ the decay read
+/// embeddings = x·w → add → split heads → rotate q and k → scores + bias (given the tokens,
+/// as the model asks for it) (+ the decay read
 /// from the embeddings, + the bias read from the scores) → softmax (beside the sink, if there is one). The loss reads the biased scores as well as the weights:
 /// softmax ignores a constant added to a whole row, so a weight that only shifts rows (the
 /// last bias of FIRE's MLP) has an exactly zero gradient through the weights, and a test of
@@ -50,8 +51,17 @@ fn forward(enc: &dyn PositionalEncoding, w: &Tensor) -> Tensor {
     let q = enc.rotate(&heads, 0.into()).unwrap();
     let k = enc.rotate_keys(&(&heads * 0.5).unwrap(), 0.into()).unwrap();
     let mut scores = q.matmul(&k.t().unwrap()).unwrap();
-    if let Some(bias) = enc.attention_bias(T, T, 0.into(), 0.into()).unwrap() {
-        scores = scores.broadcast_add(&bias.unsqueeze(0).unwrap()).unwrap();
+    let tokens = Tokens::new(&ids);
+    if let Some(bias) = enc
+        .attention_bias_of(tokens, T, T, 0.into(), 0.into())
+        .unwrap()
+    {
+        // One bias for every sequence, or one each (read from the tokens).
+        let bias = match bias.rank() {
+            3 => bias.unsqueeze(0).unwrap(),
+            _ => bias,
+        };
+        scores = scores.broadcast_add(&bias).unwrap();
     }
     if let Some(decay) = enc.decay(&h).unwrap() {
         scores = (scores + decay.bias().unwrap()).unwrap();

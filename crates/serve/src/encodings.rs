@@ -162,6 +162,9 @@ fn compute(
     // table too short to cost anything.
     let probe = enc.table(2)?;
     let (table, by_distance, pairs) = match probe.form {
+        // A bias read from the tokens has none at bare positions: its own table (what it
+        // gives a run of digits, for position coupling) stands in.
+        Form::Bias { .. } if enc.reads_tokens() => table_bias_views(enc, len, &rows)?,
         Form::Bias { .. } => bias_views(enc, &probe.title, len, &rows)?,
         _ => match enc.table(len)? {
             posenc::Table {
@@ -279,6 +282,50 @@ fn bias_views(
         .attention_bias(1, len, Positions::From(len - 1), Positions::From(0))?
         .map(|b| b.squeeze(1)?.to_vec2::<f32>())
         .transpose()?;
+    Ok(bias_heatmaps(title, len, rows, bias, last))
+}
+
+/// [`bias_views`] from the encoding's own table of `len` positions, `(heads, len, len)`.
+fn table_bias_views(
+    enc: &dyn PositionalEncoding,
+    len: usize,
+    rows: &[usize],
+) -> posenc::Result<(Heatmap, ByDistance, Option<Pairs>)> {
+    let table = enc.table(len)?;
+    let Form::Bias { bias, .. } = table.form else {
+        return Err(posenc::Error::Config(format!(
+            "{}: its table is not a bias",
+            enc.kind()
+        )));
+    };
+    let bias: Vec<Vec<Vec<f32>>> = bias.to_vec3()?;
+    let sampled = bias
+        .iter()
+        .map(|h| {
+            rows.iter()
+                .map(|&q| rows.iter().map(|&k| h[q][k]).collect())
+                .collect()
+        })
+        .collect();
+    let last = bias.iter().map(|h| h[len - 1].clone()).collect();
+    Ok(bias_heatmaps(
+        &table.title,
+        len,
+        rows,
+        Some(sampled),
+        Some(last),
+    ))
+}
+
+/// The heatmap per head of `bias (heads, rows, rows)` at the sampled `rows`, and `last`,
+/// the last position's bias `(heads, len)` against each key.
+fn bias_heatmaps(
+    title: &str,
+    len: usize,
+    rows: &[usize],
+    bias: Option<Vec<Vec<Vec<f32>>>>,
+    last: Option<Vec<Vec<f32>>>,
+) -> (Heatmap, ByDistance, Option<Pairs>) {
     let heads = bias.as_ref().map_or(1, Vec::len);
     let shown = |x: f32| masked(x).filter(|x| x.is_finite());
     let values = match bias {
@@ -299,7 +346,7 @@ fn bias_views(
             .collect(),
         None => vec![vec![Some(0.0); len]; heads],
     };
-    Ok((
+    (
         Heatmap {
             title: format!("bias(query, key), {title}"),
             row_name: "query".into(),
@@ -313,7 +360,7 @@ fn bias_views(
             values: by_distance,
         },
         None,
-    ))
+    )
 }
 
 /// `None` for a bias that shuts a key out (a window's edge, a mask): `f32::MIN / 2` or below.

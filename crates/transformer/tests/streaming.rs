@@ -146,3 +146,19 @@ fn what_cannot_roll_is_refused_by_name() {
     let e = mha.forward(input).unwrap_err().to_string();
     assert!(e.contains("rolling"), "{e}");
 }
+
+/// A rolling cache does not hand attention the ids its keys came from: a bias read from the
+/// tokens is refused, by name.
+#[test]
+fn a_rolling_cache_refuses_a_bias_read_from_the_tokens() {
+    let m = model("coupling-bias".parse().unwrap(), 1);
+    let mut rolling = m.rolling_cache(Streaming::new(2, 8).unwrap()).unwrap();
+    let e = m
+        .step(&row(&[4, 5, 3]), &mut rolling)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("coupling-bias") && e.contains("rolling cache"),
+        "{e}"
+    );
+}
