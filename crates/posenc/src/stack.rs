@@ -83,6 +83,16 @@ pub struct Stack {
     of: Vec<Arc<dyn PositionalEncoding>>,
 }
 
+impl Stack {
+    /// The sum of `bias` over the entries, where they give one.
+    fn sum(
+        &self,
+        bias: impl Fn(&Arc<dyn PositionalEncoding>) -> Result<Option<Tensor>>,
+    ) -> Result<Option<Tensor>> {
+        sum(self.of.iter().map(bias).collect::<Result<_>>()?)
+    }
+}
+
 /// The sum of the biases that are there, or `None` if none is.
 fn sum(biases: Vec<Option<Tensor>>) -> Result<Option<Tensor>> {
     let mut total: Option<Tensor> = None;
@@ -133,11 +143,7 @@ impl PositionalEncoding for Stack {
         q: Positions,
         k: Positions,
     ) -> Result<Option<Tensor>> {
-        sum(self
-            .of
-            .iter()
-            .map(|e| e.attention_bias(q_len, k_len, q, k))
-            .collect::<Result<_>>()?)
+        self.sum(|e| e.attention_bias(q_len, k_len, q, k))
     }
 
     fn attention_bias_of(
@@ -148,11 +154,7 @@ impl PositionalEncoding for Stack {
         q: Positions,
         k: Positions,
     ) -> Result<Option<Tensor>> {
-        sum(self
-            .of
-            .iter()
-            .map(|e| e.attention_bias_of(tokens, q_len, k_len, q, k))
-            .collect::<Result<_>>()?)
+        self.sum(|e| e.attention_bias_of(tokens, q_len, k_len, q, k))
     }
 
     fn reads_scores(&self) -> bool {
@@ -166,11 +168,7 @@ impl PositionalEncoding for Stack {
 
     /// Each entry's bias from the same logits, added up.
     fn score_bias(&self, q: &Tensor, logits: &Tensor) -> Result<Option<Tensor>> {
-        sum(self
-            .of
-            .iter()
-            .map(|e| e.score_bias(q, logits))
-            .collect::<Result<_>>()?)
+        self.sum(|e| e.score_bias(q, logits))
     }
 
     /// The entries' sinks as one: two keys of value zero with logits `a` and `b` weigh as
