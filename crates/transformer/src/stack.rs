@@ -194,7 +194,7 @@ pub struct StackInput<'a> {
     /// Return every block's attention weights.
     pub weights: bool,
     /// The token ids of `x`, for an encoding that reads them in attention
-    /// ([`PositionalEncoding::attention_bias_of`](posenc::PositionalEncoding::attention_bias_of));
+    /// ([`PositionalEncoding::attention_bias_of`]);
     /// `None`, it is not given them.
     pub tokens: Option<Tokens<'a>>,
 }
