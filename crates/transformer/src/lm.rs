@@ -453,14 +453,8 @@ impl LanguageModel {
             Some(_) => cache.positions(ids.dim(1)?),
             None => Positions::From(cache.len()),
         };
-        let before = cache.tokens().cloned();
         let x = self.embed.forward_cached(ids, at, cache)?;
-        let tokens = Tokens {
-            ids,
-            before: before.as_ref(),
-        };
-        self.stack
-            .forward_cached(&x, None, None, Some(tokens), cache)
+        self.stack.forward_cached(&x, None, None, cache)
     }
 
     /// The bytes of the key/value cache for `batch` sequences of `positions` tokens (kept

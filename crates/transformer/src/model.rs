@@ -197,14 +197,9 @@ impl Transformer {
         match cache {
             Some(cache) => {
                 let at = Positions::From(cache.len());
-                let before = cache.tokens().cloned();
                 let y = self.tgt_embed.forward_cached(tgt, at, cache)?;
-                let tokens = Tokens {
-                    ids: tgt,
-                    before: before.as_ref(),
-                };
                 self.decoder
-                    .forward_cached(&y, tgt_mask, Some(memory), Some(tokens), cache)
+                    .forward_cached(&y, tgt_mask, Some(memory), cache)
             }
             None => {
                 let y = self.tgt_embed.forward(tgt, Positions::From(0))?;

@@ -359,10 +359,11 @@ impl Stack {
     /// decoder translates token by token. Without a `mask` no attention weights exist, and
     /// self-attention's memory is linear in the cached length
     /// ([`crate::attention::MultiHeadAttention::forward`]); a `mask` `(new, cached + new)`
-    /// takes the composite path under it. `tokens`, the ids of `x` after the cached ones
-    /// ([`Tokens::before`]), reach an encoding that reads them in attention
-    /// ([`PositionalEncoding::attention_bias_of`]): its bias is computed once for the new
-    /// queries against every key, which then take the composite path under a causal mask.
+    /// takes the composite path under it. An encoding that reads the tokens in attention
+    /// ([`PositionalEncoding::attention_bias_of`]) is given those the cache keeps (the
+    /// embeddings keep them, `x`'s last: [`Embeddings::forward_cached`](crate::embeddings::Embeddings::forward_cached)):
+    /// its bias is computed once for the new queries against every key, which then take
+    /// the composite path under a causal mask.
     ///
     /// # Shapes
     /// - `x`: `(batch, new, d_model)`; `mask`: broadcastable to `(batch, heads, new, cached + new)`
@@ -376,7 +377,6 @@ impl Stack {
         x: &Tensor,
         mask: Option<&Mask>,
         memory: Option<Memory>,
-        tokens: Option<Tokens>,
         cache: &mut StackCache,
     ) -> Result<Tensor> {
         let (reserved, kind, streaming) = (cache.reserved, cache.kind, cache.streaming);
@@ -391,11 +391,23 @@ impl Stack {
             };
             (own, KvCache::default())
         });
-        // The bias an encoding reads from the tokens, and the causal mask it then needs.
+        // The bias an encoding reads from the kept tokens, and the causal mask it then needs.
         let new = x.dim(1)?;
-        let read = match tokens {
-            Some(tokens) if self.encodings.stack().reads_tokens() && streaming.is_none() => {
+        let read = match cache.tokens() {
+            Some(kept) if self.encodings.stack().reads_tokens() && streaming.is_none() => {
                 let cached = cache.len();
+                if kept.dim(1)? != cached + new {
+                    return Err(Error::Input(format!(
+                        "the cache keeps {} token ids for {cached} cached and {new} new positions: \
+                         run the embeddings' forward_cached first",
+                        kept.dim(1)?
+                    )));
+                }
+                let (before, ids) = (kept.narrow(1, 0, cached)?, kept.narrow(1, cached, new)?);
+                let tokens = Tokens {
+                    ids: &ids,
+                    before: (cached > 0).then_some(&before),
+                };
                 let at = Positions::From(cached);
                 let biases =
                     self.encodings
