@@ -1,4 +1,4 @@
-//! The fourth hook holds the same promise as the other three: an encoding whose bias
+//! The score hook holds the same promise as the others: an encoding whose bias
 //! depends on the queries' and keys' contents (as CoPE's does), defined here and registered
 //! at run time, trains and runs a language model (the cached generation included) and a
 //! translation model, with no edit anywhere else.
@@ -11,7 +11,10 @@ use std::sync::Arc;
 use candle_core::{Device, Tensor};
 use candle_nn::VarBuilder;
 use common::{in_process as posenc, write_config};
-use posenc::{EncodingConfig, EncodingSpec, Form, PositionalEncoding, Table, Target};
+use posenc::{
+    Capabilities, EncodingConfig, EncodingSpec, Form, PositionalEncoding, ScoreContext, Table,
+    Target,
+};
 use serde::{Deserialize, Serialize};
 
 /// `agree`: each logit gains `tanh(logit)`, so keys a query already likes gain up to one
@@ -43,13 +46,16 @@ impl PositionalEncoding for Agree {
         AgreeConfig::KIND
     }
 
-    fn reads_scores(&self) -> bool {
-        true
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            reads_scores: true,
+            ..Capabilities::default()
+        }
     }
 
-    fn score_bias(&self, _q: &Tensor, logits: &Tensor) -> posenc::Result<Option<Tensor>> {
+    fn score_bias(&self, cx: &ScoreContext) -> posenc::Result<Option<Tensor>> {
         ASKED.fetch_add(1, Ordering::Relaxed);
-        Ok(Some(logits.tanh()?))
+        Ok(Some(cx.logits.tanh()?))
     }
 
     /// The bias for logits `cos(i − j)`.

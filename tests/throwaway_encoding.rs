@@ -10,12 +10,15 @@ use std::sync::Arc;
 
 use candle_core::{Device, Tensor};
 use candle_nn::VarBuilder;
-use posenc::{EncodingConfig, EncodingSpec, PositionalEncoding, Positions, Table, Target};
+use posenc::{
+    BiasContext, Capabilities, EmbedContext, EncodingConfig, EncodingSpec, PositionalEncoding,
+    Positions, Table, Target,
+};
 use serde::{Deserialize, Serialize};
 
 /// `sawtooth`: `PE(pos, i) = (pos mod period) / period − ½` in every dimension, plus an
 /// attention bias that prefers keys in the query's own period: an encoding no paper
-/// proposes, using two of the three hooks.
+/// proposes, using two of the hooks.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SawtoothConfig {
@@ -77,20 +80,25 @@ impl PositionalEncoding for Sawtooth {
         SawtoothConfig::KIND
     }
 
-    fn add_to_embeddings(&self, x: &Tensor, at: Positions) -> posenc::Result<Tensor> {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            adds: true,
+            biases: true,
+            ..Capabilities::default()
+        }
+    }
+
+    fn embed(&self, x: &Tensor, cx: &EmbedContext) -> posenc::Result<Tensor> {
         ADDED.fetch_add(1, Ordering::Relaxed);
-        let table = self.rows(at, x.dim(1)?)?.to_dtype(x.dtype())?;
+        let table = self.rows(cx.at, x.dim(1)?)?.to_dtype(x.dtype())?;
         Ok(x.broadcast_add(&table.unsqueeze(0)?)?)
     }
 
-    fn attention_bias(
-        &self,
-        q_len: usize,
-        k_len: usize,
-        q: Positions,
-        k: Positions,
-    ) -> posenc::Result<Option<Tensor>> {
+    fn bias(&self, cx: &BiasContext) -> posenc::Result<Option<Tensor>> {
         BIASED.fetch_add(1, Ordering::Relaxed);
+        let BiasContext {
+            q_len, k_len, q, k, ..
+        } = *cx;
         let same = |i: usize, j: usize| (i / self.period == j / self.period) as u8 as f32;
         let values: Vec<f32> = (0..self.heads * q_len * k_len)
             .map(|n| same(q.get(n / k_len % q_len), k.get(n % k_len)))

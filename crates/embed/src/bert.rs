@@ -204,7 +204,7 @@ impl Bert {
         let types = ids.zeros_like()?;
         let x = (e.word.forward(ids)? + e.token_type.forward(&types)?)?;
         Ok(e.norm
-            .forward(&e.position.add_to_embeddings(&x, 0.into())?)?)
+            .forward(&e.position.embed(&x, &posenc::EmbedContext::at(0))?)?)
     }
 }
 

@@ -16,8 +16,8 @@
 //! digits; its repository's `Abacus` module is the reference
 //! (`scripts/make_abacus_fixtures.py` checks this file against that definition).
 //!
-//! The places are read from the tokens, so this encoding acts through
-//! [`PositionalEncoding::add_to_embeddings_of`] and refuses to act without them. The
+//! The places are read from the tokens ([`crate::Capabilities::reads_tokens`]), so its
+//! [`embed`](PositionalEncoding::embed) refuses to act without them. The
 //! attention's own positions are left to another encoding (`none` in the paper's best
 //! runs, or a stack such as `["abacus", "fire"]`).
 
@@ -28,6 +28,7 @@ use candle_nn::{Embedding, VarBuilder};
 use serde::{Deserialize, Serialize};
 
 use crate::encoding::{check_embeddings, check_end, PositionalEncoding, Table, Tokens};
+use crate::{Capabilities, EmbedContext};
 use crate::{EncodingSpec, Error, Positions, Result, Target};
 
 /// The settings of `abacus`.
@@ -198,20 +199,26 @@ impl PositionalEncoding for Abacus {
         self.kind
     }
 
-    /// Without the tokens there are no places: an error that says so.
-    fn add_to_embeddings(&self, x: &Tensor, at: Positions) -> Result<Tensor> {
-        let _ = (x, at);
-        Err(Error::Config(format!(
-            "{} reads each digit's place from the tokens: it acts only where it is given \
-             them (add_to_embeddings_of)",
-            self.kind
-        )))
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            adds: true,
+            reads_tokens: true,
+            ..Capabilities::default()
+        }
     }
 
     /// `x + W[place + k]`, with `k` drawn while training ([`crate::draws`]) and 0
     /// otherwise, added to the digits' places (and, coupled, to every token's).
-    fn add_to_embeddings_of(&self, x: &Tensor, tokens: Tokens, at: Positions) -> Result<Tensor> {
-        let _ = at;
+    ///
+    /// # Errors
+    /// No tokens: without them there are no places.
+    fn embed(&self, x: &Tensor, cx: &EmbedContext) -> Result<Tensor> {
+        let Some(tokens) = cx.tokens else {
+            return Err(Error::Config(format!(
+                "{} reads each digit's place from the tokens: it acts only where it is given them",
+                self.kind
+            )));
+        };
         let seq = check_embeddings(self.kind, x, self.d_model)?;
         let batch = x.dim(0)?;
         if tokens.ids.dims() != [batch, seq] {
@@ -243,10 +250,6 @@ impl PositionalEncoding for Abacus {
         let rows = self.weight().index_select(&idx, 0)?;
         let rows = rows.reshape((batch, seq, self.d_model))?;
         Ok(x.broadcast_add(&rows.to_dtype(x.dtype())?)?)
-    }
-
-    fn reads_tokens(&self) -> bool {
-        true
     }
 
     /// The rows of places `0, 1, …, len − 1`: what a run of `len − 1` digits after one other

@@ -23,7 +23,7 @@
 use candle_core::{DType, Device, Tensor};
 use serde::Serialize;
 
-use crate::{Error, Form, PositionalEncoding, Result};
+use crate::{Error, Form, PositionalEncoding, Result, RotateContext};
 
 /// Where to measure: the model's width and heads, the sequence length and the shift `k`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,8 +146,8 @@ fn rotary_scores(
             .contiguous()?)
     };
     let head0 = |t: Tensor| -> Result<Tensor> { Ok(t.get(0)?.get(0)?) };
-    let q = head0(enc.rotate(&fixed(1.3)?, 0.into())?)?;
-    let k = head0(enc.rotate_keys(&fixed(0.7)?, 0.into())?)?;
+    let q = head0(enc.rotate(&fixed(1.3)?, &RotateContext::query(0))?)?;
+    let k = head0(enc.rotate(&fixed(0.7)?, &RotateContext::key(0))?)?;
     Ok(gram(&matrix(&q)?, &matrix(&k)?))
 }
 

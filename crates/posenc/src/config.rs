@@ -1,7 +1,7 @@
 //! The serde config that builds any encoding: `{"kind": "rope", "base": 10000.0, ...}`.
 //!
 //! Each encoding's file defines its own settings struct and implements [`EncodingSpec`]
-//! for it, naming its kind once ([`EncodingSpec::KIND`]). [`BUILT_IN`] is the one line
+//! for it, naming its kind once ([`EncodingSpec::KIND`]). [`crate::BUILT_IN`] is the one line
 //! per encoding that makes a kind known; [`register`] adds one at run time (an experiment
 //! in a downstream crate or a test). [`EncodingConfig`] holds any registered settings,
 //! parses from and serialises to the JSON above, and builds the encoding.
@@ -16,19 +16,7 @@ use candle_nn::{VarBuilder, VarMap};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::{Error, PositionalEncoding, Result};
-
-/// Which keys a query may see in the attention the encoding serves. Encodings whose paper
-/// uses a different form in each (T5's buckets, ALiBi's distances) take their default
-/// from it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Direction {
-    /// Every key: an encoder.
-    #[default]
-    Bidirectional,
-    /// Keys at or before the query: a decoder or a causal language model.
-    Causal,
-}
+use crate::{Direction, Error, PositionalEncoding, Result};
 
 /// What an encoding is built for: the model's width, its heads, and the direction of the
 /// attention it serves. Constructing one checks the sizes, once for every encoding.
@@ -193,40 +181,8 @@ fn closest<'a>(typed: &str, kinds: &[&'a str]) -> Option<&'a str> {
         .map(|(_, k)| k)
 }
 
-/// Every encoding this crate ships, in the order of the documents: one line each.
-pub const BUILT_IN: &[Registration] = &[
-    Registration::of::<crate::none::NoneConfig>(),
-    Registration::of::<crate::sinusoidal::SinusoidalConfig>(),
-    Registration::of::<crate::sinusoidal::SinusoidalConcatConfig>(),
-    Registration::of::<crate::learned::LearnedConfig>(),
-    Registration::of::<crate::rope::RopeConfig>(),
-    Registration::of::<crate::prope::PRopeConfig>(),
-    Registration::of::<crate::xpos::XposConfig>(),
-    Registration::of::<crate::alibi::AlibiConfig>(),
-    Registration::of::<crate::t5::T5Config>(),
-    Registration::of::<crate::kerple::KerpleConfig>(),
-    Registration::of::<crate::fire::FireConfig>(),
-    Registration::of::<crate::fox::FoxConfig>(),
-    Registration::of::<crate::cope::CopeConfig>(),
-    Registration::of::<crate::naive::FractionConfig>(),
-    Registration::of::<crate::naive::IndexConfig>(),
-    Registration::of::<crate::naive::BinaryConfig>(),
-    Registration::of::<crate::naive::SineSingleConfig>(),
-    Registration::of::<crate::layers::LayersConfig>(),
-    // Later kinds go last: a figure colours the first sixteen kinds by their place here.
-    Registration::of::<crate::hope::HopeConfig>(),
-    Registration::of::<crate::ssmax::SsmaxConfig>(),
-    Registration::of::<crate::stack::StackConfig>(),
-    Registration::of::<crate::window::WindowConfig>(),
-    Registration::of::<crate::sink::SinkConfig>(),
-    Registration::of::<crate::pope::PopeConfig>(),
-    Registration::of::<crate::abacus::AbacusConfig>(),
-    Registration::of::<crate::coupling::CouplingConfig>(),
-    Registration::of::<crate::coupling_bias::CouplingBiasConfig>(),
-];
-
 static REGISTRY: LazyLock<RwLock<Vec<Registration>>> =
-    LazyLock::new(|| RwLock::new(BUILT_IN.to_vec()));
+    LazyLock::new(|| RwLock::new(crate::BUILT_IN.to_vec()));
 
 fn registry() -> std::sync::RwLockReadGuard<'static, Vec<Registration>> {
     REGISTRY.read().unwrap_or_else(|e| e.into_inner())

@@ -12,7 +12,7 @@
 //! ```
 //!
 //! The bias depends on the queries' and keys' contents, so this encoding acts through the
-//! fourth hook, [`PositionalEncoding::score_bias`]: attention forms its logits (scaled scores,
+//! score hook, [`PositionalEncoding::score_bias`]: attention forms its logits (scaled scores,
 //! any position bias, masked keys at the most negative value, so their gates are 0) and asks
 //! for the bias to add to them. As in the paper's appendix and x-transformers, `q_i · e[p]`
 //! is computed for the integer positions and interpolated (one `(q_len, max_pos)` product
@@ -33,6 +33,7 @@ use candle_nn::{Init, VarBuilder};
 use serde::{Deserialize, Serialize};
 
 use crate::encoding::{Form, Index, PositionalEncoding, Table};
+use crate::{Capabilities, ScoreContext};
 use crate::{Direction, EncodingSpec, Error, Result, Target};
 
 /// The settings of `cope`.
@@ -187,12 +188,15 @@ impl PositionalEncoding for Cope {
         CopeConfig::KIND
     }
 
-    fn reads_scores(&self) -> bool {
-        true
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            reads_scores: true,
+            ..Capabilities::default()
+        }
     }
 
-    fn score_bias(&self, q: &Tensor, logits: &Tensor) -> Result<Option<Tensor>> {
-        Ok(Some(self.bias(q, logits)?))
+    fn score_bias(&self, cx: &ScoreContext) -> Result<Option<Tensor>> {
+        Ok(Some(self.bias(cx.q, cx.logits)?))
     }
 
     /// The bias of one head for queries and keys that are all the same vector, so every

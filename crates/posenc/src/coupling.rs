@@ -19,7 +19,7 @@
 //! one difference: abacus keeps every token that is not a digit at row 0 and shifts the
 //! digits alone, where coupling shifts the operators with them. At inference `k = 0`.
 //!
-//! The places are read from the tokens ([`PositionalEncoding::add_to_embeddings_of`]);
+//! The places are read from the tokens ([`crate::Capabilities::reads_tokens`]);
 //! attention's own positions are left to another encoding (`none`, as in the paper's
 //! NoPE-with-coupling runs).
 

@@ -20,8 +20,8 @@
 //! `crates/posenc/tests/coupling.rs` checks them). The repository's default is 7 buckets;
 //! its layers each hold a table, and here the stack's layers share one, as `t5`'s do.
 //!
-//! The ids are read from the tokens, so this encoding acts through
-//! [`PositionalEncoding::attention_bias_of`] and refuses to act without them; the bias
+//! The ids are read from the tokens ([`crate::Capabilities::reads_tokens`]), so its
+//! [`bias`](PositionalEncoding::bias) refuses to act without them; the bias
 //! differs between the sequences of a batch, so attention takes its composite path.
 
 use std::sync::Arc;
@@ -31,7 +31,8 @@ use candle_nn::{Embedding, Module, VarBuilder};
 use serde::{Deserialize, Serialize};
 
 use crate::encoding::{Form, Index, PositionalEncoding, Table, Tokens};
-use crate::{EncodingSpec, Error, Positions, Result, Target};
+use crate::{BiasContext, Capabilities};
+use crate::{EncodingSpec, Error, Result, Target};
 
 /// The settings of `coupling-bias`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -115,7 +116,7 @@ impl CouplingBias {
     }
 
     /// The bias `(batch, heads, q, k)` of buckets `(batch, q, k)`.
-    fn bias(&self, buckets: &Tensor) -> Result<Tensor> {
+    fn lookup(&self, buckets: &Tensor) -> Result<Tensor> {
         let bias = self.embedding.forward(buckets)?.permute((0, 3, 1, 2))?;
         Ok(bias.to_dtype(DType::F32)?.contiguous()?)
     }
@@ -126,38 +127,28 @@ impl PositionalEncoding for CouplingBias {
         CouplingBiasConfig::KIND
     }
 
-    fn reads_tokens(&self) -> bool {
-        true
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            biases: true,
+            reads_tokens: true,
+            ..Capabilities::default()
+        }
     }
 
-    /// Without the tokens there are no significances: an error that says so.
-    fn attention_bias(
-        &self,
-        q_len: usize,
-        k_len: usize,
-        q: Positions,
-        k: Positions,
-    ) -> Result<Option<Tensor>> {
-        let _ = (q_len, k_len, q, k);
-        Err(Error::Config(format!(
-            "{} reads each digit's significance from the tokens: it acts only where \
-             attention is given them (attention_bias_of), which packed encoding and a \
-             rolling cache are not",
-            CouplingBiasConfig::KIND
-        )))
-    }
-
-    /// `W[bucket(i, j), h]` for the last `q_len` tokens of `tokens` against all `k_len`,
+    /// `W[bucket(i, j), h]` for the last `q_len` tokens of `cx.tokens` against all `k_len`,
     /// `(batch, heads, q_len, k_len)`.
-    fn attention_bias_of(
-        &self,
-        tokens: Tokens,
-        q_len: usize,
-        k_len: usize,
-        q: Positions,
-        k: Positions,
-    ) -> Result<Option<Tensor>> {
-        let _ = (q, k);
+    ///
+    /// # Errors
+    /// No tokens: without them there are no significances.
+    fn bias(&self, cx: &BiasContext) -> Result<Option<Tensor>> {
+        let (q_len, k_len) = (cx.q_len, cx.k_len);
+        let Some(tokens) = cx.tokens else {
+            return Err(Error::Config(format!(
+                "{} reads each digit's significance from the tokens: it acts only where \
+                 attention is given them, which packed encoding and a rolling cache are not",
+                CouplingBiasConfig::KIND
+            )));
+        };
         let kind = CouplingBiasConfig::KIND;
         let all = match tokens.before {
             Some(before) => Tensor::cat(&[before, tokens.ids], 1)?,
@@ -193,7 +184,7 @@ impl PositionalEncoding for CouplingBias {
             }
         }
         let buckets = Tensor::from_vec(buckets, (batch, q_len, k_len), &self.device)?;
-        Ok(Some(self.bias(&buckets)?))
+        Ok(Some(self.lookup(&buckets)?))
     }
 
     /// The bias among a run of `len` digits (significances 1 to `len`), for inspection.
@@ -205,7 +196,7 @@ impl PositionalEncoding for CouplingBias {
             .flat_map(|&q| ids.iter().map(move |&k| bucket(q, k, self.buckets) as u32))
             .collect();
         let buckets = Tensor::from_vec(values, (1, len, len), &self.device)?;
-        let bias = self.bias(&buckets)?.squeeze(0)?;
+        let bias = self.lookup(&buckets)?.squeeze(0)?;
         Ok(Table {
             title: "bias(query, key) = b_h[clip(id(query) − id(key) + ⌊B/2⌋)], learned \
                     (id: a digit's significance; here a run of digits)"

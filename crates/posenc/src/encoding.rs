@@ -1,37 +1,31 @@
-//! The seam for experiments: one trait with four hooks.
+//! The seam: what a Transformer asks of its positional encoding.
 //!
-//! A Transformer asks its positional encoding three things, always, in this order, and a
-//! fourth when the encoding reads the attention's scores:
+//! An encoding is a value that **declares** what it does and reads
+//! ([`PositionalEncoding::capabilities`]), and implements the few **hooks** it needs, each
+//! given one context that says where the tokens are ([`Positions`], as data):
 //!
-//! 1. [`PositionalEncoding::add_to_embeddings`]: what to add to the (scaled) token
-//!    embeddings `x` of shape `(batch, seq, d_model)`. Absolute encodings
-//!    (sinusoidal, learned, the naive ones) live here, and so do those that read their
-//!    positions from the tokens ([`PositionalEncoding::add_to_embeddings_of`]: Abacus).
-//! 2. [`PositionalEncoding::rotate`]: how to transform queries and keys of shape
-//!    `(batch, heads, seq, head_dim)` before their dot product. Rotary encodings live here.
-//! 3. [`PositionalEncoding::attention_bias`]: what to add to the attention scores
-//!    `QKᵀ/√d_k`, shape `(heads, q_len, k_len)`. ALiBi and T5 buckets live here.
+//! | hook | context | what it returns | who uses it |
+//! |---|---|---|---|
+//! | [`embed`](PositionalEncoding::embed) | [`EmbedContext`]: positions, token ids | `x + PE` for the embeddings | sinusoidal, learned, Abacus |
+//! | [`rotate`](PositionalEncoding::rotate) | [`RotateContext`]: positions, query or key | turned queries or keys | RoPE, xPos, PoPE |
+//! | [`bias`](PositionalEncoding::bias) | [`BiasContext`]: query and key positions, token ids | a bias on the scores | ALiBi, T5, Kerple, FIRE, windows, coupling |
+//! | [`decay`](PositionalEncoding::decay) | [`DecayContext`]: the layer's input | log-gates summed between query and key | FoX |
+//! | [`score_bias`](PositionalEncoding::score_bias) | [`ScoreContext`]: queries, logits | a bias read from the scores | CoPE, SSMax |
 //!
-//! 4. [`PositionalEncoding::score_bias`]: a bias computed from the queries and the
-//!    attention logits themselves, for positions that depend on content (CoPE).
+//! Every hook is the identity (or "no bias") by default. The model reads
+//! [`Capabilities`] once, when it is given an encoding, and never runs a hook to learn what
+//! an encoding does: what it reads (tokens, scores, the layer's input), whether it rotates
+//! or biases, its sinks, its reach, its longest sequence and a per-layer pattern are all
+//! fields of that value. Nothing outside an encoding's own file asks which kind it is.
 //!
-//! An encoding may also give each head a sink ([`PositionalEncoding::sink_logits`]): the
-//! score of a key that every query sees and whose value is zero, so that a head can put
-//! weight on nothing (gpt-oss's learned sinks).
+//! Composites add no hook of their own: [`crate::stack`] folds its entries' hooks (additions
+//! add, rotations compose, biases add), and [`crate::layers`] declares a per-layer pattern
+//! that the model resolves with [`crate::for_layer`].
 //!
-//! An encoding may also read a decay from the attention's input
-//! ([`PositionalEncoding::decay`]): a gate per head and token, whose logs, summed over the
-//! tokens between a query and a key, bias their score (the Forgetting Transformer's forget
-//! gates). Position then comes from the data.
-//!
-//! An encoding may also hand each layer of a stack an encoding of its own
-//! ([`PositionalEncoding::layer`]): a per-layer pattern such as iRoPE's.
-//!
-//! Every hook is the identity by default, and every hook says where its tokens sit
-//! ([`Positions`]): consecutive from an offset, so incremental decoding with a key/value
-//! cache asks about positions `t, t+1, …` rather than starting again at 0, or at any
-//! increasing positions, as randomized positional encodings train (Ruoss et al. 2023). The
-//! model calls the hooks and never asks which encoding it holds.
+//! Positions are consecutive from an offset, so incremental decoding with a key/value
+//! cache asks about positions `t, t+1, …` rather than starting again at 0, or any increasing
+//! list, as randomized positional encodings train (Ruoss et al. 2023) and self-extend groups
+//! them (Jin et al. 2024).
 
 use std::fmt;
 use std::sync::Arc;
@@ -39,7 +33,7 @@ use std::sync::Arc;
 use candle_core::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 
-use crate::{Direction, Error, Result};
+use crate::{Error, Result};
 
 /// Where the tokens of a sequence sit. Every sequence of a batch sits at the same positions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,20 +135,34 @@ impl Positions<'_> {
     }
 }
 
-/// A positional encoding: the hooks a Transformer calls, identity by default.
+/// Which keys a query may see in the attention the encoding serves. Encodings whose paper
+/// uses a different form in each (T5's buckets, ALiBi's distances) take their default
+/// from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Direction {
+    /// Every key: an encoder.
+    #[default]
+    Bidirectional,
+    /// Keys at or before the query: a decoder or a causal language model.
+    Causal,
+}
+
+/// A positional encoding: what it declares, and the hooks a Transformer calls, each the
+/// identity by default.
 ///
-/// Implementors override the hooks they need. All hooks must be differentiable when
-/// their input carries a gradient (`Tensor::track_op`), and may use candle's fused,
-/// gradient-less kernels otherwise.
+/// Implementors override the hooks they need and declare them in
+/// [`capabilities`](Self::capabilities). All hooks must be differentiable when their input
+/// carries a gradient (`Tensor::track_op`), and may use candle's fused, gradient-less
+/// kernels otherwise.
 ///
 /// ```
 /// use candle_core::{Device, Tensor};
-/// use posenc::{EncodingConfig, PositionalEncoding};
+/// use posenc::{EmbedContext, EncodingConfig, PositionalEncoding};
 ///
 /// # fn main() -> posenc::Result<()> {
 /// let enc = EncodingConfig::from_kind("sinusoidal")?.build_untrained(4, 1, &Device::Cpu)?;
 /// let x = Tensor::zeros((1, 2, 4), candle_core::DType::F32, &Device::Cpu)?;
-/// let pe = enc.add_to_embeddings(&x, posenc::Positions::From(0))?;
+/// let pe = enc.embed(&x, &EmbedContext::at(0))?;
 /// let row1 = pe.squeeze(0)?.get(1)?.to_vec1::<f32>()?;
 /// assert!((row1[0] - 1f32.sin()).abs() < 1e-6 && (row1[1] - 1f32.cos()).abs() < 1e-6);
 /// # Ok(()) }
@@ -163,138 +171,54 @@ pub trait PositionalEncoding: std::fmt::Debug + Send + Sync {
     /// The config name of this encoding (`"sinusoidal"`, `"rope"`, …).
     fn kind(&self) -> &'static str;
 
-    /// Hook (a): `x + PE` for embeddings `x: (batch, seq, d_model)` at positions `at`.
-    /// Identity by default.
-    fn add_to_embeddings(&self, x: &Tensor, at: Positions) -> Result<Tensor> {
-        let _ = at;
+    /// What this encoding does and reads, as a value: the model reads it once and picks
+    /// its paths from it. Nothing by default.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::default()
+    }
+
+    /// `x + PE` for the embeddings `x: (batch, seq, d_model)` of the tokens `cx` places.
+    /// Identity by default. An encoding that reads the tokens
+    /// ([`Capabilities::reads_tokens`]) is given them in [`EmbedContext::tokens`].
+    fn embed(&self, x: &Tensor, cx: &EmbedContext) -> Result<Tensor> {
+        let _ = cx;
         Ok(x.clone())
     }
 
-    /// Hook (a), given the tokens: `x + PE` for the embeddings `x: (batch, seq, d_model)`
-    /// of `tokens`, at positions `at`, for an encoding whose positions are read from the
-    /// tokens themselves (Abacus numbers each digit by its place in its number). The model
-    /// calls this one. By default it is [`add_to_embeddings`](Self::add_to_embeddings),
-    /// which reads no token.
-    fn add_to_embeddings_of(&self, x: &Tensor, tokens: Tokens, at: Positions) -> Result<Tensor> {
-        let _ = tokens;
-        self.add_to_embeddings(x, at)
-    }
-
-    /// Whether [`add_to_embeddings_of`](Self::add_to_embeddings_of) reads the tokens
-    /// (default: no). A key/value cache then keeps the ids it has run, so that each step
-    /// is given the tokens before it ([`Tokens::before`]).
-    fn reads_tokens(&self) -> bool {
-        false
-    }
-
-    /// Hook (b): rotate queries `x: (batch, heads, seq, head_dim)` at positions `at`, and
-    /// keys too unless [`rotate_keys`](Self::rotate_keys) says otherwise. Identity by
-    /// default.
-    fn rotate(&self, x: &Tensor, at: Positions) -> Result<Tensor> {
-        let _ = at;
+    /// Queries or keys `x: (batch, heads, seq, head_dim)` turned for their positions (an
+    /// encoding may treat the two apart: [`RotateContext::role`]). Identity by default.
+    fn rotate(&self, x: &Tensor, cx: &RotateContext) -> Result<Tensor> {
+        let _ = cx;
         Ok(x.clone())
     }
 
-    /// Hook (b) for keys, for an encoding that treats queries and keys apart (xPos scales
-    /// them by inverse factors). By default keys are rotated as queries are.
-    fn rotate_keys(&self, x: &Tensor, at: Positions) -> Result<Tensor> {
-        self.rotate(x, at)
-    }
-
-    /// Hook (c): the bias `(heads, q_len, k_len)` (f32) added to the attention scores of
-    /// `q_len` queries at positions `q` against `k_len` keys at positions `k`, or `None`
-    /// for no bias (the default).
-    fn attention_bias(
-        &self,
-        q_len: usize,
-        k_len: usize,
-        q: Positions,
-        k: Positions,
-    ) -> Result<Option<Tensor>> {
-        let _ = (q_len, k_len, q, k);
+    /// The bias (f32) added to the scores `QKᵀ/√d_k` of the queries against the keys `cx`
+    /// places: `(heads, q_len, k_len)`, or `(batch, heads, q_len, k_len)` for a bias that
+    /// differs between the sequences of a batch (one read from the tokens); `None` for none
+    /// (the default).
+    fn bias(&self, cx: &BiasContext) -> Result<Option<Tensor>> {
+        let _ = cx;
         Ok(None)
     }
 
-    /// Hook (c), given the tokens: the bias added to the attention scores of the last
-    /// `q_len` of the `k_len` tokens of `tokens` (its [`before`](Tokens::before) and its
-    /// ids) against all of them, for an encoding whose positions are read from the tokens
-    /// themselves (position coupling numbers each digit by its significance). It may differ
-    /// between the sequences of a batch: `(batch, heads, q_len, k_len)`, or `(heads, q_len,
-    /// k_len)` where it does not. The model calls this one wherever it has the tokens; by
-    /// default it is [`attention_bias`](Self::attention_bias), which reads no token.
-    fn attention_bias_of(
-        &self,
-        tokens: Tokens,
-        q_len: usize,
-        k_len: usize,
-        q: Positions,
-        k: Positions,
-    ) -> Result<Option<Tensor>> {
-        let _ = tokens;
-        self.attention_bias(q_len, k_len, q, k)
-    }
-
-    /// Hook (d): a bias computed from the attention's own contents, for an encoding whose
-    /// positions depend on them (CoPE counts the keys whose gates a query opens). Given the
-    /// queries `q: (batch, heads, q_len, head_dim)` and the `logits: (batch, heads, q_len,
-    /// k_len)` (the scaled scores plus any position bias, masked keys at the most negative
-    /// f32), returns a bias of the logits' shape to add to them, or `None` (the default).
-    /// Attention forms the logits, and so takes its composite path, only for an encoding
-    /// that [`reads_scores`](Self::reads_scores).
-    fn score_bias(&self, q: &Tensor, logits: &Tensor) -> Result<Option<Tensor>> {
-        let _ = (q, logits);
-        Ok(None)
-    }
-
-    /// The logit `(heads)` (f32) of each head's sink, or `None` for none (the default): a key
-    /// that every query sees, beside the real ones, whose value is zero. The softmax then
-    /// runs over the keys and the sink, and the weights on the real keys add up to less
-    /// than 1 ([`crate::sink`]). Attention with a sink takes its composite path.
-    fn sink_logits(&self) -> Result<Option<Tensor>> {
-        Ok(None)
-    }
-
-    /// Hook (e): a decay read from the attention's input `x: (batch, seq, d_model)` (after
-    /// the layer's norm, where it has one), or `None` for none (the default): the log of a
-    /// gate in (0, 1] per head and token ([`Decay`]). Query `i`'s score on key `j ≤ i` gains
-    /// the logs of the gates of the tokens after the key up to the query, `Σ_{l=j+1..i} g_l`;
-    /// in bidirectional attention a second set of gates does the same for keys after the
+    /// A decay read from the layer's input ([`Decay`]), or `None` (the default): the log of
+    /// a gate in (0, 1] per head and token. Query `i`'s score on key `j ≤ i` gains the logs
+    /// of the gates of the tokens after the key up to the query, `Σ_{l=j+1..i} g_l`; in
+    /// bidirectional attention a second set of gates does the same for keys after the
     /// query. A key/value cache keeps each key's running sum, so generation reads the same
     /// bias as one forward over the whole.
-    fn decay(&self, x: &Tensor) -> Result<Option<Decay>> {
-        let _ = x;
+    fn decay(&self, cx: &DecayContext) -> Result<Option<Decay>> {
+        let _ = cx;
         Ok(None)
     }
 
-    /// How many keys a query sees, itself included, counting back from it, when the
-    /// encoding's bias masks the ones further back (a sliding window), or `None`, every one
-    /// (the default). A hint, never the mask itself: attention's tiled kernel skips the
-    /// key tiles wholly past it, and reads the same as without it.
-    fn reach(&self) -> Option<usize> {
-        None
-    }
-
-    /// Whether [`score_bias`](Self::score_bias) needs the logits (default: no, and attention
-    /// never forms them for it).
-    fn reads_scores(&self) -> bool {
-        false
-    }
-
-    /// The encoding of layer `index` of the stack that holds this one, for an encoding that
-    /// gives each layer its own ([`crate::layers`]), or `None` (the default): every layer
-    /// uses this one. A layer's own encoding acts on that layer alone: it adds to the
-    /// layer's input (the first layer's is the embeddings), rotates the layer's queries and
-    /// keys, and biases its scores.
-    fn layer(&self, index: usize) -> Option<Arc<dyn PositionalEncoding>> {
-        let _ = index;
-        None
-    }
-
-    /// The longest sequence the encoding can take, or `None` if its formula holds at every
-    /// position (the default): a table of learned rows has an end, and so does a scale
-    /// that leaves f32's range.
-    fn max_positions(&self) -> Option<usize> {
-        None
+    /// A bias read from the attention's own logits, of their shape, or `None` (the
+    /// default): for an encoding whose positions depend on content (CoPE counts the keys
+    /// whose gates a query opens). Attention forms the logits, and so takes its composite
+    /// path, only for an encoding that declares [`Capabilities::reads_scores`].
+    fn score_bias(&self, cx: &ScoreContext) -> Result<Option<Tensor>> {
+        let _ = cx;
+        Ok(None)
     }
 
     /// What this encoding produces for a sequence of `len` tokens, for inspection,
@@ -310,9 +234,225 @@ pub trait PositionalEncoding: std::fmt::Debug + Send + Sync {
     }
 }
 
-/// The token ids whose embeddings hook (a) is given
-/// ([`PositionalEncoding::add_to_embeddings_of`]), and whose attention hook (c) is
-/// ([`PositionalEncoding::attention_bias_of`]).
+/// What an encoding does and reads, declared once ([`PositionalEncoding::capabilities`]).
+///
+/// The model picks its paths from these fields, never by running a hook: a cache keeps the
+/// token ids for an encoding that reads them, attention forms the logits for one that reads
+/// the scores, self-extend regroups only an encoding that rotates and does nothing else.
+#[derive(Debug, Clone, Default)]
+pub struct Capabilities {
+    /// [`embed`](PositionalEncoding::embed) adds to the embeddings.
+    pub adds: bool,
+    /// [`rotate`](PositionalEncoding::rotate) turns queries and keys.
+    pub rotates: bool,
+    /// [`bias`](PositionalEncoding::bias) gives a bias.
+    pub biases: bool,
+    /// The hooks read the token ids ([`Tokens`]): Abacus, position coupling. A key/value
+    /// cache then keeps the ids it has run.
+    pub reads_tokens: bool,
+    /// [`decay`](PositionalEncoding::decay) reads the layer's input (FoX).
+    pub reads_input: bool,
+    /// [`score_bias`](PositionalEncoding::score_bias) reads the logits (CoPE, SSMax).
+    pub reads_scores: bool,
+    /// The logits `(heads)` (f32) of each head's sinks ([`crate::sink`]): keys that every
+    /// query sees, beside the real ones, whose value is zero, so that the weights on the
+    /// real keys add up to less than 1. Empty for none; several weigh as one of logit
+    /// `ln Σ e^s` ([`Capabilities::sink`]).
+    pub sinks: Vec<Tensor>,
+    /// How many keys a query sees, itself included, counting back from it, when the bias
+    /// masks the ones further back (a sliding window), or `None`, every one. A hint, never
+    /// the mask itself: attention's tiled kernel skips the key tiles wholly past it.
+    pub reach: Option<usize>,
+    /// The longest sequence the encoding can take, or `None` if its formula holds at every
+    /// position: a table of learned rows has an end, and so does a scale that leaves f32's
+    /// range.
+    pub max_positions: Option<usize>,
+    /// A per-layer pattern: layer `i` of a stack uses entry `i mod n` instead of this
+    /// encoding ([`crate::for_layer`]); empty when every layer uses this one. The other
+    /// fields then describe the pattern as a whole.
+    pub per_layer: Vec<Arc<dyn PositionalEncoding>>,
+}
+
+impl Capabilities {
+    /// What several encodings acting together declare: they add, rotate, bias and read
+    /// what any of them does; they reach as far as the narrowest and end where the
+    /// shortest does; their sinks are all of theirs. The per-layer pattern is left empty.
+    pub fn all<'a>(of: impl IntoIterator<Item = &'a Capabilities>) -> Capabilities {
+        let mut all = Capabilities::default();
+        for c in of {
+            all.adds |= c.adds;
+            all.rotates |= c.rotates;
+            all.biases |= c.biases;
+            all.reads_tokens |= c.reads_tokens;
+            all.reads_input |= c.reads_input;
+            all.reads_scores |= c.reads_scores;
+            all.sinks.extend(c.sinks.iter().cloned());
+            all.reach = min_some(all.reach, c.reach);
+            all.max_positions = min_some(all.max_positions, c.max_positions);
+        }
+        all
+    }
+
+    /// The sinks as one logit per head, `ln Σ e^s` over them (two keys of value zero with
+    /// logits `a` and `b` weigh as one of logit `ln(e^a + e^b)`), or `None` for none.
+    ///
+    /// # Errors
+    /// Sinks of different numbers of heads.
+    pub fn sink(&self) -> Result<Option<Tensor>> {
+        let mut total: Option<Tensor> = None;
+        for s in &self.sinks {
+            total = Some(match total {
+                Some(t) => Tensor::stack(&[&t, s], 0)?.log_sum_exp(0)?,
+                None => s.clone(),
+            });
+        }
+        Ok(total)
+    }
+
+    /// Whether attention needs the scores whole, and so its composite path: the encoding
+    /// reads them, or gives each head a sink.
+    pub fn whole_scores(&self) -> bool {
+        self.reads_scores || !self.sinks.is_empty()
+    }
+}
+
+/// The smaller of two bounds, where either is set.
+fn min_some(a: Option<usize>, b: Option<usize>) -> Option<usize> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Where the embedded tokens sit, and which they are ([`PositionalEncoding::embed`]).
+#[derive(Debug, Clone, Copy)]
+pub struct EmbedContext<'a> {
+    /// The tokens' positions.
+    pub at: Positions<'a>,
+    /// The token ids, where the model has them (it always does for an encoding that
+    /// [reads them](Capabilities::reads_tokens)).
+    pub tokens: Option<Tokens<'a>>,
+}
+
+impl<'a> EmbedContext<'a> {
+    /// Tokens at `at`, their ids not given.
+    pub fn at(at: impl Into<Positions<'a>>) -> Self {
+        Self {
+            at: at.into(),
+            tokens: None,
+        }
+    }
+
+    /// The same context with the token ids.
+    pub fn with_tokens(self, tokens: Tokens<'a>) -> Self {
+        Self {
+            tokens: Some(tokens),
+            ..self
+        }
+    }
+}
+
+/// Whether projected vectors are queries or keys: an encoding may turn them apart (xPos
+/// scales them by inverse factors, PoPE shifts the keys' phases).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Queries.
+    Query,
+    /// Keys.
+    Key,
+}
+
+/// Where the turned vectors sit, and what they are ([`PositionalEncoding::rotate`]).
+#[derive(Debug, Clone, Copy)]
+pub struct RotateContext<'a> {
+    /// The vectors' positions.
+    pub at: Positions<'a>,
+    /// Queries or keys.
+    pub role: Role,
+}
+
+impl<'a> RotateContext<'a> {
+    /// Queries at `at`.
+    pub fn query(at: impl Into<Positions<'a>>) -> Self {
+        Self {
+            at: at.into(),
+            role: Role::Query,
+        }
+    }
+
+    /// Keys at `at`.
+    pub fn key(at: impl Into<Positions<'a>>) -> Self {
+        Self {
+            at: at.into(),
+            role: Role::Key,
+        }
+    }
+}
+
+/// The queries and keys whose scores a bias is asked for ([`PositionalEncoding::bias`]).
+#[derive(Debug, Clone, Copy)]
+pub struct BiasContext<'a> {
+    /// How many queries.
+    pub q_len: usize,
+    /// How many keys.
+    pub k_len: usize,
+    /// The queries' positions.
+    pub q: Positions<'a>,
+    /// The keys' positions.
+    pub k: Positions<'a>,
+    /// In self-attention, the ids of the `k_len` tokens ([`Tokens::before`] and
+    /// [`Tokens::ids`]), whose last `q_len` are the queries; `None` where the model does
+    /// not hold them (it does wherever an encoding [reads them](Capabilities::reads_tokens)).
+    pub tokens: Option<Tokens<'a>>,
+}
+
+impl<'a> BiasContext<'a> {
+    /// `q_len` queries at `q` against `k_len` keys at `k`, their ids not given.
+    pub fn new(
+        q_len: usize,
+        k_len: usize,
+        q: impl Into<Positions<'a>>,
+        k: impl Into<Positions<'a>>,
+    ) -> Self {
+        Self {
+            q_len,
+            k_len,
+            q: q.into(),
+            k: k.into(),
+            tokens: None,
+        }
+    }
+
+    /// A sequence of `len` tokens at `at` against itself.
+    pub fn square(len: usize, at: impl Into<Positions<'a>>) -> Self {
+        let at = at.into();
+        Self::new(len, len, at, at)
+    }
+
+    /// The same context with the token ids, where there are any.
+    pub fn with_tokens(self, tokens: Option<Tokens<'a>>) -> Self {
+        Self { tokens, ..self }
+    }
+}
+
+/// The layer's input a decay is read from ([`PositionalEncoding::decay`]).
+#[derive(Debug, Clone, Copy)]
+pub struct DecayContext<'a> {
+    /// The attention's input `(batch, seq, d_model)`, after the layer's norm where it has one.
+    pub input: &'a Tensor,
+}
+
+/// The attention's own contents a bias is read from ([`PositionalEncoding::score_bias`]).
+#[derive(Debug, Clone, Copy)]
+pub struct ScoreContext<'a> {
+    /// The queries `(batch, heads, q_len, head_dim)`.
+    pub q: &'a Tensor,
+    /// The logits `(batch, heads, q_len, k_len)`: the scaled scores plus any position
+    /// bias, masked keys at the most negative f32.
+    pub logits: &'a Tensor,
+}
+
+/// The token ids an encoding that [reads them](Capabilities::reads_tokens) is given.
 #[derive(Debug, Clone, Copy)]
 pub struct Tokens<'a> {
     /// The ids `(batch, seq)` of the embeddings, any integer dtype.
@@ -329,7 +469,7 @@ impl<'a> Tokens<'a> {
     }
 }
 
-/// The log-gates an encoding reads from the attention's input
+/// The log-gates an encoding reads from the layer's input
 /// ([`PositionalEncoding::decay`]), `(batch, heads, seq)` each, f32, every entry ≤ 0.
 #[derive(Debug, Clone)]
 pub struct Decay {

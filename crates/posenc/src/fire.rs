@@ -40,6 +40,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cache::GeometryCache;
 use crate::encoding::{distances, require, PositionalEncoding, Table};
+use crate::{BiasContext, Capabilities};
 use crate::{Direction, EncodingSpec, Positions, Result, Target};
 
 /// The settings of `fire`.
@@ -216,14 +217,15 @@ impl PositionalEncoding for Fire {
         FireConfig::KIND
     }
 
-    fn attention_bias(
-        &self,
-        q_len: usize,
-        k_len: usize,
-        q: Positions,
-        k: Positions,
-    ) -> Result<Option<Tensor>> {
-        Ok(Some(self.bias(q_len, k_len, q, k)?))
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            biases: true,
+            ..Capabilities::default()
+        }
+    }
+
+    fn bias(&self, cx: &BiasContext) -> Result<Option<Tensor>> {
+        Ok(Some(self.bias(cx.q_len, cx.k_len, cx.q, cx.k)?))
     }
 
     fn table(&self, len: usize) -> Result<Table> {

@@ -17,7 +17,7 @@
 //!
 //! As in the paper, every layer has gates of its own: built for a stack of `n` layers
 //! ([`Target::layers`]), `fox` holds `n` of them (weights `N.weight`, `N.bias`) and hands
-//! layer `N` its own ([`PositionalEncoding::layer`]). In bidirectional attention each head
+//! layer `N` its own ([`crate::Capabilities::per_layer`]). In bidirectional attention each head
 //! has a second gate for the keys after the query (x-transformers' form; the paper's models
 //! are causal).
 //!
@@ -33,6 +33,7 @@ use candle_nn::{Init, VarBuilder};
 use serde::{Deserialize, Serialize};
 
 use crate::encoding::{require, Decay, PositionalEncoding, Table};
+use crate::{Capabilities, DecayContext};
 use crate::{Direction, EncodingSpec, Result, Target};
 
 /// The settings of `fox`.
@@ -127,15 +128,24 @@ impl PositionalEncoding for Fox {
         FoxConfig::KIND
     }
 
-    fn decay(&self, x: &Tensor) -> Result<Option<Decay>> {
-        self.layers[0].decay(x)
+    /// With several layers, a pattern of one set of gates each.
+    fn capabilities(&self) -> Capabilities {
+        let per_layer = match self.layers.len() {
+            1 => Vec::new(),
+            _ => (self.layers.iter())
+                .map(|l| l.clone() as Arc<dyn PositionalEncoding>)
+                .collect(),
+        };
+        Capabilities {
+            reads_input: true,
+            per_layer,
+            ..Capabilities::default()
+        }
     }
 
-    fn layer(&self, index: usize) -> Option<Arc<dyn PositionalEncoding>> {
-        match self.layers.len() {
-            1 => None,
-            _ => Some(self.layers.get(index)?.clone()),
-        }
+    /// The first layer's gates.
+    fn decay(&self, cx: &DecayContext) -> Result<Option<Decay>> {
+        self.layers[0].decay(cx)
     }
 
     fn table(&self, len: usize) -> Result<Table> {
@@ -182,10 +192,18 @@ impl PositionalEncoding for ForgetGates {
         FoxConfig::KIND
     }
 
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            reads_input: true,
+            ..Capabilities::default()
+        }
+    }
+
     /// # Shapes
-    /// - `x`: `(batch, seq, d_model)`
+    /// - `cx.input`: `(batch, seq, d_model)`
     /// - [`Decay::before`], [`Decay::after`]: `(batch, heads, seq)`
-    fn decay(&self, x: &Tensor) -> Result<Option<Decay>> {
+    fn decay(&self, cx: &DecayContext) -> Result<Option<Decay>> {
+        let x = cx.input;
         let w = self.weight.to_dtype(x.dtype())?;
         let z = x
             .broadcast_matmul(&w.t()?)?

@@ -14,18 +14,17 @@
 //! The default pattern, `["rope", "none"]`, alternates rotary and position-free layers, so a
 //! stack of two layers already has both. Each entry is one encoding, built under
 //! `encoding.N` (its weights, if it learns any, shared by the layers it serves): to give
-//! every layer weights of its own, write one entry per layer. A stack asks for its layers'
-//! encodings with [`PositionalEncoding::layer`]; asked directly, as the inspection commands
-//! do, the pattern answers as its first entry.
+//! every layer weights of its own, write one entry per layer. The pattern is declared
+//! ([`crate::Capabilities::per_layer`]), and acts through [`for_layer`], which a model asks
+//! for each layer's encoding; its own hooks are the identity.
 
 use std::sync::Arc;
 
-use candle_core::Tensor;
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::encoding::{require, Decay, PositionalEncoding, Table, Tokens};
-use crate::{EncodingConfig, EncodingSpec, Positions, Result, Target};
+use crate::encoding::{require, Capabilities, PositionalEncoding, Table};
+use crate::{EncodingConfig, EncodingSpec, Result, Target};
 
 /// The settings of `layers`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -155,10 +154,6 @@ pub struct Layers {
 }
 
 impl Layers {
-    fn first(&self) -> &Arc<dyn PositionalEncoding> {
-        &self.pattern[0]
-    }
-
     /// The table of the pattern's entry `index`, titled with its place in the pattern.
     fn layer_table(&self, index: usize, len: usize) -> Result<Table> {
         let mut table = self.pattern[index].table(len)?;
@@ -182,66 +177,13 @@ impl PositionalEncoding for Layers {
         LayersConfig::KIND
     }
 
-    fn layer(&self, index: usize) -> Option<Arc<dyn PositionalEncoding>> {
-        Some(self.pattern[index % self.pattern.len()].clone())
-    }
-
-    fn add_to_embeddings(&self, x: &Tensor, at: Positions) -> Result<Tensor> {
-        self.first().add_to_embeddings(x, at)
-    }
-
-    fn add_to_embeddings_of(&self, x: &Tensor, tokens: Tokens, at: Positions) -> Result<Tensor> {
-        self.first().add_to_embeddings_of(x, tokens, at)
-    }
-
-    fn reads_tokens(&self) -> bool {
-        self.first().reads_tokens()
-    }
-
-    fn rotate(&self, x: &Tensor, at: Positions) -> Result<Tensor> {
-        self.first().rotate(x, at)
-    }
-
-    fn rotate_keys(&self, x: &Tensor, at: Positions) -> Result<Tensor> {
-        self.first().rotate_keys(x, at)
-    }
-
-    fn attention_bias(
-        &self,
-        q_len: usize,
-        k_len: usize,
-        q: Positions,
-        k: Positions,
-    ) -> Result<Option<Tensor>> {
-        self.first().attention_bias(q_len, k_len, q, k)
-    }
-
-    fn attention_bias_of(
-        &self,
-        tokens: Tokens,
-        q_len: usize,
-        k_len: usize,
-        q: Positions,
-        k: Positions,
-    ) -> Result<Option<Tensor>> {
-        self.first().attention_bias_of(tokens, q_len, k_len, q, k)
-    }
-
-    fn reads_scores(&self) -> bool {
-        self.first().reads_scores()
-    }
-
-    fn score_bias(&self, q: &Tensor, logits: &Tensor) -> Result<Option<Tensor>> {
-        self.first().score_bias(q, logits)
-    }
-
-    fn decay(&self, x: &Tensor) -> Result<Option<Decay>> {
-        self.first().decay(x)
-    }
-
-    /// The shortest end of any entry's.
-    fn max_positions(&self) -> Option<usize> {
-        self.pattern.iter().filter_map(|e| e.max_positions()).min()
+    /// The pattern, and what its entries do together.
+    fn capabilities(&self) -> Capabilities {
+        let caps: Vec<Capabilities> = self.pattern.iter().map(|e| e.capabilities()).collect();
+        Capabilities {
+            per_layer: self.pattern.clone(),
+            ..Capabilities::all(&caps)
+        }
     }
 
     fn table(&self, len: usize) -> Result<Table> {
@@ -253,5 +195,32 @@ impl PositionalEncoding for Layers {
         (0..self.pattern.len())
             .map(|i| self.layer_table(i, len))
             .collect()
+    }
+}
+
+/// The encoding that layer `index` of a stack uses when the stack holds `encoding`: entry
+/// `index mod n` of its per-layer pattern ([`Capabilities::per_layer`]), resolved again if
+/// that entry has a pattern of its own, or `encoding` itself when it has none.
+///
+/// ```
+/// use candle_core::Device;
+/// use posenc::EncodingConfig;
+///
+/// # fn main() -> posenc::Result<()> {
+/// let json = r#"{"kind": "layers", "pattern": ["rope", "none"]}"#;
+/// let cfg: EncodingConfig = serde_json::from_str(json).expect("a pattern");
+/// let irope = cfg.build_untrained(8, 2, &Device::Cpu)?;
+/// assert_eq!(posenc::for_layer(&irope, 0).kind(), "rope");
+/// assert_eq!(posenc::for_layer(&irope, 3).kind(), "none");
+/// # Ok(()) }
+/// ```
+pub fn for_layer(
+    encoding: &Arc<dyn PositionalEncoding>,
+    index: usize,
+) -> Arc<dyn PositionalEncoding> {
+    let pattern = encoding.capabilities().per_layer;
+    match pattern.len() {
+        0 => encoding.clone(),
+        n => for_layer(&pattern[index % n], index),
     }
 }

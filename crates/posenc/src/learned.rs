@@ -15,6 +15,7 @@ use candle_nn::{Embedding, VarBuilder};
 use serde::{Deserialize, Serialize};
 
 use crate::encoding::{add_table, check_embeddings, check_end, PositionalEncoding, Table};
+use crate::{Capabilities, EmbedContext};
 use crate::{EncodingSpec, Error, Positions, Result, Target};
 
 /// The settings of `learned`.
@@ -102,13 +103,17 @@ impl PositionalEncoding for Learned {
         LearnedConfig::KIND
     }
 
-    fn add_to_embeddings(&self, x: &Tensor, at: Positions) -> Result<Tensor> {
-        let seq = check_embeddings(LearnedConfig::KIND, x, self.d_model)?;
-        add_table(x, &self.rows(at, seq)?)
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            adds: true,
+            max_positions: Some(self.max_positions),
+            ..Capabilities::default()
+        }
     }
 
-    fn max_positions(&self) -> Option<usize> {
-        Some(self.max_positions)
+    fn embed(&self, x: &Tensor, cx: &EmbedContext) -> Result<Tensor> {
+        let seq = check_embeddings(LearnedConfig::KIND, x, self.d_model)?;
+        add_table(x, &self.rows(cx.at, seq)?)
     }
 
     fn table(&self, len: usize) -> Result<Table> {

@@ -3,8 +3,9 @@
 //! Self-attention is blind to order: permute the tokens and the outputs permute with
 //! them. A positional encoding is what tells "the dog chases the cat" from "the cat
 //! chases the dog". This crate holds every common encoding behind one trait,
-//! [`PositionalEncoding`], whose hooks (add to the embeddings, rotate queries and
-//! keys, bias the attention scores, or bias them from their own contents) a Transformer
+//! [`PositionalEncoding`]: each declares what it does ([`Capabilities`]) and implements a
+//! few hooks (add to the embeddings, rotate queries and keys, bias the scores from the
+//! positions, from the layer's input or from the scores themselves), which a Transformer
 //! calls without knowing which encoding it has. [`EncodingConfig`] builds any of them from
 //! JSON; [`analysis`] measures the properties the literature asks of them.
 //!
@@ -73,11 +74,43 @@ pub mod t5;
 pub mod window;
 pub mod xpos;
 
-pub use config::{
-    register, Direction, EncodingConfig, EncodingSpec, Registration, Target, BUILT_IN,
-};
+pub use config::{register, EncodingConfig, EncodingSpec, Registration, Target};
 pub use encoding::{
-    inverse_frequencies, Decay, Form, Index, PairLayout, PositionalEncoding, Positions, Table,
-    Tokens,
+    inverse_frequencies, BiasContext, Capabilities, Decay, DecayContext, Direction, EmbedContext,
+    Form, Index, PairLayout, PositionalEncoding, Positions, Role, RotateContext, ScoreContext,
+    Table, Tokens,
 };
 pub use error::{Error, Result};
+pub use layers::for_layer;
+
+/// Every encoding this crate ships, in the order of the documents: one line each.
+pub const BUILT_IN: &[Registration] = &[
+    Registration::of::<crate::none::NoneConfig>(),
+    Registration::of::<crate::sinusoidal::SinusoidalConfig>(),
+    Registration::of::<crate::sinusoidal::SinusoidalConcatConfig>(),
+    Registration::of::<crate::learned::LearnedConfig>(),
+    Registration::of::<crate::rope::RopeConfig>(),
+    Registration::of::<crate::prope::PRopeConfig>(),
+    Registration::of::<crate::xpos::XposConfig>(),
+    Registration::of::<crate::alibi::AlibiConfig>(),
+    Registration::of::<crate::t5::T5Config>(),
+    Registration::of::<crate::kerple::KerpleConfig>(),
+    Registration::of::<crate::fire::FireConfig>(),
+    Registration::of::<crate::fox::FoxConfig>(),
+    Registration::of::<crate::cope::CopeConfig>(),
+    Registration::of::<crate::naive::FractionConfig>(),
+    Registration::of::<crate::naive::IndexConfig>(),
+    Registration::of::<crate::naive::BinaryConfig>(),
+    Registration::of::<crate::naive::SineSingleConfig>(),
+    Registration::of::<crate::layers::LayersConfig>(),
+    // Later kinds go last: a figure colours the first sixteen kinds by their place here.
+    Registration::of::<crate::hope::HopeConfig>(),
+    Registration::of::<crate::ssmax::SsmaxConfig>(),
+    Registration::of::<crate::stack::StackConfig>(),
+    Registration::of::<crate::window::WindowConfig>(),
+    Registration::of::<crate::sink::SinkConfig>(),
+    Registration::of::<crate::pope::PopeConfig>(),
+    Registration::of::<crate::abacus::AbacusConfig>(),
+    Registration::of::<crate::coupling::CouplingConfig>(),
+    Registration::of::<crate::coupling_bias::CouplingBiasConfig>(),
+];

@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use crate::encoding::{
     add_table, check_embeddings, require, tensor_from_fn, PositionalEncoding, Table,
 };
+use crate::{Capabilities, EmbedContext};
 use crate::{EncodingSpec, Error, Positions, Result, Target};
 
 /// Settings of the naive encodings that have none: `fraction`, `index`, `binary`.
@@ -163,9 +164,16 @@ impl PositionalEncoding for Naive {
         self.kind.name()
     }
 
-    fn add_to_embeddings(&self, x: &Tensor, at: Positions) -> Result<Tensor> {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            adds: true,
+            ..Capabilities::default()
+        }
+    }
+
+    fn embed(&self, x: &Tensor, cx: &EmbedContext) -> Result<Tensor> {
         let seq = check_embeddings(self.kind.name(), x, self.d_model)?;
-        add_table(x, &self.rows(at, seq)?)
+        add_table(x, &self.rows(cx.at, seq)?)
     }
 
     fn table(&self, len: usize) -> Result<Table> {

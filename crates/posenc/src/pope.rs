@@ -31,6 +31,7 @@ use serde::{Deserialize, Serialize};
 use crate::encoding::{
     check_base, check_even, require, tensor_from_fn, Form, PositionalEncoding, Table,
 };
+use crate::{Capabilities, Role, RotateContext};
 use crate::{EncodingSpec, Error, Positions, Result, Target};
 
 /// The settings of `pope`.
@@ -144,19 +145,23 @@ impl PositionalEncoding for Pope {
         PopeConfig::KIND
     }
 
-    /// Queries `(batch, heads, len, d)` to `(batch, heads, len, 2d)`.
-    fn rotate(&self, x: &Tensor, at: Positions) -> Result<Tensor> {
-        let len = Self::check(x, self.theta.len())?;
-        at.check(PopeConfig::KIND, len)?;
-        let (cos, sin) = self.angles(at, len)?;
-        Self::polar(x, &cos, &sin)
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            rotates: true,
+            ..Capabilities::default()
+        }
     }
 
-    /// Keys `(batch, heads, len, d)` to `(batch, heads, len, 2d)`, each head's phase `δ`
-    /// added to every angle.
-    fn rotate_keys(&self, x: &Tensor, at: Positions) -> Result<Tensor> {
+    /// Queries or keys `(batch, heads, len, d)` to `(batch, heads, len, 2d)`; the keys with
+    /// each head's phase `δ` added to every angle.
+    fn rotate(&self, x: &Tensor, cx: &RotateContext) -> Result<Tensor> {
+        let at = cx.at;
         let len = Self::check(x, self.theta.len())?;
         at.check(PopeConfig::KIND, len)?;
+        if cx.role == Role::Query {
+            let (cos, sin) = self.angles(at, len)?;
+            return Self::polar(x, &cos, &sin);
+        }
         let heads = self.phase.dim(0)?;
         require(
             PopeConfig::KIND,

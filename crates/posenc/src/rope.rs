@@ -41,6 +41,7 @@ use crate::encoding::{
 };
 use crate::rope_scaling::{self, Frequencies, RopeScaling, RopeType};
 use crate::PairLayout;
+use crate::{Capabilities, RotateContext};
 use crate::{EncodingSpec, Error, Positions, Result, Target};
 
 /// The settings of `rope`.
@@ -302,8 +303,15 @@ impl PositionalEncoding for Rope {
         RopeConfig::KIND
     }
 
-    fn rotate(&self, x: &Tensor, at: Positions) -> Result<Tensor> {
-        let (cos, sin) = self.cos_sin(at, x.dims().get(2).copied().unwrap_or(0))?;
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            rotates: true,
+            ..Capabilities::default()
+        }
+    }
+
+    fn rotate(&self, x: &Tensor, cx: &RotateContext) -> Result<Tensor> {
+        let (cos, sin) = self.cos_sin(cx.at, x.dims().get(2).copied().unwrap_or(0))?;
         self.rotate_with(x, &cos, &sin)
     }
 
@@ -337,8 +345,12 @@ impl PositionalEncoding for NamedRope {
         self.kind
     }
 
-    fn rotate(&self, x: &Tensor, at: Positions) -> Result<Tensor> {
-        self.rope.rotate(x, at)
+    fn capabilities(&self) -> Capabilities {
+        self.rope.capabilities()
+    }
+
+    fn rotate(&self, x: &Tensor, cx: &RotateContext) -> Result<Tensor> {
+        self.rope.rotate(x, cx)
     }
 
     fn table(&self, len: usize) -> Result<Table> {

@@ -11,8 +11,7 @@
 //! w_ij = e^(z_ij) / (e^(s_h) + Σ_k e^(z_ik))        out_i = Σ_j w_ij v_j        (Σ_j w_ij < 1)
 //! ```
 //!
-//! It reaches attention through the seam's [`sink_logits`](PositionalEncoding::sink_logits)
-//! hook, and carries no position of its own: alone it is NoPE with a sink; `stack` puts it
+//! It reaches attention as a declaration, [`crate::Capabilities::sinks`], and carries no position of its own: alone it is NoPE with a sink; `stack` puts it
 //! beside RoPE, as gpt-oss does:
 //!
 //! ```text
@@ -30,6 +29,7 @@ use candle_nn::{Init, VarBuilder};
 use serde::{Deserialize, Serialize};
 
 use crate::encoding::{require, PositionalEncoding, Table};
+use crate::Capabilities;
 use crate::{Direction, EncodingSpec, Result, Target};
 
 /// The settings of `sink`.
@@ -75,8 +75,11 @@ impl PositionalEncoding for Sink {
         SinkConfig::KIND
     }
 
-    fn sink_logits(&self) -> Result<Option<Tensor>> {
-        Ok(Some(self.logits.clone()))
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            sinks: vec![self.logits.clone()],
+            ..Capabilities::default()
+        }
     }
 
     /// What the sink does at equal logits: a query that sees `n` keys gives the sink

@@ -27,6 +27,7 @@ use crate::encoding::{
     add_table, check_base, check_embeddings, check_even, inverse_frequencies, tensor_from_fn,
     PositionalEncoding, Table,
 };
+use crate::{Capabilities, EmbedContext};
 use crate::{EncodingSpec, PairLayout, Positions, Result, Target};
 
 fn ten_thousand() -> f64 {
@@ -127,13 +128,16 @@ impl PositionalEncoding for Sinusoidal {
         kind_of(self.layout)
     }
 
-    fn add_to_embeddings(
-        &self,
-        x: &candle_core::Tensor,
-        at: Positions,
-    ) -> Result<candle_core::Tensor> {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            adds: true,
+            ..Capabilities::default()
+        }
+    }
+
+    fn embed(&self, x: &candle_core::Tensor, cx: &EmbedContext) -> Result<candle_core::Tensor> {
         let seq = check_embeddings(self.kind(), x, self.d_model)?;
-        add_table(x, &self.rows(at, seq)?)
+        add_table(x, &self.rows(cx.at, seq)?)
     }
 
     fn table(&self, len: usize) -> Result<Table> {

@@ -26,6 +26,7 @@ use candle_nn::{Init, VarBuilder};
 use serde::{Deserialize, Serialize};
 
 use crate::encoding::{require, Form, PositionalEncoding, Table};
+use crate::{Capabilities, ScoreContext};
 use crate::{Direction, EncodingSpec, Result, Target};
 
 /// The trained context the starting `s` uses where neither the settings nor the model give
@@ -84,7 +85,7 @@ pub struct Ssmax {
 
 impl Ssmax {
     /// `(s_h · ln n − 1) · z` on every seen logit of `logits: (batch, heads, q, k)`.
-    fn bias(&self, logits: &Tensor) -> Result<Tensor> {
+    fn of_logits(&self, logits: &Tensor) -> Result<Tensor> {
         let heads = logits.dim(1)?;
         let seen = logits.gt(MASKED)?.to_dtype(logits.dtype())?;
         let n = seen.sum_keepdim(D::Minus1)?.maximum(1.0)?;
@@ -99,15 +100,17 @@ impl PositionalEncoding for Ssmax {
         SsmaxConfig::KIND
     }
 
-    fn reads_scores(&self) -> bool {
-        true
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            reads_scores: true,
+            ..Capabilities::default()
+        }
     }
 
     /// `(s_h · ln n − 1) · z` on every logit `z` a query sees, 0 on masked ones; `n` is the
     /// number of keys the query sees (at least 1).
-    fn score_bias(&self, q: &Tensor, logits: &Tensor) -> Result<Option<Tensor>> {
-        let _ = q;
-        Ok(Some(self.bias(logits)?))
+    fn score_bias(&self, cx: &ScoreContext) -> Result<Option<Tensor>> {
+        Ok(Some(self.of_logits(cx.logits)?))
     }
 
     /// The bias for logits that are all 1 (causal where the model is): `s_h · ln n − 1` on
@@ -123,7 +126,7 @@ impl PositionalEncoding for Ssmax {
             let min = Tensor::full(f32::MIN, (1, heads, len, len), device)?;
             logits = later.where_cond(&min, &logits)?;
         }
-        let bias = self.bias(&logits)?.squeeze(0)?;
+        let bias = self.of_logits(&logits)?.squeeze(0)?;
         Ok(Table {
             title: "bias = (s·ln n − 1) · logit, every logit 1: each query's logits times s·ln n, n the keys it sees"
                 .into(),

@@ -1,7 +1,8 @@
 //! `stack`: several encodings in the same layers, each through its own hooks.
 //!
-//! The seam's four hooks compose: additions add up, rotations apply one after another,
-//! score biases add up, and a bias read from the scores reads the same logits. So an
+//! The seam's hooks compose: additions add up, rotations apply one after another, biases
+//! add up, decays multiply their gates, a bias read from the scores reads the same logits,
+//! and sinks weigh together. So an
 //! attention option that is not a position by itself goes beside the one that is:
 //!
 //! ```text
@@ -18,9 +19,12 @@ use candle_core::Tensor;
 use candle_nn::VarBuilder;
 use serde::{Deserialize, Serialize};
 
-use crate::encoding::{Decay, PositionalEncoding, Table, Tokens};
+use crate::encoding::{
+    BiasContext, Capabilities, Decay, DecayContext, EmbedContext, PositionalEncoding,
+    RotateContext, ScoreContext, Table,
+};
 use crate::layers;
-use crate::{EncodingConfig, EncodingSpec, Positions, Result, Target};
+use crate::{EncodingConfig, EncodingSpec, Result, Target};
 
 /// The settings of `stack`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -77,32 +81,51 @@ impl EncodingSpec for StackConfig {
     }
 }
 
-/// Encodings acting together in every layer.
+/// Encodings acting together in every layer: the one place where hooks compose.
 #[derive(Debug)]
 pub struct Stack {
     of: Vec<Arc<dyn PositionalEncoding>>,
 }
 
 impl Stack {
+    /// Encodings acting together, applied in this order.
+    pub fn new(of: Vec<Arc<dyn PositionalEncoding>>) -> Self {
+        Self { of }
+    }
+
     /// The sum of `bias` over the entries, where they give one.
     fn sum(
         &self,
         bias: impl Fn(&Arc<dyn PositionalEncoding>) -> Result<Option<Tensor>>,
     ) -> Result<Option<Tensor>> {
-        sum(self.of.iter().map(bias).collect::<Result<_>>()?)
+        let mut total: Option<Tensor> = None;
+        for b in self.of.iter().map(bias) {
+            if let Some(b) = b? {
+                total = Some(match total {
+                    Some(t) => t.broadcast_add(&b)?,
+                    None => b,
+                });
+            }
+        }
+        Ok(total)
     }
-}
 
-/// The sum of the biases that are there, or `None` if none is.
-fn sum(biases: Vec<Option<Tensor>>) -> Result<Option<Tensor>> {
-    let mut total: Option<Tensor> = None;
-    for b in biases.into_iter().flatten() {
-        total = Some(match total {
-            Some(t) => t.broadcast_add(&b)?,
-            None => b,
-        });
+    /// `x` through each entry's `turn` in order.
+    fn fold(
+        &self,
+        x: &Tensor,
+        turn: impl Fn(&Arc<dyn PositionalEncoding>, &Tensor) -> Result<Tensor>,
+    ) -> Result<Tensor> {
+        self.of.iter().try_fold(x.clone(), |x, e| turn(e, &x))
     }
-    Ok(total)
+
+    /// The table of entry `i`, titled with its place in the stack.
+    fn entry_table(&self, i: usize, len: usize) -> Result<Table> {
+        let e = &self.of[i];
+        let mut table = e.table(len)?;
+        table.title = format!("{} (entry {i} of the stack): {}", e.kind(), table.title);
+        Ok(table)
+    }
 }
 
 impl PositionalEncoding for Stack {
@@ -110,86 +133,41 @@ impl PositionalEncoding for Stack {
         StackConfig::KIND
     }
 
-    fn add_to_embeddings(&self, x: &Tensor, at: Positions) -> Result<Tensor> {
-        self.of
-            .iter()
-            .try_fold(x.clone(), |x, e| e.add_to_embeddings(&x, at))
-    }
-
-    fn add_to_embeddings_of(&self, x: &Tensor, tokens: Tokens, at: Positions) -> Result<Tensor> {
-        self.of
-            .iter()
-            .try_fold(x.clone(), |x, e| e.add_to_embeddings_of(&x, tokens, at))
-    }
-
-    fn reads_tokens(&self) -> bool {
-        self.of.iter().any(|e| e.reads_tokens())
-    }
-
-    fn rotate(&self, x: &Tensor, at: Positions) -> Result<Tensor> {
-        self.of.iter().try_fold(x.clone(), |x, e| e.rotate(&x, at))
-    }
-
-    fn rotate_keys(&self, x: &Tensor, at: Positions) -> Result<Tensor> {
-        self.of
-            .iter()
-            .try_fold(x.clone(), |x, e| e.rotate_keys(&x, at))
-    }
-
-    fn attention_bias(
-        &self,
-        q_len: usize,
-        k_len: usize,
-        q: Positions,
-        k: Positions,
-    ) -> Result<Option<Tensor>> {
-        self.sum(|e| e.attention_bias(q_len, k_len, q, k))
-    }
-
-    fn attention_bias_of(
-        &self,
-        tokens: Tokens,
-        q_len: usize,
-        k_len: usize,
-        q: Positions,
-        k: Positions,
-    ) -> Result<Option<Tensor>> {
-        self.sum(|e| e.attention_bias_of(tokens, q_len, k_len, q, k))
-    }
-
-    fn reads_scores(&self) -> bool {
-        self.of.iter().any(|e| e.reads_scores())
-    }
-
-    /// The narrowest entry's: each entry's bias masks the keys past its own.
-    fn reach(&self) -> Option<usize> {
-        self.of.iter().filter_map(|e| e.reach()).min()
-    }
-
-    /// Each entry's bias from the same logits, added up.
-    fn score_bias(&self, q: &Tensor, logits: &Tensor) -> Result<Option<Tensor>> {
-        self.sum(|e| e.score_bias(q, logits))
-    }
-
-    /// The entries' sinks as one: two keys of value zero with logits `a` and `b` weigh as
-    /// one of logit `ln(e^a + e^b)`.
-    fn sink_logits(&self) -> Result<Option<Tensor>> {
-        let mut total: Option<Tensor> = None;
-        for s in self.of.iter().map(|e| e.sink_logits()) {
-            if let Some(s) = s? {
-                total = Some(match total {
-                    Some(t) => Tensor::stack(&[t, s], 0)?.log_sum_exp(0)?,
-                    None => s,
-                });
-            }
+    /// What any entry does; where an entry gives each layer its own (FoX's gates), a
+    /// pattern of stacks, each of the entries' encodings for its layer.
+    fn capabilities(&self) -> Capabilities {
+        let caps: Vec<Capabilities> = self.of.iter().map(|e| e.capabilities()).collect();
+        let mut all = Capabilities::all(&caps);
+        let period = (caps.iter().map(|c| c.per_layer.len()))
+            .filter(|&n| n > 0)
+            .fold(1, lcm);
+        if caps.iter().any(|c| !c.per_layer.is_empty()) {
+            all.per_layer = (0..period)
+                .map(|i| {
+                    let of = self.of.iter().map(|e| crate::for_layer(e, i)).collect();
+                    Arc::new(Stack { of }) as Arc<dyn PositionalEncoding>
+                })
+                .collect();
         }
-        Ok(total)
+        all
+    }
+
+    fn embed(&self, x: &Tensor, cx: &EmbedContext) -> Result<Tensor> {
+        self.fold(x, |e, x| e.embed(x, cx))
+    }
+
+    fn rotate(&self, x: &Tensor, cx: &RotateContext) -> Result<Tensor> {
+        self.fold(x, |e, x| e.rotate(x, cx))
+    }
+
+    fn bias(&self, cx: &BiasContext) -> Result<Option<Tensor>> {
+        self.sum(|e| e.bias(cx))
     }
 
     /// The entries' decays added up: their gates multiply.
-    fn decay(&self, x: &Tensor) -> Result<Option<Decay>> {
+    fn decay(&self, cx: &DecayContext) -> Result<Option<Decay>> {
         let mut total: Option<Decay> = None;
-        for d in self.of.iter().map(|e| e.decay(x)) {
+        for d in self.of.iter().map(|e| e.decay(cx)) {
             if let Some(d) = d? {
                 total = Some(match total {
                     Some(t) => t.add(&d)?,
@@ -200,44 +178,30 @@ impl PositionalEncoding for Stack {
         Ok(total)
     }
 
-    /// For an entry that gives each layer its own (FoX's gates), a stack per layer of the
-    /// entries' layer encodings, the others as they are.
-    fn layer(&self, index: usize) -> Option<Arc<dyn PositionalEncoding>> {
-        let own: Vec<_> = self.of.iter().map(|e| e.layer(index)).collect();
-        if own.iter().all(Option::is_none) {
-            return None;
-        }
-        let of = (own.into_iter().zip(&self.of))
-            .map(|(layer, e)| layer.unwrap_or_else(|| e.clone()))
-            .collect();
-        Some(Arc::new(Stack { of }))
-    }
-
-    /// The shortest end of any entry's.
-    fn max_positions(&self) -> Option<usize> {
-        self.of.iter().filter_map(|e| e.max_positions()).min()
+    /// Each entry's bias from the same logits, added up.
+    fn score_bias(&self, cx: &ScoreContext) -> Result<Option<Tensor>> {
+        self.sum(|e| e.score_bias(cx))
     }
 
     fn table(&self, len: usize) -> Result<Table> {
-        let mut table = self.of[0].table(len)?;
-        table.title = format!(
-            "{} (entry 0 of the stack): {}",
-            self.of[0].kind(),
-            table.title
-        );
-        Ok(table)
+        self.entry_table(0, len)
     }
 
     /// One table per entry, each titled with its place in the stack.
     fn tables(&self, len: usize) -> Result<Vec<Table>> {
-        self.of
-            .iter()
-            .enumerate()
-            .map(|(i, e)| {
-                let mut table = e.table(len)?;
-                table.title = format!("{} (entry {i} of the stack): {}", e.kind(), table.title);
-                Ok(table)
-            })
+        (0..self.of.len())
+            .map(|i| self.entry_table(i, len))
             .collect()
     }
+}
+
+/// The least common multiple of two pattern lengths.
+fn lcm(a: usize, b: usize) -> usize {
+    let gcd = |mut a: usize, mut b: usize| {
+        while b > 0 {
+            (a, b) = (b, a % b);
+        }
+        a
+    };
+    a / gcd(a, b) * b
 }

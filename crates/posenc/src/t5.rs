@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cache::GeometryCache;
 use crate::encoding::{require, Form, Index, PositionalEncoding, Table};
+use crate::{BiasContext, Capabilities};
 use crate::{Direction, EncodingSpec, Error, Positions, Result, Target};
 
 /// The settings of `t5`.
@@ -196,7 +197,7 @@ impl T5Bias {
         Ok(Tensor::from_vec(ids, (q_len, k_len), &self.device)?)
     }
 
-    fn bias(&self, buckets: &Tensor) -> Result<Tensor> {
+    fn lookup(&self, buckets: &Tensor) -> Result<Tensor> {
         // (q, k) -> (q, k, heads) -> (heads, q, k)
         let bias = self.embedding.forward(buckets)?.permute((2, 0, 1))?;
         Ok(bias.to_dtype(DType::F32)?.contiguous()?)
@@ -208,20 +209,21 @@ impl PositionalEncoding for T5Bias {
         T5Config::KIND
     }
 
-    fn attention_bias(
-        &self,
-        q_len: usize,
-        k_len: usize,
-        q: Positions,
-        k: Positions,
-    ) -> Result<Option<Tensor>> {
-        let buckets = self.buckets(q_len, k_len, q, k)?;
-        Ok(Some(self.bias(&buckets)?))
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            biases: true,
+            ..Capabilities::default()
+        }
+    }
+
+    fn bias(&self, cx: &BiasContext) -> Result<Option<Tensor>> {
+        let buckets = self.buckets(cx.q_len, cx.k_len, cx.q, cx.k)?;
+        Ok(Some(self.lookup(&buckets)?))
     }
 
     fn table(&self, len: usize) -> Result<Table> {
         let buckets = self.buckets(len, len, 0.into(), 0.into())?;
-        let bias = self.bias(&buckets)?;
+        let bias = self.lookup(&buckets)?;
         Ok(Table {
             title: "bias(query, key) = b_h[bucket(key − query)], learned".into(),
             form: Form::Bias {

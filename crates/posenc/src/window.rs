@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cache::GeometryCache;
 use crate::encoding::{require, PositionalEncoding, Table};
+use crate::{BiasContext, Capabilities};
 use crate::{Direction, EncodingSpec, Positions, Result, Target};
 
 /// The bias of a key outside the window: far below any score, and finite.
@@ -125,22 +126,19 @@ impl PositionalEncoding for Window {
     }
 
     /// The window: keys `size` or more positions back are masked.
-    fn reach(&self) -> Option<usize> {
-        Some(self.size)
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            biases: true,
+            reach: Some(self.size),
+            ..Capabilities::default()
+        }
     }
 
-    fn attention_bias(
-        &self,
-        q_len: usize,
-        k_len: usize,
-        q: Positions,
-        k: Positions,
-    ) -> Result<Option<Tensor>> {
-        let bias = self
-            .cache
-            .get(WindowConfig::KIND, (q_len, k_len), (q, k), || {
-                self.compute((q_len, k_len), (q, k), OUTSIDE)
-            })?;
+    fn bias(&self, cx: &BiasContext) -> Result<Option<Tensor>> {
+        let (lens, at) = ((cx.q_len, cx.k_len), (cx.q, cx.k));
+        let bias = self.cache.get(WindowConfig::KIND, lens, at, || {
+            self.compute(lens, at, OUTSIDE)
+        })?;
         Ok(Some(bias))
     }
 

@@ -12,7 +12,7 @@
 //! with `d` the head width, `γ′ = 0.4` and `γ` = `scale_base` (512). The score still depends
 //! on `n − m` only, and every pair decays with the distance, the slow-turning pairs (whose
 //! `ζ_i` is near 1) least. This is the first encoding that treats queries and keys apart:
-//! it implements [`PositionalEncoding::rotate_keys`].
+//! its [`rotate`](PositionalEncoding::rotate) reads [`crate::RotateContext::role`].
 //!
 //! **Range.** x-transformers and the paper's code scale by `ζ^((n − c)/γ)` with `c` the
 //! middle of the sequence, which cancels in every score. Here `c = 0`, so keys cached at one
@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 use crate::encoding::{check_end, require, tensor_from_fn, Form, PositionalEncoding, Table};
 use crate::rope::Rope;
 use crate::PairLayout;
+use crate::{Capabilities, Role, RotateContext};
 use crate::{EncodingSpec, Error, Positions, Result, Target};
 
 /// `γ′` of the paper (x-transformers' `0.4`).
@@ -163,18 +164,21 @@ impl PositionalEncoding for Xpos {
         XposConfig::KIND
     }
 
-    /// Queries: rotated and scaled by `ζ^(n/γ)`.
-    fn rotate(&self, x: &Tensor, at: Positions) -> Result<Tensor> {
-        self.apply(x, at, 1.0)
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            rotates: true,
+            max_positions: Some(self.max_positions),
+            ..Capabilities::default()
+        }
     }
 
-    /// Keys: rotated and scaled by `ζ^(−m/γ)`.
-    fn rotate_keys(&self, x: &Tensor, at: Positions) -> Result<Tensor> {
-        self.apply(x, at, -1.0)
-    }
-
-    fn max_positions(&self) -> Option<usize> {
-        Some(self.max_positions)
+    /// Queries rotated and scaled by `ζ^(n/γ)`, keys by `ζ^(−n/γ)`.
+    fn rotate(&self, x: &Tensor, cx: &RotateContext) -> Result<Tensor> {
+        let sign = match cx.role {
+            Role::Query => 1.0,
+            Role::Key => -1.0,
+        };
+        self.apply(x, cx.at, sign)
     }
 
     fn table(&self, len: usize) -> Result<Table> {

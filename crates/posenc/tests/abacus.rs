@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use candle_core::{DType, Device, IndexOp, Tensor, Var};
 use candle_nn::{VarBuilder, VarMap};
 use posenc::abacus::{Abacus, AbacusConfig};
+use posenc::EmbedContext;
 use posenc::{PositionalEncoding, Positions, Tokens};
 use posenc_testkit::max_abs_diff;
 
@@ -60,7 +61,10 @@ fn at_inference_the_offset_is_zero() {
     let f = fixtures();
     let (enc, _) = abacus(&f);
     let out = enc
-        .add_to_embeddings_of(&f["x"], Tokens::new(&ids(&f)), Positions::From(0))
+        .embed(
+            &f["x"],
+            &EmbedContext::at(Positions::From(0)).with_tokens(Tokens::new(&ids(&f))),
+        )
         .unwrap();
     assert!(max_abs_diff(&out, &f["k0.out"]) < TOL);
 }
@@ -77,7 +81,10 @@ fn while_training_the_drawn_offset_shifts_every_digit_and_trains_its_rows() {
         posenc::draws::seed(11, step);
         let x = Var::from_tensor(&f["x"]).unwrap();
         let out = enc
-            .add_to_embeddings_of(x.as_tensor(), Tokens::new(&ids(&f)), Positions::From(0))
+            .embed(
+                x.as_tensor(),
+                &EmbedContext::at(Positions::From(0)).with_tokens(Tokens::new(&ids(&f))),
+            )
             .unwrap();
         assert!(
             max_abs_diff(&out, &f[&format!("k{k}.out")]) < TOL,
@@ -120,7 +127,10 @@ fn a_sequence_read_in_two_parts_is_placed_as_one() {
         before: Some(&head),
     };
     let out = enc
-        .add_to_embeddings_of(&x, tokens, Positions::From(SPLIT))
+        .embed(
+            &x,
+            &EmbedContext::at(Positions::From(SPLIT)).with_tokens(tokens),
+        )
         .unwrap();
     let want = f["k0.out"]
         .i(0..1)
@@ -147,7 +157,7 @@ fn bad_settings_and_inputs_are_refused_by_name() {
     assert!(err(serde_json::json!({"rows": 0})).contains("rows > 0"));
     let enc = Abacus::new(&config(2, 8), 8, vb()).unwrap();
     let x = Tensor::zeros((1, 9, 8), DType::F32, &Device::Cpu).unwrap();
-    let e = enc.add_to_embeddings(&x, 0.into()).unwrap_err().to_string();
+    let e = enc.embed(&x, &EmbedContext::at(0)).unwrap_err().to_string();
     assert!(
         e.contains("reads each digit's place from the tokens"),
         "{e}"
@@ -155,13 +165,13 @@ fn bad_settings_and_inputs_are_refused_by_name() {
     // Nine digits in a row reach place 9, past 8 rows.
     let nine = Tensor::full(5u32, (1, 9), &Device::Cpu).unwrap();
     let e = enc
-        .add_to_embeddings_of(&x, Tokens::new(&nine), 0.into())
+        .embed(&x, &EmbedContext::at(0).with_tokens(Tokens::new(&nine)))
         .unwrap_err()
         .to_string();
     assert!(e.contains("place 9") && e.contains("8 rows"), "{e}");
     let short = Tensor::full(5u32, (1, 4), &Device::Cpu).unwrap();
     let e = enc
-        .add_to_embeddings_of(&x, Tokens::new(&short), 0.into())
+        .embed(&x, &EmbedContext::at(0).with_tokens(Tokens::new(&short)))
         .unwrap_err()
         .to_string();
     assert!(e.contains("one id per embedding"), "{e}");

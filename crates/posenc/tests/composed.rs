@@ -3,6 +3,7 @@
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{VarBuilder, VarMap};
+use posenc::{BiasContext, EmbedContext, RotateContext, ScoreContext};
 use posenc::{Direction, EncodingConfig, PositionalEncoding, Positions, Target};
 use posenc_testkit::max_abs_diff;
 
@@ -58,10 +59,16 @@ fn softmax(row: &[f64]) -> Vec<f64> {
 fn ssmax_scales_each_querys_logits_by_s_ln_n() {
     let (heads, len, s) = (2, 6, 0.43);
     let enc = build(&format!(r#"{{"kind": "ssmax", "s": {s}}}"#), heads, 64);
-    assert!(enc.reads_scores());
+    assert!(enc.capabilities().reads_scores);
     let (z, logits) = causal_logits(heads, len);
     let q = Tensor::zeros((1, heads, len, 8), DType::F32, &Device::Cpu).unwrap();
-    let bias = enc.score_bias(&q, &logits).unwrap().unwrap();
+    let bias = enc
+        .score_bias(&ScoreContext {
+            q: &q,
+            logits: &logits,
+        })
+        .unwrap()
+        .unwrap();
     let scaled: Vec<f32> = (&logits + &bias)
         .unwrap()
         .flatten_all()
@@ -92,7 +99,10 @@ fn ssmax_scales_each_querys_logits_by_s_ln_n() {
     let enc = build(r#"{"kind": "ssmax"}"#, 1, 6);
     let (_, logits) = causal_logits(1, 6);
     let bias = enc
-        .score_bias(&q.narrow(1, 0, 1).unwrap(), &logits)
+        .score_bias(&ScoreContext {
+            q: &q.narrow(1, 0, 1).unwrap(),
+            logits: &logits,
+        })
         .unwrap()
         .unwrap();
     let last: Vec<f32> = bias
@@ -116,10 +126,12 @@ fn a_stack_applies_each_entry_in_turn() {
         64,
     );
     let x = Tensor::randn(0f32, 1.0, (1, len, 8 * heads), &Device::Cpu).unwrap();
-    let added = stack.add_to_embeddings(&x, Positions::From(3)).unwrap();
+    let added = stack
+        .embed(&x, &EmbedContext::at(Positions::From(3)))
+        .unwrap();
     let sinusoidal = build(r#"{"kind": "sinusoidal"}"#, heads, 64);
     let want = sinusoidal
-        .add_to_embeddings(&x, Positions::From(3))
+        .embed(&x, &EmbedContext::at(Positions::From(3)))
         .unwrap();
     let diff = |a: &Tensor, b: &Tensor| max_abs_diff(a, b);
     assert!(diff(&added, &want) < 1e-6);
@@ -127,24 +139,38 @@ fn a_stack_applies_each_entry_in_turn() {
     let rope = build(r#"{"kind": "rope"}"#, heads, 64);
     assert!(
         diff(
-            &stack.rotate(&qk, Positions::From(2)).unwrap(),
-            &rope.rotate(&qk, Positions::From(2)).unwrap()
+            &stack
+                .rotate(&qk, &RotateContext::query(Positions::From(2)))
+                .unwrap(),
+            &rope
+                .rotate(&qk, &RotateContext::query(Positions::From(2)))
+                .unwrap()
         ) < 1e-6
     );
     let alibi = build(r#"{"kind": "alibi"}"#, heads, 64);
     let one = alibi
-        .attention_bias(len, len, Positions::From(0), Positions::From(0))
+        .bias(&BiasContext::new(
+            len,
+            len,
+            Positions::From(0),
+            Positions::From(0),
+        ))
         .unwrap()
         .unwrap();
     let both = stack
-        .attention_bias(len, len, Positions::From(0), Positions::From(0))
+        .bias(&BiasContext::new(
+            len,
+            len,
+            Positions::From(0),
+            Positions::From(0),
+        ))
         .unwrap()
         .unwrap();
     assert!(
         diff(&both, &(&one * 2.0).unwrap()) < 1e-5,
         "two ALiBis add up"
     );
-    assert!(!stack.reads_scores());
+    assert!(!stack.capabilities().reads_scores);
     // RoPE with SSMax: the rotation of the one, the score bias of the other.
     let with_ssmax = build(
         r#"{"kind": "stack", "of": ["rope", {"kind": "ssmax", "s": 0.5}]}"#,
@@ -152,10 +178,22 @@ fn a_stack_applies_each_entry_in_turn() {
         64,
     );
     let ssmax = build(r#"{"kind": "ssmax", "s": 0.5}"#, heads, 64);
-    assert!(with_ssmax.reads_scores());
+    assert!(with_ssmax.capabilities().reads_scores);
     let (_, logits) = causal_logits(heads, len);
-    let a = with_ssmax.score_bias(&qk, &logits).unwrap().unwrap();
-    let b = ssmax.score_bias(&qk, &logits).unwrap().unwrap();
+    let a = with_ssmax
+        .score_bias(&ScoreContext {
+            q: &qk,
+            logits: &logits,
+        })
+        .unwrap()
+        .unwrap();
+    let b = ssmax
+        .score_bias(&ScoreContext {
+            q: &qk,
+            logits: &logits,
+        })
+        .unwrap()
+        .unwrap();
     assert!(diff(&a, &b) < 1e-6);
 }
 
@@ -188,7 +226,12 @@ fn a_window_masks_the_keys_past_it() {
         let target = Target::new(16, 2, direction).unwrap();
         let enc = build_for(&format!(r#"{{"kind": "window", "size": {size}}}"#), &target);
         let b = enc
-            .attention_bias(1, k + 1, Positions::From(q), Positions::From(0))
+            .bias(&BiasContext::new(
+                1,
+                k + 1,
+                Positions::From(q),
+                Positions::From(0),
+            ))
             .unwrap()
             .unwrap();
         assert_eq!(b.dims(), [2, 1, k + 1]);

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 
 use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::{VarBuilder, VarMap};
+use posenc::{BiasContext, EmbedContext};
 use posenc::{EncodingConfig, PositionalEncoding, Positions, Tokens};
 
 const ROWS: usize = 64;
@@ -81,7 +82,10 @@ fn rows(enc: &dyn PositionalEncoding, tokens: &[u32], training: Option<u64>) -> 
         None => zeros,
     };
     let out = enc
-        .add_to_embeddings_of(&x, Tokens::new(&ids), Positions::From(0))
+        .embed(
+            &x,
+            &EmbedContext::at(Positions::From(0)).with_tokens(Tokens::new(&ids)),
+        )
         .unwrap();
     out.flatten_all()
         .unwrap()
@@ -190,13 +194,16 @@ fn bias(enc: &dyn PositionalEncoding, tokens: &[u32], q: usize) -> Vec<Vec<Vec<f
         ids: &new,
         before: (q < n).then_some(&before),
     };
-    enc.attention_bias_of(tokens, q, n, Positions::From(n - q), Positions::From(0))
-        .unwrap()
-        .unwrap()
-        .squeeze(0)
-        .unwrap()
-        .to_vec3::<f32>()
-        .unwrap()
+    enc.bias(
+        &BiasContext::new(q, n, Positions::From(n - q), Positions::From(0))
+            .with_tokens(Some(tokens)),
+    )
+    .unwrap()
+    .unwrap()
+    .squeeze(0)
+    .unwrap()
+    .to_vec3::<f32>()
+    .unwrap()
 }
 
 /// Each case's model input (every token but the end) and the reference's buckets.
@@ -253,7 +260,7 @@ fn the_relative_tables_gradient_sums_each_buckets_pairs() {
     let n = tokens.len();
     let ids = Tensor::from_vec(tokens.clone(), (1, n), &Device::Cpu).unwrap();
     let out = enc
-        .attention_bias_of(Tokens::new(&ids), n, n, 0.into(), 0.into())
+        .bias(&BiasContext::new(n, n, 0, 0).with_tokens(Some(Tokens::new(&ids))))
         .unwrap()
         .unwrap();
     // A loss weighing every entry differently: Σ g(h, i, j) · bias(h, i, j).
@@ -292,13 +299,13 @@ fn the_relative_tables_gradient_sums_each_buckets_pairs() {
 fn the_relative_bias_refuses_to_act_without_the_tokens_or_with_bad_settings() {
     let (enc, _) = bias_of(7);
     let e = enc
-        .attention_bias(3, 3, 0.into(), 0.into())
+        .bias(&BiasContext::new(3, 3, 0, 0))
         .unwrap_err()
         .to_string();
     assert!(e.contains("coupling-bias") && e.contains("tokens"), "{e}");
     let ids = Tensor::from_vec(vec![4u32, 3, 5], (1, 3), &Device::Cpu).unwrap();
     let e = enc
-        .attention_bias_of(Tokens::new(&ids), 3, 4, 0.into(), 0.into())
+        .bias(&BiasContext::new(3, 4, 0, 0).with_tokens(Some(Tokens::new(&ids))))
         .unwrap_err()
         .to_string();
     assert!(e.contains("3 queries against 4 keys"), "{e}");

@@ -1,6 +1,7 @@
 //! Bad input gets an error that names its cause, never a panic.
 
 use candle_core::{DType, Device, Tensor};
+use posenc::{EmbedContext, RotateContext};
 use posenc::{EncodingConfig, Error};
 
 fn build_err(cfg: &str, d_model: usize, heads: usize) -> Error {
@@ -61,8 +62,8 @@ fn learned_position_past_max_is_named() {
         .build_untrained(4, 1, &Device::Cpu)
         .unwrap();
     let x = Tensor::zeros((1, 3, 4), DType::F32, &Device::Cpu).unwrap();
-    assert!(enc.add_to_embeddings(&x, 5.into()).is_ok()); // positions 5, 6, 7
-    let e = enc.add_to_embeddings(&x, 6.into()).unwrap_err();
+    assert!(enc.embed(&x, &EmbedContext::at(5)).is_ok()); // positions 5, 6, 7
+    let e = enc.embed(&x, &EmbedContext::at(6)).unwrap_err();
     assert!(
         matches!(
             e,
@@ -131,9 +132,9 @@ fn wrong_shapes_are_named() {
         .build_untrained(8, 2, &dev)
         .unwrap();
     let e = sin
-        .add_to_embeddings(
+        .embed(
             &Tensor::zeros((1, 3, 6), DType::F32, &dev).unwrap(),
-            0.into(),
+            &EmbedContext::at(0),
         )
         .unwrap_err();
     assert!(
@@ -141,7 +142,10 @@ fn wrong_shapes_are_named() {
         "{e}"
     );
     let e = sin
-        .add_to_embeddings(&Tensor::zeros((3, 8), DType::F32, &dev).unwrap(), 0.into())
+        .embed(
+            &Tensor::zeros((3, 8), DType::F32, &dev).unwrap(),
+            &EmbedContext::at(0),
+        )
         .unwrap_err();
     assert!(message(&e).contains("[3, 8]"), "{e}");
     let rope = EncodingConfig::from_kind("rope")
@@ -151,7 +155,7 @@ fn wrong_shapes_are_named() {
     let e = rope
         .rotate(
             &Tensor::zeros((1, 2, 3, 8), DType::F32, &dev).unwrap(),
-            0.into(),
+            &RotateContext::query(0),
         )
         .unwrap_err();
     assert!(message(&e).contains("(batch, heads, seq, 4)"), "{e}");

@@ -4,6 +4,7 @@
 
 use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::{VarBuilder, VarMap};
+use posenc::{BiasContext, DecayContext, EmbedContext, RotateContext, ScoreContext};
 use posenc::{Direction, EncodingConfig, PositionalEncoding, Target, Tokens};
 
 const D: usize = 8;
@@ -41,19 +42,24 @@ fn forward(enc: &dyn PositionalEncoding, w: &Tensor) -> Tensor {
         .collect();
     let ids = Tensor::from_vec(ids, (1, T), &dev).unwrap();
     let h = enc
-        .add_to_embeddings_of(&x.broadcast_matmul(w).unwrap(), Tokens::new(&ids), 0.into())
+        .embed(
+            &x.broadcast_matmul(w).unwrap(),
+            &EmbedContext::at(0).with_tokens(Tokens::new(&ids)),
+        )
         .unwrap();
     let heads = h
         .reshape((1, T, HEADS, D / HEADS))
         .unwrap()
         .transpose(1, 2)
         .unwrap();
-    let q = enc.rotate(&heads, 0.into()).unwrap();
-    let k = enc.rotate_keys(&(&heads * 0.5).unwrap(), 0.into()).unwrap();
+    let q = enc.rotate(&heads, &RotateContext::query(0)).unwrap();
+    let k = enc
+        .rotate(&(&heads * 0.5).unwrap(), &RotateContext::key(0))
+        .unwrap();
     let mut scores = q.matmul(&k.t().unwrap()).unwrap();
     let tokens = Tokens::new(&ids);
     if let Some(bias) = enc
-        .attention_bias_of(tokens, T, T, 0.into(), 0.into())
+        .bias(&BiasContext::new(T, T, 0, 0).with_tokens(Some(tokens)))
         .unwrap()
     {
         // One bias for every sequence, or one each (read from the tokens).
@@ -63,15 +69,21 @@ fn forward(enc: &dyn PositionalEncoding, w: &Tensor) -> Tensor {
         };
         scores = scores.broadcast_add(&bias).unwrap();
     }
-    if let Some(decay) = enc.decay(&h).unwrap() {
+    if let Some(decay) = enc.decay(&DecayContext { input: &h }).unwrap() {
         scores = (scores + decay.bias().unwrap()).unwrap();
     }
-    if enc.reads_scores() {
-        if let Some(extra) = enc.score_bias(&q, &scores).unwrap() {
+    if enc.capabilities().reads_scores {
+        if let Some(extra) = enc
+            .score_bias(&ScoreContext {
+                q: &q,
+                logits: &scores,
+            })
+            .unwrap()
+        {
             scores = (scores + extra).unwrap();
         }
     }
-    if let Some(sink) = enc.sink_logits().unwrap() {
+    if let Some(sink) = enc.capabilities().sink().unwrap() {
         // A column more in the softmax, as attention puts it.
         let column = sink.reshape((1, HEADS, 1, 1)).unwrap();
         let column = column.broadcast_as((1, HEADS, T, 1)).unwrap();
@@ -103,7 +115,8 @@ fn every_encoding_passes_gradients_upstream_and_to_its_weights() {
             )
             .unwrap();
         let w = Var::randn(0f32, 1.0, (D, D), &Device::Cpu).unwrap();
-        let loss = forward(&*enc, w.as_tensor());
+        // A per-layer pattern acts through its layers: the first layer's encoding.
+        let loss = forward(&*posenc::for_layer(&enc, 0), w.as_tensor());
         let grads = loss.backward().unwrap();
         assert!(
             grad_norm(&grads, w.as_tensor()) > 0.0,
@@ -128,7 +141,7 @@ fn rope_uses_the_fused_kernel_only_without_gradient() {
         .unwrap();
     let q = Var::randn(0f32, 1.0, (1, 1, T, D), &Device::Cpu).unwrap();
     let c = Tensor::randn(0f32, 1.0, (1, 1, T, D), &Device::Cpu).unwrap();
-    let loss = (enc.rotate(q.as_tensor(), 0.into()).unwrap() * &c)
+    let loss = (enc.rotate(q.as_tensor(), &RotateContext::query(0)).unwrap() * &c)
         .unwrap()
         .sum_all()
         .unwrap();
@@ -141,7 +154,7 @@ fn rope_uses_the_fused_kernel_only_without_gradient() {
         .unwrap()
         .to_scalar::<f32>()
         .unwrap();
-    let rhs = (&c * enc.rotate(&v, 0.into()).unwrap())
+    let rhs = (&c * enc.rotate(&v, &RotateContext::query(0)).unwrap())
         .unwrap()
         .sum_all()
         .unwrap()

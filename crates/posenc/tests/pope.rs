@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::{VarBuilder, VarMap};
+use posenc::RotateContext;
 use posenc::{Direction, EncodingConfig, PositionalEncoding, Positions, Target};
 use posenc_testkit::max_abs_diff;
 
@@ -37,8 +38,10 @@ fn pope_matches_x_transformers_forward_and_gradients() {
             Var::from_tensor(&f["k"]).unwrap(),
         );
         let at = Positions::From(offset);
-        let rq = pope.rotate(q.as_tensor(), at).unwrap();
-        let rk = pope.rotate_keys(k.as_tensor(), at).unwrap();
+        let rq = pope
+            .rotate(q.as_tensor(), &RotateContext::query(at))
+            .unwrap();
+        let rk = pope.rotate(k.as_tensor(), &RotateContext::key(at)).unwrap();
         assert_eq!(rq.dims(), &[2, heads, 5, 2 * d]);
         let loss = ((&rq * &f["wq"]).unwrap().sum_all().unwrap()
             + (&rk * &f["wk"]).unwrap().sum_all().unwrap())
@@ -85,7 +88,10 @@ fn pope_refuses_what_it_cannot_turn() {
     let pope = build(r#""pope""#.trim_matches('"')).unwrap();
     // Keys of fewer heads than its phases (grouped-query attention) are refused by name.
     let k = Tensor::zeros((1, 1, 3, 8), DType::F32, &Device::Cpu).unwrap();
-    let e = pope.rotate_keys(&k, 0.into()).unwrap_err().to_string();
+    let e = pope
+        .rotate(&k, &RotateContext::key(0))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("key head"), "{e}");
     let odd = Target::new(6, 2, Direction::Causal).unwrap();
     let e = EncodingConfig::from_kind("pope")

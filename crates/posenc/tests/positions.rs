@@ -5,6 +5,7 @@
 
 use candle_core::{DType, Device, IndexOp, Tensor, Var};
 use candle_nn::{VarBuilder, VarMap};
+use posenc::{BiasContext, EmbedContext, RotateContext};
 use posenc::{Direction, EncodingConfig, Positions, Target};
 use posenc_testkit::max_abs_diff;
 
@@ -23,7 +24,8 @@ fn every_kind() -> Vec<EncodingConfig> {
         .filter(|cfg| {
             !cfg.build_untrained(D, HEADS, &Device::Cpu)
                 .unwrap()
-                .reads_tokens()
+                .capabilities()
+                .reads_tokens
         })
         .collect()
 }
@@ -52,17 +54,17 @@ fn a_consecutive_list_is_the_offset_form() {
     let positions: Vec<usize> = (5..9).collect();
     let (h, e) = inputs(&positions);
     for cfg in every_kind() {
-        let enc = cfg.build_untrained(D, HEADS, &Device::Cpu).unwrap();
+        let enc = posenc::for_layer(&cfg.build_untrained(D, HEADS, &Device::Cpu).unwrap(), 0);
         let (at, from) = (Positions::At(&list), Positions::From(5));
         let kind = cfg.kind();
-        let a = enc.add_to_embeddings(&e, at).unwrap();
-        let b = enc.add_to_embeddings(&e, from).unwrap();
+        let a = enc.embed(&e, &EmbedContext::at(at)).unwrap();
+        let b = enc.embed(&e, &EmbedContext::at(from)).unwrap();
         assert!(max_abs_diff(&a, &b) < 1e-6, "{kind}");
-        let a = enc.rotate(&h, at).unwrap();
-        let b = enc.rotate(&h, from).unwrap();
+        let a = enc.rotate(&h, &RotateContext::query(at)).unwrap();
+        let b = enc.rotate(&h, &RotateContext::query(from)).unwrap();
         assert!(max_abs_diff(&a, &b) < 1e-6, "{kind}");
-        let a = enc.attention_bias(4, 4, at, at).unwrap();
-        let b = enc.attention_bias(4, 4, from, from).unwrap();
+        let a = enc.bias(&BiasContext::new(4, 4, at, at)).unwrap();
+        let b = enc.bias(&BiasContext::new(4, 4, from, from)).unwrap();
         match (a, b) {
             (Some(a), Some(b)) => assert!(max_abs_diff(&a, &b) < 1e-6, "{kind}"),
             (None, None) => {}
@@ -79,16 +81,24 @@ fn a_sparse_list_picks_the_positions_of_a_full_sequence() {
     let (h, e) = inputs(&picked);
     let (at, from) = (Positions::At(&LIST), Positions::From(0));
     for cfg in every_kind() {
-        let enc = cfg.build_untrained(D, HEADS, &Device::Cpu).unwrap();
+        let enc = posenc::for_layer(&cfg.build_untrained(D, HEADS, &Device::Cpu).unwrap(), 0);
         let kind = cfg.kind();
-        let sparse = enc.add_to_embeddings(&e, at).unwrap();
-        let full = rows(&enc.add_to_embeddings(&e_full, from).unwrap(), 1, &LIST);
+        let sparse = enc.embed(&e, &EmbedContext::at(at)).unwrap();
+        let full = rows(
+            &enc.embed(&e_full, &EmbedContext::at(from)).unwrap(),
+            1,
+            &LIST,
+        );
         assert!(max_abs_diff(&sparse, &full) < 1e-6, "{kind}");
-        let sparse = enc.rotate(&h, at).unwrap();
-        let full = rows(&enc.rotate(&h_full, from).unwrap(), 2, &LIST);
+        let sparse = enc.rotate(&h, &RotateContext::query(at)).unwrap();
+        let full = rows(
+            &enc.rotate(&h_full, &RotateContext::query(from)).unwrap(),
+            2,
+            &LIST,
+        );
         assert!(max_abs_diff(&sparse, &full) < 1e-6, "{kind}");
-        let sparse = enc.attention_bias(4, 4, at, at).unwrap();
-        let full = enc.attention_bias(FULL, FULL, from, from).unwrap();
+        let sparse = enc.bias(&BiasContext::new(4, 4, at, at)).unwrap();
+        let full = enc.bias(&BiasContext::new(FULL, FULL, from, from)).unwrap();
         if let (Some(sparse), Some(full)) = (sparse, full) {
             let full = rows(&rows(&full, 1, &LIST), 2, &LIST);
             assert!(max_abs_diff(&sparse, &full) < 1e-6, "{kind}");
@@ -101,17 +111,20 @@ fn a_bad_list_is_refused() {
     let (h, e) = inputs(&[0, 1, 2, 3]);
     let changed = |a: &Tensor, b: &Tensor| a.dims() != b.dims() || max_abs_diff(a, b) > 0.0;
     for cfg in every_kind() {
-        let enc = cfg.build_untrained(D, HEADS, &Device::Cpu).unwrap();
+        let enc = posenc::for_layer(&cfg.build_untrained(D, HEADS, &Device::Cpu).unwrap(), 0);
         // Only a hook that uses positions checks them: `none` has none.
         let from = Positions::From(0);
-        let uses_positions = changed(&enc.add_to_embeddings(&e, from).unwrap(), &e)
-            || changed(&enc.rotate(&h, from).unwrap(), &h)
-            || enc.attention_bias(4, 4, from, from).unwrap().is_some();
+        let uses_positions = changed(&enc.embed(&e, &EmbedContext::at(from)).unwrap(), &e)
+            || changed(&enc.rotate(&h, &RotateContext::query(from)).unwrap(), &h)
+            || enc
+                .bias(&BiasContext::new(4, 4, from, from))
+                .unwrap()
+                .is_some();
         let refused = |list: &[u32]| {
             let at = Positions::At(list);
-            enc.add_to_embeddings(&e, at).is_err()
-                || enc.rotate(&h, at).is_err()
-                || enc.attention_bias(4, 4, at, at).is_err()
+            enc.embed(&e, &EmbedContext::at(at)).is_err()
+                || enc.rotate(&h, &RotateContext::query(at)).is_err()
+                || enc.bias(&BiasContext::new(4, 4, at, at)).is_err()
         };
         for bad in [&[1u32, 2, 3][..], &[4, 3, 2, 1], &[0, 2, 1, 3]] {
             assert_eq!(refused(bad), uses_positions, "{}: {bad:?}", cfg.kind());
@@ -134,7 +147,7 @@ fn a_learned_table_trains_exactly_the_listed_rows() {
         .unwrap();
     let x = Tensor::zeros((2, 4, D), DType::F32, &Device::Cpu).unwrap();
     let loss = enc
-        .add_to_embeddings(&x, Positions::At(&LIST))
+        .embed(&x, &EmbedContext::at(Positions::At(&LIST)))
         .unwrap()
         .sum_all()
         .unwrap();
@@ -149,7 +162,7 @@ fn a_learned_table_trains_exactly_the_listed_rows() {
         assert!(row.iter().all(|&v| v == want), "row {p}: {row:?}");
     }
     let e = enc
-        .add_to_embeddings(&x, Positions::At(&[3, 40, 41, 42]))
+        .embed(&x, &EmbedContext::at(Positions::At(&[3, 40, 41, 42])))
         .unwrap_err();
     assert!(e.to_string().contains("40"), "{e}");
 }
@@ -165,11 +178,17 @@ fn rope_position_scale_divides_every_position() {
     };
     let (x, _) = inputs(&[0, 1, 2, 3]);
     let (plain, halved) = (rope(1.0), rope(4.0));
-    let unscaled = plain.rotate(&x, Positions::From(0)).unwrap();
-    let scaled = halved.rotate(&x, Positions::At(&[0, 4, 8, 12])).unwrap();
+    let unscaled = plain
+        .rotate(&x, &RotateContext::query(Positions::From(0)))
+        .unwrap();
+    let scaled = halved
+        .rotate(&x, &RotateContext::query(Positions::At(&[0, 4, 8, 12])))
+        .unwrap();
     assert!(max_abs_diff(&unscaled, &scaled) < 1e-6);
     // And it does change something: the same positions unscaled rotate further.
-    let other = plain.rotate(&x, Positions::At(&[0, 4, 8, 12])).unwrap();
+    let other = plain
+        .rotate(&x, &RotateContext::query(Positions::At(&[0, 4, 8, 12])))
+        .unwrap();
     assert!(max_abs_diff(&unscaled, &other) > 1e-2);
     for bad in ["0", "-1"] {
         let json = format!(r#"{{"kind": "rope", "position_scale": {bad}}}"#);

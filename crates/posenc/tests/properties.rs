@@ -6,6 +6,7 @@ use candle_core::{DType, Device, Tensor};
 use posenc::alibi::alibi_slopes;
 use posenc::analysis::{analyze, Properties, Setting};
 use posenc::t5::relative_position_bucket;
+use posenc::{BiasContext, EmbedContext, RotateContext};
 use posenc::{EncodingConfig, Form, PositionalEncoding};
 use posenc_testkit::max_abs_diff;
 use proptest::prelude::*;
@@ -180,11 +181,11 @@ proptest! {
         let diff = match enc.table(total).unwrap().form {
             Form::Additive { values: full, .. } => {
                 let x = Tensor::zeros((1, n, d), DType::F32, &Device::Cpu).unwrap();
-                let part = enc.add_to_embeddings(&x, offset.into()).unwrap().squeeze(0).unwrap();
+                let part = enc.embed(&x, &EmbedContext::at(offset)).unwrap().squeeze(0).unwrap();
                 (part - full.narrow(0, offset, n).unwrap()).unwrap()
             }
             Form::Bias { bias: full, .. } => {
-                let part = enc.attention_bias(n, total, offset.into(), 0.into()).unwrap().unwrap();
+                let part = enc.bias(&BiasContext::new(n, total, offset, 0)).unwrap().unwrap();
                 (part - full.narrow(1, offset, n).unwrap()).unwrap()
             }
             Form::Rotary { .. } => unreachable!(),
@@ -202,8 +203,8 @@ proptest! {
         let enc = build("rope", 16, 2);
         let total = offset + n;
         let x = Tensor::randn(0f32, 1.0, (1, 2, total, 8), &Device::Cpu).unwrap();
-        let full = enc.rotate(&x, 0.into()).unwrap().narrow(2, offset, n).unwrap();
-        let part = enc.rotate(&x.narrow(2, offset, n).unwrap().contiguous().unwrap(), offset.into()).unwrap();
+        let full = enc.rotate(&x, &RotateContext::query(0)).unwrap().narrow(2, offset, n).unwrap();
+        let part = enc.rotate(&x.narrow(2, offset, n).unwrap().contiguous().unwrap(), &RotateContext::query(offset)).unwrap();
         prop_assert!(max_abs_diff(&full, &part) < 1e-5);
     }
 }
@@ -215,7 +216,7 @@ fn half_precision_casts_after_computing() {
     let enc = build("sinusoidal", 64, 1);
     let x = Tensor::zeros((1, 4, 64), DType::F16, &Device::Cpu).unwrap();
     let ours = enc
-        .add_to_embeddings(&x, 60_000.into())
+        .embed(&x, &EmbedContext::at(60_000))
         .unwrap()
         .squeeze(0)
         .unwrap();

@@ -12,6 +12,7 @@ use posenc::rope::Rope;
 use posenc::sinusoidal::Sinusoidal;
 use posenc::t5::relative_position_bucket;
 use posenc::PairLayout;
+use posenc::RotateContext;
 use posenc::{inverse_frequencies, EncodingConfig, Form, PositionalEncoding};
 
 const TOL: f32 = 1e-6;
@@ -118,11 +119,13 @@ fn rope_table_matches_gptj_sinusoidal_positions() {
 /// Rotates `x` at `offset` both with the fused kernel (plain tensor) and with the
 /// differentiable path (a `Var`), and checks both against the reference.
 fn check_rotation(name: &str, rope: &Rope, x: &Tensor, offset: usize, reference: &Tensor) {
-    let fused = rope.rotate(x, offset.into()).unwrap();
+    let fused = rope.rotate(x, &RotateContext::query(offset)).unwrap();
     assert_close(&format!("{name} (fused)"), &fused, reference, TOL);
     let var = Var::from_tensor(x).unwrap();
     assert!(var.as_tensor().track_op());
-    let slow = rope.rotate(var.as_tensor(), offset.into()).unwrap();
+    let slow = rope
+        .rotate(var.as_tensor(), &RotateContext::query(offset))
+        .unwrap();
     assert_close(&format!("{name} (differentiable)"), &slow, reference, TOL);
 }
 
@@ -409,25 +412,31 @@ fn xpos_scores_match_x_transformers() {
         )
         .unwrap();
         let name = format!("xpos.scores.start{start}.base{scale_base}");
-        let q = xpos.rotate(&f["rope.q"], start.into()).unwrap();
-        let k = xpos.rotate_keys(&f["rope.k"], start.into()).unwrap();
+        let q = xpos
+            .rotate(&f["rope.q"], &RotateContext::query(start))
+            .unwrap();
+        let k = xpos
+            .rotate(&f["rope.k"], &RotateContext::key(start))
+            .unwrap();
         let scores = q.matmul(&k.t().unwrap()).unwrap();
         // Scores reach ~16, summed over 16 products: f32's tolerance at that size.
         assert_close(&name, &scores, &f[&name], 2e-5);
         // Through the differentiable path as well.
         let var = Var::from_tensor(&f["rope.q"]).unwrap();
-        let slow = xpos.rotate(var.as_tensor(), start.into()).unwrap();
+        let slow = xpos
+            .rotate(var.as_tensor(), &RotateContext::query(start))
+            .unwrap();
         assert_close(&format!("{name} (differentiable)"), &slow, &q, 1e-6);
     }
     // The range ends where a key's scale ζ₀^(−m/γ) would pass 1e30, and is refused by name.
     let xpos = Xpos::new(16, 10_000.0, 64.0, PairLayout::Interleaved, &Device::Cpu).unwrap();
-    let past = xpos.max_positions().unwrap();
+    let past = xpos.capabilities().max_positions.unwrap();
     assert_eq!(
         past,
         (64.0 * 1e30f64.ln() / (1.4f64 / 0.4).ln()).floor() as usize
     );
     let e = xpos
-        .rotate(&f["rope.q"], (past - 5).into())
+        .rotate(&f["rope.q"], &RotateContext::query(past - 5))
         .unwrap_err()
         .to_string();
     assert!(e.contains(&format!("max_positions = {past}")), "{e}");

@@ -5,6 +5,7 @@
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{VarBuilder, VarMap};
+use posenc::RotateContext;
 use posenc::{Direction, EncodingConfig, Form, Positions, Target};
 use serde_json::Value;
 
@@ -97,7 +98,7 @@ fn dynamic_scaling_rotates_a_chunk_as_the_rows_of_its_whole_sequence() {
     let ones = Tensor::ones((1, 1, 16, 16), DType::F32, &Device::Cpu).unwrap();
     let x = Tensor::cat(&[&ones, &ones.zeros_like().unwrap()], 3).unwrap();
     let rotated = enc
-        .rotate(&x, Positions::From(48))
+        .rotate(&x, &RotateContext::query(Positions::From(48)))
         .unwrap()
         .squeeze(0)
         .unwrap()
@@ -274,7 +275,7 @@ fn hope_gives_the_formulas_tables_and_rotations() {
                 .map(|v| v as f32)
                 .collect();
             let x = Tensor::from_vec(x, (1, 1, len, head_dim), &Device::Cpu).unwrap();
-            let rotated = enc.rotate(&x, 0.into()).unwrap();
+            let rotated = enc.rotate(&x, &RotateContext::query(0)).unwrap();
             close(&rotated, &case["rotated"], "rotated");
         }
     }

@@ -12,7 +12,9 @@
 //!   for the encodings that turn pairs (sinusoidal's columns, rotary angles).
 
 use candle_core::{Device, Tensor};
-use posenc::{EncodingConfig, Form, PositionalEncoding, Positions};
+use std::sync::Arc;
+
+use posenc::{BiasContext, EncodingConfig, Form, PositionalEncoding, Positions, RotateContext};
 use serde::{Deserialize, Serialize};
 
 use crate::error::ApiError;
@@ -147,16 +149,20 @@ pub fn view(request: &EncodingRequest) -> Result<EncodingView, ApiError> {
     let enc = config
         .build_untrained(d_model, heads, &Device::Cpu)
         .map_err(bad)?;
-    compute(&*enc, config.to_json(), (d_model, heads), len).map_err(bad)
+    compute(&enc, config.to_json(), (d_model, heads), len).map_err(bad)
 }
 
 fn compute(
-    enc: &dyn PositionalEncoding,
+    enc: &Arc<dyn PositionalEncoding>,
     config: serde_json::Value,
     (d_model, heads): (usize, usize),
     len: usize,
 ) -> posenc::Result<EncodingView> {
     let rows = sample(len, MAX_SIDE);
+    // The hooks of a per-layer pattern act through its layers: the first layer's are drawn,
+    // as its table is.
+    let first = posenc::for_layer(enc, 0);
+    let hooks = &*first;
     // A bias is read through the hook at the sampled positions only: a whole (heads, len,
     // len) table at 2 048 positions is a quarter of a gigabyte. The form is known from a
     // table too short to cost anything.
@@ -164,8 +170,10 @@ fn compute(
     let (table, by_distance, pairs) = match probe.form {
         // A bias read from the tokens has none at bare positions: its own table (what it
         // gives a run of digits, for position coupling) stands in.
-        Form::Bias { .. } if enc.reads_tokens() => table_bias_views(enc, len, &rows)?,
-        Form::Bias { .. } => bias_views(enc, &probe.title, len, &rows)?,
+        Form::Bias { .. } if hooks.capabilities().reads_tokens => {
+            table_bias_views(&**enc, len, &rows)?
+        }
+        Form::Bias { .. } => bias_views(hooks, &probe.title, len, &rows)?,
         _ => match enc.table(len)? {
             posenc::Table {
                 title,
@@ -201,7 +209,7 @@ fn compute(
                     position_heatmap(format!("cos(pos·θ_i), {title}"), "pair", &cos, &rows),
                     ByDistance {
                         title: "⟨R_p q, R_(p−k) k⟩ for a fixed q and k, p the last position".into(),
-                        values: vec![rotary_by_distance(enc, (d_model / heads, heads), len)?],
+                        values: vec![rotary_by_distance(hooks, (d_model / heads, heads), len)?],
                     },
                     Some(turning_pairs(&cos, &all, &sin, &all, &rows)),
                 )
@@ -209,7 +217,7 @@ fn compute(
             posenc::Table {
                 title,
                 form: Form::Bias { .. },
-            } => bias_views(enc, &title, len, &rows)?,
+            } => bias_views(hooks, &title, len, &rows)?,
         },
     };
     Ok(EncodingView {
@@ -275,11 +283,11 @@ fn bias_views(
 ) -> posenc::Result<(Heatmap, ByDistance, Option<Pairs>)> {
     let at: Vec<u32> = rows.iter().map(|&p| p as u32).collect();
     let bias = enc
-        .attention_bias(at.len(), at.len(), Positions::At(&at), Positions::At(&at))?
+        .bias(&BiasContext::square(at.len(), Positions::At(&at)))?
         .map(|b| b.to_vec3::<f32>())
         .transpose()?;
     let last = enc
-        .attention_bias(1, len, Positions::From(len - 1), Positions::From(0))?
+        .bias(&BiasContext::new(1, len, len - 1, 0))?
         .map(|b| b.squeeze(1)?.to_vec2::<f32>())
         .transpose()?;
     Ok(bias_heatmaps(title, len, rows, bias, last))
@@ -385,8 +393,8 @@ fn rotary_by_distance(
             .broadcast_as((1, heads, n, head_dim))?
             .contiguous()?)
     };
-    let q = enc.rotate(&fixed(1.3, 1)?, Positions::From(len - 1))?;
-    let k = enc.rotate_keys(&fixed(0.7, len)?, Positions::From(0))?;
+    let q = enc.rotate(&fixed(1.3, 1)?, &RotateContext::query(len - 1))?;
+    let k = enc.rotate(&fixed(0.7, len)?, &RotateContext::key(0))?;
     let q: Vec<f32> = q.get(0)?.get(0)?.flatten_all()?.to_vec1()?;
     let k: Vec<Vec<f32>> = k.get(0)?.get(0)?.to_vec2()?;
     Ok((0..len).map(|d| Some(dot(&q, &k[len - 1 - d]))).collect())

@@ -32,6 +32,8 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
 
 use posenc_io::write_atomic;
 
+pub use crate::weights::{frozen, variables};
+
 /// The safetensors bytes of `tensors` with `metadata` in its header.
 ///
 /// # Errors
@@ -101,27 +103,6 @@ pub fn save(
     let bytes = serialize(&variables(varmap), metadata, &weights_path)?;
     write_atomic(&weights_path, &bytes)?;
     Ok(write_atomic(&config_path, json.as_bytes())?)
-}
-
-/// The variables of `varmap` by name, as tensors sharing their storage.
-pub fn variables(varmap: &VarMap) -> HashMap<String, Tensor> {
-    varmap
-        .data()
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .iter()
-        .map(|(k, v)| (k.clone(), v.as_tensor().clone()))
-        .collect()
-}
-
-/// A builder over the variables of `varmap` as plain tensors (sharing their storage): a
-/// model built from it carries no gradient, so inference takes candle's fused kernels.
-pub fn frozen(varmap: &VarMap, device: &Device) -> VarBuilder<'static> {
-    let tensors = variables(varmap)
-        .into_iter()
-        .map(|(k, v)| (k, v.detach()))
-        .collect();
-    VarBuilder::from_tensors(tensors, DType::F32, device)
 }
 
 /// Reads `config.json` from `dir`.

@@ -4,7 +4,7 @@ use candle_nn::Activation;
 use posenc::{Direction, EncodingConfig, Target};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::{BlockConfig, Error, Result};
+use crate::{Error, Result};
 
 /// The positional encoding of each stack. In JSON, one encoding serves both stacks
 /// (`"encoding": {"kind": "t5"}`) or each stack names its own
@@ -363,6 +363,145 @@ impl Config {
             return bad(format!(
                 "tie_embeddings needs one joint vocabulary, got src_vocab_size = {} and tgt_vocab_size = {}",
                 self.src_vocab_size, self.tgt_vocab_size
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Everything a block, its attention, feed-forward network and residual connections need
+/// to know: model configs ([`Config`](crate::Config), [`LmConfig`](crate::LmConfig),
+/// BERT's and Llama's) each build one.
+///
+/// ```
+/// use posenc_transformer::BlockConfig;
+/// let paper = BlockConfig::new(512, 8, 2048);
+/// assert_eq!((paper.kv_heads, paper.head_dim()), (8, 64));
+/// assert!(paper.validate().is_ok());
+/// assert!(BlockConfig { kv_heads: 3, ..paper }.validate().is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BlockConfig {
+    /// Model width `d_model`.
+    pub d_model: usize,
+    /// Query heads `h`; `d_model` must be divisible by it.
+    pub heads: usize,
+    /// Key/value heads, each shared by `heads / kv_heads` query heads (grouped-query
+    /// attention, Ainslie et al. 2023); `heads` is the paper's.
+    pub kv_heads: usize,
+    /// Inner width of the feed-forward network `d_ff`.
+    pub d_ff: usize,
+    /// Feed-forward activation: ReLU (the paper), GELU (erf) or SiLU.
+    pub activation: Activation,
+    /// A gated feed-forward `(act(x W_g) ⊙ x W_1) W_2` (Shazeer 2020; Llama's SwiGLU).
+    pub gated: bool,
+    /// Biases on the attention and feed-forward projections.
+    pub bias: bool,
+    /// LayerNorm or RMSNorm.
+    pub norm: NormKind,
+    /// Pre-norm `x + f(N(x))` instead of the paper's post-norm `N(x + f(x))`.
+    pub norm_first: bool,
+    /// The norm's epsilon.
+    pub eps: f64,
+    /// Dropout on attention weights, the feed-forward's hidden layer and sublayer outputs
+    /// (while training: [`crate::dropout`]).
+    pub dropout: f32,
+    /// A cross-attention sublayer over an encoder's output (the decoder's blocks).
+    pub cross_attention: bool,
+    /// A norm after the last block of the stack (PyTorch's `encoder.norm`).
+    pub final_norm: bool,
+}
+
+impl BlockConfig {
+    /// The paper's block of width `d_model`, `heads` heads and feed-forward width `d_ff`:
+    /// ReLU, biases, post-norm LayerNorm with ε = 1e-5, no dropout, no cross-attention,
+    /// a final norm.
+    pub fn new(d_model: usize, heads: usize, d_ff: usize) -> Self {
+        Self {
+            d_model,
+            heads,
+            kv_heads: heads,
+            d_ff,
+            activation: Activation::Relu,
+            gated: false,
+            bias: true,
+            norm: NormKind::LayerNorm,
+            norm_first: false,
+            eps: 1e-5,
+            dropout: 0.0,
+            cross_attention: false,
+            final_norm: true,
+        }
+    }
+
+    /// Width of one head, `d_k = d_model / heads` (0 without heads).
+    pub fn head_dim(&self) -> usize {
+        self.d_model.checked_div(self.heads).unwrap_or(0)
+    }
+
+    /// The weights of one block, computed from the sizes alone.
+    pub fn parameters(&self) -> u128 {
+        let d = self.d_model as u128;
+        let ff = self.d_ff as u128;
+        let kv = self.kv_heads as u128 * self.head_dim() as u128;
+        let bias = |n: u128| if self.bias { n } else { 0 };
+        let attention = 2 * d * d + 2 * d * kv + bias(2 * d + 2 * kv);
+        let matrices = if self.gated { 3 } else { 2 };
+        let feed_forward = matrices * d * ff + bias((matrices - 1) * ff + d);
+        let norm = self.norm.parameters(self.d_model);
+        match self.cross_attention {
+            true => 2 * attention + feed_forward + 3 * norm,
+            false => attention + feed_forward + 2 * norm,
+        }
+    }
+
+    /// The weights of a stack of `layers` blocks, with its final norm.
+    pub fn stack_parameters(&self, layers: usize) -> u128 {
+        let last = match self.final_norm {
+            true => self.norm.parameters(self.d_model),
+            false => 0,
+        };
+        layers as u128 * self.parameters() + last
+    }
+
+    /// Checks the sizes fit together ([`posenc::limits`]) before anything is allocated.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the first field out of place.
+    pub fn validate(&self) -> Result<()> {
+        use posenc::limits::{check_positive, MAX_D_MODEL, MAX_HEADS};
+        let bad = |m: String| Err(Error::Config(m));
+        let limited = [
+            ("d_model", self.d_model, MAX_D_MODEL),
+            ("heads", self.heads, MAX_HEADS),
+            ("d_ff", self.d_ff, 16 * MAX_D_MODEL),
+        ];
+        for (what, value, max) in limited {
+            check_positive(what, value, max).map_err(|e| Error::Config(e.to_string()))?;
+        }
+        posenc::limits::head_dim(self.d_model, self.heads)?;
+        if self.kv_heads == 0 || !self.heads.is_multiple_of(self.kv_heads) {
+            return bad(format!(
+                "kv_heads must divide heads = {}, got {}",
+                self.heads, self.kv_heads
+            ));
+        }
+        if !(self.eps.is_finite() && self.eps > 0.0) {
+            return bad(format!(
+                "layer_norm_eps must be a small positive number, got {}",
+                self.eps
+            ));
+        }
+        if !(0.0..1.0).contains(&self.dropout) {
+            return bad(format!("dropout must be in [0, 1), got {}", self.dropout));
+        }
+        if !matches!(
+            self.activation,
+            Activation::Relu | Activation::Gelu | Activation::Silu
+        ) {
+            return bad(format!(
+                "activation must be relu, gelu or silu, got {:?}",
+                self.activation
             ));
         }
         Ok(())

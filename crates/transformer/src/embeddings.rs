@@ -18,7 +18,7 @@ use std::sync::Arc;
 use candle_core::quantized::QTensor;
 use candle_core::{DType, Tensor};
 use candle_nn::{Embedding, Module};
-use posenc::{PositionalEncoding, Positions, Tokens};
+use posenc::{Capabilities, EmbedContext, PositionalEncoding, Positions, Tokens};
 
 use crate::{Error, Result};
 
@@ -30,7 +30,10 @@ pub struct Embeddings {
     quantized: Option<Arc<QTensor>>,
     vocab_size: usize,
     scale: f64,
-    encoding: Arc<dyn PositionalEncoding>,
+    /// The encoding of the first layer, whose addition the embeddings get.
+    first_layer: Arc<dyn PositionalEncoding>,
+    /// What the whole encoding declares.
+    caps: Capabilities,
     dropout: f32,
 }
 
@@ -48,14 +51,16 @@ impl Embeddings {
             quantized: None,
             vocab_size,
             scale: if scale { (d_model as f64).sqrt() } else { 1.0 },
-            encoding,
+            first_layer: posenc::for_layer(&encoding, 0),
+            caps: encoding.capabilities(),
             dropout,
         }
     }
 
-    /// Replaces the positional encoding's additive hook.
+    /// Replaces the positional encoding: its first layer's addition, and what it declares.
     pub(crate) fn set_encoding(&mut self, encoding: Arc<dyn PositionalEncoding>) {
-        self.encoding = encoding;
+        self.first_layer = posenc::for_layer(&encoding, 0);
+        self.caps = encoding.capabilities();
     }
 
     /// The `(vocab, d_model)` table, shared with the generator when tied (a view of
@@ -87,7 +92,7 @@ impl Embeddings {
 
     /// The longest sequence the positional encoding can take, if it has an end.
     pub fn max_positions(&self) -> Option<usize> {
-        self.encoding.max_positions()
+        self.caps.max_positions
     }
 
     /// Embeds token ids `(batch, seq)` at positions `at` (usually `offset..offset + seq`).
@@ -103,10 +108,10 @@ impl Embeddings {
     }
 
     /// Whether the positional encoding reads the tokens
-    /// ([`PositionalEncoding::reads_tokens`]): a cached run then passes the ids before the
+    /// ([`posenc::Capabilities::reads_tokens`]): a cached run then passes the ids before the
     /// new ones to [`Embeddings::forward_after`].
     pub fn reads_tokens(&self) -> bool {
-        self.encoding.reads_tokens()
+        self.caps.reads_tokens
     }
 
     /// [`Embeddings::forward`] of ids run after those in `cache`, at `at`: given the ids
@@ -175,9 +180,8 @@ impl Embeddings {
         } else {
             (x * self.scale)?
         };
-        let x = self
-            .encoding
-            .add_to_embeddings_of(&x, Tokens { ids, before }, at)?;
+        let cx = EmbedContext::at(at).with_tokens(Tokens { ids, before });
+        let x = self.first_layer.embed(&x, &cx)?;
         Ok(crate::dropout::dropout(&x, self.dropout)?)
     }
 }

@@ -2,15 +2,15 @@
 //!
 //! A stack holds one encoding. Usually every layer uses it: the embeddings get its
 //! addition once, and its position bias is computed once per forward and handed to every
-//! layer. An encoding may instead give each layer its own ([`PositionalEncoding::layer`]:
-//! a per-layer pattern such as iRoPE's); then layer `i`'s encoding adds to layer `i`'s
+//! layer. An encoding may instead give each layer its own ([`posenc::Capabilities::per_layer`]:
+//! a per-layer pattern such as iRoPE's, resolved by [`posenc::for_layer`]); then layer `i`'s encoding adds to layer `i`'s
 //! input (layer 0's input is the embeddings, which got it already), rotates its queries
 //! and keys, and biases its scores, computed once for each distinct encoding.
 
 use std::sync::Arc;
 
 use candle_core::Tensor;
-use posenc::{PositionalEncoding, Positions, Tokens};
+use posenc::{BiasContext, EmbedContext, PositionalEncoding, Positions, Tokens};
 
 use crate::Result;
 
@@ -18,6 +18,8 @@ use crate::Result;
 #[derive(Debug, Clone)]
 pub(crate) struct LayerEncodings {
     stack: Arc<dyn PositionalEncoding>,
+    /// Whether any layer's encoding reads the tokens.
+    reads_tokens: bool,
     /// One per layer, when the stack's encoding gives layers their own.
     layers: Option<Vec<Arc<dyn PositionalEncoding>>>,
 }
@@ -25,11 +27,18 @@ pub(crate) struct LayerEncodings {
 impl LayerEncodings {
     /// The encodings of a stack of `n` layers holding `encoding`.
     pub(crate) fn new(encoding: Arc<dyn PositionalEncoding>, n: usize) -> Self {
-        let own: Vec<_> = (0..n).map_while(|i| encoding.layer(i)).collect();
+        let caps = encoding.capabilities();
+        let per_layer = n > 0 && !caps.per_layer.is_empty();
         Self {
-            layers: (n > 0 && own.len() == n).then_some(own),
+            layers: per_layer.then(|| (0..n).map(|i| posenc::for_layer(&encoding, i)).collect()),
+            reads_tokens: caps.reads_tokens,
             stack: encoding,
         }
+    }
+
+    /// Whether any layer's encoding reads the tokens: the stack then hands them its biases.
+    pub(crate) fn reads_tokens(&self) -> bool {
+        self.reads_tokens
     }
 
     /// The stack's encoding.
@@ -51,14 +60,13 @@ impl LayerEncodings {
     /// layer past the first that has one; else `x` itself.
     pub(crate) fn input(&self, i: usize, x: Tensor, at: Positions) -> Result<Tensor> {
         match &self.layers {
-            Some(own) if i > 0 => Ok(own[i].add_to_embeddings(&x, at)?),
+            Some(own) if i > 0 => Ok(own[i].embed(&x, &EmbedContext::at(at))?),
             _ => Ok(x),
         }
     }
 
     /// Each layer's position bias of `q_len` queries at `q` against `k_len` keys at `k`,
-    /// computed once for each distinct encoding, from the `tokens` where they are given
-    /// ([`PositionalEncoding::attention_bias_of`]).
+    /// computed once for each distinct encoding, from the `tokens` where they are given.
     pub(crate) fn biases(
         &self,
         tokens: Option<Tokens>,
@@ -67,10 +75,8 @@ impl LayerEncodings {
         q: Positions,
         k: Positions,
     ) -> Result<Vec<Option<Tensor>>> {
-        let bias = |e: &Arc<dyn PositionalEncoding>| match tokens {
-            Some(tokens) => e.attention_bias_of(tokens, q_len, k_len, q, k),
-            None => e.attention_bias(q_len, k_len, q, k),
-        };
+        let cx = BiasContext::new(q_len, k_len, q, k).with_tokens(tokens);
+        let bias = |e: &Arc<dyn PositionalEncoding>| e.bias(&cx);
         let Some(own) = &self.layers else {
             return Ok(vec![bias(&self.stack)?]);
         };

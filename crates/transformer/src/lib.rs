@@ -36,10 +36,10 @@ pub mod model;
 pub mod self_extend;
 pub mod stack;
 pub mod sublayer;
+mod weights;
 
-pub use block::BlockConfig;
 pub use config::{
-    BlockOptions, Config, Encodings, NormKind, MAX_LAYERS, MAX_PARAMETERS, MAX_VOCAB,
+    BlockConfig, BlockOptions, Config, Encodings, NormKind, MAX_LAYERS, MAX_PARAMETERS, MAX_VOCAB,
 };
 pub use error::{Error, Result};
 pub use kv_cache::{DecaySums, KvCache, KvType, Streaming, RESERVE_AHEAD};

@@ -180,7 +180,7 @@ impl LanguageModel {
     /// The same model over the variables of `varmap` as plain tensors: no gradient can
     /// flow, so inference takes candle's fused kernels.
     pub fn frozen(cfg: &LmConfig, varmap: &VarMap, device: &Device) -> Result<Self> {
-        Self::new(cfg, crate::checkpoint::frozen(varmap, device))
+        Self::new(cfg, crate::weights::frozen(varmap, device))
     }
 
     /// The same weights with another positional encoding, built for causal attention:
@@ -217,12 +217,7 @@ impl LanguageModel {
     /// positions; a bias or a decay would still read the true distances).
     pub fn with_self_extend(mut self, self_extend: SelfExtend) -> Result<Self> {
         self_extend.check_context(self.cfg.context)?;
-        crate::self_extend::check_encoding(
-            self.stack.encoding().as_ref(),
-            self.cfg.d_model,
-            self.head_dim(),
-            &self.device(),
-        )?;
+        crate::self_extend::check_encoding(self.stack.encoding().as_ref())?;
         self.stack.set_self_extend(Some(self_extend));
         Ok(self)
     }

@@ -116,7 +116,7 @@ impl Transformer {
     /// The same model over the variables of `varmap` as plain tensors (sharing their
     /// storage): no gradient can flow, so inference takes candle's fused kernels.
     pub fn frozen(cfg: &Config, varmap: &VarMap, device: &Device) -> Result<Self> {
-        Self::new(cfg, crate::checkpoint::frozen(varmap, device))
+        Self::new(cfg, crate::weights::frozen(varmap, device))
     }
 
     /// The configuration the model was built from.

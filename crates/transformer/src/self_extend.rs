@@ -23,7 +23,6 @@
 //! llama.cpp's `--grp-attn-n G --grp-attn-w W` is the same idea done by dividing the cached
 //! keys' positions block by block; the two read far keys alike, not identically.
 
-use candle_core::{DType, Device, Tensor};
 use posenc::PositionalEncoding;
 use serde::{Deserialize, Serialize};
 
@@ -123,36 +122,24 @@ pub(crate) fn positions(
         .collect()
 }
 
-/// Checks that `encoding` is one self-extend can regroup: it rotates queries and keys, and
-/// adds no bias, decay or score of its own. Asked of the encoding itself, on probes of a
-/// model `d_model` wide with heads `head_dim` wide; no kind is named.
+/// Checks that `encoding` is one self-extend can regroup: it declares that it rotates
+/// queries and keys, and adds no bias, decay or score of its own ([`posenc::Capabilities`]);
+/// no kind is named.
 ///
 /// # Errors
 /// An encoding that does not rotate, or that also biases the scores.
-pub fn check_encoding(
-    encoding: &dyn PositionalEncoding,
-    d_model: usize,
-    head_dim: usize,
-    device: &Device,
-) -> Result<()> {
+pub fn check_encoding(encoding: &dyn PositionalEncoding) -> Result<()> {
     let refuse = |why: &str| {
         Err(Error::Input(format!(
             "self-extend regroups rotary positions: the encoding `{}` {why}",
             encoding.kind()
         )))
     };
-    let probe = Tensor::ones((1, 1, 2, head_dim), DType::F32, device)?;
-    let turned = encoding.rotate(&probe, 1.into())?;
-    let moved = turned.id() != probe.id()
-        && (&turned - &probe)?.abs()?.max_all()?.to_scalar::<f32>()? > 0.0;
-    if !moved {
+    let caps = encoding.capabilities();
+    if !caps.rotates {
         return refuse("does not rotate queries and keys");
     }
-    let x = Tensor::zeros((1, 2, d_model), DType::F32, device)?;
-    if encoding.attention_bias(2, 2, 0.into(), 0.into())?.is_some()
-        || encoding.reads_scores()
-        || encoding.decay(&x)?.is_some()
-    {
+    if caps.biases || caps.reads_scores || caps.reads_input {
         return refuse("also adds to the scores, which would still read the true distances");
     }
     Ok(())

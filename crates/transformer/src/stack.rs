@@ -21,12 +21,13 @@ use candle_nn::{Module, VarBuilder};
 use posenc::{PositionalEncoding, Positions, Tokens};
 
 use crate::attention::{AttentionInput, Source};
-use crate::block::{Block, BlockConfig, BlockOutput, CrossInput};
+use crate::block::{Block, BlockOutput, CrossInput};
 use crate::kv_cache::{KvCache, KvType, Streaming};
 use crate::layer_encodings::{bias_of, LayerEncodings};
 use crate::linear::Proj;
 use crate::mask::Mask;
 use crate::sublayer::Norm;
+use crate::BlockConfig;
 use crate::{Error, Result, MAX_LAYERS};
 
 /// Keys and values of every block, for a stack run one step at a time: each block's
@@ -157,7 +158,7 @@ impl StackCache {
     }
 
     /// Keeps `ids (batch, new)`, run next, after those kept: for an encoding that reads
-    /// the tokens ([`posenc::PositionalEncoding::reads_tokens`]).
+    /// the tokens ([`posenc::Capabilities::reads_tokens`]).
     ///
     /// # Errors
     /// Ids whose batch differs from those kept.
@@ -194,7 +195,7 @@ pub struct StackInput<'a> {
     /// Return every block's attention weights.
     pub weights: bool,
     /// The token ids of `x`, for an encoding that reads them in attention
-    /// ([`PositionalEncoding::attention_bias_of`]);
+    /// ([`posenc::Capabilities::reads_tokens`]);
     /// `None`, it is not given them.
     pub tokens: Option<Tokens<'a>>,
 }
@@ -360,7 +361,7 @@ impl Stack {
     /// self-attention's memory is linear in the cached length
     /// ([`crate::attention::MultiHeadAttention::forward`]); a `mask` `(new, cached + new)`
     /// takes the composite path under it. An encoding that reads the tokens in attention
-    /// ([`PositionalEncoding::attention_bias_of`]) is given those the cache keeps (the
+    /// ([`posenc::Capabilities::reads_tokens`]) is given those the cache keeps (the
     /// embeddings keep them, `x`'s last: [`Embeddings::forward_cached`](crate::embeddings::Embeddings::forward_cached)):
     /// its bias is computed once for the new queries against every key, which then take
     /// the composite path under a causal mask.
@@ -394,7 +395,7 @@ impl Stack {
         // The bias an encoding reads from the kept tokens, and the causal mask it then needs.
         let new = x.dim(1)?;
         let read = match cache.tokens() {
-            Some(kept) if self.encodings.stack().reads_tokens() && streaming.is_none() => {
+            Some(kept) if self.encodings.reads_tokens() && streaming.is_none() => {
                 let cached = cache.len();
                 if kept.dim(1)? != cached + new {
                     return Err(Error::Input(format!(

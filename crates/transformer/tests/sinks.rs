@@ -66,7 +66,12 @@ fn a_stack_of_sinks_is_one_sink() {
             .unwrap()
             .build(&target, vb)
             .unwrap();
-        e.sink_logits().unwrap().unwrap().to_vec1::<f32>().unwrap()
+        e.capabilities()
+            .sink()
+            .unwrap()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap()
     };
     let two = build(
         r#"{"kind": "stack", "of": [{"kind": "sink", "init": 1.0}, "rope", {"kind": "sink", "init": -0.5}]}"#,
@@ -80,5 +85,5 @@ fn a_stack_of_sinks_is_one_sink() {
         .unwrap()
         .build_untrained(8, 2, &Device::Cpu)
         .unwrap();
-    assert!(none.sink_logits().unwrap().is_none());
+    assert!(none.capabilities().sink().unwrap().is_none());
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{VarBuilder, VarMap};
 use common::*;
-use posenc::{Direction, EncodingConfig, Form, PositionalEncoding, Positions, Table, Target};
+use posenc::{Direction, EncodingConfig, Form, PositionalEncoding, Table, Target};
 use posenc_transformer::stack::{Memory, StackInput};
 use posenc_transformer::{Config, Encodings, Mask, Stack, Transformer};
 
@@ -138,15 +138,12 @@ impl PositionalEncoding for Counting {
     fn kind(&self) -> &'static str {
         self.inner.kind()
     }
-    fn attention_bias(
-        &self,
-        q_len: usize,
-        k_len: usize,
-        q: Positions,
-        k: Positions,
-    ) -> posenc::Result<Option<Tensor>> {
+    fn capabilities(&self) -> posenc::Capabilities {
+        self.inner.capabilities()
+    }
+    fn bias(&self, cx: &posenc::BiasContext) -> posenc::Result<Option<Tensor>> {
         self.biases.fetch_add(1, Ordering::Relaxed);
-        self.inner.attention_bias(q_len, k_len, q, k)
+        self.inner.bias(cx)
     }
     fn table(&self, len: usize) -> posenc::Result<Table> {
         self.inner.table(len)
