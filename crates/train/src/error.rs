@@ -1,6 +1,6 @@
 //! Errors of the training core and the tasks built on it, each naming its cause.
 
-use crate::fit::{Diverged, Interrupted};
+use crate::stop::{Diverged, Interrupted};
 
 /// What can go wrong generating data, training, resuming, evaluating or decoding. The
 /// core's own causes are its variants; a task's own error travels as [`Error::Task`].

@@ -33,6 +33,7 @@ pub mod randomized;
 pub mod results;
 pub mod rundir;
 pub mod schedule;
+pub mod stop;
 pub mod tokenize;
 
 /// A training progress bar on standard error at `step` of `steps` (hidden when `quiet`).

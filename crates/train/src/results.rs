@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use posenc_error::{bail, ensure, Context};
+use posenc_error::{bail, ensure};
 use posenc_io::write_atomic;
 use serde::Serialize;
 
@@ -109,9 +109,7 @@ pub fn check_budget(dir: &Path, done: usize, steps: usize) -> Result<()> {
 
 /// Reads an experiment's `results.json`.
 pub fn load_results<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    Ok(serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?)
+    rundir::read_json(path)
 }
 
 /// Checks, before anything is written, that `out` can hold an experiment of the kind whose

@@ -556,8 +556,14 @@ pub fn save_checkpoint(
 /// # Errors
 /// If it is missing or not a trainer state of this kind.
 pub fn read_trainer<S: Progress>(dir: &Path) -> Result<S> {
-    let path = dir.join(TRAINER_FILE);
-    crate::results::load_results(&path)
+    read_json(&dir.join(TRAINER_FILE))
+}
+
+/// Reads a JSON file of a run or an experiment as `T`, naming the file in any error.
+pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?)
 }
 
 /// Reads `trainer.json` and checks that it belongs to the manifest's run.
