@@ -13,28 +13,19 @@
 //! the same units, and a resumed run draws exactly what an uninterrupted one does (candle's
 //! own `Tensor::rand` cannot be seeded on the CPU).
 
-use std::cell::RefCell;
-
 use candle_core::{Device, Shape, Tensor};
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use posenc::draws::Stream;
 
 /// Keeps dropout's draws apart from the other streams a run draws from the same seed
-/// (batch order, randomized positions).
-const DROPOUT_STREAM: u64 = 0xD80F_0D80_F0D8_0F0D;
-
-thread_local! {
-    static SAMPLER: RefCell<ChaCha8Rng> = RefCell::new(ChaCha8Rng::seed_from_u64(DROPOUT_STREAM));
-}
+/// (batch order, randomized positions, the encodings').
+const DROPOUT: Stream = Stream(0xD80F_0D80_F0D8_0F0D);
 
 /// Seeds this thread's dropout generator for `step` of a run seeded `seed` (one ChaCha8
-/// stream per step; a thread never seeded draws as `seed(0, 0)`).
-/// It seeds the encodings' generator ([`posenc::draws`]) the same way.
+/// stream per step; a thread never seeded draws as `seed(0, 0)`), and the encodings'
+/// ([`posenc::draws`]) the same way.
 pub fn seed(seed: u64, step: u64) {
     posenc::draws::seed(seed, step);
-    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ DROPOUT_STREAM);
-    rng.set_stream(step);
-    SAMPLER.with(|s| *s.borrow_mut() = rng);
+    DROPOUT.seed(seed, step);
 }
 
 /// A uniform sample in `[0, 1)` of `shape`, drawn from this thread's dropout generator.
@@ -44,7 +35,7 @@ pub fn seed(seed: u64, step: u64) {
 pub fn uniform(shape: impl Into<Shape>, device: &Device) -> candle_core::Result<Tensor> {
     let shape = shape.into();
     let mut bits = vec![0u32; shape.elem_count()];
-    SAMPLER.with(|s| s.borrow_mut().fill(&mut bits[..]));
+    DROPOUT.fill(&mut bits[..]);
     // The top 24 bits: every f32 in [0, 1) this gives is exact, and 1 is never reached.
     let u: Vec<f32> = bits
         .into_iter()
