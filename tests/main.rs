@@ -11,6 +11,7 @@ mod cli_shell;
 mod cli_translate;
 mod common;
 mod doc_links;
+mod import_graph;
 mod report;
 mod throwaway_content_encoding;
 mod throwaway_encoding;

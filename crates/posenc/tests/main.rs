@@ -12,3 +12,4 @@ mod positions;
 mod properties;
 mod reference;
 mod rope_scaling;
+mod seam_table;
