@@ -103,7 +103,6 @@ pub const BUILT_IN: &[Registration] = &[
     Registration::of::<crate::naive::BinaryConfig>(),
     Registration::of::<crate::naive::SineSingleConfig>(),
     Registration::of::<crate::layers::LayersConfig>(),
-    // Later kinds go last: a figure colours the first sixteen kinds by their place here.
     Registration::of::<crate::hope::HopeConfig>(),
     Registration::of::<crate::ssmax::SsmaxConfig>(),
     Registration::of::<crate::stack::StackConfig>(),
