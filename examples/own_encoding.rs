@@ -1,7 +1,8 @@
 //! Your own positional encoding, written outside posenc and trained through its
 //! language-model task: RoPE on the first `heads` heads only, the others position-free
-//! (x-transformers' `rotate_num_heads`). The encoding is the 40 lines between the rules;
-//! the rest registers it, trains a small model with it and checks it.
+//! (x-transformers' `rotate_num_heads`). The encoding is the code between the rules, 39
+//! lines besides blank ones; the rest registers it, trains a small model with it and
+//! checks it.
 //!
 //! ```sh
 //! cargo run --release --example own_encoding
@@ -12,7 +13,8 @@ use std::sync::Arc;
 use candle_core::{Device, Tensor};
 use candle_nn::VarBuilder;
 use posenc::{
-    Capabilities, EncodingConfig, EncodingSpec, PositionalEncoding, RotateContext, Table, Target,
+    Capabilities, EncodingConfig, EncodingSpec, PositionalEncoding, Result, RotateContext, Table,
+    Target,
 };
 use posenc_lm::lm_train::{train_lm, LmData, LmTrainConfig};
 use posenc_lm::text_tokenizer::{encode, TextTokenizer};
@@ -29,24 +31,15 @@ struct HeadRopeConfig {
 impl EncodingSpec for HeadRopeConfig {
     const KIND: &'static str = "head-rope";
 
-    fn build(
-        &self,
-        target: &Target,
-        vb: VarBuilder,
-    ) -> posenc::Result<Arc<dyn PositionalEncoding>> {
+    fn build(&self, target: &Target, vb: VarBuilder) -> Result<Arc<dyn PositionalEncoding>> {
         let rope = EncodingConfig::from_kind("rope")?.build(target, vb)?;
-        Ok(Arc::new(HeadRope {
-            rope,
-            heads: self.heads,
-        }))
+        Ok(Arc::new(HeadRope(rope, self.heads)))
     }
 }
 
+/// RoPE, and how many heads it turns.
 #[derive(Debug)]
-struct HeadRope {
-    rope: Arc<dyn PositionalEncoding>,
-    heads: usize,
-}
+struct HeadRope(Arc<dyn PositionalEncoding>, usize);
 
 impl PositionalEncoding for HeadRope {
     fn kind(&self) -> &'static str {
@@ -60,18 +53,18 @@ impl PositionalEncoding for HeadRope {
         }
     }
 
-    /// Heads `0..heads` of `x (batch, heads, seq, head_dim)` turned as RoPE turns them.
-    fn rotate(&self, x: &Tensor, cx: &RotateContext) -> posenc::Result<Tensor> {
-        let (all, n) = (x.dim(1)?, self.heads.min(x.dim(1)?));
-        let turned = self.rope.rotate(&x.narrow(1, 0, n)?, cx)?;
+    /// Heads `0..n` of `x (batch, heads, seq, head_dim)` turned as RoPE turns them.
+    fn rotate(&self, x: &Tensor, cx: &RotateContext) -> Result<Tensor> {
+        let (all, n) = (x.dim(1)?, self.1.min(x.dim(1)?));
+        let turned = self.0.rotate(&x.narrow(1, 0, n)?, cx)?;
         match n == all {
             true => Ok(turned),
             false => Ok(Tensor::cat(&[&turned, &x.narrow(1, n, all - n)?], 1)?),
         }
     }
 
-    fn table(&self, len: usize) -> posenc::Result<Table> {
-        self.rope.table(len)
+    fn table(&self, len: usize) -> Result<Table> {
+        self.0.table(len)
     }
 }
 // ---------------------------------------------------------------------------------------
