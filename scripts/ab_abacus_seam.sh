@@ -22,15 +22,6 @@ for b in old new; do
   "$(bin $b)" kotoba train --encoding sinusoidal --steps 60 --quiet --out "$t/kotoba-$b" > /dev/null
 done
 same() { if cmp -s "$2" "$3"; then echo "$1: identical ($(wc -c < "$2") bytes)"; else echo "$1: DIFFER"; fi >> "$d/identity.txt"; }
-# A checkpoint's header names its run (a fresh id each run): compare the tensors' table and bytes.
-tensors() {
-  python3 -c '
-import json, struct, sys
-raw = open(sys.argv[1], "rb").read()
-n = struct.unpack("<Q", raw[:8])[0]
-header = json.loads(raw[8:8 + n]); header.pop("__metadata__", None)
-sys.stdout.buffer.write(json.dumps(header, sort_keys=True).encode() + raw[8 + n:])' "$1"
-}
 same "generate (SmolLM2, greedy)" "$t/gen-old.txt" "$t/gen-new.txt"
 for run in copy lm kotoba; do
   tensors "$t/$run-old/model.safetensors" > "$t/$run-old.bin"
