@@ -15,7 +15,8 @@ use candle_core::Device;
 use posenc_kotoba::data::{self, DataConfig};
 use posenc_kotoba::decode::DecodeConfig;
 use posenc_kotoba::eval::{evaluate, table};
-use posenc_kotoba::trainer::{train, RunOptions, TrainConfig, Translator};
+use posenc_kotoba::trainer::{RunOptions, TrainConfig, Translation, Translator};
+use posenc_train::job;
 
 fn main() -> anyhow::Result<()> {
     posenc_kernels::keep_freed_memory();
@@ -38,7 +39,7 @@ fn run() -> anyhow::Result<()> {
         force: true,
         ..RunOptions::default()
     };
-    let state = train(cfg.clone(), out, opts, &Device::Cpu)?;
+    let state = job::train::<Translation>(cfg.clone(), &(), out, opts, &Device::Cpu)?;
     println!(
         "trained in {:.0} s at {:.0} tokens/s, peak memory {}\n",
         state.elapsed_s,

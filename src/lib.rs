@@ -20,10 +20,29 @@ pub struct Cli {
     command: Command,
 }
 
+/// A task's runs, by the kind their manifests carry: the kind, what such a run is, and how
+/// a run written before manifests carried it is told ([`cmd::TaskCommand`]).
+type RunKind = (&'static str, &'static str, fn(&std::path::Path) -> bool);
+
+/// How one kind of experiment results is read: its page and its tidy records.
+type StudyReader = fn(&std::path::Path) -> anyhow::Result<(String, serde_json::Value)>;
+
 /// The tasks, each a crate of its own and a command module in `src/cmd/` whose verbs
-/// implement [`cmd::TaskCommand`]: a new task is one more line here.
+/// implement [`cmd::TaskCommand`]: a new task is one more line here, and its runs and
+/// results are then known to every command that reads them ([`cmd::run_kind`], `report`).
 macro_rules! tasks {
     ($($(#[doc = $doc:literal])* $name:ident($command:ty),)*) => {
+        /// Every task's runs ([`cmd::run_kind`]).
+        const RUNS: &[RunKind] = &[$((
+            <$command as cmd::TaskCommand>::KIND,
+            <$command as cmd::TaskCommand>::A_RUN,
+            <$command as cmd::TaskCommand>::holds_older_run,
+        ),)*];
+
+        /// Every task's experiment results, by kind (`posenc report`).
+        const STUDIES: &[(&str, StudyReader)] =
+            &[$((<$command as cmd::TaskCommand>::KIND, <$command as cmd::TaskCommand>::study),)*];
+
         /// `posenc <task> <verb>`
         #[derive(Subcommand, Debug)]
         enum Task {

@@ -1,9 +1,11 @@
 //! `posenc kotoba …`: the English → Kotoba translation task's verbs.
 
 use std::io::Write;
+use std::path::Path;
 
 use anyhow::Result;
 use clap::Subcommand;
+use posenc_train::job::Job;
 
 /// `posenc kotoba …`
 #[derive(Subcommand, Debug)]
@@ -32,6 +34,19 @@ pub enum KotobaCommand {
 }
 
 impl super::TaskCommand for KotobaCommand {
+    const KIND: &'static str = <posenc_kotoba::trainer::Translation as Job<'static>>::KIND;
+    const A_RUN: &'static str = "a translation model";
+
+    fn holds_older_run(dir: &Path) -> bool {
+        use posenc_kotoba::trainer::{Record, TrainConfig};
+        posenc_train::fit::RunState::<TrainConfig, Record>::load(dir).is_ok()
+    }
+
+    fn study(path: &Path) -> Result<(String, serde_json::Value)> {
+        let e = posenc_kotoba::experiment::Experiment::load(path)?;
+        Ok((e.markdown(), serde_json::to_value(&e.records)?))
+    }
+
     fn run(self, out: &mut impl Write) -> Result<()> {
         match self {
             Self::Train(a) => a.run(out),

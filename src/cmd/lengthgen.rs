@@ -2,15 +2,16 @@
 //! problem, one run, its evaluation, or one run per encoding and seed.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::Format;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use posenc_lengthgen::experiment::{self, LengthScore, LengthgenExperimentConfig};
 use posenc_lengthgen::problems::Problem;
-use posenc_lengthgen::LengthgenConfig;
+use posenc_lengthgen::{Lengthgen, LengthgenConfig};
 use posenc_train::fit::RunOptions;
+use posenc_train::job::{self, Job};
 
 /// Two lengths `lo-hi` (or one, `hi`, for `1-hi`).
 #[derive(Debug, Clone, Copy)]
@@ -70,6 +71,18 @@ pub enum LengthgenCommand {
 }
 
 impl super::TaskCommand for LengthgenCommand {
+    const KIND: &'static str = <Lengthgen as Job<'static>>::KIND;
+    const A_RUN: &'static str = "a lengthgen run";
+
+    fn holds_older_run(dir: &Path) -> bool {
+        posenc_lengthgen::LengthgenState::load(dir).is_ok()
+    }
+
+    fn study(path: &Path) -> Result<(String, serde_json::Value)> {
+        let e = experiment::LengthgenExperiment::load(path)?;
+        Ok((e.markdown(), serde_json::to_value(&e.records)?))
+    }
+
     fn run(self, out: &mut impl Write) -> Result<()> {
         match self {
             Self::Train(a) => a.run(out),
@@ -194,12 +207,10 @@ impl TrainArgs {
             stop_after: None,
         };
         let state = match self.resume {
-            true => posenc_lengthgen::resume(
-                &self.out,
-                self.settings.steps,
-                opts,
-                &self.settings.device.0,
-            )?,
+            true => {
+                let (steps, device) = (self.settings.steps, &self.settings.device.0);
+                job::resume::<Lengthgen>(&self.out, steps, &(), opts, device)?
+            }
             false => {
                 let cfg = self.settings.config();
                 let run = cfg.run_config(&self.encoding, cfg.base.run.seed);
@@ -209,7 +220,7 @@ impl TrainArgs {
                     return Ok(());
                 }
                 super::warn_schedule(run.run.warmup, run.run.steps);
-                posenc_lengthgen::train(&run, &self.out, opts, &self.settings.device.0)?
+                job::train::<Lengthgen>(run, &(), &self.out, opts, &self.settings.device.0)?
             }
         };
         if self.format == Format::Json {

@@ -9,14 +9,16 @@ use anyhow::{Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use posenc_lm::corpus::{self, Corpus, TextSource};
 use posenc_lm::lm_experiment::{self, LmExperimentConfig};
-use posenc_lm::lm_run;
+use posenc_lm::lm_run::{self, LmInputs};
 use posenc_lm::lm_train::{
-    evaluate_observed, evaluate_strided, LengthEval, LmData, LmState, LmTrainConfig, StridedEval,
+    evaluate_observed, evaluate_strided, LengthEval, LmData, LmState, LmTask, LmTrainConfig,
+    StridedEval,
 };
 use posenc_lm::passkey::{self, PasskeyConfig, PasskeyRecord, Subject};
 use posenc_lm::tables;
 use posenc_lm::text_tokenizer::TextTokenizer;
 use posenc_train::fit::RunOptions;
+use posenc_train::job::{self, Job};
 use posenc_transformer::Streaming;
 use serde::Serialize;
 
@@ -322,6 +324,18 @@ pub enum LmCommand {
 }
 
 impl super::TaskCommand for LmCommand {
+    const KIND: &'static str = <LmTask<'static> as Job<'static>>::KIND;
+    const A_RUN: &'static str = "a language-model run";
+
+    fn holds_older_run(dir: &Path) -> bool {
+        LmState::load(dir).is_ok()
+    }
+
+    fn study(path: &Path) -> Result<(String, serde_json::Value)> {
+        let e = lm_experiment::LmExperiment::load(path)?;
+        Ok((e.markdown(), serde_json::to_value(&e.records)?))
+    }
+
     fn run(self, out: &mut impl Write) -> Result<()> {
         match self {
             Self::Train(a) => train(a, out),
@@ -357,19 +371,15 @@ fn train(a: TrainArgs, out: &mut impl Write) -> Result<()> {
         stop_after: None,
     };
     let state = if a.resume {
-        lm_run::resume(
-            &a.out,
-            a.steps,
-            |cfg, t| {
-                let corpus = match &cfg.text {
-                    Some(source) => source.reread()?,
-                    None => load_corpus(a.corpus).map_err(posenc_train::Error::callback)?,
-                };
-                LmData::from_corpus(&corpus, t)
-            },
-            opts,
-            &a.device.0,
-        )?
+        // The same text again, tokenized by the tokenizer the run saved.
+        let (cfg, tokenizer) = lm_run::saved(&a.out)?;
+        let corpus = match &cfg.text {
+            Some(source) => source.reread()?,
+            None => load_corpus(a.corpus)?,
+        };
+        let data = LmData::from_corpus(&corpus, &tokenizer)?;
+        let inputs = LmInputs { tokenizer, data };
+        job::resume::<LmTask>(&a.out, a.steps, &inputs, opts, &a.device.0)?
     } else {
         let mut cfg = match &a.config {
             Some(path) => read_config(path)?,
@@ -427,7 +437,8 @@ fn train(a: TrainArgs, out: &mut impl Write) -> Result<()> {
         };
         cfg.model.vocab_size = tokenizer.get_vocab_size(true);
         let data = LmData::from_corpus(&corpus, &tokenizer)?;
-        lm_run::start(&cfg, &tokenizer, &data, &a.out, opts, &a.device.0)?
+        let inputs = LmInputs { tokenizer, data };
+        job::train::<LmTask>(cfg, &inputs, &a.out, opts, &a.device.0)?
     };
     match a.format {
         Format::Json => super::print_run(out, &a.out, &state),

@@ -79,20 +79,18 @@ impl std::str::FromStr for EncodingArg {
     }
 }
 
-/// What kind of run `dir` holds, as `(the task that reads it, what it is)`: judged by
-/// which task's settings its `trainer.json` parses as; `None` for no run of ours.
+/// What kind of run `dir` holds, as `(the task that reads it, what it is)`: the kind its
+/// manifest names, or, for a run written before manifests named it, the task whose state
+/// its `trainer.json` parses as; `None` for no run of ours.
 pub fn run_kind(dir: &Path) -> Option<(&'static str, &'static str)> {
-    use posenc_train::fit::RunState;
-    type Kotoba = RunState<posenc_kotoba::trainer::TrainConfig, posenc_kotoba::trainer::Record>;
-    if Kotoba::load(dir).is_ok() {
-        Some(("kotoba", "a translation model"))
-    } else if posenc_lm::lm_train::LmState::load(dir).is_ok() {
-        Some(("lm", "a language-model run"))
-    } else if posenc_lengthgen::LengthgenState::load(dir).is_ok() {
-        Some(("lengthgen", "a lengthgen run"))
-    } else {
-        None
-    }
+    let named = posenc_train::job::kind_of(dir).ok()?;
+    crate::RUNS
+        .iter()
+        .find(|(kind, _, older)| match &named {
+            Some(named) => named == kind,
+            None => older(dir),
+        })
+        .map(|&(kind, what, _)| (kind, what))
 }
 
 /// `e`, or, when `dir` holds a run of another task than `task`, an error that says so
@@ -110,6 +108,24 @@ pub fn for_task(e: impl Into<anyhow::Error>, dir: &Path, task: &str) -> anyhow::
 /// The verbs of a task (`posenc <task> <verb>`), registered in the `tasks!` list of the
 /// command line.
 pub trait TaskCommand {
+    /// The kind its runs and experiments' results carry: its task's
+    /// ([`posenc_train::job::Job::KIND`]), which is also the command's name.
+    const KIND: &'static str;
+
+    /// What one of its runs is, in a message: "a lengthgen run".
+    const A_RUN: &'static str;
+
+    /// Whether `dir` holds a run of this task written before runs carried their kind: its
+    /// `trainer.json` parses as the task's state.
+    fn holds_older_run(dir: &Path) -> bool;
+
+    /// The page and the tidy records of this task's experiment whose `results.json` is
+    /// at `path`.
+    ///
+    /// # Errors
+    /// A file that is not this task's results.
+    fn study(path: &Path) -> Result<(String, serde_json::Value)>;
+
     /// Runs the verb, writing what it prints to `out`.
     ///
     /// # Errors

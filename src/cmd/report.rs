@@ -1201,10 +1201,11 @@ fn render_table(path: &Path) -> Result<String> {
 
 /// The page and the tidy records of the experiment in `dir`, its results read once.
 fn study(dir: &Path) -> Result<(String, serde_json::Value)> {
-    let (page, typed) = typed_study(dir)?;
+    let path = dir.join(RESULTS_JSON);
     // The records as written, every field kept (a newer field an older record type does
     // not read, such as a run's peak memory), as pandas would load them.
-    let raw: serde_json::Value = load_results(&dir.join(RESULTS_JSON))?;
+    let raw: serde_json::Value = load_results(&path)?;
+    let (page, typed) = typed_study(&path, &raw)?;
     let records = match raw.get("records") {
         Some(r) if r.is_array() => r.clone(),
         _ => typed,
@@ -1212,29 +1213,47 @@ fn study(dir: &Path) -> Result<(String, serde_json::Value)> {
     Ok((page, records))
 }
 
-/// The page and the records of the experiment in `dir`, read by the experiment's type.
-fn typed_study(dir: &Path) -> Result<(String, serde_json::Value)> {
-    let path = dir.join(RESULTS_JSON);
-    Ok(if let Ok(e) = LengthgenExperiment::load(&path) {
-        (e.markdown(), serde_json::to_value(&e.records)?)
-    } else if let Ok(e) = posenc_lm::lm_experiment::LmExperiment::load(&path) {
-        (e.markdown(), serde_json::to_value(&e.records)?)
-    } else if let Ok(e) = posenc_kotoba::experiment::Experiment::load(&path) {
-        (e.markdown(), serde_json::to_value(&e.records)?)
-    } else if let Ok(rows) = posenc_lm::ruler::load_rows(&path) {
+/// The records of the studies that carry no kind, read by the first reader that takes
+/// them: RULER's rows and a streaming study.
+const KINDLESS: [crate::StudyReader; 2] = [
+    |path| {
+        let rows = posenc_lm::ruler::load_rows(path)?;
         let page = format!(
             "# RULER\n\nThe share of the expected answers given (`posenc lm ruler`), by task and \
              prompt length.\n\n{}",
             posenc_lm::ruler::markdown(&rows)
         );
-        (page, serde_json::to_value(&rows)?)
-    } else if let Ok(study) = posenc_lm::streaming::StreamingStudy::load(&path) {
-        (study.markdown(), serde_json::Value::Array(Vec::new()))
-    } else {
-        bail!(
+        Ok((page, serde_json::to_value(&rows)?))
+    },
+    |path| {
+        let study = posenc_lm::streaming::StreamingStudy::load(path)?;
+        Ok((study.markdown(), serde_json::Value::Array(Vec::new())))
+    },
+];
+
+/// The page and the records of the results at `path` (`raw` as read), by their kind.
+fn typed_study(path: &Path, raw: &serde_json::Value) -> Result<(String, serde_json::Value)> {
+    if let Some(kind) = raw.get("kind").and_then(|k| k.as_str()) {
+        let (_, read) = crate::STUDIES
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .with_context(|| {
+                format!(
+                    "{} holds results of `{kind}`, which posenc does not know",
+                    path.display()
+                )
+            })?;
+        return read(path);
+    }
+    // Results written before they carried their kind, and the records that carry none: by
+    // the first reader that takes them.
+    let readers = crate::STUDIES.iter().map(|(_, read)| read).chain(&KINDLESS);
+    match readers.into_iter().find_map(|read| read(path).ok()) {
+        Some(study) => Ok(study),
+        None => bail!(
             "{} is not the results of an experiment (posenc kotoba, lm or lengthgen experiment), \
              RULER's records (posenc lm ruler) or a streaming study's (scripts/streaming_study.sh)",
             path.display()
-        );
-    })
+        ),
+    }
 }

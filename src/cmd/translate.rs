@@ -7,7 +7,8 @@ use anyhow::{Context, Result};
 use clap::Args;
 use posenc_kotoba::decode::DecodeConfig;
 use posenc_kotoba::eval::{evaluate, table};
-use posenc_kotoba::trainer::{self, shipped_model, RunOptions, TrainConfig, Translator};
+use posenc_kotoba::trainer::{shipped_model, RunOptions, TrainConfig, Translation, Translator};
+use posenc_train::job;
 
 /// `posenc kotoba train`
 #[derive(Args, Debug)]
@@ -92,7 +93,7 @@ impl TrainArgs {
             stop_after: None,
         };
         let state = if self.resume {
-            trainer::resume(&self.out, self.steps, opts, &self.device.0)?
+            job::resume::<Translation>(&self.out, self.steps, &(), opts, &self.device.0)?
         } else {
             let mut cfg = match &self.config {
                 Some(path) => TrainConfig::load(path)?,
@@ -113,7 +114,7 @@ impl TrainArgs {
                 return Ok(());
             }
             super::warn_schedule(cfg.run.warmup, cfg.run.steps);
-            trainer::train(cfg, &self.out, opts, &self.device.0)?
+            job::train::<Translation>(cfg, &(), &self.out, opts, &self.device.0)?
         };
         if self.format == super::Format::Json {
             return super::print_run(out, &self.out, &state);

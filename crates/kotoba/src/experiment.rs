@@ -10,7 +10,7 @@
 //!
 //! [`ExperimentConfig::on`] a device is an [`posenc_train::experiment::Experiment`]: the
 //! one driver runs it (`posenc_train::experiment::run`), training each labelled encoding
-//! and seed with [`trainer::train`] into its own directory, reusing, resuming, sharding and
+//! and seed with [`posenc_train::job::train`] into its own directory, reusing, resuming, sharding and
 //! recording divergence as it does for every task.
 
 use std::path::Path;
@@ -24,9 +24,10 @@ use serde::{Deserialize, Serialize};
 use crate::data::DataConfig;
 use crate::decode::DecodeConfig;
 use crate::eval::{evaluate, SplitReport};
-use crate::trainer::{self, Record, RunOptions, TrainConfig, TrainerState, Translator};
-use posenc_train::experiment::{Cell, Grid, Outcome, Start};
+use crate::trainer::{Record, TrainConfig, TrainerState, Translation, Translator};
+use posenc_train::experiment::{Cell, Grid, Outcome};
 use posenc_train::fit::RunSchedule;
+use posenc_train::job::Job;
 use posenc_train::labelled::{distinct, Labelled, RunKey};
 use posenc_train::results::{load_results, save_results, spread};
 
@@ -228,6 +229,10 @@ pub struct TranslationRecord {
 /// A finished experiment: `results.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Experiment {
+    /// The kind of experiment: its task's (`posenc <kind> experiment`); absent in results
+    /// written before they carried it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
     /// What was run.
     pub config: ExperimentConfig,
     /// One row per run, in the config's order (entries, then seeds).
@@ -306,18 +311,14 @@ impl posenc_train::experiment::Experiment for ExperimentRun<'_> {
         previous.differences(wanted)
     }
 
-    fn train(
-        &self,
-        _: &(),
-        run: &TrainConfig,
-        dir: &Path,
-        start: Start,
-        opts: RunOptions,
-    ) -> Result<TrainerState> {
-        match start {
-            Start::New => trainer::train(run.clone(), dir, opts, self.device),
-            Start::Resume => trainer::resume(dir, Some(run.run.steps), opts, self.device),
-        }
+    type Job<'d> = Translation;
+
+    fn inputs<'d>(&self, _: &'d Self::Data) -> &'d <Self::Job<'d> as Job<'d>>::Inputs {
+        &()
+    }
+
+    fn device(&self) -> &Device {
+        self.device
     }
 
     fn record(
@@ -357,6 +358,7 @@ impl posenc_train::experiment::Experiment for ExperimentRun<'_> {
 
     fn results(&self, _: &(), cells: Vec<EncodingResult>) -> Experiment {
         let mut experiment = Experiment {
+            kind: Some(Translation::KIND.to_string()),
             config: self.config.clone(),
             results: cells,
             records: Vec::new(),

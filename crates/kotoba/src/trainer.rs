@@ -22,7 +22,7 @@ use candle_nn::{VarBuilder, VarMap};
 use posenc::Positions;
 use posenc_error::ensure;
 use posenc_train::error::Result;
-use posenc_transformer::checkpoint::{self, CONFIG_FILE, WEIGHTS_FILE};
+use posenc_transformer::checkpoint::{self, CONFIG_FILE};
 use posenc_transformer::{Config, Transformer};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -35,11 +35,11 @@ use crate::decode;
 use crate::metrics::exact_match;
 use crate::vocab::{Vocab, PAD_ID};
 use posenc_train::fit::RunSchedule;
-use posenc_train::fit::{StepLoss, Task, Trainer};
-use posenc_train::init::initialize;
+use posenc_train::fit::{StepLoss, Task};
+use posenc_train::job::{self, Begun, Job, Opened};
 use posenc_train::loss::label_smoothed_cross_entropy;
 use posenc_train::optim::AdamWConfig;
-use posenc_train::rundir::{self, FixedFiles, RunDir};
+use posenc_train::rundir::{self, FixedFiles};
 use posenc_train::schedule::Noam;
 
 pub use posenc_train::rundir::{SOURCE_TOKENIZER, STATE_FILE, TARGET_TOKENIZER, TRAINER_FILE};
@@ -283,101 +283,54 @@ pub fn validate(
     Ok((total / count.max(1) as f64, exact_match(&hyps, &refs[..n])))
 }
 
-/// Trains a new model on `device` into `out`; returns the final state. The run
-/// directory is the same on any device.
-///
-/// Everything (config, data, model size, positions) is checked before anything is
-/// written. `out` may be missing or empty; a run already there is replaced only with
-/// `opts.force`, and a directory holding files posenc did not write is refused.
-pub fn train(
-    cfg: TrainConfig,
-    out: &Path,
-    opts: RunOptions,
-    device: &Device,
-) -> Result<TrainerState> {
-    cfg.validate()?;
-    let splits = data::generate(&cfg.data)?;
-    let src = Vocab::train(splits.train.iter().map(|p| p.src.as_str()))?;
-    let tgt = Vocab::train(splits.train.iter().map(|p| p.tgt.as_str()))?;
-    let mut cfg = cfg;
-    cfg.model.src_vocab_size = src.len();
-    cfg.model.tgt_vocab_size = tgt.len();
-    let state = TrainerState::new(rundir::new_run_id(), cfg);
-    let task = Translation::new(&state.config, &splits, &src, &tgt, device)?;
-    let fixed = FixedFiles::new(
-        serde_json::to_string_pretty(&state.config.model)?.into_bytes(),
-        vec![
-            (SOURCE_TOKENIZER, src.to_json()?.into_bytes()),
-            (TARGET_TOKENIZER, tgt.to_json()?.into_bytes()),
-        ],
-    )?;
-    let seed = state.config.run.seed;
-    let wanted = state.config.clone();
-    Trainer::new(task, &wanted)?.start(
-        state,
-        &fixed,
-        out,
-        opts,
-        |d| describe_existing(d, &wanted),
-        |v| initialize(v, seed),
-    )
-}
+impl Job<'_> for Translation {
+    const KIND: &'static str = "kotoba";
+    type Inputs = ();
 
-/// Why `train` will not overwrite the run in `dir`.
-fn describe_existing(dir: &Path, wanted: &TrainConfig) -> String {
-    let d = dir.display();
-    match TrainerState::load(dir) {
-        Ok(old) => {
-            let diff = old.config.differences(wanted);
-            if diff.is_empty() {
-                format!(
-                    "{d} already holds a run of this config (step {} of {}): continue it with `posenc kotoba train --resume --out {d}`, or pass --force to start it again",
-                    old.step, old.config.run.steps
-                )
-            } else {
-                format!(
-                    "{d} holds a run with a different config (it differs in {}): choose another --out, or pass --force to replace it",
-                    diff.join(", ")
-                )
-            }
-        }
-        Err(_) => format!(
-            "{d} holds a model that posenc cannot read as a run (weights without a readable trainer.json or manifest.json): choose another --out, or pass --force to replace it"
-        ),
+    /// Generates the corpus, trains both vocabularies on its training split (setting the
+    /// model's vocabulary sizes) and builds the model.
+    fn begin(cfg: TrainConfig, (): &(), device: &Device) -> Result<Begun<Self>> {
+        cfg.validate()?;
+        let splits = data::generate(&cfg.data)?;
+        let src = Vocab::train(splits.train.iter().map(|p| p.src.as_str()))?;
+        let tgt = Vocab::train(splits.train.iter().map(|p| p.tgt.as_str()))?;
+        let mut cfg = cfg;
+        cfg.model.src_vocab_size = src.len();
+        cfg.model.tgt_vocab_size = tgt.len();
+        let task = Translation::new(&cfg, &splits, &src, &tgt, device)?;
+        let fixed = FixedFiles::new(
+            serde_json::to_string_pretty(&cfg.model)?.into_bytes(),
+            vec![
+                (SOURCE_TOKENIZER, src.to_json()?.into_bytes()),
+                (TARGET_TOKENIZER, tgt.to_json()?.into_bytes()),
+            ],
+        )?;
+        Ok(Begun {
+            task,
+            config: cfg,
+            fixed,
+        })
+    }
+
+    /// The run's vocabularies, from its files, and its corpus generated again.
+    fn reopen(dir: &Path, cfg: &TrainConfig, (): &(), device: &Device) -> Result<Self> {
+        cfg.validate()?;
+        let src = Vocab::load(&dir.join(SOURCE_TOKENIZER))?;
+        let tgt = Vocab::load(&dir.join(TARGET_TOKENIZER))?;
+        ensure!(
+            (src.len(), tgt.len()) == (cfg.model.src_vocab_size, cfg.model.tgt_vocab_size),
+            "the tokenizers in {} do not match the run's vocabulary sizes",
+            dir.display()
+        );
+        let splits = data::generate(&cfg.data)?;
+        Translation::new(cfg, &splits, &src, &tgt, device)
     }
 }
 
-/// Continues the run saved in `out` with its own config, up to `steps` (default: the
-/// run's own) steps in all, on `device` (any: a run started on the CPU may go on on a GPU,
-/// no longer bit-identically).
-pub fn resume(
-    out: &Path,
-    steps: Option<usize>,
-    opts: RunOptions,
-    device: &Device,
-) -> Result<TrainerState> {
-    let (dir, state): (RunDir, TrainerState) = rundir::resume_state(out, steps)?;
-    state.config.validate()?;
-    let src = Vocab::load(&out.join(SOURCE_TOKENIZER))?;
-    let tgt = Vocab::load(&out.join(TARGET_TOKENIZER))?;
-    ensure!(
-        (src.len(), tgt.len())
-            == (
-                state.config.model.src_vocab_size,
-                state.config.model.tgt_vocab_size
-            ),
-        "the tokenizers in {} do not match the run's vocabulary sizes",
-        out.display()
-    );
-    let splits = data::generate(&state.config.data)?;
-    let task = Translation::new(&state.config, &splits, &src, &tgt, device)?;
-    let seed = state.config.run.seed;
-    Trainer::new(task, &state.config)?.resume(dir, state, opts, |v| initialize(v, seed))
-}
-
 /// The translation task: a model and its encoded data, built and checked before anything
-/// is written.
-struct Translation {
+/// is written. Its runs start, continue and open through [`posenc_train::job`]:
+/// `job::train::<Translation>(cfg, &(), out, opts, device)`.
+pub struct Translation {
     varmap: VarMap,
     model: Transformer,
     train_examples: Vec<Example>,
@@ -544,11 +497,10 @@ pub struct Translator {
 }
 
 impl Translator {
-    /// Loads a model directory written by [`train`] onto `device`, after checking that its
+    /// Loads a model directory that a run of [`Translation`] wrote onto `device`, after checking that its
     /// files belong together (`rundir::verify`) and its weights are complete and finite.
     pub fn load(dir: &Path, device: &Device) -> Result<Self> {
-        let manifest = rundir::verify(dir)?;
-        rundir::check_weights(&dir.join(WEIGHTS_FILE), &manifest.run)?;
+        let Opened { manifest, .. } = job::open(dir, Translation::KIND)?;
         let state: TrainerState = rundir::read_trainer_of(dir, &manifest)?;
         let loaded = checkpoint::load(dir, device)?;
         ensure!(

@@ -256,6 +256,7 @@ fn the_report_names_randomized_positions() {
         let mut config = tiny(&["rope"]);
         config.base.randomized_positions = randomized;
         Experiment {
+            kind: None,
             config,
             results: Vec::new(),
             records: Vec::new(),

@@ -8,7 +8,28 @@ use candle_core::{Device, Tensor};
 use posenc_kotoba::data::DataConfig;
 use posenc_kotoba::decode::DecodeConfig;
 use posenc_kotoba::kotoba::SPEC_EXAMPLES;
-use posenc_kotoba::trainer::{resume, train, RunOptions, TrainConfig, Translator};
+use posenc_kotoba::trainer::{RunOptions, TrainConfig, TrainerState, Translation, Translator};
+use posenc_train::job;
+
+/// A new run, as `posenc kotoba train` starts it.
+fn train(
+    cfg: TrainConfig,
+    out: &Path,
+    opts: RunOptions,
+    device: &Device,
+) -> posenc_train::Result<TrainerState> {
+    job::train::<Translation>(cfg, &(), out, opts, device)
+}
+
+/// A run continued, as `posenc kotoba train --resume` continues it.
+fn resume(
+    out: &Path,
+    steps: Option<usize>,
+    opts: RunOptions,
+    device: &Device,
+) -> posenc_train::Result<TrainerState> {
+    job::resume::<Translation>(out, steps, &(), opts, device)
+}
 
 const QUIET: RunOptions = RunOptions {
     quiet: true,

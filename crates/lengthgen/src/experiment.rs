@@ -27,13 +27,12 @@ use serde::{Deserialize, Serialize};
 
 use super::problems::{Instance, Problem};
 use super::{
-    load, resume, score, test_instances, train, LengthgenConfig, LengthgenRecord, LengthgenState,
-    Score,
+    load, score, test_instances, Lengthgen, LengthgenConfig, LengthgenRecord, LengthgenState, Score,
 };
 use posenc_error::{ensure, Context};
 use posenc_train::error::Result;
-use posenc_train::experiment::{Cell, Experiment, Grid, Outcome, Start};
-use posenc_train::fit::RunOptions;
+use posenc_train::experiment::{Cell, Experiment, Grid, Outcome};
+use posenc_train::job::Job;
 use posenc_train::labelled::{check_seeds, check_unique, Labelled, RunKey};
 use posenc_train::results::{differences, mean_sd};
 use posenc_transformer::LanguageModel;
@@ -234,6 +233,10 @@ pub struct RunRecord {
 /// `results.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LengthgenExperiment {
+    /// The kind of experiment: its task's (`posenc <kind> experiment`); absent in results
+    /// written before they carried it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
     /// The problem.
     pub task: Problem,
     /// The trained lengths, `[lo, hi]`.
@@ -316,18 +319,14 @@ impl Experiment for LengthgenExperimentRun<'_> {
         self.config.run_config(entry, seed)
     }
 
-    fn train(
-        &self,
-        _: &Self::Data,
-        run: &LengthgenConfig,
-        dir: &Path,
-        start: Start,
-        opts: RunOptions,
-    ) -> Result<LengthgenState> {
-        match start {
-            Start::New => train(run, dir, opts, self.device),
-            Start::Resume => resume(dir, Some(run.run.steps), opts, self.device),
-        }
+    type Job<'d> = Lengthgen;
+
+    fn inputs<'d>(&self, _: &'d Self::Data) -> &'d <Self::Job<'d> as Job<'d>>::Inputs {
+        &()
+    }
+
+    fn device(&self) -> &Device {
+        self.device
     }
 
     fn record(
@@ -393,6 +392,7 @@ impl Experiment for LengthgenExperimentRun<'_> {
             .map(|c| (c.run, c.records))
             .unzip::<_, _, Vec<_>, Vec<_>>();
         LengthgenExperiment {
+            kind: Some(Lengthgen::KIND.to_string()),
             task: self.config.base.task,
             train_lengths: self.config.base.train_lengths,
             config: self.config.clone(),

@@ -38,8 +38,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use posenc_train::fit::RunOptions;
-use posenc_train::fit::{RunSchedule, RunState, StepLoss, Task, Trainer, Validation};
+use posenc_train::fit::{RunSchedule, RunState, StepLoss, Task, Validation};
+use posenc_train::job::{self, Begun, Job, Opened};
 use posenc_train::optim::AdamWConfig;
 use posenc_train::rundir::{self, FixedFiles};
 use posenc_train::schedule::Cosine;
@@ -323,8 +323,10 @@ pub fn score(model: &LanguageModel, instances: &[Instance]) -> Result<Score> {
     })
 }
 
-/// The task the loop trains: a model, and the held-out instances it validates on.
-struct Lengthgen {
+/// The task the loop trains: a model, and the held-out instances it validates on. Its runs
+/// start, continue and open through [`posenc_train::job`]: `job::train::<Lengthgen>(cfg,
+/// &(), out, opts, device)`.
+pub struct Lengthgen {
     varmap: VarMap,
     model: LanguageModel,
     valid: Vec<Instance>,
@@ -438,58 +440,26 @@ impl Task for Lengthgen {
     }
 }
 
-/// Trains a new run of `cfg` on `device` into `out` (new or empty, or a run `opts.force`
-/// replaces). The run directory is the same on any device.
-///
-/// # Errors
-/// Bad settings (before anything is written), a directory holding another run or foreign
-/// files, a loss that is not finite, or a failed write.
-pub fn train(
-    cfg: &LengthgenConfig,
-    out: &Path,
-    opts: RunOptions,
-    device: &Device,
-) -> Result<LengthgenState> {
-    let task = Lengthgen::new(cfg, device)?;
-    let state = LengthgenState::new(rundir::new_run_id(), cfg.clone());
-    let fixed = FixedFiles::new(
-        serde_json::to_string_pretty(&cfg.model)?.into_bytes(),
-        Vec::new(),
-    )?;
-    let seed = cfg.run.seed;
-    Trainer::new(task, cfg)?.start(
-        state,
-        &fixed,
-        out,
-        opts,
-        |d| {
-            format!(
-                "{} holds a run already: choose another --out, or pass --force to replace it",
-                d.display()
-            )
-        },
-        |v| posenc_train::init::initialize(v, seed),
-    )
-}
+impl Job<'_> for Lengthgen {
+    const KIND: &'static str = "lengthgen";
+    type Inputs = ();
 
-/// Continues the run in `out` up to `steps` (default: its own) steps in all, on `device`
-/// (any: a run started on the CPU may go on on a GPU, no longer bit-identically).
-///
-/// # Errors
-/// As [`train`]; also a directory holding no complete run of this task.
-pub fn resume(
-    out: &Path,
-    steps: Option<usize>,
-    opts: RunOptions,
-    device: &Device,
-) -> Result<LengthgenState> {
-    let (dir, state): (rundir::RunDir, LengthgenState) = rundir::resume_state(out, steps)?;
-    let task = Lengthgen::new(&state.config, device)?;
-    let seed = state.config.run.seed;
-    let cfg = state.config.clone();
-    Trainer::new(task, &cfg)?.resume(dir, state, opts, |v| {
-        posenc_train::init::initialize(v, seed)
-    })
+    fn begin(cfg: LengthgenConfig, (): &(), device: &Device) -> Result<Begun<Self>> {
+        let task = Lengthgen::new(&cfg, device)?;
+        let fixed = FixedFiles::new(
+            serde_json::to_string_pretty(&cfg.model)?.into_bytes(),
+            Vec::new(),
+        )?;
+        Ok(Begun {
+            task,
+            config: cfg,
+            fixed,
+        })
+    }
+
+    fn reopen(_: &Path, cfg: &LengthgenConfig, (): &(), device: &Device) -> Result<Self> {
+        Lengthgen::new(cfg, device)
+    }
 }
 
 /// The run in `dir` (its last checkpoint): its state, and the model for inference on
@@ -498,11 +468,9 @@ pub fn resume(
 /// # Errors
 /// A directory that is not a complete run of this task, or weights that do not fit.
 pub fn load(dir: &Path, device: &Device) -> Result<(LengthgenState, LanguageModel)> {
-    let manifest = rundir::verify(dir)?;
+    let Opened { manifest, weights } = job::open(dir, Lengthgen::KIND)?;
     let state: LengthgenState = rundir::last_state(dir, &manifest)
         .context(format!("{} holds no lengthgen run", dir.display()))?;
-    let weights = dir.join(posenc_transformer::checkpoint::WEIGHTS_FILE);
-    rundir::check_weights(&weights, &manifest.run)?;
     let varmap = VarMap::new();
     LanguageModel::new(
         &state.config.model,

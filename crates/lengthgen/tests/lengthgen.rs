@@ -5,8 +5,9 @@ use candle_core::{DType, Device, Tensor, D};
 use candle_nn::{VarBuilder, VarMap};
 use posenc_lengthgen::experiment::{self, LengthgenExperimentConfig};
 use posenc_lengthgen::problems::{is_held_out, render, Instance, Problem, DIGIT, EOS, HINT, HINTS};
-use posenc_lengthgen::{self as lengthgen, score, test_instances, LengthgenConfig};
+use posenc_lengthgen::{self as lengthgen, score, test_instances, Lengthgen, LengthgenConfig};
 use posenc_train::fit::RunOptions;
+use posenc_train::job;
 use posenc_train::labelled::{check_unique, parse_list, Labelled};
 use posenc_transformer::LanguageModel;
 use rand::SeedableRng;
@@ -299,18 +300,19 @@ fn a_resumed_run_is_bit_identical_for_every_problem() {
         cfg.model.dropout = 0.1;
         cfg.randomized_positions = Some(40);
         let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        let straight = lengthgen::train(&cfg, a.path(), QUIET, &Device::Cpu).unwrap();
+        let straight =
+            job::train::<Lengthgen>(cfg.clone(), &(), a.path(), QUIET, &Device::Cpu).unwrap();
         let stop = RunOptions {
             stop_after: Some(6),
             ..QUIET
         };
         assert_eq!(
-            lengthgen::train(&cfg, b.path(), stop, &Device::Cpu)
+            job::train::<Lengthgen>(cfg.clone(), &(), b.path(), stop, &Device::Cpu)
                 .unwrap()
                 .step,
             6
         );
-        let resumed = lengthgen::resume(b.path(), None, QUIET, &Device::Cpu).unwrap();
+        let resumed = job::resume::<Lengthgen>(b.path(), None, &(), QUIET, &Device::Cpu).unwrap();
         assert_eq!(resumed.step, 12);
         let losses = |s: &lengthgen::LengthgenState| -> Vec<(usize, u64, u64)> {
             s.history
@@ -335,7 +337,8 @@ fn a_diverging_run_is_the_same_typed_error_as_every_task() {
     cfg.lr = 1e30;
     cfg.min_lr = 1e30;
     let dir = tempfile::tempdir().unwrap();
-    let err = lengthgen::train(&cfg, dir.path(), QUIET, &Device::Cpu).unwrap_err();
+    let err =
+        job::train::<Lengthgen>(cfg.clone(), &(), dir.path(), QUIET, &Device::Cpu).unwrap_err();
     let d = err.diverged().unwrap_or_else(|| panic!("{err}"));
     assert!(d.step >= 1 && !d.loss.is_finite());
 }
@@ -594,4 +597,48 @@ fn mixed_addition_draws_the_shorter_length_and_the_order_apart() {
         (60..=140).contains(&first_longer),
         "{first_longer} of 200 first"
     );
+}
+
+/// A run's manifest carries its kind; a run of another kind is refused by name, both to
+/// read and to continue, and a run written before manifests carried a kind still reads
+/// and continues.
+#[test]
+fn a_run_carries_its_kind_and_another_kind_is_refused() {
+    let mut cfg = tiny(Problem::Copy);
+    cfg.run.steps = 4;
+    let dir = tempfile::tempdir().unwrap();
+    job::train::<Lengthgen>(cfg, &(), dir.path(), QUIET, &Device::Cpu).unwrap();
+    let path = dir.path().join("manifest.json");
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(manifest["kind"], "lengthgen");
+    assert_eq!(
+        job::kind_of(dir.path()).unwrap().as_deref(),
+        Some("lengthgen")
+    );
+    let write = |kind: Option<&str>| {
+        let mut m = manifest.clone();
+        match kind {
+            Some(k) => m["kind"] = k.into(),
+            None => drop(m.as_object_mut().unwrap().remove("kind")),
+        }
+        std::fs::write(&path, serde_json::to_string_pretty(&m).unwrap()).unwrap();
+    };
+    write(Some("lm"));
+    for err in [
+        lengthgen::load(dir.path(), &Device::Cpu).err().unwrap(),
+        job::resume::<Lengthgen>(dir.path(), Some(6), &(), QUIET, &Device::Cpu).unwrap_err(),
+    ] {
+        let msg = err.to_string();
+        assert!(
+            msg.contains("holds a `lm` run") && msg.contains("not a `lengthgen` run"),
+            "{msg}"
+        );
+    }
+    // As written before runs carried their kind.
+    write(None);
+    assert_eq!(job::kind_of(dir.path()).unwrap(), None);
+    lengthgen::load(dir.path(), &Device::Cpu).unwrap();
+    let state = job::resume::<Lengthgen>(dir.path(), Some(6), &(), QUIET, &Device::Cpu).unwrap();
+    assert_eq!(state.step, 6);
 }

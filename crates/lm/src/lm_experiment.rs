@@ -22,13 +22,13 @@ use serde::{Deserialize, Serialize};
 use tokenizers::Tokenizer;
 
 use crate::corpus::Corpus;
-use crate::lm_run;
+use crate::lm_run::{self, LmInputs};
 use crate::lm_train::{
-    evaluate, evaluate_observed, LengthEval, LmData, LmRecord, LmState, LmTrainConfig,
+    evaluate, evaluate_observed, LengthEval, LmData, LmRecord, LmState, LmTask, LmTrainConfig,
 };
 use crate::text_tokenizer::encode;
-use posenc_train::experiment::{Cell, Experiment, Grid, Outcome, Start};
-use posenc_train::fit::RunOptions;
+use posenc_train::experiment::{Cell, Experiment, Grid, Outcome};
+use posenc_train::job::Job;
 use posenc_train::labelled::{distinct, Labelled, RunKey};
 use posenc_train::results::spread;
 use posenc_transformer::Streaming;
@@ -270,6 +270,10 @@ pub struct LmLengthRecord {
 /// A whole experiment: `results.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LmExperiment {
+    /// The kind of experiment: its task's (`posenc <kind> experiment`); absent in results
+    /// written before they carried it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
     /// What was run.
     pub config: LmExperimentConfig,
     /// Tokens in the train, valid and test streams.
@@ -298,8 +302,7 @@ pub struct LmExperimentRun<'a> {
 /// What every run of an LM experiment shares: the tokenizer, its token streams and the
 /// test works.
 pub struct LmExperimentData {
-    tokenizer: Tokenizer,
-    data: LmData,
+    inputs: LmInputs,
     test: Vec<u32>,
 }
 
@@ -363,8 +366,7 @@ impl Experiment for LmExperimentRun<'_> {
         let sizes = [data.train.len(), data.valid.len(), test.len()];
         Ok((
             LmExperimentData {
-                tokenizer,
-                data,
+                inputs: LmInputs { tokenizer, data },
                 test,
             },
             sizes,
@@ -372,30 +374,17 @@ impl Experiment for LmExperimentRun<'_> {
     }
 
     fn run_config(&self, data: &LmExperimentData, entry: &Labelled, seed: u64) -> LmTrainConfig {
-        self.config.run_config(entry, seed, &data.tokenizer)
+        self.config.run_config(entry, seed, &data.inputs.tokenizer)
     }
 
-    fn train(
-        &self,
-        data: &LmExperimentData,
-        run: &LmTrainConfig,
-        dir: &Path,
-        start: Start,
-        opts: RunOptions,
-    ) -> Result<LmState> {
-        match start {
-            Start::New => lm_run::start(run, &data.tokenizer, &data.data, dir, opts, self.device),
-            Start::Resume => {
-                let streams = || Ok(data.data.clone());
-                lm_run::resume(
-                    dir,
-                    Some(run.run.steps),
-                    |_, _| streams(),
-                    opts,
-                    self.device,
-                )
-            }
-        }
+    type Job<'d> = LmTask<'d>;
+
+    fn inputs<'d>(&self, data: &'d Self::Data) -> &'d <Self::Job<'d> as Job<'d>>::Inputs {
+        &data.inputs
+    }
+
+    fn device(&self) -> &candle_core::Device {
+        self.device
     }
 
     fn record(
@@ -478,6 +467,7 @@ impl Experiment for LmExperimentRun<'_> {
 
     fn results(&self, sizes: &[usize; 3], cells: Vec<LmEncodingResult>) -> LmExperiment {
         let mut experiment = LmExperiment {
+            kind: Some(LmTask::KIND.to_string()),
             config: self.config.clone(),
             sizes: *sizes,
             results: cells,

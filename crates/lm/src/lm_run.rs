@@ -11,7 +11,9 @@
 //! | `manifest.json` | the run's id and the hashes of the config and the tokenizer |
 //!
 //! Everything is checked before anything is written, every file is written atomically, a
-//! lock keeps a second writer out, and [`resume`] continues bit-identically.
+//! lock keeps a second writer out, and a run continued ([`posenc_train::job::resume`]) is
+//! bit-identical to one that never stopped. Its runs start as
+//! `job::train::<LmTask>(cfg, &inputs, out, opts, device)`.
 
 use std::path::Path;
 
@@ -24,49 +26,74 @@ use posenc_transformer::{LanguageModel, LmConfig};
 use tokenizers::Tokenizer;
 
 use crate::lm_train::{InitFrom, LmData, LmState, LmTask, LmTrainConfig};
-use posenc_train::fit::RunOptions;
-use posenc_train::fit::Trainer;
-use posenc_train::rundir::{self, FixedFiles, RunDir, TOKENIZER, TRAINER_FILE};
+use posenc_train::job::{self, Begun, Job, Opened};
+use posenc_train::rundir::{self, FixedFiles, TOKENIZER, TRAINER_FILE};
 
-/// Trains a new model of `cfg` on `data`, on `device`, into `out`, which must be new or
-/// empty (or hold a run, with `opts.force`); returns the final state. The files written are
-/// the same on any device.
-///
-/// # Errors
-/// Bad settings or data (before anything is written), another writer, a directory holding
-/// another run or foreign files, a loss that is not finite, or a file that cannot be written.
-pub fn start(
-    cfg: &LmTrainConfig,
-    tokenizer: &Tokenizer,
-    data: &LmData,
-    out: &Path,
-    opts: RunOptions,
-    device: &Device,
-) -> Result<LmState> {
-    ensure!(
-        tokenizer.get_vocab_size(true) == cfg.model.vocab_size,
-        "the tokenizer has {} tokens but the model's vocab_size is {}",
-        tokenizer.get_vocab_size(true),
-        cfg.model.vocab_size
-    );
-    let task = LmTask::new(cfg, data, device)?;
-    let state = LmState::new(rundir::new_run_id(), cfg.clone());
-    let tokenizer_json = tokenizer
-        .to_string(true)
-        .map_err(posenc_train::Error::Tokenizer)
-        .context("serialising the tokenizer")?;
-    let fixed = FixedFiles::new(
-        serde_json::to_string_pretty(&cfg.model)?.into_bytes(),
-        vec![(TOKENIZER, tokenizer_json.into_bytes())],
-    )?;
-    Trainer::new(task, cfg)?.start(
-        state,
-        &fixed,
-        out,
-        opts,
-        |d| describe_existing(d, cfg),
-        |v| initialize(v, cfg),
-    )
+/// What a language-model run is built from besides its config: its tokenizer and the token
+/// streams it made of the text. A run continued is given the same again (its tokenizer is
+/// the one it saved: [`saved`] reads both).
+#[derive(Debug, Clone)]
+pub struct LmInputs {
+    /// The tokenizer, saved with the run.
+    pub tokenizer: Tokenizer,
+    /// The training and validation streams.
+    pub data: LmData,
+}
+
+impl<'a> Job<'a> for LmTask<'a> {
+    const KIND: &'static str = "lm";
+    type Inputs = LmInputs;
+
+    fn begin(cfg: LmTrainConfig, inputs: &'a LmInputs, device: &Device) -> Result<Begun<Self>> {
+        let tokenizer = &inputs.tokenizer;
+        ensure!(
+            tokenizer.get_vocab_size(true) == cfg.model.vocab_size,
+            "the tokenizer has {} tokens but the model's vocab_size is {}",
+            tokenizer.get_vocab_size(true),
+            cfg.model.vocab_size
+        );
+        let task = LmTask::new(&cfg, &inputs.data, device)?;
+        let tokenizer_json = tokenizer
+            .to_string(true)
+            .map_err(posenc_train::Error::Tokenizer)
+            .context("serialising the tokenizer")?;
+        let fixed = FixedFiles::new(
+            serde_json::to_string_pretty(&cfg.model)?.into_bytes(),
+            vec![(TOKENIZER, tokenizer_json.into_bytes())],
+        )?;
+        Ok(Begun {
+            task,
+            config: cfg,
+            fixed,
+        })
+    }
+
+    fn reopen(
+        dir: &Path,
+        cfg: &LmTrainConfig,
+        inputs: &'a LmInputs,
+        device: &Device,
+    ) -> Result<Self> {
+        let (model, tokenizer) = read_fixed(dir)?;
+        ensure!(
+            model == cfg.model,
+            "{} and {} disagree about the model",
+            dir.join(CONFIG_FILE).display(),
+            dir.join(TRAINER_FILE).display()
+        );
+        ensure!(
+            tokenizer.get_vocab(true) == inputs.tokenizer.get_vocab(true),
+            "the tokenizer given to continue the run in {} is not the one it saved in {TOKENIZER}",
+            dir.display()
+        );
+        LmTask::new(cfg, &inputs.data, device)
+    }
+
+    /// Random from the seed, or the weights of the run it starts from, which must still be
+    /// that run and fit the model exactly.
+    fn initialize(varmap: &VarMap, cfg: &LmTrainConfig) -> Result<()> {
+        initialize(varmap, cfg)
+    }
 }
 
 /// The step-0 weights of `cfg`: random from its seed, or the weights of the run it starts
@@ -121,57 +148,25 @@ pub fn from_run(dir: &Path, base: LmTrainConfig) -> Result<(LmTrainConfig, Token
     Ok((cfg, tokenizer))
 }
 
-/// Why `start` will not overwrite the run in `dir`.
-fn describe_existing(dir: &Path, wanted: &LmTrainConfig) -> String {
-    let d = dir.display();
-    match rundir::read_trainer::<LmState>(dir) {
-        Ok(old) if &old.config == wanted => format!(
-            "{d} already holds a run of this config (step {} of {}): continue it with `posenc lm train --resume --out {d}`, or pass --force to start it again",
-            old.step, old.config.run.steps
-        ),
-        Ok(_) => format!(
-            "{d} holds a run with a different config: choose another --out, or pass --force to replace it"
-        ),
-        Err(_) => format!(
-            "{d} holds a model that is not a language model run posenc can read: choose another --out, or pass --force to replace it"
-        ),
-    }
-}
-
 /// The settings of the run in `dir`, from its last checkpoint.
 ///
 /// # Errors
 /// If `dir` holds no complete language model run.
 pub fn state(dir: &Path) -> Result<LmState> {
     let manifest = rundir::verify(dir)?;
+    job::check_kind(dir, &manifest, LmTask::KIND)?;
     rundir::last_state(dir, &manifest)
 }
 
-/// Continues the run in `out` up to `steps` (default: its own) steps in all, on the data
-/// `data(config, tokenizer)` gives (the same data it started on, for an identical run), on
-/// `device` (any: a run started on the CPU may go on on a GPU, no longer bit-identically).
+/// The settings of the run in `dir` and the tokenizer it saved: what its [`LmInputs`] are
+/// made again from, to continue it.
 ///
 /// # Errors
-/// As [`start`]; also a directory holding no complete run, or `steps` below the run's step.
-pub fn resume(
-    out: &Path,
-    steps: Option<usize>,
-    data: impl FnOnce(&LmTrainConfig, &Tokenizer) -> Result<LmData>,
-    opts: RunOptions,
-    device: &Device,
-) -> Result<LmState> {
-    let (dir, state): (RunDir, LmState) = rundir::resume_state(out, steps)?;
-    let (model, tokenizer) = read_fixed(out)?;
-    ensure!(
-        model == state.config.model,
-        "{} and {} disagree about the model",
-        out.join(CONFIG_FILE).display(),
-        out.join(TRAINER_FILE).display()
-    );
-    let data = data(&state.config, &tokenizer)?;
-    let task = LmTask::new(&state.config, &data, device)?;
-    let cfg = state.config.clone();
-    Trainer::new(task, &cfg)?.resume(dir, state, opts, |v| initialize(v, &cfg))
+/// If `dir` holds no complete language model run.
+pub fn saved(dir: &Path) -> Result<(LmTrainConfig, Tokenizer)> {
+    let config = state(dir)?.config;
+    let (_, tokenizer) = read_fixed(dir)?;
+    Ok((config, tokenizer))
 }
 
 /// `config.json` and `tokenizer.json`, checked against each other.
@@ -226,9 +221,7 @@ pub struct Saved {
 /// A directory that is not a complete run, files from different runs, a tokenizer that
 /// does not fit the config, or missing, mis-shaped or non-finite weights.
 pub fn load(dir: &Path, device: &Device) -> Result<Saved> {
-    let manifest = rundir::verify(dir)?;
-    let weights = dir.join(WEIGHTS_FILE);
-    rundir::check_weights(&weights, &manifest.run)?;
+    let Opened { weights, .. } = job::open(dir, LmTask::KIND)?;
     let (cfg, tokenizer) = read_fixed(dir)?;
     let varmap = VarMap::new();
     LanguageModel::new(&cfg, VarBuilder::from_varmap(&varmap, DType::F32, device))?;

@@ -611,8 +611,9 @@ impl LmData {
 }
 
 /// The language-model task: a model and its token streams, built and checked before
-/// anything is written.
-pub(crate) struct LmTask<'a> {
+/// anything is written. Its runs start, continue and open through [`posenc_train::job`],
+/// from [`crate::lm_run::LmInputs`].
+pub struct LmTask<'a> {
     pub(crate) varmap: VarMap,
     model: LanguageModel,
     data: &'a LmData,

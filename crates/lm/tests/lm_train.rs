@@ -2,9 +2,45 @@
 //! evaluation past the trained context where the encoding allows it.
 
 use posenc::EncodingConfig;
+use posenc_lm::lm_run::{self, LmInputs};
 use posenc_lm::lm_train::{evaluate, random_windows, train_lm, LmData, LmTrainConfig};
-use posenc_lm::{lm_run, text_tokenizer::TextTokenizer};
+use posenc_lm::lm_train::{LmState, LmTask};
+use posenc_lm::text_tokenizer::TextTokenizer;
 use posenc_train::fit::{RunOptions, RunSchedule};
+use posenc_train::job;
+use tokenizers::Tokenizer;
+
+/// A new run in `out`, as `posenc lm train` starts it.
+fn start(
+    cfg: &LmTrainConfig,
+    tokenizer: &Tokenizer,
+    data: &LmData,
+    out: &std::path::Path,
+    opts: RunOptions,
+    device: &candle_core::Device,
+) -> posenc_train::Result<LmState> {
+    let inputs = LmInputs {
+        tokenizer: tokenizer.clone(),
+        data: data.clone(),
+    };
+    job::train::<LmTask>(cfg.clone(), &inputs, out, opts, device)
+}
+
+/// The run in `out` continued, as `posenc lm train --resume` continues it.
+fn resume(
+    out: &std::path::Path,
+    steps: Option<usize>,
+    data: &LmData,
+    tokenizer: &Tokenizer,
+    opts: RunOptions,
+    device: &candle_core::Device,
+) -> posenc_train::Result<LmState> {
+    let inputs = LmInputs {
+        tokenizer: tokenizer.clone(),
+        data: data.clone(),
+    };
+    job::resume::<LmTask>(out, steps, &inputs, opts, device)
+}
 use posenc_transformer::LmConfig;
 use rand::SeedableRng;
 
@@ -248,16 +284,16 @@ fn a_resumed_run_is_bit_identical_to_one_that_never_stopped() {
     cfg.run.eval_every = 4;
     cfg.run.save_every = 4;
     let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let straight = lm_run::start(&cfg, &tokenizer, &data, a.path(), quiet, CPU).unwrap();
+    let straight = start(&cfg, &tokenizer, &data, a.path(), quiet, CPU).unwrap();
     // Stopped at step 6, between checkpoints: it saves there, as a killed run's last
     // checkpoint would be.
     let interrupted = RunOptions {
         stop_after: Some(6),
         ..quiet
     };
-    let stopped = lm_run::start(&cfg, &tokenizer, &data, b.path(), interrupted, CPU).unwrap();
+    let stopped = start(&cfg, &tokenizer, &data, b.path(), interrupted, CPU).unwrap();
     assert_eq!(stopped.step, 6);
-    let resumed = lm_run::resume(b.path(), None, |_, _| Ok(data.clone()), quiet, CPU).unwrap();
+    let resumed = resume(b.path(), None, &data, &tokenizer, quiet, CPU).unwrap();
     assert_eq!(resumed.step, 12);
     let losses = |s: &posenc_lm::lm_train::LmState| -> Vec<(usize, f64, f64)> {
         s.history
@@ -276,7 +312,7 @@ fn a_resumed_run_is_bit_identical_to_one_that_never_stopped() {
     let before = std::fs::read(b.path().join("model.safetensors")).unwrap();
     let e = format!(
         "{:#}",
-        lm_run::start(&cfg, &tokenizer, &data, b.path(), quiet, CPU).unwrap_err()
+        start(&cfg, &tokenizer, &data, b.path(), quiet, CPU).unwrap_err()
     );
     assert!(e.contains("--resume"), "{e}");
     assert_eq!(
@@ -333,7 +369,7 @@ fn a_run_started_from_another_begins_at_its_weights_and_resumes_from_them() {
         tempfile::tempdir().unwrap(),
         tempfile::tempdir().unwrap(),
     );
-    lm_run::start(&cfg, &tokenizer, &data, source.path(), quiet, CPU).unwrap();
+    start(&cfg, &tokenizer, &data, source.path(), quiet, CPU).unwrap();
     let weights = |dir: &std::path::Path| {
         candle_core::safetensors::load(dir.join("model.safetensors"), CPU).unwrap()
     };
@@ -361,7 +397,7 @@ fn a_run_started_from_another_begins_at_its_weights_and_resumes_from_them() {
     let mut from = lm_run::from_run(source.path(), base.clone()).unwrap().0;
     from.run.adam.weight_decay = 0.0;
     assert_eq!(from.model, cfg.model);
-    lm_run::start(&from, &tokenizer, &data, tuned.path(), quiet, CPU).unwrap();
+    start(&from, &tokenizer, &data, tuned.path(), quiet, CPU).unwrap();
     assert!(distance(source.path(), tuned.path()) < 1e-6);
     // Without --from, the same settings start elsewhere.
     let fresh = tempfile::tempdir().unwrap();
@@ -370,7 +406,7 @@ fn a_run_started_from_another_begins_at_its_weights_and_resumes_from_them() {
         ..base
     };
     scratch.run.adam.weight_decay = 0.0;
-    lm_run::start(&scratch, &tokenizer, &data, fresh.path(), quiet, CPU).unwrap();
+    start(&scratch, &tokenizer, &data, fresh.path(), quiet, CPU).unwrap();
     assert!(distance(source.path(), fresh.path()) > 1e-2);
 
     // A run stopped before its first step resumes from the source's weights too, and is
@@ -379,7 +415,7 @@ fn a_run_started_from_another_begins_at_its_weights_and_resumes_from_them() {
         stop_after: Some(0),
         ..quiet
     };
-    lm_run::start(
+    start(
         &from,
         &tokenizer,
         &data,
@@ -388,18 +424,18 @@ fn a_run_started_from_another_begins_at_its_weights_and_resumes_from_them() {
         CPU,
     )
     .unwrap();
-    lm_run::resume(stopped.path(), None, |_, _| Ok(data.clone()), quiet, CPU).unwrap();
+    resume(stopped.path(), None, &data, &tokenizer, quiet, CPU).unwrap();
     assert!(distance(source.path(), stopped.path()) < 1e-6);
     let again = tempfile::tempdir().unwrap();
-    lm_run::start(&from, &tokenizer, &data, again.path(), before_any_step, CPU).unwrap();
+    start(&from, &tokenizer, &data, again.path(), before_any_step, CPU).unwrap();
     let replaced = RunOptions {
         force: true,
         ..quiet
     };
-    lm_run::start(&cfg, &tokenizer, &data, source.path(), replaced, CPU).unwrap();
+    start(&cfg, &tokenizer, &data, source.path(), replaced, CPU).unwrap();
     let e = format!(
         "{:#}",
-        lm_run::resume(again.path(), None, |_, _| Ok(data.clone()), quiet, CPU).unwrap_err()
+        resume(again.path(), None, &data, &tokenizer, quiet, CPU).unwrap_err()
     );
     assert!(e.contains("now holds run"), "{e}");
 }

@@ -28,15 +28,22 @@
 
 use std::path::{Path, PathBuf};
 
+use candle_core::Device;
 use posenc_error::{bail, ensure, Context};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
 use crate::fit::{Diverged, RunOptions, RunState, Settings, Validation};
+use crate::job::{self, Job};
 use crate::labelled::{check_seeds, check_unique, Labelled};
 use crate::results::{self, Found};
 use crate::rundir;
+
+/// The kind of an experiment's runs and results: its task's ([`Job::KIND`]).
+pub fn job_kind<E: Experiment>() -> &'static str {
+    <E::Job<'static> as Job<'static>>::KIND
+}
 
 /// The run state of an experiment's runs.
 pub type StateOf<E> = RunState<<E as Experiment>::Run, <E as Experiment>::Record>;
@@ -82,19 +89,16 @@ pub trait Experiment {
         results::differences(previous, wanted)
     }
 
-    /// Trains `run` into `dir`: from the start into an empty directory, or on from the
-    /// unfinished run there up to its steps.
-    ///
-    /// # Errors
-    /// As the task's training; a divergence is [`Diverged`] in the chain.
-    fn train(
-        &self,
-        data: &Self::Data,
-        run: &Self::Run,
-        dir: &Path,
-        start: Start,
-        opts: RunOptions,
-    ) -> Result<StateOf<Self>>;
+    /// The task a cell trains ([`Job`]): its settings are the experiment's runs', its
+    /// records theirs.
+    type Job<'d>: Job<'d, Config = Self::Run, Record = Self::Record>;
+
+    /// What every run is built from besides its settings ([`Job::Inputs`]), out of the
+    /// prepared data.
+    fn inputs<'d>(&self, data: &'d Self::Data) -> &'d <Self::Job<'d> as Job<'d>>::Inputs;
+
+    /// The device the runs train on.
+    fn device(&self) -> &Device;
 
     /// The cell's result: the trained run in `cell.dir` evaluated, or the divergence
     /// recorded.
@@ -185,15 +189,6 @@ pub struct Cell<'a, R> {
     pub run: R,
     /// Its run directory.
     pub dir: PathBuf,
-}
-
-/// Where a cell's training starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Start {
-    /// An empty directory: a new run.
-    New,
-    /// The unfinished run in the directory: resume it.
-    Resume,
 }
 
 /// How a cell's training ended.
@@ -473,7 +468,7 @@ fn begin<E: Experiment>(cfg: &E, out: &Path) -> Result<(E::Data, E::Facts)> {
 /// # Errors
 /// What `out` holds instead, named.
 pub fn check_out<E: Experiment>(out: &Path) -> Result<()> {
-    results::check_out_dir::<E::Results>(out, E::KIND)?;
+    results::check_out_dir::<E::Results>(out, job_kind::<E>(), E::KIND)?;
     for (_, path) in shard_files(out)? {
         if results::load_results::<ShardOf<E>>(&path).is_err() {
             bail!(
@@ -618,8 +613,13 @@ fn train_or_reuse<E: Experiment>(
         cfg.differences(&previous.config, run)
     })? {
         Found::Finished(previous) => return Ok((Outcome::Trained(previous), true)),
-        Found::Unfinished => cfg.train(data, run, dir, Start::Resume, opts),
-        Found::Nothing => cfg.train(data, run, dir, Start::New, opts),
+        Found::Unfinished => {
+            let steps = Some(run.steps());
+            job::resume::<E::Job<'_>>(dir, steps, cfg.inputs(data), opts, cfg.device())
+        }
+        Found::Nothing => {
+            job::train::<E::Job<'_>>(run.clone(), cfg.inputs(data), dir, opts, cfg.device())
+        }
     };
     match trained {
         Ok(state) => Ok((Outcome::Trained(state), false)),

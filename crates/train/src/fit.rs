@@ -1,6 +1,7 @@
 //! The one training loop. Every task (translation, the language model, the algorithmic
 //! length-generalization tasks) runs through it; a task only says what a
-//! step's loss is and how to validate ([`Task`]).
+//! step's loss is and how to validate ([`Task`]). Its runs on disk (starting, continuing,
+//! opening one) are [`crate::job`]'s.
 //!
 //! ```text
 //! for step in state.step + 1 ..= steps:
@@ -27,7 +28,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
 use crate::optim::{AdamW, AdamWConfig};
-use crate::rundir::{self, FixedFiles, RunDir};
+use crate::rundir::{self, RunDir};
 pub use crate::stop::{request_stop, stop_requested, Diverged, Interrupted};
 
 /// What every task's training run is set with besides its model, data and learning-rate
@@ -361,46 +362,13 @@ impl<T: Task> Trainer<T> {
         Ok(Self { task, opt })
     }
 
-    /// Starts `state` (at step 0) in `out`, which must be new or empty, or hold a run that
-    /// `force` allows replacing (`describe` says why not otherwise): initialises the weights
-    /// with `init`, writes the fixed files and trains.
-    pub fn start(
-        mut self,
-        mut state: StateOf<T>,
-        fixed: &FixedFiles,
-        out: &Path,
-        opts: RunOptions,
-        describe: impl Fn(&Path) -> String,
-        init: impl FnOnce(&VarMap) -> Result<()>,
-    ) -> Result<StateOf<T>> {
-        init(self.task.varmap())?;
-        let dir = RunDir::create(out, fixed, &state, opts.force, describe)?;
-        self.run_in(&dir, &mut state, opts)?;
-        Ok(state)
-    }
-
-    /// Continues `state`, read from the run directory `dir` (locked by
-    /// [`rundir::resume_state`]): restores its last checkpoint, or, at step 0, initialises
-    /// the weights with `init`, and trains.
-    pub fn resume(
-        mut self,
-        dir: RunDir,
-        mut state: StateOf<T>,
-        opts: RunOptions,
-        init: impl FnOnce(&VarMap) -> Result<()>,
-    ) -> Result<StateOf<T>> {
-        dir.begin_writing()?;
-        if state.step > 0 {
-            rundir::restore(dir.path(), self.task.varmap(), &mut self.opt, state.step)?;
-        } else {
-            init(self.task.varmap())?;
-        }
-        self.run_in(&dir, &mut state, opts)?;
-        Ok(state)
-    }
-
     /// [`Self::run`] into the run directory `dir`, with a progress printer unless quiet.
-    fn run_in(&mut self, dir: &RunDir, state: &mut StateOf<T>, opts: RunOptions) -> Result<()> {
+    pub(crate) fn run_in(
+        &mut self,
+        dir: &RunDir,
+        state: &mut StateOf<T>,
+        opts: RunOptions,
+    ) -> Result<()> {
         self.run(
             state,
             Some(dir.path()),

@@ -3,6 +3,7 @@
 //! | module | what |
 //! |---|---|
 //! | [`fit`] | the one training loop, and the [`fit::Task`] a task implements: the loop owns the schedule, dropout seeds, divergence, checkpoints and resume |
+//! | [`job`] | a task's runs on disk: [`job::train`], [`job::resume`] and [`job::open`] for every task alike, from the [`job::Job`] it implements (its kind, how it is built for a new run and a run read back) |
 //! | [`loss`], [`schedule`], [`optim`], [`init`] | label-smoothed cross-entropy, Noam and cosine schedules, resumable AdamW, weight initialisation |
 //! | [`experiment`] | the one experiment driver: a grid of labelled encodings × seeds over any task, with reuse, resume, divergence as a row, shards and their merge |
 //! | [`rundir`], [`results`] | a run's files as one unit (manifest, lock, atomic writes), and an experiment's files and the runs it finds |
@@ -13,9 +14,10 @@
 //! The tasks live beside it, each in its own crate: `posenc-kotoba` (English → Kotoba
 //! translation), `posenc-lm` (a causal language model: training, evaluation, sampling,
 //! passkey) and `posenc-lengthgen` (algorithmic length generalization). A new task is a
-//! crate of its own that implements [`fit::Task`] and runs through [`fit`]'s loop, and
-//! [`experiment::Experiment`] to compare encodings over seeds, plus its command in the
-//! command line.
+//! crate of its own that implements [`fit::Task`] (a step's loss, a validation) and
+//! [`job::Job`] (its kind, how it is built), and [`experiment::Experiment`] to compare
+//! encodings over seeds, plus its command in the command line; it writes no training,
+//! resuming or loading code of its own.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -25,6 +27,7 @@ pub mod error;
 pub mod experiment;
 pub mod fit;
 pub mod init;
+pub mod job;
 pub mod labelled;
 pub mod loss;
 pub mod memory;

@@ -112,10 +112,15 @@ pub fn load_results<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
     rundir::read_json(path)
 }
 
-/// Checks, before anything is written, that `out` can hold an experiment of the kind whose
-/// results are `T` (`what` names it): not a training run, and no `results.json` of another
-/// kind of experiment.
-pub fn check_out_dir<T: serde::de::DeserializeOwned>(out: &Path, what: &str) -> Result<()> {
+/// Checks, before anything is written, that `out` can hold an experiment of `kind` (its
+/// task's) whose results are `T` (`what` names it): not a training run, and no
+/// `results.json` of another kind of experiment (by the kind it names, or, written before
+/// results carried one, by whether it reads as `T`).
+pub fn check_out_dir<T: serde::de::DeserializeOwned>(
+    out: &Path,
+    kind: &str,
+    what: &str,
+) -> Result<()> {
     use crate::rundir::Contents;
     // A run's manifest makes it a run whatever lies beside it (the shipped models keep a
     // README with theirs).
@@ -133,6 +138,18 @@ pub fn check_out_dir<T: serde::de::DeserializeOwned>(out: &Path, what: &str) -> 
         );
     }
     let results = out.join(RESULTS_JSON);
+    let named = results
+        .exists()
+        .then(|| load_results::<serde_json::Value>(&results).ok())
+        .flatten()
+        .and_then(|raw| raw.get("kind").and_then(|k| k.as_str()).map(String::from));
+    if let Some(other) = named.filter(|other| other != kind) {
+        bail!(
+            "{} holds the results of a `{other}` experiment, not of a `{kind}` one; choose \
+             another --out",
+            results.display()
+        );
+    }
     if results.exists() && load_results::<T>(&results).is_err() {
         bail!(
             "{} holds results that are not {what}'s (another kind of experiment?); choose \

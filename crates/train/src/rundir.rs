@@ -4,7 +4,7 @@
 //! |---|---|---|
 //! | `config.json` and the tokenizers (`source.tokenizer.json` and `target.tokenizer.json` for translation, `tokenizer.json` for a language model) | once, when the run starts | the model's config and its vocabularies |
 //! | `trainer.json` | when the run starts, then at every checkpoint | the run's id, config, step and validation history |
-//! | `manifest.json` | once, after the four files above | the run's id and the SHA-256 of the config and both tokenizers |
+//! | `manifest.json` | once, after the four files above | the run's id, its kind (the task that wrote it: `kotoba`, `lm`, `lengthgen`) and the SHA-256 of the config and both tokenizers |
 //! | `training.safetensors` | at every checkpoint | weights and AdamW moments; its header holds the run's id and the whole trainer state, so resuming reads this one file |
 //! | `model.safetensors` | at every checkpoint | the weights for inference (PyTorch names); its header names the run and the step |
 //! | `.lock` | when a process starts writing | the writer's pid, for the message a second writer gets |
@@ -84,6 +84,10 @@ pub struct Manifest {
     pub format: u32,
     /// The run's id, also written into every weight file and `trainer.json`.
     pub run: String,
+    /// The kind of run (the task that wrote it, `posenc <kind> …`); absent in runs written
+    /// before runs carried it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
     /// SHA-256 (hex) of each fixed file, by name.
     pub files: BTreeMap<String, String>,
 }
@@ -205,7 +209,7 @@ pub fn inspect(dir: &Path) -> Result<Contents> {
     })
 }
 
-fn read_manifest(dir: &Path) -> Result<Manifest> {
+pub(crate) fn read_manifest(dir: &Path) -> Result<Manifest> {
     let path = dir.join(MANIFEST);
     let text =
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
@@ -341,9 +345,9 @@ impl RunDir {
         Ok(())
     }
 
-    /// Starts a new run in `dir`: checks what it holds, locks it, and writes the run's
-    /// fixed files (the config and the tokenizers), the initial `trainer` state, then the
-    /// manifest. `describe_existing(dir)` says why a run already there is not replaced.
+    /// Starts a new run of `kind` in `dir`: checks what it holds, locks it, and writes the
+    /// run's fixed files (the config and the tokenizers), the initial `trainer` state, then
+    /// the manifest. `describe_existing(dir)` says why a run already there is not replaced.
     ///
     /// # Errors
     /// If another process writes `dir`; if `dir` holds another run or weights without a
@@ -353,6 +357,7 @@ impl RunDir {
     pub fn create(
         dir: &Path,
         fixed: &FixedFiles,
+        kind: &str,
         state: &impl Progress,
         force: bool,
         describe_existing: impl Fn(&Path) -> String,
@@ -402,6 +407,7 @@ impl RunDir {
         let manifest = Manifest {
             format: FORMAT,
             run: state.run().to_string(),
+            kind: Some(kind.to_string()),
             files,
         };
         write_atomic(
@@ -476,14 +482,12 @@ pub trait Progress: Serialize + DeserializeOwned {
     fn set_steps(&mut self, steps: usize);
 }
 
-/// Opens the run in `dir` to continue it up to `steps` (default: its own) steps in all:
-/// locks it and reads the state of its last checkpoint.
+/// Sets the steps the run in `dir`, read as `state`, trains for in all to `steps` (none:
+/// its own).
 ///
 /// # Errors
-/// As [`RunDir::open`] and [`last_state`]; also `steps` below the step the run is at.
-pub fn resume_state<S: Progress>(dir: &Path, steps: Option<usize>) -> Result<(RunDir, S)> {
-    let (run_dir, manifest) = RunDir::open(dir)?;
-    let mut state: S = last_state(dir, &manifest)?;
+/// `steps` below the step the run is at.
+pub fn set_steps<S: Progress>(dir: &Path, state: &mut S, steps: Option<usize>) -> Result<()> {
     if let Some(steps) = steps {
         ensure!(
             steps >= state.step(),
@@ -503,7 +507,7 @@ pub fn resume_state<S: Progress>(dir: &Path, steps: Option<usize>) -> Result<(Ru
         }
         state.set_steps(steps);
     }
-    Ok((run_dir, state))
+    Ok(())
 }
 
 /// Writes one checkpoint: `training.safetensors` (weights, AdamW moments and `state`),
