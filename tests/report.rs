@@ -918,3 +918,42 @@ fn a_study_page_follows_the_template() {
     );
     assert!(e.contains("questoin"), "{e}");
 }
+
+/// The explorer and the book summarise a study's records one way: on a real study, the
+/// explorer's mean and spread over seeds at each label and tested length
+/// (`POST /api/aggregate`'s summary), printed as the page prints them, are the cells of the
+/// table `posenc report` renders, and its seed counts the page's.
+#[test]
+fn the_explorers_aggregate_is_the_reports_table() {
+    use posenc_serve::records::{aggregate, read, AggregateRequest};
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for study in ["docs/lengthgen/count", "docs/lengthgen/sort"] {
+        let path = root.join(study).join("results.json");
+        let experiment = posenc_lengthgen::experiment::LengthgenExperiment::load(&path).unwrap();
+        let table = experiment.table();
+        let records = read(&path, study).unwrap();
+        let request = AggregateRequest {
+            path: study.into(),
+            y: "accuracy".into(),
+            x: Some("length".into()),
+            group: Some("label".into()),
+            filter: Default::default(),
+        };
+        let series = aggregate(&records, &request).unwrap();
+        assert_eq!(series.len(), experiment.config.encodings.len(), "{study}");
+        for s in &series {
+            let row = table
+                .lines()
+                .find(|l| l.starts_with(&format!("| {} | ", s.name)))
+                .unwrap_or_else(|| panic!("{study}: no row for {}", s.name));
+            let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+            let seeds = s.points.iter().map(|p| p.values.len()).max().unwrap();
+            assert_eq!(cells[2], seeds.to_string(), "{study} {}", s.name);
+            assert_eq!(s.points.len(), experiment.config.test_lengths.len());
+            for (point, cell) in s.points.iter().zip(&cells[3..]) {
+                let shown = format!("{:.0} ± {:.0}", 100.0 * point.mean, 100.0 * point.sd);
+                assert_eq!(&shown, cell, "{study} {} at {}", s.name, point.x);
+            }
+        }
+    }
+}

@@ -730,146 +730,22 @@ fn values(page: &Path, text: &str) -> Result<String> {
 struct Records(std::collections::HashMap<(PathBuf, String), Vec<serde_json::Value>>);
 
 impl Records {
-    /// The records of the studies `dirs` (relative to `base`) in their list `list`, joined.
+    /// The records of the studies `dirs` (relative to `base`) in their list `list`, joined
+    /// ([`posenc_train::records::read`]: a `results.json` read raw, every field kept, or a
+    /// CSV).
     fn of(&mut self, base: &Path, dirs: &[PathBuf], list: &str) -> Result<Vec<serde_json::Value>> {
         let mut all = Vec::new();
         for dir in dirs {
             let key = (base.join(dir), list.to_string());
             if !self.0.contains_key(&key) {
-                let dir = &key.0;
-                let records = match dir.extension().is_some_and(|e| e == "csv") {
-                    true => {
-                        ensure!(
-                            list == "records",
-                            "{} is a CSV file, one list of records, not `{list}`",
-                            dir.display()
-                        );
-                        csv_records(dir)?
-                    }
-                    false => records(dir, list)?,
-                };
+                let records = posenc_train::records::read(&key.0, list)?;
+                let records = records.into_iter().map(serde_json::Value::Object).collect();
                 self.0.insert(key.clone(), records);
             }
             all.extend(self.0[&key].iter().cloned());
         }
         Ok(all)
     }
-}
-
-/// The tidy records of the study in `dir` as written, every field kept: its `results.json`
-/// is a list of records (a study script's, RULER's) or holds one as `records` (an
-/// experiment's), and perhaps other lists beside it (`runs`), read by their name `list`;
-/// a file that is one object is one record, and a list of plain values is records of one
-/// field, `value`.
-/// Read raw, not through the experiment's type, so no page is rendered to read them.
-fn records(dir: &Path, list: &str) -> Result<Vec<serde_json::Value>> {
-    let file = match dir.extension().is_some_and(|e| e == "json") {
-        true => dir.to_path_buf(),
-        false => dir.join(RESULTS_JSON),
-    };
-    let raw: serde_json::Value = load_results(&file)?;
-    if let Some(inner) = list.strip_prefix("*.") {
-        return nested(&raw, inner).with_context(|| format!("{}", file.display()));
-    }
-    let found = match (raw.get(list), list) {
-        (Some(found), _) => found,
-        (None, "records") => &raw,
-        (None, _) => bail!("{} has no list `{list}`", file.display()),
-    };
-    match found {
-        // A list of plain values (a recorder's samples): each value a record of one
-        // field, `value`.
-        serde_json::Value::Array(values) if values.iter().all(|v| !v.is_object()) => Ok(values
-            .iter()
-            .map(|v| serde_json::json!({ "value": v }))
-            .collect()),
-        serde_json::Value::Array(records) => Ok(records.clone()),
-        // One record on its own (a recorder's summary).
-        serde_json::Value::Object(_) if list == "records" => Ok(vec![found.clone()]),
-        _ => bail!(
-            "{} holds no list of records{}",
-            file.display(),
-            match list {
-                "records" => String::new(),
-                _ => format!(" as `{list}`"),
-            }
-        ),
-    }
-}
-
-/// The records of a file that is a list of items each holding a list `inner` of records
-/// (an example's variants, each with its lengths): every inner record, with the scalar
-/// fields of its item beside its own.
-fn nested(raw: &serde_json::Value, inner: &str) -> Result<Vec<serde_json::Value>> {
-    let items = raw
-        .as_array()
-        .context("the file is not a list of items, as `*.` reads")?;
-    let mut records = Vec::new();
-    for item in items {
-        let list = item
-            .get(inner)
-            .and_then(serde_json::Value::as_array)
-            .with_context(|| format!("an item has no list `{inner}`"))?;
-        let outer: serde_json::Map<String, serde_json::Value> = item
-            .as_object()
-            .into_iter()
-            .flatten()
-            .filter(|(_, v)| !v.is_array() && !v.is_object())
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        for record in list {
-            let mut record = record
-                .as_object()
-                .with_context(|| format!("`{inner}` holds something that is not a record"))?
-                .clone();
-            for (k, v) in &outer {
-                record.entry(k.clone()).or_insert_with(|| v.clone());
-            }
-            records.push(serde_json::Value::Object(record));
-        }
-    }
-    Ok(records)
-}
-
-/// The rows of the tidy CSV file at `path` as records: a field that reads as a whole
-/// number or a number is one, `True` or `False` (pandas' way, or in lower case) a
-/// boolean, an empty field null, anything else a string.
-fn csv_records(path: &Path) -> Result<Vec<serde_json::Value>> {
-    let mut reader =
-        csv::Reader::from_path(path).with_context(|| format!("reading {}", path.display()))?;
-    let header = reader
-        .headers()
-        .with_context(|| format!("reading {}", path.display()))?
-        .clone();
-    let mut records = Vec::new();
-    for (i, row) in reader.records().enumerate() {
-        let row = row.with_context(|| format!("{}: row {}", path.display(), i + 2))?;
-        let record: serde_json::Map<String, serde_json::Value> = header
-            .iter()
-            .zip(row.iter())
-            .map(|(k, v)| {
-                let v = if v.is_empty() {
-                    serde_json::Value::Null
-                } else if let Some(b) = match v {
-                    "True" | "true" => Some(true),
-                    "False" | "false" => Some(false),
-                    _ => None,
-                } {
-                    b.into()
-                } else if let Ok(n) = v.parse::<i64>() {
-                    n.into()
-                } else if let Some(x) = v.parse::<f64>().ok().and_then(serde_json::Number::from_f64)
-                {
-                    serde_json::Value::Number(x)
-                } else {
-                    v.into()
-                };
-                (k.to_string(), v)
-            })
-            .collect();
-        records.push(serde_json::Value::Object(record));
-    }
-    Ok(records)
 }
 
 /// The text of one value.

@@ -1,13 +1,15 @@
 //! The Results and Long-context views: the tidy records the experiments write (a
 //! `results.json`'s `records`, a list of records as `lm passkey --format json` prints, a
-//! CSV), found under the directories the server was given, read only from inside them, and
-//! summarised over seeds as the static figures summarise them.
+//! CSV), found under the directories the server was given and read only from inside them.
+//! They are read and summarised over seeds by [`posenc_train::records`], as `posenc report`
+//! reads them for the book, so the explorer and the book give the same numbers.
 
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 
+use posenc_train::records::{self as tidy, Summary};
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::error::ApiError;
 
@@ -175,11 +177,11 @@ pub fn resolve(roots: &[Root], name: &str) -> Result<PathBuf, ApiError> {
     Ok(canonical)
 }
 
-/// One record: its fields by column name.
-pub type Record = Map<String, Value>;
+pub use posenc_train::records::{columns, Column, Point, Record};
 
-/// Reads the records of `path`: a `.csv` (numbers and `true`/`false` typed, empty cells
-/// null), a JSON list of objects, or a JSON object with a `records` list.
+/// Reads the records of `path` (listed as `name`) as [`posenc_train::records::read`] reads
+/// them: a `.csv`, a JSON list of records, or a JSON object with a `records` list (an
+/// object without one is one record).
 ///
 /// # Errors
 /// A file past [`MAX_FILE_BYTES`], malformed, or holding no records, named.
@@ -194,146 +196,39 @@ pub fn read(path: &Path, name: &str) -> Result<Vec<Record>, ApiError> {
     }
     let text = std::fs::read_to_string(path)
         .map_err(|e| ApiError::bad_request(format!("`{name}`: {e}")))?;
-    if name.ends_with(".csv") {
-        return read_csv(&text, name);
-    }
-    let value: Value = serde_json::from_str(&text)
-        .map_err(|e| ApiError::bad_request(format!("`{name}` is not valid JSON: {e}")))?;
-    let list = match value {
-        Value::Array(list) => list,
-        Value::Object(mut fields) => match fields.remove("records") {
-            Some(Value::Array(list)) => list,
-            _ => {
-                return Err(ApiError::bad_request(format!(
-                    "`{name}` has no `records` list"
-                )))
-            }
-        },
-        _ => {
-            return Err(ApiError::bad_request(format!(
-                "`{name}` holds neither a list of records nor an object with one"
-            )))
+    // Read as `posenc report` reads it; errors name the file as listed, never where it lies.
+    let records = match name.ends_with(".csv") {
+        true => tidy::from_csv(&text),
+        false => {
+            let value: Value = serde_json::from_str(&text)
+                .map_err(|e| ApiError::bad_request(format!("`{name}` is not valid JSON: {e}")))?;
+            tidy::in_list(&value, "records")
         }
     };
-    list.into_iter()
-        .enumerate()
-        .map(|(i, v)| match v {
-            Value::Object(record) => Ok(record),
-            other => Err(ApiError::bad_request(format!(
-                "`{name}`: record {i} is not an object: {other}"
-            ))),
-        })
-        .collect()
+    records.map_err(|e| ApiError::bad_request(format!("`{name}`: {e}")))
 }
 
-fn read_csv(text: &str, name: &str) -> Result<Vec<Record>, ApiError> {
-    let mut reader = csv::Reader::from_reader(text.as_bytes());
-    let headers = reader
-        .headers()
-        .map_err(|e| ApiError::bad_request(format!("`{name}`: {e}")))?
-        .clone();
-    reader
-        .records()
-        .map(|row| {
-            let row = row.map_err(|e| ApiError::bad_request(format!("`{name}`: {e}")))?;
-            Ok(headers
-                .iter()
-                .zip(row.iter())
-                .map(|(h, cell)| (h.to_string(), cell_value(cell)))
-                .collect())
-        })
-        .collect()
-}
-
-fn cell_value(cell: &str) -> Value {
-    match cell {
-        "" => Value::Null,
-        "true" | "True" => Value::Bool(true),
-        "false" | "False" => Value::Bool(false),
-        _ => cell
-            .parse::<f64>()
-            .ok()
-            .and_then(serde_json::Number::from_f64)
-            .map_or_else(|| Value::String(cell.to_string()), Value::Number),
-    }
-}
-
-/// A column of a records file and what it holds.
-#[derive(Debug, Clone, Serialize)]
-pub struct Column {
-    /// Its name.
-    pub name: String,
-    /// Whether every value is a number or a boolean (a value to average).
-    pub numeric: bool,
-    /// Its distinct values when there are at most 50 (to group or filter by).
-    pub values: Option<Vec<Value>>,
-}
-
-/// The columns of `records`, by name.
-pub fn columns(records: &[Record]) -> Vec<Column> {
-    let mut names: Vec<String> = Vec::new();
-    for record in records {
-        for key in record.keys() {
-            if !names.contains(key) {
-                names.push(key.clone());
-            }
-        }
-    }
-    names
-        .into_iter()
-        .map(|name| {
-            let present: Vec<&Value> = records
-                .iter()
-                .filter_map(|r| r.get(&name))
-                .filter(|v| !v.is_null())
-                .collect();
-            let numeric = !present.is_empty() && present.iter().all(|v| number(v).is_some());
-            let mut distinct: Vec<Value> = Vec::new();
-            for v in &present {
-                if !v.is_object() && !v.is_array() && !distinct.contains(v) {
-                    distinct.push((*v).clone());
-                    if distinct.len() > 50 {
-                        break;
-                    }
-                }
-            }
-            Column {
-                name,
-                numeric,
-                values: (distinct.len() <= 50).then_some(distinct),
-            }
-        })
-        .collect()
-}
-
-fn number(v: &Value) -> Option<f64> {
-    match v {
-        Value::Number(n) => n.as_f64(),
-        Value::Bool(b) => Some(f64::from(u8::from(*b))),
-        _ => None,
-    }
-}
-
-/// `POST /api/aggregate`: which values of which file, against what, in which groups.
+/// `POST /api/aggregate`: which values of which file, against what, in which groups: the
+/// file, and the fields of a [`Summary`].
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AggregateRequest {
     /// The file, as listed.
     pub path: String,
-    /// The column averaged (a number or a boolean: `correct` averages to the fraction found).
+    /// [`Summary::y`].
     pub y: String,
-    /// The column along the x axis (`length`); none: one point per group.
+    /// [`Summary::x`].
     #[serde(default)]
     pub x: Option<String>,
-    /// The column whose values are the series [default: `label`, else `encoding`].
+    /// [`Summary::group`].
     #[serde(default)]
     pub group: Option<String>,
-    /// Only the records whose columns hold these values.
+    /// [`Summary::filter`].
     #[serde(default)]
     pub filter: BTreeMap<String, Value>,
 }
 
-/// One series: a group's mean and spread at each x.
+/// One series: a group's mean and spread at each x, and its colour.
 #[derive(Debug, Clone, Serialize)]
 pub struct Series {
     /// The group's value.
@@ -344,123 +239,29 @@ pub struct Series {
     pub points: Vec<Point>,
 }
 
-/// The records of one group at one x.
-#[derive(Debug, Clone, Serialize)]
-pub struct Point {
-    /// The x value (a number or a category).
-    pub x: Value,
-    /// Their mean.
-    pub mean: f64,
-    /// Their sample standard deviation (0 for one record).
-    pub sd: f64,
-    /// Every value averaged, in file order (one per seed in an experiment's records).
-    pub values: Vec<f64>,
-}
-
-/// The records of `request` summarised: one [`Series`] per group, mean and spread at each x.
+/// The records of `request` summarised ([`posenc_train::records::aggregate`]): one
+/// [`Series`] per group, mean and spread at each x, each in its figures' colour.
 ///
 /// # Errors
 /// A column the records lack, or a `y` that is not a number.
 pub fn aggregate(records: &[Record], request: &AggregateRequest) -> Result<Vec<Series>, ApiError> {
-    let names = columns(records);
-    let has = |c: &str| names.iter().any(|n| n.name == c);
-    let known = || {
-        names
-            .iter()
-            .map(|c| c.name.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
+    let summary = Summary {
+        y: request.y.clone(),
+        x: request.x.clone(),
+        group: request.group.clone(),
+        filter: request.filter.clone(),
     };
-    // The series' column: the one asked for, else `label`, else `encoding`, else one
-    // series of every record.
-    let group = match &request.group {
-        Some(g) => Some(g.clone()),
-        None => ["label", "encoding"]
-            .into_iter()
-            .find(|c| has(c))
-            .map(String::from),
-    };
-    for column in [Some(&request.y), request.x.as_ref(), request.group.as_ref()]
-        .into_iter()
-        .flatten()
-        .chain(request.filter.keys())
-    {
-        if !has(column) {
-            return Err(ApiError::bad_request(format!(
-                "no column `{column}` (the columns are {})",
-                known()
-            )));
-        }
-    }
-    if !names.iter().any(|c| c.name == request.y && c.numeric) {
-        return Err(ApiError::bad_request(format!(
-            "`{}` is not a column of numbers to average",
-            request.y
-        )));
-    }
-    // Each group's name and its points: an x and the values found there.
-    type Points = Vec<(Value, Vec<f64>)>;
-    let mut groups: Vec<(String, Points)> = Vec::new();
-    for record in records {
-        if request
-            .filter
-            .iter()
-            .any(|(k, v)| record.get(k).unwrap_or(&Value::Null) != v)
-        {
-            continue;
-        }
-        let Some(y) = record.get(&request.y).and_then(number) else {
-            continue;
-        };
-        let name = match group.as_ref().and_then(|g| record.get(g)) {
-            Some(Value::String(s)) => s.clone(),
-            Some(Value::Null) | None => "all".into(),
-            Some(other) => other.to_string(),
-        };
-        let x = match &request.x {
-            Some(x) => record.get(x).cloned().unwrap_or(Value::Null),
-            None => Value::Null,
-        };
-        let at = match groups.iter().position(|(n, _)| *n == name) {
-            Some(i) => i,
-            None => {
-                groups.push((name, Vec::new()));
-                groups.len() - 1
-            }
-        };
-        let points = &mut groups[at].1;
-        match points.iter_mut().find(|(px, _)| *px == x) {
-            Some((_, values)) => values.push(y),
-            None => points.push((x, vec![y])),
-        }
-    }
-    let labels: Vec<&str> = groups.iter().map(|(n, _)| n.as_str()).collect();
+    let series =
+        tidy::aggregate(records, &summary).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let labels: Vec<&str> = series.iter().map(|s| s.name.as_str()).collect();
     let colours = posenc_plot::chart::label_colours(&labels);
-    Ok(groups
-        .iter()
+    Ok(series
+        .into_iter()
         .zip(colours)
-        .map(|((name, points), colour)| {
-            let mut points: Vec<Point> = points
-                .iter()
-                .map(|(x, values)| {
-                    let (mean, sd) = posenc_train::results::mean_sd(values);
-                    Point {
-                        x: x.clone(),
-                        mean,
-                        sd,
-                        values: values.clone(),
-                    }
-                })
-                .collect();
-            points.sort_by(|a, b| match (number(&a.x), number(&b.x)) {
-                (Some(p), Some(q)) => p.total_cmp(&q),
-                _ => std::cmp::Ordering::Equal,
-            });
-            Series {
-                name: name.clone(),
-                colour: format!("#{:02x}{:02x}{:02x}", colour.0, colour.1, colour.2),
-                points,
-            }
+        .map(|(s, colour)| Series {
+            name: s.name,
+            colour: format!("#{:02x}{:02x}{:02x}", colour.0, colour.1, colour.2),
+            points: s.points,
         })
         .collect())
 }

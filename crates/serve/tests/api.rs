@@ -488,7 +488,7 @@ fn records_are_listed_summarised_and_confined_to_their_directories() {
         "model,position,loss\na,0,2.5\na,1,\n",
     )
     .unwrap();
-    std::fs::write(study.join("config.json"), "{}").unwrap();
+    std::fs::write(study.join("config.json"), r#"{"records": 3}"#).unwrap();
     std::fs::write(study.join("broken.json"), "[{").unwrap();
     let outside = scratch("serve-outside");
     std::fs::write(outside.join("secret.csv"), "a\n1\n").unwrap();
@@ -574,7 +574,7 @@ fn records_are_listed_summarised_and_confined_to_their_directories() {
         ("elsewhere/results.json", 404, "no directory `elsewhere`"),
         ("study/missing.json", 404, "missing.json"),
         ("study/broken.json", 400, "not valid JSON"),
-        ("study/config.json", 400, "no `records` list"),
+        ("study/config.json", 400, "holds no list of records"),
     ] {
         let (got, answer) = get(&s, &format!("/api/columns?path={query}"));
         assert_eq!(got, status, "{query}: {answer}");
