@@ -16,7 +16,7 @@ use posenc::{
     Capabilities, EncodingConfig, EncodingSpec, PositionalEncoding, Result, RotateContext, Table,
     Target,
 };
-use posenc_lm::lm_train::{train_lm, LmData, LmTrainConfig};
+use posenc_lm::task::{train_lm, LmData, LmTrainConfig};
 use posenc_lm::text_tokenizer::{encode, TextTokenizer};
 use serde::{Deserialize, Serialize};
 

@@ -17,8 +17,8 @@ use std::time::Instant;
 
 use posenc::EncodingConfig;
 use posenc_lm::corpus::{self, Corpus};
-use posenc_lm::lm_train::{evaluate, train_lm, LmData, LmTrainConfig};
 use posenc_lm::sample::{generate, Sampling};
+use posenc_lm::task::{evaluate, train_lm, LmData, LmTrainConfig};
 use posenc_lm::text_tokenizer::{decode, encode, TextTokenizer};
 
 fn main() -> anyhow::Result<()> {

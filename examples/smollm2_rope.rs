@@ -27,7 +27,7 @@ use posenc::PairLayout;
 use posenc_io::write_atomic;
 use posenc_llama::{Llama, Precision};
 use posenc_lm::corpus::{self, Corpus};
-use posenc_lm::lm_train::{evaluate, LengthEval};
+use posenc_lm::task::{evaluate, LengthEval};
 use posenc_plot::chart::SeedPoint;
 use posenc_plot::extrapolation::{loss_by_position, perplexity_by_length};
 use serde::Serialize;

@@ -15,7 +15,7 @@ use candle_core::Device;
 use posenc_kotoba::data::{self, DataConfig};
 use posenc_kotoba::decode::DecodeConfig;
 use posenc_kotoba::eval::{evaluate, table};
-use posenc_kotoba::trainer::{RunOptions, TrainConfig, Translation, Translator};
+use posenc_kotoba::task::{RunOptions, TrainConfig, Translation, Translator};
 use posenc_train::job;
 
 fn main() -> anyhow::Result<()> {

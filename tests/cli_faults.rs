@@ -12,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
-use posenc_kotoba::trainer::Translator;
+use posenc_kotoba::task::Translator;
 use serde_json::json;
 
 /// One bad invocation: the arguments, standard input, a fragment the error must contain,

@@ -235,7 +235,7 @@ fn an_encoding_from_a_test_file_goes_through_every_command() {
 
     // The model really called both of its hooks, and the loaded config names it.
     assert!(ADDED.load(Ordering::Relaxed) > 0 && BIASED.load(Ordering::Relaxed) > 0);
-    let translator = posenc_kotoba::trainer::Translator::load(&run, &Device::Cpu).unwrap();
+    let translator = posenc_kotoba::task::Translator::load(&run, &Device::Cpu).unwrap();
     assert_eq!(translator.model.config().encoding.kind(), "sawtooth");
 
     // The experiment trains and tabulates it beside a built-in kind.

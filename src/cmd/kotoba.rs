@@ -34,11 +34,11 @@ pub enum KotobaCommand {
 }
 
 impl super::TaskCommand for KotobaCommand {
-    const KIND: &'static str = <posenc_kotoba::trainer::Translation as Job<'static>>::KIND;
+    const KIND: &'static str = <posenc_kotoba::task::Translation as Job<'static>>::KIND;
     const A_RUN: &'static str = "a translation model";
 
     fn holds_older_run(dir: &Path) -> bool {
-        use posenc_kotoba::trainer::{Record, TrainConfig};
+        use posenc_kotoba::task::{Record, TrainConfig};
         posenc_train::fit::RunState::<TrainConfig, Record>::load(dir).is_ok()
     }
 

@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use posenc_lengthgen::experiment::{self, LengthScore, LengthgenExperimentConfig};
 use posenc_lengthgen::problems::Problem;
-use posenc_lengthgen::{Lengthgen, LengthgenConfig};
+use posenc_lengthgen::task::{Lengthgen, LengthgenConfig};
 use posenc_train::fit::RunOptions;
 use posenc_train::job::{self, Job};
 
@@ -75,7 +75,7 @@ impl super::TaskCommand for LengthgenCommand {
     const A_RUN: &'static str = "a lengthgen run";
 
     fn holds_older_run(dir: &Path) -> bool {
-        posenc_lengthgen::LengthgenState::load(dir).is_ok()
+        posenc_lengthgen::task::LengthgenState::load(dir).is_ok()
     }
 
     fn study(path: &Path) -> Result<(String, serde_json::Value)> {
@@ -113,7 +113,7 @@ pub struct RunSettings {
     /// The seed (with several seeds, the first).
     #[arg(long, help = format!(
         "The seed (with several seeds, the first) [default: {}]",
-        posenc_lengthgen::LengthgenConfig::default().run.seed
+        posenc_lengthgen::task::LengthgenConfig::default().run.seed
     ))]
     seed: Option<u64>,
     /// Randomized positions for every encoding without its own: train at sorted random
@@ -273,7 +273,7 @@ pub struct EvalArgs {
 impl EvalArgs {
     /// Runs the command.
     pub fn run(self, out: &mut impl Write) -> Result<()> {
-        let (state, model) = posenc_lengthgen::load(&self.model, &self.device.0)
+        let (state, model) = posenc_lengthgen::task::load(&self.model, &self.device.0)
             .with_context(|| format!("loading the lengthgen run in {}", self.model.display()))
             .map_err(|e| super::for_task(e, &self.model, "lengthgen"))?;
         let cfg: &LengthgenConfig = &state.config;

@@ -8,14 +8,14 @@ use super::Format;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use posenc_lm::corpus::{self, Corpus, TextSource};
-use posenc_lm::lm_experiment::{self, LmExperimentConfig};
-use posenc_lm::lm_run::{self, LmInputs};
-use posenc_lm::lm_train::{
+use posenc_lm::experiment::{self, LmExperimentConfig};
+use posenc_lm::passkey::{self, PasskeyConfig, PasskeyRecord, Subject};
+use posenc_lm::run::{self, LmInputs};
+use posenc_lm::tables;
+use posenc_lm::task::{
     evaluate_observed, evaluate_strided, LengthEval, LmData, LmState, LmTask, LmTrainConfig,
     StridedEval,
 };
-use posenc_lm::passkey::{self, PasskeyConfig, PasskeyRecord, Subject};
-use posenc_lm::tables;
 use posenc_lm::text_tokenizer::TextTokenizer;
 use posenc_train::fit::RunOptions;
 use posenc_train::job::{self, Job};
@@ -332,7 +332,7 @@ impl super::TaskCommand for LmCommand {
     }
 
     fn study(path: &Path) -> Result<(String, serde_json::Value)> {
-        let e = lm_experiment::LmExperiment::load(path)?;
+        let e = experiment::LmExperiment::load(path)?;
         Ok((e.markdown(), serde_json::to_value(&e.records)?))
     }
 
@@ -372,7 +372,7 @@ fn train(a: TrainArgs, out: &mut impl Write) -> Result<()> {
     };
     let state = if a.resume {
         // The same text again, tokenized by the tokenizer the run saved.
-        let (cfg, tokenizer) = lm_run::saved(&a.out)?;
+        let (cfg, tokenizer) = run::saved(&a.out)?;
         let corpus = match &cfg.text {
             Some(source) => source.reread()?,
             None => load_corpus(a.corpus)?,
@@ -387,7 +387,7 @@ fn train(a: TrainArgs, out: &mut impl Write) -> Result<()> {
         };
         let mut source = None;
         if let Some(from) = &a.from {
-            let (from_cfg, tokenizer) = lm_run::from_run(from, cfg)?;
+            let (from_cfg, tokenizer) = run::from_run(from, cfg)?;
             (cfg, source) = (from_cfg, Some(tokenizer));
         }
         if let Some(e) = a.encoding {
@@ -475,7 +475,7 @@ fn report(state: &LmState, dir: &Path, out: &mut impl Write) -> Result<()> {
         "{} ({}): validation loss {} after {} steps in {:.0} s{}; saved in {}",
         cfg.model.encoding.kind(),
         cfg.tokenizer.describe(),
-        posenc_lm::lm_train::valid_loss(state).map_or("–".to_string(), |v| format!("{v:.4}")),
+        posenc_lm::task::valid_loss(state).map_or("–".to_string(), |v| format!("{v:.4}")),
         state.step,
         state.elapsed_s,
         super::peak_note(state.peak_rss_mb),
@@ -493,7 +493,7 @@ struct EvalRow<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     len: Option<usize>,
     #[serde(flatten)]
-    eval: Option<posenc_lm::lm_train::LengthEval>,
+    eval: Option<posenc_lm::task::LengthEval>,
     perplexity: Option<f64>,
     unavailable: Option<String>,
     /// The rolling cache's window and sinks, when the windows were read through one.
@@ -761,8 +761,8 @@ fn passkey(a: PasskeyArgs, out: &mut impl Write) -> Result<()> {
 
 fn experiment(a: ExperimentArgs, out: &mut impl Write) -> Result<()> {
     if !a.pool.is_empty() {
-        let pooled = lm_experiment::LmExperiment::load_pooled(&a.pool)?;
-        posenc_train::experiment::check_out::<lm_experiment::LmExperimentRun>(&a.out)?;
+        let pooled = experiment::LmExperiment::load_pooled(&a.pool)?;
+        posenc_train::experiment::check_out::<experiment::LmExperimentRun>(&a.out)?;
         std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
         pooled.save(&a.out)?;
         let plots = posenc_lm::figures::lm_experiment(&pooled, &a.out)?;
@@ -786,7 +786,7 @@ fn experiment(a: ExperimentArgs, out: &mut impl Write) -> Result<()> {
     cfg.base.randomized_positions = a.randomized_positions;
     if a.grid.encodings.is_none() && !a.budget.quick() {
         let rows = a.randomized_positions.unwrap_or(cfg.base.model.context);
-        cfg.encodings = lm_experiment::default_encodings(rows);
+        cfg.encodings = experiment::default_encodings(rows);
     }
     if let Some(e) = &a.grid.encodings {
         cfg.encodings = e.0.clone();
@@ -795,7 +795,7 @@ fn experiment(a: ExperimentArgs, out: &mut impl Write) -> Result<()> {
     cfg.base.run.seed = a.seed.unwrap_or(cfg.base.run.seed);
     cfg.seeds = a.grid.seeds.unwrap_or(cfg.seeds);
     if let (Some(window), Some(sinks)) = (a.window, a.sinks.clone()) {
-        let streaming = lm_experiment::StreamingEval { window, sinks };
+        let streaming = experiment::StreamingEval { window, sinks };
         streaming.caches()?;
         cfg.streaming = Some(streaming);
     }
@@ -805,14 +805,14 @@ fn experiment(a: ExperimentArgs, out: &mut impl Write) -> Result<()> {
         cfg.factors = factors;
     }
     cfg.base.validate()?;
-    posenc_train::experiment::check_out::<lm_experiment::LmExperimentRun>(&a.out)?;
+    posenc_train::experiment::check_out::<experiment::LmExperimentRun>(&a.out)?;
     let corpus = load_corpus(a.corpus)?;
     let opts = RunOptions {
         quiet: a.quiet,
         force: false,
         stop_after: None,
     };
-    let experiment = lm_experiment::LmExperimentRun {
+    let experiment = experiment::LmExperimentRun {
         config: &cfg,
         corpus: &corpus,
         device: &a.device.0,

@@ -461,12 +461,12 @@ pub fn warn_schedule(warmup: usize, steps: usize) {
 
 /// The language-model task's default model, for `--help`.
 fn lm_size() -> posenc_transformer::LmConfig {
-    posenc_lm::lm_train::LmTrainConfig::default().model
+    posenc_lm::task::LmTrainConfig::default().model
 }
 
 /// The lengthgen task's default model, for `--help`.
 fn lengthgen_size() -> posenc_transformer::LmConfig {
-    posenc_lengthgen::LengthgenConfig::default().model
+    posenc_lengthgen::task::LengthgenConfig::default().model
 }
 
 /// The size of a model trained from scratch: `--d-model`, `--layers`, `--heads`, each

@@ -3,7 +3,7 @@
 
 use anyhow::{Context, Result};
 use posenc_llama::Precision;
-use posenc_lm::lm_run;
+use posenc_lm::run;
 use posenc_transformer::{KvType, SelfExtend};
 
 pub use posenc_lm::causal::CausalLm;
@@ -166,5 +166,5 @@ impl ModelArgs {
 
 /// `--model`'s default for the `lm` commands.
 pub fn shipped() -> String {
-    lm_run::shipped_model().display().to_string()
+    run::shipped_model().display().to_string()
 }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Subcommand;
-use posenc_kotoba::trainer::{shipped_model, Translator};
+use posenc_kotoba::task::{shipped_model, Translator};
 
 /// `posenc plot …`
 #[derive(Subcommand, Debug)]
@@ -127,7 +127,7 @@ impl PlotCommand {
                 return list(out, &plots);
             }
             Self::LmExperiment { results, out: dir } => {
-                let exp = posenc_lm::lm_experiment::LmExperiment::load_pooled(&results)?;
+                let exp = posenc_lm::experiment::LmExperiment::load_pooled(&results)?;
                 let plots = posenc_lm::figures::lm_experiment(&exp, &dir)
                     .with_context(|| format!("plotting {}", joined(&results)))?;
                 return list(out, &plots);

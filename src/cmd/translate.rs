@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use posenc_kotoba::decode::DecodeConfig;
 use posenc_kotoba::eval::{evaluate, table};
-use posenc_kotoba::trainer::{shipped_model, RunOptions, TrainConfig, Translation, Translator};
+use posenc_kotoba::task::{shipped_model, RunOptions, TrainConfig, Translation, Translator};
 use posenc_train::job;
 
 /// `posenc kotoba train`

@@ -3,7 +3,7 @@
 use std::io::Write;
 
 use posenc_kotoba::bench::{check_steps, time_training_step, StepBench, StepTiming};
-use posenc_kotoba::trainer::TrainConfig;
+use posenc_kotoba::task::TrainConfig;
 use posenc_transformer::Config;
 
 use crate::torch::{skipped, torch_device, TorchVersion, TorchWorker};

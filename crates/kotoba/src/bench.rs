@@ -9,7 +9,7 @@ use posenc_transformer::{Config, Mask, Transformer};
 use serde::{Deserialize, Serialize};
 
 use crate::batch::Batch;
-use crate::trainer::batch_loss;
+use crate::task::batch_loss;
 use crate::vocab::PAD_ID;
 use posenc_train::init::initialize;
 use posenc_train::optim::{AdamW, AdamWConfig};

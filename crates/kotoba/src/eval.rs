@@ -6,7 +6,7 @@ use serde::Serialize;
 use crate::data::{self, DataConfig};
 use crate::decode::DecodeConfig;
 use crate::metrics::{corpus_bleu, exact_match};
-use crate::trainer::Translator;
+use crate::task::Translator;
 
 /// The metrics of one split.
 #[derive(Debug, Clone, Serialize)]

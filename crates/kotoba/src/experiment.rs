@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use crate::data::DataConfig;
 use crate::decode::DecodeConfig;
 use crate::eval::{evaluate, SplitReport};
-use crate::trainer::{Record, TrainConfig, TrainerState, Translation, Translator};
+use crate::task::{Record, TrainConfig, TrainerState, Translation, Translator};
 use posenc_train::experiment::{Cell, Grid, Outcome};
 use posenc_train::fit::RunSchedule;
 use posenc_train::job::Job;

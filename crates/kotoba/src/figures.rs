@@ -12,7 +12,7 @@ use posenc_train::Result;
 
 use crate::experiment::Experiment;
 use crate::inspect::AttentionMaps;
-use crate::trainer::Translator;
+use crate::task::Translator;
 
 /// `curves.png`.
 pub const CURVES: &str = "curves.png";
@@ -72,7 +72,7 @@ pub fn results_figures(exp: &Experiment, out: &Path) -> Result<Vec<PathBuf>> {
         _ => format!(" (seed {})", exp.config.base.run.seed),
     };
     let colours = label_colours(&first.iter().map(|r| r.label.as_str()).collect::<Vec<_>>());
-    let history = |f: fn(&crate::trainer::Record) -> f64| -> Vec<Series> {
+    let history = |f: fn(&crate::task::Record) -> f64| -> Vec<Series> {
         first
             .iter()
             .zip(&colours)

@@ -6,7 +6,7 @@ use posenc_transformer::Mask;
 use serde::Serialize;
 
 use crate::decode;
-use crate::trainer::Translator;
+use crate::task::Translator;
 use crate::vocab::{BOS_ID, EOS_ID};
 
 /// Attention weights of one translation, `[layer][head][query][key]`.

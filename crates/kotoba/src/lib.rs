@@ -7,7 +7,7 @@
 //! |---|---|
 //! | [`kotoba`], [`data`] | the language's generator, and the seeded splits it makes |
 //! | [`vocab`] | word-level vocabularies of each side |
-//! | [`trainer`] | the task for the training core's loop: training, resume, the [`trainer::Translator`] |
+//! | [`task`] | the task for the training core's loop, its run directory, and the [`task::Translator`] that loads a trained one |
 //! | [`decode`], [`metrics`], [`eval`] | greedy and beam decoding, exact match and sacreBLEU's BLEU, every split evaluated |
 //! | [`experiment`] | every encoding (and seed) trained on the task and compared |
 //! | [`inspect`], [`bench`](mod@bench) | attention maps of a translation; the training step the benchmark times |
@@ -27,7 +27,7 @@ pub mod figures;
 pub mod inspect;
 pub mod kotoba;
 pub mod metrics;
-pub mod trainer;
+pub mod task;
 pub mod vocab;
 
 pub use posenc_train::{Error, Result};

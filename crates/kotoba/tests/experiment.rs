@@ -5,7 +5,7 @@
 use candle_core::Device;
 use posenc_kotoba::data::DataConfig;
 use posenc_kotoba::experiment::{self, Experiment, ExperimentConfig};
-use posenc_kotoba::trainer::{RunOptions, TrainConfig};
+use posenc_kotoba::task::{RunOptions, TrainConfig};
 use posenc_train::fit::RunSchedule;
 use posenc_transformer::Config;
 

@@ -3,7 +3,7 @@
 
 use candle_core::Device;
 use posenc_kotoba::decode::DecodeConfig;
-use posenc_kotoba::trainer::{shipped_model, Translator};
+use posenc_kotoba::task::{shipped_model, Translator};
 
 #[test]
 fn attention_maps_follow_the_translation() {

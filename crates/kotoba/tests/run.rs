@@ -8,7 +8,7 @@ use candle_core::{Device, Tensor};
 use posenc_kotoba::data::DataConfig;
 use posenc_kotoba::decode::DecodeConfig;
 use posenc_kotoba::kotoba::SPEC_EXAMPLES;
-use posenc_kotoba::trainer::{RunOptions, TrainConfig, TrainerState, Translation, Translator};
+use posenc_kotoba::task::{RunOptions, TrainConfig, TrainerState, Translation, Translator};
 use posenc_train::job;
 
 /// A new run, as `posenc kotoba train` starts it.
@@ -115,7 +115,7 @@ fn randomized_positions_train_and_resume_exactly() {
     let straight = train(randomized(12), a.path(), QUIET, &Device::Cpu).unwrap();
     train(randomized(6), b.path(), QUIET, &Device::Cpu).unwrap();
     let resumed = resume(b.path(), Some(12), QUIET, &Device::Cpu).unwrap();
-    let losses = |h: &[posenc_kotoba::trainer::Record]| -> Vec<(usize, f64, f64)> {
+    let losses = |h: &[posenc_kotoba::task::Record]| -> Vec<(usize, f64, f64)> {
         h.iter()
             .map(|r| (r.step, r.train_loss, r.valid_loss))
             .collect()
@@ -258,7 +258,7 @@ fn batches_split_across_threads_are_repeatable_bit_for_bit() {
 /// trainer.json has no `pending` losses): it still loads and resumes.
 #[test]
 fn a_run_written_before_the_one_loop_resumes() {
-    let shipped = posenc_kotoba::trainer::shipped_model();
+    let shipped = posenc_kotoba::task::shipped_model();
     let dir = tempfile::tempdir().unwrap();
     for entry in std::fs::read_dir(&shipped).unwrap() {
         let path = entry.unwrap().path();
@@ -269,7 +269,7 @@ fn a_run_written_before_the_one_loop_resumes() {
         !text.contains("pending"),
         "the fixture is no longer an old run"
     );
-    let before = posenc_kotoba::trainer::TrainerState::load(dir.path()).unwrap();
+    let before = posenc_kotoba::task::TrainerState::load(dir.path()).unwrap();
     let resumed = resume(dir.path(), Some(before.step + 2), QUIET, &Device::Cpu).unwrap();
     assert_eq!(resumed.step, before.step + 2);
     assert_eq!(resumed.history[..before.history.len()], before.history[..]);
@@ -299,7 +299,7 @@ fn a_run_records_its_own_peak_memory() {
     let state = train(tiny(6, 1), dir.path(), QUIET, &Device::Cpu).unwrap();
     let peak = state.peak_rss_mb.expect("a peak on Linux");
     assert!(peak > 1.0 && peak < 512.0, "{peak} MB");
-    let saved = posenc_kotoba::trainer::TrainerState::load(dir.path()).unwrap();
+    let saved = posenc_kotoba::task::TrainerState::load(dir.path()).unwrap();
     assert_eq!(saved.peak_rss_mb, Some(peak));
     let resumed = resume(dir.path(), Some(12), QUIET, &Device::Cpu).unwrap();
     let again = resumed.peak_rss_mb;

@@ -26,7 +26,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use super::problems::{Instance, Problem};
-use super::{
+use crate::task::{
     load, score, test_instances, Lengthgen, LengthgenConfig, LengthgenRecord, LengthgenState, Score,
 };
 use posenc_error::{ensure, Context};
@@ -151,7 +151,7 @@ impl LengthgenExperimentConfig {
         self.base.validate()?;
         for entry in &self.encodings {
             let cfg = self.run_config(entry, self.base.run.seed);
-            super::check(&cfg).with_context(|| format!("the run of `{}`", entry.label))?;
+            crate::task::check(&cfg).with_context(|| format!("the run of `{}`", entry.label))?;
             check_tests(&cfg, &self.test_lengths, self.test_instances)?;
         }
         Ok(())
@@ -169,10 +169,10 @@ pub fn check_tests(run: &LengthgenConfig, lengths: &[usize], instances: usize) -
         !lengths.is_empty() && lengths.iter().all(|&n| n >= 1),
         "test lengths must be at least 1, got {lengths:?}"
     );
-    posenc::limits::check("test_instances", instances, super::MAX_INSTANCES)?;
+    posenc::limits::check("test_instances", instances, crate::task::MAX_INSTANCES)?;
     ensure!(instances > 0, "test_instances must be at least 1");
     let longest = lengths.iter().max().copied().unwrap_or(0);
-    super::check_length(run.task, "the longest test length", longest)?;
+    crate::task::check_length(run.task, "the longest test length", longest)?;
     posenc_train::memory::fits_in_memory(
         1,
         run.model.heads,

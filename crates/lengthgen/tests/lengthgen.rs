@@ -5,7 +5,9 @@ use candle_core::{DType, Device, Tensor, D};
 use candle_nn::{VarBuilder, VarMap};
 use posenc_lengthgen::experiment::{self, LengthgenExperimentConfig};
 use posenc_lengthgen::problems::{is_held_out, render, Instance, Problem, DIGIT, EOS, HINT, HINTS};
-use posenc_lengthgen::{self as lengthgen, score, test_instances, Lengthgen, LengthgenConfig};
+use posenc_lengthgen::task::{
+    self as lengthgen, score, test_instances, Lengthgen, LengthgenConfig,
+};
 use posenc_train::fit::RunOptions;
 use posenc_train::job;
 use posenc_train::labelled::{check_unique, parse_list, Labelled};

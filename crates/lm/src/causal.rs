@@ -22,7 +22,7 @@ use posenc_llama::{Llama, Precision};
 use posenc_transformer::LanguageModel;
 use tokenizers::Tokenizer;
 
-use crate::{lm_run, text_tokenizer, Error, Result};
+use crate::{run, text_tokenizer, Error, Result};
 
 /// A loaded causal language model and what it needs around it.
 pub struct CausalLm {
@@ -49,7 +49,7 @@ impl CausalLm {
     pub fn load(spec: &str, precision: Precision, device: &Device) -> Result<Self> {
         let path = PathBuf::from(spec);
         if is_run(&path) {
-            let saved = lm_run::load(&path, device)?;
+            let saved = run::load(&path, device)?;
             return Ok(Self {
                 model: saved.model,
                 tokenizer: saved.tokenizer,

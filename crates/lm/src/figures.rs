@@ -8,7 +8,7 @@ use posenc_plot::chart::SeedPoint;
 use posenc_plot::extrapolation::{loss_by_position, perplexity_by_length};
 use posenc_train::Result;
 
-use crate::lm_experiment::LmExperiment;
+use crate::experiment::LmExperiment;
 use crate::passkey::PasskeyConfig;
 
 /// `extrapolation.png`.

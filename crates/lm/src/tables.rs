@@ -2,8 +2,8 @@
 //! each window length, by octave of the trained context, over sliding windows, and the
 //! passkey's accuracy.
 
-use crate::lm_train::{LengthEval, StridedEval};
 use crate::passkey::PasskeyConfig;
+use crate::task::{LengthEval, StridedEval};
 
 /// The loss at each window length: a row per length, its evaluation or why there is none
 /// (past a learned table's last position).

@@ -2,9 +2,9 @@
 //! evaluation past the trained context where the encoding allows it.
 
 use posenc::EncodingConfig;
-use posenc_lm::lm_run::{self, LmInputs};
-use posenc_lm::lm_train::{evaluate, random_windows, train_lm, LmData, LmTrainConfig};
-use posenc_lm::lm_train::{LmState, LmTask};
+use posenc_lm::run::{self, LmInputs};
+use posenc_lm::task::{evaluate, random_windows, train_lm, LmData, LmTrainConfig};
+use posenc_lm::task::{LmState, LmTask};
 use posenc_lm::text_tokenizer::TextTokenizer;
 use posenc_train::fit::{RunOptions, RunSchedule};
 use posenc_train::job;
@@ -19,11 +19,7 @@ fn start(
     opts: RunOptions,
     device: &candle_core::Device,
 ) -> posenc_train::Result<LmState> {
-    let inputs = LmInputs {
-        tokenizer: tokenizer.clone(),
-        data: data.clone(),
-    };
-    job::train::<LmTask>(cfg.clone(), &inputs, out, opts, device)
+    job::train::<LmTask>(cfg.clone(), &inputs(tokenizer, data), out, opts, device)
 }
 
 /// The run in `out` continued, as `posenc lm train --resume` continues it.
@@ -35,11 +31,15 @@ fn resume(
     opts: RunOptions,
     device: &candle_core::Device,
 ) -> posenc_train::Result<LmState> {
-    let inputs = LmInputs {
+    job::resume::<LmTask>(out, steps, &inputs(tokenizer, data), opts, device)
+}
+
+/// A run's inputs: its tokenizer and streams.
+fn inputs(tokenizer: &Tokenizer, data: &LmData) -> LmInputs {
+    LmInputs {
         tokenizer: tokenizer.clone(),
         data: data.clone(),
-    };
-    job::resume::<LmTask>(out, steps, &inputs, opts, device)
+    }
 }
 use posenc_transformer::LmConfig;
 use rand::SeedableRng;
@@ -203,7 +203,7 @@ fn evaluation_counts_every_position_of_non_overlapping_windows() {
             candle_core::Tensor::from_vec(next, 6 * 32, &d).unwrap(),
         )
     };
-    let objective: f32 = posenc_lm::lm_train::loss(&run.model, &x, &y, 0.into())
+    let objective: f32 = posenc_lm::task::loss(&run.model, &x, &y, 0.into())
         .unwrap()
         .to_scalar()
         .unwrap();
@@ -222,7 +222,7 @@ fn evaluation_counts_every_position_of_non_overlapping_windows() {
             .unsqueeze(0)
             .unwrap();
         let y = candle_core::Tensor::new(&stream[start + 1..start + 33], &d).unwrap();
-        let one: f32 = posenc_lm::lm_train::loss(&run.model, &x, &y, 0.into())
+        let one: f32 = posenc_lm::task::loss(&run.model, &x, &y, 0.into())
             .unwrap()
             .to_scalar()
             .unwrap();
@@ -295,7 +295,7 @@ fn a_resumed_run_is_bit_identical_to_one_that_never_stopped() {
     assert_eq!(stopped.step, 6);
     let resumed = resume(b.path(), None, &data, &tokenizer, quiet, CPU).unwrap();
     assert_eq!(resumed.step, 12);
-    let losses = |s: &posenc_lm::lm_train::LmState| -> Vec<(usize, f64, f64)> {
+    let losses = |s: &posenc_lm::task::LmState| -> Vec<(usize, f64, f64)> {
         s.history
             .iter()
             .map(|r| (r.step, r.train_loss, r.valid_loss))
@@ -305,7 +305,7 @@ fn a_resumed_run_is_bit_identical_to_one_that_never_stopped() {
     assert!(same_files(a.path(), b.path(), "model.safetensors"));
     assert!(same_files(a.path(), b.path(), "training.safetensors"));
     // The saved model loads and is the trained one.
-    let saved = lm_run::load(b.path(), CPU).unwrap();
+    let saved = run::load(b.path(), CPU).unwrap();
     assert_eq!(saved.model.config().context, 16);
 
     // A second start into a run is refused and changes nothing; a changed tokenizer is named.
@@ -320,7 +320,7 @@ fn a_resumed_run_is_bit_identical_to_one_that_never_stopped() {
         before
     );
     std::fs::write(b.path().join("tokenizer.json"), b"{}").unwrap();
-    let e = format!("{:#}", lm_run::load(b.path(), CPU).err().unwrap());
+    let e = format!("{:#}", run::load(b.path(), CPU).err().unwrap());
     assert!(e.contains("tokenizer.json"), "{e}");
 }
 
@@ -394,7 +394,7 @@ fn a_run_started_from_another_begins_at_its_weights_and_resumes_from_them() {
         min_lr: 0.0,
         ..defaults
     };
-    let mut from = lm_run::from_run(source.path(), base.clone()).unwrap().0;
+    let mut from = run::from_run(source.path(), base.clone()).unwrap().0;
     from.run.adam.weight_decay = 0.0;
     assert_eq!(from.model, cfg.model);
     start(&from, &tokenizer, &data, tuned.path(), quiet, CPU).unwrap();
@@ -509,7 +509,7 @@ fn own_text_is_split_at_a_line_or_by_file_and_a_changed_text_is_refused() {
 /// (begin, end, prev_end, targets before `-trg_len` ignored), against `evaluate_strided`.
 #[test]
 fn strided_evaluation_scores_every_token_once_as_transformers_guide_does() {
-    use posenc_lm::lm_train::evaluate_strided;
+    use posenc_lm::task::evaluate_strided;
     let cfg = tiny("rope", 1);
     let varmap = candle_nn::VarMap::new();
     let vb = candle_nn::VarBuilder::from_varmap(&varmap, candle_core::DType::F32, CPU);
@@ -565,7 +565,7 @@ fn strided_evaluation_scores_every_token_once_as_transformers_guide_does() {
 
 #[test]
 fn octaves_split_a_window_at_half_the_context_then_at_its_doublings() {
-    use posenc_lm::lm_train::LengthEval;
+    use posenc_lm::task::LengthEval;
     let by_position: Vec<f64> = (0..100).map(|p| p as f64).collect();
     let eval = LengthEval {
         len: 100,
@@ -606,7 +606,7 @@ fn octaves_split_a_window_at_half_the_context_then_at_its_doublings() {
 
 #[test]
 fn the_spread_over_windows_is_their_sample_standard_deviation() {
-    use posenc_lm::lm_train::LengthEval;
+    use posenc_lm::task::LengthEval;
     let eval = |window_losses: Vec<f64>| LengthEval {
         len: 4,
         windows: window_losses.len(),
@@ -631,7 +631,7 @@ fn the_spread_over_windows_is_their_sample_standard_deviation() {
 #[test]
 fn the_experiments_factors_are_checked_before_anything_runs() {
     use posenc_lm::corpus::{Corpus, Work};
-    use posenc_lm::lm_experiment::{self, LmExperimentConfig};
+    use posenc_lm::experiment::{self, LmExperimentConfig};
     let work = |name: &str, n: usize| Work {
         name: name.into(),
         text: "to be or not to be, that is the question\n".repeat(n),
@@ -655,7 +655,7 @@ fn the_experiments_factors_are_checked_before_anything_runs() {
             force: false,
             stop_after: None,
         };
-        let experiment = lm_experiment::LmExperimentRun {
+        let experiment = experiment::LmExperimentRun {
             config: &cfg,
             corpus: &corpus,
             device: CPU,

@@ -64,8 +64,8 @@ impl Default for Options {
             port: 7878,
             runs: Vec::new(),
             records: vec![docs],
-            kotoba: posenc_kotoba::trainer::shipped_model(),
-            lm: posenc_lm::lm_run::shipped_model(),
+            kotoba: posenc_kotoba::task::shipped_model(),
+            lm: posenc_lm::run::shipped_model(),
             workers: std::thread::available_parallelism().map_or(2, |n| n.get()),
         }
     }

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use candle_core::{Device, Tensor};
 use posenc_kotoba::inspect::AttentionMaps;
-use posenc_kotoba::trainer::Translator;
+use posenc_kotoba::task::Translator;
 use posenc_lm::causal::CausalLm;
 use posenc_lm::sample::Window;
 use serde::{Deserialize, Serialize};

@@ -353,7 +353,7 @@ fn generation_streams_the_librarys_tokens_with_their_attention() {
     assert_eq!(response.content_type(), "text/event-stream");
     let got = events(response, |_, _| false);
     let lm = posenc_lm::causal::CausalLm::load(
-        posenc_lm::lm_run::shipped_model().to_str().unwrap(),
+        posenc_lm::run::shipped_model().to_str().unwrap(),
         posenc_llama::Precision::F32,
         &candle_core::Device::Cpu,
     )

@@ -377,6 +377,20 @@ impl<T: Task> Trainer<T> {
         )
     }
 
+    /// Trains `state` in memory to its steps, writing nothing (a run directory is
+    /// [`crate::job::train`]'s); `progress` sees the state after every step.
+    ///
+    /// # Errors
+    /// [`Diverged`] at a loss that is not finite; [`Interrupted`]; whatever the task
+    /// refuses.
+    pub fn run_in_memory(
+        &mut self,
+        state: &mut StateOf<T>,
+        progress: impl FnMut(&StateOf<T>, Stepped),
+    ) -> Result<()> {
+        self.run(state, None, None, progress)
+    }
+
     /// Trains from `state.step` to `state.config.steps()` (or `stop_after`, as an
     /// interrupted run would stop), validating and, with a directory, saving on the
     /// config's schedule and at the end; `progress` sees the state after every step. After
@@ -386,7 +400,7 @@ impl<T: Task> Trainer<T> {
     /// # Errors
     /// [`Diverged`] at a loss that is not finite; [`Interrupted`]; whatever the task or a
     /// write refuses.
-    pub fn run(
+    pub(crate) fn run(
         &mut self,
         state: &mut StateOf<T>,
         dir: Option<&Path>,

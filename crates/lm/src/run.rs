@@ -25,7 +25,7 @@ use posenc_transformer::checkpoint::{self, CONFIG_FILE, WEIGHTS_FILE};
 use posenc_transformer::{LanguageModel, LmConfig};
 use tokenizers::Tokenizer;
 
-use crate::lm_train::{InitFrom, LmData, LmState, LmTask, LmTrainConfig};
+use crate::task::{InitFrom, LmData, LmState, LmTask, LmTrainConfig};
 use posenc_train::job::{self, Begun, Job, Opened};
 use posenc_train::rundir::{self, FixedFiles, TOKENIZER, TRAINER_FILE};
 

@@ -9,7 +9,7 @@
 //! | past L | the loss of the positions at or past `L` only, where extrapolation shows |
 //!
 //! [`LmExperimentRun`] is an [`Experiment`]: the one driver trains each labelled encoding
-//! and seed ([`crate::lm_run`]) into its own directory, reusing, resuming, sharding and
+//! and seed ([`crate::run`]) into its own directory, reusing, resuming, sharding and
 //! recording divergence as it does for every task. A table of learned positions has no row
 //! past its end: it shows as n/a.
 
@@ -22,8 +22,8 @@ use serde::{Deserialize, Serialize};
 use tokenizers::Tokenizer;
 
 use crate::corpus::Corpus;
-use crate::lm_run::{self, LmInputs};
-use crate::lm_train::{
+use crate::run::{self, LmInputs};
+use crate::task::{
     evaluate, evaluate_observed, LengthEval, LmData, LmRecord, LmState, LmTask, LmTrainConfig,
 };
 use crate::text_tokenizer::encode;
@@ -402,7 +402,7 @@ impl Experiment for LmExperimentRun<'_> {
         };
         let mut lengths = Vec::new();
         if diverged.is_none() {
-            let model = lm_run::load(&cell.dir, self.device)?.model;
+            let model = run::load(&cell.dir, self.device)?.model;
             let context = cell.run.model.context;
             for f in &self.config.factors {
                 let len = f * context;
@@ -611,7 +611,7 @@ impl LmExperiment {
                     loss: row.eval.as_ref().map(|e| e.loss),
                     perplexity: row.eval.as_ref().map(|e| e.perplexity()),
                     loss_past_context: row.eval.as_ref().and_then(|e| e.tail_loss),
-                    valid_loss: crate::lm_train::valid_loss(&r.state),
+                    valid_loss: crate::task::valid_loss(&r.state),
                     train_s: r.state.elapsed_s,
                     peak_rss_mb: r.state.peak_rss_mb,
                 })
@@ -650,7 +650,7 @@ impl LmExperiment {
                 self.results.iter().filter(|r| r.label == label).collect();
             let valid: Vec<f64> = runs
                 .iter()
-                .filter_map(|r| crate::lm_train::valid_loss(&r.state))
+                .filter_map(|r| crate::task::valid_loss(&r.state))
                 .collect();
             s += &format!("| {label} | {} | {} |", runs.len(), spread(&valid, 4));
             let at = |len: usize, f: fn(&LmLengthRecord) -> Option<f64>| -> Vec<f64> {

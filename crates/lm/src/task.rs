@@ -6,7 +6,7 @@
 //! is how the encodings' behaviour past the trained context is measured.
 //!
 //! The same seed gives the same run: the weights are a function of the seed and the windows
-//! of step `s` a function of `(seed, s)`, so a resumed run ([`crate::lm_run`]) is
+//! of step `s` a function of `(seed, s)`, so a resumed run ([`crate::run`]) is
 //! bit-identical to one that never stopped, dropout included (its masks are drawn from
 //! `(seed, s)` too: [`posenc_transformer::dropout::seed`]).
 
@@ -612,7 +612,7 @@ impl LmData {
 
 /// The language-model task: a model and its token streams, built and checked before
 /// anything is written. Its runs start, continue and open through [`posenc_train::job`],
-/// from [`crate::lm_run::LmInputs`].
+/// from [`crate::run::LmInputs`].
 pub struct LmTask<'a> {
     pub(crate) varmap: VarMap,
     model: LanguageModel,
@@ -726,7 +726,7 @@ pub struct LmRun {
     pub losses: Vec<f64>,
 }
 
-/// Trains a fresh model in memory on `device` (nothing is written; [`crate::lm_run::start`]
+/// Trains a fresh model in memory on `device` (nothing is written; [`posenc_train::job::train`]
 /// trains into a run directory), calling `progress(state, loss)` after every step.
 ///
 /// # Errors
@@ -742,7 +742,7 @@ pub fn train_lm(
     let varmap = task.varmap.clone();
     let mut state = LmState::new(String::new(), cfg.clone());
     let mut losses = Vec::with_capacity(cfg.run.steps);
-    Trainer::new(task, cfg)?.run(&mut state, None, None, |s, stepped| {
+    Trainer::new(task, cfg)?.run_in_memory(&mut state, |s, stepped| {
         losses.push(stepped.loss);
         progress(s, stepped.loss);
     })?;
