@@ -25,7 +25,8 @@
 //! Positions are consecutive from an offset, so incremental decoding with a key/value
 //! cache asks about positions `t, t+1, …` rather than starting again at 0, or any increasing
 //! list, as randomized positional encodings train (Ruoss et al. 2023) and self-extend groups
-//! them (Jin et al. 2024).
+//! them (Jin et al. 2024), or coordinates on several axes per token (an image's rows and
+//! columns), which an encoding of one position per token refuses by name.
 
 use std::fmt;
 use std::sync::Arc;
@@ -54,6 +55,16 @@ pub enum Positions<'a> {
         /// The length the sequence reaches.
         total: usize,
     },
+    /// Coordinates on `axes` axes, one tuple per token, token after token: token `i` sits
+    /// at `coords[i·axes .. (i+1)·axes]` (an image patch's row and column; multimodal
+    /// RoPE's time, height and width). An encoding of one position per token refuses them
+    /// by name ([`Positions::check`]); one that reads them asks [`Positions::coord`].
+    Coords {
+        /// How many axes each token has.
+        axes: usize,
+        /// The coordinates, `axes` per token.
+        coords: &'a [u32],
+    },
 }
 
 impl From<usize> for Positions<'_> {
@@ -63,19 +74,37 @@ impl From<usize> for Positions<'_> {
 }
 
 impl Positions<'_> {
-    /// The position of token `i`.
+    /// The position of token `i` (for coordinates, its first axis: an encoding of one
+    /// position per token refuses coordinates before it reads any, [`Positions::check`]).
     pub fn get(&self, i: usize) -> usize {
+        self.coord(i, 0)
+    }
+
+    /// How many axes a token's position has: 1, or a [`Positions::Coords`]'s `axes`.
+    pub fn axes(&self) -> usize {
         match self {
-            Self::From(offset) | Self::Within { offset, .. } => offset + i,
-            Self::At(list) => list[i] as usize,
+            Self::Coords { axes, .. } => *axes,
+            _ => 1,
         }
     }
 
-    /// One past the last position of a sequence of `len` tokens.
+    /// Token `i`'s coordinate on `axis` (axis 0 of a one-dimensional position is the
+    /// position itself).
+    pub fn coord(&self, i: usize, axis: usize) -> usize {
+        match self {
+            Self::From(offset) | Self::Within { offset, .. } => offset + i,
+            Self::At(list) => list[i] as usize,
+            Self::Coords { axes, coords } => coords[i * axes + axis] as usize,
+        }
+    }
+
+    /// One past the last position of a sequence of `len` tokens (for coordinates, one past
+    /// the largest on any axis: the extent a table of positions must cover).
     pub fn end(&self, len: usize) -> usize {
         match self {
             Self::From(offset) | Self::Within { offset, .. } => offset + len,
             Self::At(list) => list.last().map_or(0, |&p| p as usize + 1),
+            Self::Coords { coords, .. } => coords.iter().max().map_or(0, |&p| p as usize + 1),
         }
     }
 
@@ -101,13 +130,25 @@ impl Positions<'_> {
                 },
                 offset + len,
             ),
-            Self::At(_) => (*self, len),
+            Self::At(_) | Self::Coords { .. } => (*self, len),
         }
     }
 
-    /// Checks that these positions can hold `len` tokens: a list must have one position per
-    /// token, never decreasing.
-    pub(crate) fn check(&self, kind: &'static str, len: usize) -> Result<()> {
+    /// Checks that these positions can hold `len` tokens for an encoding of one position
+    /// per token: a list must have one position per token, never decreasing; coordinates
+    /// are refused, naming the encoding.
+    ///
+    /// # Errors
+    /// [`Error::Shape`], saying what is wrong.
+    pub fn check(&self, kind: &'static str, len: usize) -> Result<()> {
+        if let Self::Coords { axes, .. } = self {
+            return Err(Error::Shape {
+                kind,
+                msg: format!(
+                    "{axes}-D coordinates for its tokens: it reads one position per token"
+                ),
+            });
+        }
         if let Self::At(list) = self {
             if list.len() != len || list.windows(2).any(|w| w[0] > w[1]) {
                 return Err(Error::Shape {
@@ -122,14 +163,44 @@ impl Positions<'_> {
         Ok(())
     }
 
+    /// Checks that these are coordinates on `axes` axes for `len` tokens, for an encoding
+    /// that reads them (`axes` per token).
+    ///
+    /// # Errors
+    /// [`Error::Shape`]: positions of another number of axes, or of too few or many tokens.
+    pub fn check_coords(&self, kind: &'static str, len: usize, axes: usize) -> Result<()> {
+        let fits = match self {
+            Self::Coords { axes: a, coords } => *a == axes && coords.len() == len * axes,
+            _ => axes == 1,
+        };
+        if !fits {
+            let given = match self {
+                Self::Coords { axes: a, coords } => {
+                    format!("{} coordinates on {a} axes", coords.len())
+                }
+                _ => "one position per token".to_string(),
+            };
+            return Err(Error::Shape {
+                kind,
+                msg: format!("{given} for {len} tokens: it reads {axes} per token"),
+            });
+        }
+        Ok(())
+    }
+
     /// Rows of `table` (`(n, …)`, `n ≥ self.end(len)`) at these positions: a view for
-    /// consecutive positions, a gather (differentiable) for a list.
+    /// consecutive positions, a gather (differentiable) for a list or for coordinates'
+    /// first axis (which [`Positions::check`] refuses first).
     pub(crate) fn select(&self, table: &Tensor, len: usize) -> Result<Tensor> {
         Ok(match self {
             Self::From(offset) | Self::Within { offset, .. } => table.narrow(0, *offset, len)?,
             Self::At(list) => {
                 let idx = Tensor::new(*list, table.device())?;
                 table.index_select(&idx, 0)?
+            }
+            Self::Coords { .. } => {
+                let idx: Vec<u32> = (0..len).map(|i| self.get(i) as u32).collect();
+                table.index_select(&Tensor::new(idx, table.device())?, 0)?
             }
         })
     }

@@ -3,6 +3,7 @@
 
 mod abacus;
 mod composed;
+mod coordinates;
 mod coupling;
 mod decay;
 mod errors;

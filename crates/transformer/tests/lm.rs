@@ -270,3 +270,24 @@ fn attention_weights_are_causal_distributions_per_layer() {
         }
     }
 }
+
+/// Coordinates on several axes per token reach the encoding as data, through the same
+/// entry as one position per token: a model whose encoding reads no position runs on them
+/// as on any positions, and one whose encoding reads one position per token refuses them
+/// by name.
+#[test]
+fn coordinates_reach_the_encoding_through_the_same_entry() {
+    let x = tokens();
+    let seq = x.dim(1).unwrap();
+    let coords: Vec<u32> = (0..seq as u32).flat_map(|i| [i / 4, i % 4]).collect();
+    let grid = posenc::Positions::Coords {
+        axes: 2,
+        coords: &coords,
+    };
+    let (none, _) = lm_and_weights(EncodingConfig::from_kind("none").unwrap());
+    let on_grid = none.logits_at(&x, grid).unwrap();
+    assert!(max_abs_diff(&on_grid, &none.logits(&x).unwrap()) == 0.0);
+    let (rope, _) = lm_and_weights(EncodingConfig::from_kind("rope").unwrap());
+    let e = rope.logits_at(&x, grid).unwrap_err().to_string();
+    assert!(e.contains("rope") && e.contains("2-D coordinates"), "{e}");
+}
