@@ -119,7 +119,7 @@ fn every_generated_table_is_what_the_records_give() {
         .collect();
     assert!(pages.len() >= 10, "{pages:?}");
     for page in pages {
-        let rendered = posenc_cli::cmd::report::tables(&page).unwrap();
+        let rendered = posenc_train::pages::tables(&page).unwrap();
         assert!(
             rendered == std::fs::read_to_string(&page).unwrap(),
             "{} is not what its records give: run `posenc report --tables {}`",
@@ -161,7 +161,7 @@ fn a_generated_table_reads_its_records() {
         "# A page\n\n<!-- table: t.json -->\nstale\n<!-- table end -->\n",
     )
     .unwrap();
-    let text = posenc_cli::cmd::report::tables(&page).unwrap();
+    let text = posenc_train::pages::tables(&page).unwrap();
     // ALiBi at 13, by hand: each seed's accuracy (one record per seed and length).
     let results = json_of(copy.join("results.json"));
     let at13: Vec<f64> = results["records"]
@@ -192,7 +192,7 @@ fn a_generated_table_reads_its_records() {
         .to_string(),
     )
     .unwrap();
-    let either = posenc_cli::cmd::report::tables(&page).unwrap();
+    let either = posenc_train::pages::tables(&page).unwrap();
     let at = |len: u64| -> Vec<f64> {
         let mut by_seed: Vec<(u64, f64)> = results["records"]
             .as_array()
@@ -220,10 +220,10 @@ fn a_generated_table_reads_its_records() {
     ));
     assert!(text.ends_with("|\n\n<!-- table end -->\n"), "{text}");
     std::fs::write(dir.path().join("t.json"), spec(&["nothing"]).to_string()).unwrap();
-    let e = format!("{:#}", posenc_cli::cmd::report::tables(&page).unwrap_err());
+    let e = format!("{:#}", posenc_train::pages::tables(&page).unwrap_err());
     assert!(e.contains("`nothing` has no record in any column"), "{e}");
     std::fs::write(&page, "<!-- table: t.json -->\n").unwrap();
-    let e = format!("{:#}", posenc_cli::cmd::report::tables(&page).unwrap_err());
+    let e = format!("{:#}", posenc_train::pages::tables(&page).unwrap_err());
     assert!(e.contains("no end marker"), "{e}");
 }
 
@@ -492,7 +492,7 @@ fn a_generated_value_reads_its_records() {
         format!("# A page\n\n<!-- values: v.json -->\n\n{body}"),
     )
     .unwrap();
-    let text = posenc_cli::cmd::report::tables(&page).unwrap();
+    let text = posenc_train::pages::tables(&page).unwrap();
     let value = |name: &str| -> String {
         let begin = format!("<!-- value: {name} -->");
         let at = text.find(&begin).unwrap() + begin.len();
@@ -677,7 +677,7 @@ fn a_generated_value_reads_its_records() {
     // Refusals, each naming its cause.
     let refused = |body: &str| -> String {
         std::fs::write(&page, body).unwrap();
-        format!("{:#}", posenc_cli::cmd::report::tables(&page).unwrap_err())
+        format!("{:#}", posenc_train::pages::tables(&page).unwrap_err())
     };
     let e = refused("<!-- value: mean -->1<!-- /value -->\n");
     assert!(e.contains("names no values file"), "{e}");
@@ -785,7 +785,7 @@ fn generated_rows_by_filter_and_claims_read_their_records() {
         "<!-- table: t.json -->\n<!-- table end -->\n\n- item\n\n  <!-- claims: c.json -->\n  <!-- claims end -->\n",
     )
     .unwrap();
-    let text = posenc_cli::cmd::report::tables(&page).unwrap();
+    let text = posenc_train::pages::tables(&page).unwrap();
     let losses: Vec<f64> = std::fs::read_to_string(&edge)
         .unwrap()
         .lines()

@@ -9,6 +9,7 @@
 //! | [`rundir`], [`results`] | a run's files as one unit (manifest, lock, atomic writes), and an experiment's files and the runs it finds |
 //! | [`claims`] | claims about an experiment checked against its records by one rule: the gap exceeds both spreads added, in every seed |
 //! | [`records`] | tidy records read (JSON, CSV) and summarised over seeds one way, for `posenc report` and the explorer alike |
+//! | [`pages`] | a page's generated tables, claims and values rendered from records by its markers (`posenc report --tables`) |
 //! | [`labelled`], [`randomized`] | what an experiment compares (labelled encodings), and randomized positions |
 //! | [`memory`], [`tokenize`] | memory guards and peak resident memory; word-level tokenizers |
 //!
@@ -33,6 +34,7 @@ pub mod labelled;
 pub mod loss;
 pub mod memory;
 pub mod optim;
+pub mod pages;
 pub mod randomized;
 pub mod records;
 pub mod results;

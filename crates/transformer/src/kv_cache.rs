@@ -338,6 +338,14 @@ impl KvCache {
         self.seen
     }
 
+    /// Where the keys a read finds sit, when the cache keeps them as they came and they
+    /// are turned at every read: a rolling cache's keys take their places in its window,
+    /// `0, 1, …`, the new ones last. `None`: keys are turned once, at the positions they
+    /// were written at ([`KvCache::positions`]), and kept so.
+    pub(crate) fn key_positions(&self) -> Option<Positions<'static>> {
+        self.streaming.map(|_| Positions::From(0))
+    }
+
     /// Where `new` tokens after the cached ones sit: after them, or, in a rolling cache
     /// whose window they would overflow, after the ones that stay.
     pub(crate) fn positions(&self, new: usize) -> Positions<'static> {

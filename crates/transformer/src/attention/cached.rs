@@ -67,13 +67,13 @@ impl MultiHeadAttention {
         }
         let q = self.rotate(&q, at, Role::Query)?;
         let decay = self.decay(x)?;
-        let (k, v, sums) = match cache.rolls() {
+        // Keys are turned where the cache says they sit: once, as written, or (a rolling
+        // cache) at every read, to their places in its window.
+        let (k, v, sums) = match cache.key_positions() {
             None => self.append(cache, &self.rotate(&k, at, Role::Key)?, &v, decay.as_ref())?,
-            Some(_) => {
-                // A rolling cache keeps its keys as they came: all of them are turned to
-                // their places in it at every read, the new ones last.
+            Some(keys_at) => {
                 let (k, v, sums) = self.append(cache, &k, &v, decay.as_ref())?;
-                let k = self.rotate(&dense(&k, &q)?, 0.into(), Role::Key)?;
+                let k = self.rotate(&dense(&k, &q)?, keys_at, Role::Key)?;
                 (Kept::Dense(k), v, sums)
             }
         };
