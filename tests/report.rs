@@ -798,7 +798,7 @@ fn generated_rows_by_filter_and_claims_read_their_records() {
     assert!(text.contains(&row), "{text}\nwant {row}");
     assert!(text.contains("| none | "), "{text}");
     // The claims block, indented as its marker inside a list item.
-    assert!(text.contains("\n  | a below b | loss, lower better | a 1.05 ± 0.07 | b 2.05 ± 0.07 | +1.00 | 0.14 | 2 of 2 | **not held** |\n"), "{text}");
+    assert!(text.contains("\n  | a below b | loss, lower better | a 1.05 ± 0.07 | b 2.05 ± 0.07 | 1, 2 | +1.00 | 0.14 | 2 of 2 | **not held** |\n"), "{text}");
     assert!(text.ends_with("\n  <!-- claims end -->\n"), "{text}");
 }
 

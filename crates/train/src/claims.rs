@@ -31,7 +31,7 @@
 //! assert!(check(&records, &claim).unwrap().held);
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -71,6 +71,11 @@ pub struct Claim {
     /// What the values are multiplied by when printed (100 for percent).
     #[serde(default = "one")]
     pub scale: f64,
+    /// Compare each side over every seed it has, paired or not. By default both sides are
+    /// taken over the seeds they share, so that a side pooled from more runs than the other
+    /// is not compared over seeds the other never ran.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unpaired: bool,
 }
 
 fn one() -> f64 {
@@ -136,6 +141,42 @@ pub struct Side {
     pub sd: f64,
 }
 
+impl Side {
+    /// This side over `seeds` alone (the seeds both sides of a claim share).
+    pub fn on(&self, seeds: &BTreeSet<u64>) -> Self {
+        if self.by_seed.keys().all(|s| seeds.contains(s)) {
+            return self.clone();
+        }
+        let by_seed: BTreeMap<u64, f64> = (self.by_seed.iter())
+            .filter(|(seed, _)| seeds.contains(seed))
+            .map(|(&seed, &x)| (seed, x))
+            .collect();
+        let values: Vec<f64> = by_seed.values().copied().collect();
+        let (mean, sd) = mean_sd(&values);
+        Self { by_seed, mean, sd }
+    }
+
+    /// Its seeds, written short: runs of consecutive seeds as `1–3`, the rest by commas.
+    pub fn seeds(&self) -> String {
+        let seeds: Vec<u64> = self.by_seed.keys().copied().collect();
+        let mut parts = Vec::new();
+        let mut i = 0;
+        while i < seeds.len() {
+            let mut j = i;
+            while j + 1 < seeds.len() && seeds[j + 1] == seeds[j] + 1 {
+                j += 1;
+            }
+            parts.push(match j - i {
+                0 => seeds[i].to_string(),
+                1 => format!("{}, {}", seeds[i], seeds[j]),
+                _ => format!("{}–{}", seeds[i], seeds[j]),
+            });
+            i = j + 1;
+        }
+        parts.join(", ")
+    }
+}
+
 /// A claim checked.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Verdict {
@@ -165,8 +206,15 @@ pub struct Verdict {
 /// A label with no record matching the claim's filter, or a metric that is not a number
 /// in the records that match.
 pub fn check(records: &[Value], claim: &Claim) -> Result<Verdict> {
-    let better = side(records, claim, &claim.better)?;
-    let than = side(records, claim, &claim.than)?;
+    let mut better = side(records, claim, &claim.better)?;
+    let mut than = side(records, claim, &claim.than)?;
+    if !claim.unpaired {
+        let shared: BTreeSet<u64> = (better.by_seed.keys())
+            .filter(|seed| than.by_seed.contains_key(seed))
+            .copied()
+            .collect();
+        (better, than) = (better.on(&shared), than.on(&shared));
+    }
     let sign = if claim.lower_is_better { -1.0 } else { 1.0 };
     let gap = sign * (better.mean - than.mean);
     let spreads = better.sd + than.sd;
@@ -344,8 +392,8 @@ impl Entry<'_> {
 }
 
 /// The claims as a Markdown section (their records pooled `with` other studies'): a row each, with both sides' mean ± sd over their
-/// seeds, the gap, the spreads added, the seeds in which the claimed order holds, and the
-/// verdict.
+/// seeds, the seeds compared, the gap, the spreads added, the seeds in which the claimed
+/// order holds, and the verdict.
 pub fn markdown(verdicts: &[Verdict], with: &[String]) -> String {
     let pooled = match with.is_empty() {
         true => String::new(),
@@ -361,9 +409,10 @@ pub fn markdown(verdicts: &[Verdict], with: &[String]) -> String {
         "## Claims\n\n\
          Each claim is checked against the records above{pooled}: it holds when the gap \
          exceeds both standard deviations added, with the same sign in every seed, over at \
-         least {MIN_SEEDS} seeds (`posenc report`).\n\n\
-         | claim | metric | ahead | behind | gap | spreads added | seeds ahead | verdict |\n\
-         |---|---|---|---|---:|---:|---:|---|\n"
+         least {MIN_SEEDS} seeds, both sides over the seeds they share unless a claim says \
+         otherwise (`posenc report`).\n\n\
+         | claim | metric | ahead | behind | seeds | gap | spreads added | seeds ahead | verdict |\n\
+         |---|---|---|---|---|---:|---:|---:|---|\n"
     );
     for v in verdicts {
         let c = &v.claim;
@@ -383,8 +432,14 @@ pub fn markdown(verdicts: &[Verdict], with: &[String]) -> String {
                 format!(" ({})", parts.join(", "))
             }
         };
+        // The seeds compared: those both sides share, or (a claim of unpaired seeds) each
+        // side's own.
+        let seeds = match v.better.by_seed.keys().eq(v.than.by_seed.keys()) {
+            true => v.better.seeds(),
+            false => format!("{}; {}", v.better.seeds(), v.than.seeds()),
+        };
         s += &format!(
-            "| {} | {}{}{filter} | {} | {} | {:+.2} | {:.2} | {} of {} | {} |\n",
+            "| {} | {}{}{filter} | {} | {} | {seeds} | {:+.2} | {:.2} | {} of {} | {} |\n",
             c.claim,
             c.metric,
             if c.lower_is_better {

@@ -484,3 +484,42 @@ fn a_claim_holds_only_by_the_rule() {
         "{v:?}"
     );
 }
+
+/// A side pooled from more runs than the other is compared over the seeds both share
+/// (worked by hand), unless the claim asks for every seed of each; the page names the
+/// seeds compared.
+#[test]
+fn a_claim_compares_the_seeds_both_sides_share() {
+    use posenc_train::claims::{check, markdown, Claim};
+    use serde_json::json;
+    // a has seeds 1–6, b only 1–3; a's later seeds are far lower.
+    let mut records: Vec<serde_json::Value> = (1..=6)
+        .map(|seed| json!({"label": "a", "seed": seed, "x": if seed <= 3 { 10.0 + seed as f64 } else { 0.0 }}))
+        .collect();
+    records.extend(
+        (1..=3).map(|seed| json!({"label": "b", "seed": seed, "x": 1.0 + 0.5 * seed as f64})),
+    );
+    let claim: Claim = serde_json::from_value(
+        json!({"claim": "a ahead of b", "metric": "x", "better": "a", "than": "b"}),
+    )
+    .unwrap();
+    // Over seeds 1–3: a 11, 12, 13 (mean 12, sd 1); b 1.5, 2, 2.5 (mean 2, sd 0.5).
+    let v = check(&records, &claim).unwrap();
+    assert_eq!(v.better.by_seed.len(), 3, "{v:?}");
+    assert!((v.better.mean - 12.0).abs() < 1e-12 && (v.better.sd - 1.0).abs() < 1e-12);
+    assert!((v.gap - 10.0).abs() < 1e-12 && v.held, "{v:?}");
+    assert_eq!(v.better.seeds(), "1–3");
+    let page = markdown(std::slice::from_ref(&v), &[]);
+    assert!(page.contains("| 1–3 | +10.00 |"), "{page}");
+    // Every seed of each: a's mean over 1–6 is 6, its spread wide, and the claim fails.
+    let mut unpaired = claim.clone();
+    unpaired.unpaired = true;
+    let v = check(&records, &unpaired).unwrap();
+    assert!((v.better.mean - 6.0).abs() < 1e-12 && !v.held, "{v:?}");
+    assert_eq!(
+        v.seeds, 3,
+        "the order is still judged seed by seed where both have one"
+    );
+    let page = markdown(&[v], &[]);
+    assert!(page.contains("| 1–6; 1–3 |"), "{page}");
+}
