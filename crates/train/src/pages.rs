@@ -770,7 +770,7 @@ fn render_table(path: &Path) -> Result<String> {
                     side.by_seed.len(),
                 )),
                 Err(claims::Missing::NoRecord) => None,
-                Err(claims::Missing::Bad(e)) => return Err(e.into()),
+                Err(claims::Missing::Bad(e)) => return Err(e),
             });
         }
         ensure!(
