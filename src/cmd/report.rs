@@ -242,10 +242,10 @@ pub fn glance(readme: &Path) -> Result<String> {
         let verdict = format!(
             "{}: {} {:.2} ± {:.2} against {} {:.2} ± {:.2}",
             if v.held { "held" } else { "**not held**" },
-            claim.better,
+            claim.name(&claim.better),
             claim.scale * v.better.mean,
             claim.scale * v.better.sd,
-            claim.than,
+            claim.name(&claim.than),
             claim.scale * v.than.mean,
             claim.scale * v.than.sd
         );

@@ -78,6 +78,17 @@ pub struct Claim {
     pub unpaired: bool,
 }
 
+impl Claim {
+    /// A side's label as a page writes it: a number or null with its field (`sinks = 4`),
+    /// a string as it is.
+    pub fn name(&self, label: &str) -> String {
+        match serde_json::from_str::<Value>(label) {
+            Ok(Value::String(_)) | Err(_) => label.to_string(),
+            Ok(_) => format!("{} = {label}", self.by),
+        }
+    }
+}
+
 fn one() -> f64 {
     1.0
 }
@@ -417,12 +428,12 @@ pub fn markdown(verdicts: &[Verdict], with: &[String]) -> String {
     for v in verdicts {
         let c = &v.claim;
         let side = |label: &str, x: &Side| {
-            // A number or null is named with its field (`sinks = 4`), a string as it is.
-            let name = match serde_json::from_str::<Value>(label) {
-                Ok(Value::String(_)) | Err(_) => label.to_string(),
-                Ok(_) => format!("{} = {label}", c.by),
-            };
-            format!("{name} {:.2} ± {:.2}", c.scale * x.mean, c.scale * x.sd)
+            format!(
+                "{} {:.2} ± {:.2}",
+                c.name(label),
+                c.scale * x.mean,
+                c.scale * x.sd
+            )
         };
         let filter = match c.filter.is_empty() {
             true => String::new(),
