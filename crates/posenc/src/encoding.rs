@@ -142,12 +142,7 @@ impl Positions<'_> {
     /// [`Error::Shape`], saying what is wrong.
     pub fn check(&self, kind: &'static str, len: usize) -> Result<()> {
         if let Self::Coords { axes, .. } = self {
-            return Err(Error::Shape {
-                kind,
-                msg: format!(
-                    "{axes}-D coordinates for its tokens: it reads one position per token"
-                ),
-            });
+            return Err(Self::not_coords(kind, *axes));
         }
         if let Self::At(list) = self {
             if list.len() != len || list.windows(2).any(|w| w[0] > w[1]) {
@@ -161,6 +156,14 @@ impl Positions<'_> {
             }
         }
         Ok(())
+    }
+
+    /// The refusal of `axes`-D coordinates by encoding `kind`, of one position per token.
+    fn not_coords(kind: &'static str, axes: usize) -> Error {
+        Error::Shape {
+            kind,
+            msg: format!("{axes}-D coordinates for its tokens: it reads one position per token"),
+        }
     }
 
     /// Checks that these are coordinates on `axes` axes for `len` tokens, for an encoding
@@ -189,8 +192,8 @@ impl Positions<'_> {
     }
 
     /// Rows of `table` (`(n, …)`, `n ≥ self.end(len)`) at these positions: a view for
-    /// consecutive positions, a gather (differentiable) for a list or for coordinates'
-    /// first axis (which [`Positions::check`] refuses first).
+    /// consecutive positions, a gather (differentiable) for a list. Coordinates are
+    /// refused, as [`Positions::check`] (which the encodings call first) refuses them.
     pub(crate) fn select(&self, table: &Tensor, len: usize) -> Result<Tensor> {
         Ok(match self {
             Self::From(offset) | Self::Within { offset, .. } => table.narrow(0, *offset, len)?,
@@ -198,10 +201,7 @@ impl Positions<'_> {
                 let idx = Tensor::new(*list, table.device())?;
                 table.index_select(&idx, 0)?
             }
-            Self::Coords { .. } => {
-                let idx: Vec<u32> = (0..len).map(|i| self.get(i) as u32).collect();
-                table.index_select(&Tensor::new(idx, table.device())?, 0)?
-            }
+            Self::Coords { axes, .. } => return Err(Self::not_coords("positions", *axes)),
         })
     }
 }
