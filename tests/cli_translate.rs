@@ -227,6 +227,86 @@ fn another_tasks_run_is_named_for_what_it_is() {
     }
 }
 
+/// Continuing a run of another task names it for what it is, and writes nothing into it:
+/// a run written before runs carried their kind (the shipped models), and one that
+/// carries it.
+#[test]
+fn another_tasks_run_is_not_continued() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    let kotoba = dir.path().join("kotoba");
+    std::fs::create_dir(&kotoba).unwrap();
+    for entry in std::fs::read_dir(root.join("models/kotoba")).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, kotoba.join(path.file_name().unwrap())).unwrap();
+    }
+    let lengthgen = dir.path().join("lengthgen");
+    let train = posenc()
+        .args([
+            "lengthgen",
+            "train",
+            "--task",
+            "copy",
+            "--steps",
+            "2",
+            "--quiet",
+        ])
+        .args(["--d-model", "16", "--layers", "1", "--heads", "2", "--out"])
+        .arg(&lengthgen)
+        .output()
+        .unwrap();
+    assert!(train.status.success(), "{}", text(&train).1);
+    for (run, args, says) in [
+        (
+            &kotoba,
+            vec!["lm", "train", "--resume"],
+            "is a translation model",
+        ),
+        (
+            &kotoba,
+            vec!["lengthgen", "train", "--task", "copy", "--resume"],
+            "is a translation model",
+        ),
+        (
+            &lengthgen,
+            vec!["kotoba", "train", "--resume"],
+            "is a lengthgen run",
+        ),
+        (
+            &lengthgen,
+            vec!["lm", "train", "--resume"],
+            "is a lengthgen run",
+        ),
+    ] {
+        let before: Vec<_> = std::fs::read_dir(run)
+            .unwrap()
+            .map(|e| {
+                let p = e.unwrap().path();
+                (p.clone(), std::fs::read(&p).unwrap())
+            })
+            .collect();
+        let out = posenc().args(&args).arg("--out").arg(run).output().unwrap();
+        let (_, stderr) = text(&out);
+        assert!(
+            !out.status.success() && stderr.contains(says),
+            "{args:?}: {stderr}"
+        );
+        for (path, bytes) in &before {
+            assert_eq!(
+                &std::fs::read(path).unwrap(),
+                bytes,
+                "{args:?}: {}",
+                path.display()
+            );
+        }
+        assert_eq!(
+            std::fs::read_dir(run).unwrap().count(),
+            before.len(),
+            "{args:?}"
+        );
+    }
+}
+
 /// A warm-up that cannot end within the run's steps is named on stderr (the learning rate
 /// would never reach its peak), even with --quiet.
 #[test]

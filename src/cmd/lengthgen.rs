@@ -209,7 +209,8 @@ impl TrainArgs {
         let state = match self.resume {
             true => {
                 let (steps, device) = (self.settings.steps, &self.settings.device.0);
-                job::resume::<Lengthgen>(&self.out, steps, &(), opts, device)?
+                job::resume::<Lengthgen>(&self.out, steps, &(), opts, device)
+                    .map_err(|e| super::for_task(e, &self.out, "lengthgen"))?
             }
             false => {
                 let cfg = self.settings.config();

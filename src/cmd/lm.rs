@@ -372,7 +372,7 @@ fn train(a: TrainArgs, out: &mut impl Write) -> Result<()> {
     };
     let state = if a.resume {
         // The same text again, tokenized by the tokenizer the run saved.
-        let (cfg, tokenizer) = run::saved(&a.out)?;
+        let (cfg, tokenizer) = run::saved(&a.out).map_err(|e| super::for_task(e, &a.out, "lm"))?;
         let corpus = match &cfg.text {
             Some(source) => source.reread()?,
             None => load_corpus(a.corpus)?,

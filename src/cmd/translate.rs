@@ -93,7 +93,8 @@ impl TrainArgs {
             stop_after: None,
         };
         let state = if self.resume {
-            job::resume::<Translation>(&self.out, self.steps, &(), opts, &self.device.0)?
+            job::resume::<Translation>(&self.out, self.steps, &(), opts, &self.device.0)
+                .map_err(|e| super::for_task(e, &self.out, "kotoba"))?
         } else {
             let mut cfg = match &self.config {
                 Some(path) => TrainConfig::load(path)?,

@@ -169,12 +169,13 @@ pub fn open(dir: &Path, kind: &str) -> Result<Opened> {
 /// (written before runs carried one) passes, and its state decides.
 ///
 /// # Errors
-/// A run of another kind, with the command that reads it.
+/// A run of another kind, naming it.
 pub fn check_kind(dir: &Path, manifest: &Manifest, kind: &str) -> Result<()> {
     match &manifest.kind {
         Some(other) if other != kind => bail!(
-            "{} holds a `{other}` run, which `posenc {other} …` reads, not a `{kind}` run",
-            dir.display()
+            "{} holds a `{other}` run (the kind its {} names), not a `{kind}` run",
+            dir.display(),
+            rundir::MANIFEST
         ),
         _ => Ok(()),
     }
