@@ -798,8 +798,66 @@ fn generated_rows_by_filter_and_claims_read_their_records() {
     assert!(text.contains(&row), "{text}\nwant {row}");
     assert!(text.contains("| none | "), "{text}");
     // The claims block, indented as its marker inside a list item.
-    assert!(text.contains("\n  | a below b | loss, lower better | a 1.05 ± 0.07 | b 2.05 ± 0.07 | 1, 2 | +1.00 | 0.14 | 2 of 2 | **not held** |\n"), "{text}");
+    assert!(text.contains("\n  | 1 | a below b | loss, lower better | a 1.05 ± 0.07 | b 2.05 ± 0.07 | 1, 2 | +1.00 | 0.14 | 2 of 2 | **not held** |\n"), "{text}");
     assert!(text.ends_with("\n  <!-- claims end -->\n"), "{text}");
+}
+
+/// A claim the prose cites renders as its verdict now, from its study's records, and a
+/// citation of a claim the study lacks is refused by name.
+#[test]
+fn a_cited_claim_renders_its_verdict() {
+    let dir = tempfile::tempdir().unwrap();
+    let study = dir.path().join("study");
+    std::fs::create_dir(&study).unwrap();
+    let (a, b) = ([1.0, 1.2, 1.1], [2.0, 2.4, 1.9]);
+    let records: Vec<_> = (0..3)
+        .flat_map(|i| {
+            [
+                serde_json::json!({"label": "a", "seed": i, "loss": a[i]}),
+                serde_json::json!({"label": "b", "seed": i, "loss": b[i]}),
+            ]
+        })
+        .collect();
+    std::fs::write(
+        study.join("results.json"),
+        serde_json::json!({ "records": records }).to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        study.join("claims.json"),
+        serde_json::json!({"claims": [
+            {"claim": "b below a", "metric": "loss", "better": "b", "than": "a", "lower_is_better": true},
+            {"claim": "a below b", "metric": "loss", "better": "a", "than": "b", "lower_is_better": true}
+        ]})
+        .to_string(),
+    )
+    .unwrap();
+    let page = dir.path().join("page.md");
+    std::fs::write(
+        &page,
+        "a is lower (<!-- claim: study#2 -->typed<!-- /claim -->).\n",
+    )
+    .unwrap();
+    let text = posenc_train::pages::tables(&page).unwrap();
+    let ((ma, sa), (mb, sb)) = (mean_sd(&a), mean_sd(&b));
+    let want = format!(
+        "a is lower (<!-- claim: study#2 -->[claim 2](study/results.md#claims): held ({:+.2} \
+         against spreads {:.2}; 3 of 3 seeds)<!-- /claim -->).\n",
+        mb - ma,
+        sa + sb
+    );
+    assert_eq!(text, want);
+    std::fs::write(&page, "<!-- claim: study#1 --><!-- /claim -->").unwrap();
+    let text = posenc_train::pages::tables(&page).unwrap();
+    assert!(
+        text.contains("not held (") && text.contains("0 of 3 seeds"),
+        "{text}"
+    );
+    for bad in ["study#3", "study#0", "study"] {
+        std::fs::write(&page, format!("<!-- claim: {bad} --><!-- /claim -->")).unwrap();
+        let err = format!("{:#}", posenc_train::pages::tables(&page).unwrap_err());
+        assert!(err.contains(bad), "{bad}: {err}");
+    }
 }
 
 /// The tidy CSVs of `docs/long-context/more-trials` are what `scripts/passkey_trials.py`

@@ -30,11 +30,13 @@ pub struct ReportArgs {
     /// markers) from docs/glance.json beside it.
     #[arg(long, value_name = "README")]
     glance: Option<PathBuf>,
-    /// Also render the generated tables and values of these pages: each table between
-    /// `<!-- table: SPEC -->` and `<!-- table end -->` (SPEC a JSON file relative to the
-    /// page that names the rows, and for each column the studies, metric and records), each
-    /// number in the prose between `<!-- value: NAME -->` and `<!-- /value -->` (NAME a
-    /// spec in the file the page names by `<!-- values: FILE -->`).
+    /// Also render the generated tables, values and cited claims of these pages: each table
+    /// between `<!-- table: SPEC -->` and `<!-- table end -->` (SPEC a JSON file relative to
+    /// the page that names the rows, and for each column the studies, metric and records),
+    /// each number in the prose between `<!-- value: NAME -->` and `<!-- /value -->` (NAME a
+    /// spec in the file the page names by `<!-- values: FILE -->`), and each verdict between
+    /// `<!-- claim: STUDY#N -->` and `<!-- /claim -->` (claim N of STUDY's claims.json,
+    /// relative to the page, from 1).
     #[arg(long, value_name = "PAGE", num_args = 1..)]
     tables: Vec<PathBuf>,
 }
@@ -180,7 +182,8 @@ fn pooled(dir: &Path, with: &[String]) -> Result<Vec<serde_json::Value>> {
 struct GlanceRow {
     /// The study's directory, relative to the repository.
     study: PathBuf,
-    /// Which of its claims (from 0, in its `claims.json`).
+    /// Which of its claims: its number in its claims table (from 1, in the order of its
+    /// `claims.json`), as a page cites it.
     claim: usize,
     /// The setting, in a few words.
     setting: String,
@@ -229,8 +232,15 @@ pub fn glance(readme: &Path) -> Result<String> {
         let claims: Claims = load_results(&dir.join(CLAIMS_JSON))?;
         let claim = claims
             .claims
-            .get(row.claim)
-            .with_context(|| format!("{} has no claim {}", row.study.display(), row.claim))?;
+            .get(row.claim.wrapping_sub(1))
+            .with_context(|| {
+                format!(
+                    "{} has {} claims, not a claim {} (numbered from 1)",
+                    row.study.display(),
+                    claims.claims.len(),
+                    row.claim
+                )
+            })?;
         let records = match claims.with.is_empty() {
             true => {
                 let (_, records) = study(&dir)?;

@@ -210,6 +210,23 @@ pub struct Verdict {
     pub held: bool,
 }
 
+impl Verdict {
+    /// The verdict as a page's prose cites it: `held` or `not held`, then the gap, the
+    /// spreads added and the seeds ahead (`held (+0.21 against spreads 0.10; 3 of 3
+    /// seeds)`), in the claim's scale.
+    pub fn brief(&self) -> String {
+        let scale = self.claim.scale;
+        format!(
+            "{} ({:+.2} against spreads {:.2}; {} of {} seeds)",
+            if self.held { "held" } else { "not held" },
+            scale * self.gap,
+            scale * self.spreads,
+            self.seeds_ahead,
+            self.seeds
+        )
+    }
+}
+
 /// Checks `claim` against `records` (tidy records, each with the claim's `by` field,
 /// `seed` and the metric).
 ///
@@ -402,9 +419,10 @@ impl Entry<'_> {
     }
 }
 
-/// The claims as a Markdown section (their records pooled `with` other studies'): a row each, with both sides' mean ± sd over their
-/// seeds, the seeds compared, the gap, the spreads added, the seeds in which the claimed
-/// order holds, and the verdict.
+/// The claims as a Markdown section (their records pooled `with` other studies'): a row
+/// each, numbered from 1 as a page cites it (`<!-- claim: STUDY#N -->`), with both sides'
+/// mean ± sd over their seeds, the seeds compared, the gap, the spreads added, the seeds in
+/// which the claimed order holds, and the verdict.
 pub fn markdown(verdicts: &[Verdict], with: &[String]) -> String {
     let pooled = match with.is_empty() {
         true => String::new(),
@@ -422,10 +440,10 @@ pub fn markdown(verdicts: &[Verdict], with: &[String]) -> String {
          exceeds both standard deviations added, with the same sign in every seed, over at \
          least {MIN_SEEDS} seeds, both sides over the seeds they share unless a claim says \
          otherwise (`posenc report`).\n\n\
-         | claim | metric | ahead | behind | seeds | gap | spreads added | seeds ahead | verdict |\n\
-         |---|---|---|---|---|---:|---:|---:|---|\n"
+         | # | claim | metric | ahead | behind | seeds | gap | spreads added | seeds ahead | verdict |\n\
+         |---:|---|---|---|---|---|---:|---:|---:|---|\n"
     );
-    for v in verdicts {
+    for (number, v) in (1..).zip(verdicts) {
         let c = &v.claim;
         let side = |label: &str, x: &Side| {
             format!(
@@ -450,7 +468,7 @@ pub fn markdown(verdicts: &[Verdict], with: &[String]) -> String {
             false => format!("{}; {}", v.better.seeds(), v.than.seeds()),
         };
         s += &format!(
-            "| {} | {}{}{filter} | {} | {} | {seeds} | {:+.2} | {:.2} | {} of {} | {} |\n",
+            "| {number} | {} | {}{}{filter} | {} | {} | {seeds} | {:+.2} | {:.2} | {} of {} | {} |\n",
             c.claim,
             c.metric,
             if c.lower_is_better {

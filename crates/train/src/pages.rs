@@ -4,7 +4,8 @@
 //! each column the studies, metric and records), each list of claims between
 //! `<!-- claims: FILE -->` and `<!-- claims end -->` (checked by [`crate::claims`]), and each
 //! number in the prose between `<!-- value: NAME -->` and `<!-- /value -->` (NAME a spec in
-//! the file the page names by `<!-- values: FILE -->`).
+//! the file the page names by `<!-- values: FILE -->`), and each verdict of a claim the
+//! prose cites between `<!-- claim: STUDY#N -->` and `<!-- /claim -->`.
 
 use std::path::{Path, PathBuf};
 
@@ -219,7 +220,8 @@ pub fn tables(page: &Path) -> Result<String> {
     let text =
         std::fs::read_to_string(page).with_context(|| format!("reading {}", page.display()))?;
     let text = tables_in(page, &text)?;
-    values(page, &text)
+    let text = values(page, &text)?;
+    cited(page, &text)
 }
 
 /// `text` (the page at `page`) with its generated tables and claims rendered.
@@ -431,26 +433,7 @@ fn values(page: &Path, text: &str) -> Result<String> {
     let specs: std::collections::BTreeMap<String, ValueSpec> = load_results(&file)?;
     let spec_base = file.parent().unwrap_or(Path::new("."));
     let mut read = Records::default();
-    let mut out = String::new();
-    let mut rest = text;
-    while let Some(begin) = find_marker(rest, VALUE_BEGIN) {
-        let after = &rest[begin + VALUE_BEGIN.len()..];
-        let name_end = after
-            .find(" -->")
-            .with_context(|| format!("{}: a value marker without ` -->`", page.display()))?;
-        let name = after[..name_end].trim();
-        let body = &after[name_end + " -->".len()..];
-        let end = body.find(VALUE_END).with_context(|| {
-            format!(
-                "{}: the value `{name}` has no end marker ({VALUE_END})",
-                page.display()
-            )
-        })?;
-        ensure!(
-            find_marker(&body[..end], VALUE_BEGIN).is_none(),
-            "{}: the value `{name}` has no end marker before the next value",
-            page.display()
-        );
+    inline(page, text, VALUE_BEGIN, VALUE_END, "value", |name| {
         let spec = specs.get(name).with_context(|| {
             format!(
                 "{}: {} has no value `{name}`",
@@ -466,10 +449,100 @@ fn values(page: &Path, text: &str) -> Result<String> {
                 file.display()
             )
         })?;
-        out += &rest[..begin + VALUE_BEGIN.len() + name_end + " -->".len()];
-        out += &value;
-        out += VALUE_END;
-        rest = &body[end + VALUE_END.len()..];
+        Ok(value)
+    })
+}
+
+/// Where a claim cited in the prose begins (followed by `STUDY#N`: the study's directory,
+/// relative to the page, and the claim's number in its `claims.json`, from 1, as its claims
+/// table numbers it; then ` -->`) and ends.
+const CLAIM_BEGIN: &str = "<!-- claim: ";
+const CLAIM_END: &str = "<!-- /claim -->";
+
+/// `text` (the page at `page`) with every claim cited between `<!-- claim: STUDY#N -->`
+/// and `<!-- /claim -->` rendered as its verdict now ([`claims::Verdict::brief`]), checked
+/// against the study's records (and those it is `with`), linked to its claims table.
+///
+/// # Errors
+/// Markers that do not pair; a citation without `#N`; a study without claims; a number
+/// past its claims; records that are missing or bad.
+fn cited(page: &Path, text: &str) -> Result<String> {
+    let base = page.parent().unwrap_or(Path::new("."));
+    let mut read = Records::default();
+    let mut files: std::collections::HashMap<PathBuf, Claims> = Default::default();
+    inline(page, text, CLAIM_BEGIN, CLAIM_END, "claim", |name| {
+        let (study, number) = name
+            .rsplit_once('#')
+            .and_then(|(study, n)| Some((study, n.parse::<usize>().ok()?)))
+            .with_context(|| {
+                format!(
+                    "{}: the claim `{name}` is not STUDY#N (a study's directory and the \
+                     claim's number in it, from 1)",
+                    page.display()
+                )
+            })?;
+        let dir = base.join(study);
+        if !files.contains_key(&dir) {
+            files.insert(dir.clone(), load_results(&dir.join("claims.json"))?);
+        }
+        let claims = &files[&dir];
+        let claim = number
+            .checked_sub(1)
+            .and_then(|i| claims.claims.get(i))
+            .with_context(|| {
+                format!(
+                    "{}: the claim `{name}`: {study} has {} claims, not a claim {number} \
+                     (numbered from 1)",
+                    page.display(),
+                    claims.claims.len()
+                )
+            })?;
+        let mut dirs = vec![PathBuf::from(".")];
+        dirs.extend(claims.with.iter().map(PathBuf::from));
+        let records = read.of(&dir, &dirs, "records")?;
+        let verdict = claims::check(&records, claim)
+            .with_context(|| format!("{}: checking the claim `{name}`", page.display()))?;
+        Ok(format!(
+            "[claim {number}]({study}/results.md#claims): {}",
+            verdict.brief()
+        ))
+    })
+}
+
+/// `text` with what stands between each `begin` (followed by a name and ` -->`) and its
+/// `end` replaced by `render(name)`, the markers kept.
+fn inline(
+    page: &Path,
+    text: &str,
+    begin_marker: &str,
+    end_marker: &str,
+    what: &str,
+    mut render: impl FnMut(&str) -> Result<String>,
+) -> Result<String> {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(begin) = find_marker(rest, begin_marker) {
+        let after = &rest[begin + begin_marker.len()..];
+        let name_end = after
+            .find(" -->")
+            .with_context(|| format!("{}: a {what} marker without ` -->`", page.display()))?;
+        let name = after[..name_end].trim();
+        let body = &after[name_end + " -->".len()..];
+        let end = body.find(end_marker).with_context(|| {
+            format!(
+                "{}: the {what} `{name}` has no end marker ({end_marker})",
+                page.display()
+            )
+        })?;
+        ensure!(
+            find_marker(&body[..end], begin_marker).is_none(),
+            "{}: the {what} `{name}` has no end marker before the next {what}",
+            page.display()
+        );
+        out += &rest[..begin + begin_marker.len() + name_end + " -->".len()];
+        out += &render(name)?;
+        out += end_marker;
+        rest = &body[end + end_marker.len()..];
     }
     out += rest;
     Ok(out)
