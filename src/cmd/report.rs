@@ -100,7 +100,8 @@ pub fn render(dir: &Path) -> Result<String> {
             false => format!("{}\n\n{section}", page.trim_end()),
         };
     }
-    Ok(page)
+    // The written parts may cite claims, this study's or another's, by number.
+    Ok(pages::cited(&dir.join("results.md"), &page)?)
 }
 
 /// A study's page in the book's order: the question, the command, the setup and the
@@ -156,23 +157,45 @@ fn templated(dir: &Path, body: &str, claims_section: &str, claims: &Claims) -> R
     Ok(format!("{}\n", page.trim_end()))
 }
 
-/// The records of the lengthgen study in `dir` pooled with those of the studies `with`
-/// (directories relative to it), which must be of the same setting
-/// ([`LengthgenExperiment::merge`]).
+/// The records of the study in `dir` pooled with those of the studies `with` (directories
+/// relative to it), which must be of the same setting: lengthgen studies by
+/// [`LengthgenExperiment::merge`], any other by their `config` alike but for the encodings
+/// (the same model, data, windows and budget, other encodings or seeds).
 fn pooled(dir: &Path, with: &[String]) -> Result<Vec<serde_json::Value>> {
-    let load = |d: &Path| {
-        LengthgenExperiment::load(&d.join(RESULTS_JSON))
-            .with_context(|| format!("only lengthgen studies pool their records: {}", d.display()))
-    };
-    let mut parts = vec![load(dir)?];
-    for w in with {
-        parts.push(load(&dir.join(w))?);
+    let dirs: Vec<PathBuf> = std::iter::once(dir.to_path_buf())
+        .chain(with.iter().map(|w| dir.join(w)))
+        .collect();
+    let lengthgen: Result<Vec<_>> = (dirs.iter())
+        .map(|d| Ok(LengthgenExperiment::load(&d.join(RESULTS_JSON))?))
+        .collect();
+    if let Ok(parts) = lengthgen {
+        let merged = LengthgenExperiment::merge(parts)?;
+        return Ok(serde_json::to_value(&merged.records)?
+            .as_array()
+            .cloned()
+            .unwrap_or_default());
     }
-    let merged = LengthgenExperiment::merge(parts)?;
-    Ok(serde_json::to_value(&merged.records)?
-        .as_array()
-        .cloned()
-        .unwrap_or_default())
+    let setting = |d: &Path| -> Result<(serde_json::Value, Vec<serde_json::Value>)> {
+        let results: serde_json::Value = load_results(&d.join(RESULTS_JSON))?;
+        let mut config = results["config"].clone();
+        ensure!(config.is_object(), "{} has no `config`", d.display());
+        config["encodings"] = serde_json::Value::Null;
+        let records = results["records"].as_array().cloned().unwrap_or_default();
+        Ok((config, records))
+    };
+    let (config, mut records) = setting(dir)?;
+    for d in &dirs[1..] {
+        let (other, more) = setting(d)?;
+        ensure!(
+            other == config,
+            "{} and {} are not of the same setting (their configs differ beyond the \
+             encodings), so their records do not pool",
+            dir.display(),
+            d.display()
+        );
+        records.extend(more);
+    }
+    Ok(records)
 }
 
 /// One row of the README's results at a glance: a claim of a study, with its setting and

@@ -466,7 +466,7 @@ const CLAIM_END: &str = "<!-- /claim -->";
 /// # Errors
 /// Markers that do not pair; a citation without `#N`; a study without claims; a number
 /// past its claims; records that are missing or bad.
-fn cited(page: &Path, text: &str) -> Result<String> {
+pub fn cited(page: &Path, text: &str) -> Result<String> {
     let base = page.parent().unwrap_or(Path::new("."));
     let mut read = Records::default();
     let mut files: std::collections::HashMap<PathBuf, Claims> = Default::default();
