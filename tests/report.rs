@@ -1015,3 +1015,285 @@ fn the_explorers_aggregate_is_the_reports_table() {
         }
     }
 }
+
+/// Words that compare on their own.
+const COMPARING: [&str; 14] = [
+    "best",
+    "worst",
+    "strongest",
+    "weakest",
+    "furthest",
+    "farthest",
+    "ahead",
+    "behind",
+    "beats",
+    "beat",
+    "beaten",
+    "outperforms",
+    "outperformed",
+    "leads",
+];
+
+/// Two words that compare together.
+const COMPARING_PAIRS: [(&str, &str); 8] = [
+    ("level", "with"),
+    ("same", "as"),
+    ("changes", "nothing"),
+    ("no", "better"),
+    ("no", "worse"),
+    ("better", "than"),
+    ("worse", "than"),
+    ("as", "far"),
+];
+
+/// Words before `above` or `below` that make it point at the page (`the table below`), not
+/// compare.
+const POINTING: [&str; 48] = [
+    "table",
+    "tables",
+    "figure",
+    "figures",
+    "claims",
+    "claim",
+    "section",
+    "list",
+    "rows",
+    "row",
+    "command",
+    "commands",
+    "records",
+    "plot",
+    "page",
+    "example",
+    "results",
+    "numbers",
+    "ones",
+    "those",
+    "shown",
+    "see",
+    "as",
+    "line",
+    "lines",
+    "chapter",
+    "link",
+    "entries",
+    "paragraph",
+    "text",
+    "steps",
+    "notes",
+    "items",
+    "block",
+    "details",
+    "one",
+    "values",
+    "runs",
+    "studies",
+    "pages",
+    "logs",
+    "study",
+    "script",
+    "given",
+    "described",
+    "listed",
+    "there",
+    "here",
+];
+
+/// The comparisons in one sentence: each word or phrase that ranks encodings or settings
+/// (`best`, `ahead`, `below RoPE`, `level with`, …), and each verdict typed by hand (`held`,
+/// `not held`, which only a rendered claim may print).
+fn comparisons(sentence: &str) -> Vec<String> {
+    let mut words: Vec<&str> = Vec::new();
+    let mut rest = sentence;
+    while let Some(c) = rest.chars().next() {
+        let end = match c.is_alphanumeric() {
+            true => rest
+                .find(|c: char| !(c.is_alphanumeric() || c == '\'' || c == '’' || c == '-'))
+                .unwrap_or(rest.len()),
+            false => c.len_utf8(),
+        };
+        if !c.is_whitespace() {
+            words.push(&rest[..end]);
+        }
+        rest = &rest[end..];
+    }
+    let lower: Vec<String> = words.iter().map(|w| w.to_lowercase()).collect();
+    let at = |i: usize| lower.get(i).map_or("", String::as_str);
+    // A question asks; it claims nothing.
+    if sentence.trim_end().ends_with('?') {
+        return Vec::new();
+    }
+    // What follows a paper's name (`Kazemnejad et al. (2023) put NoPE first`) is the
+    // paper's claim, reported; what comes before it is this book's.
+    let reported = (1..lower.len())
+        .find(|&i| lower[i - 1] == "et" && lower[i] == "al")
+        .unwrap_or(lower.len());
+    let mut found = Vec::new();
+    for (i, w) in lower.iter().enumerate().take(reported) {
+        let (prev, next) = (i.checked_sub(1).map_or("", at), at(i + 1));
+        if COMPARING.contains(&w.as_str()) && !(w == "leads" && next == "to") {
+            found.push(w.clone());
+        }
+        // `below R = 512` or `below max_distance = 128`: a bound, not a rival.
+        let compares_with_a_word = next.chars().nth(1).is_some()
+            && at(i + 2) != "="
+            && next.starts_with(char::is_alphabetic)
+            && !["and", "or", "it", "is", "are", "the", "shows", "gives"].contains(&next);
+        if (w == "above" || w == "below") && !POINTING.contains(&prev) && compares_with_a_word {
+            found.push(format!("{w} {next}"));
+        }
+        if COMPARING_PAIRS.contains(&(w.as_str(), next)) {
+            found.push(format!("{w} {next}"));
+        }
+        let does = [
+            "do", "does", "did", "about", "nearly", "almost", "just", "works",
+        ];
+        if w == "as" && next == "well" && at(i + 2) == "as" && does.contains(&prev) {
+            found.push(format!("{prev} as well as"));
+        }
+        let ranks = [
+            "is", "are", "was", "were", "comes", "came", "ranks", "ranked", "puts",
+        ];
+        if w == "first" && (ranks.contains(&prev) || ["on", "past", "everywhere"].contains(&next)) {
+            found.push(format!("{prev} first {next}"));
+        }
+        // `held out` (from training) and `held-out` are not verdicts.
+        if (words[i] == "held" || words[i] == "Held") && next != "out" {
+            found.push("held".into());
+        }
+    }
+    found
+}
+
+/// The sentences of a page's prose, as a reader meets them: rendered tables, claims and
+/// the glance table, code, headings and table rows left out; each rendered value read as a
+/// number and each cited claim as `CITED`.
+fn prose_sentences(text: &str) -> Vec<String> {
+    let mut text = text.to_string();
+    for (begin, end, left) in [
+        ("<!-- claim: ", "<!-- /claim -->", " CITED "),
+        ("<!-- value: ", "<!-- /value -->", " 1 "),
+        ("<!-- table: ", "<!-- table end -->", ""),
+        ("<!-- claims: ", "<!-- claims end -->", ""),
+        ("<!-- glance: ", "<!-- glance end -->", ""),
+        ("```", "```", ""),
+        ("`", "`", " code "),
+    ] {
+        let mut kept = String::new();
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find(begin) {
+            kept += &rest[..at];
+            kept += left;
+            let after = &rest[at + begin.len()..];
+            rest = match after.find(end) {
+                Some(e) => &after[e + end.len()..],
+                None => "",
+            };
+        }
+        kept += rest;
+        text = kept;
+    }
+    let prose: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with(['|', '#']))
+        .collect();
+    let prose = prose.join(" ");
+    let prose: String = prose.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut sentences = Vec::new();
+    let mut start = 0;
+    for (i, c) in prose.char_indices() {
+        // `et al. (2023)` and `e.g. RoPE` go on.
+        let abbreviation = [" al", " e.g", " i.e", " cf", " vs"]
+            .iter()
+            .any(|a| prose[..i].ends_with(a));
+        if matches!(c, '.' | '!' | '?' | ':' | ';')
+            && prose[i + 1..].starts_with(' ')
+            && !(c == '.' && abbreviation)
+        {
+            sentences.push(prose[start..=i].trim().to_string());
+            start = i + 1;
+        }
+    }
+    sentences.push(prose[start..].trim().to_string());
+    sentences
+}
+
+/// The lint finds comparisons and hand-typed verdicts, and lets pointers and citations by.
+#[test]
+fn the_claims_lint_reads_comparisons() {
+    let flagged = |s: &str| comparisons(s);
+    assert_eq!(flagged("NoPE is first on sort."), ["is first on"]);
+    assert_eq!(flagged("FoX goes furthest on copy"), ["furthest"]);
+    assert_eq!(flagged("PoPE is below RoPE at 8L"), ["below rope"]);
+    assert_eq!(
+        flagged("learned positions do about as well as sinusoids"),
+        ["about as well as"]
+    );
+    assert_eq!(
+        flagged("it is level with CoPE (not held)"),
+        ["level with", "held"]
+    );
+    assert!(flagged("the table below lists them; as shown above, see the claims below").is_empty());
+    assert!(flagged("instances held out from training, the first ones").is_empty());
+    assert!(flagged("does HoPE extrapolate better than RoPE?").is_empty());
+    assert!(flagged("positions below R = 512").is_empty());
+    assert_eq!(
+        flagged("ALiBi is ahead, unlike Kazemnejad et al. (2023), who put NoPE first on it"),
+        ["ahead"]
+    );
+    let sentences = prose_sentences(
+        "# Best heading\n\nRoPE leads. ALiBi is ahead <!-- claim: x#1 -->held<!-- /claim -->.\n\
+         | best | row |\n`best` in code.",
+    );
+    assert_eq!(
+        sentences,
+        ["RoPE leads.", "ALiBi is ahead CITED .", "code in code."]
+    );
+}
+
+/// Every sentence of the README and the book that compares encodings or settings cites a
+/// rendered claim (`<!-- claim: STUDY#N -->`, whose verdict `posenc report` renders), or says
+/// what was measured without ranking it; no verdict is typed by hand.
+#[test]
+fn every_comparison_cites_a_claim() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut uncited = Vec::new();
+    for page in book() {
+        let name = page.strip_prefix(root).unwrap().display().to_string();
+        for sentence in prose_sentences(&std::fs::read_to_string(&page).unwrap()) {
+            let found = comparisons(&sentence);
+            if !found.is_empty() && !sentence.contains("CITED") {
+                uncited.push(format!("{name}: {found:?}: {sentence}"));
+            }
+        }
+    }
+    assert!(
+        uncited.is_empty(),
+        "{} sentences compare without citing a claim (cite one, `<!-- claim: STUDY#N -->`, \
+         or say what was measured):\n{}",
+        uncited.len(),
+        uncited.join("\n")
+    );
+}
+
+/// The README stays a five-minute read: at most 1 300 words as a reader sees it (what
+/// `posenc report` renders counted, its markers not).
+#[test]
+fn the_readme_is_a_five_minute_read() {
+    let text =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let mut shown = String::new();
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find("<!--") {
+        shown += &rest[..at];
+        rest = rest[at..]
+            .find("-->")
+            .map_or("", |end| &rest[at + end + 3..]);
+    }
+    shown += rest;
+    let words = shown.split_whitespace().count();
+    assert!(
+        words <= 1300,
+        "the README has {words} words: move detail into the book"
+    );
+}

@@ -454,8 +454,8 @@ fn values(page: &Path, text: &str) -> Result<String> {
 }
 
 /// Where a claim cited in the prose begins (followed by `STUDY#N`: the study's directory,
-/// relative to the page, and the claim's number in its `claims.json`, from 1, as its claims
-/// table numbers it; then ` -->`) and ends.
+/// relative to the page, or a claims file in it (`toy-claims.json`), and the claim's number
+/// in its `claims.json`, from 1, as its claims table numbers it; then ` -->`) and ends.
 const CLAIM_BEGIN: &str = "<!-- claim: ";
 const CLAIM_END: &str = "<!-- /claim -->";
 
@@ -481,11 +481,23 @@ pub fn cited(page: &Path, text: &str) -> Result<String> {
                     page.display()
                 )
             })?;
-        let dir = base.join(study);
-        if !files.contains_key(&dir) {
-            files.insert(dir.clone(), load_results(&dir.join("claims.json"))?);
+        // A study's directory holds its `claims.json` and its page `results.md`; a claims
+        // file named whole (`toy-claims.json`) has its page beside it (`toy-claims.md`).
+        let (file, link) = match study.ends_with(".json") {
+            true => (
+                base.join(study),
+                format!("{}.md", study.trim_end_matches(".json")),
+            ),
+            false => (
+                base.join(study).join("claims.json"),
+                format!("{study}/results.md"),
+            ),
+        };
+        let dir = file.parent().unwrap_or(Path::new(".")).to_path_buf();
+        if !files.contains_key(&file) {
+            files.insert(file.clone(), load_results(&file)?);
         }
-        let claims = &files[&dir];
+        let claims = &files[&file];
         let claim = number
             .checked_sub(1)
             .and_then(|i| claims.claims.get(i))
@@ -503,7 +515,7 @@ pub fn cited(page: &Path, text: &str) -> Result<String> {
         let verdict = claims::check(&records, claim)
             .with_context(|| format!("{}: checking the claim `{name}`", page.display()))?;
         Ok(format!(
-            "[claim {number}]({study}/results.md#claims): {}",
+            "[claim {number}]({link}#claims): {}",
             verdict.brief()
         ))
     })
