@@ -798,7 +798,7 @@ fn generated_rows_by_filter_and_claims_read_their_records() {
     assert!(text.contains(&row), "{text}\nwant {row}");
     assert!(text.contains("| none | "), "{text}");
     // The claims block, indented as its marker inside a list item.
-    assert!(text.contains("\n  | 1 | a below b | loss, lower better | a 1.05 ± 0.07 | b 2.05 ± 0.07 | 1, 2 | +1.00 | 0.14 | 2 of 2 | **not held** |\n"), "{text}");
+    assert!(text.contains("\n  | 1 | a below b | loss, lower better | a 1.05 ± 0.07 | b 2.05 ± 0.07 | 1, 2 | one | +1.00 | 0.14 | 2 of 2 | **not held** |\n"), "{text}");
     assert!(text.ends_with("\n  <!-- claims end -->\n"), "{text}");
 }
 
@@ -1296,4 +1296,60 @@ fn the_readme_is_a_five_minute_read() {
         words <= 1300,
         "the README has {words} words: move detail into the book"
     );
+}
+
+/// A claim names the batches its compared records were run in: each study it pools is one,
+/// and a study's own records split by its declared `batches`; one batch reads `one`.
+#[test]
+fn a_claim_names_the_batches_its_records_came_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let (main, more) = (dir.path().join("main"), dir.path().join("more"));
+    for d in [&main, &more] {
+        std::fs::create_dir(d).unwrap();
+    }
+    let record = |label: &str, seed: u64, loss: f64| serde_json::json!({"label": label, "seed": seed, "loss": loss, "machine": seed % 2});
+    // `a` and `b` in seeds 1–3 here; `c` in seeds 1–3 in another study.
+    let here: Vec<_> = (1..=3)
+        .flat_map(|s| [record("a", s, 1.0 + s as f64 / 10.0), record("b", s, 2.0)])
+        .collect();
+    let there: Vec<_> = (1..=3).map(|s| record("c", s, 3.0)).collect();
+    for (d, records) in [(&main, here), (&more, there)] {
+        std::fs::write(
+            d.join("results.json"),
+            serde_json::json!({ "records": records }).to_string(),
+        )
+        .unwrap();
+    }
+    let claim = |better: &str, than: &str| {
+        serde_json::json!({"claim": format!("{better} below {than}"), "metric": "loss",
+                           "better": better, "than": than, "lower_is_better": true})
+    };
+    let write_claims = |batches: serde_json::Value| {
+        std::fs::write(
+            main.join("claims.json"),
+            serde_json::json!({"with": ["../more"], "batches": batches,
+                               "claims": [claim("a", "b"), claim("a", "c")]})
+            .to_string(),
+        )
+        .unwrap();
+    };
+    let page = dir.path().join("page.md");
+    std::fs::write(
+        &page,
+        "<!-- claim: main#1 --><!-- /claim -->\n<!-- claim: main#2 --><!-- /claim -->\n\
+         <!-- claims: main/claims.json -->\n<!-- claims end -->\n",
+    )
+    .unwrap();
+    write_claims(serde_json::json!([]));
+    let text = posenc_train::pages::tables(&page).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].ends_with("3 of 3 seeds)<!-- /claim -->"), "{text}");
+    assert!(lines[1].contains("3 of 3 seeds; from 2 batches)"), "{text}");
+    assert!(text.contains("| 1–3 | one |"), "{text}");
+    assert!(text.contains("| 1–3 | main; more |"), "{text}");
+    // Declared batches split the study's own records: seeds 1 and 3 on one machine.
+    write_claims(serde_json::json!([{"name": "odd", "where": {"machine": 1}}]));
+    let text = posenc_train::pages::tables(&page).unwrap();
+    assert!(text.contains("| 1–3 | odd; main |"), "{text}");
+    assert!(text.contains("| 1–3 | odd; main; more |"), "{text}");
 }

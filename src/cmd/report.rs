@@ -84,15 +84,15 @@ impl ReportArgs {
 pub fn render(dir: &Path) -> Result<String> {
     let path = dir.join(RESULTS_JSON);
     ensure!(path.is_file(), "{} holds no {RESULTS_JSON}", dir.display());
-    let (mut page, records) = study(dir)?;
+    let (mut page, _) = study(dir)?;
     let claims_path = dir.join(CLAIMS_JSON);
     if claims_path.exists() {
         let claims: Claims = load_results(&claims_path)?;
-        let records = match claims.with.is_empty() {
-            true => records.as_array().cloned().unwrap_or_default(),
-            false => pooled(dir, &claims.with)
-                .with_context(|| format!("pooling the records of {}", claims_path.display()))?,
-        };
+        if !claims.with.is_empty() {
+            same_setting(dir, &claims.with)
+                .with_context(|| format!("pooling the records of {}", claims_path.display()))?;
+        }
+        let records = pages::claim_records(dir, &claims)?;
         let section = claims_section(&claims, &records)
             .with_context(|| format!("checking {}", claims_path.display()))?;
         page = match claims.has_page_text() {
@@ -157,11 +157,14 @@ fn templated(dir: &Path, body: &str, claims_section: &str, claims: &Claims) -> R
     Ok(format!("{}\n", page.trim_end()))
 }
 
-/// The records of the study in `dir` pooled with those of the studies `with` (directories
-/// relative to it), which must be of the same setting: lengthgen studies by
+/// Whether the studies `with` (directories relative to `dir`) are of the setting of the
+/// study in `dir`, so that their records may pool: lengthgen studies by
 /// [`LengthgenExperiment::merge`], any other by their `config` alike but for the encodings
 /// (the same model, data, windows and budget, other encodings or seeds).
-fn pooled(dir: &Path, with: &[String]) -> Result<Vec<serde_json::Value>> {
+///
+/// # Errors
+/// Studies of different settings, or results that do not read.
+fn same_setting(dir: &Path, with: &[String]) -> Result<()> {
     let dirs: Vec<PathBuf> = std::iter::once(dir.to_path_buf())
         .chain(with.iter().map(|w| dir.join(w)))
         .collect();
@@ -169,33 +172,27 @@ fn pooled(dir: &Path, with: &[String]) -> Result<Vec<serde_json::Value>> {
         .map(|d| Ok(LengthgenExperiment::load(&d.join(RESULTS_JSON))?))
         .collect();
     if let Ok(parts) = lengthgen {
-        let merged = LengthgenExperiment::merge(parts)?;
-        return Ok(serde_json::to_value(&merged.records)?
-            .as_array()
-            .cloned()
-            .unwrap_or_default());
+        LengthgenExperiment::merge(parts)?;
+        return Ok(());
     }
-    let setting = |d: &Path| -> Result<(serde_json::Value, Vec<serde_json::Value>)> {
+    let setting = |d: &Path| -> Result<serde_json::Value> {
         let results: serde_json::Value = load_results(&d.join(RESULTS_JSON))?;
         let mut config = results["config"].clone();
         ensure!(config.is_object(), "{} has no `config`", d.display());
         config["encodings"] = serde_json::Value::Null;
-        let records = results["records"].as_array().cloned().unwrap_or_default();
-        Ok((config, records))
+        Ok(config)
     };
-    let (config, mut records) = setting(dir)?;
+    let config = setting(dir)?;
     for d in &dirs[1..] {
-        let (other, more) = setting(d)?;
         ensure!(
-            other == config,
+            setting(d)? == config,
             "{} and {} are not of the same setting (their configs differ beyond the \
              encodings), so their records do not pool",
             dir.display(),
             d.display()
         );
-        records.extend(more);
     }
-    Ok(records)
+    Ok(())
 }
 
 /// One row of the README's results at a glance: a claim of a study, with its setting and
@@ -264,13 +261,10 @@ pub fn glance(readme: &Path) -> Result<String> {
                     row.claim
                 )
             })?;
-        let records = match claims.with.is_empty() {
-            true => {
-                let (_, records) = study(&dir)?;
-                records.as_array().cloned().unwrap_or_default()
-            }
-            false => pooled(&dir, &claims.with)?,
-        };
+        if !claims.with.is_empty() {
+            same_setting(&dir, &claims.with)?;
+        }
+        let records = pages::claim_records(&dir, &claims)?;
         let v = claims::check(&records, claim)?;
         let verdict = format!(
             "{}: {} {:.2} ± {:.2} against {} {:.2} ± {:.2}",

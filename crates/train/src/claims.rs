@@ -107,6 +107,12 @@ pub struct Claims {
     pub with: Vec<String>,
     /// The claims, in the order a page lists them.
     pub claims: Vec<Claim>,
+    /// The batches this study's own records were run in, where they were more than one
+    /// (other machines, other builds): each a name and the records it holds, by a filter
+    /// ([`matches()`]); a record none names is of the study's batch. A study `with` others
+    /// is a batch of its own for each of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub batches: Vec<Batch>,
     /// What the study asks (Markdown), the first part of its page. This and the parts
     /// below are written, not rendered from the records: they say what was asked and how
     /// to read the answer, and every number stays in the records.
@@ -139,6 +145,36 @@ impl Claims {
         .iter()
         .any(|p| p.is_some())
     }
+}
+
+/// A batch of runs: those of one machine, build or invocation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Batch {
+    /// What it was, as a row names it (`H200, build 60366d9`).
+    pub name: String,
+    /// The records it holds.
+    #[serde(rename = "where")]
+    pub filter: Map<String, Value>,
+}
+
+/// The field of a record that names its batch, set by [`in_batches`].
+pub const BATCH: &str = "batch";
+
+/// `records` of one study, each given its batch (the [`BATCH`] field): the first of
+/// `batches` whose filter it matches, or `study`.
+pub fn in_batches(records: Vec<Value>, batches: &[Batch], study: &str) -> Vec<Value> {
+    (records.into_iter())
+        .map(|mut r| {
+            let name = (batches.iter())
+                .find(|b| matches(&r, &b.filter))
+                .map_or(study, |b| b.name.as_str());
+            if let Value::Object(fields) = &mut r {
+                fields.insert(BATCH.into(), Value::String(name.into()));
+            }
+            r
+        })
+        .collect()
 }
 
 /// One entry's values over seeds.
@@ -208,6 +244,9 @@ pub struct Verdict {
     /// Whether the rule holds: ahead by more than the spreads added, in every one of at
     /// least [`MIN_SEEDS`] seeds.
     pub held: bool,
+    /// The batches the compared records were run in ([`BATCH`], set by [`in_batches`]),
+    /// in order: more than one, and a batch's effect would look like the claim's.
+    pub batches: Vec<String>,
 }
 
 impl Verdict {
@@ -217,12 +256,16 @@ impl Verdict {
     pub fn brief(&self) -> String {
         let scale = self.claim.scale;
         format!(
-            "{} ({:+.2} against spreads {:.2}; {} of {} seeds)",
+            "{} ({:+.2} against spreads {:.2}; {} of {} seeds{})",
             if self.held { "held" } else { "not held" },
             scale * self.gap,
             scale * self.spreads,
             self.seeds_ahead,
-            self.seeds
+            self.seeds,
+            match self.batches.len() {
+                0 | 1 => String::new(),
+                n => format!("; from {n} batches"),
+            }
         )
     }
 }
@@ -253,6 +296,22 @@ pub fn check(records: &[Value], claim: &Claim) -> Result<Verdict> {
         .collect();
     let seeds_ahead = paired.iter().filter(|d| **d > 0.0).count();
     let held = paired.len() >= MIN_SEEDS && seeds_ahead == paired.len() && gap > spreads;
+    // The batches of the records compared: each side's, over the seeds it was compared on.
+    let mut batches: Vec<String> = Vec::new();
+    for (label, side) in [(&claim.better, &better), (&claim.than, &than)] {
+        for r in records {
+            let compared = names(&r[claim.by.as_str()], label)
+                && matches(r, &claim.filter)
+                && r["seed"]
+                    .as_u64()
+                    .is_some_and(|s| side.by_seed.contains_key(&s));
+            if let (true, Some(batch)) = (compared, r[BATCH].as_str()) {
+                if !batches.iter().any(|b| b == batch) {
+                    batches.push(batch.to_string());
+                }
+            }
+        }
+    }
     Ok(Verdict {
         claim: claim.clone(),
         better,
@@ -262,6 +321,7 @@ pub fn check(records: &[Value], claim: &Claim) -> Result<Verdict> {
         seeds: paired.len(),
         seeds_ahead,
         held,
+        batches,
     })
 }
 
@@ -439,9 +499,11 @@ pub fn markdown(verdicts: &[Verdict], with: &[String]) -> String {
          Each claim is checked against the records above{pooled}: it holds when the gap \
          exceeds both standard deviations added, with the same sign in every seed, over at \
          least {MIN_SEEDS} seeds, both sides over the seeds they share unless a claim says \
-         otherwise (`posenc report`).\n\n\
-         | # | claim | metric | ahead | behind | seeds | gap | spreads added | seeds ahead | verdict |\n\
-         |---:|---|---|---|---|---|---:|---:|---:|---|\n"
+         otherwise (`posenc report`). A claim whose records were run in more than one batch \
+         (another study, machine or build) names them: a batch's effect would look like \
+         the claim's.\n\n\
+         | # | claim | metric | ahead | behind | seeds | batches | gap | spreads added | seeds ahead | verdict |\n\
+         |---:|---|---|---|---|---|---|---:|---:|---:|---|\n"
     );
     for (number, v) in (1..).zip(verdicts) {
         let c = &v.claim;
@@ -468,7 +530,7 @@ pub fn markdown(verdicts: &[Verdict], with: &[String]) -> String {
             false => format!("{}; {}", v.better.seeds(), v.than.seeds()),
         };
         s += &format!(
-            "| {number} | {} | {}{}{filter} | {} | {} | {seeds} | {:+.2} | {:.2} | {} of {} | {} |\n",
+            "| {number} | {} | {}{}{filter} | {} | {} | {seeds} | {} | {:+.2} | {:.2} | {} of {} | {} |\n",
             c.claim,
             c.metric,
             if c.lower_is_better {
@@ -478,6 +540,10 @@ pub fn markdown(verdicts: &[Verdict], with: &[String]) -> String {
             },
             side(&c.better, &v.better),
             side(&c.than, &v.than),
+            match v.batches.len() {
+                0 | 1 => "one".to_string(),
+                _ => v.batches.join("; "),
+            },
             c.scale * v.gap,
             c.scale * v.spreads,
             v.seeds_ahead,

@@ -297,9 +297,7 @@ fn blocks(
 fn render_claims(path: &Path) -> Result<String> {
     let claims: Claims = load_results(path)?;
     let base = path.parent().unwrap_or(Path::new("."));
-    let mut dirs = vec![PathBuf::from(".")];
-    dirs.extend(claims.with.iter().map(PathBuf::from));
-    let records = Records::default().of(base, &dirs, "records")?;
+    let records = Records::default().of_claims(base, &claims)?;
     claims_section(&claims, &records)
 }
 
@@ -509,9 +507,7 @@ pub fn cited(page: &Path, text: &str) -> Result<String> {
                     claims.claims.len()
                 )
             })?;
-        let mut dirs = vec![PathBuf::from(".")];
-        dirs.extend(claims.with.iter().map(PathBuf::from));
-        let records = read.of(&dir, &dirs, "records")?;
+        let records = read.of_claims(&dir, claims)?;
         let verdict = claims::check(&records, claim)
             .with_context(|| format!("{}: checking the claim `{name}`", page.display()))?;
         Ok(format!(
@@ -581,6 +577,37 @@ impl Records {
         }
         Ok(all)
     }
+}
+
+impl Records {
+    /// The records `claims` are checked against: the study's in `dir` and those of the
+    /// studies it is `with`, each record in its batch ([`claims::in_batches`]: the study's
+    /// own as its `batches` name them, else by the study's directory's name; another
+    /// study's by its directory's name).
+    fn of_claims(&mut self, dir: &Path, claims: &Claims) -> Result<Vec<serde_json::Value>> {
+        // A study's batch is named by its directory (`sort`, `after-alibi`).
+        let name = |d: &Path| {
+            let d = d.canonicalize().unwrap_or_else(|_| d.to_path_buf());
+            d.file_name()
+                .map_or_else(|| d.display().to_string(), |n| n.to_string_lossy().into())
+        };
+        let mut all = self.of(dir, &[PathBuf::from(".")], "records")?;
+        all = claims::in_batches(all, &claims.batches, &name(dir));
+        for w in &claims.with {
+            let records = self.of(dir, &[PathBuf::from(w)], "records")?;
+            all.extend(claims::in_batches(records, &[], &name(&dir.join(w))));
+        }
+        Ok(all)
+    }
+}
+
+/// The records the claims of the study in `dir` are checked against, each in its batch:
+/// its own and those of the studies it is `with` ([`claims::in_batches`]).
+///
+/// # Errors
+/// A study whose records do not read.
+pub fn claim_records(dir: &Path, claims: &Claims) -> Result<Vec<serde_json::Value>> {
+    Records::default().of_claims(dir, claims)
 }
 
 /// The text of one value.

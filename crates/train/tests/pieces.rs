@@ -510,7 +510,7 @@ fn a_claim_compares_the_seeds_both_sides_share() {
     assert!((v.gap - 10.0).abs() < 1e-12 && v.held, "{v:?}");
     assert_eq!(v.better.seeds(), "1–3");
     let page = markdown(std::slice::from_ref(&v), &[]);
-    assert!(page.contains("| 1–3 | +10.00 |"), "{page}");
+    assert!(page.contains("| 1–3 | one | +10.00 |"), "{page}");
     // Every seed of each: a's mean over 1–6 is 6, its spread wide, and the claim fails.
     let mut unpaired = claim.clone();
     unpaired.unpaired = true;
