@@ -251,11 +251,11 @@ impl RulerArgs {
                 .map_or_else(|| spec.clone(), |n| n.to_string_lossy().into_owned());
             let seeds: Vec<usize> = summaries.iter().map(|s| s.cfg.seeds.len()).collect();
             let title = format!(
-                "RULER: {name}, mean over {} seeds",
+                "RULER: {name}, {}",
                 match (seeds.iter().min(), seeds.iter().max()) {
-                    (Some(a), Some(b)) if a != b => format!("{a}–{b}"),
-                    (Some(a), _) => a.to_string(),
-                    _ => "0".into(),
+                    (Some(a), Some(b)) if a != b => format!("mean over {a}–{b} seeds"),
+                    (Some(1), _) | (None, _) => "one seed".into(),
+                    (Some(a), _) => format!("mean over {a} seeds"),
                 }
             );
             posenc_plot::passkey::scores(

@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 
 use candle_core::Device;
 use posenc_plot::chart::{
-    curves, label_colours, save_png, seeds_note, with_seeds, Axes, Mark, SeedPoint, Series,
+    curves, figure_size, label_styles, save_png, seeds_note, with_seeds, Axes, Mark, SeedPoint,
+    Series,
 };
 use posenc_train::Result;
 
@@ -71,22 +72,24 @@ pub fn results_figures(exp: &Experiment, out: &Path) -> Result<Vec<PathBuf>> {
         1 => String::new(),
         _ => format!(" (seed {})", exp.config.base.run.seed),
     };
-    let colours = label_colours(&first.iter().map(|r| r.label.as_str()).collect::<Vec<_>>());
+    let styles = label_styles(&first.iter().map(|r| r.label.as_str()).collect::<Vec<_>>());
     let history = |f: fn(&crate::task::Record) -> f64| -> Vec<Series> {
         first
             .iter()
-            .zip(&colours)
-            .map(|(r, &colour)| Series {
+            .zip(&styles)
+            .map(|(r, style)| Series {
                 name: r.label.clone(),
                 points: r.history.iter().map(|h| (h.step as f64, f(h))).collect(),
                 mark: Mark::LineDots,
-                colour,
+                colour: style.colour,
+                dash: style.dash,
             })
             .collect()
     };
     let curves_path = out.join(CURVES);
     {
-        drawn(save_png(&curves_path, (1400, 560), "", |root| {
+        let (_, height) = figure_size((700, 560), &history(|h| h.valid_loss));
+        drawn(save_png(&curves_path, (1400, height), "", |root| {
             let panels = root.split_evenly((1, 2));
             curves(
                 &panels[0],
@@ -115,47 +118,52 @@ pub fn results_figures(exp: &Experiment, out: &Path) -> Result<Vec<PathBuf>> {
     }
     let length_path = out.join(BY_LENGTH);
     {
-        drawn(save_png(&length_path, (900, 560), "", |root| {
-            // Each label's seeds at each number of clauses: their mean and spread.
-            let colours = label_colours(&labels.iter().map(String::as_str).collect::<Vec<_>>());
-            let series: Vec<Series> = labels
-                .iter()
-                .zip(colours)
-                .flat_map(|(label, colour)| {
-                    let points: Vec<SeedPoint> = (0..4)
-                        .map(|c| {
-                            let xs: Vec<f64> = exp
-                                .results
-                                .iter()
-                                .filter(|r| &r.label == label)
-                                .filter_map(|r| *r.metrics.as_ref()?.exact_by_clauses.get(c)?)
-                                .collect();
-                            ((c + 1) as f64, xs)
-                        })
-                        .collect();
-                    let seeds = points.iter().map(|(_, xs)| xs.len()).max().unwrap_or(0);
-                    Series::spread(with_seeds(label, seeds), colour, &points, 1.0)
-                })
-                .collect();
-            curves(
-                root,
-                &Axes {
-                    title: match exp.config.seeds {
-                        1 => "exact match by clauses (trained on 1–2)".into(),
-                        n => format!(
-                            "exact match by clauses (trained on 1–2; {})",
-                            seeds_note(&n.to_string())
-                        ),
+        // Each label's seeds at each number of clauses: their mean and spread.
+        let styles = label_styles(&labels.iter().map(String::as_str).collect::<Vec<_>>());
+        let series: Vec<Series> = labels
+            .iter()
+            .zip(styles)
+            .flat_map(|(label, style)| {
+                let points: Vec<SeedPoint> = (0..4)
+                    .map(|c| {
+                        let xs: Vec<f64> = exp
+                            .results
+                            .iter()
+                            .filter(|r| &r.label == label)
+                            .filter_map(|r| *r.metrics.as_ref()?.exact_by_clauses.get(c)?)
+                            .collect();
+                        ((c + 1) as f64, xs)
+                    })
+                    .collect();
+                let seeds = points.iter().map(|(_, xs)| xs.len()).max().unwrap_or(0);
+                Series::spread(with_seeds(label, seeds), style, &points, 1.0)
+            })
+            .collect();
+        drawn(save_png(
+            &length_path,
+            figure_size((900, 560), &series),
+            "",
+            |root| {
+                curves(
+                    root,
+                    &Axes {
+                        title: match exp.config.seeds {
+                            1 => "exact match by clauses (trained on 1–2)".into(),
+                            n => format!(
+                                "exact match by clauses (trained on 1–2; {})",
+                                seeds_note(&n.to_string())
+                            ),
+                        },
+                        x_desc: "clauses in the sentence",
+                        y_desc: "fraction exactly right",
+                        square: false,
+                        y_range: None,
                     },
-                    x_desc: "clauses in the sentence",
-                    y_desc: "fraction exactly right",
-                    square: false,
-                    y_range: None,
-                },
-                &series,
-            )?;
-            Ok(())
-        }))?;
+                    &series,
+                )?;
+                Ok(())
+            },
+        ))?;
     }
     Ok(vec![curves_path, length_path])
 }

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use posenc_plot::chart::{curves, label_colours, save_png, with_seeds, Axes, Series};
+use posenc_plot::chart::{curves, figure_size, label_styles, save_png, with_seeds, Axes, Series};
 use posenc_train::Result;
 
 use crate::experiment::LengthgenExperiment;
@@ -27,7 +27,7 @@ pub fn lengthgen(exp: &LengthgenExperiment, out: &Path) -> Result<Vec<PathBuf>> 
     let summaries = exp.summaries();
     let mut series = Vec::new();
     let labels: Vec<&str> = summaries.iter().map(|(l, _)| l.as_str()).collect();
-    for ((label, rows), colour) in summaries.iter().zip(label_colours(&labels)) {
+    for ((label, rows), style) in summaries.iter().zip(label_styles(&labels)) {
         let points: Vec<_> = rows
             .iter()
             .map(|r| {
@@ -39,7 +39,7 @@ pub fn lengthgen(exp: &LengthgenExperiment, out: &Path) -> Result<Vec<PathBuf>> 
             .collect();
         let seeds = rows.iter().map(|r| r.values.len()).max().unwrap_or(0);
         let name = with_seeds(label, seeds);
-        series.extend(Series::spread(name, colour, &points, 100.0));
+        series.extend(Series::spread(name, style, &points, 100.0));
     }
     let [lo, hi] = exp.train_lengths;
     // Pooled experiments may hold more seeds of some entries than of others.
@@ -52,23 +52,28 @@ pub fn lengthgen(exp: &LengthgenExperiment, out: &Path) -> Result<Vec<PathBuf>> 
         _ => exp.config.seeds.to_string(),
     };
     let path = out.join(ACCURACY_BY_LENGTH);
-    drawn(save_png(&path, (900, 560), "", |root| {
-        curves(
-            root,
-            &Axes {
-                title: format!(
-                    "{}: exact match by length (trained on {lo}–{hi}; {})",
-                    exp.task,
-                    posenc_plot::chart::seeds_note(&seeds)
-                ),
-                x_desc: "instance length",
-                y_desc: "exact-match accuracy (%)",
-                square: false,
-                y_range: Some((0.0, 100.0)),
-            },
-            &series,
-        )
-    }))?;
+    drawn(save_png(
+        &path,
+        figure_size((900, 560), &series),
+        "",
+        |root| {
+            curves(
+                root,
+                &Axes {
+                    title: format!(
+                        "{}: exact match by length (trained on {lo}–{hi}; {})",
+                        exp.task,
+                        posenc_plot::chart::seeds_note(&seeds)
+                    ),
+                    x_desc: "instance length",
+                    y_desc: "exact-match accuracy (%)",
+                    square: false,
+                    y_range: Some((0.0, 100.0)),
+                },
+                &series,
+            )
+        },
+    ))?;
     Ok(vec![path])
 }
 

@@ -57,7 +57,7 @@ pub fn attention(layers: &[Layer], title: &str, path: &Path) -> Result<()> {
                             y_ticks: Some(layer.queries),
                             diverging: false,
                             range: None,
-                            colour_bar: false,
+                            colour_bar: true,
                             cell_text: None,
                         },
                     )?;

@@ -135,7 +135,7 @@ mod tests {
     #[test]
     fn seeds_far_apart_are_drawn_each() {
         let marks = |points: &[SeedPoint]| -> Vec<(Mark, usize)> {
-            Series::spread("a".into(), colour(0), points, 100.0)
+            Series::spread("a".into(), label_style("a"), points, 100.0)
                 .iter()
                 .map(|s| (s.mark, s.points.len()))
                 .collect()
@@ -146,7 +146,7 @@ mod tests {
         assert_eq!(marks(&apart), [(Mark::Rings, 6), (Mark::LineDots, 2)]);
         let one = [(1.0, vec![90.0]), (2.0, vec![]), (3.0, vec![5.0])];
         assert_eq!(marks(&one), [(Mark::LineDots, 2)]);
-        let line = &Series::spread("a".into(), colour(0), &apart, 100.0)[1];
+        let line = &Series::spread("a".into(), label_style("a"), &apart, 100.0)[1];
         assert!(
             (line.points[1].1 - 101.0 / 3.0).abs() < 1e-9,
             "the mean: {:?}",
@@ -307,51 +307,164 @@ mod tests {
         assert!(w <= 400 - 16, "{w} px wide at {size}");
     }
 
-    /// Every registered kind has a colour of its own, and any label the same colour in
-    /// every call: a figure's rope is every figure's rope.
+    /// Every registered kind and every RoPE scaling has a colour of its own, the palette's
+    /// colours lie apart (CIELAB ΔE at least 27), and any label has the same look in every
+    /// call: a figure's rope is every figure's rope.
     #[test]
-    fn a_label_has_one_colour_everywhere() {
-        // Every kind that owns a colour is a kind (a renamed one would lose its colour).
-        let registered = posenc::EncodingConfig::kinds();
-        for k in KINDS {
-            assert!(registered.contains(&k), "{k} is not a kind");
+    fn every_kind_and_scaling_has_a_colour_of_its_own() {
+        let names: Vec<&str> = PALETTE.iter().map(|(n, _)| *n).collect();
+        for kind in posenc::EncodingConfig::kinds() {
+            assert!(names.contains(&kind), "the kind {kind} has no colour");
         }
-        let kinds = KINDS;
-        let shown: Vec<RGBColor> = kinds.iter().map(|k| label_colour(k)).collect();
-        for (i, a) in shown.iter().enumerate() {
-            for (j, b) in shown.iter().enumerate().skip(i + 1) {
-                assert_ne!(a, b, "{} and {} share a colour", kinds[i], kinds[j]);
+        let scalings: Vec<&str> = SCALINGS.iter().map(|(n, _)| *n).collect();
+        for scaling in ["linear", "dynamic", "yarn", "llama3", "longrope"] {
+            assert!(
+                scalings.contains(&scaling),
+                "the scaling {scaling} has no colour"
+            );
+        }
+        let lab = |c: RGBColor| {
+            let f = |u: u8| {
+                let u = f64::from(u) / 255.0;
+                match u > 0.04045 {
+                    true => ((u + 0.055) / 1.055).powf(2.4),
+                    false => u / 12.92,
+                }
+            };
+            let (r, g, b) = (f(c.0), f(c.1), f(c.2));
+            let x = (0.4124 * r + 0.3576 * g + 0.1805 * b) / 0.95047;
+            let y = 0.2126 * r + 0.7152 * g + 0.0722 * b;
+            let z = (0.0193 * r + 0.1192 * g + 0.9505 * b) / 1.08883;
+            let g = |t: f64| match t > 0.008856 {
+                true => t.cbrt(),
+                false => 7.787 * t + 16.0 / 116.0,
+            };
+            let (fx, fy, fz) = (g(x), g(y), g(z));
+            [116.0 * fy - 16.0, 500.0 * (fx - fy), 200.0 * (fy - fz)]
+        };
+        let scalings_and_none: Vec<(&str, RGBColor)> =
+            SCALINGS.iter().copied().chain([PALETTE[0]]).collect();
+        for set in [&PALETTE[..], &scalings_and_none[..]] {
+            for (i, (a, ca)) in set.iter().enumerate() {
+                for (b, cb) in &set[i + 1..] {
+                    let (p, q) = (lab(*ca), lab(*cb));
+                    let de = (0..3).map(|k| (p[k] - q[k]).powi(2)).sum::<f64>().sqrt();
+                    assert!(de >= 27.0, "{a} and {b} are ΔE {de:.1} apart");
+                }
             }
         }
+        assert_eq!(label_style("rope"), label_style("rope"));
+        assert_eq!(label_style("rope").dash, Dash::Solid);
         // The hash is FNV-1a's, the same on every platform and run: slots computed apart
-        // (Python, the published FNV-1a offset and prime) for two labels of the book.
-        assert_eq!(label_colour("irope"), MORE[4]);
-        assert_eq!(label_colour("fire-l64"), MORE[6]);
-        assert_ne!(label_colour("rope"), label_colour("alibi"));
-        assert_eq!(
-            label_colour("rope"),
-            colour(kinds.iter().position(|k| *k == "rope").unwrap())
-        );
+        // (Python, the published FNV-1a offset and prime) for two labels of no entry.
+        assert_eq!(label_colour("rnope-swa16"), MORE[slot("rnope-swa16")]);
+        assert_eq!(slot("irope-x"), slot("irope-x"));
     }
 
-    /// Two labels of one figure whose hashes meet get two colours; kinds keep theirs, and
-    /// a label that meets none keeps its own.
+    /// A variant of an entry is drawn in the entry's colour, dashed; a label of no entry
+    /// in a colour of its own; two labels of one figure that would look alike are told
+    /// apart by their line, then by another colour.
     #[test]
     fn labels_of_one_figure_are_told_apart() {
-        let (a, b) = ("rope:randomized=245", "fire:randomized=245");
+        for (variant, of) in [
+            ("rope:randomized=100", "rope"),
+            ("fire-l64", "fire"),
+            ("yarn ×2", "yarn"),
+            ("coupling-bias+ssmax", "coupling-bias"),
+            ("coupling:max_offset=20", "coupling"),
+            ("zero-shot yarn", "yarn"),
+            ("learned:max_positions=64", "learned"),
+        ] {
+            let style = label_style(variant);
+            assert_eq!(style.colour, label_colour(of), "{variant}");
+            assert_eq!(style.dash, Dash::Dashed, "{variant}");
+        }
+        let styles = label_styles(&["yarn", "yarn ×2", "yarn ×4", "rope"]);
+        assert_eq!(styles[0].dash, Dash::Solid);
+        assert_eq!(styles[1].dash, Dash::Dashed);
+        assert_eq!(styles[2].dash, Dash::Dotted);
+        assert!(styles[..3].iter().all(|s| s.colour == label_colour("yarn")));
+        // Two labels of no entry whose hashes meet: the second moves to another colour.
+        let (a, b) = (0..200)
+            .map(|i| format!("x{i}"))
+            .flat_map(|a| (0..200).map(move |j| (a.clone(), format!("y{j}"))))
+            .find(|(a, b)| slot(a) == slot(b))
+            .unwrap();
+        let styles = label_styles(&[&a, &b]);
+        assert_eq!(styles[0], label_style(&a));
+        assert_ne!(styles[0], styles[1]);
+    }
+
+    /// Lengths that double go on a log x axis; others do not.
+    #[test]
+    fn doubling_lengths_get_a_log_x_axis() {
+        let line = |xs: &[f64]| Series {
+            name: "a".into(),
+            points: xs.iter().map(|&x| (x, 1.0)).collect(),
+            mark: Mark::LineDots,
+            colour: colour(0),
+            dash: Dash::Solid,
+        };
+        let doubling = [64.0, 128.0, 256.0, 512.0];
         assert_eq!(
-            label_colour(a),
-            label_colour(b),
-            "the case this guards against"
+            doubling_xs(&[line(&doubling)]).as_deref(),
+            Some(&doubling[..])
         );
-        let colours = label_colours(&["rope", a, b, "fire-l64"]);
-        assert_eq!(colours[0], label_colour("rope"));
-        assert_eq!(colours[1], label_colour(a));
-        assert_ne!(colours[1], colours[2]);
-        assert_eq!(colours[3], label_colour("fire-l64"));
-        let distinct: std::collections::HashSet<_> =
-            colours.iter().map(|c| (c.0, c.1, c.2)).collect();
-        assert_eq!(distinct.len(), 4);
+        assert_eq!(doubling_xs(&[line(&[3.0, 5.0, 8.0, 10.0, 13.0])]), None);
+        assert_eq!(doubling_xs(&[line(&[64.0, 128.0])]), None);
+        assert_eq!(doubling_xs(&[line(&[0.0, 64.0, 128.0, 256.0])]), None);
+    }
+
+    /// Past eight lines a figure is drawn as small multiples of four, each line with its
+    /// band, and the canvas grows to hold them; eight lines stay in one panel.
+    #[test]
+    fn many_lines_become_small_multiples() {
+        let spread = |i: usize| {
+            let points: Vec<SeedPoint> = (0..5)
+                .map(|x| (x as f64, vec![i as f64, i as f64 + 0.5]))
+                .collect();
+            Series::spread(
+                format!("s{i}"),
+                label_style(&format!("s{i}")),
+                &points,
+                100.0,
+            )
+        };
+        let eight: Vec<Series> = (0..8).flat_map(spread).collect();
+        assert_eq!(groups(&eight).len(), 1);
+        assert_eq!(figure_size((900, 560), &eight), (900, 560));
+        let twelve: Vec<Series> = (0..12).flat_map(spread).collect();
+        let panels = groups(&twelve);
+        assert_eq!(panels.len(), 3);
+        for (p, panel) in panels.iter().enumerate() {
+            let names: Vec<&str> = panel
+                .iter()
+                .filter(|s| !s.name.is_empty())
+                .map(|s| s.name.as_str())
+                .collect();
+            let want: Vec<String> = (4 * p..4 * p + 4).map(|i| format!("s{i}")).collect();
+            assert_eq!(names, want);
+            // Each line's band comes with it.
+            assert_eq!(panel.len(), 8, "{p}");
+            assert!(panel
+                .chunks(2)
+                .all(|pair| pair[0].mark == Mark::Area && pair[0].colour == pair[1].colour));
+        }
+        assert_eq!(grid(3), (2, 2));
+        assert_eq!(figure_size((900, 560), &twelve), (900, 420 * 2 + 30));
+        // And it draws: every panel's lines in their colours.
+        let (w, h) = figure_size((900, 560), &twelve);
+        let mut rgb = vec![0u8; (w * h * 3) as usize];
+        {
+            let root = BitMapBackend::with_buffer(&mut rgb, (w, h)).into_drawing_area();
+            root.fill(&WHITE).unwrap();
+            curves(&root, &axes(None), &twelve).unwrap();
+            root.present().unwrap();
+        }
+        for s in twelve.iter().filter(|s| !s.name.is_empty()) {
+            let c = [s.colour.0, s.colour.1, s.colour.2];
+            assert!(rgb.chunks(3).any(|px| px == c), "{} is not drawn", s.name);
+        }
     }
 
     /// A legend names the seeds behind a band, and nothing for one seed.
@@ -372,6 +485,7 @@ mod tests {
             points,
             mark: Mark::Line,
             colour: colour(0),
+            dash: Dash::Solid,
         };
         let corner = |s: &[Series]| {
             let (c, _) = legend_corner(&root, s, (0.0, 1.0), (0.0, 1.0));
@@ -409,7 +523,7 @@ mod tests {
         let plot = {
             let root = BitMapBackend::with_buffer(&mut rgb, SIZE).into_drawing_area();
             root.fill(&WHITE).unwrap();
-            let plot = draw_curves(&root, axes, series, legend).unwrap();
+            let plot = draw_curves(&root, axes, series, legend, None).unwrap();
             root.present().unwrap();
             plot
         };
@@ -445,6 +559,7 @@ mod tests {
             points,
             mark,
             colour: colour(i),
+            dash: Dash::Solid,
         }
     }
 

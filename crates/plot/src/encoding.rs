@@ -172,6 +172,7 @@ fn additive(f: &Features, kind: &str, title: &str, d: usize, path: &Path) -> Res
                         .collect(),
                     mark: if c == 0 { Mark::Line } else { Mark::Dots },
                     colour: colour(c),
+                    dash: crate::chart::Dash::Solid,
                 })
                 .collect();
             curves(
@@ -197,6 +198,7 @@ fn additive(f: &Features, kind: &str, title: &str, d: usize, path: &Path) -> Res
                     points: f.pair(i, 0, len),
                     mark: Mark::LineDots,
                     colour: colour(c),
+                    dash: crate::chart::Dash::Solid,
                 })
                 .collect();
             curves(
@@ -221,18 +223,21 @@ fn additive(f: &Features, kind: &str, title: &str, d: usize, path: &Path) -> Res
                         points: x,
                         mark: Mark::Dots,
                         colour: colour(7),
+                        dash: crate::chart::Dash::Solid,
                     },
                     Series {
                         name: format!("PE(p+{k})"),
                         points: y,
                         mark: Mark::Rings,
                         colour: colour(3),
+                        dash: crate::chart::Dash::Solid,
                     },
                     Series {
                         name: format!("M_{k} · PE(p)"),
                         points: mapped,
                         mark: Mark::Crosses,
                         colour: colour(10),
+                        dash: crate::chart::Dash::Solid,
                     },
                 ];
                 curves(
@@ -267,6 +272,7 @@ fn additive(f: &Features, kind: &str, title: &str, d: usize, path: &Path) -> Res
                     points: residual,
                     mark: Mark::LineDots,
                     colour: colour(0),
+                    dash: crate::chart::Dash::Solid,
                 }],
             )?;
             Ok(())
@@ -347,6 +353,7 @@ fn bias(table: Table, kind: &str, path: &Path) -> Result<()> {
                         .collect(),
                     mark: Mark::Line,
                     colour: colour(h),
+                    dash: crate::chart::Dash::Solid,
                 })
                 .collect();
             curves(

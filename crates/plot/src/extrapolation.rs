@@ -3,7 +3,9 @@
 
 use std::path::Path;
 
-use crate::chart::{curves, label_colours, save_png, with_seeds, Axes, Mark, SeedPoint, Series};
+use crate::chart::{
+    curves, figure_size, label_styles, save_png, with_seeds, Axes, Mark, SeedPoint, Series,
+};
 use crate::error::Result;
 
 /// Perplexity against window length, one curve per series `(label, points)` of each
@@ -17,7 +19,7 @@ pub fn perplexity_by_length(
     title: &str,
     series: &[(String, Vec<SeedPoint>)],
 ) -> Result<()> {
-    let colours = label_colours(&series.iter().map(|(l, _)| l.as_str()).collect::<Vec<_>>());
+    let styles = label_styles(&series.iter().map(|(l, _)| l.as_str()).collect::<Vec<_>>());
     let values = || {
         series
             .iter()
@@ -27,13 +29,13 @@ pub fn perplexity_by_length(
         - values().fold(f64::INFINITY, |a, &b| a.min(b));
     let curves_: Vec<Series> = series
         .iter()
-        .zip(colours)
-        .flat_map(|((label, points), colour)| {
+        .zip(styles)
+        .flat_map(|((label, points), style)| {
             let seeds = points.iter().map(|(_, ys)| ys.len()).max().unwrap_or(0);
-            Series::spread(with_seeds(label, seeds), colour, points, span)
+            Series::spread(with_seeds(label, seeds), style, points, span)
         })
         .collect();
-    save_png(path, (900, 560), "", |root| {
+    save_png(path, figure_size((900, 560), &curves_), "", |root| {
         curves(
             root,
             &Axes {
@@ -60,11 +62,11 @@ pub fn loss_by_position(
     bucket: usize,
 ) -> Result<()> {
     let bucket = bucket.max(1);
-    let colours = label_colours(&series.iter().map(|(l, _)| l.as_str()).collect::<Vec<_>>());
+    let styles = label_styles(&series.iter().map(|(l, _)| l.as_str()).collect::<Vec<_>>());
     let curves_: Vec<Series> = series
         .iter()
-        .zip(colours)
-        .map(|((name, losses), colour)| Series {
+        .zip(styles)
+        .map(|((name, losses), style)| Series {
             name: name.clone(),
             points: losses
                 .chunks(bucket)
@@ -72,10 +74,11 @@ pub fn loss_by_position(
                 .map(|(b, c)| ((b * bucket) as f64, c.iter().sum::<f64>() / c.len() as f64))
                 .collect(),
             mark: Mark::Line,
-            colour,
+            colour: style.colour,
+            dash: style.dash,
         })
         .collect();
-    save_png(path, (900, 560), "", |root| {
+    save_png(path, figure_size((900, 560), &curves_), "", |root| {
         curves(
             root,
             &Axes {

@@ -513,7 +513,7 @@ async function drawResults() {
         }) });
     }
     out.push({ name: s.name, type: "line", z: 3, data: s.points.map((p) => ({ value: [at(p), p.mean], point: p })),
-      itemStyle: { color: s.colour }, lineStyle: { color: s.colour, width: 2 }, symbolSize: 6 });
+      itemStyle: { color: s.colour }, lineStyle: { color: s.colour, width: 2, type: s.dash || "solid" }, symbolSize: 6 });
     out.push({ name: s.name, type: "scatter", symbol: "emptyCircle", symbolSize: 5, itemStyle: { color: s.colour },
       z: 2, data: s.points.flatMap((p) => p.values.map((v) => [at(p), v])), tooltip: { show: false } });
   }

@@ -235,6 +235,8 @@ pub struct Series {
     pub name: String,
     /// Its colour, `#rrggbb`: the static figures' own for the label.
     pub colour: String,
+    /// Its line, as the static figures draw it: `solid`, `dashed` or `dotted`.
+    pub dash: &'static str,
     /// Its points, in x order.
     pub points: Vec<Point>,
 }
@@ -254,13 +256,21 @@ pub fn aggregate(records: &[Record], request: &AggregateRequest) -> Result<Vec<S
     let series =
         tidy::aggregate(records, &summary).map_err(|e| ApiError::bad_request(e.to_string()))?;
     let labels: Vec<&str> = series.iter().map(|s| s.name.as_str()).collect();
-    let colours = posenc_plot::chart::label_colours(&labels);
+    let styles = posenc_plot::chart::label_styles(&labels);
     Ok(series
         .into_iter()
-        .zip(colours)
-        .map(|(s, colour)| Series {
+        .zip(styles)
+        .map(|(s, style)| Series {
             name: s.name,
-            colour: format!("#{:02x}{:02x}{:02x}", colour.0, colour.1, colour.2),
+            colour: format!(
+                "#{:02x}{:02x}{:02x}",
+                style.colour.0, style.colour.1, style.colour.2
+            ),
+            dash: match style.dash {
+                posenc_plot::chart::Dash::Solid => "solid",
+                posenc_plot::chart::Dash::Dashed => "dashed",
+                posenc_plot::chart::Dash::Dotted => "dotted",
+            },
             points: s.points,
         })
         .collect())

@@ -31,18 +31,21 @@ pub struct Series {
     pub mark: Mark,
     /// Its colour.
     pub colour: RGBColor,
+    /// Its line ([`Mark::Line`] and [`Mark::LineDots`]).
+    pub dash: Dash,
 }
 
 /// A point of [`Series::spread`]: `x` and each seed's value there.
 pub type SeedPoint = (f64, Vec<f64>);
 
 impl Series {
-    /// A mean over seeds, drawn as a line with dots, and the seeds' spread around it: a
+    /// A mean over seeds, drawn as a line with dots in `style`, and the seeds' spread around it: a
     /// band from the lowest seed to the highest (none where every point has one value);
     /// or, where the seeds at some `x` lie further apart than half of `span` (the extent
     /// of the y axis), each seed's value as a ring of its own, since a band that wide
     /// would hide that no seed is near the mean. Points without values are left out.
-    pub fn spread(name: String, colour: RGBColor, points: &[SeedPoint], span: f64) -> Vec<Series> {
+    pub fn spread(name: String, style: Style, points: &[SeedPoint], span: f64) -> Vec<Series> {
+        let Style { colour, dash } = style;
         let points: Vec<(f64, f64, f64, f64, &[f64])> = points
             .iter()
             .filter(|(_, ys)| !ys.is_empty())
@@ -58,6 +61,7 @@ impl Series {
             points: points.iter().map(|&(x, mean, ..)| (x, mean)).collect(),
             mark: Mark::LineDots,
             colour,
+            dash,
         };
         if points.iter().all(|&(_, _, lo, hi, _)| lo == hi) {
             return vec![line];
@@ -71,6 +75,7 @@ impl Series {
                     .collect(),
                 mark: Mark::Rings,
                 colour,
+                dash: Dash::Solid,
             };
             return vec![seeds, line];
         }
@@ -84,6 +89,7 @@ impl Series {
             points: band,
             mark: Mark::Area,
             colour,
+            dash: Dash::Solid,
         };
         vec![band, line]
     }
@@ -120,22 +126,119 @@ pub struct Axes<'a> {
     pub y_range: Option<(f64, f64)>,
 }
 
-/// Draws series of points into `area`, with a legend if any series is named.
+/// The most named lines one panel of [`curves`] draws; past it, the lines go into small
+/// multiples of [`PER_PANEL`].
+pub const MAX_LINES: usize = 8;
+
+/// The named lines of each small multiple.
+pub const PER_PANEL: usize = 4;
+
+/// Draws series of points into `area`, with a legend if any series is named. More than
+/// [`MAX_LINES`] named lines are drawn as small multiples: a grid of panels of
+/// [`PER_PANEL`] lines each (with their bands), on the same axes, every other line drawn
+/// under them in grey, the title once above.
 pub fn curves(area: &Area, axes: &Axes, series: &[Series]) -> Result<()> {
-    draw_curves(area, axes, series, true).map(|_| ())
+    let groups = groups(series);
+    if groups.len() <= 1 {
+        return draw_curves(area, axes, series, true, None).map(|_| ());
+    }
+    let (cols, rows) = grid(groups.len());
+    let area = match axes.title.is_empty() {
+        true => area.clone(),
+        false => {
+            let size = fitting_font(area, &axes.title, 15.0);
+            area.titled(&axes.title, (FONT, size)).map_err(err)?
+        }
+    };
+    let panels = area.split_evenly((rows, cols));
+    let untitled = Axes {
+        title: String::new(),
+        ..*axes
+    };
+    for (i, (group, panel)) in groups.iter().zip(&panels).enumerate() {
+        let context = (groups.iter().enumerate())
+            .filter(|(j, _)| *j != i)
+            .flat_map(|(_, g)| g.iter())
+            .filter(|s| !s.name.is_empty() && matches!(s.mark, Mark::Line | Mark::LineDots))
+            .map(|s| Series {
+                name: String::new(),
+                mark: Mark::Line,
+                colour: RGBColor(205, 205, 205),
+                dash: Dash::Solid,
+                ..s.clone()
+            });
+        let shown: Vec<Series> = context.chain(group.iter().cloned()).collect();
+        draw_curves(panel, &untitled, &shown, true, Some(series))?;
+    }
+    Ok(())
 }
 
-/// [`curves`], drawing the legend only if `legend` (the layout is the same either way), and
-/// returning the plot's pixel ranges `(x, y)` in `area`.
+/// The series of each panel of [`curves`]: one group of all of them, or, past
+/// [`MAX_LINES`] named lines (of two points or more), groups of [`PER_PANEL`], each line
+/// with the unnamed series before it (its band, its seeds' rings).
+pub(super) fn groups(series: &[Series]) -> Vec<Vec<Series>> {
+    // A line is a named series of two points or more (a single point is a dot).
+    let is_line = |s: &Series| {
+        !s.name.is_empty() && matches!(s.mark, Mark::Line | Mark::LineDots) && s.points.len() > 1
+    };
+    let lines = series.iter().filter(|s| is_line(s)).count();
+    if lines <= MAX_LINES {
+        return vec![series.to_vec()];
+    }
+    let mut groups: Vec<Vec<Series>> = vec![Vec::new()];
+    let mut in_group = 0;
+    for s in series {
+        if in_group == PER_PANEL {
+            groups.push(Vec::new());
+            in_group = 0;
+        }
+        groups.last_mut().unwrap_or(&mut Vec::new()).push(s.clone());
+        if is_line(s) {
+            in_group += 1;
+        }
+    }
+    // Unnamed series after the last line belong with it.
+    if groups.len() > 1 && !groups.last().is_some_and(|g| g.iter().any(|s| is_line(s))) {
+        let rest = groups.pop().unwrap_or_default();
+        groups.last_mut().unwrap_or(&mut Vec::new()).extend(rest);
+    }
+    groups
+}
+
+/// The columns and rows of a grid of `n` panels: two columns up to four panels, then three.
+pub(super) fn grid(n: usize) -> (usize, usize) {
+    let cols = if n <= 4 { 2 } else { 3 };
+    (cols, n.div_ceil(cols))
+}
+
+/// The size of a figure of `series` drawn by [`curves`] on a canvas of `size`: as it is,
+/// or, for small multiples, tall enough that each row of panels is three quarters of its
+/// height.
+pub fn figure_size(size: (u32, u32), series: &[Series]) -> (u32, u32) {
+    match groups(series).len() {
+        0 | 1 => size,
+        n => {
+            let (_, rows) = grid(n);
+            (size.0, (size.1 * 3 / 4) * rows as u32 + 30)
+        }
+    }
+}
+
+/// [`curves`] in one panel, drawing the legend only if `legend` (the layout is the same
+/// either way), and returning the plot's pixel ranges `(x, y)` in `area`. The axes fit
+/// `frame`'s points (all the panels' series, for small multiples) where it is given, else
+/// `series`'.
 pub(super) fn draw_curves(
     area: &Area,
     axes: &Axes,
     series: &[Series],
     legend: bool,
+    frame: Option<&[Series]>,
 ) -> Result<(std::ops::Range<i32>, std::ops::Range<i32>)> {
     // Values over more than a tenfold range, all positive, are drawn on a log scale: the
     // series in log10 on a plain axis, labelled with the values themselves.
-    let log_y = log_scale(axes, series);
+    let frame = frame.unwrap_or(series);
+    let log_y = log_scale(axes, frame);
     let logged: Vec<Series>;
     let series = match log_y {
         true => {
@@ -155,9 +258,38 @@ pub(super) fn draw_curves(
         }
         false => series,
     };
-    let points = series
-        .iter()
+    // Lengths that double (64, 128, …, 512) go on a log x axis, labelled with themselves.
+    let doubling = doubling_xs(frame);
+    let x_logged: Vec<Series>;
+    let series = match doubling.is_some() {
+        true => {
+            x_logged = (series.iter())
+                .map(|s| Series {
+                    points: (s.points.iter())
+                        .filter(|(x, _)| *x > 0.0)
+                        .map(|&(x, y)| (x.log2(), y))
+                        .collect(),
+                    ..s.clone()
+                })
+                .collect();
+            x_logged.as_slice()
+        }
+        false => series,
+    };
+    let to_axis = |(x, y): (f64, f64)| match (doubling.is_some(), log_y) {
+        (true, true) => (x.log2(), y.log10()),
+        (true, false) => (x.log2(), y),
+        (false, true) => (x, y.log10()),
+        (false, false) => (x, y),
+    };
+    let framed: Vec<(f64, f64)> = (frame.iter())
         .flat_map(|s| &s.points)
+        .filter(|(x, y)| (!log_y || *y > 0.0) && (doubling.is_none() || *x > 0.0))
+        .map(|&p| to_axis(p))
+        .collect();
+    let points = (series.iter())
+        .flat_map(|s| &s.points)
+        .chain(&framed)
         .filter(|(x, y)| x.is_finite() && y.is_finite());
     let (mut x0, mut x1, mut y0, mut y1) = points.fold(
         (
@@ -222,8 +354,11 @@ pub(super) fn draw_curves(
     let beside = (covered > 0).then(|| area.clone().shrink((plot_w, 0), (w - plot_w, h)));
     let area = &plot_area;
     let size = fitting_font(area, &axes.title, 15.0);
-    let mut chart = ChartBuilder::on(area)
-        .caption(&axes.title, (FONT, size))
+    let mut builder = ChartBuilder::on(area);
+    if !axes.title.is_empty() {
+        builder.caption(&axes.title, (FONT, size));
+    }
+    let mut chart = builder
         .margin(8)
         .x_label_area_size(35)
         .y_label_area_size(55)
@@ -246,9 +381,13 @@ pub(super) fn draw_curves(
         true => format!("{} (log scale)", axes.y_desc),
         false => axes.y_desc.to_string(),
     };
+    let x_desc = match doubling.is_some() {
+        true => format!("{} (log scale)", axes.x_desc),
+        false => axes.x_desc.to_string(),
+    };
     let mut mesh = chart.configure_mesh();
     mesh.light_line_style(WHITE.mix(0.0))
-        .x_desc(axes.x_desc)
+        .x_desc(x_desc)
         .y_desc(y_desc)
         .label_style((FONT, 12))
         .axis_desc_style((FONT, 13))
@@ -262,7 +401,37 @@ pub(super) fn draw_curves(
     } else {
         mesh.x_label_formatter(&tidy);
     }
+    match doubling.is_some() {
+        // The lengths themselves get lines and labels below, not evenly spaced ticks.
+        true => mesh.x_labels(0),
+        // About one label per 80 pixels, so a narrow panel's labels do not run together.
+        false => mesh.x_labels((plot_w as usize / 80).clamp(3, 10)),
+    };
     mesh.draw().map_err(err)?;
+    if let Some(xs) = &doubling {
+        let base = area.get_base_pixel();
+        let style =
+            (FONT, 12)
+                .into_font()
+                .color(&BLACK)
+                .pos(plotters::style::text_anchor::Pos::new(
+                    plotters::style::text_anchor::HPos::Center,
+                    plotters::style::text_anchor::VPos::Top,
+                ));
+        for &value in xs {
+            let x = value.log2();
+            chart
+                .draw_series(LineSeries::new([(x, yr.0), (x, yr.1)], BLACK.mix(0.15)))
+                .map_err(err)?;
+            let (px, py) = chart.backend_coord(&(x, yr.0));
+            area.draw(&Text::new(
+                tidy_label(value, value),
+                (px - base.0, py + 6 - base.1),
+                style.clone(),
+            ))
+            .map_err(err)?;
+        }
+    }
     if log_y {
         let base = area.get_base_pixel();
         let style =
@@ -306,9 +475,17 @@ pub(super) fn draw_curves(
                 }
                 // Each piece of the line inside the plot, so nothing is drawn outside it.
                 for piece in clip_polyline(&finite, xr, yr) {
-                    chart
-                        .draw_series(LineSeries::new(piece, c.stroke_width(2)))
-                        .map_err(err)?;
+                    let style = c.stroke_width(2);
+                    match s.dash {
+                        Dash::Solid => chart.draw_series(LineSeries::new(piece, style)),
+                        Dash::Dashed => {
+                            chart.draw_series(DashedLineSeries::new(piece, 9, 5, style))
+                        }
+                        Dash::Dotted => {
+                            chart.draw_series(DashedLineSeries::new(piece, 2, 4, style))
+                        }
+                    }
+                    .map_err(err)?;
                 }
             }
             Mark::Dots => {
@@ -336,13 +513,16 @@ pub(super) fn draw_curves(
             }
         }
         if !s.name.is_empty() {
+            let dash = s.dash;
             // The legend entry, from an empty series: the data above may be in pieces.
             chart
                 .draw_series(std::iter::empty::<Circle<(f64, f64), i32>>())
                 .map_err(err)?
                 .label(s.name.as_str())
                 .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(3))
+                    let [a, b, d] = swatch(dash)
+                        .map(|(p, q)| PathElement::new(vec![(p, 0), (q, 0)], c.stroke_width(3)));
+                    EmptyElement::at((x, y)) + a + b + d
                 });
         }
     }
@@ -427,12 +607,14 @@ pub(super) fn legend_beside(strip: &Area, series: &[Series], top: i32) -> Result
         .map_err(err)?;
     for (i, s) in named.iter().enumerate() {
         let y = top + 5 + row * i as i32 + row / 2;
-        strip
-            .draw(&PathElement::new(
-                vec![(12, y), (28, y)],
-                s.colour.stroke_width(3),
-            ))
-            .map_err(err)?;
+        for (p, q) in swatch(s.dash) {
+            strip
+                .draw(&PathElement::new(
+                    vec![(12 + p, y), (12 + q, y)],
+                    s.colour.stroke_width(3),
+                ))
+                .map_err(err)?;
+        }
         strip
             .draw(&Text::new(
                 s.name.clone(),
@@ -448,6 +630,30 @@ pub(super) fn legend_beside(strip: &Area, series: &[Series], top: i32) -> Result
             .map_err(err)?;
     }
     Ok(())
+}
+
+/// The pieces of a legend's swatch, 16 pixels long, drawn as its line is: whole, in
+/// dashes or in dots (three pieces each, from the swatch's start).
+fn swatch(dash: Dash) -> [(i32, i32); 3] {
+    match dash {
+        Dash::Solid => [(0, 6), (6, 11), (11, 16)],
+        Dash::Dashed => [(0, 6), (10, 16), (16, 16)],
+        Dash::Dotted => [(0, 2), (7, 9), (14, 16)],
+    }
+}
+
+/// The x values of `series`' named lines, where there are at least three, all positive, each
+/// at least 1.9 times the one before (lengths that double): those a log x axis labels.
+pub(super) fn doubling_xs(series: &[Series]) -> Option<Vec<f64>> {
+    let mut xs: Vec<f64> = (series.iter())
+        .filter(|s| !s.name.is_empty())
+        .flat_map(|s| s.points.iter().map(|(x, _)| *x))
+        .filter(|x| x.is_finite())
+        .collect();
+    xs.sort_by(f64::total_cmp);
+    xs.dedup();
+    let doubles = xs.len() >= 3 && xs[0] > 0.0 && xs.windows(2).all(|w| w[1] >= 1.9 * w[0]);
+    doubles.then_some(xs)
 }
 
 /// Whether `series` go on a log y axis: no fixed range or square axes asked for, every

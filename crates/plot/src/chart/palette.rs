@@ -1,9 +1,11 @@
-//! The palette: one colour per series, by its place or by the encoding it names.
+//! The palette: one colour and one line style per encoding, scaling or label, by name, the
+//! same in every figure and in the explorer.
 
 use super::*;
 
-/// Series colours that stay apart for up to sixteen encodings (Tableau's ten, then black,
-/// gold and four dark ones), repeating after that.
+/// Colours by place, for series that are not encodings (the channels of one encoding, the
+/// heads of one layer): Tableau's ten, then black, gold and four dark ones, repeating
+/// after sixteen.
 pub fn colour(i: usize) -> RGBColor {
     const TABLEAU: [RGBColor; 16] = [
         RGBColor(31, 119, 180),
@@ -26,7 +28,55 @@ pub fn colour(i: usize) -> RGBColor {
     TABLEAU[i % TABLEAU.len()]
 }
 
-/// Colours for labels that are not a registered kind: twelve beyond [`colour`]'s sixteen.
+/// Every built-in encoding's colour and those of the composites the book names (`irope`),
+/// by name. Data, not a query of the encoding registry, so that the
+/// order kinds are registered in moves no figure's colours. The first eleven are Tableau's;
+/// each later one was picked, in this order, as far in CIELAB from those before it as a
+/// grid of hues allowed (no two closer than ΔE 27).
+pub const PALETTE: [(&str, RGBColor); 28] = [
+    ("none", RGBColor(127, 127, 127)),
+    ("sinusoidal", RGBColor(31, 119, 180)),
+    ("learned", RGBColor(44, 160, 44)),
+    ("rope", RGBColor(214, 39, 40)),
+    ("alibi", RGBColor(255, 127, 14)),
+    ("t5", RGBColor(148, 103, 189)),
+    ("fire", RGBColor(188, 189, 34)),
+    ("fox", RGBColor(23, 190, 207)),
+    ("cope", RGBColor(227, 119, 194)),
+    ("xpos", RGBColor(140, 86, 75)),
+    ("kerple", RGBColor(0, 0, 0)),
+    ("sinusoidal-concat", RGBColor(230, 115, 126)),
+    ("p-rope", RGBColor(0, 76, 31)),
+    ("fraction", RGBColor(61, 38, 76)),
+    ("index", RGBColor(0, 115, 230)),
+    ("binary", RGBColor(153, 191, 96)),
+    ("sine-single", RGBColor(143, 57, 230)),
+    ("layers", RGBColor(230, 161, 0)),
+    ("hope", RGBColor(0, 0, 76)),
+    ("ssmax", RGBColor(153, 107, 0)),
+    ("stack", RGBColor(191, 91, 48)),
+    ("window", RGBColor(0, 57, 191)),
+    ("sink", RGBColor(0, 230, 0)),
+    ("pope", RGBColor(230, 0, 230)),
+    ("abacus", RGBColor(230, 161, 115)),
+    ("coupling", RGBColor(0, 69, 76)),
+    ("coupling-bias", RGBColor(76, 61, 0)),
+    ("irope", RGBColor(0, 0, 230)),
+];
+
+/// Every way of reading RoPE past its window, by name: the scalings and self-extend. They
+/// share a figure with no encoding but `none` (no scaling), so they take Tableau's most
+/// distinct hues again, apart from each other and from `none`'s grey.
+pub const SCALINGS: [(&str, RGBColor); 6] = [
+    ("linear", RGBColor(31, 119, 180)),
+    ("dynamic", RGBColor(44, 160, 44)),
+    ("yarn", RGBColor(214, 39, 40)),
+    ("llama3", RGBColor(148, 103, 189)),
+    ("longrope", RGBColor(255, 127, 14)),
+    ("self-extend", RGBColor(23, 190, 207)),
+];
+
+/// Colours for labels that name no entry of [`PALETTE`] or [`SCALINGS`].
 pub(super) const MORE: [RGBColor; 12] = [
     RGBColor(102, 166, 30),
     RGBColor(230, 171, 2),
@@ -42,34 +92,48 @@ pub(super) const MORE: [RGBColor; 12] = [
     RGBColor(202, 178, 214),
 ];
 
-/// The encodings that own a colour of [`colour`]'s palette, by name: kind `KINDS[i]` is
-/// drawn in `colour(i)` in every figure. Data, not a query of the encoding registry, so
-/// that the order kinds are registered in moves no figure's colours.
-pub const KINDS: [&str; 16] = [
-    "none",
-    "sinusoidal",
-    "sinusoidal-concat",
-    "learned",
-    "rope",
-    "p-rope",
-    "xpos",
-    "alibi",
-    "t5",
-    "kerple",
-    "fire",
-    "fox",
-    "cope",
-    "fraction",
-    "index",
-    "binary",
-];
-
-/// A kind's own colour ([`KINDS`]), or `None` for any other label.
-pub(super) fn kind_colour(label: &str) -> Option<RGBColor> {
-    KINDS.iter().position(|k| *k == label).map(colour)
+/// How a series' line is drawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Dash {
+    /// Unbroken: an entry of the palette as it is named.
+    #[default]
+    Solid,
+    /// Long dashes: a variant of an entry (`rope:randomized=100`, `fire-l64`, `yarn ×2`).
+    Dashed,
+    /// Dots: a second variant in one figure.
+    Dotted,
 }
 
-/// Where a label that is not a kind starts looking in [`MORE`]: a hash of it (FNV-1a,
+/// A series' look: its colour and its line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Style {
+    /// The colour.
+    pub colour: RGBColor,
+    /// The line.
+    pub dash: Dash,
+}
+
+/// The entry of [`PALETTE`] or [`SCALINGS`] a label names, and whether it names it exactly: the entry
+/// itself (`rope`); else the longest entry the label starts with, followed by a separator
+/// (`rope:randomized=100`, `fire-l64`, `yarn ×2`, `coupling-bias+ssmax`); else an entry
+/// that is one of its words (`zero-shot yarn`).
+fn entry(label: &str) -> Option<(RGBColor, bool)> {
+    let entries = || PALETTE.iter().chain(&SCALINGS);
+    if let Some((_, c)) = entries().find(|(n, _)| *n == label) {
+        return Some((*c, true));
+    }
+    let prefixed = entries()
+        .filter(|(n, _)| {
+            label
+                .strip_prefix(n)
+                .is_some_and(|rest| rest.starts_with([':', '-', '+', ' ', '(', '×', '@', '/', '_']))
+        })
+        .max_by_key(|(n, _)| n.len());
+    let worded = || entries().find(|(n, _)| label.split_whitespace().any(|word| word == *n));
+    prefixed.or_else(worded).map(|(_, c)| (*c, false))
+}
+
+/// Where a label that names no entry starts looking in [`MORE`]: a hash of it (FNV-1a,
 /// stable across runs and platforms, unlike std's hasher).
 pub(super) fn slot(label: &str) -> usize {
     let hash = label.bytes().fold(0xcbf29ce484222325u64, |h, b| {
@@ -78,45 +142,69 @@ pub(super) fn slot(label: &str) -> usize {
     (hash % MORE.len() as u64) as usize
 }
 
-/// The colour of an encoding's series, the same in every figure: a registered kind
-/// (`rope`, `alibi`, …) has its own; any other label (`fire-l64`, `irope`, `rope+rand`) one
-/// of twelve further colours picked by a hash of it. A figure takes its colours from
-/// [`label_colours`], which keeps two labels of one figure apart.
-pub fn label_colour(label: &str) -> RGBColor {
-    kind_colour(label).unwrap_or(MORE[slot(label)])
+/// A label's look on its own, the same in every figure: an entry of [`PALETTE`] or
+/// [`SCALINGS`] in its
+/// colour, solid; a variant of one (`rope:randomized=100`) in the entry's colour, dashed;
+/// any other label in one of twelve further colours picked by a hash of it, solid. A
+/// figure takes its styles from [`label_styles`], which keeps its labels apart.
+pub fn label_style(label: &str) -> Style {
+    match entry(label) {
+        Some((colour, true)) => Style {
+            colour,
+            dash: Dash::Solid,
+        },
+        Some((colour, false)) => Style {
+            colour,
+            dash: Dash::Dashed,
+        },
+        None => Style {
+            colour: MORE[slot(label)],
+            dash: Dash::Solid,
+        },
+    }
 }
 
-/// The colours of one figure's labels: each kind its own, each other label
-/// [`label_colour`]'s unless a label before it in this figure holds that one, then the
-/// next free one after it (so `rope:randomized=245` and `fire:randomized=245`, whose
-/// hashes meet, are told apart). A label keeps its colour across figures but where two
-/// meet.
-pub fn label_colours(labels: &[&str]) -> Vec<RGBColor> {
-    let mut taken: Vec<RGBColor> = labels.iter().filter_map(|l| kind_colour(l)).collect();
-    // First every label that can have its own colour takes it; then the ones whose colour
-    // an earlier label took look on from it, so that only they move.
-    let mut colours: Vec<Option<RGBColor>> = labels
-        .iter()
-        .map(|label| {
-            kind_colour(label).or_else(|| {
-                let own = MORE[slot(label)];
-                (!taken.contains(&own)).then(|| {
-                    taken.push(own);
-                    own
-                })
-            })
-        })
-        .collect();
-    for (label, colour) in labels.iter().zip(&mut colours) {
-        if colour.is_none() {
-            let start = slot(label);
-            let free = (0..MORE.len())
-                .map(|i| MORE[(start + i) % MORE.len()])
-                .find(|c| !taken.contains(c))
-                .unwrap_or(MORE[start]);
-            taken.push(free);
-            *colour = Some(free);
-        }
+/// A label's colour ([`label_style`]).
+pub fn label_colour(label: &str) -> RGBColor {
+    label_style(label).colour
+}
+
+/// The looks of one figure's labels, each [`label_style`]'s unless a label before it in
+/// this figure holds that look: then the same colour with the next line (solid, dashed,
+/// dotted), and past those, for a label of no entry, the next free colour of [`MORE`].
+/// A label keeps its look across figures but where two meet.
+pub fn label_styles(labels: &[&str]) -> Vec<Style> {
+    const DASHES: [Dash; 3] = [Dash::Solid, Dashed, Dotted];
+    use Dash::{Dashed, Dotted};
+    let mut taken: Vec<Style> = Vec::new();
+    let mut styles = Vec::with_capacity(labels.len());
+    for label in labels {
+        let own = label_style(label);
+        let start = DASHES.iter().position(|d| *d == own.dash).unwrap_or(0);
+        let same_colour = (0..DASHES.len()).map(|i| Style {
+            colour: own.colour,
+            dash: DASHES[(start + i) % DASHES.len()],
+        });
+        let other_colours = (entry(label).is_none())
+            .then(|| (1..MORE.len()).map(|i| MORE[(slot(label) + i) % MORE.len()]))
+            .into_iter()
+            .flatten()
+            .map(|colour| Style {
+                colour,
+                dash: Dash::Solid,
+            });
+        let style = same_colour
+            .chain(other_colours)
+            .find(|s| !taken.contains(s))
+            .unwrap_or(own);
+        taken.push(style);
+        styles.push(style);
     }
-    colours.into_iter().map(|c| c.unwrap_or(BLACK)).collect()
+    styles
+}
+
+/// The colours of one figure's labels ([`label_styles`]), for what draws colour alone (the
+/// explorer's series).
+pub fn label_colours(labels: &[&str]) -> Vec<RGBColor> {
+    label_styles(labels).into_iter().map(|s| s.colour).collect()
 }
