@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use candle_core::Device;
 use posenc_plot::chart::{
-    curves, figure_size, label_styles, save_png, seeds_note, with_seeds, Axes, Mark, SeedPoint,
-    Series,
+    curves, figure_size, label_styles, save_curves, save_png, seeds_note, with_seeds, Axes, Mark,
+    SeedPoint, Series,
 };
 use posenc_train::Result;
 
@@ -139,30 +139,23 @@ pub fn results_figures(exp: &Experiment, out: &Path) -> Result<Vec<PathBuf>> {
                 Series::spread(with_seeds(label, seeds), style, &points, 1.0)
             })
             .collect();
-        drawn(save_png(
+        drawn(save_curves(
             &length_path,
-            figure_size((900, 560), &series),
-            "",
-            |root| {
-                curves(
-                    root,
-                    &Axes {
-                        title: match exp.config.seeds {
-                            1 => "exact match by clauses (trained on 1–2)".into(),
-                            n => format!(
-                                "exact match by clauses (trained on 1–2; {})",
-                                seeds_note(&n.to_string())
-                            ),
-                        },
-                        x_desc: "clauses in the sentence",
-                        y_desc: "fraction exactly right",
-                        square: false,
-                        y_range: None,
-                    },
-                    &series,
-                )?;
-                Ok(())
+            (900, 560),
+            &Axes {
+                title: match exp.config.seeds {
+                    1 => "exact match by clauses (trained on 1–2)".into(),
+                    n => format!(
+                        "exact match by clauses (trained on 1–2; {})",
+                        seeds_note(&n.to_string())
+                    ),
+                },
+                x_desc: "clauses in the sentence",
+                y_desc: "fraction exactly right",
+                square: false,
+                y_range: None,
             },
+            &series,
         ))?;
     }
     Ok(vec![curves_path, length_path])

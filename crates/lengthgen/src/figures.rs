@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use posenc_plot::chart::{curves, figure_size, label_styles, save_png, with_seeds, Axes, Series};
+use posenc_plot::chart::{label_styles, save_curves, with_seeds, Axes, Series};
 use posenc_train::Result;
 
 use crate::experiment::LengthgenExperiment;
@@ -52,27 +52,21 @@ pub fn lengthgen(exp: &LengthgenExperiment, out: &Path) -> Result<Vec<PathBuf>> 
         _ => exp.config.seeds.to_string(),
     };
     let path = out.join(ACCURACY_BY_LENGTH);
-    drawn(save_png(
+    drawn(save_curves(
         &path,
-        figure_size((900, 560), &series),
-        "",
-        |root| {
-            curves(
-                root,
-                &Axes {
-                    title: format!(
-                        "{}: exact match by length (trained on {lo}–{hi}; {})",
-                        exp.task,
-                        posenc_plot::chart::seeds_note(&seeds)
-                    ),
-                    x_desc: "instance length",
-                    y_desc: "exact-match accuracy (%)",
-                    square: false,
-                    y_range: Some((0.0, 100.0)),
-                },
-                &series,
-            )
+        (900, 560),
+        &Axes {
+            title: format!(
+                "{}: exact match by length (trained on {lo}–{hi}; {})",
+                exp.task,
+                posenc_plot::chart::seeds_note(&seeds)
+            ),
+            x_desc: "instance length",
+            y_desc: "exact-match accuracy (%)",
+            square: false,
+            y_range: Some((0.0, 100.0)),
         },
+        &series,
     ))?;
     Ok(vec![path])
 }

@@ -3,9 +3,7 @@
 
 use std::path::Path;
 
-use crate::chart::{
-    curves, figure_size, label_styles, save_png, with_seeds, Axes, Mark, SeedPoint, Series,
-};
+use crate::chart::{label_styles, save_curves, with_seeds, Axes, Mark, SeedPoint, Series};
 use crate::error::Result;
 
 /// Perplexity against window length, one curve per series `(label, points)` of each
@@ -35,19 +33,18 @@ pub fn perplexity_by_length(
             Series::spread(with_seeds(label, seeds), style, points, span)
         })
         .collect();
-    save_png(path, figure_size((900, 560), &curves_), "", |root| {
-        curves(
-            root,
-            &Axes {
-                title: title.to_string(),
-                x_desc: "tokens in the window",
-                y_desc: "perplexity (lower is better)",
-                square: false,
-                y_range: None,
-            },
-            &curves_,
-        )
-    })
+    save_curves(
+        path,
+        (900, 560),
+        &Axes {
+            title: title.to_string(),
+            x_desc: "tokens in the window",
+            y_desc: "perplexity (lower is better)",
+            square: false,
+            y_range: None,
+        },
+        &curves_,
+    )
 }
 
 /// The loss at each position of a window, one curve per named series, each point the
@@ -78,17 +75,16 @@ pub fn loss_by_position(
             dash: style.dash,
         })
         .collect();
-    save_png(path, figure_size((900, 560), &curves_), "", |root| {
-        curves(
-            root,
-            &Axes {
-                title: format!("{title}; each point the mean of positions x..x+{bucket}"),
-                x_desc: "position in the window",
-                y_desc: "next-token loss (nats)",
-                square: false,
-                y_range: None,
-            },
-            &curves_,
-        )
-    })
+    save_curves(
+        path,
+        (900, 560),
+        &Axes {
+            title: format!("{title}; each point the mean of positions x..x+{bucket}"),
+            x_desc: "position in the window",
+            y_desc: "next-token loss (nats)",
+            square: false,
+            y_range: None,
+        },
+        &curves_,
+    )
 }

@@ -1,6 +1,7 @@
 //! The curves panel: series of points, bands over seeds, a legend, linear or log axes.
 
 use super::*;
+use plotters::style::text_anchor::{HPos, VPos};
 
 /// How a series is drawn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -198,7 +199,7 @@ pub(super) fn groups(series: &[Series]) -> Vec<Vec<Series>> {
         }
     }
     // Unnamed series after the last line belong with it.
-    if groups.len() > 1 && !groups.last().is_some_and(|g| g.iter().any(|s| is_line(s))) {
+    if groups.len() > 1 && !groups.last().is_some_and(|g| g.iter().any(is_line)) {
         let rest = groups.pop().unwrap_or_default();
         groups.last_mut().unwrap_or(&mut Vec::new()).extend(rest);
     }
@@ -410,14 +411,7 @@ pub(super) fn draw_curves(
     mesh.draw().map_err(err)?;
     if let Some(xs) = &doubling {
         let base = area.get_base_pixel();
-        let style =
-            (FONT, 12)
-                .into_font()
-                .color(&BLACK)
-                .pos(plotters::style::text_anchor::Pos::new(
-                    plotters::style::text_anchor::HPos::Center,
-                    plotters::style::text_anchor::VPos::Top,
-                ));
+        let style = tick_style(HPos::Center, VPos::Top);
         for &value in xs {
             let x = value.log2();
             chart
@@ -434,14 +428,7 @@ pub(super) fn draw_curves(
     }
     if log_y {
         let base = area.get_base_pixel();
-        let style =
-            (FONT, 12)
-                .into_font()
-                .color(&BLACK)
-                .pos(plotters::style::text_anchor::Pos::new(
-                    plotters::style::text_anchor::HPos::Right,
-                    plotters::style::text_anchor::VPos::Center,
-                ));
+        let style = tick_style(HPos::Right, VPos::Center);
         for value in log_ticks(10f64.powf(yr.0), 10f64.powf(yr.1)) {
             let y = value.log10();
             chart
@@ -630,6 +617,30 @@ pub(super) fn legend_beside(strip: &Area, series: &[Series], top: i32) -> Result
             .map_err(err)?;
     }
     Ok(())
+}
+
+/// The style of a tick's label drawn by hand (a log axis's), anchored at `h` and `v`.
+fn tick_style(h: HPos, v: VPos) -> TextStyle<'static> {
+    (FONT, 12)
+        .into_font()
+        .color(&BLACK)
+        .pos(plotters::style::text_anchor::Pos::new(h, v))
+}
+
+/// Writes a figure of one [`curves`] panel (or its small multiples) to the PNG `path`, on a
+/// canvas of `size` grown as [`figure_size`] grows it.
+///
+/// # Errors
+/// A file that cannot be written.
+pub fn save_curves(
+    path: &std::path::Path,
+    size: (u32, u32),
+    axes: &Axes,
+    series: &[Series],
+) -> Result<()> {
+    save_png(path, figure_size(size, series), "", |root| {
+        curves(root, axes, series)
+    })
 }
 
 /// The pieces of a legend's swatch, 16 pixels long, drawn as its line is: whole, in

@@ -171,7 +171,7 @@ pub fn label_colour(label: &str) -> RGBColor {
 
 /// The looks of one figure's labels, each [`label_style`]'s unless a label before it in
 /// this figure holds that look: then the same colour with the next line (solid, dashed,
-/// dotted), and past those, for a label of no entry, the next free colour of [`MORE`].
+/// dotted), and past those, for a label of no entry, the next free colour of the twelve further ones.
 /// A label keeps its look across figures but where two meet.
 pub fn label_styles(labels: &[&str]) -> Vec<Style> {
     const DASHES: [Dash; 3] = [Dash::Solid, Dashed, Dotted];
