@@ -7,12 +7,14 @@
 //! ```sh
 //! bash scripts/fetch_smollm2.sh && bash scripts/fetch_shakespeare.sh
 //! cargo run --release --example smollm2_rope -- [OUT_DIR] [TOKENS_PER_LENGTH]
+//! cargo run --release --example smollm2_rope -- --from-records [DIR]   # figures only
 //! ```
 //!
 //! Writes `results.md`, `results.json`, `perplexity.png` (perplexity by window length) and
 //! `by_position.png` (loss at each position of the longest window) into `OUT_DIR`
 //! (default `docs/smollm2-rope`). The f32 weights are used, so the numbers are the model's
-//! own, not the quantized kernel's.
+//! own, not the quantized kernel's. With `--from-records` it draws the two figures again
+//! from `DIR/results.json` alone (default `docs/smollm2-rope`), evaluating nothing.
 //!
 //! [`LanguageModel::with_encoding`]: posenc_transformer::LanguageModel::with_encoding
 
@@ -30,12 +32,12 @@ use posenc_lm::corpus::{self, Corpus};
 use posenc_lm::task::{evaluate, LengthEval};
 use posenc_plot::chart::SeedPoint;
 use posenc_plot::extrapolation::{loss_by_position, perplexity_by_length};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Window lengths, in tokens.
 const LENGTHS: [usize; 3] = [128, 512, 1024];
 
-#[derive(Serialize)]
+#[derive(Serialize, Deserialize)]
 struct Variant {
     name: String,
     encoding: EncodingConfig,
@@ -60,7 +62,19 @@ fn main() -> Result<()> {
 
 /// The example's work, on one of rayon's threads (`on_worker_thread`).
 fn run() -> Result<()> {
-    let mut args = std::env::args().skip(1);
+    let mut args = std::env::args().skip(1).peekable();
+    if args.peek().is_some_and(|a| a == "--from-records") {
+        let dir = PathBuf::from(args.nth(1).unwrap_or("docs/smollm2-rope".into()));
+        let path = dir.join("results.json");
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?;
+        let results: Vec<Variant> = serde_json::from_str(&text).map_err(|e| {
+            anyhow::anyhow!("{} is not this example's results: {e}", path.display())
+        })?;
+        plot(&results, &dir)?;
+        println!("drew {}", dir.display());
+        return Ok(());
+    }
     let out = PathBuf::from(args.next().unwrap_or("docs/smollm2-rope".into()));
     let budget: usize = args.next().map_or(Ok(4096), |s| s.parse())?;
     let path = posenc_llama::model::fetched_smollm2()?;

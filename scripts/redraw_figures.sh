@@ -5,11 +5,11 @@
 #
 #   scripts/redraw_figures.sh [POSENC]     # default: target/release/posenc (built here)
 #
-# Not redrawn here, since their inputs are not in the repository: the two attention maps
-# (docs/attention-*.png, from a full `kotoba experiment`'s runs), the long-context loss by
-# position (docs/long-context/by_position.png, from the raw runs of
-# scripts/long_context.sh) and SmolLM2's RoPE figures (docs/smollm2-rope, by
-# examples/smollm2_rope.rs, which evaluates the model).
+# With ATTENTION=1 it also trains the toy's `none` and `sinusoidal` models (seed 42, 1 000
+# steps, about two minutes on two cores) and redraws their attention maps
+# (docs/attention-*.png). Not redrawn here, since their inputs are not in the repository:
+# the long-context loss by position (docs/long-context/by_position.png, from the raw runs
+# of scripts/long_context.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 posenc=${1:-target/release/posenc}
@@ -35,6 +35,17 @@ done
 "$posenc" plot lengthgen --results docs/lengthgen/sort/results.json \
   docs/lengthgen/sort/after-alibi/results.json docs/lengthgen/sort/more-seeds/results.json \
   --out docs/lengthgen/sort/pooled > /dev/null
+if [ "${ATTENTION:-0}" = 1 ]; then
+  runs=$(mktemp -d)
+  trap 'rm -rf "$runs"' EXIT
+  "$posenc" kotoba experiment --encodings none,sinusoidal --out "$runs" > /dev/null
+  for kind in none sinusoidal; do
+    "$posenc" plot attention --model "$runs/$kind" --out "docs/attention-$kind.png" \
+      --sentence "the small cat sees the dog in the park" > /dev/null
+  done
+fi
+# SmolLM2's RoPE figures from their records.
+cargo run --release --quiet --example smollm2_rope -- --from-records docs/smollm2-rope > /dev/null
 # The long-context report from its records: its tables, passkey grid, perplexity and toy.
 cargo run --release --quiet --example long_context_report -- --from-records docs/long-context > /dev/null
 git status --short -- docs | grep '\.png$' || echo "no figure changed"

@@ -349,7 +349,7 @@ pub(super) fn draw_curves(
     };
     let (plot_w, plot_h) = match covered {
         0 => (plot_w, plot_h),
-        _ => plot_size(legend_width(series).min(w / 3)),
+        _ => plot_size(legend_width(series).min(w / 2)),
     };
     let plot_area = area.clone().shrink((0, 0), (plot_w, plot_h));
     let beside = (covered > 0).then(|| area.clone().shrink((plot_w, 0), (w - plot_w, h)));
