@@ -71,6 +71,12 @@ fn run() -> Result<()> {
         let results: Vec<Variant> = serde_json::from_str(&text).map_err(|e| {
             anyhow::anyhow!("{} is not this example's results: {e}", path.display())
         })?;
+        // An empty file would draw empty figures over the drawn ones.
+        anyhow::ensure!(
+            !results.is_empty(),
+            "{} holds no rotation's results: nothing to draw",
+            path.display()
+        );
         plot(&results, &dir)?;
         println!("drew {}", dir.display());
         return Ok(());

@@ -254,7 +254,8 @@ impl RulerArgs {
                 "RULER: {name}, {}",
                 match (seeds.iter().min(), seeds.iter().max()) {
                     (Some(a), Some(b)) if a != b => format!("mean over {a}–{b} seeds"),
-                    (Some(1), _) | (None, _) => "one seed".into(),
+                    (Some(1), _) => "one seed".into(),
+                    (None, _) => "no seeds".into(),
                     (Some(a), _) => format!("mean over {a} seeds"),
                 }
             );
