@@ -51,7 +51,7 @@ fn run() -> anyhow::Result<()> {
 
     let translator = Translator::load(out, &Device::Cpu)?;
     let greedy = DecodeConfig::default();
-    let reports = evaluate(&translator, &cfg.data, &greedy)?;
+    let reports = evaluate(&translator, &cfg.data, &greedy, 0)?;
     println!("{}", table(&reports));
 
     let splits = data::generate(&DataConfig { ..cfg.data })?;

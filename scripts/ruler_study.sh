@@ -16,7 +16,7 @@ mkdir -p "$out"
 cargo build --release --quiet
 posenc=target/release/posenc
 run() {
-  "$posenc" lm ruler --model smollm2 --seeds 0,1,2 --quiet --out "$out/results.json" \
+  "$posenc" lm ruler --model smollm2 --seeds 3 --quiet --out "$out/results.json" \
     --plot "$out/ruler.png" "$@" >/dev/null
 }
 run --lengths 4096,8192,16384

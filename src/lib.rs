@@ -99,7 +99,7 @@ enum Command {
     Report(cmd::report::ReportArgs),
     /// Sentence embeddings from a pretrained sentence-transformers model.
     #[command(
-        after_help = "Examples:\n  posenc embed --model .cache/all-MiniLM-L6-v2 \"a sentence\" \"another one\""
+        after_help = "Examples:\n  posenc embed \"a sentence\" \"another one\"\n  posenc embed --model sentence-transformers/all-MiniLM-L6-v2 \"a sentence\""
     )]
     Embed(cmd::embed::EmbedArgs),
     /// Continue a prompt: `posenc lm generate` with SmolLM2 as the default model.
@@ -123,9 +123,18 @@ enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
-    /// Print the manual page (roff): `posenc man | man -l -`.
-    #[command(after_help = "Examples:\n  posenc man")]
-    Man,
+    /// Print a command's manual page (roff): `posenc man lm train | man -l -`.
+    #[command(
+        after_help = "Examples:\n  posenc man\n  posenc man lm train\n  posenc man --out man/man1"
+    )]
+    Man {
+        /// The command whose page to print, its words in order [default: posenc's own].
+        command: Vec<String>,
+        /// Write every command's page (posenc.1, posenc-lm.1, posenc-lm-train.1, …) into
+        /// this directory instead [default: none, the one page printed].
+        #[arg(long, conflicts_with = "command")]
+        out: Option<std::path::PathBuf>,
+    },
 }
 
 /// Earlier spellings of commands, each with the words that replace it: they keep working,
@@ -210,12 +219,7 @@ pub fn run(cli: Cli, out: &mut impl Write) -> anyhow::Result<()> {
             clap_complete::generate(shell, &mut Cli::command(), "posenc", &mut script);
             out.write_all(&script).map_err(anyhow::Error::from)
         }
-        Command::Man => {
-            use clap::CommandFactory;
-            let mut page = Vec::new();
-            clap_mangen::Man::new(Cli::command()).render(&mut page)?;
-            out.write_all(&page).map_err(anyhow::Error::from)
-        }
+        Command::Man { command, out: dir } => man(&command, dir.as_deref(), out),
     };
     // A run stopped by Ctrl-C says how to go on.
     result.map_err(|e| match (cmd::interrupted(&e), resume) {
@@ -226,6 +230,62 @@ pub fn run(cli: Cli, out: &mut impl Write) -> anyhow::Result<()> {
         .into(),
         _ => e,
     })
+}
+
+/// `posenc man`: the page of the command named by `words` on `out`, or with `dir` every
+/// command's page written there, each as `posenc-<words>.1`.
+fn man(
+    words: &[String],
+    dir: Option<&std::path::Path>,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    use clap::CommandFactory;
+    let mut cmd = Cli::command().disable_help_subcommand(true);
+    cmd.build();
+    // Each page is made in memory first: a closed pipe ends quietly, a file is whole.
+    let page = |cmd: &clap::Command| -> anyhow::Result<Vec<u8>> {
+        let mut page = Vec::new();
+        clap_mangen::Man::new(cmd.clone())
+            .source(format!("posenc {}", env!("CARGO_PKG_VERSION")))
+            .render(&mut page)?;
+        Ok(page)
+    };
+    let Some(dir) = dir else {
+        let mut at = &cmd;
+        for (i, word) in words.iter().enumerate() {
+            at = at.find_subcommand(word).ok_or_else(|| {
+                let known: Vec<&str> = at.get_subcommands().map(|s| s.get_name()).collect();
+                anyhow::anyhow!(
+                    "`posenc {}` is no command: after `posenc {}` come {}",
+                    words[..=i].join(" "),
+                    words[..i].join(" "),
+                    known.join(", ")
+                )
+            })?;
+        }
+        return out.write_all(&page(at)?).map_err(Into::into);
+    };
+    anyhow::ensure!(dir.is_dir(), "--out: {} is not a directory", dir.display());
+    fn every<'a>(cmd: &'a clap::Command, all: &mut Vec<&'a clap::Command>) {
+        all.push(cmd);
+        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+            every(sub, all);
+        }
+    }
+    let mut all = Vec::new();
+    every(&cmd, &mut all);
+    let pages: Vec<(std::path::PathBuf, Vec<u8>)> = all
+        .iter()
+        .map(|c| {
+            let name = c.get_display_name().unwrap_or_else(|| c.get_name());
+            Ok((dir.join(format!("{name}.1")), page(c)?))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    for (path, page) in &pages {
+        posenc_io::write_atomic(path, page)?;
+    }
+    writeln!(out, "{} pages in {}", pages.len(), dir.display())?;
+    Ok(())
 }
 
 #[cfg(test)]

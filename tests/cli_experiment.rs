@@ -282,7 +282,7 @@ fn lengthgen_runs_labels_over_seeds_and_writes_tidy_records() {
             "4",
             "--train-lengths",
             "1-3",
-            "--test-lengths",
+            "--lengths",
             "2,6",
             "--test-instances",
             "4",
@@ -331,7 +331,7 @@ fn lengthgen_runs_labels_over_seeds_and_writes_tidy_records() {
         "eval",
         "--model",
         out.join("rope_base=100/seed-2").to_str().unwrap(),
-        "--test-lengths",
+        "--lengths",
         "2,6",
         "--test-instances",
         "4",
@@ -438,7 +438,7 @@ fn lengthgen_trains_one_run_resumes_it_and_evaluates_it() {
         "eval",
         "--model",
         run.to_str().unwrap(),
-        "--test-lengths",
+        "--lengths",
         "2,5",
     ]);
     assert!(e.status.success(), "{}", stderr(&e));
@@ -457,10 +457,7 @@ fn lengthgen_trains_one_run_resumes_it_and_evaluates_it() {
     // Test settings out of range are named.
     let model = run.to_str().unwrap();
     for (flags, says) in [
-        (
-            &["--test-lengths", "0,2"][..],
-            "test lengths must be at least 1",
-        ),
+        (&["--lengths", "0,2"][..], "test lengths must be at least 1"),
         (
             &["--test-instances", "0"][..],
             "test_instances must be at least 1",

@@ -457,6 +457,41 @@ fn a_chat_goes_on_turn_by_turn() {
 /// records go beside them; a file of another model's records, a file that is not records,
 /// an unknown task and a length past memory are refused by name, and nothing is written.
 #[test]
+fn ruler_warns_past_the_trained_context_and_names_the_model_plainly() {
+    let run = |extra: &[&str]| {
+        posenc()
+            .args([
+                "lm",
+                "ruler",
+                "--tasks",
+                "niah_single",
+                "--seeds",
+                "1",
+                "--quiet",
+            ])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    // The shipped character model, trained at 64 tokens, asked at 512.
+    let o = run(&["--lengths", "512"]);
+    let (stdout, stderr) = text(&o);
+    assert!(o.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("warning: the longest prompt comes to 512 tokens, past the 64"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("--strict-context"),
+        "ruler has no such flag: {stderr}"
+    );
+    assert!(
+        stdout.contains("models/shakespeare-alibi") && !stdout.contains(".."),
+        "{stdout}"
+    );
+}
+
+#[test]
 fn ruler_resumes_from_its_records_and_refuses_bad_input() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("ruler.json");
@@ -477,14 +512,16 @@ fn ruler_resumes_from_its_records_and_refuses_bad_input() {
             .output()
             .unwrap()
     };
-    let o = ruler(&["--seeds", "0"]);
+    let o = ruler(&["--seeds", "1"]);
     assert!(o.status.success(), "{}", text(&o).1);
+    // Within SmolLM2's context: no warning.
+    assert!(!text(&o).1.contains("warning"), "{}", text(&o).1);
     let first: Vec<serde_json::Value> =
         serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     assert_eq!(first.len(), 1);
     assert_eq!(first[0]["model"], "smollm2");
     assert_eq!(first[0]["task"], "niah_single");
-    let o = ruler(&["--seeds", "0,1", "--plot", plot.to_str().unwrap()]);
+    let o = ruler(&["--seeds", "2", "--plot", plot.to_str().unwrap()]);
     let (stdout, stderr) = text(&o);
     assert!(o.status.success(), "{stderr}");
     assert!(stdout.contains("| niah_single |"), "{stdout}");
@@ -501,7 +538,7 @@ fn ruler_resumes_from_its_records_and_refuses_bad_input() {
     // Another scaling goes into the same file beside the first; the first's records stay.
     let o = ruler(&[
         "--seeds",
-        "0",
+        "1",
         "--rope-scaling",
         r#"{"rope_type": "yarn", "factor": 2}"#,
     ]);
@@ -519,7 +556,7 @@ fn ruler_resumes_from_its_records_and_refuses_bad_input() {
         .unwrap()
         .replace("\"smollm2\"", "\"other\"");
     std::fs::write(&out, &other).unwrap();
-    let o = ruler(&["--seeds", "0"]);
+    let o = ruler(&["--seeds", "1"]);
     let stderr = text(&o).1;
     assert!(!o.status.success());
     assert!(stderr.contains("holds records of model other"), "{stderr}");
@@ -530,7 +567,7 @@ fn ruler_resumes_from_its_records_and_refuses_bad_input() {
     );
 
     std::fs::write(&out, "[{\"task\": ").unwrap();
-    let stderr = text(&ruler(&["--seeds", "0"])).1;
+    let stderr = text(&ruler(&["--seeds", "1"])).1;
     assert!(
         stderr.contains("is not a file of RULER records"),
         "{stderr}"

@@ -45,6 +45,18 @@ fn grid(out: &Path, extra: &[&str]) -> Output {
         .unwrap()
 }
 
+/// `posenc lengthgen experiment --merge` in `out`, with `extra` flags: the grid is the one
+/// the shards recorded.
+fn merge(out: &Path, extra: &[&str]) -> Output {
+    posenc()
+        .args(["lengthgen", "experiment", "--merge", "--quiet"])
+        .args(extra)
+        .arg("--out")
+        .arg(out)
+        .output()
+        .unwrap()
+}
+
 fn ok(out: Output) -> Output {
     assert!(out.status.success(), "{}", text(&out).1);
     out
@@ -74,7 +86,11 @@ fn shards_run_apart_and_merged_equal_the_one_process_run() {
         .collect();
     for child in children {
         let out = ok(child.join().unwrap());
-        assert!(text(&out).0.contains("--merge"), "{}", text(&out).0);
+        let said = text(&out).0;
+        assert!(
+            said.contains(" of 3 done") && said.contains("--merge"),
+            "{said}"
+        );
     }
     assert!(!sharded.join("results.json").exists());
 
@@ -85,7 +101,7 @@ fn shards_run_apart_and_merged_equal_the_one_process_run() {
         copy_dir(&sharded, &copy);
         setup(&copy);
         let kept = snapshot(&copy);
-        let err = refused(grid(&copy, &[&["--merge"], extra].concat()));
+        let err = refused(merge(&copy, extra));
         assert!(err.contains(says), "{name}: {err}");
         assert_eq!(snapshot(&copy), kept, "{name} changed its directory");
     };
@@ -108,9 +124,20 @@ fn shards_run_apart_and_merged_equal_the_one_process_run() {
     );
     bad(
         "another-grid",
+        &|d| {
+            let path = d.join("shard-2-of-3.json");
+            let mut shard = json(&path);
+            shard["config"]["seeds"] = 3.into();
+            std::fs::write(&path, shard.to_string()).unwrap();
+        },
+        &[],
+        "shard-2-of-3.json ran another grid than shard-1-of-3.json (they differ in seeds)",
+    );
+    bad(
+        "settings-given",
         &|_| {},
-        &["--seeds", "3"],
-        "ran another grid",
+        &["--steps", "30", "--d-model", "32"],
+        "leave out --steps, --d-model",
     );
     bad(
         "two-splits",
@@ -137,7 +164,7 @@ fn shards_run_apart_and_merged_equal_the_one_process_run() {
 
     // The merge writes what one process running the whole grid writes: byte for byte over
     // the same runs (reused), and record for record against a fresh run elsewhere.
-    ok(grid(&sharded, &["--merge"]));
+    ok(merge(&sharded, &[]));
     let merged = std::fs::read(sharded.join("results.json")).unwrap();
     assert!(sharded.join("accuracy_by_length.png").exists());
     ok(grid(&sharded, &[]));

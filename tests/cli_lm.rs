@@ -1002,12 +1002,14 @@ fn a_prompt_past_the_trained_context_is_named_first() {
             && stderr.contains("past the 64"),
         "{stderr}"
     );
-    // With an estimate of the reading time, timed here.
+    // With an estimate of the reading time, timed here, on a line of its own.
     assert!(
-        stderr.contains("Reading them takes under a second")
-            || stderr.contains("Reading them takes roughly"),
+        stderr.contains("\nReading them takes under a second")
+            || stderr.contains("\nReading them takes roughly"),
         "{stderr}"
     );
+    let warning = stderr.lines().find(|l| l.starts_with("warning:")).unwrap();
+    assert!(!warning.contains("Reading"), "{warning}");
     let o = run(&["--strict-context"]);
     let (stdout, stderr) = text(&o);
     assert!(!o.status.success() && stdout.is_empty(), "{stdout}");
@@ -1082,6 +1084,102 @@ fn a_run_of_its_own_text_is_evaluated_on_it() {
         stdout.contains("| 16 | 2 |") && stdout.contains("| 32 | 2 |"),
         "{stdout}"
     );
+    // The output names what it scored: the held-out tenth of the book.
+    let held_out = format!("scored on the held-out 10% of {}", book.display());
+    assert!(stdout.contains(&held_out), "{stdout}");
+    // A test split it does not have is refused, by name, not scored as the valid one.
+    let o = lm_eval(&run, 2, "16")
+        .env("POSENC_CACHE", &cache)
+        .args(["--split", "test"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&o);
+    assert!(!o.status.success() && stdout.is_empty(), "{stdout}");
+    assert!(
+        stderr.contains("has no test split") && stderr.contains("--split valid"),
+        "{stderr}"
+    );
+    let o = lm_eval(&run, 2, "16")
+        .env("POSENC_CACHE", &cache)
+        .args(["--split", "valid", "--format", "json"])
+        .output()
+        .unwrap();
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&text(&o).0).unwrap();
+    assert_eq!(rows[0]["data"], held_out.trim_start_matches("scored on "));
+}
+
+/// `lm eval` says which split of the corpus it scored, and the two splits are two texts:
+/// their losses differ.
+#[test]
+fn lm_eval_names_the_split_it_scored() {
+    let eval = |split: &str| {
+        let o = posenc()
+            .args(["lm", "eval", "--lengths", "64", "--windows", "2"])
+            .args(["--format", "json", "--split", split])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o).1);
+        let rows: Vec<serde_json::Value> = serde_json::from_str(&text(&o).0).unwrap();
+        (
+            rows[0]["data"].as_str().unwrap().to_string(),
+            rows[0]["loss"].clone(),
+        )
+    };
+    let ((test, test_loss), (valid, valid_loss)) = (eval("test"), eval("valid"));
+    assert!(
+        test.starts_with("the test split of ") && test.contains("hamlet"),
+        "{test}"
+    );
+    assert!(
+        valid.starts_with("the valid split of ") && valid.contains("julius_caesar"),
+        "{valid}"
+    );
+    assert!(!test.contains("..") && !valid.contains(".."), "{test}");
+    assert_ne!(test_loss, valid_loss);
+}
+
+/// `generate` as llama-cli users reach for it: a prompt from standard input without its
+/// final line end, or from `-f FILE`; `-n` for the token count; `--stop` ending the text at
+/// a stop text; and the JSON saying how many tokens came, why they stopped and with what.
+#[test]
+fn generate_takes_llama_cli_flags_and_says_why_it_stopped() {
+    let json = |args: &[&str], stdin: Option<&str>| -> serde_json::Value {
+        let base = ["lm", "generate", "--temperature", "0", "--format", "json"];
+        let all: Vec<&str> = base.iter().chain(args).copied().collect();
+        let o = match stdin {
+            Some(input) => with_stdin(&all, input),
+            None => posenc().args(&all).output().unwrap(),
+        };
+        assert!(o.status.success(), "{}", text(&o).1);
+        serde_json::from_str(&text(&o).0).unwrap()
+    };
+    let plain = json(&["-n", "30", "ROMEO:"], None);
+    assert_eq!(plain["generated_tokens"], 30);
+    assert_eq!(plain["stop"], "max_tokens");
+    assert_eq!(plain["settings"]["max_tokens"], 30);
+    assert_eq!(plain["settings"]["temperature"], 0.0);
+    let piped = json(&["--n-predict", "30"], Some("ROMEO:\n"));
+    assert_eq!(piped["prompt"], "ROMEO:", "the line end of `echo` was kept");
+    assert_eq!(piped["text"], plain["text"]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("prompt.txt");
+    std::fs::write(&file, "ROMEO:").unwrap();
+    let from_file = json(&["-n", "30", "-f", file.to_str().unwrap()], None);
+    assert_eq!(from_file["text"], plain["text"]);
+    // A stop text that the plain text holds ends it there, with fewer tokens.
+    let whole = plain["text"].as_str().unwrap();
+    let word = whole.split_whitespace().nth(1).expect("two words");
+    let stopped = json(&["-n", "30", "--stop", word, "ROMEO:"], None);
+    let cut = stopped["text"].as_str().unwrap();
+    assert!(
+        cut.contains(word) && whole.starts_with(cut),
+        "{cut:?} of {whole:?}"
+    );
+    assert!(
+        stopped["generated_tokens"].as_u64().unwrap() < 30,
+        "{stopped}"
+    );
+    assert_eq!(stopped["stop"], serde_json::json!({"stop_text": word}));
 }
 
 /// `generate --format json` prints, alone and at the end, the text the streamed form

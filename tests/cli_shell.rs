@@ -16,6 +16,32 @@ fn completions_and_the_manual_know_every_command() {
             assert!(stdout.contains(word), "{shell} completions lack {word}");
         }
     }
+    // `--encoding` completes to the registered kinds, in every command that takes one.
+    let list = posenc()
+        .args(["encoding", "list", "--format", "json"])
+        .output()
+        .unwrap();
+    let kinds: Vec<serde_json::Value> = serde_json::from_str(&text(&list).0).unwrap();
+    let bash = text(&posenc().args(["completions", "bash"]).output().unwrap()).0;
+    let offers: Vec<&str> = bash
+        .split("--encoding)")
+        .skip(1)
+        .map(|case| {
+            case.split("compgen -W \"")
+                .nth(1)
+                .unwrap()
+                .split('"')
+                .next()
+                .unwrap()
+        })
+        .collect();
+    assert!(offers.len() >= 5, "{offers:?}");
+    for offered in offers {
+        let words: Vec<&str> = offered.split_whitespace().collect();
+        for kind in &kinds {
+            assert!(words.contains(&kind["kind"].as_str().unwrap()), "{offered}");
+        }
+    }
     let o = posenc().args(["completions", "tcsh"]).output().unwrap();
     assert_eq!(
         o.status.code(),
@@ -33,6 +59,49 @@ fn completions_and_the_manual_know_every_command() {
     for word in ["kotoba", "lm", "lengthgen", "encoding"] {
         assert!(page.contains(word), "the manual lacks {word}");
     }
+    // Every page a page refers to exists: `posenc man --out` writes them all, and `posenc
+    // man lm train` prints one.
+    let dir = tempfile::tempdir().unwrap();
+    let o = posenc()
+        .args(["man", "--out"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o).1);
+    let pages: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert!(
+        pages.contains(&"posenc-lm-train.1".to_string()),
+        "{pages:?}"
+    );
+    for page in &pages {
+        let roff = std::fs::read_to_string(dir.path().join(page)).unwrap();
+        for (i, _) in roff.match_indices("(1)") {
+            let name = roff[..i]
+                .rsplit(|c: char| c.is_whitespace() || c == '[')
+                .next()
+                .unwrap();
+            let file = format!("{}.1", name.replace("\\-", "-"));
+            assert!(
+                pages.contains(&file),
+                "{page} names {name}(1), which is not written"
+            );
+        }
+    }
+    let o = posenc().args(["man", "lm", "train"]).output().unwrap();
+    let roff = text(&o).0;
+    assert_eq!(
+        roff,
+        std::fs::read_to_string(dir.path().join("posenc-lm-train.1")).unwrap()
+    );
+    let o = posenc().args(["man", "lm", "trian"]).output().unwrap();
+    assert!(
+        !o.status.success() && text(&o).1.contains("train, generate"),
+        "{}",
+        text(&o).1
+    );
 
     // A reader that goes away after the first bytes: a quiet end, not a panic.
     let mut child = posenc()

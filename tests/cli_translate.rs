@@ -328,6 +328,22 @@ fn a_warmup_longer_than_the_run_is_named() {
         stderr.contains("warm-up of 10 steps does not end within the run's 3"),
         "{stderr}"
     );
+    // A run that cannot start says only why.
+    let again = posenc()
+        .args([
+            "kotoba", "train", "--quiet", "--steps", "3", "--warmup", "10", "--config",
+        ])
+        .arg(&cfg)
+        .arg("--out")
+        .arg(dir.path().join("run"))
+        .output()
+        .unwrap();
+    let (_, stderr) = text(&again);
+    assert!(
+        !again.status.success() && stderr.contains("already holds"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("warm-up"), "{stderr}");
 }
 
 /// `translate --format json` gives a record per sentence, the bad one with its error and no
@@ -397,6 +413,89 @@ fn translate_and_eval_print_json_alone() {
         );
         assert!((a - b).abs() < 1e-9, "BLEU {a} kept, {b} now");
     }
+}
+
+/// A line of several sentences is translated a sentence at a time, not cut at the first:
+/// its translation is each one's, joined by `. `.
+#[test]
+fn translate_takes_every_sentence_of_a_line() {
+    let translate = |sentences: &[&str]| {
+        let o = posenc()
+            .args(["kotoba", "translate"])
+            .args(sentences)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o).1);
+        text(&o).0.lines().map(String::from).collect::<Vec<_>>()
+    };
+    let apart = translate(&["the dog chases the cat", "the cat sleeps"]);
+    let together = translate(&["the dog chases the cat. the cat sleeps!", "the cat sleeps."]);
+    assert_eq!(together[0], format!("{}. {}", apart[0], apart[1]));
+    assert_eq!(together[1], apart[1], "one sentence and its full stop");
+    // An unknown word in the second sentence is the line's error.
+    let o = posenc()
+        .args(["kotoba", "translate", "the dog sleeps. the zebra sleeps"])
+        .output()
+        .unwrap();
+    assert!(
+        !o.status.success() && text(&o).1.contains("zebra"),
+        "{}",
+        text(&o).1
+    );
+}
+
+/// `kotoba eval` lists as many mistakes as `--errors` asks, in the JSON too, each labelled;
+/// the order-swap row counts its sentences and the pairs they make.
+#[test]
+fn eval_lists_the_mistakes_asked_for() {
+    let eval = |extra: &[&str]| {
+        let o = posenc()
+            .args(["kotoba", "eval"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o).1);
+        text(&o).0
+    };
+    let reports = |extra: &[&str]| -> Vec<serde_json::Value> {
+        let args = [&["--format", "json"][..], extra].concat();
+        serde_json::from_str(&eval(&args)).unwrap()
+    };
+    let none = reports(&[]);
+    assert!(
+        none.iter().all(|r| r["errors"] == serde_json::json!([])),
+        "{none:?}"
+    );
+    let two = reports(&["--errors", "2"]);
+    let long = two.iter().find(|r| r["split"] == "test-long").unwrap();
+    let mistakes = long["errors"].as_array().unwrap();
+    assert_eq!(
+        mistakes.len(),
+        2,
+        "test-long has more than two mistakes: {long}"
+    );
+    for m in mistakes {
+        let (expected, produced) = (m["expected"].as_str(), m["produced"].as_str());
+        assert!(
+            m["source"].is_string() && expected.is_some() && produced.is_some(),
+            "{m}"
+        );
+        assert_ne!(expected, produced, "not a mistake: {m}");
+    }
+    let swap = two.iter().find(|r| r["split"] == "order-swap").unwrap();
+    let n = swap["sentences"].as_u64().unwrap();
+    assert_eq!(swap["pairs"].as_u64(), Some(n / 2));
+    let table = eval(&["--errors", "1"]);
+    assert!(
+        table.contains(&format!("| order-swap | {n} ({} pairs) |", n / 2)),
+        "{table}"
+    );
+    let listed: usize = reports(&["--errors", "1"])
+        .iter()
+        .map(|r| r["errors"].as_array().unwrap().len())
+        .sum();
+    assert!(listed >= 1, "the shipped model makes mistakes on test-long");
+    assert_eq!(table.matches("\n  expected: ").count(), listed, "{table}");
 }
 
 /// On a terminal with no sentence given, `translate` prompts and translates each line as

@@ -4,6 +4,7 @@
 mod cli_encoding;
 mod cli_experiment;
 mod cli_faults;
+mod cli_flags;
 mod cli_generate;
 mod cli_grid;
 mod cli_lm;

@@ -9,10 +9,11 @@ use std::io::Write;
 /// `posenc embed`
 #[derive(Args, Debug)]
 pub struct EmbedArgs {
-    /// A sentence-transformers model directory (e.g. .cache/all-MiniLM-L6-v2, fetched by
-    /// scripts/fetch_minilm.sh) or a hub repo id (sentence-transformers/all-MiniLM-L6-v2),
-    /// looked up in $HF_HOME/hub first; HF_HUB_OFFLINE=1 forbids downloading.
-    #[arg(long)]
+    /// `minilm` (all-MiniLM-L6-v2: .cache/all-MiniLM-L6-v2 from scripts/fetch_minilm.sh,
+    /// else the hub's), a sentence-transformers model directory, or a hub repo id
+    /// (sentence-transformers/all-MiniLM-L6-v2), looked up in $HF_HOME/hub first;
+    /// HF_HUB_OFFLINE=1 forbids downloading.
+    #[arg(long, default_value = MINILM)]
     model: String,
     /// Sentences per forward pass.
     #[arg(long, default_value_t = 32)]
@@ -25,10 +26,26 @@ pub struct EmbedArgs {
     sentences: Vec<String>,
 }
 
+/// The short name of all-MiniLM-L6-v2.
+const MINILM: &str = "minilm";
+
+/// Where `minilm` is: the directory scripts/fetch_minilm.sh fills, else the hub's repo.
+fn minilm() -> &'static str {
+    const FETCHED: &str = ".cache/all-MiniLM-L6-v2";
+    match std::path::Path::new(FETCHED).is_dir() {
+        true => FETCHED,
+        false => "sentence-transformers/all-MiniLM-L6-v2",
+    }
+}
+
 impl EmbedArgs {
     /// Prints one JSON array of floats per sentence, in order.
     pub fn run(self, out: &mut impl Write) -> Result<()> {
-        let dir = resolve(&self.model)?;
+        let model = match self.model.as_str() {
+            MINILM => minilm(),
+            other => other,
+        };
+        let dir = resolve(model)?;
         let encoder = SentenceEncoder::load_on(&dir, &self.device.0)
             .with_context(|| format!("loading {}", dir.display()))?;
         let sentences = super::sentences_or_stdin(self.sentences)?;

@@ -16,13 +16,13 @@ pub struct Which {
     /// The encoding: a kind (`rope`; an unknown one lists the known ones), a kind with
     /// settings (`rope:layout=interleaved`) or a JSON object; `posenc encoding list` shows
     /// them all.
-    #[arg(long = "encoding", alias = "kind", value_name = "ENCODING")]
+    #[arg(long = "encoding", alias = "kind", value_name = "ENCODING", value_parser = super::EncodingParser::<super::EncodingArg>::new(), hide_possible_values = true)]
     kind: super::EncodingArg,
     /// Model width.
-    #[arg(long)]
+    #[arg(long, default_value_t = 64)]
     d_model: usize,
-    /// Sequence length.
-    #[arg(long)]
+    /// Sequence length: positions 0..len.
+    #[arg(long, default_value_t = 64)]
     len: usize,
     /// Attention heads (bias encodings have one bias per head; rotary acts per head).
     #[arg(long, default_value_t = 1)]

@@ -29,7 +29,7 @@ pub struct ExperimentArgs {
     #[arg(long)]
     randomized_positions: Option<usize>,
     /// Output directory: one run per encoding, results.md, results.json and plots.
-    #[arg(long, default_value = "runs/experiment")]
+    #[arg(long, default_value = "runs/kotoba-experiment")]
     out: PathBuf,
     #[command(flatten)]
     budget: super::BudgetArg,
@@ -43,8 +43,8 @@ pub struct ExperimentArgs {
 }
 
 impl ExperimentArgs {
-    /// Runs the command.
-    pub fn run(self, out: &mut impl Write) -> Result<()> {
+    /// The grid the flags ask for.
+    fn config(&self) -> ExperimentConfig {
         let mut cfg = if self.budget.quick() {
             ExperimentConfig::quick()
         } else {
@@ -57,6 +57,24 @@ impl ExperimentArgs {
         cfg.base.run.seed = self.seed.unwrap_or(cfg.base.run.seed);
         cfg.base.randomized_positions = self.randomized_positions;
         cfg.seeds = self.grid.seeds.unwrap_or(cfg.seeds);
+        cfg
+    }
+
+    /// Runs the command.
+    pub fn run(self, out: &mut impl Write) -> Result<()> {
+        let given = [
+            ("--steps", self.steps.is_some()),
+            ("--seed", self.seed.is_some()),
+            (
+                "--randomized-positions",
+                self.randomized_positions.is_some(),
+            ),
+            ("--budget", self.budget.quick()),
+        ];
+        let cfg = match self.grid.merged_config(&self.out, &given)? {
+            Some(cfg) => cfg,
+            None => self.config(),
+        };
         let opts = RunOptions {
             quiet: self.quiet,
             force: false,

@@ -24,14 +24,20 @@ pub struct GenerateArgs {
     /// the answer only.
     #[arg(long)]
     chat: bool,
-    /// The most tokens to generate (it stops earlier at an end-of-sequence token).
-    #[arg(long, default_value_t = 200)]
+    /// The most tokens to generate (it stops earlier at an end-of-sequence token, or a
+    /// --stop text).
+    #[arg(long, short = 'n', visible_alias = "n-predict", default_value_t = 200)]
     max_tokens: usize,
+    /// Stop once the generated text holds this text (printed with it); repeat for several
+    /// (llama.cpp's --reverse-prompt) [default: none, only end-of-sequence and
+    /// --max-tokens stop].
+    #[arg(long, short = 'r', visible_alias = "reverse-prompt")]
+    stop: Vec<String>,
     /// Draw each token from the last N tokens only, as nanoGPT crops at its block size
     /// [default: a learned table's length, past which there are no positions; no cropping
     /// for encodings that take any position: they run past their trained context, for
     /// better or worse, which `lm eval` measures].
-    #[arg(long)]
+    #[arg(long, short = 'c', visible_alias = "ctx-size")]
     window: Option<usize>,
     /// With --window, roll the key/value cache instead of reading the window again: keep
     /// the first N tokens (attention sinks) and the most recent ones, each at its place
@@ -63,8 +69,33 @@ pub struct GenerateArgs {
     /// each generated token took.
     #[arg(long)]
     timing: bool,
-    /// The text to continue [default: standard input].
+    /// Read the prompt from this file, as it is (llama.cpp's -f) [default: none, the prompt
+    /// given or standard input].
+    #[arg(long, short = 'f', conflicts_with = "prompt")]
+    file: Option<PathBuf>,
+    /// The text to continue [default: --file, else standard input, its final line end
+    /// dropped].
     prompt: Option<String>,
+}
+
+/// Why a generation stopped.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+enum Stop {
+    /// The model drew its end-of-sequence token.
+    EndOfSequence,
+    /// `--max-tokens` were drawn.
+    MaxTokens,
+    /// The text came to hold a `--stop` text.
+    #[serde(rename = "stop_text")]
+    Text(String),
+}
+
+/// A continuation: its text, its tokens drawn and why it stopped.
+struct Answer {
+    text: String,
+    tokens: usize,
+    stop: Stop,
 }
 
 impl GenerateArgs {
@@ -93,7 +124,15 @@ impl GenerateArgs {
         if interactive {
             return self.converse(&lm, default, sampling, out);
         }
-        let prompt = read_prompt(self.prompt.clone())?;
+        let prompt = match &self.file {
+            Some(path) => std::fs::read_to_string(path)
+                .with_context(|| format!("reading the prompt from {}", path.display()))?,
+            None => read_prompt(self.prompt.clone())?,
+        };
+        anyhow::ensure!(
+            !prompt.is_empty(),
+            "the prompt is empty: give at least one character"
+        );
         // A plain prompt is printed before its continuation, once generation has started
         // (a prompt refused by the generator prints nothing).
         let (text, mut echo) = if self.chat {
@@ -111,15 +150,23 @@ impl GenerateArgs {
         let mut clock = Timing::start(loaded);
         if self.format == super::Format::Json {
             // Generated into memory, then printed whole as one JSON object.
-            let generated = self.answer(&lm, &ids, sampling, &mut std::io::sink(), |_| {
+            let answer = self.answer(&lm, &ids, sampling, &mut std::io::sink(), |_| {
                 clock.token();
                 Ok(())
             })?;
+            let s = &self.sampling;
             let record = serde_json::json!({
                 "model": self.model.spec(default),
                 "prompt": prompt_of(echo.as_deref(), &text),
                 "prompt_tokens": ids.len(),
-                "text": generated,
+                "text": answer.text,
+                "generated_tokens": answer.tokens,
+                "stop": answer.stop,
+                "settings": {
+                    "max_tokens": self.max_tokens, "temperature": s.temperature,
+                    "top_k": s.top_k, "top_p": s.top_p, "seed": s.seed, "stop": self.stop,
+                    "window": self.window, "sinks": self.sinks, "chat": self.chat,
+                },
             });
             writeln!(out, "{}", serde_json::to_string_pretty(&record)?)?;
             if self.timing {
@@ -157,16 +204,23 @@ impl GenerateArgs {
         sampling: posenc_lm::sample::Sampling,
         out: &mut W,
         mut each: impl FnMut(&mut W) -> std::io::Result<()>,
-    ) -> Result<String> {
+    ) -> Result<Answer> {
         let window = match (self.window.or(lm.model.max_positions()), self.sinks) {
             (Some(window), Some(sinks)) => Some(Window::Roll(Streaming::new(sinks, window)?)),
             (window, _) => window.map(Window::Crop),
         };
         if window.is_none() && self.model.rope_scaling().is_none() {
-            check_context(lm, ids.len() + self.max_tokens, self.strict_context)?;
+            super::model::check_context(
+                lm,
+                "the prompt and the answer come to",
+                ids.len() + self.max_tokens,
+                Some(self.strict_context),
+            )?;
         }
         let mut stream = TextStream::default();
         let mut text = String::new();
+        let (mut tokens, mut stop) = (0, Stop::MaxTokens);
+        let longest = self.stop.iter().map(String::len).max().unwrap_or(0);
         generate_observed(
             &lm.model,
             ids,
@@ -176,7 +230,9 @@ impl GenerateArgs {
             |_| {},
             |token| {
                 each(out)?;
+                tokens += 1;
                 if Some(token) == lm.eos {
+                    stop = Stop::EndOfSequence;
                     return Ok(false);
                 }
                 let piece = stream
@@ -185,10 +241,25 @@ impl GenerateArgs {
                 out.write_all(piece.as_bytes())?;
                 out.flush()?;
                 text += &piece;
+                // Only the text's end can newly hold a stop text: the piece, and what precedes
+                // it by less than the longest stop.
+                let mut from = text.len().saturating_sub(piece.len() + longest);
+                while !text.is_char_boundary(from) {
+                    from -= 1;
+                }
+                let tail = &text[from..];
+                if let Some(found) = self
+                    .stop
+                    .iter()
+                    .find(|s| !s.is_empty() && tail.contains(s.as_str()))
+                {
+                    stop = Stop::Text(found.clone());
+                    return Ok(false);
+                }
                 Ok(true)
             },
         )?;
-        Ok(text)
+        Ok(Answer { text, tokens, stop })
     }
 
     /// The conversation: a user's line, the model's answer streamed, turn after turn, each
@@ -224,7 +295,7 @@ impl GenerateArgs {
             }
             messages.push(Message::user(line));
             let ids = lm.encode_prompt(&template.render(&messages, true)?)?;
-            let answer = self.answer(lm, &ids, sampling, out, |_| Ok(()))?;
+            let answer = self.answer(lm, &ids, sampling, out, |_| Ok(()))?.text;
             writeln!(out)?;
             out.flush()?;
             messages.push(Message {
@@ -239,44 +310,6 @@ impl GenerateArgs {
 /// The prompt as the user gave it: the plain prompt, or the rendered chat text.
 fn prompt_of(plain: Option<&str>, rendered: &str) -> String {
     plain.unwrap_or(rendered).to_string()
-}
-
-/// Says before any work, on standard error, when `tokens` run past the context `lm` was
-/// trained on, where its answer may be noise, and what stretches a rotary encoding; with
-/// `strict`, refuses instead.
-fn check_context(lm: &CausalLm, tokens: usize, strict: bool) -> Result<()> {
-    let cfg = lm.model.config();
-    let context = cfg.context;
-    if tokens <= context {
-        return Ok(());
-    }
-    let factor = tokens.div_ceil(context).next_power_of_two();
-    let probe = serde_json::json!({"rope_type": "yarn", "factor": factor as f64});
-    let hint = match cfg.encoding.with_setting("scaling", probe).is_ok() {
-        true => format!(
-            "; --rope-scaling '{{\"rope_type\": \"yarn\", \"factor\": {factor}}}' stretches its \
-             rotary encoding that far"
-        ),
-        false => String::new(),
-    };
-    let reading = posenc_lm::sample::estimate_read_seconds(&lm.model, tokens)?;
-    // Within about 3× either way (SmolLM2 at 11 700 tokens: 50 s said, 25 s taken; a 4-layer
-    // model of ours at 34 400: 11 s said, 31 s taken).
-    let reading = match reading < 1.0 {
-        true => "under a second".to_string(),
-        false => format!("roughly {}", posenc_train::duration(reading)),
-    };
-    let message = format!(
-        "the prompt and the answer come to {tokens} tokens, past the {context} the model was \
-         trained on ({}): past them its answer may be noise{hint}. Reading them takes {reading} \
-         here (scaled from a timed 128-token probe; within about 3×)",
-        cfg.encoding.kind(),
-    );
-    anyhow::ensure!(!strict, "{message} (--strict-context)");
-    posenc_train::log(&format!(
-        "warning: {message} (--strict-context refuses such a prompt)"
-    ));
-    Ok(())
 }
 
 /// When a generation's tokens came, for `--timing`.

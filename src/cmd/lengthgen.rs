@@ -53,7 +53,7 @@ pub enum LengthgenCommand {
     Train(TrainArgs),
     /// Exact answers of a trained run at lengths inside and past its trained ones.
     #[command(
-        after_help = "Examples:\n  posenc lengthgen eval --model runs/copy-alibi --test-lengths 5,10,20,40"
+        after_help = "Examples:\n  posenc lengthgen eval --model runs/copy-alibi --lengths 5,10,20,40"
     )]
     Eval(EvalArgs),
     /// One decoder per encoding and seed, exact answers at lengths inside and past the
@@ -104,18 +104,9 @@ impl super::TaskCommand for LengthgenCommand {
     }
 }
 
-/// What a run trains on, and how: shared by `train` and `experiment`.
+/// How a run trains: shared by `train` and `experiment`.
 #[derive(Args, Debug)]
 pub struct RunSettings {
-    /// The problem (`addition-hints`: each digit after an index hint of its place).
-    #[arg(long, value_parser = task_parser())]
-    task: Problem,
-    /// The seed (with several seeds, the first).
-    #[arg(long, help = format!(
-        "The seed (with several seeds, the first) [default: {}]",
-        posenc_lengthgen::task::LengthgenConfig::default().run.seed
-    ))]
-    seed: Option<u64>,
     /// Randomized positions for every encoding without its own: train at sorted random
     /// positions below this (Ruoss et al. 2023) [default: off].
     #[arg(long)]
@@ -134,9 +125,8 @@ pub struct RunSettings {
         LengthgenConfig::default().run.batch_size
     ))]
     batch_size: Option<usize>,
-    // The decoder's size (its defaults are in the command's long help).
     #[command(flatten)]
-    size: super::ModelSizeArgs,
+    size: super::ModelSizeArgs<super::LengthgenSize>,
     #[command(flatten)]
     budget: super::BudgetArg,
     /// Where to train and evaluate: cpu; cuda or cuda:N (built with --features cuda);
@@ -149,39 +139,67 @@ pub struct RunSettings {
 }
 
 impl RunSettings {
-    /// The experiment's config with these settings applied (its encodings and seeds left
-    /// at their defaults).
-    fn config(&self) -> LengthgenExperimentConfig {
+    /// The experiment's config for `task` with these settings and `seed` applied (its
+    /// encodings and seeds left at their defaults).
+    fn config(&self, task: Problem, seed: Option<u64>) -> LengthgenExperimentConfig {
         let mut cfg = match self.budget.quick() {
-            true => LengthgenExperimentConfig::quick(self.task),
-            false => LengthgenExperimentConfig::full(self.task),
+            true => LengthgenExperimentConfig::quick(task),
+            false => LengthgenExperimentConfig::full(task),
         };
         if let Some(Range(lengths)) = self.train_lengths {
-            cfg.base = cfg.base.for_task(self.task, lengths);
             cfg.test_lengths = experiment::default_test_lengths(lengths[1]);
         }
-        cfg.base.randomized_positions = self.randomized_positions;
-        cfg.base.run.steps = self.steps.unwrap_or(cfg.base.run.steps);
-        let b = &mut cfg.base;
-        (b.lr, b.min_lr, b.run.warmup) = self.schedule.apply(b.lr, b.min_lr, b.run.warmup);
-        b.run.batch_size = self.batch_size.unwrap_or(b.run.batch_size);
-        self.size.apply_to(&mut cfg.base.model);
-        cfg.base.run.seed = self.seed.unwrap_or(cfg.base.run.seed);
+        self.apply_to(&mut cfg.base, None, seed);
         cfg
+    }
+
+    /// Sets the settings given on `run`, `task` among them: the run's own checks name a
+    /// bad one.
+    fn apply_to(&self, run: &mut LengthgenConfig, task: Option<Problem>, seed: Option<u64>) {
+        let task = task.unwrap_or(run.task);
+        if let Some(Range(lengths)) = self.train_lengths {
+            *run = run.clone().for_task(task, lengths);
+        } else if task != run.task {
+            *run = run.clone().for_task(task, run.train_lengths);
+        }
+        run.randomized_positions = self.randomized_positions.or(run.randomized_positions);
+        run.run.steps = self.steps.unwrap_or(run.run.steps);
+        (run.lr, run.min_lr, run.run.warmup) =
+            self.schedule.apply(run.lr, run.min_lr, run.run.warmup);
+        run.run.batch_size = self.batch_size.unwrap_or(run.run.batch_size);
+        self.size.apply_to(&mut run.model);
+        run.run.seed = seed.unwrap_or(run.run.seed);
     }
 }
 
 /// `posenc lengthgen train`
 #[derive(Args, Debug)]
 pub struct TrainArgs {
+    /// The problem (`addition-hints`: each digit after an index hint of its place)
+    /// [default: the config's].
+    #[arg(long, value_parser = task_parser(), required_unless_present_any = ["config", "resume"])]
+    task: Option<Problem>,
+    /// A JSON run config, as --print-config prints it; the flags given override it.
+    #[arg(long, conflicts_with_all = ["resume", "budget", "quick"])]
+    config: Option<PathBuf>,
+    /// The encoding: a kind, `kind:key=value:…` (`randomized=R` trains it at randomized
+    /// positions) or a JSON object [default: the config's, else rope].
+    #[arg(
+        long,
+        value_parser = super::EncodingParser::<posenc_train::labelled::Labelled>::new(),
+        hide_possible_values = true
+    )]
+    encoding: Option<posenc_train::labelled::Labelled>,
+    /// Seed of the weights and of the instances drawn.
+    #[arg(long, help = format!(
+        "Seed of the weights and of the instances drawn [default: the config's, else {}]",
+        LengthgenConfig::default().run.seed
+    ))]
+    seed: Option<u64>,
     #[command(flatten)]
     settings: RunSettings,
-    /// The encoding: a kind, `kind:key=value:…` (`randomized=R` trains it at randomized
-    /// positions) or a JSON object.
-    #[arg(long, default_value = "rope")]
-    encoding: posenc_train::labelled::Labelled,
-    /// The run directory.
-    #[arg(long, default_value = "runs/lengthgen-run")]
+    /// The run directory: new or empty (or, with --resume, a run to continue).
+    #[arg(long, default_value = "runs/lengthgen")]
     out: PathBuf,
     /// Continue the run in --out (its config is kept; --steps may extend it).
     #[arg(long, conflicts_with = "force")]
@@ -189,7 +207,8 @@ pub struct TrainArgs {
     /// Replace the run already in --out (files posenc did not write are never touched).
     #[arg(long)]
     force: bool,
-    /// Print the full config this command would train with, as JSON, and train nothing.
+    /// Print the full config this command would train with, as JSON that --config takes
+    /// back, and train nothing.
     #[arg(long, conflicts_with = "resume")]
     print_config: bool,
     /// Output format: text (a summary line) or json (the run's state, alone on standard
@@ -199,6 +218,37 @@ pub struct TrainArgs {
 }
 
 impl TrainArgs {
+    /// The run this command trains: the config's, or the experiment's for --task, with
+    /// the flags given applied.
+    fn config(&self) -> Result<LengthgenConfig> {
+        let mut run = match &self.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("reading {}", path.display()))?;
+                let mut run: LengthgenConfig = serde_json::from_str(&text)
+                    .with_context(|| format!("parsing {}", path.display()))?;
+                self.settings.apply_to(&mut run, self.task, self.seed);
+                run
+            }
+            None => {
+                let task = self
+                    .task
+                    .context("give --task, or a --config that names one")?;
+                let cfg = self.settings.config(task, self.seed);
+                let entry = posenc_train::labelled::Labelled::new(
+                    posenc::EncodingConfig::from_kind(DEFAULT_ENCODING)?,
+                );
+                cfg.run_config(&entry, cfg.base.run.seed)
+            }
+        };
+        if let Some(entry) = &self.encoding {
+            run.model.encoding = entry.encoding.clone();
+            run.randomized_positions = entry.randomized_positions.or(run.randomized_positions);
+        }
+        run.validate()?;
+        Ok(run)
+    }
+
     /// Runs the command.
     pub fn run(self, out: &mut impl Write) -> Result<()> {
         let opts = RunOptions {
@@ -213,14 +263,11 @@ impl TrainArgs {
                     .map_err(|e| super::for_task(e, &self.out, "lengthgen"))?
             }
             false => {
-                let cfg = self.settings.config();
-                let run = cfg.run_config(&self.encoding, cfg.base.run.seed);
+                let run = self.config()?;
                 if self.print_config {
-                    run.validate()?;
                     writeln!(out, "{}", serde_json::to_string_pretty(&run)?)?;
                     return Ok(());
                 }
-                super::warn_schedule(run.run.warmup, run.run.steps);
                 job::train::<Lengthgen>(run, &(), &self.out, opts, &self.settings.device.0)?
             }
         };
@@ -245,6 +292,9 @@ impl TrainArgs {
     }
 }
 
+/// The encoding `lengthgen train` trains without --encoding or a config.
+const DEFAULT_ENCODING: &str = "rope";
+
 /// `lo-hi`
 fn lengths([lo, hi]: [usize; 2]) -> String {
     format!("lengths {lo}-{hi}")
@@ -257,8 +307,8 @@ pub struct EvalArgs {
     #[arg(long)]
     model: PathBuf,
     /// Tested lengths, comma-separated [default: 16 lengths up to 4 × the longest trained].
-    #[arg(long, value_delimiter = ',')]
-    test_lengths: Option<Vec<usize>>,
+    #[arg(long, value_delimiter = ',', alias = "test-lengths")]
+    lengths: Option<Vec<usize>>,
     /// Test instances per length (the experiment's, drawn from the same seed).
     #[arg(long, default_value_t = 100)]
     test_instances: usize,
@@ -280,7 +330,7 @@ impl EvalArgs {
         let cfg: &LengthgenConfig = &state.config;
         let hi = cfg.train_lengths[1];
         let test_lengths = self
-            .test_lengths
+            .lengths
             .unwrap_or_else(|| experiment::default_test_lengths(hi));
         experiment::check_tests(cfg, &test_lengths, self.test_instances)?;
         let tests = experiment::test_set(cfg.task, hi, &test_lengths, self.test_instances);
@@ -320,27 +370,38 @@ fn table(cfg: &LengthgenConfig, scores: &[LengthScore]) -> String {
 /// `posenc lengthgen experiment`
 #[derive(Args, Debug)]
 pub struct ExperimentArgs {
+    /// The problem (`addition-hints`: each digit after an index hint of its place)
+    /// [default: with --merge, the shards'; else none, it is required].
+    #[arg(long, value_parser = task_parser(), required_unless_present = "merge")]
+    task: Option<Problem>,
+    /// The first seed: --seeds counts up from it.
+    #[arg(long, help = format!(
+        "The first seed: --seeds counts up from it [default: {}]",
+        LengthgenConfig::default().run.seed
+    ))]
+    seed: Option<u64>,
     #[command(flatten)]
     settings: RunSettings,
     #[command(flatten)]
     grid: super::GridArgs,
     /// Tested lengths, comma-separated [default: 16 lengths up to 4 × the longest trained].
-    #[arg(long, value_delimiter = ',')]
-    test_lengths: Option<Vec<usize>>,
+    #[arg(long, value_delimiter = ',', alias = "test-lengths")]
+    lengths: Option<Vec<usize>>,
     /// Test instances per length [default: 100; with --budget quick: 64].
     #[arg(long)]
     test_instances: Option<usize>,
     /// Output directory: one run per encoding and seed, results.md, results.json and plots.
-    #[arg(long, default_value = "runs/lengthgen")]
+    #[arg(long, default_value = "runs/lengthgen-experiment")]
     out: PathBuf,
 }
 
 impl ExperimentArgs {
-    /// Runs the command.
-    pub fn run(self, out: &mut impl Write) -> Result<()> {
-        let mut cfg = self.settings.config();
-        if let Some(t) = self.test_lengths {
-            cfg.test_lengths = t;
+    /// The grid the flags ask for.
+    fn config(&self) -> Result<LengthgenExperimentConfig> {
+        let task = self.task.context("give --task")?;
+        let mut cfg = self.settings.config(task, self.seed);
+        if let Some(t) = &self.lengths {
+            cfg.test_lengths = t.clone();
         }
         cfg.seeds = self.grid.seeds.unwrap_or(cfg.seeds);
         cfg.test_instances = self.test_instances.unwrap_or(cfg.test_instances);
@@ -348,6 +409,29 @@ impl ExperimentArgs {
             Some(list) => list.0.clone(),
             None if self.settings.budget.quick() => cfg.encodings,
             None => cfg.default_encodings(),
+        };
+        Ok(cfg)
+    }
+
+    /// Runs the command.
+    pub fn run(self, out: &mut impl Write) -> Result<()> {
+        let s = &self.settings;
+        let mut given = vec![
+            ("--task", self.task.is_some()),
+            ("--seed", self.seed.is_some()),
+            ("--lengths", self.lengths.is_some()),
+            ("--test-instances", self.test_instances.is_some()),
+            ("--randomized-positions", s.randomized_positions.is_some()),
+            ("--train-lengths", s.train_lengths.is_some()),
+            ("--steps", s.steps.is_some()),
+            ("--batch-size", s.batch_size.is_some()),
+            ("--budget", s.budget.quick()),
+        ];
+        given.extend(s.schedule.given());
+        given.extend(s.size.given());
+        let cfg = match self.grid.merged_config(&self.out, &given)? {
+            Some(cfg) => cfg,
+            None => self.config()?,
         };
         let opts = RunOptions {
             quiet: self.settings.quiet,

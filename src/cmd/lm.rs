@@ -46,7 +46,7 @@ pub enum Split {
 #[derive(Args, Debug)]
 pub struct TrainArgs {
     /// The run directory: new or empty (or, with --resume, a run to continue).
-    #[arg(long)]
+    #[arg(long, default_value = "runs/lm")]
     out: PathBuf,
     /// A JSON training config (model, tokenizer, steps, schedule); flags override it.
     /// With --from, only its training settings are used.
@@ -56,9 +56,12 @@ pub struct TrainArgs {
     /// longer --context, or with another --encoding of the same parameters) into a new run.
     #[arg(long, conflicts_with_all = ["resume", "tokenizer", "d_model", "layers", "heads"])]
     from: Option<PathBuf>,
-    /// The positional encoding: a kind, `kind:key=value:…` or a JSON object (`posenc
-    /// encoding list` shows them all) [default: the config's, else alibi].
-    #[arg(long, conflicts_with = "resume")]
+    /// The positional encoding.
+    #[arg(long, conflicts_with = "resume", value_parser = super::EncodingParser::<super::EncodingArg>::new(), hide_possible_values = true, help = format!(
+        "The positional encoding: a kind, `kind:key=value:…` or a JSON object (`posenc \
+         encoding list` shows them all) [default: the config's, else {}]",
+        LmTrainConfig::default().model.encoding.kind()
+    ))]
     encoding: Option<super::EncodingArg>,
     /// The training context L.
     #[arg(long, conflicts_with = "resume", help = format!(
@@ -106,7 +109,7 @@ pub struct TrainArgs {
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
     #[command(flatten)]
-    size: super::ModelSizeArgs,
+    size: super::ModelSizeArgs<super::LmSize>,
     #[command(flatten)]
     rope_scaling: super::RopeScalingArg,
     /// Continue the run in --out from its last checkpoint, bit-identically.
@@ -161,9 +164,10 @@ pub struct EvalArgs {
     /// --window].
     #[arg(long, requires = "window")]
     sinks: Option<usize>,
-    /// The split of the corpus.
-    #[arg(long, value_enum, default_value_t = Split::Test, conflicts_with = "text")]
-    split: Split,
+    /// The split of the Shakespeare corpus [default: test; for a run trained on its own
+    /// --text: valid, that text's held-out part, the only one it has].
+    #[arg(long, value_enum, conflicts_with = "text")]
+    split: Option<Split>,
     /// Evaluate on this text file instead of the corpus.
     #[arg(long)]
     text: Option<PathBuf>,
@@ -310,7 +314,7 @@ pub enum LmCommand {
     /// multi-value, multi-query), variable tracking and common-words extraction, at exact
     /// lengths; the score is the share of the expected answers given.
     #[command(
-        after_help = "Examples:\n  posenc lm ruler --model smollm2 --lengths 4096 --seeds 0,1,2 --out runs/ruler.json\n  posenc lm ruler --model smollm2 --lengths 16384 --tasks niah_single,vt --rope-scaling '{\"rope_type\": \"yarn\", \"factor\": 4}'"
+        after_help = "Examples:\n  posenc lm ruler --model smollm2 --lengths 4096 --seeds 3 --out runs/ruler.json\n  posenc lm ruler --model smollm2 --lengths 16384 --tasks niah_single,vt --rope-scaling '{\"rope_type\": \"yarn\", \"factor\": 4}'"
     )]
     Ruler(super::ruler::RulerArgs),
     /// One model per encoding, evaluated at 1, 2, 4 and 8 times the trained context.
@@ -426,16 +430,16 @@ fn train(a: TrainArgs, out: &mut impl Write) -> Result<()> {
         };
         // Everything is checked before anything is written.
         cfg.validate()?;
-        if a.print_config {
-            writeln!(out, "{}", serde_json::to_string_pretty(&cfg)?)?;
-            return Ok(());
-        }
-        super::warn_schedule(cfg.run.warmup, cfg.run.steps);
         let tokenizer = match source {
             Some(tokenizer) => tokenizer,
             None => cfg.tokenizer.train(&Corpus::stream(&corpus.train))?,
         };
         cfg.model.vocab_size = tokenizer.get_vocab_size(true);
+        // The config as it trains, its vocabulary read off the data.
+        if a.print_config {
+            writeln!(out, "{}", serde_json::to_string_pretty(&cfg)?)?;
+            return Ok(());
+        }
         let data = LmData::from_corpus(&corpus, &tokenizer)?;
         let inputs = LmInputs { tokenizer, data };
         job::train::<LmTask>(cfg, &inputs, &a.out, opts, &a.device.0)?
@@ -448,7 +452,7 @@ fn train(a: TrainArgs, out: &mut impl Write) -> Result<()> {
 
 /// A JSON training config.
 /// The text `spec` was trained on, read again, if it is a run of ours trained with `--text`.
-fn own_text(spec: &str) -> Result<Option<Corpus>> {
+fn own_text(spec: &str) -> Result<Option<(TextSource, Corpus)>> {
     let dir = Path::new(spec);
     if !posenc_lm::causal::is_run(dir) {
         return Ok(None);
@@ -456,8 +460,11 @@ fn own_text(spec: &str) -> Result<Option<Corpus>> {
     let Ok(state) = LmState::load(dir) else {
         return Ok(None);
     };
-    match &state.config.text {
-        Some(source) => Ok(Some(source.reread()?)),
+    match state.config.text {
+        Some(source) => {
+            let corpus = source.reread()?;
+            Ok(Some((source, corpus)))
+        }
         None => Ok(None),
     }
 }
@@ -484,12 +491,57 @@ fn report(state: &LmState, dir: &Path, out: &mut impl Write) -> Result<()> {
     Ok(())
 }
 
+/// The text `lm eval` scores, and what it is in words ("the Shakespeare test split
+/// (hamlet, macbeth, tempest)"): `--text`, else the held-out part of the text a run of
+/// ours was trained on, else the corpus's `--split`.
+fn eval_text(a: &EvalArgs, spec: &str) -> Result<(String, String)> {
+    if let Some(path) = &a.text {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        return Ok((text, format!("the file {}", path.display())));
+    }
+    // A run trained on its own text is measured on that text's held-out part.
+    if a.corpus.is_none() {
+        if let Some((source, corpus)) = own_text(spec)? {
+            anyhow::ensure!(
+                !matches!(a.split, Some(Split::Test)),
+                "{spec} was trained on its own text ({}), which has no test split: its \
+                 held-out part is --split valid (the default), and --text scores another file",
+                source.path.display()
+            );
+            let share = format!("{:.0}%", 100.0 * source.valid_fraction);
+            let what = format!("the held-out {share} of {}", source.path.display());
+            return Ok((Corpus::stream(&corpus.valid), what));
+        }
+    }
+    let dir = a.corpus.clone().unwrap_or_else(corpus::default_dir);
+    let corpus = load_corpus(Some(dir.clone()))?;
+    let (split, works) = match a.split.unwrap_or(Split::Test) {
+        Split::Test => ("test", &corpus.test),
+        Split::Valid => ("valid", &corpus.valid),
+    };
+    anyhow::ensure!(
+        !works.is_empty(),
+        "the corpus in {} has no {split} split",
+        dir.display()
+    );
+    let names: Vec<&str> = works.iter().map(|w| w.name.as_str()).collect();
+    let what = format!(
+        "the {split} split of {} ({})",
+        dir.display(),
+        names.join(", ")
+    );
+    Ok((Corpus::stream(works), what))
+}
+
 /// One row of `lm eval`: a tidy record (the evaluation's own fields, `len` among them, or
 /// `len` and why there is none).
 #[derive(Serialize)]
 struct EvalRow<'a> {
     #[serde(flatten)]
     model: model::ModelNote<'a>,
+    /// What was scored, in words.
+    data: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     len: Option<usize>,
     #[serde(flatten)]
@@ -511,26 +563,7 @@ fn eval(a: EvalArgs, out: &mut impl Write) -> Result<()> {
         _ => None,
     };
     let lm = a.model.load(&default)?;
-    let text = match &a.text {
-        Some(path) => {
-            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?
-        }
-        None => {
-            // A run trained on its own text is measured on that text's held-out part.
-            let own = match a.corpus {
-                Some(_) => None,
-                None => own_text(a.model.spec(&default))?,
-            };
-            let corpus = match own {
-                Some(corpus) => corpus,
-                None => load_corpus(a.corpus.clone())?,
-            };
-            Corpus::stream(match a.split {
-                Split::Test if !corpus.test.is_empty() => &corpus.test,
-                _ => &corpus.valid,
-            })
-        }
-    };
+    let (text, data) = eval_text(&a, a.model.spec(&default))?;
     let ids = lm.encode_text(&text)?;
     let context = lm.model.config().context;
     let lengths = a
@@ -538,7 +571,7 @@ fn eval(a: EvalArgs, out: &mut impl Write) -> Result<()> {
         .clone()
         .unwrap_or_else(|| [1, 2, 4, 8].map(|f| f * context).to_vec());
     if let Some(stride) = a.stride {
-        return eval_strided(&a, &lm, &ids, &lengths, stride, out);
+        return eval_strided(&a, &lm, (&ids, &data), &lengths, stride, out);
     }
     let slots = |len: usize| (ids.len().saturating_sub(1) / len.max(1)).min(a.windows);
     let bar = posenc_train::token_bar(a.quiet, lengths.iter().map(|&l| l * slots(l)).sum());
@@ -564,6 +597,7 @@ fn eval(a: EvalArgs, out: &mut impl Write) -> Result<()> {
         };
         rows.push(EvalRow {
             model: a.model.note(&default),
+            data: &data,
             len: eval.is_none().then_some(len),
             perplexity: eval.as_ref().map(|e| e.perplexity()),
             eval,
@@ -594,7 +628,7 @@ fn eval(a: EvalArgs, out: &mut impl Write) -> Result<()> {
     });
     write!(
         out,
-        "{}{}{reading}\n\n{}{}",
+        "{}{}{reading}\nscored on {data}\n\n{}{}",
         lm.describe(),
         a.model.reading_note(),
         tables::lengths(&table),
@@ -608,6 +642,8 @@ fn eval(a: EvalArgs, out: &mut impl Write) -> Result<()> {
 struct StridedRow<'a> {
     #[serde(flatten)]
     model: model::ModelNote<'a>,
+    /// What was scored, in words.
+    data: &'a str,
     #[serde(flatten)]
     eval: &'a StridedEval,
     perplexity: f64,
@@ -616,7 +652,7 @@ struct StridedRow<'a> {
 fn eval_strided(
     a: &EvalArgs,
     lm: &model::CausalLm,
-    ids: &[u32],
+    (ids, data): (&[u32], &str),
     lengths: &[usize],
     stride: usize,
     out: &mut impl Write,
@@ -640,6 +676,7 @@ fn eval_strided(
             .iter()
             .map(|eval| StridedRow {
                 model: a.model.note(&default),
+                data,
                 eval,
                 perplexity: eval.perplexity(),
             })
@@ -649,7 +686,7 @@ fn eval_strided(
     }
     write!(
         out,
-        "{}{}; sliding windows, each token scored once\n\n{}",
+        "{}{}; sliding windows, each token scored once\nscored on {data}\n\n{}",
         lm.describe(),
         a.model.reading_note(),
         tables::strided(&evals)
@@ -768,6 +805,41 @@ fn experiment(a: ExperimentArgs, out: &mut impl Write) -> Result<()> {
         let plots = posenc_lm::figures::lm_experiment(&pooled, &a.out)?;
         return a.grid.print(&pooled, &pooled.table(), &plots, &a.out, out);
     }
+    let given = [
+        ("--steps", a.steps.is_some()),
+        ("--context", a.context.is_some()),
+        ("--seed", a.seed.is_some()),
+        ("--factors", a.factors.is_some()),
+        ("--randomized-positions", a.randomized_positions.is_some()),
+        ("--window", a.window.is_some()),
+        ("--base", a.base.is_some()),
+        ("--budget", a.budget.quick()),
+    ];
+    let cfg = match a.grid.merged_config(&a.out, &given)? {
+        Some(cfg) => cfg,
+        None => experiment_config(&a)?,
+    };
+    cfg.base.validate()?;
+    posenc_train::experiment::check_out::<experiment::LmExperimentRun>(&a.out)?;
+    let corpus = load_corpus(a.corpus)?;
+    let opts = RunOptions {
+        quiet: a.quiet,
+        force: false,
+        stop_after: None,
+    };
+    let experiment = experiment::LmExperimentRun {
+        config: &cfg,
+        corpus: &corpus,
+        device: &a.device.0,
+    };
+    a.grid.run(&experiment, &a.out, opts, out, |results| {
+        let plots = posenc_lm::figures::lm_experiment(results, &a.out)?;
+        Ok((results.table(), plots))
+    })
+}
+
+/// The grid `lm experiment`'s flags ask for.
+fn experiment_config(a: &ExperimentArgs) -> Result<LmExperimentConfig> {
     anyhow::ensure!(
         !(a.budget.quick() && a.base.is_some()),
         "--base and --budget quick both set the runs' config: give one"
@@ -799,26 +871,10 @@ fn experiment(a: ExperimentArgs, out: &mut impl Write) -> Result<()> {
         streaming.caches()?;
         cfg.streaming = Some(streaming);
     }
-    if let Some(mut factors) = a.factors {
+    if let Some(mut factors) = a.factors.clone() {
         factors.sort_unstable();
         factors.dedup();
         cfg.factors = factors;
     }
-    cfg.base.validate()?;
-    posenc_train::experiment::check_out::<experiment::LmExperimentRun>(&a.out)?;
-    let corpus = load_corpus(a.corpus)?;
-    let opts = RunOptions {
-        quiet: a.quiet,
-        force: false,
-        stop_after: None,
-    };
-    let experiment = experiment::LmExperimentRun {
-        config: &cfg,
-        corpus: &corpus,
-        device: &a.device.0,
-    };
-    a.grid.run(&experiment, &a.out, opts, out, |results| {
-        let plots = posenc_lm::figures::lm_experiment(results, &a.out)?;
-        Ok((results.table(), plots))
-    })
+    Ok(cfg)
 }

@@ -37,6 +37,53 @@ impl std::str::FromStr for EncodingList {
     }
 }
 
+/// Parses an `--encoding` as `T` (by its `FromStr`), and offers the registered kinds to a
+/// shell's completion (`posenc completions`); the help does not list them (`posenc
+/// encoding list` does, with their settings).
+#[derive(Clone)]
+pub struct EncodingParser<T>(std::marker::PhantomData<fn() -> T>);
+
+impl<T> EncodingParser<T> {
+    /// The parser.
+    pub fn new() -> Self {
+        Self(std::marker::PhantomData)
+    }
+}
+
+impl<T> Default for EncodingParser<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T> clap::builder::TypedValueParser for EncodingParser<T>
+where
+    T: std::str::FromStr + Clone + Send + Sync + 'static,
+    T::Err: Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+{
+    type Value = T;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<T, clap::Error> {
+        clap::builder::StringValueParser::new()
+            .try_map(|s: String| s.parse::<T>())
+            .parse_ref(cmd, arg, value)
+    }
+
+    fn possible_values(
+        &self,
+    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        let kinds = posenc::EncodingConfig::kinds();
+        Some(Box::new(
+            kinds.into_iter().map(clap::builder::PossibleValue::new),
+        ))
+    }
+}
+
 /// How a command prints its results: text to read (tables), or JSON for scripts, alone on
 /// standard output (progress and warnings go to standard error either way).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -179,6 +226,32 @@ pub fn interrupted(e: &anyhow::Error) -> Option<posenc_train::fit::Interrupted> 
     })
 }
 
+/// `--seeds`, in every command a count of seeds (from `--seed` up), never a list: a list
+/// is refused with the flags that say it.
+///
+/// # Errors
+/// Not a number, or 0; a list, with its spelling as `--seed S --seeds N` when its seeds
+/// are consecutive.
+pub fn seed_count(s: &str) -> Result<usize> {
+    if let Ok(n) = s.trim().parse::<usize>() {
+        anyhow::ensure!(n > 0, "give at least one seed");
+        return Ok(n);
+    }
+    let list: Option<Vec<u64>> = s.split(',').map(|x| x.trim().parse().ok()).collect();
+    match list {
+        Some(l) if l.len() > 1 && l.windows(2).all(|w| w[1] == w[0] + 1) => anyhow::bail!(
+            "--seeds is a count, not a list: for seeds {s} give --seed {} --seeds {}",
+            l[0],
+            l.len()
+        ),
+        Some(l) if l.len() > 1 => anyhow::bail!(
+            "--seeds is a count of consecutive seeds from --seed, not a list: run each of {s} \
+             apart with --seed, or a consecutive range"
+        ),
+        _ => anyhow::bail!("--seeds is a count of seeds: `{s}` is not a number"),
+    }
+}
+
 /// The grid of an experiment, the same flags for every task: which encodings, how many
 /// seeds, and which part of the grid this process runs.
 #[derive(clap::Args, Debug)]
@@ -188,17 +261,18 @@ pub struct GridArgs {
     /// experiment's lineup, above].
     #[arg(long)]
     pub encodings: Option<EncodingList>,
-    /// Seeds per encoding: each row is then their mean ± standard deviation [default: the
-    /// experiment's, above].
-    #[arg(long)]
+    /// Seeds per encoding, counted up from --seed: each row is then their mean ± standard
+    /// deviation [default: the experiment's, above].
+    #[arg(long, value_parser = seed_count)]
     pub seeds: Option<usize>,
     /// Run only every N-th cell (encoding × seed) of the grid, starting at the I-th, and
     /// write them into shard-I-of-N.json in --out: one process or machine per shard.
     #[arg(long, value_name = "I/N", conflicts_with = "merge")]
     pub shard: Option<Shard>,
-    /// Join the shards in --out (every shard-I-of-N.json, run with these same settings)
-    /// into the results.json one process would have written, and draw its figures.
-    #[arg(long)]
+    /// Join the shards in --out (every shard-I-of-N.json) into the results.json one
+    /// process would have written, and draw its figures; the grid is the one the shards
+    /// recorded, so no other setting is given.
+    #[arg(long, conflicts_with_all = ["shard", "encodings", "seeds"])]
     pub merge: bool,
     /// Output format: text (the table, and where the results and figures are) or json (the
     /// results, as results.json holds them, alone on standard output).
@@ -207,6 +281,29 @@ pub struct GridArgs {
 }
 
 impl GridArgs {
+    /// With `--merge`, the grid the shards in `dir` ran
+    /// ([`posenc_train::experiment::shards_config`]), after refusing any of the `given`
+    /// settings (`(flag, whether it was given)`): the shards say them all; `None` without.
+    ///
+    /// # Errors
+    /// A setting given beside `--merge`; the shards' own.
+    pub fn merged_config<C: serde::Serialize + serde::de::DeserializeOwned>(
+        &self,
+        dir: &Path,
+        given: &[(&str, bool)],
+    ) -> Result<Option<C>> {
+        if !self.merge {
+            return Ok(None);
+        }
+        let given: Vec<&str> = given.iter().filter(|(_, g)| *g).map(|(f, _)| *f).collect();
+        anyhow::ensure!(
+            given.is_empty(),
+            "--merge reads the grid from the shards, which recorded it: leave out {}",
+            given.join(", ")
+        );
+        Ok(Some(posenc_train::experiment::shards_config(dir)?))
+    }
+
     /// Runs `experiment` into `dir` as these flags say (the whole grid, one shard, or the
     /// merge of the shards), then prints its table and where its results and figures are;
     /// `figures` draws them.
@@ -229,8 +326,12 @@ impl GridArgs {
                     )?,
                     Format::Text => writeln!(
                         out,
-                        "shard {shard} done: {}; once every shard is done, join them with --merge",
-                        path.display()
+                        "shard {} of {} done: {}; once every shard is done, join them with \
+                         --merge --out {}",
+                        shard.index,
+                        shard.count,
+                        path.display(),
+                        dir.display()
                     )?,
                 }
                 return Ok(());
@@ -298,15 +399,15 @@ pub enum Budget {
     Quick,
 }
 
-/// `--budget full|quick`. Its earlier spelling, `--quick`, still works (hidden): it sat
-/// one typo from `--quiet`, and the slip ran the full budget without a word.
+/// `--budget full|quick`, or `--quick` for short (listed in the help: hidden, it was a
+/// flag users could not find).
 #[derive(clap::Args, Debug, Clone, Copy)]
 pub struct BudgetArg {
     /// How much to spend: `full` (the study's settings) or `quick` (minutes on two cores).
     #[arg(long, value_enum, default_value_t = Budget::Full)]
     budget: Budget,
     /// The same as `--budget quick`.
-    #[arg(long, hide = true, conflicts_with = "budget")]
+    #[arg(long, conflicts_with = "budget")]
     quick: bool,
 }
 
@@ -435,6 +536,15 @@ pub struct ScheduleArgs {
 }
 
 impl ScheduleArgs {
+    /// Each flag, and whether it was given (`--merge` refuses them).
+    pub fn given(&self) -> [(&'static str, bool); 3] {
+        [
+            ("--lr", self.lr.is_some()),
+            ("--min-lr", self.min_lr.is_some()),
+            ("--warmup", self.warmup.is_some()),
+        ]
+    }
+
     /// `(lr, min_lr, warmup)` with the flags given applied: a new peak without `--min-lr`
     /// scales the floor with it, so `--lr 1e-5` alone is never refused for a floor above it.
     pub fn apply(&self, lr: f64, min_lr: f64, warmup: usize) -> (f64, f64, usize) {
@@ -448,53 +558,67 @@ impl ScheduleArgs {
     }
 }
 
-/// Says on standard error when a run's warm-up does not end within its steps: its
-/// learning rate then never reaches the peak asked for.
-pub fn warn_schedule(warmup: usize, steps: usize) {
-    if warmup >= steps {
-        posenc_train::log(&format!(
-            "warning: the warm-up of {warmup} steps does not end within the run's {steps}: \
-             the learning rate never reaches its peak (--warmup sets it)"
-        ));
+/// A task's model from scratch when neither its config nor a flag sets one: the defaults
+/// `--d-model`, `--layers` and `--heads` show in its `--help`.
+pub trait DefaultSize: Send + Sync + 'static {
+    /// The model trained from scratch by default.
+    fn size() -> posenc_transformer::LmConfig;
+}
+
+/// The language-model task's default model.
+#[derive(Debug, Clone, Copy)]
+pub struct LmSize;
+
+impl DefaultSize for LmSize {
+    fn size() -> posenc_transformer::LmConfig {
+        posenc_lm::task::LmTrainConfig::default().model
     }
 }
 
-/// The language-model task's default model, for `--help`.
-fn lm_size() -> posenc_transformer::LmConfig {
-    posenc_lm::task::LmTrainConfig::default().model
-}
+/// The lengthgen task's default model.
+#[derive(Debug, Clone, Copy)]
+pub struct LengthgenSize;
 
-/// The lengthgen task's default model, for `--help`.
-fn lengthgen_size() -> posenc_transformer::LmConfig {
-    posenc_lengthgen::task::LengthgenConfig::default().model
+impl DefaultSize for LengthgenSize {
+    fn size() -> posenc_transformer::LmConfig {
+        posenc_lengthgen::task::LengthgenConfig::default().model
+    }
 }
 
 /// The size of a model trained from scratch: `--d-model`, `--layers`, `--heads`, each
-/// replacing the command's default (or its config's) when given.
+/// replacing the command's default `D` (or its config's) when given.
 #[derive(clap::Args, Debug, Clone, Copy)]
-pub struct ModelSizeArgs {
+pub struct ModelSizeArgs<D: DefaultSize + Clone + std::fmt::Debug> {
     /// Model width (the feed-forward width follows at 4 × it).
     #[arg(long, help = format!(
         "Model width (the feed-forward width follows at 4 × it) [default: the config's, else \
-         {} for lm, {} for lengthgen]",
-        lm_size().d_model, lengthgen_size().d_model
+         {}]",
+        D::size().d_model
     ))]
     d_model: Option<usize>,
     /// Layers.
-    #[arg(long, help = format!(
-        "Layers [default: the config's, else {} for lm, {} for lengthgen]",
-        lm_size().layers, lengthgen_size().layers
-    ))]
+    #[arg(long, help = format!("Layers [default: the config's, else {}]", D::size().layers))]
     layers: Option<usize>,
     /// Attention heads.
     #[arg(long, help = format!(
-        "Attention heads [default: the config's, else {} for lm, {} for lengthgen]",
-        lm_size().heads, lengthgen_size().heads
+        "Attention heads [default: the config's, else {}]",
+        D::size().heads
     ))]
     heads: Option<usize>,
+    #[arg(skip)]
+    task: std::marker::PhantomData<D>,
 }
 
-impl ModelSizeArgs {
+impl<D: DefaultSize + Clone + std::fmt::Debug> ModelSizeArgs<D> {
+    /// Each flag, and whether it was given (`--merge` refuses them).
+    pub fn given(&self) -> [(&'static str, bool); 3] {
+        [
+            ("--d-model", self.d_model.is_some()),
+            ("--layers", self.layers.is_some()),
+            ("--heads", self.heads.is_some()),
+        ]
+    }
+
     /// Sets the sizes given on `model`; its own config's checks name a bad one.
     pub fn apply_to(&self, model: &mut posenc_transformer::LmConfig) {
         if let Some(d) = self.d_model {
@@ -543,7 +667,11 @@ pub fn read_prompt(prompt: Option<String>) -> Result<String> {
             let mut text = String::new();
             std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
                 .context("reading the prompt from standard input")?;
-            text
+            // `echo … |` ends the prompt with a line end the user did not mean to give.
+            let end = text
+                .strip_suffix("\r\n")
+                .or_else(|| text.strip_suffix('\n'));
+            end.map(str::to_string).unwrap_or(text)
         }
     };
     anyhow::ensure!(

@@ -17,7 +17,7 @@ pub enum PlotCommand {
     Encoding {
         /// The encoding: a kind, `kind:key=value:…` or a JSON object (`posenc encoding
         /// list` shows them all).
-        #[arg(long = "encoding", alias = "kind", value_name = "ENCODING")]
+        #[arg(long = "encoding", alias = "kind", value_name = "ENCODING", value_parser = super::EncodingParser::<super::EncodingArg>::new(), hide_possible_values = true)]
         kind: super::EncodingArg,
         /// Model width.
         #[arg(long, default_value_t = 64)]

@@ -56,12 +56,14 @@ impl ReportArgs {
         for page in &self.tables {
             pages.push((page.clone(), pages::tables(page)?));
         }
+        // Only a page that changes is written, and named: a rerun prints nothing.
         let mut stale = Vec::new();
         for (path, page) in pages {
+            if std::fs::read_to_string(&path).ok().as_deref() == Some(page.as_str()) {
+                continue;
+            }
             if self.check {
-                if std::fs::read_to_string(&path).ok().as_deref() != Some(page.as_str()) {
-                    stale.push(path.display().to_string());
-                }
+                stale.push(path.display().to_string());
             } else {
                 posenc_io::write_atomic(&path, page.as_bytes())?;
                 writeln!(out, "{}", path.display())?;

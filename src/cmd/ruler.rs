@@ -26,9 +26,12 @@ pub struct RulerArgs {
     /// Prompt lengths in tokens.
     #[arg(long, value_delimiter = ',', default_value = "4096,8192,16384,32768")]
     lengths: Vec<usize>,
-    /// Seeds of the haystacks (keys, values, where the needles go).
-    #[arg(long, value_delimiter = ',', default_value = "0,1,2")]
-    seeds: Vec<u64>,
+    /// The first seed of the haystacks (keys, values, where the needles go).
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Seeds, counted up from --seed: the table is then their mean ± sd.
+    #[arg(long, default_value_t = 3, value_parser = super::seed_count)]
+    seeds: usize,
     /// Samples per task, length and seed.
     #[arg(long, default_value_t = 1)]
     samples: usize,
@@ -79,7 +82,7 @@ impl RulerArgs {
         let cfg = RulerConfig {
             tasks: self.tasks.clone(),
             lengths: self.lengths.clone(),
-            seeds: self.seeds.clone(),
+            seeds: (self.seed..).take(self.seeds).collect(),
             samples: self.samples,
         };
         cfg.validate()?;
@@ -104,6 +107,12 @@ impl RulerArgs {
             }
         }
         let lm = self.model.load(&default)?;
+        // Past the trained context the scores may be noise: said before hours of work.
+        let stretched = scaling.is_some() || self.model.self_extend().is_some();
+        if let (false, Some(&longest)) = (stretched, cfg.lengths.iter().max()) {
+            let what = "the longest prompt comes to";
+            super::model::check_context(&lm, what, longest, None)?;
+        }
         let encode = |text: &str| {
             lm.encode_prompt(text)
                 .map_err(posenc_train::Error::callback)

@@ -16,9 +16,12 @@ pub struct TrainArgs {
     /// A JSON training config (see `TrainConfig`); flags override it.
     #[arg(long)]
     config: Option<PathBuf>,
-    /// The positional encoding: a kind, `kind:key=value:…` or a JSON object (`posenc
-    /// encoding list` shows them all) [default: the config's, else sinusoidal].
-    #[arg(long)]
+    /// The positional encoding.
+    #[arg(long, value_parser = super::EncodingParser::<super::EncodingArg>::new(), hide_possible_values = true, help = format!(
+        "The positional encoding: a kind, `kind:key=value:…` or a JSON object (`posenc \
+         encoding list` shows them all) [default: the config's, else {}]",
+        TrainConfig::default().model.encoding.kind()
+    ))]
     encoding: Option<super::EncodingArg>,
     /// Output directory for the model and checkpoints.
     #[arg(long, default_value = "runs/kotoba")]
@@ -110,11 +113,10 @@ impl TrainArgs {
             cfg.run.save_every = self.save_every.unwrap_or(cfg.run.save_every);
             cfg.run.eval_every = self.eval_every.unwrap_or(cfg.run.eval_every);
             if self.print_config {
-                cfg.validate()?;
-                writeln!(out, "{}", serde_json::to_string_pretty(&cfg)?)?;
+                let resolved = posenc_kotoba::task::resolve(cfg)?.config;
+                writeln!(out, "{}", serde_json::to_string_pretty(&resolved)?)?;
                 return Ok(());
             }
-            super::warn_schedule(cfg.run.warmup, cfg.run.steps);
             job::train::<Translation>(cfg, &(), &self.out, opts, &self.device.0)?
         };
         if self.format == super::Format::Json {
@@ -299,7 +301,7 @@ pub struct EvalArgs {
     /// The same as `--format json`.
     #[arg(long, hide = true, conflicts_with = "format")]
     json: bool,
-    /// Show up to this many mistakes per split.
+    /// Show up to this many mistakes per split, in the table's text or the JSON.
     #[arg(long, default_value_t = 0)]
     errors: usize,
 }
@@ -309,18 +311,18 @@ impl EvalArgs {
     pub fn run(self, out: &mut impl Write) -> Result<()> {
         let (translator, cfg) = self.decode.load()?;
         let data = translator.state.config.data.clone();
-        let reports = evaluate(&translator, &data, &cfg)?;
+        let reports = evaluate(&translator, &data, &cfg, self.errors)?;
         if self.json || self.format == super::Format::Json {
             writeln!(out, "{}", serde_json::to_string_pretty(&reports)?)?;
             return Ok(());
         }
         write!(out, "{}", table(&reports))?;
-        for r in reports.iter().filter(|_| self.errors > 0) {
-            for (src, want, got) in r.errors.iter().take(self.errors) {
+        for r in &reports {
+            for m in &r.errors {
                 writeln!(
                     out,
-                    "{}: {src}\n  expected: {want}\n  produced: {got}",
-                    r.split
+                    "{}: {}\n  expected: {}\n  produced: {}",
+                    r.split, m.source, m.expected, m.produced
                 )?;
             }
         }

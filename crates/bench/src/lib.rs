@@ -25,7 +25,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 pub mod embed;
 pub mod generate;
@@ -134,7 +134,7 @@ pub fn rounds(default: usize) -> usize {
 
 /// The repository, where the baselines' scripts and llama.cpp's build are.
 fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    posenc_io::checkout()
 }
 
 /// `device` as `--device` names it: `cpu`, `cuda:N` or `metal:N`.

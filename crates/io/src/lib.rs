@@ -95,6 +95,14 @@ pub fn remove_stale_temporaries(dir: &Path) -> Result<usize> {
     Ok(removed)
 }
 
+/// The checkout posenc was built in (the workspace's root), as a plain path with no `..`
+/// in it: where the shipped models, the docs and the fetched `.cache` are.
+pub fn checkout() -> std::path::PathBuf {
+    let io = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    // crates/io → crates → the root.
+    io.ancestors().nth(2).unwrap_or(io).to_path_buf()
+}
+
 /// The directory the fetched models and corpora live in, and where the fetch scripts put
 /// them: `$POSENC_CACHE` when it is set; else the repository's `.cache` when this build
 /// sits in a checkout that has one; else the platform's cache directory
@@ -105,7 +113,7 @@ pub fn cache_dir() -> std::path::PathBuf {
     if let Some(dir) = std::env::var_os("POSENC_CACHE").filter(|d| !d.is_empty()) {
         return PathBuf::from(dir);
     }
-    let checkout = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache");
+    let checkout = checkout().join(".cache");
     if checkout.is_dir() {
         return checkout;
     }

@@ -23,15 +23,33 @@ pub struct SplitReport {
     pub both_halves: Option<f64>,
     /// Exact match by number of clauses (1-based index: `[1 clause, 2 clauses, …]`).
     pub exact_by_clauses: Vec<Option<f64>>,
-    /// The first few mistakes: `(English, expected, produced)`.
-    pub errors: Vec<(String, String, String)>,
+    /// Order-swap only: the pairs its sentences make (each sentence and its swap).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pairs: Option<usize>,
+    /// The first mistakes, as many as were asked for.
+    pub errors: Vec<Mistake>,
 }
 
-/// Evaluates `translator` on the splits of `data`.
+/// A sentence translated wrong.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Mistake {
+    /// The English.
+    pub source: String,
+    /// The Kotoba it should be.
+    pub expected: String,
+    /// The Kotoba the model produced.
+    pub produced: String,
+}
+
+/// Evaluates `translator` on the splits of `data`, keeping the first `mistakes` of each.
+///
+/// # Errors
+/// A corpus that cannot be generated; the model failing to run.
 pub fn evaluate(
     translator: &Translator,
     data: &DataConfig,
     cfg: &DecodeConfig,
+    mistakes: usize,
 ) -> Result<Vec<SplitReport>> {
     let splits = data::generate(data)?;
     let mut reports = Vec::new();
@@ -58,8 +76,12 @@ pub fn evaluate(
             .collect();
         let errors = (0..hyps.len())
             .filter(|&i| hyps[i] != refs[i])
-            .take(10)
-            .map(|i| (sources[i].clone(), refs[i].clone(), hyps[i].clone()))
+            .take(mistakes)
+            .map(|i| Mistake {
+                source: sources[i].clone(),
+                expected: refs[i].clone(),
+                produced: hyps[i].clone(),
+            })
             .collect();
         reports.push(SplitReport {
             split: name.to_string(),
@@ -67,6 +89,7 @@ pub fn evaluate(
             exact: exact_match(&hyps, &refs),
             bleu: corpus_bleu(&hyps, &refs),
             both_halves,
+            pairs: both_halves.map(|_| pairs.len() / 2),
             exact_by_clauses,
             errors,
         });
@@ -83,10 +106,13 @@ pub fn table(reports: &[SplitReport]) -> String {
         let both = r
             .both_halves
             .map_or("".to_string(), |b| format!("{:.1}%", 100.0 * b));
+        let count = match r.pairs {
+            Some(pairs) => format!("{} ({pairs} pairs)", r.sentences),
+            None => r.sentences.to_string(),
+        };
         out += &format!(
-            "| {} | {} | {:.1}% | {:.2} | {} |\n",
+            "| {} | {count} | {:.1}% | {:.2} | {} |\n",
             r.split,
-            r.sentences,
             100.0 * r.exact,
             r.bleu,
             both

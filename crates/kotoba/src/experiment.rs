@@ -334,6 +334,7 @@ impl posenc_train::experiment::Experiment for ExperimentRun<'_> {
                     &translator,
                     &self.config.base.data,
                     &DecodeConfig::default(),
+                    0,
                 )?;
                 let metrics = Metrics::from_reports(&reports, &state.history)?;
                 (Some(metrics), None, Some(state))

@@ -283,6 +283,38 @@ pub fn validate(
     Ok((total / count.max(1) as f64, exact_match(&hyps, &refs[..n])))
 }
 
+/// A config as it trains: checked, its corpus generated and both vocabularies trained on
+/// the training split, their sizes set in the model.
+pub struct Resolved {
+    /// The config, the model's vocabulary sizes set from the data.
+    pub config: TrainConfig,
+    /// The corpus.
+    pub splits: data::Splits,
+    /// The source (English) vocabulary.
+    pub src: Vocab,
+    /// The target (Kotoba) vocabulary.
+    pub tgt: Vocab,
+}
+
+/// `cfg` as it trains ([`Resolved`]): what `kotoba train --print-config` prints.
+///
+/// # Errors
+/// A bad setting, or a corpus that cannot be generated.
+pub fn resolve(mut cfg: TrainConfig) -> Result<Resolved> {
+    cfg.validate()?;
+    let splits = data::generate(&cfg.data)?;
+    let src = Vocab::train(splits.train.iter().map(|p| p.src.as_str()))?;
+    let tgt = Vocab::train(splits.train.iter().map(|p| p.tgt.as_str()))?;
+    cfg.model.src_vocab_size = src.len();
+    cfg.model.tgt_vocab_size = tgt.len();
+    Ok(Resolved {
+        config: cfg,
+        splits,
+        src,
+        tgt,
+    })
+}
+
 impl Job<'_> for Translation {
     const KIND: &'static str = "kotoba";
     type Inputs = ();
@@ -290,13 +322,12 @@ impl Job<'_> for Translation {
     /// Generates the corpus, trains both vocabularies on its training split (setting the
     /// model's vocabulary sizes) and builds the model.
     fn begin(cfg: TrainConfig, (): &(), device: &Device) -> Result<Begun<Self>> {
-        cfg.validate()?;
-        let splits = data::generate(&cfg.data)?;
-        let src = Vocab::train(splits.train.iter().map(|p| p.src.as_str()))?;
-        let tgt = Vocab::train(splits.train.iter().map(|p| p.tgt.as_str()))?;
-        let mut cfg = cfg;
-        cfg.model.src_vocab_size = src.len();
-        cfg.model.tgt_vocab_size = tgt.len();
+        let Resolved {
+            config: cfg,
+            splits,
+            src,
+            tgt,
+        } = resolve(cfg)?;
         let task = Translation::new(&cfg, &splits, &src, &tgt, device)?;
         let fixed = FixedFiles::new(
             serde_json::to_string_pretty(&cfg.model)?.into_bytes(),
@@ -526,7 +557,9 @@ impl Translator {
 
     /// Translates English sentences (line numbers in errors count from 1). Input is
     /// [normalised](crate::vocab::normalize) first (lower case, no punctuation); an empty
-    /// sentence translates to the empty sentence.
+    /// sentence translates to the empty sentence, and a line of several
+    /// ([`sentences`](crate::vocab::sentences): `the dog runs. the cat sleeps`) to each one's
+    /// translation, joined by `. `.
     ///
     /// # Errors
     /// An [`UnknownWord`](crate::vocab::UnknownWord) (special tokens included) names the
@@ -537,10 +570,17 @@ impl Translator {
         cfg: &decode::DecodeConfig,
     ) -> Result<Vec<String>> {
         cfg.validate(&self.model)?;
-        let sources: Vec<Vec<u32>> = sentences
+        // Each line's sentences ([`crate::vocab::sentences`]) are translated apart, and
+        // joined again: the model was trained on one sentence at a time.
+        let mut parts = Vec::new();
+        for (i, line) in sentences.iter().enumerate() {
+            for part in crate::vocab::sentences(line) {
+                parts.push((i, part));
+            }
+        }
+        let sources: Vec<Vec<u32>> = parts
             .iter()
-            .enumerate()
-            .map(|(i, s)| Ok(self.src.encode(&crate::vocab::normalize(s), i + 1)?))
+            .map(|&(i, s)| Ok(self.src.encode(&crate::vocab::normalize(s), i + 1)?))
             .collect::<Result<_>>()?;
         let mut out = vec![String::new(); sources.len()];
         let to_decode: Vec<usize> = (0..sources.len())
@@ -562,7 +602,11 @@ impl Translator {
                 out[i] = self.tgt.decode(&ids);
             }
         }
-        Ok(out)
+        let mut lines = vec![Vec::new(); sentences.len()];
+        for ((line, _), translation) in parts.iter().zip(out) {
+            lines[*line].push(translation);
+        }
+        Ok(lines.into_iter().map(|l| l.join(". ")).collect())
     }
 
     /// Each sentence's translation, or why it has none (a word outside the vocabulary),
@@ -600,5 +644,5 @@ impl Translator {
 
 /// Where `posenc kotoba translate` looks by default: the model shipped in the repository.
 pub fn shipped_model() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/kotoba"))
+    posenc_io::checkout().join("models/kotoba")
 }

@@ -84,6 +84,33 @@ pub fn normalize(sentence: &str) -> String {
         .join(" ")
 }
 
+/// The sentences of one line of English: split after each `.`, `!` or `?` that ends a
+/// word, trimmed, empty ones dropped (`"the dog runs. the cat sleeps"` is two); a line
+/// with none is one empty sentence.
+pub fn sentences(line: &str) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let mut start = 0;
+    let mut chars = line.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        let ends = matches!(c, '.' | '!' | '?')
+            && chars.peek().is_none_or(|&(_, next)| next.is_whitespace());
+        if ends {
+            parts.push(&line[start..i + c.len_utf8()]);
+            start = i + c.len_utf8();
+        }
+    }
+    parts.push(&line[start..]);
+    let parts: Vec<&str> = parts
+        .into_iter()
+        .map(str::trim)
+        .filter(|p| !normalize(p).is_empty())
+        .collect();
+    match parts.is_empty() {
+        true => vec![""],
+        false => parts,
+    }
+}
+
 /// A whitespace word-level vocabulary.
 #[derive(Clone)]
 pub struct Vocab {
@@ -183,5 +210,23 @@ impl Vocab {
             .filter_map(|&i| self.tokenizer.get_model().id_to_token(i))
             .collect::<Vec<_>>()
             .join(" ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sentences;
+
+    #[test]
+    fn a_line_splits_after_each_sentence_end() {
+        assert_eq!(
+            sentences("the dog runs. the cat sleeps!  a bird sings?"),
+            ["the dog runs.", "the cat sleeps!", "a bird sings?"]
+        );
+        // Not inside a word, nothing empty kept, and an empty line stays one sentence.
+        assert_eq!(sentences("the dog.runs"), ["the dog.runs"]);
+        assert_eq!(sentences("the dog runs. . "), ["the dog runs."]);
+        assert_eq!(sentences(""), [""]);
+        assert_eq!(sentences(" ... "), [""]);
     }
 }

@@ -200,10 +200,7 @@ fn read_fixed(dir: &Path) -> Result<(LmConfig, Tokenizer)> {
 /// Where `posenc lm generate` and `lm eval` look by default: the character model shipped
 /// in the repository (ALiBi, so it keeps its quality past the 64 characters it trained on).
 pub fn shipped_model() -> std::path::PathBuf {
-    std::path::PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../models/shakespeare-alibi"
-    ))
+    posenc_io::checkout().join("models/shakespeare-alibi")
 }
 
 /// A saved model, loaded for inference.

@@ -348,6 +348,42 @@ pub fn run_shard<E: Experiment>(
     Ok(path)
 }
 
+/// The grid the shards in `out` ran: the settings every `shard-I-of-N.json` records, so
+/// that `--merge` needs none of the flags they ran with.
+///
+/// # Errors
+/// No shards; a shard file that does not parse; two shards of other grids, named with
+/// the settings they differ in.
+pub fn shards_config<C: Serialize + DeserializeOwned>(out: &Path) -> Result<C> {
+    let shards = shard_files(out)?;
+    let Some((first, first_path)) = shards.first() else {
+        bail!(
+            "{} holds no shards (shard-I-of-N.json): run the grid's shards with --shard I/N first",
+            out.display()
+        );
+    };
+    let config = |path: &Path| -> Result<serde_json::Value> {
+        let file: serde_json::Value = results::load_results(path)?;
+        file.get("config").cloned().ok_or_else(|| {
+            posenc_error::invalid!("{} records no grid (`config`)", path.display()).into()
+        })
+    };
+    let grid = config(first_path)?;
+    for (shard, path) in &shards[1..] {
+        let differ = json_differences(&config(path)?, &grid);
+        ensure!(
+            differ.is_empty(),
+            "{} ran another grid than {} (they differ in {}): merge the shards of one grid",
+            shard.file_name(),
+            first.file_name(),
+            differ.join(", ")
+        );
+    }
+    serde_json::from_value(grid)
+        .with_context(|| format!("{} records no grid of this task", first_path.display()))
+        .map_err(Into::into)
+}
+
 /// Joins the shards of `cfg`'s grid in `out` (`shard-I-of-N.json`, every I from 1 to N)
 /// into the `results.json` and `results.md` one process running the whole grid writes.
 ///
@@ -356,6 +392,7 @@ pub fn run_shard<E: Experiment>(
 /// another grid than `cfg`, or with other data; a missing or unfinished shard. Nothing is
 /// written then.
 pub fn merge<E: Experiment>(cfg: &E, out: &Path) -> Result<E::Results> {
+    shards_config::<E::Config>(out)?;
     let shards = shard_files(out)?;
     ensure!(
         !shards.is_empty(),
@@ -518,7 +555,11 @@ fn for_each_cell<E: Experiment>(
         .cells()
         .filter(|(index, _, _)| shard.is_none_or(|s| s.holds(*index)))
         .collect();
-    let mut progress = Progress::new(cells.len(), opts.quiet);
+    let scope = match shard {
+        Some(s) => format!("shard {} of {} is done", s.index, s.count),
+        None => "the grid is done".to_string(),
+    };
+    let mut progress = Progress::new(cells.len(), opts.quiet, scope);
     for (index, entry, seed) in cells {
         progress.begin(&entry.label, seed);
         let cell = Cell {
@@ -546,11 +587,14 @@ struct Progress {
     training_s: f64,
     started: std::time::Instant,
     quiet: bool,
+    /// What the last cell ends: "the grid is done", "shard 2 of 4 is done".
+    scope: String,
 }
 
 impl Progress {
-    fn new(total: usize, quiet: bool) -> Self {
+    fn new(total: usize, quiet: bool, scope: String) -> Self {
         Self {
+            scope,
             total,
             done: 0,
             trained: 0,
@@ -582,7 +626,7 @@ impl Progress {
         }
         let left = self.total - self.done;
         let eta = match (left, self.trained) {
-            (0, _) => "the grid is done".to_string(),
+            (0, _) => self.scope.clone(),
             (_, 0) => format!("{left} left"),
             (_, n) => format!(
                 "{left} left, about {} to go",

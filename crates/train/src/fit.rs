@@ -157,6 +157,18 @@ impl RunSchedule {
     }
 }
 
+/// Says on standard error when a run's warm-up does not end within its steps: its
+/// learning rate then never reaches the peak asked for.
+pub fn warn_schedule(run: &RunSchedule) {
+    let (warmup, steps) = (run.warmup, run.steps);
+    if warmup >= steps {
+        crate::log(&format!(
+            "warning: the warm-up of {warmup} steps does not end within the run's {steps}: \
+             the learning rate never reaches its peak (--warmup sets it)"
+        ));
+    }
+}
+
 /// What the loop reads from a task's config: its [`RunSchedule`] and its learning rate at
 /// each step.
 pub trait Settings: Clone + Serialize + DeserializeOwned {

@@ -106,6 +106,8 @@ pub fn train<'a, J: Job<'a>>(
     J::initialize(trainer.task.varmap(), &state.config)?;
     let describe = |dir: &Path| describe_existing::<J>(dir, &state.config);
     let dir = RunDir::create(out, &fixed, J::KIND, &state, opts.force, describe)?;
+    // Said once the run is sure to start: a refused --out says only why.
+    crate::fit::warn_schedule(state.config.run());
     trainer.run_in(&dir, &mut state, opts)?;
     Ok(state)
 }

@@ -50,28 +50,116 @@ pub fn progress_bar(quiet: bool, step: usize, steps: usize) -> indicatif::Progre
     bar
 }
 
-/// A progress bar on standard error over `total` tokens (hidden when `quiet`, and by
-/// `indicatif` when standard error is not a terminal).
+/// A progress bar on standard error over `total` tokens (hidden when `quiet`).
 pub fn token_bar(quiet: bool, total: usize) -> indicatif::ProgressBar {
     bar(quiet, total, "{human_pos}/{human_len} tokens")
 }
 
-/// A bar of `total` steps counted as `count` says.
+/// How often progress is printed off a terminal, in seconds: `POSENC_PROGRESS_EVERY`, else
+/// 10 (0: at every redraw).
+pub fn progress_every() -> std::time::Duration {
+    let secs = std::env::var("POSENC_PROGRESS_EVERY")
+        .ok()
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .unwrap_or(10.0);
+    std::time::Duration::from_secs_f64(secs)
+}
+
+/// A bar of `total` steps counted as `count` says: drawn in place on a terminal; off one
+/// (a pipe, a log file), a plain line every [`progress_every`] with the time left.
 fn bar(quiet: bool, total: usize, count: &str) -> indicatif::ProgressBar {
-    let bar = match quiet {
-        true => indicatif::ProgressBar::hidden(),
-        false => indicatif::ProgressBar::new(total as u64),
+    use std::io::IsTerminal;
+    let (bar, template) = match (quiet, std::io::stderr().is_terminal()) {
+        (true, _) => (indicatif::ProgressBar::hidden(), String::new()),
+        (false, true) => (
+            indicatif::ProgressBar::new(total as u64),
+            format!("{{bar:30}} {count} [{{elapsed_precise}}<{{eta_precise}}] {{msg}}"),
+        ),
+        (false, false) => (
+            indicatif::ProgressBar::with_draw_target(
+                Some(total as u64),
+                indicatif::ProgressDrawTarget::term_like_with_hz(
+                    Box::new(Lines::new(progress_every())),
+                    1,
+                ),
+            ),
+            format!("{{msg}}: {count} ({{percent}}%), {{elapsed}} so far, about {{eta}} left"),
+        ),
     };
-    let template = format!("{{bar:30}} {count} [{{elapsed_precise}}<{{eta_precise}}] {{msg}}");
     if let Ok(style) = indicatif::ProgressStyle::with_template(&template) {
         bar.set_style(style);
     }
     bar
 }
 
-/// Prints `line` above `bar`, or as a plain line when the bar is hidden.
+/// Progress off a terminal: each redraw of a bar as a plain line on standard error, at
+/// most one per interval (the first one interval in, when the time left means something),
+/// never a cursor movement.
+#[derive(Debug)]
+struct Lines {
+    every: std::time::Duration,
+    last: std::sync::Mutex<Option<std::time::Instant>>,
+}
+
+impl Lines {
+    fn new(every: std::time::Duration) -> Self {
+        Self {
+            every,
+            last: std::sync::Mutex::new(Some(std::time::Instant::now())),
+        }
+    }
+
+    fn emit(&self, s: &str) -> std::io::Result<()> {
+        // A bar without a message starts with the template's `: `.
+        let s = s.trim().trim_start_matches(':').trim();
+        let Ok(mut last) = self.last.lock() else {
+            return Ok(());
+        };
+        if s.is_empty() || last.is_some_and(|t| t.elapsed() < self.every) {
+            return Ok(());
+        }
+        *last = Some(std::time::Instant::now());
+        log(s);
+        Ok(())
+    }
+}
+
+impl indicatif::TermLike for Lines {
+    fn width(&self) -> u16 {
+        200
+    }
+    fn move_cursor_up(&self, _: usize) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn move_cursor_down(&self, _: usize) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn move_cursor_right(&self, _: usize) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn move_cursor_left(&self, _: usize) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn write_line(&self, s: &str) -> std::io::Result<()> {
+        self.emit(s)
+    }
+    fn write_str(&self, s: &str) -> std::io::Result<()> {
+        self.emit(s)
+    }
+    fn clear_line(&self) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Prints `line` above `bar` on a terminal, or as a plain line (a hidden bar, or off a
+/// terminal, where the bar's own lines are spaced out in time and must not hold it back).
 pub fn bar_line(bar: &indicatif::ProgressBar, line: String) {
-    if bar.is_hidden() {
+    use std::io::IsTerminal;
+    if bar.is_hidden() || !std::io::stderr().is_terminal() {
         log(&line);
     } else {
         bar.println(line);

@@ -7,7 +7,7 @@
 //! | `manifest.json` | once, after the four files above | the run's id, its kind (the task that wrote it: `kotoba`, `lm`, `lengthgen`) and the SHA-256 of the config and both tokenizers |
 //! | `training.safetensors` | at every checkpoint | weights and AdamW moments; its header holds the run's id and the whole trainer state, so resuming reads this one file |
 //! | `model.safetensors` | at every checkpoint | the weights for inference (PyTorch names); its header names the run and the step |
-//! | `.lock` | when a process starts writing | the writer's pid, for the message a second writer gets |
+//! | `.lock` | while a process writes | the writer's pid, for the message a second writer gets; removed when it is done |
 //!
 //! A writer holds an exclusive lock (`flock`) on the directory itself while it writes, so
 //! a second writer is refused; the lock ends with its process, however that ends.
@@ -304,6 +304,18 @@ pub fn check_weights(path: &Path, run: &str) -> Result<BTreeMap<String, String>>
 pub struct RunDir {
     dir: PathBuf,
     _lock: File,
+}
+
+impl Drop for RunDir {
+    /// A run no process writes keeps no `.lock`: the writer removes its own as it lets go
+    /// (a killed one leaves it, and the next writer replaces it).
+    fn drop(&mut self) {
+        let path = self.dir.join(LOCK);
+        let mine = format!("pid {}", std::process::id());
+        if std::fs::read_to_string(&path).is_ok_and(|held| held.trim() == mine) {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
 }
 
 impl RunDir {
