@@ -48,6 +48,14 @@ try {
   await page.waitForFunction(() => Number(document.querySelector("#pane-a").dataset.drawn || 0) >= 1
     && Number(document.querySelector("#pane-b").dataset.drawn || 0) >= 1);
   check(await inked("#pane-a .heatmap") > 1000, "pane A's heatmap is blank");
+  // YaRN ×4 (pane B) lies off the unit circle, by its attention factor 0.1 ln 4 + 1, and says why.
+  const pairsTitle = (pane) => page.$eval(`${pane} .pairs`, (e) => {
+    const t = echarts.getInstanceByDom(e).getOption().title[0];
+    return `${t.text} ${t.subtext || ""}`;
+  });
+  const factor = (0.1 * Math.log(4) + 1).toFixed(3);
+  check((await pairsTitle("#pane-b")).includes(`radius ${factor}`), `pane B: ${await pairsTitle("#pane-b")}`);
+  check(!(await pairsTitle("#pane-a")).includes("radius"), `pane A: ${await pairsTitle("#pane-a")}`);
   await page.screenshot({ path: `${out}/encodings.png`, fullPage: true });
   const before = await pixels("#pane-a .heatmap");
   const count = await drawn("#pane-a");
@@ -74,8 +82,33 @@ try {
   await page.selectOption("#pane-a .head", "7");
   check(await pixels("#pane-a .heatmap") !== head0, "ALiBi's head 7 looks like its head 0");
 
+  // ---- Every chart exports: a PNG and its data as CSV.
+  const csv = await page.$eval("#pane-a .heatmap", (e) => window.csvOf(e));
+  const lines = csv.trim().split("\n");
+  check(lines[0] === "series,x,y,value" && lines.length > 10, `pane A's CSV: ${csv.slice(0, 200)}`);
+  check(await page.$eval("#pane-a .heatmap", (e) => Boolean(echarts.getInstanceByDom(e).getOption().toolbox[0].feature.saveAsImage)),
+    "pane A's chart has no PNG export");
+
+  // ---- The address holds the view and its settings: opened again, it shows them.
+  await page.fill("#d-model", "64");
+  await page.waitForFunction(() => /d_model=64/.test(location.hash));
+  const address = page.url();
+  check(/"kind": ?"alibi"/.test(new URLSearchParams(new URL(address).hash.slice(1)).get("a") || ""),
+    `the address lacks pane A's settings: ${address}`);
+  const again = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+  await again.goto(address.replace("view=encodings", "view=attention"));
+  await again.waitForFunction(() => Number(document.querySelector("#pane-a").dataset.drawn || 0) >= 1);
+  check(await again.$eval("#pane-a .kind", (s) => s.value) === "alibi", "pane A's kind was not restored");
+  check(await again.$eval("#d-model", (e) => e.value) === "64", "d_model was not restored");
+  check(await again.$eval("#view-attention", (v) => v.classList.contains("active")), "the view was not restored");
+  await again.close();
+
   // ---- Attention: the sentence translates, and the heads are drawn.
   await page.click('nav button[data-view="attention"]');
+  // The shipped translator is offered first, and the shipped language model is the default.
+  await page.waitForFunction(() => document.querySelector("#translator").options.length >= 1);
+  check(await page.$eval("#translator", (s) => s.value) === "kotoba", "the shipped translator is not the default");
+  check(await page.$eval("#lm", (s) => s.value) === "shakespeare-alibi", "the shipped language model is not the default");
   await page.fill("#sentence", "the dog chases the cat");
   await page.click("#translate");
   await page.waitForFunction(() => document.querySelector("#translation").textContent === "inu ga neko o oikakeru");
@@ -86,6 +119,8 @@ try {
   await page.fill("#sentence", "the zebra chases the cat");
   await page.click("#translate");
   await page.waitForFunction(() => /unknown word `zebra`/.test(document.querySelector("#translate-error").textContent));
+  check(await page.$$eval("#attention-grid .cell", (cells) => cells.length) === 0,
+    "a sentence that failed left the maps of the one before");
   await page.fill("#sentence", "the dog chases the cat");
   await page.click("#translate");
   await page.waitForFunction(() => document.querySelector("#translation").textContent === "inu ga neko o oikakeru");

@@ -21,15 +21,48 @@ async function api(path, body) {
   return value;
 }
 
-/** One ECharts instance per element, made on first use; resized with the window. */
+/** One ECharts instance per element, made on first use; resized with the window. Each
+ * has a toolbox: the chart as a PNG, and its data as CSV. */
 const charts = new Map();
 function chart(element) {
   let c = charts.get(element);
   if (!c) {
     c = echarts.init(element, null, { renderer: "canvas" });
     charts.set(element, c);
+    const setOption = c.setOption.bind(c);
+    const toolbox = { orient: "vertical", right: 0, top: 22, itemSize: 12, itemGap: 6, feature: {
+      saveAsImage: { title: "PNG", pixelRatio: 2 },
+      myCsv: { title: "CSV", icon: "path://M2 2h20v20H2zM6 8h12M6 12h12M6 16h12", onclick: () => downloadCsv(element) },
+    } };
+    c.setOption = (option, ...rest) => setOption({ ...option, toolbox }, ...rest);
   }
   return c;
+}
+
+/** A chart's data as CSV: a row per point of each series, category axes by their names. */
+function csvOf(element) {
+  const option = chart(element).getOption();
+  const categories = (axes) => ((axes || [])[0] || {}).data;
+  const [xs, ys] = [categories(option.xAxis), categories(option.yAxis)];
+  const name = (list, v) => (list && Number.isInteger(v) && list[v] !== undefined ? (list[v].value ?? list[v]) : v);
+  const quote = (v) => (/[",\n]/.test(String(v)) ? `"${String(v).replace(/"/g, '""')}"` : String(v ?? ""));
+  const rows = [["series", "x", "y", "value"]];
+  for (const s of option.series || []) {
+    for (const d of s.data || []) {
+      const v = Array.isArray(d) ? d : [].concat(d && d.value !== undefined ? d.value : d);
+      rows.push([s.name ?? s.type, name(xs, v[0]), name(ys, v[1]), v[2]]);
+    }
+  }
+  return rows.map((r) => r.map(quote).join(",")).join("\n") + "\n";
+}
+window.csvOf = csvOf;
+
+function downloadCsv(element) {
+  const link = document.createElement("a");
+  link.href = URL.createObjectURL(new Blob([csvOf(element)], { type: "text/csv" }));
+  link.download = "chart.csv";
+  link.click();
+  URL.revokeObjectURL(link.href);
 }
 window.addEventListener("resize", () => charts.forEach((c) => c.resize()));
 
@@ -81,12 +114,39 @@ function heatmap(element, { title, rows, columns, values, rowName, columnName, c
 
 // ---------------------------------------------------------------- views and tabs
 
+// ---------------------------------------------------------------- state in the address
+
+/**
+ * The view and the encodings' settings, in the address's fragment
+ * (`#view=encodings&a={…}&b={…}&d_model=512&heads=8&len=2048&compare=1`), so a view can be
+ * linked, shared and reloaded. Written on every change; read once, at the start.
+ */
+const STATE_FIELDS = { d_model: "#d-model", heads: "#heads", len: "#len" };
+let restoring = true;
+
+function saveState() {
+  if (restoring) return;
+  const state = new URLSearchParams();
+  state.set("view", ($("nav button.active") || {}).dataset?.view || "encodings");
+  for (const pane of $$(".pane[data-pane]")) state.set(pane.dataset.pane, $(".config", pane).value.replace(/\s+/g, " ").trim());
+  for (const [key, id] of Object.entries(STATE_FIELDS)) state.set(key, $(id).value);
+  state.set("compare", $("#compare").checked ? "1" : "0");
+  history.replaceState(null, "", `#${state}`);
+}
+
+/** The state the address holds, if any: `{view, a, b, d_model, heads, len, compare}`. */
+function addressState() {
+  const state = new URLSearchParams(location.hash.slice(1));
+  return Object.fromEntries(state.entries());
+}
+
 function show(view) {
   $$("nav button").forEach((b) => b.classList.toggle("active", b.dataset.view === view));
   $$(".view").forEach((v) => v.classList.toggle("active", v.id === `view-${view}`));
   charts.forEach((c) => c.resize());
   if (view === "results" && !$("#results-file").options.length) loadRecordsList();
   if (view === "long-context" && !$("#lc-file").options.length) loadRecordsList();
+  saveState();
 }
 $$("nav button").forEach((b) => b.addEventListener("click", () => show(b.dataset.view)));
 
@@ -124,6 +184,7 @@ async function initEncodings() {
     $(id).addEventListener("input", () => $$(".pane[data-pane]").forEach(schedule));
   }
   $("#compare").addEventListener("change", () => {
+    saveState();
     $("#pane-b").style.display = $("#compare").checked ? "" : "none";
     charts.forEach((c) => c.resize());
   });
@@ -133,9 +194,25 @@ async function initEncodings() {
     setPane($("#pane-b"), { ...defaults(bConfig.kind), ...bConfig });
     $$(".pane[data-pane]").forEach(redraw);
   }));
+  // The address's state, else the first preset.
+  const state = addressState();
+  for (const [key, id] of Object.entries(STATE_FIELDS)) if (state[key]) $(id).value = state[key];
+  if (state.compare) {
+    $("#compare").checked = state.compare === "1";
+    $("#pane-b").style.display = $("#compare").checked ? "" : "none";
+  }
   const [a, b] = PRESETS["yarn"];
   setPane($("#pane-a"), { ...defaults(a.kind), ...a });
   setPane($("#pane-b"), { ...defaults(b.kind), ...b });
+  for (const pane of $$(".pane[data-pane]")) {
+    const text = state[pane.dataset.pane];
+    if (!text) continue;
+    $(".config", pane).value = text;
+    try { $(".kind", pane).value = JSON.parse(text).kind; } catch (_) { /* the pane names the error */ }
+  }
+  if (state.view) show(state.view);
+  restoring = false;
+  saveState();
   $$(".pane[data-pane]").forEach(redraw);
 }
 
@@ -156,6 +233,7 @@ function labelOf(config) {
 const views = new WeakMap();
 /** Fetches and draws one pane; the pane's `data-drawn` counts the redraws (tests read it). */
 async function redraw(pane) {
+  saveState();
   const error = $(".error", pane);
   let encoding;
   const text = $(".config", pane).value.trim();
@@ -253,12 +331,15 @@ function drawPairs(pane) {
   const bound = Math.ceil(radius * 11) / 10;
   const element = $(".pairs", pane);
   // Square, so the circle is round.
-  const side = Math.max(100, Math.min(element.clientWidth, element.clientHeight) - 60);
+  const off = radius > 1.001;
+  const side = Math.max(100, Math.min(element.clientWidth, element.clientHeight) - (off ? 80 : 60));
   chart(element).setOption({
     animation: false,
-    title: { text: `each pair's (cos, sin) at position ${p.positions[row]}; colour runs fast → slow`, textStyle: { fontSize: 12 }, left: "center" },
+    title: { text: `each pair's (cos, sin) at position ${p.positions[row]}; colour runs fast → slow`,
+      subtext: radius > 1.001 ? `radius ${radius.toFixed(3)}: YaRN scales cos and sin by its attention factor 0.1 ln s + 1` : "",
+      textStyle: { fontSize: 12 }, subtextStyle: { fontSize: 11, color: "#555" }, itemGap: 4, left: "center" },
     tooltip: { formatter: (q) => `pair ${q.value[2]}: angle ${(Math.atan2(q.value[1], q.value[0]) * 180 / Math.PI).toFixed(1)}°, radius ${Math.hypot(q.value[0], q.value[1]).toFixed(3)}` },
-    grid: { width: side, height: side, left: "center", top: 36 },
+    grid: { width: side, height: side, left: "center", top: off ? 56 : 36 },
     xAxis: { type: "value", min: -bound, max: bound, splitLine: { show: false } },
     yAxis: { type: "value", min: -bound, max: bound, splitLine: { show: false } },
     series: [
@@ -271,22 +352,30 @@ function drawPairs(pane) {
 
 // ---------------------------------------------------------------- Attention: translation
 
+/** Empties the attention maps of the last translation. */
+function clearAttention() {
+  const grid = $("#attention-grid");
+  charts.forEach((c, el) => { if (grid.contains(el)) { c.dispose(); charts.delete(el); } });
+  grid.innerHTML = "";
+  return grid;
+}
+
 async function translate() {
   const error = $("#translate-error");
   error.textContent = "";
   $("#translation").textContent = "…";
   let answer;
   try {
-    answer = await api("/api/translate", { text: $("#sentence").value });
+    answer = await api("/api/translate", { text: $("#sentence").value, model: $("#translator").value || null });
   } catch (e) {
+    // A sentence that fails leaves no maps of the one before it.
     $("#translation").textContent = "";
+    clearAttention();
     error.textContent = e.message;
     return;
   }
   $("#translation").textContent = answer.translation;
-  const grid = $("#attention-grid");
-  charts.forEach((c, el) => { if (grid.contains(el)) { c.dispose(); charts.delete(el); } });
-  grid.innerHTML = "";
+  const grid = clearAttention();
   const a = answer.attention;
   const add = (title, rows, columns, values) => {
     const cell = document.createElement("div");
@@ -311,6 +400,7 @@ const runs = { a: null, b: null };
 
 async function initModels() {
   const models = await api("/api/models");
+  for (const m of models.translators || []) $("#translator").add(new Option(m.name, m.name));
   for (const m of models.lms) {
     $("#lm").add(new Option(m.name, m.name));
     $("#lm-b").add(new Option(m.name, m.name));
@@ -352,6 +442,7 @@ async function generateOne(side, model) {
   const params = new URLSearchParams({
     model, prompt: $("#prompt").value,
     max_tokens: $("#max-tokens").value, temperature: $("#temperature").value,
+    attention_every: $("#attention-every").value,
   });
   const run = { model, prompt: [], tokens: [], rows: [] };
   runs[side] = run;

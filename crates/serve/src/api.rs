@@ -6,7 +6,7 @@
 //! | `GET /assets/{name}` | its script, style and ECharts |
 //! | `GET /api/kinds` | every registered encoding kind, its settings at their defaults |
 //! | `POST /api/encoding` | one encoding's views ([`crate::encodings::EncodingRequest`]) |
-//! | `GET /api/models` | the translator's state and the language models |
+//! | `GET /api/models` | the translators (the shipped one's state) and the language models |
 //! | `POST /api/translate` | a translation with its attention ([`crate::models::TranslateRequest`]) |
 //! | `GET /api/generate?model=…&prompt=…` | a generation, streamed as server-sent events |
 //! | `GET /api/records` | every records file under the directories given |
@@ -19,7 +19,9 @@
 //! and 503 (with `Retry-After: 1`) when every worker is busy or a generation is running.
 //!
 //! A generation's events are `prompt` (`{"tokens": [...]}`), then one `token` per token
-//! ([`crate::models::Token`]), then `done`, or `error` (`{"error": "…"}`). Closing the
+//! ([`crate::models::Token`], its attention every `attention_every` tokens), then `done`
+//! ([`crate::models::Done`]: the tokens, why it stopped, the settings), or `error`
+//! (`{"error": "…"}`). Closing the
 //! stream stops the generation and frees the server for the next.
 
 use std::convert::Infallible;
@@ -158,7 +160,8 @@ async fn encoding(
 
 async fn list_models(State(app): Shared) -> Json<serde_json::Value> {
     Json(serde_json::json!({
-        "translation_error": app.models.translator().map(|_| ()).err().map(|e| e.message),
+        "translation_error": app.models.translator(None).map(|_| ()).err().map(|e| e.message),
+        "translators": app.models.translators(),
         "lms": app.models.lms(),
     }))
 }
@@ -211,7 +214,7 @@ async fn generate(
             tokens.blocking_send(json("token", value)).is_ok()
         });
         let last = match outcome {
-            Ok(()) => json("done", serde_json::json!({})),
+            Ok(done) => json("done", serde_json::to_value(&done).unwrap_or_default()),
             Err(e) => json("error", serde_json::json!({ "error": e.message })),
         };
         let _ = tx.blocking_send(last);

@@ -14,7 +14,7 @@ pub struct Asset {
 /// The page itself, served at `/`.
 pub const INDEX: &str = include_str!("../assets/index.html");
 
-/// Every file under `/assets/`: the page's script and style, and Apache ECharts (vendored
+/// Every file under `/assets/`: the page's script, style and icon, and Apache ECharts (vendored
 /// by `scripts/vendor_echarts.sh`) with its licence.
 pub const ASSETS: &[Asset] = &[
     Asset {
@@ -26,6 +26,11 @@ pub const ASSETS: &[Asset] = &[
         name: "style.css",
         media_type: "text/css; charset=utf-8",
         bytes: include_bytes!("../assets/style.css"),
+    },
+    Asset {
+        name: "favicon.svg",
+        media_type: "image/svg+xml",
+        bytes: include_bytes!("../assets/favicon.svg"),
     },
     Asset {
         name: "echarts.min.js",

@@ -208,7 +208,8 @@ fn compute(
                 (
                     position_heatmap(format!("cos(pos·θ_i), {title}"), "pair", &cos, &rows),
                     ByDistance {
-                        title: "⟨R_p q, R_(p−k) k⟩ for a fixed q and k, p the last position".into(),
+                        title: "E⟨R_p q, R_(p−k) q⟩ / d over q ~ N(0, I), p the last position"
+                            .into(),
                         values: vec![rotary_by_distance(hooks, (d_model / heads, heads), len)?],
                     },
                     Some(turning_pairs(&cos, &all, &sin, &all, &rows)),
@@ -385,19 +386,26 @@ fn rotary_by_distance(
     (head_dim, heads): (usize, usize),
     len: usize,
 ) -> posenc::Result<Vec<Option<f32>>> {
-    let fixed = |phase: f64, n: usize| -> posenc::Result<Tensor> {
-        let v: Vec<f32> = (0..head_dim)
-            .map(|i| ((i as f64 + 1.0) * phase).sin() as f32)
-            .collect();
+    // E⟨R_p q, R_(p−k) q⟩ over q ~ N(0, I) is the trace of R_pᵀ R_(p−k): the sum over the
+    // basis vectors e_j of ⟨R_p e_j, R_(p−k) e_j⟩, here divided by the width so it starts
+    // at 1 (RoFormer's long-term decay, for a query and key alike).
+    let basis = |j: usize, n: usize| -> posenc::Result<Tensor> {
+        let v: Vec<f32> = (0..head_dim).map(|i| f32::from(i == j)).collect();
         Ok(Tensor::new(v, &Device::Cpu)?
             .broadcast_as((1, heads, n, head_dim))?
             .contiguous()?)
     };
-    let q = enc.rotate(&fixed(1.3, 1)?, &RotateContext::query(len - 1))?;
-    let k = enc.rotate(&fixed(0.7, len)?, &RotateContext::key(0))?;
-    let q: Vec<f32> = q.get(0)?.get(0)?.flatten_all()?.to_vec1()?;
-    let k: Vec<Vec<f32>> = k.get(0)?.get(0)?.to_vec2()?;
-    Ok((0..len).map(|d| Some(dot(&q, &k[len - 1 - d]))).collect())
+    let mut sum = vec![0f32; len];
+    for j in 0..head_dim {
+        let q = enc.rotate(&basis(j, 1)?, &RotateContext::query(len - 1))?;
+        let k = enc.rotate(&basis(j, len)?, &RotateContext::key(0))?;
+        let q: Vec<f32> = q.get(0)?.get(0)?.flatten_all()?.to_vec1()?;
+        let k: Vec<Vec<f32>> = k.get(0)?.get(0)?.to_vec2()?;
+        for (d, s) in sum.iter_mut().enumerate() {
+            *s += dot(&q, &k[len - 1 - d]);
+        }
+    }
+    Ok(sum.into_iter().map(|s| Some(s / head_dim as f32)).collect())
 }
 
 fn dot(a: &[f32], b: &[f32]) -> f32 {

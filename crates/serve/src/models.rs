@@ -1,6 +1,7 @@
 //! The Attention view's models: the shipped Kotoba translator, and the language models
-//! (the shipped Shakespeare model and every `posenc lm train` run under `--runs`), each
-//! loaded once, the first time it is asked for.
+//! (the shipped Shakespeare model, SmolLM2 when it is fetched, and every `posenc lm train`
+//! run under `--runs`, never another task's), each loaded once, the first time it is
+//! asked for.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -25,15 +26,21 @@ pub const MAX_NEW_TOKENS: usize = 1_000;
 /// costs a pass over the whole sequence).
 pub const MAX_ATTENTION_TOKENS: usize = 512;
 
+/// A translator once loaded, or why it did not load; empty until it is first asked for.
+type Loaded = OnceLock<Result<Arc<Translator>, String>>;
+
 /// The models the server offers, by the name the page shows.
 pub struct Models {
-    kotoba_dir: PathBuf,
-    translator: OnceLock<Result<Arc<Translator>, String>>,
-    lm_dirs: BTreeMap<String, PathBuf>,
+    /// The translators by name, the shipped one (`kotoba`) first, then `kotoba train`
+    /// runs under `--runs`.
+    kotoba_dirs: Vec<(String, PathBuf)>,
+    translators: Mutex<BTreeMap<String, Arc<Loaded>>>,
+    /// By name, in the order the page offers them: the shipped model first (its default).
+    lm_dirs: Vec<(String, PathBuf)>,
     lms: Mutex<BTreeMap<String, Arc<CausalLm>>>,
 }
 
-/// A language model the page can pick.
+/// A model the page can pick: a language model, or a translator.
 #[derive(Debug, Clone, Serialize)]
 pub struct LmEntry {
     /// Its name (`shakespeare-alibi`, `runs/rope`).
@@ -43,30 +50,40 @@ pub struct LmEntry {
 }
 
 impl Models {
-    /// The shipped models in `kotoba_dir` and `lm_dir`, and every language-model run found
-    /// in `runs` (the directories themselves and their children).
+    /// The shipped models in `kotoba_dir` and `lm_dir`, SmolLM2 if
+    /// `scripts/fetch_smollm2.sh` fetched it, and every language-model run found in `runs`
+    /// (the directories themselves and their children; runs of other tasks are left out).
     pub fn new(kotoba_dir: PathBuf, lm_dir: PathBuf, runs: &[PathBuf]) -> Self {
-        let mut lm_dirs = BTreeMap::new();
-        if posenc_lm::causal::is_run(&lm_dir) {
+        let mut lm_dirs = Vec::new();
+        if run_kind(&lm_dir).as_deref() == Some(LM) {
             let name = lm_dir
                 .file_name()
                 .map_or("shipped".into(), |n| n.to_string_lossy().into_owned());
-            lm_dirs.insert(name, lm_dir);
+            lm_dirs.push((name, lm_dir));
         }
+        if posenc_llama::model::fetched_smollm2().is_ok() {
+            lm_dirs.push((SMOLLM2.to_string(), PathBuf::from(SMOLLM2)));
+        }
+        let (mut found, mut translators) = (BTreeMap::new(), BTreeMap::new());
         for root in runs {
             let children = std::fs::read_dir(root)
                 .into_iter()
                 .flatten()
                 .filter_map(|e| e.ok().map(|e| e.path()));
             for dir in std::iter::once(root.clone()).chain(children) {
-                if dir.is_dir() && posenc_lm::causal::is_run(&dir) {
-                    lm_dirs.insert(dir.display().to_string(), dir);
-                }
+                match run_kind(&dir).as_deref() {
+                    Some(LM) => found.insert(dir.display().to_string(), dir),
+                    Some(KOTOBA) => translators.insert(dir.display().to_string(), dir),
+                    _ => None,
+                };
             }
         }
+        lm_dirs.extend(found);
+        let mut kotoba_dirs = vec![(SHIPPED_TRANSLATOR.to_string(), kotoba_dir)];
+        kotoba_dirs.extend(translators);
         Self {
-            kotoba_dir,
-            translator: OnceLock::new(),
+            kotoba_dirs,
+            translators: Mutex::new(BTreeMap::new()),
             lm_dirs,
             lms: Mutex::new(BTreeMap::new()),
         }
@@ -74,28 +91,43 @@ impl Models {
 
     /// The language models, by name.
     pub fn lms(&self) -> Vec<LmEntry> {
-        self.lm_dirs
-            .iter()
-            .map(|(name, dir)| LmEntry {
-                name: name.clone(),
-                dir: dir.display().to_string(),
-            })
-            .collect()
+        entries(&self.lm_dirs)
     }
 
-    /// The translator, loaded the first time.
+    /// The translators, by name: the shipped one (`kotoba`) first.
+    pub fn translators(&self) -> Vec<LmEntry> {
+        entries(&self.kotoba_dirs)
+    }
+
+    /// The translator `name` (`None`: the shipped one), loaded the first time.
     ///
     /// # Errors
-    /// 404 when the shipped model does not load, naming why.
-    pub fn translator(&self) -> Result<Arc<Translator>, ApiError> {
-        self.translator
-            .get_or_init(|| {
-                Translator::load(&self.kotoba_dir, &Device::Cpu)
-                    .map(Arc::new)
-                    .map_err(|e| format!("the Kotoba model in {}: {e}", self.kotoba_dir.display()))
-            })
-            .clone()
-            .map_err(ApiError::not_found)
+    /// 404 for a name not offered, or a model that does not load, naming why.
+    pub fn translator(&self, name: Option<&str>) -> Result<Arc<Translator>, ApiError> {
+        let name = name.unwrap_or(SHIPPED_TRANSLATOR);
+        let Some((_, dir)) = self.kotoba_dirs.iter().find(|(n, _)| n == name) else {
+            let known: Vec<String> = self
+                .kotoba_dirs
+                .iter()
+                .map(|(k, _)| format!("`{k}`"))
+                .collect();
+            return Err(ApiError::not_found(format!(
+                "no translator `{name}` (the translators are {})",
+                known.join(", ")
+            )));
+        };
+        // Each loads once; another translator's load does not wait on it.
+        let cell = {
+            let mut all = self.translators.lock().unwrap_or_else(|e| e.into_inner());
+            all.entry(name.to_string()).or_default().clone()
+        };
+        cell.get_or_init(|| {
+            Translator::load(dir, &Device::Cpu)
+                .map(Arc::new)
+                .map_err(|e| format!("the Kotoba model in {}: {e}", dir.display()))
+        })
+        .clone()
+        .map_err(ApiError::not_found)
     }
 
     /// The language model `name`, loaded the first time.
@@ -103,12 +135,12 @@ impl Models {
     /// # Errors
     /// 404 for a name not offered; the model's own load error otherwise.
     pub fn lm(&self, name: &str) -> Result<Arc<CausalLm>, ApiError> {
-        let Some(dir) = self.lm_dirs.get(name) else {
+        let Some((_, dir)) = self.lm_dirs.iter().find(|(n, _)| n == name) else {
             return Err(ApiError::not_found(format!(
                 "no model `{name}` (the models are {})",
                 self.lm_dirs
-                    .keys()
-                    .map(|k| format!("`{k}`"))
+                    .iter()
+                    .map(|(k, _)| format!("`{k}`"))
                     .collect::<Vec<_>>()
                     .join(", ")
             )));
@@ -129,12 +161,51 @@ impl Models {
     }
 }
 
+/// SmolLM2-135M-Instruct's name, as the command line's `--model` takes it.
+const SMOLLM2: &str = "smollm2";
+
+/// The models of `dirs`, as the page lists them.
+fn entries(dirs: &[(String, PathBuf)]) -> Vec<LmEntry> {
+    dirs.iter()
+        .map(|(name, dir)| LmEntry {
+            name: name.clone(),
+            dir: dir.display().to_string(),
+        })
+        .collect()
+}
+
+/// The shipped translator's name.
+const SHIPPED_TRANSLATOR: &str = "kotoba";
+/// The kind a language-model run's manifest names.
+const LM: &str = <posenc_lm::task::LmTask<'static> as posenc_train::job::Job<'static>>::KIND;
+/// The kind a translation run's manifest names.
+const KOTOBA: &str = <posenc_kotoba::task::Translation as posenc_train::job::Job<'static>>::KIND;
+
+/// The task whose run `dir` holds: the kind its manifest names, or (a run from before
+/// manifests named it) the task whose state it parses as; `None` for no run.
+fn run_kind(dir: &std::path::Path) -> Option<String> {
+    if !dir.is_dir() || !posenc_lm::causal::is_run(dir) {
+        return None;
+    }
+    match posenc_train::job::kind_of(dir) {
+        Ok(Some(kind)) => Some(kind),
+        Ok(None) if posenc_lm::task::LmState::load(dir).is_ok() => Some(LM.to_string()),
+        Ok(None) if posenc_kotoba::task::TrainerState::load(dir).is_ok() => {
+            Some(KOTOBA.to_string())
+        }
+        _ => None,
+    }
+}
+
 /// `POST /api/translate`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TranslateRequest {
     /// An English sentence of the toy language.
     pub text: String,
+    /// The translator, as `/api/models` lists them [default: the shipped one].
+    #[serde(default)]
+    pub model: Option<String>,
 }
 
 /// A translation and what every head attended to while making it.
@@ -146,7 +217,8 @@ pub struct Translation {
     pub attention: AttentionMaps,
 }
 
-/// Translates `request.text` with the shipped model and reads its attention.
+/// Translates `request.text` with the model it names (the shipped one by default) and
+/// reads its attention.
 ///
 /// # Errors
 /// An empty or overlong sentence, or a word outside the toy language's vocabulary, named.
@@ -163,7 +235,7 @@ pub fn translate(models: &Models, request: &TranslateRequest) -> Result<Translat
             "type an English sentence to translate",
         ));
     }
-    let translator = models.translator()?;
+    let translator = models.translator(request.model.as_deref())?;
     let attention = translator
         .attention(&sentence)
         .map_err(ApiError::bad_request)?;
@@ -191,10 +263,29 @@ pub struct GenerateRequest {
     /// Seed of the draws.
     #[serde(default)]
     pub seed: u64,
+    /// Send the attention of every k-th token only (0: of none): each costs a pass over
+    /// the whole sequence, and its rows are most of the stream's bytes.
+    #[serde(default = "default_attention_every")]
+    pub attention_every: usize,
 }
 
 fn default_max_tokens() -> usize {
     100
+}
+
+fn default_attention_every() -> usize {
+    1
+}
+
+/// How a generation ended, as its `done` event says, with the settings it ran with.
+#[derive(Debug, Clone, Serialize)]
+pub struct Done {
+    /// Tokens generated.
+    pub tokens: usize,
+    /// `end_of_sequence`, `max_tokens`, or `stopped` (the page closed the stream).
+    pub stop: &'static str,
+    /// The request's settings, defaults filled in.
+    pub settings: serde_json::Value,
 }
 
 /// One generated token, as the page receives it.
@@ -205,7 +296,8 @@ pub struct Token {
     /// Its text.
     pub text: String,
     /// What the position that produced it attended to, `[layer][head][key]` over the prompt
-    /// and the tokens before it; absent past [`MAX_ATTENTION_TOKENS`].
+    /// and the tokens before it; absent past [`MAX_ATTENTION_TOKENS`], and but for every
+    /// `attention_every`-th token.
     pub attention: Option<Vec<Vec<Vec<f32>>>>,
 }
 
@@ -269,10 +361,12 @@ pub fn generate(
     prompt: &[u32],
     request: &GenerateRequest,
     mut send: impl FnMut(Token) -> bool,
-) -> Result<(), ApiError> {
+) -> Result<Done, ApiError> {
     let window = lm.model.max_positions().map(Window::Crop);
     let mut seen = prompt.to_vec();
     let mut index = 0;
+    let mut stop = "max_tokens";
+    let every = request.attention_every;
     posenc_lm::sample::generate_observed(
         &lm.model,
         prompt,
@@ -282,7 +376,8 @@ pub fn generate(
         |_| {},
         |token| {
             seen.push(token);
-            let attention = match seen.len() <= MAX_ATTENTION_TOKENS {
+            let wanted = every > 0 && index % every == 0;
+            let attention = match wanted && seen.len() <= MAX_ATTENTION_TOKENS {
                 true => Some(last_rows(lm, &seen[..seen.len() - 1])?),
                 false => None,
             };
@@ -293,10 +388,24 @@ pub fn generate(
                 attention,
             });
             index += 1;
+            if Some(token) == lm.eos {
+                stop = "end_of_sequence";
+            } else if !going {
+                stop = "stopped";
+            }
             Ok(going && Some(token) != lm.eos)
         },
     )
-    .map_err(ApiError::bad_request)
+    .map_err(ApiError::bad_request)?;
+    Ok(Done {
+        tokens: index,
+        stop,
+        settings: serde_json::json!({
+            "model": request.model, "max_tokens": request.max_tokens,
+            "temperature": request.temperature, "seed": request.seed,
+            "attention_every": request.attention_every,
+        }),
+    })
 }
 
 /// What the last of `ids` attends to, per layer and head.

@@ -18,7 +18,21 @@ fn the_page_and_its_assets_are_served() {
     let (status, page) = get(&s, "/");
     assert_eq!(status, 200);
     assert!(page.as_str().unwrap().contains("posenc explorer"));
-    for asset in ["app.js", "style.css", "echarts.min.js", "LICENSE-echarts"] {
+    // Every asset the page links to is served, the icon among them.
+    let html = page.as_str().unwrap();
+    for linked in html.split("/assets/").skip(1) {
+        let name = linked.split('"').next().unwrap();
+        let response = ureq::get(&format!("{}assets/{name}", s.url())).call();
+        assert!(response.is_ok(), "{name} is linked and not served");
+    }
+    assert!(html.contains("/assets/favicon.svg"), "no icon");
+    for asset in [
+        "app.js",
+        "style.css",
+        "favicon.svg",
+        "echarts.min.js",
+        "LICENSE-echarts",
+    ] {
         let response = ureq::get(&format!("{}assets/{asset}", s.url()))
             .call()
             .unwrap();
@@ -175,6 +189,25 @@ fn rope_views_turn_by_the_papers_angles_and_yarn_stretches_them() {
                 );
             }
         }
+    }
+    // By distance: the expectation over random q = k, (2/d) Σ_i cos(k θ_i) for d/2 pairs
+    // (RoFormer's long-term decay), 1 at distance 0.
+    let v = view(json!({"kind": "rope"}));
+    for (k, got) in v["by_distance"]["values"][0]
+        .as_array()
+        .unwrap()
+        .iter()
+        .enumerate()
+    {
+        let want: f64 = (0..head_dim / 2)
+            .map(|i| (k as f64 * 10000f64.powf(-((2 * i) as f64) / head_dim as f64)).cos())
+            .sum::<f64>()
+            * 2.0
+            / head_dim as f64;
+        assert!(
+            (f(got) - want).abs() < 1e-4,
+            "k = {k}: {got} against {want}"
+        );
     }
     let yarn = view(json!({"kind": "rope", "scaling":
         {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 16}}));
@@ -381,7 +414,36 @@ fn generation_streams_the_librarys_tokens_with_their_attention() {
             }
         }
     }
-    assert_eq!(got.last().unwrap().0, "done");
+    let (last, done) = got.last().unwrap();
+    assert_eq!(last, "done");
+    assert_eq!(done["tokens"], n);
+    assert_eq!(done["stop"], "max_tokens");
+    assert_eq!(done["settings"]["max_tokens"], n);
+    assert_eq!(done["settings"]["attention_every"], 1);
+
+    // Attention every third token, or none: the same tokens, fewer rows.
+    for (every, with) in [(3, vec![0, 3, 6, 9]), (0, vec![])] {
+        let url = format!("{}&attention_every={every}", generate_url(&s, prompt, n));
+        let got = events(ureq::get(&url).call().unwrap(), |_, _| false);
+        let tokens: Vec<&Value> = got
+            .iter()
+            .filter(|(e, _)| e == "token")
+            .map(|(_, t)| t)
+            .collect();
+        let texts: Vec<&Value> = tokens.iter().map(|t| &t["text"]).collect();
+        let want_texts: Vec<Value> = (0..n)
+            .map(|i| lm.decode(&want[i..=i]).unwrap().into())
+            .collect();
+        assert_eq!(
+            texts,
+            want_texts.iter().collect::<Vec<_>>(),
+            "every {every}"
+        );
+        let drawn: Vec<usize> = (0..n)
+            .filter(|&i| !tokens[i]["attention"].is_null())
+            .collect();
+        assert_eq!(drawn, with, "every {every}");
+    }
 }
 
 #[test]
@@ -456,17 +518,80 @@ fn a_second_generation_waits_and_a_closed_stream_frees_the_server() {
     }
 }
 
+/// Generation offers language models only: the shipped one first (the page's default),
+/// SmolLM2 when it is fetched, then the runs of `lm train` under `--runs`, never a
+/// translation run beside them.
 #[test]
-fn models_lists_the_shipped_language_model_and_the_translator() {
-    let s = server(&[], 2);
+fn models_lists_the_language_models_only_and_the_translator() {
+    let runs = scratch("serve-models");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    for (from, to) in [
+        ("models/shakespeare-alibi", "mine"),
+        ("models/kotoba", "toy"),
+    ] {
+        std::fs::create_dir(runs.join(to)).unwrap();
+        for file in std::fs::read_dir(root.join(from)).unwrap() {
+            let file = file.unwrap().path();
+            std::fs::copy(&file, runs.join(to).join(file.file_name().unwrap())).unwrap();
+        }
+    }
+    let s = posenc_serve::Server::start(posenc_serve::Options {
+        port: 0,
+        runs: vec![runs.clone()],
+        records: Vec::new(),
+        workers: 2,
+        ..posenc_serve::Options::default()
+    })
+    .unwrap();
     let (status, models) = get(&s, "/api/models");
     assert_eq!(status, 200);
     assert_eq!(models["translation_error"], Value::Null);
-    assert!(models["lms"]
+    let names: Vec<&str> = models["lms"]
         .as_array()
         .unwrap()
         .iter()
-        .any(|m| m["name"] == "shakespeare-alibi"));
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names[0], "shakespeare-alibi", "{names:?}");
+    assert!(
+        names.contains(&runs.join("mine").to_str().unwrap()),
+        "{names:?}"
+    );
+    assert!(
+        !names.iter().any(|n| n.ends_with("toy")),
+        "a translation run: {names:?}"
+    );
+    // Translation offers the shipped model first, and a trained run under --runs, which
+    // translates (a copy of the shipped weights: the same sentence).
+    let toy = runs.join("toy").display().to_string();
+    let translators: Vec<&str> = models["translators"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(translators, ["kotoba", toy.as_str()]);
+    let ask = |model: Option<&str>| {
+        let body = serde_json::json!({"text": "the dog sees the cat", "model": model});
+        post(&s, "/api/translate", &body.to_string())
+    };
+    let (status, shipped) = ask(None);
+    assert_eq!(status, 200, "{shipped}");
+    let (status, trained) = ask(Some(&toy));
+    assert_eq!(
+        (status, &trained["translation"]),
+        (200, &shipped["translation"])
+    );
+    let (status, body) = ask(Some("nope"));
+    assert_eq!(status, 404, "{body}");
+    assert!(message(&body).contains("no translator `nope`"), "{body}");
+    let fetched = posenc_llama::model::fetched_smollm2().is_ok();
+    assert_eq!(names.contains(&"smollm2"), fetched, "{names:?}");
+    if fetched {
+        let url = "api/generate?model=smollm2&prompt=Hi&max_tokens=1";
+        let o = ureq::get(&format!("{}{url}", s.url())).call();
+        assert!(o.is_ok(), "{:?}", o.err());
+    }
 }
 
 /// Records: found, read, summarised with the mean and sample standard deviation, and never
