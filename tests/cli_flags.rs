@@ -328,3 +328,23 @@ fn progress_is_printed_off_a_terminal() {
     }
     assert!(!eval(&["--quiet"]).contains(" tokens ("));
 }
+
+/// Before a long evaluation, the time it will take is said (here any: the threshold is 0).
+#[test]
+fn a_long_run_says_how_long_first() {
+    let eval = |over: &str| {
+        let o = posenc()
+            .env("POSENC_ESTIMATE_OVER", over)
+            .args(["lm", "eval", "--lengths", "64", "--windows", "4"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o).1);
+        text(&o).1
+    };
+    let said = eval("0");
+    assert!(
+        said.contains("this evaluation reads 256 tokens: roughly"),
+        "{said}"
+    );
+    assert!(!eval("100000").contains("reads 256 tokens"));
+}

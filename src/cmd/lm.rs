@@ -574,6 +574,10 @@ fn eval(a: EvalArgs, out: &mut impl Write) -> Result<()> {
         return eval_strided(&a, &lm, (&ids, &data), &lengths, stride, out);
     }
     let slots = |len: usize| (ids.len().saturating_sub(1) / len.max(1)).min(a.windows);
+    if !a.quiet {
+        let reads: Vec<(usize, usize)> = lengths.iter().map(|&l| (l, slots(l))).collect();
+        model::announce_long(&lm, "this evaluation", &reads)?;
+    }
     let bar = posenc_train::token_bar(a.quiet, lengths.iter().map(|&l| l * slots(l)).sum());
     // Every row is computed before any is printed: a bad length prints nothing but the error.
     let mut rows = Vec::new();

@@ -208,6 +208,32 @@ pub fn check_context(lm: &CausalLm, what: &str, tokens: usize, strict: Option<bo
     Ok(())
 }
 
+/// Says before the work, on standard error, how long reading `reads` (`(length, how many
+/// windows or prompts of it)`) takes here, when that is past `POSENC_ESTIMATE_OVER`
+/// seconds (120 unless set): scaled from a timed probe, as [`check_context`] does.
+///
+/// # Errors
+/// A failed probe pass.
+pub fn announce_long(lm: &CausalLm, what: &str, reads: &[(usize, usize)]) -> Result<()> {
+    let over = std::env::var("POSENC_ESTIMATE_OVER")
+        .ok()
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .unwrap_or(120.0);
+    let mut seconds = 0.0;
+    for &(len, count) in reads.iter().filter(|(len, count)| *len > 0 && *count > 0) {
+        seconds += count as f64 * posenc_lm::sample::estimate_read_seconds(&lm.model, len)?;
+    }
+    if seconds > over {
+        let tokens: usize = reads.iter().map(|(len, count)| len * count).sum();
+        posenc_train::log(&format!(
+            "{what} reads {tokens} tokens: roughly {} here (scaled from a timed 128-token \
+             probe; within about 3×)",
+            posenc_train::duration(seconds)
+        ));
+    }
+    Ok(())
+}
+
 /// `--model`'s default for the `lm` commands.
 pub fn shipped() -> String {
     run::shipped_model().display().to_string()

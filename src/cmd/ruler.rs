@@ -156,6 +156,20 @@ impl RulerArgs {
             .collect();
         // They count as read.
         bar.inc(done.iter().map(|d| d.1 as u64).sum());
+        if !self.quiet {
+            let prompts = cfg.tasks.len() * cfg.seeds.len() * cfg.samples;
+            let reads: Vec<(usize, usize)> = cfg
+                .lengths
+                .iter()
+                .map(|&l| {
+                    (
+                        l,
+                        prompts - done.iter().filter(|d| d.1 == l).count().min(prompts),
+                    )
+                })
+                .collect();
+            super::model::announce_long(&lm, "this RULER run", &reads)?;
+        }
         ruler::run(
             &subject,
             &cfg,
