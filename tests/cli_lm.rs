@@ -536,10 +536,11 @@ fn the_shipped_model_generates_and_keeps_its_loss_past_its_context() {
         stdout.starts_with("HAMLET.\n") && stdout.chars().count() >= 68,
         "{stdout:?}"
     );
-    // With no prompt argument, the prompt is standard input: the same text.
+    // With no prompt argument, the prompt is standard input, its final line end dropped
+    // (the one `echo` adds): the same text.
     let piped = with_stdin(
         &["lm", "generate", "--max-tokens", "60", "--seed", "1"],
-        "HAMLET.\n",
+        "HAMLET.\n\n",
     );
     assert!(piped.status.success(), "{}", text(&piped).1);
     assert_eq!(text(&piped).0, stdout);
