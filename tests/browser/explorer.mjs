@@ -141,6 +141,26 @@ try {
   await page.click('nav button[data-view="long-context"]');
   await page.waitForFunction(() => Number(document.querySelector("#lc-chart").dataset.drawn || 0) >= 1);
   check(await inked("#lc-chart") > 1000, "the long-context chart is blank");
+  // The title sits above the cells, not over them, and a cell no record holds says so.
+  const lc = await page.$eval("#lc-chart", (e) => {
+    const c = echarts.getInstanceByDom(e);
+    const o = c.getOption();
+    // ECharts draws the title's text into its view's group: its box is the title's extent.
+    const view = c._componentsViews.find((v) => v.type === "title");
+    const box = view.group.getBoundingRect();
+    const titleBottom = view.group.y + box.y + box.height;
+    return { gridTop: o.grid[0].top, titleBottom, absent: o.series[1].data.length };
+  });
+  check(lc.titleBottom < lc.gridTop, `the title (${lc.titleBottom} px) runs into the cells (from ${lc.gridTop} px)`);
+  check(lc.absent > 0, "the passkey grid's missing cells are not marked");
+  // And drawn, in grey: the empty cell at depth 0.9, length 32 768 is no longer background.
+  const grey = await page.$eval("#lc-chart canvas", (c) => {
+    const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+    let n = 0;
+    for (let i = 0; i < d.length; i += 4) if (d[i] === 0xee && d[i + 1] === 0xee && d[i + 2] === 0xee) n++;
+    return n;
+  });
+  check(grey > 1000, `the missing cells are not drawn grey (${grey} px)`);
   await page.screenshot({ path: `${out}/long-context.png`, fullPage: true });
   // RULER's records: a grid by task and length.
   const before_ruler = await drawn("#lc-chart");

@@ -80,10 +80,24 @@ function extent(rows) {
   return lo <= hi ? [lo, hi] : [0, 1];
 }
 
-/** A heatmap of `values[row][column]`, rows downwards. */
-function heatmap(element, { title, rows, columns, values, rowName, columnName, colours, range, compact }) {
+/**
+ * A heatmap of `values[row][column]`, rows downwards. A null cell is a score shut out
+ * (−∞, left blank), or with `missing` ("no data") a cell no record holds, drawn grey and
+ * labelled so.
+ */
+function heatmap(element, { title, rows, columns, values, rowName, columnName, colours, range, compact, missing }) {
   const data = [];
-  values.forEach((row, r) => row.forEach((v, c) => data.push([c, r, v === null ? "-" : v])));
+  const absent = [];
+  values.forEach((row, r) => row.forEach((v, c) => {
+    // A number, so the cell is drawn (its colour is its series', not the scale's).
+    if (v === null && missing) absent.push([c, r, 0]);
+    else data.push([c, r, v === null ? "-" : v]);
+  }));
+  // The title wraps at the chart's width (the page's, while its view is still hidden), and
+  // the cells start below its last line.
+  const width = Math.max(200, (element.clientWidth || document.body.clientWidth - 60) - 20);
+  const lines = Math.max(1, Math.ceil((title.length * (compact ? 6.2 : 7.4)) / width));
+  const top = compact ? 13 * lines + 13 : 17 * lines + 35;
   const [lo, hi] = range || extent(values);
   const symmetric = lo < 0 && hi > 0;
   const bound = Math.max(Math.abs(lo), Math.abs(hi));
@@ -92,23 +106,30 @@ function heatmap(element, { title, rows, columns, values, rowName, columnName, c
     // A long title (an encoding with many settings) breaks onto a second line.
     title: { text: title, left: "center",
       textStyle: { fontSize: compact ? 11 : 13, lineHeight: compact ? 13 : 17,
-        width: Math.max(100, element.clientWidth - 20), overflow: "break" } },
+        width, overflow: "break" } },
     tooltip: {
       formatter: (p) => `${rowName} ${rows[p.value[1]]}, ${columnName} ${columns[p.value[0]]}: ` +
-        (p.value[2] === "-" ? "−∞ (shut out)" : Number(p.value[2]).toPrecision(4)),
+        (p.seriesIndex === 1 ? missing : p.value[2] === "-" ? "−∞ (shut out)" : Number(p.value[2]).toPrecision(4)),
     },
-    grid: compact ? { left: 40, right: 8, top: 26, bottom: 40 } : { left: 60, right: 70, top: 52, bottom: 50 },
+    // Room on the left for the longest row label (`ikakeru`), on the right for the toolbox.
+    grid: compact ? { left: Math.max(40, 6 * Math.max(...rows.map((r) => String(r).length)) + 10), right: 22, top, bottom: 40 }
+      : { left: 60, right: 70, top, bottom: 50 },
     xAxis: { type: "category", data: columns, name: compact ? "" : columnName, nameLocation: "center", nameGap: 28,
       axisLabel: { rotate: compact ? 60 : 0, fontSize: compact ? 9 : 11 } },
     yAxis: { type: "category", data: rows, inverse: true, name: compact ? "" : rowName, nameLocation: "center", nameGap: 44,
       axisLabel: { fontSize: compact ? 9 : 11 } },
     visualMap: {
+      seriesIndex: 0,
       min: symmetric ? -bound : lo, max: symmetric ? bound : (hi > lo ? hi : lo + 1),
       calculable: !compact, show: !compact, orient: "vertical", right: 0, top: "middle",
       inRange: { color: colours || (symmetric ? DIVERGING : SEQUENTIAL) },
       outOfRange: { color: "#000" },
     },
-    series: [{ type: "heatmap", data, progressive: 0, emphasis: { disabled: true } }],
+    series: [
+      { type: "heatmap", data, progressive: 0, emphasis: { disabled: true } },
+      { type: "heatmap", data: absent, itemStyle: { color: "#eeeeee" }, emphasis: { disabled: true },
+        label: { show: true, color: "#777", formatter: () => missing } },
+    ],
   }, true);
 }
 
@@ -692,11 +713,12 @@ async function drawLongContext() {
       $("#lc-note").textContent = "Passkey retrieval: the fraction of keys found, by where the key sits (depth) and the prompt's length. Hover for found/trials.";
       heatmap(element, { title: `passkey found, ${path}${Object.keys(filter).length ? ` (${JSON.stringify(filter)})` : ""}`,
         rows: depths, columns: lengths, values, rowName: "depth", columnName: "length",
-        colours: ["#b40426", "#f6bfa6", "#dddddd", "#a3c2f0", "#3b4cc0"], range: [0, 1] });
+        colours: ["#b40426", "#f6bfa6", "#dddddd", "#a3c2f0", "#3b4cc0"], range: [0, 1], missing: "no data" });
       // Each cell says how many keys of how many were found, as the static grid does.
       chart(element).setOption({
         tooltip: { formatter: (p) =>
-          `depth ${depths[p.value[1]]}, length ${lengths[p.value[0]]}: ${counts[p.value[1]][p.value[0]]} found` },
+          `depth ${depths[p.value[1]]}, length ${lengths[p.value[0]]}: ` +
+          (p.seriesIndex === 1 ? "no data" : `${counts[p.value[1]][p.value[0]]} found`) },
         series: [{ label: { show: true, fontSize: 14, formatter: (p) => counts[p.value[1]][p.value[0]] } }],
       });
     } else if (["task", "length", "score"].every((n) => names.includes(n))) {
@@ -709,7 +731,7 @@ async function drawLongContext() {
       heatmap(element, { title: `RULER score, ${path}`, rows: tasks, columns: lengths,
         values: cells.map((row) => row.map((p) => (p ? p.mean : null))),
         rowName: "task", columnName: "length",
-        colours: ["#b40426", "#f6bfa6", "#dddddd", "#a3c2f0", "#3b4cc0"], range: [0, 1] });
+        colours: ["#b40426", "#f6bfa6", "#dddddd", "#a3c2f0", "#3b4cc0"], range: [0, 1], missing: "no data" });
       chart(element).setOption({
         series: [{ label: { show: true, fontSize: 13, formatter: (p) => {
           const c = cells[p.value[1]][p.value[0]];
