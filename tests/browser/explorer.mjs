@@ -136,6 +136,24 @@ try {
   await page.waitForFunction(() => Number(document.querySelector("#results-chart").dataset.drawn || 0) >= 1);
   check(await inked("#results-chart") > 1000, "the results chart is blank");
   await page.screenshot({ path: `${out}/results.png`, fullPage: true });
+  // Another study on a log x axis; its address opens on the same view.
+  let n = await drawn("#results-chart");
+  await page.selectOption("#results-file", "docs/lengthgen/copy/results.json");
+  await page.waitForFunction((n) => Number(document.querySelector("#results-chart").dataset.drawn) > n, n);
+  n = await drawn("#results-chart");
+  await page.check("#results-logx");
+  await page.waitForFunction((n) => Number(document.querySelector("#results-chart").dataset.drawn) > n, n);
+  check(await page.$eval("#results-chart", (e) => echarts.getInstanceByDom(e).getOption().xAxis[0].type) === "log",
+    "log x drew no log axis");
+  const study = page.url();
+  const reopened = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+  await reopened.goto(study);
+  await reopened.waitForFunction(() => Number(document.querySelector("#results-chart").dataset.drawn || 0) >= 1);
+  check(await reopened.$eval("#results-file", (s) => s.value) === "docs/lengthgen/copy/results.json",
+    `the study was not restored from ${study}`);
+  check(await reopened.$eval("#results-logx", (c) => c.checked), "log x was not restored");
+  check(await reopened.$eval("#view-results", (v) => v.classList.contains("active")), "the results view was not restored");
+  await reopened.close();
 
   // ---- Long context: the passkey grid.
   await page.click('nav button[data-view="long-context"]');

@@ -143,6 +143,8 @@ function heatmap(element, { title, rows, columns, values, rowName, columnName, c
  * linked, shared and reloaded. Written on every change; read once, at the start.
  */
 const STATE_FIELDS = { d_model: "#d-model", heads: "#heads", len: "#len" };
+const RESULTS_FIELDS = { results: "#results-file", y: "#results-y", x: "#results-x", group: "#results-group",
+  logx: "#results-logx", logy: "#results-logy", lc: "#lc-file" };
 let restoring = true;
 
 function saveState() {
@@ -152,13 +154,21 @@ function saveState() {
   for (const pane of $$(".pane[data-pane]")) state.set(pane.dataset.pane, $(".config", pane).value.replace(/\s+/g, " ").trim());
   for (const [key, id] of Object.entries(STATE_FIELDS)) state.set(key, $(id).value);
   state.set("compare", $("#compare").checked ? "1" : "0");
+  // The chosen study, its axes and the long-context records, once the lists are filled.
+  // Until the records are listed, the address keeps what it opened with.
+  const listed = $("#results-file").options.length > 0;
+  for (const [key, id] of Object.entries(RESULTS_FIELDS)) {
+    const e = $(id);
+    const value = !listed ? OPENED[key] : e.type === "checkbox" ? (e.checked ? "1" : "") : e.value;
+    if (value) state.set(key, value);
+  }
   history.replaceState(null, "", `#${state}`);
 }
 
-/** The state the address holds, if any: `{view, a, b, d_model, heads, len, compare}`. */
+/** The state the address held when the page opened: `{view, a, b, d_model, …}`. */
+const OPENED = Object.fromEntries(new URLSearchParams(location.hash.slice(1)).entries());
 function addressState() {
-  const state = new URLSearchParams(location.hash.slice(1));
-  return Object.fromEntries(state.entries());
+  return OPENED;
 }
 
 function show(view) {
@@ -566,8 +576,11 @@ async function loadRecordsList() {
     const found = Array.from(select.options).find((o) => o.value === name);
     if (found) select.value = name;
   };
-  pick($("#results-file"), "docs/lengthgen/sort/results.json");
-  pick($("#lc-file"), "docs/long-context/results.json");
+  const state = addressState();
+  pick($("#results-file"), state.results || "docs/lengthgen/sort/results.json");
+  pick($("#lc-file"), state.lc || "docs/long-context/results.json");
+  $("#results-logx").checked = state.logx === "1";
+  $("#results-logy").checked = state.logy === "1";
   await Promise.all([resultsFileChanged(), lcFileChanged()]);
 }
 
@@ -584,6 +597,7 @@ function options(select, names, preferred) {
   if (want !== undefined) select.value = want;
 }
 
+let resultsRestored = false;
 async function resultsFileChanged() {
   const path = $("#results-file").value;
   if (!path) return;
@@ -591,9 +605,13 @@ async function resultsFileChanged() {
     const cols = await columnsOf(path);
     const numeric = cols.filter((c) => c.numeric && c.name !== "seed").map((c) => c.name);
     const categories = cols.filter((c) => c.values && c.name !== "seed").map((c) => c.name);
-    options($("#results-y"), numeric, ["accuracy", "test_exact", "loss", "perplexity"]);
-    options($("#results-x"), ["", ...categories], ["length"]);
-    options($("#results-group"), categories, ["label", "encoding"]);
+    // The address's choice first, on the first drawing only.
+    const state = resultsRestored ? {} : addressState();
+    resultsRestored = true;
+    const first = (v) => (v === undefined ? [] : [v]);
+    options($("#results-y"), numeric, [...first(state.y), "accuracy", "test_exact", "loss", "perplexity"]);
+    options($("#results-x"), ["", ...categories], [...first(state.x), "length"]);
+    options($("#results-group"), categories, [...first(state.group), "label", "encoding"]);
     await drawResults();
   } catch (e) { $("#results-error").textContent = e.message; }
 }
@@ -630,6 +648,13 @@ async function drawResults() {
       z: 2, data: s.points.flatMap((p) => p.values.map((v) => [at(p), v])), tooltip: { show: false } });
   }
   const fmt = (v) => (Math.abs(v) >= 100 ? v.toFixed(1) : v.toPrecision(3));
+  // Log axes, where every value is above 0 (lengths that double read best on one).
+  const positive = (f) => series.every((s) => s.points.every((p) => f(p) > 0));
+  const logx = $("#results-logx").checked && numericX;
+  const logy = $("#results-logy").checked;
+  if (logx && !positive((p) => p.x)) { error.textContent = "log x needs every x above 0"; return; }
+  if (logy && !positive((p) => Math.min(...p.values))) { error.textContent = "log y needs every value above 0"; return; }
+  saveState();
   chart($("#results-chart")).setOption({
     animation: false,
     title: { text: `${request.y}${x ? ` by ${x}` : ""}, ${request.path}`, left: "center", textStyle: { fontSize: 13 } },
@@ -645,15 +670,15 @@ async function drawResults() {
       },
     },
     grid: { left: 70, right: 30, top: 70, bottom: 60 },
-    xAxis: numericX ? { type: "value", name: x || "", nameLocation: "center", nameGap: 30, scale: true }
+    xAxis: numericX ? { type: logx ? "log" : "value", logBase: 2, name: x || "", nameLocation: "center", nameGap: 30, scale: true }
       : { type: "category", data: categories, name: x || "", nameLocation: "center", nameGap: 30 },
-    yAxis: { type: "value", name: request.y, scale: true },
+    yAxis: { type: logy ? "log" : "value", name: request.y, scale: true },
     series: out,
   }, true);
   $("#results-chart").dataset.drawn = String(Number($("#results-chart").dataset.drawn || 0) + 1);
 }
 $("#results-file").addEventListener("change", resultsFileChanged);
-for (const id of ["#results-y", "#results-x", "#results-group"]) $(id).addEventListener("change", drawResults);
+for (const id of ["#results-y", "#results-x", "#results-group", "#results-logx", "#results-logy"]) $(id).addEventListener("change", drawResults);
 
 let LC_COLUMNS = [];
 /** Preferred values of the long-context filters: SmolLM2's records, unscaled. */
@@ -662,6 +687,7 @@ const LC_PREFERRED = { experiment: '"smollm2-passkey"', scaling: '"none"' };
 async function lcFileChanged() {
   const path = $("#lc-file").value;
   if (!path) return;
+  saveState();
   try {
     LC_COLUMNS = await columnsOf(path);
     const box = $("#lc-filters");
