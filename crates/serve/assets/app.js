@@ -6,14 +6,23 @@
 const $ = (selector, root = document) => root.querySelector(selector);
 const $$ = (selector, root = document) => Array.from(root.querySelectorAll(selector));
 
-/** The API's answer as JSON, or an Error carrying the server's own message. */
+/**
+ * The API's answer as JSON, or an Error carrying the server's own message. A 503 (every
+ * worker busy: a page opened from an address asks for several views at once) is asked
+ * again after its Retry-After, a few times.
+ */
 async function api(path, body) {
   const init = body === undefined ? {} : {
     method: "POST",
     headers: { "content-type": "application/json" },
     body: JSON.stringify(body),
   };
-  const response = await fetch(path, init);
+  let response = await fetch(path, init);
+  for (let tries = 0; response.status === 503 && tries < 10; tries++) {
+    const wait = Number(response.headers.get("retry-after")) || 1;
+    await new Promise((resolve) => setTimeout(resolve, wait * 1000));
+    response = await fetch(path, init);
+  }
   const text = await response.text();
   let value;
   try { value = JSON.parse(text); } catch (_) { value = { error: text }; }

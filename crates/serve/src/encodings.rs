@@ -417,15 +417,23 @@ fn pick<T>(values: &[Vec<f32>], rows: &[usize], f: impl Fn(&[f32]) -> Vec<T>) ->
     rows.iter().map(|&r| f(&values[r])).collect()
 }
 
-/// Up to `most` indices spread evenly over `0 … n − 1`, the first and the last among them.
+/// Up to `most` (at least 3) indices over `0 … n − 1` at a round step (1, 2 or 5 times a
+/// power of ten), so an axis reads 0, 20, 40 … and not 0, 97, 193; the last index closes
+/// them.
 pub fn sample(n: usize, most: usize) -> Vec<usize> {
     if n <= most {
         return (0..n).collect();
     }
-    let mut out: Vec<usize> = (0..most)
-        .map(|i| ((i as f64) * (n - 1) as f64 / (most - 1) as f64).round() as usize)
-        .collect();
-    out.dedup();
+    // Room for the last index besides the steps from 0.
+    let least = (n - 1) as f64 / (most.max(3) - 2) as f64;
+    let step = (0..)
+        .flat_map(|p| [1, 2, 5].map(|m| m * 10usize.pow(p)))
+        .find(|&s| s as f64 >= least)
+        .unwrap_or(n);
+    let mut out: Vec<usize> = (0..n).step_by(step).collect();
+    if out.last() != Some(&(n - 1)) {
+        out.push(n - 1);
+    }
     out
 }
 
@@ -436,4 +444,27 @@ pub fn kinds() -> Vec<serde_json::Value> {
         .filter_map(|kind| EncodingConfig::from_kind(kind).ok())
         .map(|config| config.to_json())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sample;
+
+    #[test]
+    fn samples_fall_on_round_steps_within_the_limit() {
+        let rows = sample(2048, 128);
+        assert_eq!(&rows[..4], [0, 20, 40, 60]);
+        assert_eq!(rows.last(), Some(&2047));
+        assert!(rows.len() <= 128);
+        assert_eq!(sample(32, 22)[..3], [0, 2, 4]);
+        assert_eq!(sample(10, 22), (0..10).collect::<Vec<_>>());
+        for (n, most) in [(1000, 7), (129, 128), (5000, 3), (64, 10)] {
+            let s = sample(n, most);
+            assert!(
+                s.len() <= most && s[0] == 0 && *s.last().unwrap() == n - 1,
+                "{n}, {most}: {s:?}"
+            );
+            assert!(s.windows(2).all(|w| w[0] < w[1]), "{s:?}");
+        }
+    }
 }
