@@ -210,18 +210,27 @@ pub fn check_context(lm: &CausalLm, what: &str, tokens: usize, strict: Option<bo
 
 /// Says before the work, on standard error, how long reading `reads` (`(length, how many
 /// windows or prompts of it)`) takes here, when that is past `POSENC_ESTIMATE_OVER`
-/// seconds (120 unless set): scaled from a timed probe, as [`check_context`] does.
+/// seconds (120 unless set): scaled from a timed probe, as [`check_context`] does. An
+/// estimate only advises: a length the model cannot read (past a learned table) is left
+/// out, and a probe that fails says nothing.
 ///
 /// # Errors
-/// A failed probe pass.
+/// None yet; the type leaves room for one.
 pub fn announce_long(lm: &CausalLm, what: &str, reads: &[(usize, usize)]) -> Result<()> {
     let over = std::env::var("POSENC_ESTIMATE_OVER")
         .ok()
         .and_then(|s| s.trim().parse::<f64>().ok())
         .unwrap_or(120.0);
+    let reach = lm.model.max_positions().unwrap_or(usize::MAX);
     let mut seconds = 0.0;
-    for &(len, count) in reads.iter().filter(|(len, count)| *len > 0 && *count > 0) {
-        seconds += count as f64 * posenc_lm::sample::estimate_read_seconds(&lm.model, len)?;
+    for &(len, count) in reads
+        .iter()
+        .filter(|(len, count)| *len > 0 && *count > 0 && *len <= reach)
+    {
+        let Ok(each) = posenc_lm::sample::estimate_read_seconds(&lm.model, len) else {
+            return Ok(());
+        };
+        seconds += count as f64 * each;
     }
     if seconds > over {
         let tokens: usize = reads.iter().map(|(len, count)| len * count).sum();
