@@ -18,11 +18,12 @@ use posenc::{
 };
 use posenc_lm::task::{train_lm, LmData, LmTrainConfig};
 use posenc_lm::text_tokenizer::{encode, TextTokenizer};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 // ---------------------------------------------------------------------------------------
 /// `head-rope`: its settings, as configs and the command line write them.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 struct HeadRopeConfig {
     /// How many heads turn, counted from the first.
     heads: usize,

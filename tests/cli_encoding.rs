@@ -177,8 +177,8 @@ fn bad_input_is_an_error_naming_the_cause() {
     }
 }
 
-/// `encoding list` names every kind with its settings at their defaults; each, written back
-/// in the grammar every command reads (`kind:key=value:…`), is accepted and, where the
+/// `encoding list` names every kind with each setting, its default and what it does; each
+/// kind at its defaults, written back in the grammar every command reads (`kind:key=value:…`), is accepted and, where the
 /// table is fixed, gives the bare kind's table. Defaults checked against their papers:
 /// RoPE's base 10 000 (Su et al. 2021), T5's 32 buckets up to distance 128 (Raffel et al.
 /// 2020). `--kind`, the flag's earlier name, still works.
@@ -186,11 +186,31 @@ fn bad_input_is_an_error_naming_the_cause() {
 fn the_list_names_every_kind_in_the_grammar_every_command_reads() {
     let list = json(&["encoding", "list", "--format", "json"]);
     let kinds = list.as_array().unwrap();
-    let kind = |name: &str| kinds.iter().find(|k| k["kind"] == name).unwrap();
+    let kind = |name: &str| &kinds.iter().find(|k| k["kind"] == name).unwrap()["config"];
     assert_eq!(kind("rope")["base"], 10000.0);
     assert_eq!(kind("t5")["num_buckets"], 32);
     assert_eq!(kind("t5")["max_distance"], 128);
     let table = String::from_utf8(posenc(&["encoding", "list"]).stdout).unwrap();
+    // Every setting is a row with its default and description, the optional ones too.
+    for entry in kinds {
+        for setting in entry["settings"].as_array().unwrap() {
+            let row = format!(
+                "| {} | {} |",
+                entry["kind"].as_str().unwrap(),
+                setting["name"].as_str().unwrap()
+            );
+            let line = table.lines().find(|l| l.starts_with(&row));
+            assert!(
+                line.is_some_and(|l| l.split(" | ").count() == 4),
+                "{row} in\n{table}"
+            );
+        }
+    }
+    assert!(
+        table.contains("| rope | position_scale | 1.0 | Positions are divided"),
+        "{table}"
+    );
+    assert!(table.contains("| rope | scaling | unset |"), "{table}");
     let show = |encoding: &str| {
         let args = ["encoding", "show", "--encoding", encoding, "--d-model", "8"];
         json(
@@ -201,7 +221,7 @@ fn the_list_names_every_kind_in_the_grammar_every_command_reads() {
             .concat(),
         )
     };
-    for k in kinds {
+    for k in kinds.iter().map(|k| &k["config"]) {
         let name = k["kind"].as_str().unwrap();
         assert!(
             table.contains(&format!("| {name} |")),

@@ -15,11 +15,12 @@ use posenc::{
     Capabilities, EncodingConfig, EncodingSpec, Form, PositionalEncoding, ScoreContext, Table,
     Target,
 };
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// `agree`: each logit gains `tanh(logit)`, so keys a query already likes gain up to one
 /// more nat and keys it dislikes lose one. It knows no position at all.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct AgreeConfig {}
 

@@ -14,12 +14,13 @@ use posenc::{
     BiasContext, Capabilities, EmbedContext, EncodingConfig, EncodingSpec, PositionalEncoding,
     Positions, Table, Target,
 };
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// `sawtooth`: `PE(pos, i) = (pos mod period) / period − ½` in every dimension, plus an
 /// attention bias that prefers keys in the query's own period: an encoding no paper
 /// proposes, using two of the hooks.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct SawtoothConfig {
     #[serde(default = "three")]

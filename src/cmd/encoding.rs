@@ -35,8 +35,8 @@ pub struct Which {
 /// `posenc encoding …`
 #[derive(Subcommand, Debug)]
 pub enum EncodingCommand {
-    /// Every registered kind with its settings and their defaults: what `--encoding` and
-    /// `--encodings` take (`kind`, `kind:key=value:…` or a JSON object).
+    /// Every registered kind with each of its settings, its default and what it does: what
+    /// `--encoding` and `--encodings` take (`kind`, `kind:key=value:…` or a JSON object).
     #[command(
         after_help = "Examples:\n  posenc encoding list\n  posenc encoding list --format json"
     )]
@@ -80,32 +80,73 @@ impl EncodingCommand {
 fn list(format: super::Format, out: &mut impl Write) -> Result<()> {
     let kinds: Vec<serde_json::Value> = EncodingConfig::kinds()
         .into_iter()
-        .map(|kind| Ok(EncodingConfig::from_kind(kind)?.to_json()))
+        .map(|kind| {
+            Ok(json!({
+                "kind": kind,
+                "config": EncodingConfig::from_kind(kind)?.to_json(),
+                "settings": EncodingConfig::settings_of(kind)?,
+            }))
+        })
         .collect::<Result<_>>()?;
     if let Format::Json = format {
         writeln!(out, "{}", serde_json::to_string_pretty(&kinds)?)?;
         return Ok(());
     }
-    writeln!(out, "| kind | settings, at their defaults |\n|---|---|")?;
-    for config in &kinds {
-        let settings: Vec<String> = config
-            .as_object()
-            .into_iter()
-            .flatten()
-            .filter(|(key, _)| *key != "kind")
-            .map(|(key, value)| match value {
-                serde_json::Value::String(text) => format!("{key}={text}"),
-                other => format!("{key}={other}"),
-            })
-            .collect();
-        let kind = config["kind"].as_str().unwrap_or_default();
-        let settings = match settings.is_empty() {
-            true => "–".to_string(),
-            false => settings.join(" "),
-        };
-        writeln!(out, "| {kind} | {settings} |")?;
+    writeln!(
+        out,
+        "| kind | setting | default | what it does |\n|---|---|---|---|"
+    )?;
+    for entry in &kinds {
+        let kind = entry["kind"].as_str().unwrap_or_default();
+        let settings: Vec<posenc::Setting> =
+            serde_json::from_value(entry["settings"].clone()).unwrap_or_default();
+        if settings.is_empty() {
+            writeln!(out, "| {kind} | – | – | takes no settings |")?;
+        }
+        for setting in settings {
+            let default = match &setting.default {
+                serde_json::Value::Null => "unset".to_string(),
+                value => written(&compact(value)),
+            };
+            let values: Vec<String> = setting.values.iter().map(written).collect();
+            let description = match values.is_empty() {
+                true => setting.description,
+                false => format!("{} One of: {}.", setting.description, values.join(", ")),
+            };
+            // A `|` in a formula would end the cell.
+            let description = description.replace('|', "\\|");
+            writeln!(
+                out,
+                "| {kind} | {} | {default} | {description} |",
+                setting.name
+            )?;
+        }
     }
     Ok(())
+}
+
+/// A value as the command line writes it: a string bare, anything else as JSON.
+fn written(value: &serde_json::Value) -> String {
+    match value {
+        serde_json::Value::String(text) => text.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// A default with every nested encoding that sits at its own defaults written as its kind
+/// alone (`["rope", "ssmax"]`), as configs may write it.
+fn compact(value: &serde_json::Value) -> serde_json::Value {
+    match value {
+        serde_json::Value::Array(items) => items.iter().map(compact).collect(),
+        serde_json::Value::Object(fields) => {
+            let kind = fields.get("kind").and_then(|k| k.as_str());
+            match kind.and_then(|k| EncodingConfig::from_kind(k).ok()) {
+                Some(default) if default.to_json() == *value => json!(default.kind()),
+                _ => value.clone(),
+            }
+        }
+        other => other.clone(),
+    }
 }
 
 fn show(which: &Which, out: &mut impl Write) -> Result<()> {

@@ -25,6 +25,7 @@ use std::sync::Arc;
 
 use candle_core::{DType, Tensor};
 use candle_nn::{Embedding, VarBuilder};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::encoding::{check_embeddings, check_end, PositionalEncoding, Table, Tokens};
@@ -32,7 +33,7 @@ use crate::{Capabilities, EmbedContext};
 use crate::{EncodingSpec, Error, Positions, Result, Target};
 
 /// The settings of `abacus`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AbacusConfig {
     /// The digits' token ids, `[first, last]`, inclusive (default `[4, 13]`, the digits of

@@ -21,6 +21,7 @@ use std::sync::Arc;
 
 use candle_core::{Device, Tensor};
 use candle_nn::VarBuilder;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::cache::GeometryCache;
@@ -29,7 +30,7 @@ use crate::{BiasContext, Capabilities};
 use crate::{Direction, EncodingSpec, Error, Positions, Result, Target};
 
 /// The settings of `alibi`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AlibiConfig {
     /// Symmetric `|i − j|` or causal `i − j`. Unset: by the stack, symmetric in an encoder
@@ -51,7 +52,7 @@ impl EncodingSpec for AlibiConfig {
 }
 
 /// Which keys ALiBi penalises.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum AlibiForm {
     /// `−m·|i − j|` for every key: encoders (and decoders, where the causal mask hides

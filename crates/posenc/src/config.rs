@@ -13,6 +13,7 @@ use std::sync::{Arc, LazyLock, RwLock};
 
 use candle_core::{DType, Device};
 use candle_nn::{VarBuilder, VarMap};
+use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -77,8 +78,12 @@ impl Target {
 /// The settings of one kind of encoding: what its file implements to be configurable.
 ///
 /// The settings (de)serialise as the JSON object beside `"kind"`, and should deny unknown
-/// fields so a misspelt setting is an error.
-pub trait EncodingSpec: fmt::Debug + Serialize + DeserializeOwned + Send + Sync + 'static {
+/// fields so a misspelt setting is an error. Their schema ([`JsonSchema`], derived) is what
+/// `encoding list` shows: each field's doc comment is its description, and its serde
+/// default its default ([`EncodingConfig::settings_of`]).
+pub trait EncodingSpec:
+    fmt::Debug + Serialize + DeserializeOwned + JsonSchema + Send + Sync + 'static
+{
     /// The kind's name in configs and on the command line. The only place it is written.
     const KIND: &'static str;
 
@@ -138,6 +143,7 @@ impl<T: EncodingSpec> DynSpec for T {
 pub struct Registration {
     kind: &'static str,
     parse: fn(serde_json::Value) -> Result<EncodingConfig>,
+    schema: fn() -> serde_json::Value,
 }
 
 impl Registration {
@@ -146,8 +152,13 @@ impl Registration {
         Self {
             kind: T::KIND,
             parse: parse::<T>,
+            schema: schema::<T>,
         }
     }
+}
+
+fn schema<T: EncodingSpec>() -> serde_json::Value {
+    schemars::schema_for!(T).to_value()
 }
 
 fn parse<T: EncodingSpec>(settings: serde_json::Value) -> Result<EncodingConfig> {
@@ -223,6 +234,35 @@ impl EncodingConfig {
     /// Every registered kind, built-in ones first, in the order of the documents.
     pub fn kinds() -> Vec<&'static str> {
         registry().iter().map(|r| r.kind).collect()
+    }
+
+    /// The settings kind `kind` takes, by name, each with its default and the description
+    /// its field's doc comment gives.
+    ///
+    /// ```
+    /// use posenc::EncodingConfig;
+    /// let rope = EncodingConfig::settings_of("rope").unwrap();
+    /// let base = rope.iter().find(|s| s.name == "base").unwrap();
+    /// assert_eq!(base.default, serde_json::json!(10000.0));
+    /// assert!(base.description.contains("wavelength"));
+    /// ```
+    ///
+    /// # Errors
+    /// An unknown kind.
+    pub fn settings_of(kind: &str) -> Result<Vec<Setting>> {
+        Ok(Setting::from_schema(&Self::schema_of(kind)?))
+    }
+
+    /// The JSON Schema of kind `kind`'s settings (the object beside `"kind"`).
+    ///
+    /// # Errors
+    /// An unknown kind.
+    pub fn schema_of(kind: &str) -> Result<serde_json::Value> {
+        let schema = registry().iter().find(|r| r.kind == kind).map(|r| r.schema);
+        match schema {
+            Some(schema) => Ok(schema()),
+            None => Self::from_kind(kind).map(|_| serde_json::Value::Null),
+        }
     }
 
     /// The same config with setting `key` set to `value`, read again by the kind's own
@@ -357,6 +397,91 @@ impl EncodingConfig {
             &target,
             VarBuilder::from_varmap(&varmap, DType::F32, device),
         )
+    }
+}
+
+/// One setting of an encoding kind, as `encoding list` shows it
+/// ([`EncodingConfig::settings_of`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Setting {
+    /// Its key in a config.
+    pub name: String,
+    /// Its value where a config leaves it out; `null` for an optional setting, which is off
+    /// unless given.
+    pub default: serde_json::Value,
+    /// What it does: its field's doc comment, on one line.
+    pub description: String,
+    /// The values it takes, where they are a fixed set of names (a layout's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<serde_json::Value>,
+}
+
+impl Setting {
+    /// The settings of an object schema, `$ref`s followed into its `$defs`.
+    fn from_schema(root: &serde_json::Value) -> Vec<Self> {
+        let defs = &root["$defs"];
+        // A newtype of another kind's settings (`coupling`'s) refers to them.
+        let schema = match root["$ref"]
+            .as_str()
+            .and_then(|r| r.strip_prefix("#/$defs/"))
+        {
+            Some(name) => &defs[name],
+            None => root,
+        };
+        let properties = schema["properties"].as_object().into_iter().flatten();
+        properties
+            .map(|(name, property)| Self {
+                name: name.clone(),
+                default: property.get("default").cloned().unwrap_or_default(),
+                description: one_line(property["description"].as_str().unwrap_or_default()),
+                values: names_of(property, defs),
+            })
+            .collect()
+    }
+}
+
+/// A doc comment on one line, its rustdoc links as plain code: "[`crate::X`]" reads "`X`".
+fn one_line(doc: &str) -> String {
+    let text = doc.split_whitespace().collect::<Vec<_>>().join(" ");
+    let text = text.replace("[`", "`").replace("`]", "`");
+    text.replace("`crate::", "`")
+}
+
+/// The names a schema allows, where it allows a fixed set of strings (an enum of unit
+/// variants, optional or not).
+fn names_of(schema: &serde_json::Value, defs: &serde_json::Value) -> Vec<serde_json::Value> {
+    if let Some(name) = schema["$ref"]
+        .as_str()
+        .and_then(|r| r.strip_prefix("#/$defs/"))
+    {
+        return names_of(&defs[name], defs);
+    }
+    if let Some(names) = schema["enum"].as_array() {
+        return names.iter().filter(|v| !v.is_null()).cloned().collect();
+    }
+    if let Some(name) = schema.get("const") {
+        return vec![name.clone()];
+    }
+    ["oneOf", "anyOf"]
+        .iter()
+        .filter_map(|key| schema[key].as_array())
+        .flatten()
+        .flat_map(|branch| names_of(branch, defs))
+        .collect()
+}
+
+impl JsonSchema for EncodingConfig {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "EncodingConfig".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "An encoding: `{\"kind\": …}` and that kind's settings.",
+            "type": "object",
+            "properties": {"kind": {"type": "string", "enum": EncodingConfig::kinds()}},
+            "required": ["kind"]
+        })
     }
 }
 

@@ -30,6 +30,7 @@ use std::sync::Arc;
 
 use candle_core::{DType, Device, Tensor, D};
 use candle_nn::{Init, VarBuilder};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::encoding::{Form, Index, PositionalEncoding, Table};
@@ -37,7 +38,7 @@ use crate::{Capabilities, ScoreContext};
 use crate::{Direction, EncodingSpec, Error, Result, Target};
 
 /// The settings of `cope`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CopeConfig {
     /// How many integer positions have an embedding; positions past the last share it.

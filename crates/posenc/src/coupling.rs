@@ -26,6 +26,7 @@
 use std::sync::Arc;
 
 use candle_nn::VarBuilder;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::abacus::{Abacus, AbacusConfig};
@@ -34,7 +35,7 @@ use crate::{EncodingSpec, Result, Target};
 
 /// The settings of `coupling`: those of [`AbacusConfig`] (`digits`, `max_offset`, `rows`),
 /// read the same way, with the same defaults.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(transparent)]
 pub struct CouplingConfig(pub AbacusConfig);
 

@@ -28,6 +28,7 @@ use std::sync::Arc;
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{Embedding, Module, VarBuilder};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::encoding::{Form, Index, PositionalEncoding, Table, Tokens};
@@ -35,7 +36,7 @@ use crate::{BiasContext, Capabilities};
 use crate::{EncodingSpec, Error, Result, Target};
 
 /// The settings of `coupling-bias`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CouplingBiasConfig {
     /// The digits' token ids, `[first, last]`, inclusive (default `[4, 13]`, the digits of

@@ -648,7 +648,9 @@ impl Decay {
 }
 
 /// How the two members of each (sin, cos) or rotation pair are laid out in a vector of width `d`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum PairLayout {
     /// Pair `i` occupies dimensions `(i, i + d/2)`: tensor2tensor, Marian, Llama/GPT-NeoX rotary.

@@ -36,6 +36,7 @@ use std::sync::Arc;
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{Init, VarBuilder};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::cache::GeometryCache;
@@ -44,7 +45,7 @@ use crate::{BiasContext, Capabilities};
 use crate::{Direction, EncodingSpec, Positions, Result, Target};
 
 /// The settings of `fire`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FireConfig {
     /// The MLP's hidden width (32 in the paper).

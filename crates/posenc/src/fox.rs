@@ -30,6 +30,7 @@ use std::sync::Arc;
 
 use candle_core::{DType, Tensor};
 use candle_nn::{Init, VarBuilder};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::encoding::{require, Decay, PositionalEncoding, Table};
@@ -37,7 +38,7 @@ use crate::{Capabilities, DecayContext};
 use crate::{Direction, EncodingSpec, Result, Target};
 
 /// The settings of `fox`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FoxConfig {
     /// The starting bias of every gate (5: `σ(5) ≈ 0.993`, keys fade slowly at first).

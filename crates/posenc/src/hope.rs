@@ -21,6 +21,7 @@ use std::f64::consts::TAU;
 use std::sync::Arc;
 
 use candle_nn::VarBuilder;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::encoding::{require, PositionalEncoding};
@@ -32,7 +33,7 @@ use crate::{EncodingSpec, PairLayout, Result, Target};
 pub const DEFAULT_CONTEXT: usize = 512;
 
 /// The settings of `hope`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HopeConfig {
     /// The wavelength base, 10000 as RoFormer's.

@@ -28,6 +28,7 @@ use std::sync::Arc;
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{Init, VarBuilder};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::cache::GeometryCache;
@@ -36,7 +37,7 @@ use crate::{BiasContext, Capabilities};
 use crate::{Direction, EncodingSpec, Error, Positions, Result, Target};
 
 /// The settings of `kerple`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KerpleConfig {
     /// The kernel: `log` (the paper's best) or `power`.
@@ -45,7 +46,7 @@ pub struct KerpleConfig {
 }
 
 /// Which of the paper's two kernels.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum KerpleVariant {
     /// `−r₁ · ln(1 + r₂ · d)`.

@@ -21,13 +21,14 @@
 use std::sync::Arc;
 
 use candle_nn::VarBuilder;
+use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::encoding::{require, Capabilities, PositionalEncoding, Table};
 use crate::{EncodingConfig, EncodingSpec, Result, Target};
 
 /// The settings of `layers`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LayersConfig {
     /// The encodings of layers `0, 1, …`, repeated over the stack: kind names (`"rope"`)

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use candle_core::Tensor;
 use candle_nn::{Embedding, VarBuilder};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::encoding::{add_table, check_embeddings, check_end, PositionalEncoding, Table};
@@ -19,7 +20,7 @@ use crate::{Capabilities, EmbedContext};
 use crate::{EncodingSpec, Error, Positions, Result, Target};
 
 /// The settings of `learned`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LearnedConfig {
     /// Rows in the table: the longest sequence the model can take.

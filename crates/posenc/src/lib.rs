@@ -74,7 +74,7 @@ pub mod t5;
 pub mod window;
 pub mod xpos;
 
-pub use config::{register, EncodingConfig, EncodingSpec, Registration, Target};
+pub use config::{register, EncodingConfig, EncodingSpec, Registration, Setting, Target};
 pub use encoding::{
     inverse_frequencies, BiasContext, Capabilities, Decay, DecayContext, Direction, EmbedContext,
     Form, Index, PairLayout, PositionalEncoding, Positions, Role, RotateContext, ScoreContext,

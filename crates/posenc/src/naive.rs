@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use candle_core::{Device, Tensor};
 use candle_nn::VarBuilder;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::encoding::{
@@ -30,7 +31,7 @@ use crate::{EncodingSpec, Error, Positions, Result, Target};
 macro_rules! settingless {
     ($($name:ident = $kind:literal => $variant:ident, $doc:literal;)*) => {$(
         #[doc = $doc]
-        #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+        #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
         #[serde(deny_unknown_fields)]
         pub struct $name {}
 
@@ -55,7 +56,7 @@ fn one() -> f64 {
 }
 
 /// The settings of `sine-single`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SineSingleConfig {
     /// Angular frequency ω of `sin(ω·pos)`.

@@ -8,13 +8,14 @@ use std::sync::Arc;
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::encoding::{PositionalEncoding, Table};
 use crate::{EncodingSpec, Result, Target};
 
 /// The settings of `none`: there are none.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NoneConfig {}
 

@@ -26,6 +26,7 @@ use std::sync::Arc;
 
 use candle_core::{Device, Tensor};
 use candle_nn::{Init, VarBuilder};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::encoding::{
@@ -35,7 +36,7 @@ use crate::{Capabilities, Role, RotateContext};
 use crate::{EncodingSpec, Error, Positions, Result, Target};
 
 /// The settings of `pope`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PopeConfig {
     /// The wavelength base: `θ_j = base^(−j/d)`.

@@ -18,6 +18,7 @@
 use std::sync::Arc;
 
 use candle_nn::VarBuilder;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::encoding::{require, PositionalEncoding};
@@ -26,7 +27,7 @@ use crate::rope_scaling::RopeScaling;
 use crate::{EncodingSpec, PairLayout, Result, Target};
 
 /// The settings of `p-rope`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PRopeConfig {
     /// The wavelength base, 10000 as RoFormer's.

@@ -33,6 +33,7 @@ use std::sync::Arc;
 
 use candle_core::{Device, Tensor, D};
 use candle_nn::{rotary_emb, VarBuilder};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::cache::GrowingTables;
@@ -45,7 +46,7 @@ use crate::{Capabilities, RotateContext};
 use crate::{EncodingSpec, Error, Positions, Result, Target};
 
 /// The settings of `rope`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RopeConfig {
     /// The wavelength base, 10000 in RoFormer.
@@ -63,6 +64,8 @@ pub struct RopeConfig {
         default = "RopeConfig::one",
         skip_serializing_if = "RopeConfig::is_one"
     )]
+    // Left out of configs at 1, so the schema names the default itself.
+    #[schemars(extend("default" = 1.0))]
     pub position_scale: f64,
     /// Context extension, as transformers' `rope_parameters` ([`RopeScaling`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]

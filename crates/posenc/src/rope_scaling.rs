@@ -30,7 +30,7 @@ use crate::encoding::require;
 use crate::{Error, Result};
 
 /// How a rotary encoding's frequencies are stretched: transformers' `rope_type`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum RopeType {
     /// RoFormer's frequencies, unchanged.
@@ -76,7 +76,7 @@ impl RopeType {
 ///         .unwrap();
 /// assert_eq!(s.rope_type, RopeType::Yarn);
 /// ```
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RopeScaling {
     /// Which scaling (`type` in older Hugging Face configs).

@@ -26,6 +26,7 @@ use std::sync::Arc;
 
 use candle_core::{DType, Tensor};
 use candle_nn::{Init, VarBuilder};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::encoding::{require, PositionalEncoding, Table};
@@ -33,7 +34,7 @@ use crate::Capabilities;
 use crate::{Direction, EncodingSpec, Result, Target};
 
 /// The settings of `sink`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SinkConfig {
     /// The starting logit of every head's sink (0: at equal logits, the sink takes as

@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use candle_core::Device;
 use candle_nn::VarBuilder;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::cache::GrowingTables;
@@ -38,7 +39,7 @@ fn ten_thousand() -> f64 {
 macro_rules! sinusoidal_settings {
     ($($name:ident = $kind:literal => $layout:ident, $doc:literal;)*) => {$(
         #[doc = $doc]
-        #[derive(Debug, Clone, Serialize, Deserialize)]
+        #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
         #[serde(deny_unknown_fields)]
         pub struct $name {
             /// The wavelength base, 10000 in the paper.

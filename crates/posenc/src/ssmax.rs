@@ -23,6 +23,7 @@ use std::sync::Arc;
 
 use candle_core::{DType, Tensor, D};
 use candle_nn::{Init, VarBuilder};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::encoding::{require, Form, PositionalEncoding, Table};
@@ -38,7 +39,7 @@ pub const DEFAULT_CONTEXT: usize = 512;
 const MASKED: f64 = -1e30;
 
 /// The settings of `ssmax`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SsmaxConfig {
     /// The starting `s` of every head: `1 / ln L` when unset, so that at the trained

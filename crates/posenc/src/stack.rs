@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use candle_core::Tensor;
 use candle_nn::VarBuilder;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::encoding::{
@@ -27,7 +28,7 @@ use crate::layers;
 use crate::{EncodingConfig, EncodingSpec, Result, Target};
 
 /// The settings of `stack`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StackConfig {
     /// The encodings, applied in this order: kind names (`"rope"`) or configs.

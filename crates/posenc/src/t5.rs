@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{Embedding, Module, VarBuilder};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::cache::GeometryCache;
@@ -26,7 +27,7 @@ use crate::{BiasContext, Capabilities};
 use crate::{Direction, EncodingSpec, Error, Positions, Result, Target};
 
 /// The settings of `t5`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct T5Config {
     /// Number of buckets.

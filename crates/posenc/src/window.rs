@@ -23,6 +23,7 @@ use std::sync::Arc;
 
 use candle_core::{Device, Tensor};
 use candle_nn::VarBuilder;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::cache::GeometryCache;
@@ -34,7 +35,7 @@ use crate::{Direction, EncodingSpec, Positions, Result, Target};
 pub const OUTSIDE: f32 = f32::MIN / 2.0;
 
 /// The settings of `window`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WindowConfig {
     /// How many positions a query sees: itself and the `size − 1` before it (causal), or

@@ -24,6 +24,7 @@ use std::sync::Arc;
 
 use candle_core::{Device, Tensor};
 use candle_nn::VarBuilder;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::encoding::{check_end, require, tensor_from_fn, Form, PositionalEncoding, Table};
@@ -38,7 +39,7 @@ const GAMMA_PRIME: f64 = 0.4;
 const MAX_SCALE: f64 = 1e30;
 
 /// The settings of `xpos`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct XposConfig {
     /// The rotation's base θ.

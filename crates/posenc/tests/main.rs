@@ -14,3 +14,4 @@ mod properties;
 mod reference;
 mod rope_scaling;
 mod seam_table;
+mod settings;
