@@ -8,6 +8,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use posenc_llama::chat::Message;
 use posenc_lm::sample::{generate_observed, Window};
+use posenc_lm::text::{StopTexts, TextStream};
 use posenc_transformer::lm;
 use posenc_transformer::Streaming;
 
@@ -154,7 +155,17 @@ impl GenerateArgs {
                 clock.token();
                 Ok(())
             })?;
-            let s = &self.sampling;
+            // The sampling settings as the sampler read them, and the run's own.
+            let mut settings = serde_json::to_value(sampling)?;
+            for (key, value) in [
+                ("max_tokens", serde_json::json!(self.max_tokens)),
+                ("stop", serde_json::json!(self.stop)),
+                ("window", serde_json::json!(self.window)),
+                ("sinks", serde_json::json!(self.sinks)),
+                ("chat", serde_json::json!(self.chat)),
+            ] {
+                settings[key] = value;
+            }
             let record = serde_json::json!({
                 "model": self.model.spec(default),
                 "prompt": prompt_of(echo.as_deref(), &text),
@@ -162,11 +173,7 @@ impl GenerateArgs {
                 "text": answer.text,
                 "generated_tokens": answer.tokens,
                 "stop": answer.stop,
-                "settings": {
-                    "max_tokens": self.max_tokens, "temperature": s.temperature,
-                    "top_k": s.top_k, "top_p": s.top_p, "seed": s.seed, "stop": self.stop,
-                    "window": self.window, "sinks": self.sinks, "chat": self.chat,
-                },
+                "settings": settings,
             });
             writeln!(out, "{}", serde_json::to_string_pretty(&record)?)?;
             if self.timing {
@@ -218,9 +225,9 @@ impl GenerateArgs {
             )?;
         }
         let mut stream = TextStream::default();
+        let stops = StopTexts::new(self.stop.iter().cloned());
         let mut text = String::new();
         let (mut tokens, mut stop) = (0, Stop::MaxTokens);
-        let longest = self.stop.iter().map(String::len).max().unwrap_or(0);
         generate_observed(
             &lm.model,
             ids,
@@ -241,19 +248,8 @@ impl GenerateArgs {
                 out.write_all(piece.as_bytes())?;
                 out.flush()?;
                 text += &piece;
-                // Only the text's end can newly hold a stop text: the piece, and what precedes
-                // it by less than the longest stop.
-                let mut from = text.len().saturating_sub(piece.len() + longest);
-                while !text.is_char_boundary(from) {
-                    from -= 1;
-                }
-                let tail = &text[from..];
-                if let Some(found) = self
-                    .stop
-                    .iter()
-                    .find(|s| !s.is_empty() && tail.contains(s.as_str()))
-                {
-                    stop = Stop::Text(found.clone());
+                if let Some((_, found)) = stops.find(&text, piece.len()) {
+                    stop = Stop::Text(found.to_string());
                     return Ok(false);
                 }
                 Ok(true)
@@ -361,28 +357,6 @@ impl Timing {
             }
         }
         line
-    }
-}
-
-/// Generated tokens turned into text as they come: a character split across tokens
-/// (byte-level BPE) is held back until it is whole.
-#[derive(Default)]
-struct TextStream {
-    ids: Vec<u32>,
-    shown: usize,
-}
-
-impl TextStream {
-    /// The text `token` completes.
-    fn push(&mut self, lm: &CausalLm, token: u32) -> Result<String> {
-        self.ids.push(token);
-        let text = lm.decode(&self.ids)?;
-        if text.ends_with('\u{FFFD}') || text.len() < self.shown {
-            return Ok(String::new());
-        }
-        let piece = text[self.shown..].to_string();
-        self.shown = text.len();
-        Ok(piece)
     }
 }
 

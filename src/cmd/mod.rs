@@ -629,12 +629,19 @@ impl<D: DefaultSize + Clone + std::fmt::Debug> ModelSizeArgs<D> {
     }
 }
 
+use posenc_lm::sample::Sampling;
+
 /// How `generate` commands pick each next token.
 #[derive(clap::Args, Debug, Clone, Copy)]
 pub struct SamplingArgs {
     /// Sampling temperature (0: greedy).
     // Negative numbers are taken as values, so the range check names them.
-    #[arg(long, default_value_t = 0.8, allow_negative_numbers = true)]
+    #[arg(
+        long,
+        visible_alias = "temp",
+        default_value_t = 0.8,
+        allow_negative_numbers = true
+    )]
     temperature: f64,
     /// Sample among the k most likely tokens [default: off, every token].
     #[arg(long)]
@@ -643,17 +650,31 @@ pub struct SamplingArgs {
     /// every token].
     #[arg(long, allow_negative_numbers = true)]
     top_p: Option<f64>,
+    /// Sample among the tokens at least this fraction as likely as the most likely one
+    /// [default: off, every token].
+    #[arg(long, allow_negative_numbers = true)]
+    min_p: Option<f64>,
+    /// Divide the positive scores of the tokens among the last `--repeat-last-n` (prompt
+    /// included) by this, and multiply their negative ones: 1 is off.
+    #[arg(long, default_value_t = Sampling::default().repeat_penalty, allow_negative_numbers = true)]
+    repeat_penalty: f64,
+    /// How many of the latest tokens the repeat penalty looks at (0: none).
+    #[arg(long, default_value_t = Sampling::default().repeat_last_n)]
+    repeat_last_n: usize,
     /// Seed of the draws.
     #[arg(long, default_value_t = 0)]
     seed: u64,
 }
 
-impl From<SamplingArgs> for posenc_lm::sample::Sampling {
+impl From<SamplingArgs> for Sampling {
     fn from(a: SamplingArgs) -> Self {
         Self {
             temperature: a.temperature,
             top_k: a.top_k,
             top_p: a.top_p,
+            min_p: a.min_p,
+            repeat_penalty: a.repeat_penalty,
+            repeat_last_n: a.repeat_last_n,
             seed: a.seed,
         }
     }

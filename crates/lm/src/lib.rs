@@ -7,6 +7,7 @@
 //! | [`run`] | its run directory: the inputs a run is built from, a trained run loaded back for evaluation and generation |
 //! | [`causal`] | any causal model the commands take: a run of ours or a pretrained Llama (SmolLM2, GGUF) |
 //! | [`sample`] | generation with a key/value cache and an optional window |
+//! | [`text`] | generated tokens as text while they stream, and the stop texts that end them |
 //! | [`passkey`] | retrieval of a key hidden past the window |
 //! | [`ruler`] | a subset of RULER: needles, variable tracking, common words |
 //! | [`streaming`] | the records of reading and generating past the window with a rolling cache |
@@ -29,6 +30,7 @@ pub mod sample;
 pub mod streaming;
 pub mod tables;
 pub mod task;
+pub mod text;
 pub mod text_tokenizer;
 
 pub use posenc_train::{Error, Result};

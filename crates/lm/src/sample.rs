@@ -1,13 +1,20 @@
-//! Generating text from a [`LanguageModel`]: seeded sampling with temperature, top-k and
-//! top-p (nucleus sampling, Holtzman et al. 2020); temperature 0 is greedy.
+//! Generating text from a [`LanguageModel`]: seeded sampling with a repetition penalty,
+//! temperature, top-k, top-p (nucleus sampling, Holtzman et al. 2020) and min-p (Nguyen et
+//! al. 2024); temperature 0 is greedy. The steps run in transformers' order:
 //!
 //! ```text
-//! p_i ∝ exp(logit_i / T)         over the k most likely tokens (top-k),
-//!                                  then the fewest of them whose mass reaches p (top-p)
+//! l_i ← l_i / r  (l_i > 0),  l_i · r  (l_i < 0)   for each token i among the last n read (repeat penalty r)
+//! p_i ∝ exp(l_i / T)                               over the k most likely tokens (top-k),
+//!                                                    then the fewest of them whose mass reaches p (top-p),
+//!                                                    then those with p_i ≥ min_p · max p (min-p)
 //! ```
+//!
+//! (llama.cpp applies its temperature last, after min-p, so its min-p sees `T = 1`.)
 //!
 //! Generation runs the prompt once and then one token at a time with the key/value cache,
 //! so each new token costs one position, not the whole sequence.
+
+use std::collections::VecDeque;
 
 use candle_core::Tensor;
 use posenc_error::ensure;
@@ -29,6 +36,14 @@ pub struct Sampling {
     pub top_k: Option<usize>,
     /// Sample among the fewest most likely tokens whose probabilities add up to `p`.
     pub top_p: Option<f64>,
+    /// Sample among the tokens at least this fraction as likely as the most likely one.
+    pub min_p: Option<f64>,
+    /// Makes the tokens among the last [`Sampling::repeat_last_n`] read less likely (CTRL's
+    /// penalty, Keskar et al. 2019): a positive score is divided by it, a negative one
+    /// multiplied. 1 is off; greedy decoding takes it too.
+    pub repeat_penalty: f64,
+    /// How many of the latest tokens, prompt included, the penalty looks at (0: none).
+    pub repeat_last_n: usize,
     /// Seed of the draws: the same seed gives the same text.
     pub seed: u64,
 }
@@ -39,6 +54,9 @@ impl Default for Sampling {
             temperature: 1.0,
             top_k: None,
             top_p: None,
+            min_p: None,
+            repeat_penalty: 1.0,
+            repeat_last_n: 64,
             seed: 0,
         }
     }
@@ -64,7 +82,24 @@ impl Sampling {
         if let Some(p) = self.top_p {
             ensure!(p > 0.0 && p <= 1.0, "top-p must be in (0, 1], got {p}");
         }
+        if let Some(p) = self.min_p {
+            ensure!((0.0..=1.0).contains(&p), "min-p must be in [0, 1], got {p}");
+        }
+        ensure!(
+            self.repeat_penalty.is_finite() && self.repeat_penalty > 0.0,
+            "the repeat penalty must be a finite number > 0 (1 is off), got {}",
+            self.repeat_penalty
+        );
+        posenc::limits::check(
+            "repeat-last-n",
+            self.repeat_last_n,
+            posenc::limits::MAX_POSITIONS,
+        )?;
         Ok(())
+    }
+
+    fn penalizes(&self) -> bool {
+        self.repeat_penalty != 1.0 && self.repeat_last_n > 0
     }
 }
 
@@ -73,6 +108,8 @@ impl Sampling {
 pub struct Sampler {
     cfg: Sampling,
     rng: ChaCha8Rng,
+    /// The latest tokens read, for the repeat penalty (empty when it is off).
+    recent: VecDeque<u32>,
 }
 
 impl Sampler {
@@ -82,15 +119,80 @@ impl Sampler {
         Ok(Self {
             cfg,
             rng: ChaCha8Rng::seed_from_u64(cfg.seed),
+            recent: VecDeque::new(),
         })
+    }
+
+    /// Notes tokens read (the prompt's), for the repeat penalty; [`Sampler::pick`] notes
+    /// its own picks.
+    pub fn read(&mut self, tokens: &[u32]) {
+        if !self.cfg.penalizes() {
+            return;
+        }
+        let n = self.cfg.repeat_last_n;
+        self.recent
+            .extend(&tokens[tokens.len().saturating_sub(n)..]);
+        let over = self.recent.len().saturating_sub(n);
+        self.recent.drain(..over);
+    }
+
+    /// The scores with the repeat penalty applied to the tokens read lately (in f32, as
+    /// transformers' processor computes it).
+    fn penalized<'a>(&self, logits: &'a [f32]) -> std::borrow::Cow<'a, [f32]> {
+        if self.recent.is_empty() {
+            return logits.into();
+        }
+        let r = self.cfg.repeat_penalty as f32;
+        let mut scores = logits.to_vec();
+        let mut seen = vec![false; scores.len()];
+        for &token in &self.recent {
+            let Some(score) = scores.get_mut(token as usize) else {
+                continue;
+            };
+            if !std::mem::replace(&mut seen[token as usize], true) {
+                *score = if *score < 0.0 { *score * r } else { *score / r };
+            }
+        }
+        scores.into()
+    }
+
+    /// The tokens the next draw chooses among, most likely first, with their
+    /// probabilities (which add up to 1). Greedy: the most likely token alone.
+    pub fn distribution(&self, logits: &[f32]) -> Vec<(u32, f64)> {
+        let logits = self.penalized(logits);
+        let (order, probs) = self.candidates(&logits);
+        let total: f64 = probs.iter().sum();
+        order
+            .iter()
+            .zip(&probs)
+            .map(|(&i, &p)| (i as u32, p / total))
+            .collect()
     }
 
     /// The token picked from one row of scores (logits).
     pub fn pick(&mut self, logits: &[f32]) -> u32 {
+        let logits = self.penalized(logits);
+        let (order, probs) = self.candidates(&logits);
+        // Greedy draws nothing; sampling always draws, so a seed's stream of draws is the
+        // same whatever the cuts leave.
+        let token = match self.cfg.temperature == 0.0 || logits.len() <= 1 {
+            true => order[0] as u32,
+            false => self.draw(&order, &probs),
+        };
+        self.read(&[token]);
+        token
+    }
+
+    /// The candidates (most likely first) and their weights, not yet normalised after the
+    /// last cut.
+    fn candidates(&self, logits: &[f32]) -> (Vec<usize>, Vec<f64>) {
         // Most likely first; ties to the lower id, so greedy is argmax's first maximum.
         let before = |a: &usize, b: &usize| logits[*b].total_cmp(&logits[*a]).then(a.cmp(b));
         if self.cfg.temperature == 0.0 || logits.len() <= 1 {
-            return (0..logits.len()).min_by(before).unwrap_or(0) as u32;
+            return (
+                vec![(0..logits.len()).min_by(before).unwrap_or(0)],
+                vec![1.0],
+            );
         }
         let mut order: Vec<usize> = (0..logits.len()).collect();
         // The k best in order: a selection first, so that a large vocabulary is not sorted
@@ -120,9 +222,20 @@ impl Sampler {
             probs.truncate(keep);
             order.truncate(keep);
         }
+        if let Some(min_p) = self.cfg.min_p {
+            // Relative to the most likely, so the cuts before leave it unchanged.
+            let floor = min_p * probs[0];
+            let keep = probs.iter().take_while(|&&p| p >= floor).count().max(1);
+            probs.truncate(keep);
+            order.truncate(keep);
+        }
+        (order, probs)
+    }
+
+    fn draw(&mut self, order: &[usize], probs: &[f64]) -> u32 {
         let total: f64 = probs.iter().sum();
         let mut u = self.rng.random::<f64>() * total;
-        for (&i, &p) in order.iter().zip(&probs) {
+        for (&i, &p) in order.iter().zip(probs) {
             if u < p {
                 return i as u32;
             }
@@ -225,6 +338,7 @@ pub fn generate_observed(
         return Ok(());
     }
     let mut seen = prompt[prompt.len().saturating_sub(window)..].to_vec();
+    sampler.read(&seen);
     let mut logits = read(model, &seen, &mut cache, &mut on_prompt)?;
     for i in 0..max_new {
         let token = sampler.pick(&logits.get(0)?.to_vec1::<f32>()?);

@@ -68,6 +68,51 @@ fn draws_follow_the_tempered_truncated_distribution() {
     }
 }
 
+/// The distribution each draw is taken from equals transformers' (its processors, its
+/// order: repetition penalty, temperature, top-k, top-p, min-p), from
+/// `scripts/make_sampling_fixtures.py`; greedy decoding takes the penalty too.
+#[test]
+fn penalty_and_cuts_follow_transformers() {
+    let text = include_str!("fixtures/sampling.json");
+    let fixture: serde_json::Value = serde_json::from_str(text).unwrap();
+    for case in fixture["cases"].as_array().unwrap() {
+        let cfg: Sampling = serde_json::from_value(case["settings"].clone()).unwrap();
+        let read: Vec<u32> = serde_json::from_value(case["read"].clone()).unwrap();
+        let scores: Vec<f32> = serde_json::from_value(case["scores"].clone()).unwrap();
+        let want: Vec<f64> = serde_json::from_value(case["probabilities"].clone()).unwrap();
+        let mut sampler = Sampler::new(cfg).unwrap();
+        sampler.read(&read);
+        if cfg.temperature == 0.0 {
+            assert_eq!(sampler.pick(&scores), case["greedy_pick"], "{cfg:?}");
+            continue;
+        }
+        let mut got = vec![0.0; scores.len()];
+        for (token, p) in sampler.distribution(&scores) {
+            got[token as usize] = p;
+        }
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g - w).abs() < 1e-6, "{cfg:?}:\n{got:?}\n{want:?}");
+        }
+    }
+}
+
+/// The penalty looks at the last `repeat_last_n` tokens only, its own picks included.
+#[test]
+fn the_penalty_forgets_tokens_past_its_window() {
+    let scores = [1.0f32, 0.9, 0.0];
+    let cfg = Sampling {
+        repeat_penalty: 2.0,
+        repeat_last_n: 2,
+        ..Sampling::greedy()
+    };
+    let mut sampler = Sampler::new(cfg).unwrap();
+    sampler.read(&[0, 2, 2]);
+    // Token 0 fell out of the last two: still the best.
+    assert_eq!(sampler.pick(&scores), 0);
+    // Now it is among them (0.5 < 0.9).
+    assert_eq!(sampler.pick(&scores), 1);
+}
+
 #[test]
 fn bad_settings_are_named() {
     for (cfg, word) in [
@@ -98,6 +143,20 @@ fn bad_settings_are_named() {
                 ..Sampling::default()
             },
             "top-p",
+        ),
+        (
+            Sampling {
+                min_p: Some(1.5),
+                ..Sampling::default()
+            },
+            "min-p",
+        ),
+        (
+            Sampling {
+                repeat_penalty: 0.0,
+                ..Sampling::default()
+            },
+            "repeat penalty",
         ),
     ] {
         let e = Sampler::new(cfg).unwrap_err().to_string();
