@@ -113,7 +113,8 @@ enum Command {
     /// Measure speed.
     #[command(subcommand)]
     Bench(cmd::bench::BenchCommand),
-    /// The explorer: a local web page of encodings, attention and results.
+    /// The explorer: a local web page of encodings, attention and results, and an
+    /// OpenAI-compatible chat endpoint for the language models.
     #[command(after_help = "Examples:\n  posenc serve\n  posenc serve --port 8080 --runs runs")]
     Serve(cmd::serve::ServeArgs),
     /// Print a shell's completion script: `posenc completions bash > ~/.local/share/bash-completion/completions/posenc`.

@@ -50,6 +50,11 @@ impl ServeArgs {
         }
         let server = posenc_serve::Server::start(options)?;
         writeln!(out, "posenc explorer at {} (Ctrl-C stops it)", server.url())?;
+        writeln!(
+            out,
+            "OpenAI-compatible chat at {}v1/chat/completions",
+            server.url()
+        )?;
         out.flush()?;
         server.wait();
         Ok(())

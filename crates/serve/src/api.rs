@@ -12,6 +12,8 @@
 //! | `GET /api/records` | every records file under the directories given |
 //! | `GET /api/columns?path=…` | a records file's columns |
 //! | `POST /api/aggregate` | its values by group and x, mean and spread ([`crate::records::AggregateRequest`]) |
+//! | `GET /v1/models` | the language models, in OpenAI's format ([`crate::openai`]) |
+//! | `POST /v1/chat/completions` | a chat completion in OpenAI's format, whole or streamed ([`crate::openai::ChatRequest`]) |
 //!
 //! Every error is JSON `{"error": "…"}` with a 4xx status for the request's fault: 400
 //! for malformed input (the command line's own message), 403 for a path outside the
@@ -40,7 +42,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
 
 use crate::error::ApiError;
-use crate::{encodings, models, records, Options};
+use crate::{encodings, models, openai, records, Options};
 
 /// The largest request body: 64 KiB (an encoding's settings are a few hundred bytes).
 pub const MAX_BODY_BYTES: usize = 64 << 10;
@@ -76,6 +78,21 @@ impl App {
     }
 }
 
+impl App {
+    /// The models offered.
+    pub(crate) fn models(&self) -> &models::Models {
+        &self.models
+    }
+
+    /// The one generation's permit, or 503 while another runs.
+    pub(crate) fn generation_permit(&self) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
+        self.generation
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| ApiError::busy("a generation is running: wait for it to end, or stop it"))
+    }
+}
+
 type Shared = State<Arc<App>>;
 
 /// The routes over `app`.
@@ -91,6 +108,8 @@ pub fn router(app: App) -> Router {
         .route("/api/records", get(list_records))
         .route("/api/columns", get(columns))
         .route("/api/aggregate", post(aggregate))
+        .route("/v1/models", get(openai::models))
+        .route("/v1/chat/completions", post(openai::chat_completions))
         .fallback(|| async { ApiError::not_found("no such page or endpoint") })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(Arc::new(app))
@@ -113,7 +132,7 @@ async fn kinds() -> Json<Vec<serde_json::Value>> {
 
 /// A JSON body, or the extractor's rejection as our error: 413 past the limit, 400 with
 /// serde's message (which names the field) otherwise.
-fn body<T>(body: Result<Json<T>, JsonRejection>) -> Result<T, ApiError> {
+pub(crate) fn body<T>(body: Result<Json<T>, JsonRejection>) -> Result<T, ApiError> {
     match body {
         Ok(Json(value)) => Ok(value),
         Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(ApiError {
@@ -183,10 +202,7 @@ async fn generate(
 ) -> Result<Sse<impl tokio_stream::Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let request = query(request)?;
     models::check(&request)?;
-    let permit =
-        app.generation.clone().try_acquire_owned().map_err(|_| {
-            ApiError::busy("a generation is running: wait for it to end, or stop it")
-        })?;
+    let permit = app.generation_permit()?;
     let shared = app.clone();
     let name = request.model.clone();
     let (lm, ids, texts) = {

@@ -28,6 +28,7 @@ pub mod assets;
 pub mod encodings;
 pub mod error;
 pub mod models;
+pub mod openai;
 pub mod records;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};

@@ -4,3 +4,4 @@
 mod api;
 mod browser;
 mod common;
+mod openai;
