@@ -152,6 +152,12 @@ try {
   check(await reopened.$eval("#results-file", (s) => s.value) === "docs/lengthgen/copy/results.json",
     `the study was not restored from ${study}`);
   check(await reopened.$eval("#results-logx", (c) => c.checked), "log x was not restored");
+  // The studies are listed by name, not by file; the chart by length marks the trained length
+  // (copy trains to 20, lengthgen's default).
+  const named = await reopened.$eval("#results-file", (s) => s.selectedOptions[0].textContent);
+  check(named === "docs/lengthgen/copy", `the study is listed as ${named}`);
+  const trained = await reopened.$eval("#results-chart", (e) => e.dataset.trained);
+  check(trained !== "" && Number(trained) > 0, `no trained length marked (${trained})`);
   check(await reopened.$eval("#view-results", (v) => v.classList.contains("active")), "the results view was not restored");
   await reopened.close();
 
@@ -186,6 +192,34 @@ try {
   await page.waitForFunction((n) => Number(document.querySelector("#lc-chart").dataset.drawn) > n, before_ruler);
   check(/RULER/.test(await page.textContent("#lc-note")), "the RULER records were not drawn as RULER's grid");
   check(await inked("#lc-chart") > 1000, "the RULER grid is blank");
+  // A filter chosen there comes back with its address.
+  const filter = await page.$eval("#lc-filters select", (s) => ({ column: s.dataset.column,
+    value: Array.from(s.options).map((o) => o.value).filter((v) => v && v !== s.value)[0] }));
+  let before_filter = await drawn("#lc-chart");
+  await page.selectOption(`#lc-filters select[data-column="${filter.column}"]`, filter.value);
+  await page.waitForFunction((n) => Number(document.querySelector("#lc-chart").dataset.drawn) > n, before_filter);
+  const filtered = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+  await filtered.goto(page.url());
+  await filtered.waitForFunction(() => Number(document.querySelector("#lc-chart").dataset.drawn || 0) >= 1);
+  const kept = await filtered.$eval(`#lc-filters select[data-column="${filter.column}"]`, (s) => s.value);
+  check(kept === filter.value, `the filter ${filter.column}=${filter.value} came back as ${kept}`);
+  await filtered.close();
+
+  // At 700 px the page holds: no view runs wider than the window, and the panes stack.
+  const narrow = await browser.newPage({ viewport: { width: 700, height: 900 } });
+  for (const view of ["encodings", "attention", "results", "long-context"]) {
+    await narrow.goto(`${url}#view=${view}`);
+    await narrow.waitForTimeout(300);
+    const wide = await narrow.evaluate(() => document.documentElement.scrollWidth);
+    check(wide <= 700, `the ${view} view is ${wide} px wide in a 700 px window`);
+  }
+  await narrow.goto(url);
+  await narrow.waitForFunction(() => Number(document.querySelector("#pane-b").dataset.drawn || 0) >= 1);
+  const stacked = await narrow.evaluate(() =>
+    document.querySelector("#pane-b").getBoundingClientRect().top >= document.querySelector("#pane-a").getBoundingClientRect().bottom);
+  check(stacked, "the two panes do not stack at 700 px");
+  await narrow.screenshot({ path: `${out}/narrow.png`, fullPage: true });
+  await narrow.close();
 
   check(consoleErrors.length === 0, `the page logged errors: ${consoleErrors.join("; ")}`);
 } catch (e) {

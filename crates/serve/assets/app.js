@@ -121,8 +121,9 @@ function heatmap(element, { title, rows, columns, values, rowName, columnName, c
         (p.seriesIndex === 1 ? missing : p.value[2] === "-" ? "−∞ (shut out)" : Number(p.value[2]).toPrecision(4)),
     },
     // Room on the left for the longest row label (`ikakeru`), on the right for the toolbox.
+    // and on the right for the scale's end labels ("−1024"), drawn beside its bar.
     grid: compact ? { left: Math.max(40, 6 * Math.max(...rows.map((r) => String(r).length)) + 10), right: 22, top, bottom: 40 }
-      : { left: 60, right: 70, top, bottom: 50 },
+      : { left: 60, right: 50 + 8 * Math.max(...(symmetric ? [-bound, bound] : [lo, hi]).map((v) => String(Math.round(v)).length)), top, bottom: 50 },
     xAxis: { type: "category", data: columns, name: compact ? "" : columnName, nameLocation: "center", nameGap: 28,
       axisLabel: { rotate: compact ? 60 : 0, fontSize: compact ? 9 : 11 } },
     yAxis: { type: "category", data: rows, inverse: true, name: compact ? "" : rowName, nameLocation: "center", nameGap: 44,
@@ -148,7 +149,8 @@ function heatmap(element, { title, rows, columns, values, rowName, columnName, c
 
 /**
  * The view and the encodings' settings, in the address's fragment
- * (`#view=encodings&a={…}&b={…}&d_model=512&heads=8&len=2048&compare=1`), so a view can be
+ * (`#view=encodings&a={…}&b={…}&d_model=512&heads=8&len=2048&compare=1`), with the chosen
+ * study, its axes, the long-context records and their filters (`lcf`), so a view can be
  * linked, shared and reloaded. Written on every change; read once, at the start.
  */
 const STATE_FIELDS = { d_model: "#d-model", heads: "#heads", len: "#len" };
@@ -171,6 +173,11 @@ function saveState() {
     const value = !listed ? OPENED[key] : e.type === "checkbox" ? (e.checked ? "1" : "") : e.value;
     if (value) state.set(key, value);
   }
+  // The long-context filters, as `{"column": "<JSON value>"}`: "{}" is none chosen.
+  const filters = {};
+  for (const select of $$("#lc-filters select")) if (select.value) filters[select.dataset.column] = select.value;
+  const lcf = $$("#lc-filters select").length ? JSON.stringify(filters) : OPENED.lcf;
+  if (lcf) state.set("lcf", lcf);
   history.replaceState(null, "", `#${state}`);
 }
 
@@ -342,7 +349,8 @@ function drawDistance(pane, view) {
     animation: false,
     title: { text: d.title, textStyle: { fontSize: 12 }, left: "center" },
     tooltip: { trigger: "axis", valueFormatter: (v) => (v === null || v === undefined ? "−∞" : Number(v).toPrecision(4)) },
-    legend: { show: heads > 1 && heads <= 16, top: 22, type: "scroll" },
+    // Clear of the toolbox at the top right.
+    legend: { show: heads > 1 && heads <= 16, top: 22, type: "scroll", left: 10, right: 40 },
     grid: { left: 60, right: 20, top: heads > 1 ? 56 : 36, bottom: 46 },
     xAxis: { type: "value", name: "distance k", nameLocation: "center", nameGap: 28, min: 0, max: d.values[0].length - 1 },
     yAxis: { type: "value", scale: true },
@@ -577,7 +585,7 @@ async function loadRecordsList() {
   RECORDS = await api("/api/records");
   const fill = (select, filter) => {
     select.innerHTML = "";
-    for (const r of RECORDS.filter(filter)) select.add(new Option(r.path, r.path));
+    for (const r of RECORDS.filter(filter)) select.add(new Option(r.study, r.path));
   };
   fill($("#results-file"), (r) => r.path.endsWith("results.json"));
   fill($("#lc-file"), (r) => /long-context|passkey|position|ruler/.test(r.path));
@@ -597,6 +605,9 @@ async function columnsOf(path) {
   return (await api(`/api/columns?path=${encodeURIComponent(path)}`)).columns;
 }
 
+/** The length the chosen study's models were trained to, marked on its chart by length. */
+let TRAINED_LENGTH = null;
+
 function options(select, names, preferred) {
   const keep = select.value;
   select.innerHTML = "";
@@ -611,7 +622,9 @@ async function resultsFileChanged() {
   const path = $("#results-file").value;
   if (!path) return;
   try {
-    const cols = await columnsOf(path);
+    const answer = await api(`/api/columns?path=${encodeURIComponent(path)}`);
+    const cols = answer.columns;
+    TRAINED_LENGTH = answer.trained_length;
     const numeric = cols.filter((c) => c.numeric && c.name !== "seed").map((c) => c.name);
     const categories = cols.filter((c) => c.values && c.name !== "seed").map((c) => c.name);
     // The address's choice first, on the first drawing only.
@@ -656,6 +669,14 @@ async function drawResults() {
     out.push({ name: s.name, type: "scatter", symbol: "emptyCircle", symbolSize: 5, itemStyle: { color: s.colour },
       z: 2, data: s.points.flatMap((p) => p.values.map((v) => [at(p), v])), tooltip: { show: false } });
   }
+  // The trained length, on a chart by length: past it, the models extrapolate.
+  const trained = x === "length" && numericX && TRAINED_LENGTH !== null ? TRAINED_LENGTH : null;
+  if (trained !== null && out.length) {
+    out[out.length - 1].markLine = { silent: true, symbol: "none", animation: false,
+      lineStyle: { color: "#555", type: "dashed" }, label: { formatter: `trained to ${trained}`, position: "insideEndTop" },
+      data: [{ xAxis: trained }] };
+  }
+  $("#results-chart").dataset.trained = trained === null ? "" : String(trained);
   const fmt = (v) => (Math.abs(v) >= 100 ? v.toFixed(1) : v.toPrecision(3));
   // Log axes, where every value is above 0 (lengths that double read best on one).
   const positive = (f) => series.every((s) => s.points.every((p) => f(p) > 0));
@@ -693,10 +714,16 @@ let LC_COLUMNS = [];
 /** Preferred values of the long-context filters: SmolLM2's records, unscaled. */
 const LC_PREFERRED = { experiment: '"smollm2-passkey"', scaling: '"none"' };
 
+let lcRestored = false;
 async function lcFileChanged() {
   const path = $("#lc-file").value;
   if (!path) return;
-  saveState();
+  // The address's filters on the first drawing only; the preferred ones after.
+  let restored = null;
+  if (!lcRestored && OPENED.lcf) {
+    try { restored = JSON.parse(OPENED.lcf); } catch (e) { restored = null; }
+  }
+  lcRestored = true;
   try {
     LC_COLUMNS = await columnsOf(path);
     const box = $("#lc-filters");
@@ -711,7 +738,10 @@ async function lcFileChanged() {
       select.dataset.column = c.name;
       select.add(new Option("(all)", ""));
       for (const v of c.values) select.add(new Option(String(v), JSON.stringify(v)));
-      if (LC_PREFERRED[c.name] && c.values.some((v) => JSON.stringify(v) === LC_PREFERRED[c.name])) {
+      const offered = (v) => c.values.some((w) => JSON.stringify(w) === v);
+      if (restored) {
+        if (offered(restored[c.name])) select.value = restored[c.name];
+      } else if (LC_PREFERRED[c.name] && offered(LC_PREFERRED[c.name])) {
         select.value = LC_PREFERRED[c.name];
       }
       select.addEventListener("change", drawLongContext);
@@ -725,6 +755,7 @@ async function lcFileChanged() {
 async function drawLongContext() {
   const error = $("#lc-error");
   error.textContent = "";
+  saveState();
   const names = LC_COLUMNS.map((c) => c.name);
   const filter = {};
   for (const select of $$("#lc-filters select")) {

@@ -9,8 +9,8 @@
 //! | `GET /api/models` | the translators (the shipped one's state) and the language models |
 //! | `POST /api/translate` | a translation with its attention ([`crate::models::TranslateRequest`]) |
 //! | `GET /api/generate?model=…&prompt=…` | a generation, streamed as server-sent events |
-//! | `GET /api/records` | every records file under the directories given |
-//! | `GET /api/columns?path=…` | a records file's columns |
+//! | `GET /api/records` | every records file under the directories given, named by its study |
+//! | `GET /api/columns?path=…` | a records file's columns, and the length its models were trained to |
 //! | `POST /api/aggregate` | its values by group and x, mean and spread ([`crate::records::AggregateRequest`]) |
 //! | `GET /v1/models` | the language models, in OpenAI's format ([`crate::openai`]) |
 //! | `POST /v1/chat/completions` | a chat completion in OpenAI's format, whole or streamed ([`crate::openai::ChatRequest`]) |
@@ -31,67 +31,20 @@ use std::sync::Arc;
 
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
-use axum::http::{header, StatusCode};
+use axum::http::header;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
-use tokio::sync::Semaphore;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
 
 use crate::error::ApiError;
-use crate::{encodings, models, openai, records, Options};
+use crate::{encodings, models, openai, records};
 
-/// The largest request body: 64 KiB (an encoding's settings are a few hundred bytes).
-pub const MAX_BODY_BYTES: usize = 64 << 10;
-
-/// What every handler shares.
-pub struct App {
-    roots: Vec<records::Root>,
-    models: models::Models,
-    /// Requests computed at once; more are told 503.
-    workers: Arc<Semaphore>,
-    /// One generation at a time; a second is told 503 until the first ends or is closed.
-    generation: Arc<Semaphore>,
-}
-
-impl App {
-    /// The state for `options`.
-    ///
-    /// # Errors
-    /// A records or runs directory that does not exist.
-    pub fn new(options: &Options) -> crate::Result<Self> {
-        let dirs: Vec<_> = options
-            .records
-            .iter()
-            .chain(&options.runs)
-            .cloned()
-            .collect();
-        Ok(Self {
-            roots: records::roots(&dirs).map_err(crate::Error::Setup)?,
-            models: models::Models::new(options.kotoba.clone(), options.lm.clone(), &options.runs),
-            workers: Arc::new(Semaphore::new(options.workers.max(1))),
-            generation: Arc::new(Semaphore::new(1)),
-        })
-    }
-}
-
-impl App {
-    /// The models offered.
-    pub(crate) fn models(&self) -> &models::Models {
-        &self.models
-    }
-
-    /// The one generation's permit, or 503 while another runs.
-    pub(crate) fn generation_permit(&self) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
-        self.generation
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| ApiError::busy("a generation is running: wait for it to end, or stop it"))
-    }
-}
+use crate::app::body;
+pub use crate::app::{App, MAX_BODY_BYTES};
 
 type Shared = State<Arc<App>>;
 
@@ -128,19 +81,6 @@ async fn asset(Path(name): Path<String>) -> Response {
 
 async fn kinds() -> Json<Vec<serde_json::Value>> {
     Json(encodings::kinds())
-}
-
-/// A JSON body, or the extractor's rejection as our error: 413 past the limit, 400 with
-/// serde's message (which names the field) otherwise.
-pub(crate) fn body<T>(body: Result<Json<T>, JsonRejection>) -> Result<T, ApiError> {
-    match body {
-        Ok(Json(value)) => Ok(value),
-        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(ApiError {
-            status: StatusCode::PAYLOAD_TOO_LARGE,
-            message: format!("the request body is over the {MAX_BODY_BYTES} bytes allowed"),
-        }),
-        Err(rejection) => Err(ApiError::bad_request(rejection.body_text())),
-    }
 }
 
 fn query<T>(query: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
@@ -267,6 +207,7 @@ async fn columns(
             "path": path,
             "rows": rows.len(),
             "columns": records::columns(&rows),
+            "trained_length": records::trained_length(&rows),
         }))
     })
     .await

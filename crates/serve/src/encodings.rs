@@ -357,7 +357,11 @@ fn bias_heatmaps(
     };
     (
         Heatmap {
-            title: format!("bias(query, key), {title}"),
+            // The encoding's own title names the bias already where it writes its formula.
+            title: match title.starts_with("bias(query, key)") {
+                true => title.to_string(),
+                false => format!("bias(query, key), {title}"),
+            },
             row_name: "query".into(),
             column_name: "key".into(),
             values,

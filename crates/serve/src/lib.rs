@@ -24,6 +24,7 @@
 #![warn(missing_docs)]
 
 pub mod api;
+mod app;
 pub mod assets;
 pub mod encodings;
 pub mod error;

@@ -29,7 +29,7 @@ use serde_json::json;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
 
-use crate::api::App;
+use crate::app::App;
 use crate::error::ApiError;
 use crate::models::{MAX_NEW_TOKENS, MAX_PROMPT_CHARS};
 
@@ -146,7 +146,7 @@ type Shared = State<Arc<App>>;
 /// `GET /v1/models`: the language models, as OpenAI lists models.
 pub async fn models(State(app): Shared) -> Json<serde_json::Value> {
     let data: Vec<serde_json::Value> = app
-        .models()
+        .models
         .lms()
         .into_iter()
         .map(|m| json!({"id": m.name, "object": "model", "created": 0, "owned_by": "posenc"}))
@@ -353,13 +353,13 @@ pub async fn chat_completions(
     State(app): Shared,
     request: Result<Json<ChatRequest>, JsonRejection>,
 ) -> Result<Response, OpenAiError> {
-    let checked = check(crate::api::body(request)?)?;
+    let checked = check(crate::app::body(request)?)?;
     let permit = app.generation_permit()?;
     let shared = app.clone();
     let (lm, ids) = {
         let (name, messages) = (checked.request.model.clone(), checked.messages.clone());
         tokio::task::spawn_blocking(move || {
-            let lm = shared.models().lm(&name)?;
+            let lm = shared.models.lm(&name)?;
             let ids = prompt(&lm, &messages)?;
             Ok::<_, ApiError>((lm, ids))
         })

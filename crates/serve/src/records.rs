@@ -59,13 +59,27 @@ pub fn roots(dirs: &[PathBuf]) -> Result<Vec<Root>, String> {
     Ok(roots)
 }
 
-/// A records file: its name (`docs/lm-experiment/results.json`) and size.
+/// A records file: its name (`docs/lm-experiment/results.json`), its study and size.
 #[derive(Debug, Clone, Serialize)]
 pub struct Listed {
     /// Its name, the root's name first.
     pub path: String,
+    /// The study it records, as the page lists it: its directory (`docs/lm-experiment`),
+    /// and the file's name after it unless it is the study's `results.json`.
+    pub study: String,
     /// Its size in bytes.
     pub bytes: u64,
+}
+
+impl Listed {
+    fn new(path: String, bytes: u64) -> Self {
+        let study = match path.rsplit_once('/') {
+            Some((dir, "results.json")) => dir.to_string(),
+            Some((dir, file)) => format!("{dir} · {file}"),
+            None => path.clone(),
+        };
+        Self { path, study, bytes }
+    }
 }
 
 /// Every records file under `roots`: each `results.json`, each `.csv`, and each other
@@ -102,7 +116,7 @@ fn walk(dir: &Path, name: &str, depth: usize, out: &mut Vec<Listed>) {
             walk(&path, &named, depth + 1, out);
         } else if kind.is_file() && is_records(&path, &file_name) {
             let bytes = entry.metadata().map_or(0, |m| m.len());
-            out.push(Listed { path: named, bytes });
+            out.push(Listed::new(named, bytes));
         }
     }
 }
@@ -178,6 +192,25 @@ pub fn resolve(roots: &[Root], name: &str) -> Result<PathBuf, ApiError> {
 }
 
 pub use posenc_train::records::{columns, Column, Point, Record};
+
+/// The longest length the records' models were trained on, where they say: the one value
+/// of their `context` (a language model's), or the largest `length` of the records marked
+/// `trained` (a length-generalization task's). The page marks it on a chart by length.
+pub fn trained_length(records: &[Record]) -> Option<f64> {
+    let contexts: Vec<f64> = records
+        .iter()
+        .filter_map(|r| r.get("context").and_then(Value::as_f64))
+        .collect();
+    if let Some(&first) = contexts.first() {
+        let one = contexts.len() == records.len() && contexts.iter().all(|&c| c == first);
+        return one.then_some(first);
+    }
+    records
+        .iter()
+        .filter(|r| r.get("trained") == Some(&Value::Bool(true)))
+        .filter_map(|r| r.get("length").and_then(Value::as_f64))
+        .reduce(f64::max)
+}
 
 /// Reads the records of `path` (listed as `name`) as [`posenc_train::records::read`] reads
 /// them: a `.csv`, a JSON list of records, or a JSON object with a `records` list (an

@@ -142,6 +142,9 @@ fn alibi_views_follow_the_papers_slopes() {
     );
     assert_eq!(status, 200, "{view}");
     assert_eq!(view["pairs"], Value::Null);
+    // Its title names the bias once: the encoding's formula already begins with it.
+    let title = view["table"]["title"].as_str().unwrap();
+    assert_eq!(title.matches("bias(query, key)").count(), 1, "{title}");
     let values = view["table"]["values"].as_array().unwrap();
     assert_eq!(values.len(), heads);
     for (h, head) in values.iter().enumerate() {
