@@ -687,7 +687,8 @@ async function drawResults() {
   saveState();
   chart($("#results-chart")).setOption({
     animation: false,
-    title: { text: `${request.y}${x ? ` by ${x}` : ""}, ${request.path}`, left: "center", textStyle: { fontSize: 13 } },
+    title: { text: `${request.y}${x ? ` by ${x}` : ""}, ${$("#results-file").selectedOptions[0]?.textContent || request.path}`,
+      left: "center", textStyle: { fontSize: 13 } },
     color: series.map((s) => s.colour),
     legend: { top: 24, type: "scroll", data: series.map((s) => s.name) },
     tooltip: {
