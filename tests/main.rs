@@ -13,6 +13,7 @@ mod cli_translate;
 mod common;
 mod doc_links;
 mod import_graph;
+mod packaging;
 mod report;
 mod throwaway_content_encoding;
 mod throwaway_encoding;

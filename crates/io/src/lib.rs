@@ -15,7 +15,7 @@
 //! ```
 
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

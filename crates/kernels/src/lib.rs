@@ -27,6 +27,8 @@
 //! f64, and against finite differences (`tests/`). [`process`] holds what a program that
 //! runs them sets up first thing in `main`.
 
+#![deny(missing_docs)]
+
 mod adamw;
 mod attention;
 mod bias;

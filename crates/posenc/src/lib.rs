@@ -37,9 +37,37 @@
 //!
 //! Tables are computed in f64, stored in f32 and cast to the model's dtype only when
 //! used; sinusoidal and rotary tables grow on demand.
+//!
+//! In your own candle attention: build a kind from its config, turn the queries and keys,
+//! add its bias to the scores where it has one (`examples/own_attention.rs` calls every
+//! hook, `examples/own_encoding.rs` adds a kind).
+//!
+//! ```
+//! use candle_core::{Device, Tensor};
+//! use posenc::{BiasContext, EncodingConfig, Positions, RotateContext};
+//!
+//! # fn main() -> posenc::Result<()> {
+//! let dev = Device::Cpu;
+//! // Any kind, written as configs and the command line write it.
+//! let config: EncodingConfig = r#"{"kind": "rope", "base": 500000}"#.parse()?;
+//! let rope = config.build_untrained(64, 4, &dev)?; // d_model 64: 4 heads of 16
+//! // Your queries and keys, (batch, heads, sequence, head_dim), at positions 0..10.
+//! let q = Tensor::randn(0f32, 1.0, (1, 4, 10, 16), &dev)?;
+//! let k = Tensor::randn(0f32, 1.0, (1, 4, 10, 16), &dev)?;
+//! let q = rope.rotate(&q, &RotateContext::query(Positions::From(0)))?;
+//! let k = rope.rotate(&k, &RotateContext::key(Positions::From(0)))?;
+//! let mut scores = (q.matmul(&k.t()?)? / 4.0)?;
+//! // ALiBi, T5 and their kin bias the scores; RoPE has no bias.
+//! if let Some(bias) = rope.bias(&BiasContext::square(10, Positions::From(0)))? {
+//!     scores = scores.broadcast_add(&bias)?;
+//! }
+//! assert_eq!(scores.dims(), &[1, 4, 10, 10]);
+//! # Ok(())
+//! # }
+//! ```
 
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 mod cache;
 mod config;

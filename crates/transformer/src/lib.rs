@@ -16,7 +16,7 @@
 //! CPU's fused kernels in f32, candle's ops elsewhere), so nothing here asks where it runs.
 
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 mod config;
 mod error;
