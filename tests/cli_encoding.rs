@@ -370,3 +370,57 @@ fn show_elides_the_middle_of_a_wide_table() {
     let text = String::from_utf8(narrow.stdout).unwrap();
     assert!(!text.contains('…') && !text.contains("not shown"), "{text}");
 }
+
+/// `encoding from-config` on SmolLM3-3B's published position fields: 36 layers, every
+/// fourth without rotation (`no_rope_layer_interval` 4, as transformers derives
+/// `no_rope_layers`), the rest RoPE of base 5 000 000; a layer's encoding, as printed, is
+/// what `encoding show` takes, and gives the table of the same RoPE written by hand. A
+/// missing or malformed file is named.
+#[test]
+fn from_config_prints_each_layers_encoding_as_show_takes_it() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("from-config");
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = serde_json::json!({
+        "model_type": "smollm3", "hidden_size": 2048, "num_attention_heads": 16,
+        "num_key_value_heads": 4, "num_hidden_layers": 36, "max_position_embeddings": 65536,
+        "rope_theta": 5000000.0, "rope_scaling": null, "no_rope_layer_interval": 4,
+        "use_sliding_window": false, "sliding_window": null,
+    });
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    let layers = json(&[
+        "encoding",
+        "from-config",
+        dir.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    let layers = layers.as_array().unwrap();
+    assert_eq!(layers.len(), 36);
+    for (i, layer) in layers.iter().enumerate() {
+        assert_eq!(layer["layer"], i);
+        let kind = if (i + 1) % 4 == 0 { "none" } else { "rope" };
+        assert_eq!(layer["encoding"]["kind"], kind, "layer {i}: {layer}");
+    }
+    assert_eq!(layers[0]["encoding"]["base"], 5000000.0);
+    let printed = layers[0]["encoding"].to_string();
+    let table = |encoding: &str| show(encoding, "128", "6", "1");
+    assert_eq!(table(&printed), table("rope:base=5000000"));
+    let text =
+        String::from_utf8(posenc(&["encoding", "from-config", dir.to_str().unwrap()]).stdout)
+            .unwrap();
+    assert!(text.contains("36 layers, 16 heads of 128"), "{text}");
+    assert!(text.contains("| 3 | `{\"kind\":\"none\"}` |"), "{text}");
+    std::fs::write(dir.join("broken.json"), "{\"num_hidden_layers\": ").unwrap();
+    for (path, needle) in [
+        ("missing.json", "missing.json"),
+        ("broken.json", "not valid JSON"),
+    ] {
+        let out = posenc(&["encoding", "from-config", dir.join(path).to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains(needle),
+            "{path}: {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}

@@ -45,6 +45,20 @@ pub enum EncodingCommand {
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: super::Format,
     },
+    /// What each layer of a Hugging Face model gets, from its `config.json` alone: the
+    /// encoding (`rope` with its base and scaling, `none`, a `window`) as `--encoding`
+    /// takes it. `encoding show --encoding <it> --d-model <head_dim> --heads 1` prints a
+    /// layer's tables.
+    #[command(
+        after_help = "Examples:\n  posenc encoding from-config path/to/config.json\n  posenc encoding from-config path/to/model-dir --format json"
+    )]
+    FromConfig {
+        /// The model's `config.json`, or the directory that holds it.
+        config: std::path::PathBuf,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: super::Format,
+    },
     /// Print the table: the (len × d_model) matrix of additive encodings, cos/sin of
     /// rope, the per-head bias of alibi, the bucket indices of t5. Learned weights are
     /// untrained (random).
@@ -71,6 +85,7 @@ impl EncodingCommand {
     pub fn run(self, out: &mut impl Write) -> Result<()> {
         match self {
             EncodingCommand::List { format } => list(format, out),
+            EncodingCommand::FromConfig { config, format } => from_config(&config, format, out),
             EncodingCommand::Show(which) => show(&which, out),
             EncodingCommand::Props { which, shift } => props(&which, shift, out),
         }
@@ -121,6 +136,45 @@ fn list(format: super::Format, out: &mut impl Write) -> Result<()> {
                 setting.name
             )?;
         }
+    }
+    Ok(())
+}
+
+fn from_config(path: &std::path::Path, format: super::Format, out: &mut impl Write) -> Result<()> {
+    let file = match path.is_dir() {
+        true => path.join("config.json"),
+        false => path.to_path_buf(),
+    };
+    let text = std::fs::read_to_string(&file)
+        .with_context(|| format!("reading the model's config {}", file.display()))?;
+    let config: serde_json::Value = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not valid JSON", file.display()))?;
+    let positions = posenc::hf::HfPositions::from_config(&config)
+        .with_context(|| format!("reading {}", file.display()))?;
+    if let Format::Json = format {
+        let layers: Vec<serde_json::Value> = positions
+            .layers
+            .iter()
+            .enumerate()
+            .map(|(i, e)| json!({"layer": i, "encoding": e.to_json()}))
+            .collect();
+        writeln!(out, "{}", serde_json::to_string_pretty(&layers)?)?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "{}: {} layers, {} heads of {} ({} positions trained)\n",
+        file.display(),
+        positions.layers.len(),
+        positions.heads,
+        positions.head_dim,
+        positions
+            .context
+            .map_or("an unstated number of".to_string(), |c| c.to_string())
+    )?;
+    writeln!(out, "| layer | encoding |\n|---|---|")?;
+    for (i, e) in positions.layers.iter().enumerate() {
+        writeln!(out, "| {i} | `{}` |", e.to_json())?;
     }
     Ok(())
 }

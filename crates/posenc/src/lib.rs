@@ -7,7 +7,8 @@
 //! few hooks (add to the embeddings, rotate queries and keys, bias the scores from the
 //! positions, from the layer's input or from the scores themselves), which a Transformer
 //! calls without knowing which encoding it has. [`EncodingConfig`] builds any of them from
-//! JSON; [`analysis`] measures the properties the literature asks of them.
+//! JSON, and [`hf`] each layer's from a Hugging Face model's `config.json`; [`analysis`]
+//! measures the properties the literature asks of them.
 //!
 //! | kind | hook | module |
 //! |---|---|---|
@@ -83,6 +84,7 @@ pub mod coupling_bias;
 pub mod draws;
 pub mod fire;
 pub mod fox;
+pub mod hf;
 pub mod hope;
 pub mod kerple;
 pub mod layers;

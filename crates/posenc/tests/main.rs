@@ -8,6 +8,7 @@ mod coupling;
 mod decay;
 mod errors;
 mod gradients;
+mod hf_config;
 mod pope;
 mod positions;
 mod properties;
