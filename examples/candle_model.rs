@@ -11,7 +11,9 @@
 //!
 //! The widths here are small (2 heads of the config's head width); the positions are the
 //! model's. Decoding a token at a time through the cache gives what one pass over the whole
-//! sequence gives, layer by layer (the test below).
+//! sequence gives, layer by layer; and the same attention over a rolling cache (the first
+//! tokens as sinks and the most recent ones, each key at its slot, as StreamingLLM places
+//! them) gives what one pass over the tokens it kept gives (the tests below).
 
 use std::sync::Arc;
 
@@ -94,6 +96,92 @@ impl Layer {
     }
 }
 
+/// The same attention over a rolling cache (StreamingLLM, Xiao et al. 2024): the first
+/// `sinks` tokens and the most recent ones, `window` in all, each key placed at its slot in
+/// the cache, so memory stays flat however long the sequence. The keys are kept unturned
+/// and turned by their slots at every step.
+struct Rolling {
+    layer: Layer,
+    sinks: usize,
+    window: usize,
+}
+
+impl Rolling {
+    /// The attention of one token `x (1, 1, d)`, the newest, over the cache and itself.
+    fn step(&mut self, x: &Tensor) -> anyhow::Result<Tensor> {
+        let d = x.dim(2)?;
+        let head_dim = d / HEADS;
+        let heads = |t: Tensor| t.reshape((1, 1, HEADS, head_dim))?.transpose(1, 2);
+        let [q, k, v] = [0, 1, 2].map(|i| x.broadcast_matmul(&self.layer.w[i]).and_then(heads));
+        let (sinks, window) = (self.sinks, self.window);
+        // Appended, then, past the window, the oldest token after the sinks dropped.
+        let keep = |old: &Option<Tensor>, new: Tensor| -> candle_core::Result<Tensor> {
+            let all = match old {
+                Some(old) => Tensor::cat(&[old, &new], 2)?,
+                None => new,
+            };
+            let n = all.dim(2)?;
+            match n > window {
+                true => Tensor::cat(
+                    &[
+                        all.narrow(2, 0, sinks)?,
+                        all.narrow(2, sinks + 1, n - sinks - 1)?,
+                    ],
+                    2,
+                ),
+                false => Ok(all),
+            }
+        };
+        let raw = keep(&self.layer.keys, k?.contiguous()?)?;
+        let values = keep(&self.layer.values, v?.contiguous()?)?;
+        let seen = raw.dim(2)?;
+        let encoding = &self.layer.encoding;
+        let keys = encoding.rotate(&raw, &RotateContext::key(0))?;
+        let q = encoding.rotate(&q?.contiguous()?, &RotateContext::query(seen - 1))?;
+        let mut logits = (q.matmul(&keys.t()?)? / (head_dim as f64).sqrt())?;
+        let at = BiasContext::new(1, seen, Positions::From(seen - 1), Positions::From(0));
+        if let Some(bias) = encoding.bias(&at)? {
+            logits = logits.broadcast_add(&bias)?;
+        }
+        // The newest token sees every slot: no causal mask to apply.
+        let out = softmax_last_dim(&logits)?.matmul(&values)?;
+        (self.layer.keys, self.layer.values) = (Some(raw), Some(values));
+        Ok(out.transpose(1, 2)?.reshape((1, 1, d))?)
+    }
+}
+
+/// A stack of rolling layers over `x (1, n, d)`, a token at a time, as [`run`] stacks them.
+fn run_rolling(layers: &mut [Rolling], x: &Tensor) -> anyhow::Result<Tensor> {
+    let ones = Tensor::ones(x.dim(2)?, x.dtype(), x.device())?;
+    let mut outputs = Vec::new();
+    for at in 0..x.dim(1)? {
+        let mut h = x.narrow(1, at, 1)?;
+        for layer in layers.iter_mut() {
+            let normed = candle_nn::ops::rms_norm(&h, &ones, 1e-5)?;
+            h = (&h + layer.step(&normed)?)?;
+        }
+        outputs.push(h);
+    }
+    Ok(Tensor::cat(&outputs, 1)?)
+}
+
+/// The layers of [`model`], each over a rolling cache of `window` slots, `sinks` of them
+/// the first tokens'.
+fn rolling(layers: Vec<Layer>, sinks: usize, window: usize) -> anyhow::Result<Vec<Rolling>> {
+    anyhow::ensure!(
+        sinks >= 1 && sinks < window,
+        "the sinks ({sinks}) must be at least one and fewer than the window ({window})"
+    );
+    Ok(layers
+        .into_iter()
+        .map(|layer| Rolling {
+            layer,
+            sinks,
+            window,
+        })
+        .collect())
+}
+
 /// The width of the small model for `config`: `HEADS` heads of the config's head width.
 fn width(config: &serde_json::Value) -> anyhow::Result<usize> {
     Ok(HEADS * HfPositions::from_config(config)?.head_dim)
@@ -168,10 +256,21 @@ fn main() -> anyhow::Result<()> {
     let whole = run(&mut model(&config, &w, &device)?, &x, false)?;
     let cached = run(&mut model(&config, &w, &device)?, &x, true)?;
     let scale = whole.abs()?.max_all()?.to_scalar::<f32>()?;
-    let gap = (whole - cached)?.abs()?.max_all()?.to_scalar::<f32>()?;
+    let gap = (&whole - &cached)?.abs()?.max_all()?.to_scalar::<f32>()?;
     println!(
         "160 tokens in one pass, and a token at a time through the cache: {:.1e} apart, \
          relative to the outputs' largest",
+        gap / scale
+    );
+    // A rolling cache of 64 slots, 4 of them sinks: memory for 64 tokens, however many come.
+    let streamed = run_rolling(&mut rolling(model(&config, &w, &device)?, 4, 64)?, &x)?;
+    let first = |t: &Tensor| t.narrow(1, 0, 64);
+    let gap = (first(&whole)? - first(&streamed)?)?
+        .abs()?
+        .max_all()?
+        .to_scalar::<f32>()?;
+    println!(
+        "the same through a rolling cache of 64 slots (4 sinks): the first 64 tokens {:.1e} apart",
         gap / scale
     );
     Ok(())
@@ -212,4 +311,50 @@ fn a_token_at_a_time_through_the_cache_is_one_pass() {
             &open.narrow(1, 128, 12).unwrap()
         ) > 1e-3
     );
+}
+
+/// Through a rolling cache, each token's attention is one pass over the tokens the cache
+/// holds (the sinks and the most recent), placed at `0, 1, …`; while the cache is not full,
+/// it is the growing cache's.
+#[test]
+fn a_rolling_cache_attends_as_one_pass_over_what_it_kept() {
+    let config: serde_json::Value = serde_json::from_str(GPT_OSS_20B).unwrap();
+    let device = Device::Cpu;
+    let d = width(&config).unwrap();
+    let w = projections(24, d, &device).unwrap();
+    let (sinks, window, n) = (3, 10, 30);
+    let x = Tensor::randn(0f32, 1.0, (1, n, d), &device).unwrap();
+    let largest = |t: Tensor| {
+        t.abs()
+            .unwrap()
+            .max_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap()
+    };
+    // One layer: step t against a fresh pass over the kept tokens.
+    let mut one = rolling(model(&config, &w[..1], &device).unwrap(), sinks, window).unwrap();
+    for t in 0..n {
+        let xt = x.narrow(1, t, 1).unwrap();
+        let got = one[0].step(&xt).unwrap();
+        let kept: Vec<usize> = match t + 1 > window {
+            true => (0..sinks).chain(t + 1 + sinks - window..=t).collect(),
+            false => (0..=t).collect(),
+        };
+        let ids = Tensor::new(kept.iter().map(|&i| i as u32).collect::<Vec<_>>(), &device).unwrap();
+        let tokens = x.index_select(&ids, 1).unwrap();
+        let mut fresh = model(&config, &w[..1], &device).unwrap();
+        let all = fresh[0].forward(&tokens, 0).unwrap();
+        let want = all.narrow(1, kept.len() - 1, 1).unwrap();
+        let gap = largest((&got - &want).unwrap()) / largest(want.clone());
+        assert!(gap < 1e-5, "token {t}: {gap}");
+    }
+    // The whole stack, with room for every token, is the growing cache.
+    let roomy = run_rolling(
+        &mut rolling(model(&config, &w, &device).unwrap(), sinks, n).unwrap(),
+        &x,
+    );
+    let cached = run(&mut model(&config, &w, &device).unwrap(), &x, true).unwrap();
+    let gap = largest((&roomy.unwrap() - &cached).unwrap()) / largest(cached.clone());
+    assert!(gap < 1e-5, "{gap}");
 }
