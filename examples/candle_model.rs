@@ -276,25 +276,35 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// gpt-oss-20b's config, the CPU, the small model's width, and its 24 layers' projections.
+#[cfg(test)]
+fn setup() -> (serde_json::Value, Device, usize, Vec<[Tensor; 3]>) {
+    let config: serde_json::Value = serde_json::from_str(GPT_OSS_20B).unwrap();
+    let device = Device::Cpu;
+    let d = width(&config).unwrap();
+    let w = projections(24, d, &device).unwrap();
+    (config, device, d, w)
+}
+
+/// The largest magnitude in `t`.
+#[cfg(test)]
+fn largest(t: Tensor) -> f32 {
+    t.abs()
+        .unwrap()
+        .max_all()
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap()
+}
+
 /// Decoding through the cache is one pass over the whole sequence, and the sliding layers'
 /// window acts: past its 128 tokens the output moves when the window is taken away, and
 /// within them it does not.
 #[test]
 fn a_token_at_a_time_through_the_cache_is_one_pass() {
-    let config: serde_json::Value = serde_json::from_str(GPT_OSS_20B).unwrap();
-    let device = Device::Cpu;
-    let d = width(&config).unwrap();
-    let w = projections(24, d, &device).unwrap();
+    let (config, device, d, w) = setup();
     let x = Tensor::randn(0f32, 1.0, (1, 140, d), &device).unwrap();
     // How far apart, relative to the largest output.
-    let largest = |t: Tensor| {
-        t.abs()
-            .unwrap()
-            .max_all()
-            .unwrap()
-            .to_scalar::<f32>()
-            .unwrap()
-    };
     let apart = |a: &Tensor, b: &Tensor| largest((a - b).unwrap()) / largest(a.clone());
     let whole = run(&mut model(&config, &w, &device).unwrap(), &x, false).unwrap();
     let cached = run(&mut model(&config, &w, &device).unwrap(), &x, true).unwrap();
@@ -318,20 +328,9 @@ fn a_token_at_a_time_through_the_cache_is_one_pass() {
 /// it is the growing cache's.
 #[test]
 fn a_rolling_cache_attends_as_one_pass_over_what_it_kept() {
-    let config: serde_json::Value = serde_json::from_str(GPT_OSS_20B).unwrap();
-    let device = Device::Cpu;
-    let d = width(&config).unwrap();
-    let w = projections(24, d, &device).unwrap();
+    let (config, device, d, w) = setup();
     let (sinks, window, n) = (3, 10, 30);
     let x = Tensor::randn(0f32, 1.0, (1, n, d), &device).unwrap();
-    let largest = |t: Tensor| {
-        t.abs()
-            .unwrap()
-            .max_all()
-            .unwrap()
-            .to_scalar::<f32>()
-            .unwrap()
-    };
     // One layer: step t against a fresh pass over the kept tokens.
     let mut one = rolling(model(&config, &w[..1], &device).unwrap(), sinks, window).unwrap();
     for t in 0..n {
