@@ -7,6 +7,7 @@
 //! | [`loss`], [`schedule`], [`optim`], [`init`] | label-smoothed cross-entropy, Noam and cosine schedules, resumable AdamW, weight initialisation |
 //! | [`experiment`] | the one experiment driver: a grid of labelled encodings × seeds over any task, with reuse, resume, divergence as a row, shards and their merge |
 //! | [`rundir`], [`results`] | a run's files as one unit (manifest, lock, atomic writes), and an experiment's files and the runs it finds |
+//! | [`logs`] | a run's curves (loss, learning rate, throughput, validation) as TensorBoard event files and tidy JSON lines |
 //! | [`claims`] | claims about an experiment checked against its records by one rule: the gap exceeds both spreads added, in every seed |
 //! | [`records`] | tidy records read (JSON, CSV) and summarised over seeds one way, for `posenc report` and the explorer alike |
 //! | [`pages`] | a page's generated tables, claims and values rendered from records by its markers (`posenc report --tables`) |
@@ -31,6 +32,7 @@ pub mod fit;
 pub mod init;
 pub mod job;
 pub mod labelled;
+pub mod logs;
 pub mod loss;
 pub mod memory;
 pub mod optim;

@@ -1,4 +1,5 @@
 //! The tests of `posenc-train`, one module a file, built as one test binary: each binary links
 //! all of candle, so one per crate keeps the suite's build and link time down.
 
+mod logs;
 mod pieces;
