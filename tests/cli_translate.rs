@@ -278,32 +278,16 @@ fn another_tasks_run_is_not_continued() {
             "is a lengthgen run",
         ),
     ] {
-        let before: Vec<_> = std::fs::read_dir(run)
-            .unwrap()
-            .map(|e| {
-                let p = e.unwrap().path();
-                (p.clone(), std::fs::read(&p).unwrap())
-            })
-            .collect();
+        // Every file, the logs under logs/ included.
+        let before = common::snapshot(run);
         let out = posenc().args(&args).arg("--out").arg(run).output().unwrap();
         let (_, stderr) = text(&out);
         assert!(
             !out.status.success() && stderr.contains(says),
             "{args:?}: {stderr}"
         );
-        for (path, bytes) in &before {
-            assert_eq!(
-                &std::fs::read(path).unwrap(),
-                bytes,
-                "{args:?}: {}",
-                path.display()
-            );
-        }
-        assert_eq!(
-            std::fs::read_dir(run).unwrap().count(),
-            before.len(),
-            "{args:?}"
-        );
+        // Not a byte changed, nor a file added.
+        assert!(common::snapshot(run) == before, "{args:?}: the run changed");
     }
 }
 

@@ -8,6 +8,7 @@ mod cli_flags;
 mod cli_generate;
 mod cli_grid;
 mod cli_lm;
+mod cli_logs;
 mod cli_shell;
 mod cli_translate;
 mod common;

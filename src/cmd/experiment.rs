@@ -77,8 +77,7 @@ impl ExperimentArgs {
         };
         let opts = RunOptions {
             quiet: self.quiet,
-            force: false,
-            stop_after: None,
+            ..RunOptions::default()
         };
         self.grid
             .run(&cfg.on(&self.device.0), &self.out, opts, out, |results| {

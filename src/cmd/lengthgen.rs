@@ -207,6 +207,8 @@ pub struct TrainArgs {
     /// Replace the run already in --out (files posenc did not write are never touched).
     #[arg(long)]
     force: bool,
+    #[command(flatten)]
+    log_dir: super::LogDirArg,
     /// Print the full config this command would train with, as JSON that --config takes
     /// back, and train nothing.
     #[arg(long, conflicts_with = "resume")]
@@ -251,11 +253,7 @@ impl TrainArgs {
 
     /// Runs the command.
     pub fn run(self, out: &mut impl Write) -> Result<()> {
-        let opts = RunOptions {
-            quiet: self.settings.quiet,
-            force: self.force,
-            stop_after: None,
-        };
+        let opts = self.log_dir.options(self.settings.quiet, self.force);
         let state = match self.resume {
             true => {
                 let (steps, device) = (self.settings.steps, &self.settings.device.0);
@@ -435,8 +433,7 @@ impl ExperimentArgs {
         };
         let opts = RunOptions {
             quiet: self.settings.quiet,
-            force: false,
-            stop_after: None,
+            ..RunOptions::default()
         };
         let run = cfg.on(&self.settings.device.0);
         self.grid.run(&run, &self.out, opts, out, |results| {

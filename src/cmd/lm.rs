@@ -118,6 +118,8 @@ pub struct TrainArgs {
     /// Replace a run already in --out (never files posenc did not write).
     #[arg(long, conflicts_with = "resume")]
     force: bool,
+    #[command(flatten)]
+    log_dir: super::LogDirArg,
     /// The corpus directory [default: .cache/shakespeare, from scripts/fetch_shakespeare.sh].
     #[arg(long, conflicts_with = "text")]
     corpus: Option<PathBuf>,
@@ -369,11 +371,7 @@ fn load_corpus(dir: Option<PathBuf>) -> Result<Corpus> {
 }
 
 fn train(a: TrainArgs, out: &mut impl Write) -> Result<()> {
-    let opts = RunOptions {
-        quiet: a.quiet,
-        force: a.force,
-        stop_after: None,
-    };
+    let opts = a.log_dir.options(a.quiet, a.force);
     let state = if a.resume {
         // The same text again, tokenized by the tokenizer the run saved.
         let (cfg, tokenizer) = run::saved(&a.out).map_err(|e| super::for_task(e, &a.out, "lm"))?;
@@ -828,8 +826,7 @@ fn experiment(a: ExperimentArgs, out: &mut impl Write) -> Result<()> {
     let corpus = load_corpus(a.corpus)?;
     let opts = RunOptions {
         quiet: a.quiet,
-        force: false,
-        stop_after: None,
+        ..RunOptions::default()
     };
     let experiment = experiment::LmExperimentRun {
         config: &cfg,

@@ -399,6 +399,29 @@ pub enum Budget {
     Quick,
 }
 
+/// `--log-dir DIR`: where a training run's curves go (TensorBoard event files and
+/// `scalars.jsonl`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct LogDirArg {
+    /// Where the run's curves go, as TensorBoard event files and scalars.jsonl; with
+    /// --resume, they go on there from the checkpoint [default: where the run keeps them:
+    /// --out's logs/, or the --log-dir it was started with]
+    #[arg(long)]
+    log_dir: Option<PathBuf>,
+}
+
+impl LogDirArg {
+    /// The run options of a `train` command.
+    pub fn options(&self, quiet: bool, force: bool) -> posenc_train::fit::RunOptions {
+        posenc_train::fit::RunOptions {
+            quiet,
+            force,
+            stop_after: None,
+            log_dir: self.log_dir.clone(),
+        }
+    }
+}
+
 /// `--budget full|quick`, or `--quick` for short (listed in the help: hidden, it was a
 /// flag users could not find).
 #[derive(clap::Args, Debug, Clone, Copy)]

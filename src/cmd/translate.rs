@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use posenc_kotoba::decode::DecodeConfig;
 use posenc_kotoba::eval::{evaluate, table};
-use posenc_kotoba::task::{shipped_model, RunOptions, TrainConfig, Translation, Translator};
+use posenc_kotoba::task::{shipped_model, TrainConfig, Translation, Translator};
 use posenc_train::job;
 
 /// `posenc kotoba train`
@@ -78,6 +78,8 @@ pub struct TrainArgs {
     /// Replace the run already in --out (files posenc did not write are never touched).
     #[arg(long, conflicts_with = "resume")]
     force: bool,
+    #[command(flatten)]
+    log_dir: super::LogDirArg,
     /// Where to train: cpu; cuda or cuda:N (built with --features cuda);
     /// metal or metal:N (--features metal). The run directory is the same on any device.
     #[arg(long, default_value = "cpu")]
@@ -90,11 +92,7 @@ pub struct TrainArgs {
 impl TrainArgs {
     /// Runs the command.
     pub fn run(self, out: &mut impl Write) -> Result<()> {
-        let opts = RunOptions {
-            quiet: self.quiet,
-            force: self.force,
-            stop_after: None,
-        };
+        let opts = self.log_dir.options(self.quiet, self.force);
         let state = if self.resume {
             job::resume::<Translation>(&self.out, self.steps, &(), opts, &self.device.0)
                 .map_err(|e| super::for_task(e, &self.out, "kotoba"))?

@@ -177,6 +177,13 @@ impl posenc_train::fit::Validation for Record {
             100.0 * self.valid_exact
         )
     }
+    fn scalars(&self) -> Vec<(&'static str, f64)> {
+        vec![
+            ("train/loss_mean", self.train_loss),
+            ("valid/loss", self.valid_loss),
+            ("valid/exact", self.valid_exact),
+        ]
+    }
 }
 
 posenc_train::settings!(TrainConfig, |cfg, step| Noam {

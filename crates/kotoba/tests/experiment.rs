@@ -49,6 +49,7 @@ const QUIET: RunOptions = RunOptions {
     quiet: true,
     force: false,
     stop_after: None,
+    log_dir: None,
 };
 
 #[test]

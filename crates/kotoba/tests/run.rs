@@ -35,6 +35,7 @@ const QUIET: RunOptions = RunOptions {
     quiet: true,
     force: false,
     stop_after: None,
+    log_dir: None,
 };
 
 fn tiny(steps: usize, seed: u64) -> TrainConfig {

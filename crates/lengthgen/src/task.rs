@@ -197,6 +197,12 @@ impl Validation for LengthgenRecord {
             100.0 * self.valid_exact
         )
     }
+    fn scalars(&self) -> Vec<(&'static str, f64)> {
+        vec![
+            ("train/loss_mean", self.train_loss),
+            ("valid/exact", self.valid_exact),
+        ]
+    }
 }
 
 /// A run's config and progress (`trainer.json`).

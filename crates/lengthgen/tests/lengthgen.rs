@@ -19,6 +19,7 @@ const QUIET: RunOptions = RunOptions {
     quiet: true,
     force: false,
     stop_after: None,
+    log_dir: None,
 };
 
 /// The digits of a token sequence as a number, least significant first.

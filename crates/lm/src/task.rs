@@ -570,6 +570,12 @@ impl posenc_train::fit::Validation for LmRecord {
             self.train_loss, self.valid_loss
         )
     }
+    fn scalars(&self) -> Vec<(&'static str, f64)> {
+        vec![
+            ("train/loss_mean", self.train_loss),
+            ("valid/loss", self.valid_loss),
+        ]
+    }
 }
 
 posenc_train::settings!(LmTrainConfig, |cfg, step| cfg.lr(step - 1));

@@ -252,6 +252,7 @@ const QUIET: RunOptions = RunOptions {
     quiet: true,
     force: false,
     stop_after: None,
+    log_dir: None,
 };
 
 const LINE: &str = "to be or not to be that is the question ";
@@ -284,16 +285,16 @@ fn a_resumed_run_is_bit_identical_to_one_that_never_stopped() {
     cfg.run.eval_every = 4;
     cfg.run.save_every = 4;
     let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let straight = start(&cfg, &tokenizer, &data, a.path(), quiet, CPU).unwrap();
+    let straight = start(&cfg, &tokenizer, &data, a.path(), quiet.clone(), CPU).unwrap();
     // Stopped at step 6, between checkpoints: it saves there, as a killed run's last
     // checkpoint would be.
     let interrupted = RunOptions {
         stop_after: Some(6),
-        ..quiet
+        ..quiet.clone()
     };
     let stopped = start(&cfg, &tokenizer, &data, b.path(), interrupted, CPU).unwrap();
     assert_eq!(stopped.step, 6);
-    let resumed = resume(b.path(), None, &data, &tokenizer, quiet, CPU).unwrap();
+    let resumed = resume(b.path(), None, &data, &tokenizer, quiet.clone(), CPU).unwrap();
     assert_eq!(resumed.step, 12);
     let losses = |s: &posenc_lm::task::LmState| -> Vec<(usize, f64, f64)> {
         s.history
@@ -312,7 +313,7 @@ fn a_resumed_run_is_bit_identical_to_one_that_never_stopped() {
     let before = std::fs::read(b.path().join("model.safetensors")).unwrap();
     let e = format!(
         "{:#}",
-        start(&cfg, &tokenizer, &data, b.path(), quiet, CPU).unwrap_err()
+        start(&cfg, &tokenizer, &data, b.path(), quiet.clone(), CPU).unwrap_err()
     );
     assert!(e.contains("--resume"), "{e}");
     assert_eq!(
@@ -369,7 +370,7 @@ fn a_run_started_from_another_begins_at_its_weights_and_resumes_from_them() {
         tempfile::tempdir().unwrap(),
         tempfile::tempdir().unwrap(),
     );
-    start(&cfg, &tokenizer, &data, source.path(), quiet, CPU).unwrap();
+    start(&cfg, &tokenizer, &data, source.path(), quiet.clone(), CPU).unwrap();
     let weights = |dir: &std::path::Path| {
         candle_core::safetensors::load(dir.join("model.safetensors"), CPU).unwrap()
     };
@@ -397,7 +398,7 @@ fn a_run_started_from_another_begins_at_its_weights_and_resumes_from_them() {
     let mut from = run::from_run(source.path(), base.clone()).unwrap().0;
     from.run.adam.weight_decay = 0.0;
     assert_eq!(from.model, cfg.model);
-    start(&from, &tokenizer, &data, tuned.path(), quiet, CPU).unwrap();
+    start(&from, &tokenizer, &data, tuned.path(), quiet.clone(), CPU).unwrap();
     assert!(distance(source.path(), tuned.path()) < 1e-6);
     // Without --from, the same settings start elsewhere.
     let fresh = tempfile::tempdir().unwrap();
@@ -406,36 +407,44 @@ fn a_run_started_from_another_begins_at_its_weights_and_resumes_from_them() {
         ..base
     };
     scratch.run.adam.weight_decay = 0.0;
-    start(&scratch, &tokenizer, &data, fresh.path(), quiet, CPU).unwrap();
+    start(
+        &scratch,
+        &tokenizer,
+        &data,
+        fresh.path(),
+        quiet.clone(),
+        CPU,
+    )
+    .unwrap();
     assert!(distance(source.path(), fresh.path()) > 1e-2);
 
     // A run stopped before its first step resumes from the source's weights too, and is
     // refused once the source directory holds another run.
     let before_any_step = RunOptions {
         stop_after: Some(0),
-        ..quiet
+        ..quiet.clone()
     };
     start(
         &from,
         &tokenizer,
         &data,
         stopped.path(),
-        before_any_step,
+        before_any_step.clone(),
         CPU,
     )
     .unwrap();
-    resume(stopped.path(), None, &data, &tokenizer, quiet, CPU).unwrap();
+    resume(stopped.path(), None, &data, &tokenizer, quiet.clone(), CPU).unwrap();
     assert!(distance(source.path(), stopped.path()) < 1e-6);
     let again = tempfile::tempdir().unwrap();
     start(&from, &tokenizer, &data, again.path(), before_any_step, CPU).unwrap();
     let replaced = RunOptions {
         force: true,
-        ..quiet
+        ..quiet.clone()
     };
     start(&cfg, &tokenizer, &data, source.path(), replaced, CPU).unwrap();
     let e = format!(
         "{:#}",
-        resume(again.path(), None, &data, &tokenizer, quiet, CPU).unwrap_err()
+        resume(again.path(), None, &data, &tokenizer, quiet.clone(), CPU).unwrap_err()
     );
     assert!(e.contains("now holds run"), "{e}");
 }
@@ -654,6 +663,7 @@ fn the_experiments_factors_are_checked_before_anything_runs() {
             quiet: true,
             force: false,
             stop_after: None,
+            log_dir: None,
         };
         let experiment = experiment::LmExperimentRun {
             config: &cfg,

@@ -115,3 +115,33 @@ pub fn same_tensors(a: &std::path::Path, b: &std::path::Path) -> bool {
             })
         })
 }
+
+/// The repository's root.
+pub fn repo() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The Python of a client that `scripts/install_clients.sh` installs in `tests/<dir>/.venv`,
+/// or `None` where it could not (it left its reason in `tests/<dir>/.unavailable`, which
+/// this prints as the skip of `test`).
+///
+/// # Panics
+/// Neither the client nor a reason is there: the install script was not run.
+pub fn python_client(dir: &str, test: &str) -> Option<std::path::PathBuf> {
+    let dir = repo().join("tests").join(dir);
+    let python = dir.join(".venv/bin/python");
+    if python.exists() {
+        return Some(python);
+    }
+    match std::fs::read_to_string(dir.join(".unavailable")) {
+        Ok(reason) => {
+            eprintln!("SKIPPED {test}: {}", reason.trim());
+            None
+        }
+        Err(_) => panic!(
+            "{} is missing: run `bash scripts/install_clients.sh` (the README's test command \
+             does)",
+            python.display()
+        ),
+    }
+}

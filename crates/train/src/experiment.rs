@@ -569,7 +569,12 @@ fn for_each_cell<E: Experiment>(
             run: cfg.run_config(data, entry, seed),
             dir: rundir::seed_dir(out, entry, grid.seeds, grid.first_seed, seed),
         };
-        let (outcome, reused) = train_or_reuse(cfg, data, &cell, opts)?;
+        // Each cell logs into its own run directory.
+        let cell_opts = RunOptions {
+            log_dir: None,
+            ..opts.clone()
+        };
+        let (outcome, reused) = train_or_reuse(cfg, data, &cell, cell_opts)?;
         let result = cfg.record(data, &cell, outcome)?;
         progress.end(reused, &cell.dir);
         done(index, entry, seed, result)?;

@@ -9,7 +9,8 @@
 //!     loss = task.loss(step)                    batch: a function of (seed, step)
 //!     loss not finite         → Err(Diverged { step, loss })
 //!     AdamW step at lr(step)
-//!     step % eval_every == 0 or last → task.validate(…) appended to the history
+//!     loss, lr, tokens/s logged               TensorBoard and JSON lines (crate::logs)
+//!     step % eval_every == 0 or last → task.validate(…) appended to the history, logged
 //!     step % save_every == 0 or last → checkpoint (atomically, in the run directory)
 //! ```
 //!
@@ -18,7 +19,7 @@
 //! [`RunState`], which every checkpoint saves (the training losses since the last
 //! validation included, so a resumed run's next record averages the same steps).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use candle_core::Tensor;
@@ -27,6 +28,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
+use crate::logs::ScalarLog;
 use crate::optim::{AdamW, AdamWConfig};
 use crate::rundir::{self, RunDir};
 pub use crate::stop::{request_stop, stop_requested, Diverged, Interrupted};
@@ -219,6 +221,10 @@ pub trait Validation: Clone + Serialize + DeserializeOwned {
     fn step(&self) -> usize;
     /// What a progress line shows after the step, e.g. `train loss 1.2  valid loss 1.3`.
     fn summary(&self) -> String;
+    /// The curves it adds to the run's logs ([`crate::logs`]), by TensorBoard tag:
+    /// `valid/loss`, `valid/exact`, and the mean training loss since the last record as
+    /// `train/loss_mean`.
+    fn scalars(&self) -> Vec<(&'static str, f64)>;
 }
 
 /// The loss of one training step.
@@ -289,6 +295,10 @@ pub struct RunState<C, R> {
     /// be read, and in runs written before it was recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peak_rss_mb: Option<f64>,
+    /// Where its logs go when `--log-dir` placed them (absolute), so that resuming
+    /// continues them there; None: the run directory's `logs/`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_dir: Option<PathBuf>,
 }
 
 impl<C, R> RunState<C, R> {
@@ -303,6 +313,7 @@ impl<C, R> RunState<C, R> {
             tokens: 0,
             pending: (0.0, 0),
             peak_rss_mb: None,
+            log_dir: None,
         }
     }
 
@@ -338,7 +349,7 @@ impl<C: Settings, R: Validation> rundir::Progress for RunState<C, R> {
 }
 
 /// How to run: what every task's training and every experiment take.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct RunOptions {
     /// No progress bar or log lines.
     pub quiet: bool,
@@ -347,6 +358,9 @@ pub struct RunOptions {
     /// Stop after this many steps in all, with a checkpoint, as an interrupted run would
     /// (resuming then continues it exactly); `None`: run to the configured steps.
     pub stop_after: Option<usize>,
+    /// Where the run's logs go ([`crate::logs`]); `None`: where the run has kept them, at
+    /// first its directory's `logs/`.
+    pub log_dir: Option<PathBuf>,
 }
 
 /// What the loop reports after each step.
@@ -374,16 +388,18 @@ impl<T: Task> Trainer<T> {
         Ok(Self { task, opt })
     }
 
-    /// [`Self::run`] into the run directory `dir`, with a progress printer unless quiet.
+    /// [`Self::run`] into the run directory `dir`, logging into `log`, with a progress
+    /// printer unless quiet.
     pub(crate) fn run_in(
         &mut self,
         dir: &RunDir,
+        log: &mut ScalarLog,
         state: &mut StateOf<T>,
-        opts: RunOptions,
+        opts: &RunOptions,
     ) -> Result<()> {
         self.run(
             state,
-            Some(dir.path()),
+            Some((dir.path(), log)),
             opts.stop_after,
             printer(opts.quiet),
         )
@@ -405,7 +421,8 @@ impl<T: Task> Trainer<T> {
 
     /// Trains from `state.step` to `state.config.steps()` (or `stop_after`, as an
     /// interrupted run would stop), validating and, with a directory, saving on the
-    /// config's schedule and at the end; `progress` sees the state after every step. After
+    /// config's schedule and at the end, and logging every step and validation into its
+    /// log; `progress` sees the state after every step. After
     /// [`request_stop`] it stops at the end of the current step, saves a checkpoint there
     /// and returns [`Interrupted`].
     ///
@@ -415,10 +432,11 @@ impl<T: Task> Trainer<T> {
     pub(crate) fn run(
         &mut self,
         state: &mut StateOf<T>,
-        dir: Option<&Path>,
+        out: Option<(&Path, &mut ScalarLog)>,
         stop_after: Option<usize>,
         mut progress: impl FnMut(&StateOf<T>, Stepped),
     ) -> Result<()> {
+        let (dir, mut log) = out.unzip();
         let cfg = state.config.clone();
         state.history.retain(|r| r.step() <= state.step);
         let started = Instant::now();
@@ -457,6 +475,14 @@ impl<T: Task> Trainer<T> {
             state.elapsed_s = elapsed_before + started.elapsed().as_secs_f64();
             state.pending.0 += f64::from(value);
             state.pending.1 += 1;
+            if let Some(log) = log.as_deref_mut() {
+                let stepped = [
+                    ("train/loss", f64::from(value)),
+                    ("train/lr", lr),
+                    ("train/tokens_per_second", state.tokens_per_second()),
+                ];
+                log.write(step, &stepped)?;
+            }
             let last = step == cfg.steps();
             if step.is_multiple_of(cfg.run().eval_every) || last {
                 let train_loss = state.pending.0 / state.pending.1.max(1) as f64;
@@ -464,6 +490,10 @@ impl<T: Task> Trainer<T> {
                     .task
                     .validate(&cfg, step, train_loss, state.elapsed_s)?
                 {
+                    if let Some(log) = log.as_deref_mut() {
+                        log.write(step, &record.scalars())?;
+                        log.flush()?;
+                    }
                     state.history.push(record);
                     state.pending = (0.0, 0);
                 }
@@ -473,6 +503,9 @@ impl<T: Task> Trainer<T> {
                     note_peak(state);
                     rundir::save_checkpoint(dir, self.task.varmap(), &self.opt, state)?;
                     saved = Some(step);
+                    if let Some(log) = log.as_deref_mut() {
+                        log.flush()?;
+                    }
                 }
             }
             progress(
@@ -488,6 +521,9 @@ impl<T: Task> Trainer<T> {
         }
         if let Some(dir) = dir.filter(|_| saved != Some(state.step)) {
             rundir::save_checkpoint(dir, self.task.varmap(), &self.opt, state)?;
+        }
+        if let Some(log) = log {
+            log.flush()?;
         }
         if interrupted {
             return Err(Interrupted {

@@ -8,9 +8,10 @@
 //!
 //! ```text
 //! train::<J>(cfg, inputs, out)   J::begin(cfg, inputs) → task, config, fixed files
-//!                                J::initialize(weights)  → RunDir::create → fit loop
+//!                                J::initialize(weights)  → RunDir::create → logs → fit loop
 //! resume::<J>(out, steps, inputs) lock, last state → J::reopen(dir, config, inputs)
-//!                                restore the checkpoint (or J::initialize at step 0) → fit loop
+//!                                restore the checkpoint (or J::initialize at step 0)
+//!                                → logs from that step → fit loop
 //! open(dir, J::KIND)             manifest, kind, weights checked → the task builds its model
 //! ```
 
@@ -18,10 +19,11 @@ use std::path::{Path, PathBuf};
 
 use candle_core::Device;
 use candle_nn::VarMap;
-use posenc_error::{bail, ensure};
+use posenc_error::{bail, ensure, Context};
 
 use crate::error::Result;
 use crate::fit::{RunOptions, Settings, StateOf, Task, Trainer};
+use crate::logs::{self, ScalarLog};
 use crate::results;
 use crate::rundir::{self, FixedFiles, Manifest, RunDir};
 use posenc_transformer::checkpoint::WEIGHTS_FILE;
@@ -104,11 +106,18 @@ pub fn train<'a, J: Job<'a>>(
     let mut state = StateOf::<J>::new(rundir::new_run_id(), config);
     let mut trainer = Trainer::new(task, &state.config)?;
     J::initialize(trainer.task.varmap(), &state.config)?;
+    if let Some(logs) = &opts.log_dir {
+        logs::check_fresh(logs, opts.force)?;
+        let absolute = std::path::absolute(logs)
+            .with_context(|| format!("resolving --log-dir {}", logs.display()))?;
+        state.log_dir = Some(absolute);
+    }
     let describe = |dir: &Path| describe_existing::<J>(dir, &state.config);
     let dir = RunDir::create(out, &fixed, J::KIND, &state, opts.force, describe)?;
+    let mut log = ScalarLog::start(&log_dir(out, &state))?;
     // Said once the run is sure to start: a refused --out says only why.
     crate::fit::warn_schedule(state.config.run());
-    trainer.run_in(&dir, &mut state, opts)?;
+    trainer.run_in(&dir, &mut log, &mut state, &opts)?;
     Ok(state)
 }
 
@@ -133,6 +142,11 @@ pub fn resume<'a, J: Job<'a>>(
     rundir::set_steps(out, &mut state, steps)?;
     let task = J::reopen(out, &state.config, inputs, device)?;
     let mut trainer = Trainer::new(task, &state.config)?;
+    if let Some(logs) = &opts.log_dir {
+        let absolute = std::path::absolute(logs)
+            .with_context(|| format!("resolving --log-dir {}", logs.display()))?;
+        state.log_dir = Some(absolute);
+    }
     dir.begin_writing()?;
     if state.step > 0 {
         let (varmap, opt) = (trainer.task.varmap(), &mut trainer.opt);
@@ -140,8 +154,17 @@ pub fn resume<'a, J: Job<'a>>(
     } else {
         J::initialize(trainer.task.varmap(), &state.config)?;
     }
-    trainer.run_in(&dir, &mut state, opts)?;
+    let mut log = ScalarLog::resume(&log_dir(out, &state), state.step)?;
+    trainer.run_in(&dir, &mut log, &mut state, &opts)?;
     Ok(state)
+}
+
+/// Where the logs of the run in `out` go: where `--log-dir` placed them, else its `logs/`.
+pub fn log_dir<C, R>(out: &Path, state: &crate::fit::RunState<C, R>) -> PathBuf {
+    state
+        .log_dir
+        .clone()
+        .unwrap_or_else(|| out.join(logs::LOGS_DIR))
 }
 
 /// A run directory opened to read its model ([`open`]).

@@ -8,6 +8,7 @@
 //! | `training.safetensors` | at every checkpoint | weights and AdamW moments; its header holds the run's id and the whole trainer state, so resuming reads this one file |
 //! | `model.safetensors` | at every checkpoint | the weights for inference (PyTorch names); its header names the run and the step |
 //! | `.lock` | while a process writes | the writer's pid, for the message a second writer gets; removed when it is done |
+//! | `logs/` | at every step | the run's curves, for TensorBoard and as JSON lines ([`crate::logs`]), unless `--log-dir` placed them elsewhere |
 //!
 //! A writer holds an exclusive lock (`flock`) on the directory itself while it writes, so
 //! a second writer is refused; the lock ends with its process, however that ends.
@@ -185,7 +186,8 @@ pub fn inspect(dir: &Path) -> Result<Contents> {
         if name == LOCK
             || name == ATTENTION_PLOT
             || is_temporary(&name)
-            || (is_seed_dir_name(&name) && entry.file_type()?.is_dir())
+            || ((is_seed_dir_name(&name) || name == crate::logs::LOGS_DIR)
+                && entry.file_type()?.is_dir())
         {
             continue;
         }
