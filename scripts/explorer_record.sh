@@ -2,7 +2,7 @@
 # Records the explorer in Chromium: starts the release `posenc serve` on a free port, runs
 # the browser test's walk through the page (tests/browser/explorer.mjs), and keeps its
 # screenshots and measurements (the redraw time of a d_model 512 × 2 048 encoding, fetch
-# and drawing) in docs/explorer/. Needs scripts/install_browser.sh first.
+# and drawing) in docs/explorer/. Needs scripts/install_clients.sh first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=docs/explorer

@@ -1,6 +1,6 @@
 //! The page in a real headless Chromium (Debian's, driven by playwright-core): each view,
 //! the translation and its attention canvases, a setting that changes the heatmap, and a
-//! malformed setting's named error. `scripts/install_browser.sh` installs what it needs;
+//! malformed setting's named error. `scripts/install_clients.sh` installs what it needs;
 //! where it could not, it left its reason in `tests/browser/.unavailable`, and this test
 //! prints that reason and passes. With neither Chromium nor that reason, it fails.
 
@@ -22,7 +22,7 @@ fn explorer_in_chromium() {
                 return;
             }
             Err(_) => panic!(
-                "Chromium or playwright-core is missing: run `bash scripts/install_browser.sh` \
+                "Chromium or playwright-core is missing: run `bash scripts/install_clients.sh` \
                  (the README's test command does)"
             ),
         }

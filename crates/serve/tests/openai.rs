@@ -3,10 +3,9 @@
 //! is the greedy continuation the library itself gives for the conversation, laid out by
 //! the model's chat template (SmolLM2) or as plain text (the shipped character model); a
 //! stop text ends it just before; a missing model is the client's `NotFoundError`.
-//! `scripts/install_browser.sh` installs the client; where it could not, it left its reason
+//! `scripts/install_clients.sh` installs the client; where it could not, it left its reason
 //! in `tests/openai/.unavailable`, and this test prints it and passes.
 
-use std::path::Path;
 use std::process::Command;
 
 use candle_core::Device;
@@ -33,23 +32,12 @@ fn library_answer(lm: &CausalLm, message: &str, max: usize) -> String {
 
 #[test]
 fn openai_client_chats_whole_and_streamed() {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let python = repo.join("tests/openai/.venv/bin/python");
-    if !python.exists() {
-        match std::fs::read_to_string(repo.join("tests/openai/.unavailable")) {
-            Ok(reason) => {
-                eprintln!(
-                    "SKIPPED openai_client_chats_whole_and_streamed: {}",
-                    reason.trim()
-                );
-                return;
-            }
-            Err(_) => panic!(
-                "the openai client is missing: run `bash scripts/install_browser.sh` (the \
-                 README's test command does)"
-            ),
-        }
-    }
+    let Some(python) =
+        posenc_testkit::python_client("openai", "openai_client_chats_whole_and_streamed")
+    else {
+        return;
+    };
+    let repo = posenc_testkit::repo();
     let s = server(&[repo.join("docs")], 2);
     let shipped = posenc_lm::run::shipped_model();
     let shipped_name = shipped.file_name().unwrap().to_string_lossy().into_owned();
