@@ -94,7 +94,11 @@ fn pages(dir: &Path, found: &mut Vec<PathBuf>) {
 /// The README and every page of the book.
 fn book() -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut found = vec![root.join("README.md")];
+    // The crate docs' precision table quotes the book's records too.
+    let mut found = vec![
+        root.join("README.md"),
+        root.join("crates/posenc/src/precision.md"),
+    ];
     pages(&root.join("docs"), &mut found);
     found.sort();
     found

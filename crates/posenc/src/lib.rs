@@ -36,9 +36,6 @@
 //! | `coupling-bias` | bias, from the tokens (position coupling's ids as a relative bias) | [`coupling_bias`] |
 //! | `stack` | several of the above in the same layers | [`stack`] |
 //!
-//! Tables are computed in f64, stored in f32 and cast to the model's dtype only when
-//! used; sinusoidal and rotary tables grow on demand.
-//!
 //! In your own candle attention: build a kind from its config, turn the queries and keys,
 //! add its bias to the scores where it has one (`examples/own_attention.rs` calls every
 //! hook, `examples/own_encoding.rs` adds a kind).
@@ -66,7 +63,8 @@
 //! # Ok(())
 //! # }
 //! ```
-
+//!
+#![doc = include_str!("precision.md")]
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
