@@ -76,3 +76,51 @@ fn the_published_crates_carry_their_metadata_and_the_rest_stay_private() {
         );
     }
 }
+
+/// The `(name, version)` of every package a `Cargo.lock` holds.
+fn locked(path: &Path) -> std::collections::BTreeSet<(String, String)> {
+    let text = read(path);
+    let mut found = std::collections::BTreeSet::new();
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        if let Some(name) = line
+            .strip_prefix("name = \"")
+            .and_then(|l| l.strip_suffix('"'))
+        {
+            let version = lines.next().and_then(|l| l.strip_prefix("version = \""));
+            let version = version.and_then(|l| l.strip_suffix('"')).unwrap_or("");
+            found.insert((name.to_string(), version.to_string()));
+        }
+    }
+    found
+}
+
+/// The crate outside the workspace (`tests/outside`, which `.ci/run` builds and runs
+/// after the workspace, in the same target directory) locks the versions the workspace
+/// does, so that its build compiles the crates it shares with the workspace once.
+#[test]
+fn the_outside_crate_locks_the_workspaces_versions() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let ci = read(&root.join(".ci/run"));
+    assert!(
+        ci.contains("--manifest-path tests/outside/Cargo.toml"),
+        "CI does not run it"
+    );
+    let workspace = locked(&root.join("Cargo.lock"));
+    let outside = locked(&root.join("tests/outside/Cargo.lock"));
+    assert!(
+        outside.iter().any(|(name, _)| name == "candle-core"),
+        "{outside:?}"
+    );
+    let drifted: Vec<_> = outside
+        .iter()
+        .filter(|(name, _)| name != "outside")
+        .filter(|p| !workspace.contains(*p))
+        .collect();
+    assert!(
+        drifted.is_empty(),
+        "tests/outside/Cargo.lock locks versions the workspace does not: {drifted:?}; copy \
+         Cargo.lock to tests/outside/ and build it (`cargo build --manifest-path \
+         tests/outside/Cargo.toml`)"
+    );
+}
