@@ -179,7 +179,7 @@ impl Positions<'_> {
         if !fits {
             let given = match self {
                 Self::Coords { axes: a, coords } => {
-                    format!("{} coordinates on {a} axes", coords.len())
+                    format!("{a}-D coordinates ({} values)", coords.len())
                 }
                 _ => "one position per token".to_string(),
             };

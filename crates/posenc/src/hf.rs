@@ -83,8 +83,8 @@ impl HfPositions {
     ///
     /// # Errors
     /// A missing size, a field of the wrong type, a layer type other than full or sliding
-    /// attention, a rope type or setting the `rope` encoding refuses, and multimodal RoPE
-    /// (`mrope_section`), which the `rope` kind does not place.
+    /// attention, a rope type or setting the `rope` (or, with `mrope_section`, the `mrope`)
+    /// encoding refuses.
     pub fn from_config(config: &Value) -> Result<Self> {
         let config = match config.get("text_config") {
             Some(text @ Value::Object(_)) => text,
@@ -260,12 +260,10 @@ fn parameters(config: &Map<String, Value>, kind: &str) -> Result<Map<String, Val
 /// The `rope` encoding of a layer of kind `kind`.
 fn rope(config: &Map<String, Value>, kind: &str) -> Result<Value> {
     let mut p = parameters(config, kind)?;
-    if p.contains_key("mrope_section") {
-        return Err(bad(
-            "`mrope_section`: multimodal RoPE places tokens on three axes, which the `rope` kind does not",
-        ));
-    }
     let base = number(&p, "rope_theta")?.unwrap_or(10_000.0);
+    if let Some(section) = p.get("mrope_section") {
+        return mrope(&p, section, base);
+    }
     let fraction = match number(&p, "partial_rotary_factor")? {
         Some(f) => Some(f),
         None => number(config, "partial_rotary_factor")?,
@@ -291,6 +289,33 @@ fn rope(config: &Map<String, Value>, kind: &str) -> Result<Value> {
         rope["scaling"] = s;
     }
     Ok(rope)
+}
+
+/// The `mrope` encoding of a multimodal model's layer (Qwen2-VL's `rope_scaling` of type
+/// `mrope`, Qwen3-VL's `mrope_interleaved`): its sections, unscaled.
+fn mrope(p: &Map<String, Value>, section: &Value, base: f64) -> Result<Value> {
+    let scaled = p
+        .get("rope_type")
+        .or_else(|| p.get("type"))
+        .and_then(Value::as_str);
+    if let Some(other) = scaled.filter(|t| !["default", "mrope"].contains(t)) {
+        return Err(bad(format!(
+            "multimodal RoPE with `{other}` scaling, which the `mrope` kind does not take"
+        )));
+    }
+    let interleaved = match p.get("mrope_interleaved") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(other) => {
+            return Err(bad(format!(
+                "`mrope_interleaved` must be true or false, got {other}"
+            )))
+        }
+    };
+    Ok(json!({
+        "kind": "mrope", "rope_theta": base, "mrope_section": section,
+        "mrope_interleaved": interleaved,
+    }))
 }
 
 /// What transformers takes from the model's config for a scaling that does not name it:

@@ -17,6 +17,7 @@
 //! | `learned` | add | [`learned`] |
 //! | `rope` | rotate | [`rope`] |
 //! | `p-rope` | rotate (the fastest share of the pairs) | [`prope`] |
+//! | `mrope` | rotate, by a token's time, row and column (Qwen2-VL, Qwen3-VL) | [`mrope`] |
 //! | `hope` | rotate (the pairs that turn within the trained context) | [`hope`] |
 //! | `xpos` | rotate (queries and keys apart) | [`xpos`] |
 //! | `alibi` | bias | [`alibi`] |
@@ -88,6 +89,7 @@ pub mod kerple;
 pub mod layers;
 pub mod learned;
 pub mod limits;
+pub mod mrope;
 pub mod naive;
 pub mod none;
 pub mod pope;
@@ -119,6 +121,7 @@ pub const BUILT_IN: &[Registration] = &[
     Registration::of::<crate::learned::LearnedConfig>(),
     Registration::of::<crate::rope::RopeConfig>(),
     Registration::of::<crate::prope::PRopeConfig>(),
+    Registration::of::<crate::mrope::MropeConfig>(),
     Registration::of::<crate::xpos::XposConfig>(),
     Registration::of::<crate::alibi::AlibiConfig>(),
     Registration::of::<crate::t5::T5Config>(),

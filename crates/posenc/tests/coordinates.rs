@@ -123,10 +123,7 @@ fn coordinates_are_read_by_axis_and_checked_for_their_shape() {
             .check_coords("m-rope", len, axes)
             .unwrap_err()
             .to_string();
-        assert!(
-            e.contains("m-rope") && e.contains("coordinates on 2 axes"),
-            "{e}"
-        );
+        assert!(e.contains("m-rope") && e.contains("2-D coordinates"), "{e}");
     }
     Positions::From(0).check_coords("m-rope", 3, 1).unwrap();
     let e = Positions::From(0)

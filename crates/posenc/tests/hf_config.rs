@@ -146,8 +146,8 @@ fn bad_configs_are_named() {
         ),
         (
             "rope_parameters",
-            serde_json::json!({"mrope_section": [16, 24, 24]}),
-            "mrope_section",
+            serde_json::json!({"rope_type": "yarn", "factor": 2, "mrope_section": [1, 0, 1]}),
+            "multimodal RoPE with `yarn` scaling",
         ),
         (
             "num_attention_heads",
@@ -162,4 +162,38 @@ fn bad_configs_are_named() {
         .unwrap_err()
         .to_string();
     assert!(message.contains("num_hidden_layers"), "{message}");
+}
+
+/// Multimodal configs give `mrope` layers: Qwen2-VL-7B's chunked sections (its legacy
+/// `rope_scaling` of type `mrope`), Qwen3-VL-8B's interleaved ones (in its `text_config`),
+/// each built at the config's head width; that `mrope` turns text as `rope` does is
+/// `mrope.rs`'s test.
+#[test]
+fn multimodal_configs_give_mrope_layers() {
+    let qwen2_vl = serde_json::json!({
+        "model_type": "qwen2_vl", "hidden_size": 3584, "num_attention_heads": 28,
+        "num_key_value_heads": 4, "num_hidden_layers": 28, "max_position_embeddings": 32768,
+        "rope_theta": 1000000.0, "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
+        "sliding_window": 32768, "use_sliding_window": false});
+    let qwen3_vl = serde_json::json!({"model_type": "qwen3_vl", "text_config": {
+        "hidden_size": 4096, "num_attention_heads": 32, "head_dim": 128,
+        "num_key_value_heads": 8, "num_hidden_layers": 36, "max_position_embeddings": 262144,
+        "rope_theta": 5000000, "rope_scaling": {"mrope_interleaved": true,
+        "mrope_section": [24, 20, 20], "rope_type": "default"}}});
+    for (config, layers, theta, section, interleaved) in [
+        (qwen2_vl, 28, 1e6, [16, 24, 24], false),
+        (qwen3_vl, 36, 5e6, [24, 20, 20], true),
+    ] {
+        let positions = HfPositions::from_config(&config).unwrap();
+        assert_eq!(positions.layers.len(), layers);
+        for layer in &positions.layers {
+            let json = serde_json::to_value(layer).unwrap();
+            assert_eq!(json["kind"], "mrope", "{json}");
+            assert_eq!(json["rope_theta"].as_f64(), Some(theta), "{json}");
+            assert_eq!(json["mrope_section"], serde_json::json!(section), "{json}");
+            assert_eq!(json["mrope_interleaved"], interleaved, "{json}");
+            let dev = candle_core::Device::Cpu;
+            layer.build_untrained(positions.head_dim, 1, &dev).unwrap();
+        }
+    }
 }
