@@ -424,3 +424,101 @@ fn from_config_prints_each_layers_encoding_as_show_takes_it() {
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
 }
+
+/// `show --positions` prints a kind's tables at the tokens' own positions: mrope's at
+/// Qwen2-VL's (t, h, w) rows equal transformers 5.24's (the fixture of
+/// `crates/posenc/tests/mrope.rs`), `--grid` lays out one image, rope takes a list of
+/// positions, and what a kind cannot read is refused by name.
+#[test]
+fn show_prints_tables_at_given_positions_and_grids() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let fixture: Value = serde_json::from_str(
+        &std::fs::read_to_string(root.join("crates/posenc/tests/fixtures/mrope.json")).unwrap(),
+    )
+    .unwrap();
+    let write = |name: &str, value: &Value| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, value.to_string()).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let qwen2 = &fixture["cases"][0];
+    let rows = write("rows.json", &qwen2["rows"]);
+    let mrope = r#"{"kind": "mrope", "rope_theta": 1000000, "mrope_section": [16, 24, 24]}"#;
+    let args = |extra: &[&str]| -> Vec<String> {
+        let mut a: Vec<String> = ["encoding", "show", "--encoding", mrope, "--d-model", "128"]
+            .map(String::from)
+            .to_vec();
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a.extend(["--format", "json"].map(String::from));
+        a
+    };
+    let run = |extra: &[&str]| json(&args(extra).iter().map(String::as_str).collect::<Vec<_>>());
+    let got = run(&["--positions", &rows]);
+    for (ours, theirs) in [("cos", "cos_f64"), ("sin", "sin_f64")] {
+        let a: Vec<Vec<f64>> = serde_json::from_value(got["values"][ours].clone()).unwrap();
+        let b: Vec<Vec<f64>> = serde_json::from_value(qwen2[theirs].clone()).unwrap();
+        assert_eq!(a.len(), b.len());
+        let gap = a
+            .iter()
+            .flatten()
+            .zip(b.iter().flatten())
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f64::max);
+        assert!(gap < 1e-6, "{ours}: {gap}");
+    }
+    // An image of 2 × 3 tokens alone: time 0, row and column.
+    let grid: Vec<[u32; 3]> = (0..2)
+        .flat_map(|r| (0..3).map(move |c| [0, r, c]))
+        .collect();
+    let listed = write("grid.json", &serde_json::json!(grid));
+    assert_eq!(run(&["--grid", "2,3"]), run(&["--positions", &listed]));
+    // One position a token, for rope.
+    let list = write("list.json", &serde_json::json!([0, 5, 9]));
+    let rope = json(&[
+        "encoding",
+        "show",
+        "--encoding",
+        "rope",
+        "--d-model",
+        "8",
+        "--positions",
+        &list,
+        "--format",
+        "json",
+    ]);
+    let cos: Vec<Vec<f64>> = serde_json::from_value(rope["values"]["cos"].clone()).unwrap();
+    assert!(
+        (cos[1][0] - 5f64.cos()).abs() < 1e-6 && (cos[2][1] - (9.0f64 * 0.1).cos()).abs() < 1e-6
+    );
+    // Refused by name.
+    let ragged = write("ragged.json", &serde_json::json!([[0, 1], [2]]));
+    let negative = write("negative.json", &serde_json::json!([[0, -1, 0]]));
+    for (extra, needle) in [
+        (
+            vec!["--positions", ragged.as_str()],
+            "every row must be like the first",
+        ),
+        (vec!["--positions", negative.as_str()], "whole numbers"),
+        (vec!["--grid", "0,3"], "counts from 1"),
+        (vec!["--grid", "3"], "expected H,W"),
+        (vec!["--grid", "100000,100000"], "too large"),
+    ] {
+        let out = posenc(&args(&extra).iter().map(String::as_str).collect::<Vec<_>>());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains(needle),
+            "{extra:?}: {stderr}"
+        );
+    }
+    let out = posenc(&[
+        "encoding",
+        "show",
+        "--encoding",
+        "alibi",
+        "--positions",
+        &list,
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("positions 0 … len − 1 only"), "{stderr}");
+}

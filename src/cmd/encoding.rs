@@ -32,6 +32,82 @@ pub struct Which {
     format: super::Format,
 }
 
+/// `posenc encoding show`: an encoding, and where its tokens sit.
+#[derive(Args, Debug)]
+pub struct ShowArgs {
+    #[command(flatten)]
+    which: Which,
+    /// The tokens' positions instead of 0..len: a JSON list with one row per token, a
+    /// position (`[0, 5, 9]`) or, for a kind that reads coordinates, a list of them
+    /// (`[[0, 0, 0], [0, 0, 1]]`: mrope's time, row and column). --len is then the number of
+    /// rows [default: positions 0..len]
+    #[arg(long, value_name = "FILE", conflicts_with = "grid")]
+    positions: Option<std::path::PathBuf>,
+    /// One image of H × W tokens, row after row, at the coordinates the kind reads
+    /// (mrope: time 0, then row and column); --len is then H · W [default: none, positions
+    /// 0..len]
+    #[arg(long, value_name = "H,W", value_parser = parse_grid)]
+    grid: Option<(usize, usize)>,
+}
+
+/// The largest coordinate `--positions` and `--grid` take: far past any table's use.
+const MAX_COORD: u64 = 1 << 24;
+
+fn parse_grid(text: &str) -> std::result::Result<(usize, usize), String> {
+    let parts: Vec<&str> = text.split(',').map(str::trim).collect();
+    let [h, w] = parts.as_slice() else {
+        return Err(format!("expected H,W (two counts, e.g. 8,8), got `{text}`"));
+    };
+    let count = |s: &str| match s.parse::<usize>() {
+        Ok(n) if n > 0 && n as u64 <= MAX_COORD => Ok(n),
+        _ => Err(format!(
+            "expected H,W as counts from 1 to {MAX_COORD}, got `{text}`"
+        )),
+    };
+    Ok((count(h)?, count(w)?))
+}
+
+/// The rows of a `--positions` file: one number a token, or `axes` numbers each.
+fn read_positions(path: &std::path::Path) -> Result<(usize, Vec<u32>)> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the positions {}", path.display()))?;
+    let value: serde_json::Value = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not valid JSON", path.display()))?;
+    let bad = |what: String| anyhow::anyhow!("{}: {what}", path.display());
+    let rows = value
+        .as_array()
+        .filter(|rows| !rows.is_empty())
+        .ok_or_else(|| bad("expected a non-empty JSON list of rows, one per token".into()))?;
+    let number = |v: &serde_json::Value, at: usize| -> Result<u32> {
+        match v.as_u64() {
+            Some(n) if n < MAX_COORD => Ok(n as u32),
+            _ => Err(bad(format!(
+                "row {at}: expected whole numbers from 0 to {}, got {v}",
+                MAX_COORD - 1
+            ))),
+        }
+    };
+    let axes = rows[0].as_array().map_or(1, Vec::len);
+    let mut coords = Vec::with_capacity(rows.len() * axes);
+    for (at, row) in rows.iter().enumerate() {
+        match row.as_array() {
+            None if axes == 1 && !rows[0].is_array() => coords.push(number(row, at)?),
+            Some(items) if items.len() == axes && !items.is_empty() => {
+                for v in items {
+                    coords.push(number(v, at)?);
+                }
+            }
+            _ => {
+                return Err(bad(format!(
+                    "row {at} is {row}: every row must be like the first ({})",
+                    rows[0]
+                )))
+            }
+        }
+    }
+    Ok((if rows[0].is_array() { axes } else { 0 }, coords))
+}
+
 /// `posenc encoding …`
 #[derive(Subcommand, Debug)]
 pub enum EncodingCommand {
@@ -63,9 +139,9 @@ pub enum EncodingCommand {
     /// rope, the per-head bias of alibi, the bucket indices of t5. Learned weights are
     /// untrained (random).
     #[command(
-        after_help = "Examples:\n  posenc encoding show --encoding sinusoidal --d-model 8 --len 10\n  posenc encoding show --encoding alibi --d-model 64 --len 6 --heads 8 --format json"
+        after_help = "Examples:\n  posenc encoding show --encoding sinusoidal --d-model 8 --len 10\n  posenc encoding show --encoding alibi --d-model 64 --len 6 --heads 8 --format json\n  posenc encoding show --encoding mrope --d-model 128 --grid 2,3 --format json\n  posenc encoding show --encoding rope --d-model 64 --positions positions.json"
     )]
-    Show(Which),
+    Show(ShowArgs),
     /// Print the properties: uniqueness, boundedness, length drift, shift linearity,
     /// relative-only interaction, symmetry and decay.
     #[command(
@@ -86,7 +162,7 @@ impl EncodingCommand {
         match self {
             EncodingCommand::List { format } => list(format, out),
             EncodingCommand::FromConfig { config, format } => from_config(&config, format, out),
-            EncodingCommand::Show(which) => show(&which, out),
+            EncodingCommand::Show(args) => show(&args, out),
             EncodingCommand::Props { which, shift } => props(&which, shift, out),
         }
     }
@@ -203,16 +279,51 @@ fn compact(value: &serde_json::Value) -> serde_json::Value {
     }
 }
 
-fn show(which: &Which, out: &mut impl Write) -> Result<()> {
-    posenc::limits::check_table_len(which.len)?;
+fn show(args: &ShowArgs, out: &mut impl Write) -> Result<()> {
+    let which = &args.which;
     let enc = which
         .kind
         .0
         .build_untrained(which.d_model, which.heads, &Device::Cpu)?;
     let kind = enc.kind();
-    let tables = enc
-        .tables(which.len)
-        .with_context(|| format!("computing the `{kind}` table"))?;
+    let axes = enc.capabilities().coords;
+    // Where the tokens sit: 0..len, the file's rows, or one image's grid.
+    let (len, given_axes, coords) = match (&args.positions, args.grid) {
+        (Some(path), _) => {
+            let (axes, coords) = read_positions(path)?;
+            (coords.len() / axes.max(1), axes, Some(coords))
+        }
+        (None, Some((h, w))) => {
+            let place = |r: usize, c: usize| -> Vec<u32> {
+                match axes {
+                    3 => vec![0, r as u32, c as u32],
+                    _ => vec![r as u32, c as u32],
+                }
+            };
+            anyhow::ensure!(
+                axes >= 2,
+                "`{kind}` reads one position per token: --grid lays out an image for a kind \
+                 that reads coordinates (mrope); give --positions or --len"
+            );
+            posenc::limits::check_table_len(h.saturating_mul(w))?;
+            let coords = (0..h)
+                .flat_map(|r| (0..w).flat_map(move |c| place(r, c)))
+                .collect();
+            (h * w, axes, Some(coords))
+        }
+        (None, None) => (which.len, 0, None),
+    };
+    posenc::limits::check_table_len(len)?;
+    let at = match (&coords, given_axes) {
+        (None, _) => posenc::Positions::From(0),
+        (Some(list), 0) => posenc::Positions::At(list),
+        (Some(coords), axes) => posenc::Positions::Coords { axes, coords },
+    };
+    let tables = match coords {
+        None => enc.tables(len),
+        Some(_) => enc.table_at(at, len).map(|t| vec![t]),
+    }
+    .with_context(|| format!("computing the `{kind}` table"))?;
     match which.format {
         Format::Json => {
             let json_of = |table: &posenc::Table| -> Result<serde_json::Value> {

@@ -98,6 +98,20 @@ impl Positions<'_> {
         }
     }
 
+    /// These positions in words, for a message: `3 … 9`, `the 4 listed`, `4 rows of 3
+    /// coordinates`.
+    pub fn describe(&self, len: usize) -> String {
+        match self {
+            Self::From(offset) | Self::Within { offset, .. } => {
+                format!("{offset} … {}", (offset + len).saturating_sub(1))
+            }
+            Self::At(list) => format!("the {} listed", list.len()),
+            Self::Coords { axes, coords } => {
+                format!("{} rows of {axes} coordinates", coords.len() / axes.max(&1))
+            }
+        }
+    }
+
     /// One past the last position of a sequence of `len` tokens (for coordinates, one past
     /// the largest on any axis: the extent a table of positions must cover).
     pub fn end(&self, len: usize) -> usize {
@@ -297,6 +311,25 @@ pub trait PositionalEncoding: std::fmt::Debug + Send + Sync {
     /// own gives the first layer's here, and every layer's in [`tables`](Self::tables).
     fn table(&self, len: usize) -> Result<Table>;
 
+    /// What this encoding produces for the `len` tokens `at` (`posenc encoding show
+    /// --positions`): [`table`](Self::table)'s for positions `0 … len − 1` (the default,
+    /// which takes no others), and a kind's own at any positions it reads.
+    ///
+    /// # Errors
+    /// Other positions, where the kind draws its table from 0 only; positions it refuses.
+    fn table_at(&self, at: Positions, len: usize) -> Result<Table> {
+        match at {
+            Positions::From(0) => self.table(len),
+            other => Err(Error::Shape {
+                kind: self.kind(),
+                msg: format!(
+                    "its table is drawn at positions 0 … len − 1 only, not at {}",
+                    other.describe(len)
+                ),
+            }),
+        }
+    }
+
     /// Every distinct table this encoding produces for `len` tokens: one per entry of a
     /// per-layer pattern ([`crate::layers`]), else just [`table`](Self::table)'s (the
     /// default).
@@ -338,6 +371,10 @@ pub struct Capabilities {
     /// position: a table of learned rows has an end, and so does a scale that leaves f32's
     /// range.
     pub max_positions: Option<usize>,
+    /// How many coordinates a token's position has for the hooks ([`Positions::Coords`]
+    /// with this many axes: 3 for `mrope`'s time, row and column), or 0 for one position
+    /// per token.
+    pub coords: usize,
     /// A per-layer pattern: layer `i` of a stack uses entry `i mod n` instead of this
     /// encoding ([`crate::for_layer`]); empty when every layer uses this one. The other
     /// fields then describe the pattern as a whole.
@@ -357,6 +394,7 @@ impl Capabilities {
             all.reads_tokens |= c.reads_tokens;
             all.reads_input |= c.reads_input;
             all.reads_scores |= c.reads_scores;
+            all.coords = all.coords.max(c.coords);
             all.sinks.extend(c.sinks.iter().cloned());
             all.reach = min_some(all.reach, c.reach);
             all.max_positions = min_some(all.max_positions, c.max_positions);

@@ -25,7 +25,7 @@ use candle_nn::VarBuilder;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::encoding::{check_base, require, tensor_from_fn, PositionalEncoding, Table};
+use crate::encoding::{check_base, require, tensor_from_fn, Form, PositionalEncoding, Table};
 use crate::rope::Rope;
 use crate::Target;
 use crate::{Capabilities, EncodingSpec, Error, PairLayout, Positions, Result, RotateContext};
@@ -166,7 +166,10 @@ impl PositionalEncoding for Mrope {
     }
 
     fn capabilities(&self) -> Capabilities {
-        self.rope.capabilities()
+        Capabilities {
+            coords: 3,
+            ..self.rope.capabilities()
+        }
     }
 
     fn rotate(&self, x: &Tensor, cx: &RotateContext) -> Result<Tensor> {
@@ -176,14 +179,23 @@ impl PositionalEncoding for Mrope {
     }
 
     fn table(&self, len: usize) -> Result<Table> {
-        let mut table = self.rope.table(len)?;
-        let form = if self.interleaved {
-            "interleaved"
-        } else {
-            "chunked"
+        self.table_at(Positions::From(0), len)
+    }
+
+    fn table_at(&self, at: Positions, len: usize) -> Result<Table> {
+        let (cos, sin) = self.cos_sin(at, len)?;
+        let form = match self.interleaved {
+            true => "interleaved",
+            false => "chunked",
         };
-        table.title = format!("{}; text at (p, p, p), {form} sections", table.title);
-        Ok(table)
+        let place = match at {
+            Positions::Coords { .. } => "each token at its (t, h, w)",
+            _ => "text at (p, p, p)",
+        };
+        Ok(Table {
+            title: format!("rotation by coord · θ_i, {form} sections; {place}"),
+            form: Form::Rotary { cos, sin },
+        })
     }
 }
 

@@ -319,7 +319,11 @@ impl PositionalEncoding for Rope {
     }
 
     fn table(&self, len: usize) -> Result<Table> {
-        let (cos, sin) = self.cos_sin(Positions::From(0), len)?;
+        self.table_at(Positions::From(0), len)
+    }
+
+    fn table_at(&self, at: Positions, len: usize) -> Result<Table> {
+        let (cos, sin) = self.cos_sin(at, len)?;
         Ok(Table {
             title: "rotation by pos · θ_i".into(),
             form: Form::Rotary { cos, sin },
@@ -357,7 +361,11 @@ impl PositionalEncoding for NamedRope {
     }
 
     fn table(&self, len: usize) -> Result<Table> {
-        let mut table = self.rope.table(len)?;
+        self.table_at(Positions::From(0), len)
+    }
+
+    fn table_at(&self, at: Positions, len: usize) -> Result<Table> {
+        let mut table = self.rope.table_at(at, len)?;
         table.title = format!("{}; {}", table.title, self.note);
         Ok(table)
     }
