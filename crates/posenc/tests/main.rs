@@ -14,6 +14,7 @@ mod pope;
 mod positions;
 mod properties;
 mod reference;
+mod rope_2d;
 mod rope_scaling;
 mod seam_table;
 mod settings;
