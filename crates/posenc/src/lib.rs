@@ -19,6 +19,7 @@
 //! | `p-rope` | rotate (the fastest share of the pairs) | [`prope`] |
 //! | `mrope` | rotate, by a token's time, row and column (Qwen2-VL, Qwen3-VL) | [`mrope`] |
 //! | `rope-2d` | rotate, half the pairs by a patch's column and half by its row (RoPE-Axial) | [`rope_2d`] |
+//! | `rope-mixed` | rotate, each pair by learned frequencies over row and column (RoPE-Mixed) | [`rope_mixed`] |
 //! | `hope` | rotate (the pairs that turn within the trained context) | [`hope`] |
 //! | `xpos` | rotate (queries and keys apart) | [`xpos`] |
 //! | `alibi` | bias | [`alibi`] |
@@ -97,6 +98,7 @@ pub mod pope;
 pub mod prope;
 pub mod rope;
 pub mod rope_2d;
+pub mod rope_mixed;
 pub mod rope_scaling;
 pub mod sink;
 pub mod sinusoidal;
@@ -125,6 +127,7 @@ pub const BUILT_IN: &[Registration] = &[
     Registration::of::<crate::prope::PRopeConfig>(),
     Registration::of::<crate::mrope::MropeConfig>(),
     Registration::of::<crate::rope_2d::Rope2dConfig>(),
+    Registration::of::<crate::rope_mixed::RopeMixedConfig>(),
     Registration::of::<crate::xpos::XposConfig>(),
     Registration::of::<crate::alibi::AlibiConfig>(),
     Registration::of::<crate::t5::T5Config>(),

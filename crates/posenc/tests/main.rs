@@ -15,6 +15,7 @@ mod positions;
 mod properties;
 mod reference;
 mod rope_2d;
+mod rope_mixed;
 mod rope_scaling;
 mod seam_table;
 mod settings;

@@ -34,11 +34,14 @@ fn every_kind() -> Vec<EncodingConfig> {
 fn inputs(positions: &[usize]) -> (Tensor, Tensor) {
     let hd = D / HEADS;
     let row = |p: usize, w: usize| (0..w).map(move |i| ((p * 7 + i * 3) % 11) as f32 * 0.1 - 0.5);
-    let heads: Vec<f32> = positions.iter().flat_map(|&p| row(p, hd)).collect();
+    // Every head of the model: a kind may turn each its own way (RoPE-Mixed).
+    let heads: Vec<f32> = (0..HEADS)
+        .flat_map(|h| positions.iter().flat_map(move |&p| row(p + h, hd)))
+        .collect();
     let embeds: Vec<f32> = positions.iter().flat_map(|&p| row(p, D)).collect();
     let n = positions.len();
     (
-        Tensor::from_vec(heads, (1, 1, n, hd), &Device::Cpu).unwrap(),
+        Tensor::from_vec(heads, (1, HEADS, n, hd), &Device::Cpu).unwrap(),
         Tensor::from_vec(embeds, (1, n, D), &Device::Cpu).unwrap(),
     )
 }
