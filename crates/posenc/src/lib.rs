@@ -14,6 +14,7 @@
 //! |---|---|---|
 //! | `none` | — | [`none`] |
 //! | `sinusoidal`, `sinusoidal-concat` | add | [`sinusoidal`] |
+//! | `sinusoidal-2d` | add, by a patch's column and row (MAE) | [`sinusoidal_2d`] |
 //! | `learned` | add | [`learned`] |
 //! | `rope` | rotate | [`rope`] |
 //! | `p-rope` | rotate (the fastest share of the pairs) | [`prope`] |
@@ -102,6 +103,7 @@ pub mod rope_mixed;
 pub mod rope_scaling;
 pub mod sink;
 pub mod sinusoidal;
+pub mod sinusoidal_2d;
 pub mod ssmax;
 pub mod stack;
 pub mod t5;
@@ -122,6 +124,7 @@ pub const BUILT_IN: &[Registration] = &[
     Registration::of::<crate::none::NoneConfig>(),
     Registration::of::<crate::sinusoidal::SinusoidalConfig>(),
     Registration::of::<crate::sinusoidal::SinusoidalConcatConfig>(),
+    Registration::of::<crate::sinusoidal_2d::Sinusoidal2dConfig>(),
     Registration::of::<crate::learned::LearnedConfig>(),
     Registration::of::<crate::rope::RopeConfig>(),
     Registration::of::<crate::prope::PRopeConfig>(),

@@ -19,3 +19,4 @@ mod rope_mixed;
 mod rope_scaling;
 mod seam_table;
 mod settings;
+mod sinusoidal_2d;
