@@ -16,6 +16,7 @@
 //! | `sinusoidal`, `sinusoidal-concat` | add | [`sinusoidal`] |
 //! | `sinusoidal-2d` | add, by a patch's column and row (MAE) | [`sinusoidal_2d`] |
 //! | `learned` | add | [`learned`] |
+//! | `learned-2d` | add, a row per patch, resampled to other grids (ViT, timm) | [`learned_2d`] |
 //! | `rope` | rotate | [`rope`] |
 //! | `p-rope` | rotate (the fastest share of the pairs) | [`prope`] |
 //! | `mrope` | rotate, by a token's time, row and column (Qwen2-VL, Qwen3-VL) | [`mrope`] |
@@ -91,6 +92,7 @@ pub mod hope;
 pub mod kerple;
 pub mod layers;
 pub mod learned;
+pub mod learned_2d;
 pub mod limits;
 pub mod mrope;
 pub mod naive;
@@ -126,6 +128,7 @@ pub const BUILT_IN: &[Registration] = &[
     Registration::of::<crate::sinusoidal::SinusoidalConcatConfig>(),
     Registration::of::<crate::sinusoidal_2d::Sinusoidal2dConfig>(),
     Registration::of::<crate::learned::LearnedConfig>(),
+    Registration::of::<crate::learned_2d::Learned2dConfig>(),
     Registration::of::<crate::rope::RopeConfig>(),
     Registration::of::<crate::prope::PRopeConfig>(),
     Registration::of::<crate::mrope::MropeConfig>(),

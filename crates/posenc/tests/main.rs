@@ -9,6 +9,7 @@ mod decay;
 mod errors;
 mod gradients;
 mod hf_config;
+mod learned_2d;
 mod mrope;
 mod pope;
 mod positions;
