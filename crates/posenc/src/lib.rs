@@ -25,6 +25,7 @@
 //! | `hope` | rotate (the pairs that turn within the trained context) | [`hope`] |
 //! | `xpos` | rotate (queries and keys apart) | [`xpos`] |
 //! | `alibi` | bias | [`alibi`] |
+//! | `alibi-2d` | bias, by the distance between two patches | [`alibi_2d`] |
 //! | `t5` | bias | [`t5`] |
 //! | `kerple` | bias | [`kerple`] |
 //! | `fire` | bias | [`fire`] |
@@ -80,6 +81,7 @@ mod error;
 
 pub mod abacus;
 pub mod alibi;
+pub mod alibi_2d;
 pub mod analysis;
 pub mod cope;
 pub mod coupling;
@@ -136,6 +138,7 @@ pub const BUILT_IN: &[Registration] = &[
     Registration::of::<crate::rope_mixed::RopeMixedConfig>(),
     Registration::of::<crate::xpos::XposConfig>(),
     Registration::of::<crate::alibi::AlibiConfig>(),
+    Registration::of::<crate::alibi_2d::Alibi2dConfig>(),
     Registration::of::<crate::t5::T5Config>(),
     Registration::of::<crate::kerple::KerpleConfig>(),
     Registration::of::<crate::fire::FireConfig>(),

@@ -2,6 +2,7 @@
 //! all of candle, so one per crate keeps the suite's build and link time down.
 
 mod abacus;
+mod alibi_2d;
 mod composed;
 mod coordinates;
 mod coupling;
