@@ -45,34 +45,20 @@ pub struct Alibi2d {
     device: Device,
 }
 
-/// The `(y, x)` of each of the `len` tokens `at`: its coordinates, or row 0 at its position.
-fn patches(at: Positions, len: usize) -> Result<Vec<(f64, f64)>> {
-    let kind = Alibi2dConfig::KIND;
-    let grid = matches!(at, Positions::Coords { .. });
-    match grid {
-        true => at.check_coords(kind, len, 2)?,
-        false => at.check(kind, len)?,
-    }
-    Ok((0..len)
-        .map(|p| match grid {
-            true => (at.coord(p, 0) as f64, at.coord(p, 1) as f64),
-            false => (0.0, at.get(p) as f64),
-        })
-        .collect())
-}
-
 impl Alibi2d {
     /// The `(heads, q_len, k_len)` f32 bias of the queries against the keys `cx` places.
     ///
     /// # Errors
     /// Coordinates of another number of axes or tokens.
     pub fn bias_of(&self, cx: &BiasContext) -> Result<Tensor> {
-        let (q, k) = (patches(cx.q, cx.q_len)?, patches(cx.k, cx.k_len)?);
+        let kind = Alibi2dConfig::KIND;
+        let (q, k) = (cx.q.patches(kind, cx.q_len)?, cx.k.patches(kind, cx.k_len)?);
         let mut out = Vec::with_capacity(self.slopes.len() * q.len() * k.len());
         for m in &self.slopes {
             for &(yi, xi) in &q {
                 for &(yj, xj) in &k {
-                    out.push((-m * (yi - yj).hypot(xi - xj)) as f32);
+                    let (dy, dx) = (yi.abs_diff(yj) as f64, xi.abs_diff(xj) as f64);
+                    out.push((-m * dy.hypot(dx)) as f32);
                 }
             }
         }

@@ -205,6 +205,27 @@ impl Positions<'_> {
         Ok(())
     }
 
+    /// The `(row, column)` of each of `len` image patches, for encoding `kind` of a grid:
+    /// two coordinates a token, or one position a token, a patch of row 0 at that column
+    /// (a sequence is one row).
+    ///
+    /// # Errors
+    /// [`Error::Shape`]: coordinates on another number of axes or for another number of
+    /// tokens; a list of positions that is not one per token.
+    pub fn patches(&self, kind: &'static str, len: usize) -> Result<Vec<(usize, usize)>> {
+        let grid = matches!(self, Self::Coords { .. });
+        match grid {
+            true => self.check_coords(kind, len, 2)?,
+            false => self.check(kind, len)?,
+        }
+        Ok((0..len)
+            .map(|p| match grid {
+                true => (self.coord(p, 0), self.coord(p, 1)),
+                false => (0, self.get(p)),
+            })
+            .collect())
+    }
+
     /// Rows of `table` (`(n, …)`, `n ≥ self.end(len)`) at these positions: a view for
     /// consecutive positions, a gather (differentiable) for a list. Coordinates are
     /// refused, as [`Positions::check`] (which the encodings call first) refuses them.

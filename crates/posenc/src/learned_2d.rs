@@ -47,15 +47,6 @@ impl Learned2dConfig {
     }
 }
 
-impl Default for Learned2dConfig {
-    fn default() -> Self {
-        Self {
-            grid: Self::default_grid(),
-            resample: true,
-        }
-    }
-}
-
 /// The largest grid side a table is resampled to.
 const MAX_SIDE: usize = 4096;
 
@@ -181,20 +172,10 @@ impl Learned2d {
     /// # Errors
     /// As [`Learned2d::table_for`]; coordinates of another number of axes or tokens.
     pub fn rows(&self, at: Positions, len: usize) -> Result<Tensor> {
-        let kind = Learned2dConfig::KIND;
-        let grid = matches!(at, Positions::Coords { .. });
-        match grid {
-            true => at.check_coords(kind, len, 2)?,
-            false => at.check(kind, len)?,
-        }
-        let yx = |p: usize| match grid {
-            true => (at.coord(p, 0), at.coord(p, 1)),
-            false => (0, at.get(p)),
-        };
-        let (h, w) = (0..len).fold((0, 0), |(h, w), p| {
-            let (y, x) = yx(p);
-            (h.max(y + 1), w.max(x + 1))
-        });
+        let patches = at.patches(Learned2dConfig::KIND, len)?;
+        let (h, w) = patches
+            .iter()
+            .fold((0, 0), |(h, w), &(y, x)| (h.max(y + 1), w.max(x + 1)));
         // Resampling off, an image within the trained grid takes its rows as they are.
         let fits = h <= self.grid[0] && w <= self.grid[1];
         let (h, w) = match !self.resample && fits {
@@ -202,12 +183,7 @@ impl Learned2d {
             false => (h, w),
         };
         let table = self.table_for(h, w)?;
-        let index: Vec<u32> = (0..len)
-            .map(|p| {
-                let (y, x) = yx(p);
-                (y * w + x) as u32
-            })
-            .collect();
+        let index: Vec<u32> = patches.iter().map(|&(y, x)| (y * w + x) as u32).collect();
         let index = Tensor::new(index, table.device())?;
         Ok(table.index_select(&index, 0)?)
     }

@@ -42,14 +42,6 @@ impl Rope2dConfig {
     }
 }
 
-impl Default for Rope2dConfig {
-    fn default() -> Self {
-        Self {
-            base: Self::default_base(),
-        }
-    }
-}
-
 impl EncodingSpec for Rope2dConfig {
     const KIND: &'static str = "rope-2d";
 
@@ -103,19 +95,10 @@ impl Rope2d {
     /// Coordinates of another number of axes or tokens; a list of positions that is not one
     /// per token.
     pub fn cos_sin(&self, at: Positions, len: usize) -> Result<(Tensor, Tensor)> {
-        let kind = Rope2dConfig::KIND;
-        let grid = matches!(at, Positions::Coords { .. });
-        match grid {
-            true => at.check_coords(kind, len, 2)?,
-            false => at.check(kind, len)?,
-        }
+        let patches = at.patches(Rope2dConfig::KIND, len)?;
         let quarter = self.freqs.len();
-        let yx = |p: usize| match grid {
-            true => (at.coord(p, 0), at.coord(p, 1)),
-            false => (0, at.get(p)),
-        };
         let angle = |p: usize, j: usize| {
-            let (y, x) = yx(p);
+            let (y, x) = patches[p];
             match j < quarter {
                 true => x as f64 * self.freqs[j],
                 false => y as f64 * self.freqs[j - quarter],

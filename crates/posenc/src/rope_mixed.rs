@@ -46,14 +46,6 @@ impl RopeMixedConfig {
     }
 }
 
-impl Default for RopeMixedConfig {
-    fn default() -> Self {
-        Self {
-            base: Self::default_base(),
-        }
-    }
-}
-
 impl EncodingSpec for RopeMixedConfig {
     const KIND: &'static str = "rope-mixed";
 
@@ -123,17 +115,10 @@ impl RopeMixed {
     /// Coordinates of another number of axes or tokens; a list of positions that is not one
     /// per token.
     pub fn cos_sin(&self, at: Positions, len: usize) -> Result<(Tensor, Tensor)> {
-        let kind = RopeMixedConfig::KIND;
-        let grid = matches!(at, Positions::Coords { .. });
-        match grid {
-            true => at.check_coords(kind, len, 2)?,
-            false => at.check(kind, len)?,
-        }
-        let (ys, xs): (Vec<f32>, Vec<f32>) = (0..len)
-            .map(|p| match grid {
-                true => (at.coord(p, 0) as f32, at.coord(p, 1) as f32),
-                false => (0.0, at.get(p) as f32),
-            })
+        let (ys, xs): (Vec<f32>, Vec<f32>) = at
+            .patches(RopeMixedConfig::KIND, len)?
+            .into_iter()
+            .map(|(y, x)| (y as f32, x as f32))
             .unzip();
         let column = |v: Vec<f32>| Tensor::from_vec(v, (1, len, 1), &self.device);
         let (fx, fy) = self.frequencies()?;

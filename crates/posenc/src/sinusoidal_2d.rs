@@ -41,14 +41,6 @@ impl Sinusoidal2dConfig {
     }
 }
 
-impl Default for Sinusoidal2dConfig {
-    fn default() -> Self {
-        Self {
-            base: Self::default_base(),
-        }
-    }
-}
-
 impl EncodingSpec for Sinusoidal2dConfig {
     const KIND: &'static str = "sinusoidal-2d";
 
@@ -100,18 +92,10 @@ impl Sinusoidal2d {
     /// # Errors
     /// Coordinates of another number of axes or tokens; a list that is not one per token.
     pub fn rows(&self, at: Positions, len: usize) -> Result<Tensor> {
-        let kind = Sinusoidal2dConfig::KIND;
-        let grid = matches!(at, Positions::Coords { .. });
-        match grid {
-            true => at.check_coords(kind, len, 2)?,
-            false => at.check(kind, len)?,
-        }
+        let patches = at.patches(Sinusoidal2dConfig::KIND, len)?;
         let q = self.omega.len();
         tensor_from_fn(len, self.d_model, &self.device, |p, i| {
-            let (y, x) = match grid {
-                true => (at.coord(p, 0), at.coord(p, 1)),
-                false => (0, at.get(p)),
-            };
+            let (y, x) = patches[p];
             // Quarters: sin of the column, cos of the column, sin of the row, cos of the row.
             let coord = if i < 2 * q { x } else { y } as f64;
             let angle = coord * self.omega[i % q];

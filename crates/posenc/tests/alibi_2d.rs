@@ -25,13 +25,7 @@ fn distance_biases_match_croma() {
         let n = rows.len();
         let got = enc.bias(&BiasContext::new(n, n, at, at)).unwrap().unwrap();
         let got = got.to_vec3::<f32>().unwrap();
-        let gap = got
-            .iter()
-            .flatten()
-            .flatten()
-            .zip(want.iter().flatten().flatten())
-            .map(|(a, b)| (a - b).abs())
-            .fold(0.0, f32::max);
+        let gap = posenc_testkit::max_gap(&got.concat().concat(), &want.concat().concat());
         assert!(gap < 1e-5, "{heads} heads, {n} patches: {gap}");
     }
 }

@@ -143,3 +143,55 @@ fn coordinates_are_read_by_axis_and_checked_for_their_shape() {
         "{e}"
     );
 }
+
+/// A kind of a grid (two coordinates a token) reads one position a token as a patch of
+/// row 0 at that column, through every hook: a sequence is one row of an image.
+#[test]
+fn a_grids_kind_reads_a_sequence_as_one_row() {
+    let dev = Device::Cpu;
+    let target = Target::new(D, HEADS, Direction::Bidirectional).unwrap();
+    let x = Tensor::randn(0f32, 1.0, (1, T, D), &dev).unwrap();
+    let heads = Tensor::randn(0f32, 1.0, (1, HEADS, T, D / HEADS), &dev).unwrap();
+    let as_row: Vec<u32> = (3..3 + T as u32).flat_map(|p| [0, p]).collect();
+    let row = Positions::Coords {
+        axes: 2,
+        coords: &as_row,
+    };
+    let mut grids = Vec::new();
+    for kind in EncodingConfig::kinds() {
+        let varmap = VarMap::new();
+        let vb = VarBuilder::from_varmap(&varmap, DType::F32, &dev);
+        let enc = EncodingConfig::from_kind(kind)
+            .unwrap()
+            .build(&target, vb)
+            .unwrap();
+        if enc.capabilities().coords != 2 {
+            continue;
+        }
+        grids.push(kind);
+        let outputs = |at: Positions| -> Vec<Option<Vec<f32>>> {
+            vec![
+                Some(flat(&enc.embed(&x, &EmbedContext::at(at)).unwrap())),
+                Some(flat(
+                    &enc.rotate(&heads, &RotateContext::query(at)).unwrap(),
+                )),
+                enc.bias(&BiasContext::square(T, at))
+                    .unwrap()
+                    .map(|b| flat(&b)),
+            ]
+        };
+        assert_eq!(outputs(row), outputs(Positions::From(3)), "{kind}");
+    }
+    for kind in [
+        "rope-2d",
+        "rope-mixed",
+        "sinusoidal-2d",
+        "learned-2d",
+        "alibi-2d",
+    ] {
+        assert!(
+            grids.contains(&kind),
+            "{kind} does not declare a grid: {grids:?}"
+        );
+    }
+}

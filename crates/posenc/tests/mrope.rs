@@ -16,11 +16,7 @@ fn matrix(v: &Value) -> Vec<Vec<f32>> {
 }
 
 fn largest_gap(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
-    a.iter()
-        .flatten()
-        .zip(b.iter().flatten())
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
+    posenc_testkit::max_gap(&a.concat(), &b.concat())
 }
 
 fn config(case: &Value) -> MropeConfig {

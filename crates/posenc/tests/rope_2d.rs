@@ -1,6 +1,7 @@
 //! `rope-2d` against rope-vit's RoPE-Axial (`scripts/make_rope2d_fixtures.py`): the table of
 //! a grid of patches and the queries it turns, at two head widths and two bases; a score
-//! reads the offset on each axis; bad input is named.
+//! reads the offset on each axis; bad input is named. (That a sequence is one row is
+//! `coordinates.rs`'s test, for every kind of a grid.)
 
 use candle_core::{Device, Tensor};
 use posenc::rope_2d::Rope2d;
@@ -8,11 +9,7 @@ use posenc::{EncodingConfig, PositionalEncoding, Positions, RotateContext};
 use serde_json::Value;
 
 fn largest_gap(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
-    a.iter()
-        .flatten()
-        .zip(b.iter().flatten())
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
+    posenc_testkit::max_gap(&a.concat(), &b.concat())
 }
 
 #[test]
@@ -86,26 +83,6 @@ fn a_score_reads_the_offset_on_each_axis_and_bad_input_is_named() {
     // A row's offset is not a column's.
     let (row, col) = (score([0, 0], [2, 0]), score([0, 0], [0, 2]));
     assert!((row - col).abs() > 1e-3, "{row} {col}");
-    // One position a token is a row: column p.
-    let x = Tensor::randn(0f32, 1.0, (1, 1, 3, 16), &dev).unwrap();
-    let as_row: Vec<u32> = vec![0, 4, 0, 5, 0, 6];
-    let by_row = enc
-        .rotate(
-            &x,
-            &RotateContext::query(Positions::Coords {
-                axes: 2,
-                coords: &as_row,
-            }),
-        )
-        .unwrap();
-    let by_position = enc.rotate(&x, &RotateContext::query(4)).unwrap();
-    let gap = (by_row - by_position)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .max_all()
-        .unwrap();
-    assert!(gap.to_scalar::<f32>().unwrap() < 1e-6);
     // A head width that is not a multiple of 4; coordinates on three axes.
     let err = config.build_untrained(6, 1, &dev).unwrap_err().to_string();
     assert!(err.contains("multiple of 4"), "{err}");

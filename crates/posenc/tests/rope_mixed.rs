@@ -7,13 +7,7 @@ use candle_nn::{VarBuilder, VarMap};
 use posenc::{Direction, EncodingConfig, PositionalEncoding, Positions, RotateContext, Target};
 use serde_json::Value;
 
-fn largest_gap(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
-}
+use posenc_testkit::max_gap as largest_gap;
 
 fn flat(v: &Value) -> Vec<f32> {
     fn walk(v: &Value, out: &mut Vec<f32>) {

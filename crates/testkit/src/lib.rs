@@ -60,6 +60,29 @@ pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
         .expect("two tensors of one shape can be compared")
 }
 
+/// The largest absolute difference between two rows of values read out of tensors or a
+/// fixture, laid end to end (nested rows flattened by the caller).
+///
+/// # Panics
+/// If the lengths differ: a test has failed.
+///
+/// ```
+/// assert_eq!(posenc_testkit::max_gap(&[1.0, 2.0], &[1.0, 2.5]), 0.5);
+/// ```
+pub fn max_gap(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(
+        a.len(),
+        b.len(),
+        "cannot compare {} values with {}",
+        a.len(),
+        b.len()
+    );
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
 /// The largest magnitude in `t`, in f32: the scale a tolerance is taken against.
 ///
 /// # Panics

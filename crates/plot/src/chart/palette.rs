@@ -32,8 +32,9 @@ pub fn colour(i: usize) -> RGBColor {
 /// by name. Data, not a query of the encoding registry, so that the
 /// order kinds are registered in moves no figure's colours. The first eleven are Tableau's;
 /// each later one was picked, in this order, as far in CIELAB from those before it as a
-/// grid of hues allowed (no two closer than ΔE 27).
-pub const PALETTE: [(&str, RGBColor); 28] = [
+/// grid of hues allowed (no two closer than ΔE 27; the 2-D kinds' from hues no lighter than
+/// L* 75, so that none fades into the page).
+pub const PALETTE: [(&str, RGBColor); 34] = [
     ("none", RGBColor(127, 127, 127)),
     ("sinusoidal", RGBColor(31, 119, 180)),
     ("learned", RGBColor(44, 160, 44)),
@@ -62,6 +63,12 @@ pub const PALETTE: [(&str, RGBColor); 28] = [
     ("coupling", RGBColor(0, 69, 76)),
     ("coupling-bias", RGBColor(76, 61, 0)),
     ("irope", RGBColor(0, 0, 230)),
+    ("mrope", RGBColor(247, 0, 133)),
+    ("rope-2d", RGBColor(133, 0, 76)),
+    ("rope-mixed", RGBColor(0, 209, 152)),
+    ("sinusoidal-2d", RGBColor(114, 0, 133)),
+    ("learned-2d", RGBColor(209, 171, 209)),
+    ("alibi-2d", RGBColor(95, 0, 0)),
 ];
 
 /// Every way of reading RoPE past its window, by name: the scalings and self-extend. They
