@@ -121,6 +121,33 @@ fn plot_encoding_draws_every_kind() {
     }
 }
 
+/// An encoding with weights draws the same figure every time from the same seed (its
+/// weights drawn as training draws them), and another from another seed.
+#[test]
+fn plot_encoding_is_the_same_from_the_same_seed() {
+    let dir = tempfile::tempdir().unwrap();
+    let draw = |name: &str, seed: &str| {
+        let path = dir.path().join(name);
+        let out = posenc(&[
+            "plot",
+            "encoding",
+            "--encoding",
+            "t5",
+            "--len",
+            "16",
+            "--seed",
+            seed,
+            "--out",
+            path.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        std::fs::read(path).unwrap()
+    };
+    let (a, b, c) = (draw("a.png", "0"), draw("b.png", "0"), draw("c.png", "1"));
+    assert!(a == b, "seed 0 drew two figures");
+    assert!(a != c, "seeds 0 and 1 drew one figure");
+}
+
 #[test]
 fn plot_attention_draws_the_shipped_model() {
     let dir = tempfile::tempdir().unwrap();

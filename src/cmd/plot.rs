@@ -28,6 +28,10 @@ pub enum PlotCommand {
         /// Positions 0..len.
         #[arg(long, default_value_t = 64)]
         len: usize,
+        /// The seed of an untrained encoding's weights (t5's bias, a learned table), drawn
+        /// as training draws them, so that the figure is the same every time.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
         /// Output PNG.
         #[arg(long)]
         out: PathBuf,
@@ -97,9 +101,19 @@ impl PlotCommand {
                 d_model,
                 heads,
                 len,
+                seed,
                 out,
             } => {
-                posenc_plot::encoding(&kind.0, d_model, heads, len, &out)?;
+                let target = posenc::Target::new(d_model, heads, posenc::Direction::Bidirectional)?;
+                let varmap = candle_nn::VarMap::new();
+                let vb = candle_nn::VarBuilder::from_varmap(
+                    &varmap,
+                    candle_core::DType::F32,
+                    &candle_core::Device::Cpu,
+                );
+                let pe = kind.0.build(&target, vb)?;
+                posenc_train::init::initialize(&varmap, seed)?;
+                posenc_plot::encoding(pe.as_ref(), d_model, len, &out)?;
                 out
             }
             Self::Attention {

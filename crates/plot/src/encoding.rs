@@ -11,9 +11,8 @@
 use std::path::Path;
 
 use crate::error::Result;
-use candle_core::Device;
 use posenc::analysis::linear_fit;
-use posenc::{EncodingConfig, Form, Table};
+use posenc::{Form, PositionalEncoding, Table};
 use posenc_error::ensure;
 
 use crate::chart::{colour, curves, heatmap, save_png, Axes, Heatmap, Mark, Series};
@@ -90,12 +89,12 @@ fn features(form: &Form) -> Result<Option<Features>> {
     Ok(Some(Features { rows, pairs }))
 }
 
-/// Draws the figure of `cfg` at width `d_model` (and `heads` heads, for biases) over
-/// positions `0..len` into the PNG `path`.
+/// Draws the figure of the encoding `pe`, built at width `d_model`, over positions `0..len`
+/// into the PNG `path`. Its weights, if it has any, are drawn as they are: seed them first
+/// for a figure that draws the same every time (`posenc plot encoding` does).
 pub fn encoding(
-    cfg: &EncodingConfig,
+    pe: &dyn PositionalEncoding,
     d_model: usize,
-    heads: usize,
     len: usize,
     path: &Path,
 ) -> Result<()> {
@@ -104,8 +103,7 @@ pub fn encoding(
         "--len must be at least 4 to show shifts, got {len}"
     );
     posenc::limits::check_table_len(len)?;
-    let pe = cfg.build_untrained(d_model, heads, &Device::Cpu)?;
-    let kind = cfg.kind();
+    let kind = pe.kind();
     let table = pe.table(len)?;
     match features(&table.form)? {
         Some(f) => additive(&f, kind, &table.title, d_model, path),

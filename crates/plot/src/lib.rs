@@ -18,7 +18,8 @@
 //! ```no_run
 //! # fn main() -> posenc_plot::Result<()> {
 //! let sinusoidal = posenc::EncodingConfig::from_kind("sinusoidal")?;
-//! posenc_plot::encoding(&sinusoidal, 64, 4, 100, std::path::Path::new("sinusoidal.png"))?;
+//! let pe = sinusoidal.build_untrained(64, 4, &candle_core::Device::Cpu)?;
+//! posenc_plot::encoding(pe.as_ref(), 64, 100, std::path::Path::new("sinusoidal.png"))?;
 //! # Ok(())
 //! # }
 //! ```
