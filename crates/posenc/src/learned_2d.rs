@@ -1,20 +1,22 @@
 //! `learned-2d`: one trained vector per patch of a grid (ViT, Dosovitskiy et al. 2021),
 //! resampled to another grid as timm's `resample_abs_pos_embed` does.
 //!
-//! The table holds `rows × columns` vectors, row after row. A patch at `(y, x)` of the
-//! trained grid adds its row of the table. An image of another grid, `H × W` (the extent of
-//! its patches' coordinates, `max y + 1` by `max x + 1`), adds the table resampled to
-//! `H × W`, bicubically with antialiasing, as `F.interpolate(mode="bicubic",
-//! antialias=True)` resamples it (PIL's filter: the cubic of `a = −0.5`, its support widened
-//! by the scale when shrinking, each output's weights normalized):
+//! The table holds `rows × columns` vectors, row after row. A patch at `(y, x)` within the
+//! trained grid adds its row of the table. An image past it, of `H × W` patches (the extent
+//! of their coordinates, `max y + 1` by `max x + 1`), adds the table resampled to `H × W`,
+//! bicubically with antialiasing, as `F.interpolate(mode="bicubic", antialias=True)`
+//! resamples it (PIL's filter: the cubic of `a = −0.5`, its support widened by the scale
+//! when shrinking, each output's weights normalized; [`Learned2d::table_for`] resamples to
+//! smaller grids too, as timm would):
 //!
 //! ```text
 //! PE_HW = R_H · T · R_Wᵀ        T: the table as (rows, columns, d), R: (new, old) weights
 //! ```
 //!
-//! With `resample: false` an image within the trained grid takes the rows it covers as they
-//! are, and one past it is refused, by name. One position a token is a patch of row 0 at
-//! that column.
+//! With `resample: false` an image past the trained grid is refused, by name. One position
+//! a token is a patch in ViT's raster order, `p = y · columns + x`, of the trained grid: the
+//! table read as one position per row, ending at `rows · columns` (a later position is
+//! refused, as `learned` refuses one).
 
 use std::sync::Arc;
 
@@ -66,16 +68,24 @@ impl EncodingSpec for Learned2dConfig {
             stdev: 0.02,
         };
         let table = vb.get_with_hints((rows * columns, target.d_model), "weight", init)?;
-        Ok(Arc::new(Learned2d {
+        Ok(Arc::new(Learned2d::with_table(
+            self,
             table,
-            grid: self.grid,
-            resample: self.resample,
-            d_model: target.d_model,
-        }))
+            target.d_model,
+        )?))
     }
 
     fn parameter_count(&self, target: &Target) -> u128 {
         (self.grid[0] * self.grid[1] * target.d_model) as u128
+    }
+
+    /// Enough rows of its columns to reach `positions` in raster order.
+    fn for_positions(&self, positions: usize) -> Option<Self> {
+        let [rows, columns] = self.grid;
+        (rows * columns < positions).then(|| Self {
+            grid: [positions.div_ceil(columns.max(1)), columns],
+            resample: self.resample,
+        })
     }
 }
 
@@ -131,6 +141,29 @@ pub fn resampling_weights(old: usize, new: usize, device: &Device) -> Result<Ten
 }
 
 impl Learned2d {
+    /// The encoding of `config` over a given `(rows · columns, d_model)` table.
+    ///
+    /// # Errors
+    /// A table of another shape.
+    pub fn with_table(config: &Learned2dConfig, table: Tensor, d_model: usize) -> Result<Self> {
+        let [rows, columns] = config.grid;
+        require(
+            Learned2dConfig::KIND,
+            table.dims() == [rows * columns, d_model],
+            format!(
+                "a table of ({}, {d_model}) for {rows} × {columns} patches, got {:?}",
+                rows * columns,
+                table.dims()
+            ),
+        )?;
+        Ok(Self {
+            table,
+            grid: config.grid,
+            resample: config.resample,
+            d_model,
+        })
+    }
+
     /// The table over an `h × w` grid, `(h · w, d_model)`: the trained one, or it
     /// resampled.
     ///
@@ -153,10 +186,10 @@ impl Learned2d {
             h <= MAX_SIDE && w <= MAX_SIDE,
             format!("a grid of at most {MAX_SIDE} rows and columns, got {h} × {w}"),
         )?;
-        let dev = self.table.device();
+        let (dev, dtype) = (self.table.device(), self.table.dtype());
         let (ry, rx) = (
-            resampling_weights(rows, h, dev)?,
-            resampling_weights(columns, w, dev)?,
+            resampling_weights(rows, h, dev)?.to_dtype(dtype)?,
+            resampling_weights(columns, w, dev)?.to_dtype(dtype)?,
         );
         let d = self.d_model;
         // Rows first: (h, columns · d), then columns: (h, d, columns) · (columns, w).
@@ -166,24 +199,38 @@ impl Learned2d {
         Ok(t.transpose(1, 2)?.reshape((h * w, d))?)
     }
 
-    /// The `(len, d_model)` rows of the `len` patches `at`: `(y, x)` each, or one position
-    /// a token (row 0, that column), from the table over their extent.
+    /// The `(len, d_model)` rows of the `len` patches `at`: `(y, x)` each, from the table
+    /// over their extent (resampled past the trained grid), or one position a token in
+    /// raster order.
     ///
     /// # Errors
-    /// As [`Learned2d::table_for`]; coordinates of another number of axes or tokens.
+    /// As [`Learned2d::table_for`]; coordinates of another number of axes or tokens; a
+    /// position past the table's end.
     pub fn rows(&self, at: Positions, len: usize) -> Result<Tensor> {
-        let patches = at.patches(Learned2dConfig::KIND, len)?;
-        let (h, w) = patches
-            .iter()
-            .fold((0, 0), |(h, w), &(y, x)| (h.max(y + 1), w.max(x + 1)));
-        // Resampling off, an image within the trained grid takes its rows as they are.
-        let fits = h <= self.grid[0] && w <= self.grid[1];
-        let (h, w) = match !self.resample && fits {
-            true => (self.grid[0], self.grid[1]),
-            false => (h, w),
+        let kind = Learned2dConfig::KIND;
+        let [rows, columns] = self.grid;
+        let (table, index) = match at {
+            Positions::Coords { .. } => {
+                let patches = at.patches(kind, len)?;
+                let (h, w) = patches
+                    .iter()
+                    .fold((0, 0), |(h, w), &(y, x)| (h.max(y + 1), w.max(x + 1)));
+                // Within the trained grid, its own rows; past it, the table resampled to
+                // the image's extent.
+                let (h, w) = match h <= rows && w <= columns {
+                    true => (rows, columns),
+                    false => (h, w),
+                };
+                let index: Vec<u32> = patches.iter().map(|&(y, x)| (y * w + x) as u32).collect();
+                (self.table_for(h, w)?, index)
+            }
+            _ => {
+                at.check(kind, len)?;
+                crate::encoding::check_end(kind, at, len, rows * columns)?;
+                let index: Vec<u32> = (0..len).map(|p| at.get(p) as u32).collect();
+                (self.table.clone(), index)
+            }
         };
-        let table = self.table_for(h, w)?;
-        let index: Vec<u32> = patches.iter().map(|&(y, x)| (y * w + x) as u32).collect();
         let index = Tensor::new(index, table.device())?;
         Ok(table.index_select(&index, 0)?)
     }
@@ -198,6 +245,7 @@ impl PositionalEncoding for Learned2d {
         Capabilities {
             adds: true,
             coords: 2,
+            max_positions: Some(self.grid[0] * self.grid[1]),
             ..Capabilities::default()
         }
     }

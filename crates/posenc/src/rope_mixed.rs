@@ -95,7 +95,7 @@ impl RopeMixed {
     /// offset.
     pub fn frequencies(&self) -> Result<(Tensor, Tensor)> {
         let a = self.angles.unsqueeze(1)?; // (heads, 1)
-        let m = self.magnitudes.unsqueeze(0)?; // (1, d/4)
+        let m = self.magnitudes.to_dtype(a.dtype())?.unsqueeze(0)?; // (1, d/4)
         let b = (&a + FRAC_PI_2)?;
         let fx = Tensor::cat(
             &[m.broadcast_mul(&a.cos()?)?, m.broadcast_mul(&b.cos()?)?],
@@ -120,7 +120,8 @@ impl RopeMixed {
             .into_iter()
             .map(|(y, x)| (y as f32, x as f32))
             .unzip();
-        let column = |v: Vec<f32>| Tensor::from_vec(v, (1, len, 1), &self.device);
+        let dtype = self.offset.dtype();
+        let column = |v: Vec<f32>| Tensor::from_vec(v, (1, len, 1), &self.device)?.to_dtype(dtype);
         let (fx, fy) = self.frequencies()?;
         let angle = (column(xs)?.broadcast_mul(&fx.unsqueeze(1)?)?
             + column(ys)?.broadcast_mul(&fy.unsqueeze(1)?)?)?;

@@ -28,6 +28,18 @@ fn added(enc: &dyn posenc::PositionalEncoding, coords: &[u32], d: usize) -> Vec<
     out.squeeze(0).unwrap().to_vec2::<f32>().unwrap()
 }
 
+/// The table of a `learned-2d` over `grid` whose weight is `varmap`'s, resampled to `new`.
+fn resampled(varmap: &VarMap, grid: [u32; 2], new: [u32; 2], d: usize) -> Vec<Vec<f32>> {
+    let weight = varmap.data().lock().unwrap()["weight"].as_tensor().clone();
+    let config = posenc::learned_2d::Learned2dConfig {
+        grid: grid.map(|g| g as usize),
+        resample: true,
+    };
+    let table = posenc::learned_2d::Learned2d::with_table(&config, weight, d).unwrap();
+    let t = table.table_for(new[0] as usize, new[1] as usize).unwrap();
+    t.to_vec2::<f32>().unwrap()
+}
+
 #[test]
 fn resampled_tables_match_timm() {
     let fixture: Value = serde_json::from_str(include_str!("fixtures/learned_2d.json")).unwrap();
@@ -49,7 +61,11 @@ fn resampled_tables_match_timm() {
         // The trained grid: the table itself.
         assert_eq!(added(enc.as_ref(), &grid(rows, cols), d), table);
         let want: Vec<Vec<f32>> = serde_json::from_value(case["resampled"].clone()).unwrap();
-        let got = added(enc.as_ref(), &grid(h, w), d);
+        // Past the trained grid, through the seam; any grid, through the table itself.
+        let got = match h > rows || w > cols {
+            true => added(enc.as_ref(), &grid(h, w), d),
+            false => resampled(&varmap, [rows, cols], [h, w], d),
+        };
         let gap = posenc_testkit::max_gap(&got.concat(), &want.concat());
         assert!(gap < 1e-5, "{rows}×{cols} → {h}×{w}: {gap}");
     }
@@ -69,6 +85,32 @@ fn the_table_learns_and_bad_input_is_named() {
     let grads = out.sqr().unwrap().sum_all().unwrap().backward().unwrap();
     let weight = varmap.data().lock().unwrap()["weight"].clone();
     assert!(grads.get(weight.as_tensor()).is_some());
+    // One position a token: raster order over the trained grid, to its end.
+    let x6 = Tensor::zeros((1, 6, 4), DType::F32, &Device::Cpu).unwrap();
+    let raster: Vec<u32> = vec![0, 0, 0, 1, 0, 2, 1, 0, 1, 1, 1, 2];
+    let by_coords = enc
+        .embed(
+            &x6,
+            &EmbedContext::at(Positions::Coords {
+                axes: 2,
+                coords: &raster,
+            }),
+        )
+        .unwrap();
+    let by_position = enc.embed(&x6, &EmbedContext::at(0)).unwrap();
+    let gap = (by_coords - by_position)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .max_all()
+        .unwrap();
+    assert_eq!(gap.to_scalar::<f32>().unwrap(), 0.0);
+    let x7 = Tensor::zeros((1, 7, 4), DType::F32, &Device::Cpu).unwrap();
+    let err = enc
+        .embed(&x7, &EmbedContext::at(0))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains('6'), "{err}");
     // Resampling off: within the grid, the rows as they are; past it, refused.
     let (strict, _) = built(
         r#"{"kind": "learned-2d", "grid": [2, 3], "resample": false}"#,

@@ -694,12 +694,7 @@ fn chunked_reading_equals_the_one_shot_forward_for_every_encoding() {
             continue;
         }
         // A learned table long enough for the text.
-        let enc = match enc.kind() {
-            "learned" => format!(r#"{{"kind": "learned", "max_positions": {len}}}"#)
-                .parse()
-                .unwrap(),
-            _ => enc,
-        };
+        let enc = enc.for_positions(len);
         let model = lm(enc.clone(), len);
         let ids = long_ids(2, len);
         let full = model.logits(&ids).unwrap();
