@@ -163,12 +163,13 @@ async fn generate(
     tokio::task::spawn_blocking(move || {
         // Held until the generation ends: a page that closes its stream ends it at the
         // next token, since `send` then fails.
-        let _permit = permit;
         let tokens = tx.clone();
         let outcome = models::generate(&lm, &ids, &request, move |token| {
             let value = serde_json::to_value(&token).unwrap_or_default();
             tokens.blocking_send(json("token", value)).is_ok()
         });
+        // Freed before the last event: a client that has read `done` finds the server free.
+        drop(permit);
         let last = match outcome {
             Ok(done) => json("done", serde_json::to_value(&done).unwrap_or_default()),
             Err(e) => json("error", serde_json::json!({ "error": e.message })),

@@ -408,11 +408,12 @@ pub async fn chat_completions(
     tokio::task::spawn_blocking(move || {
         // Held until the answer ends: a client that closes its stream ends it at the next
         // token, since `send` then fails.
-        let _permit = permit;
         let outcome = answer(&lm, &ids, &checked, |piece| {
             tx.blocking_send(chunks.delta(json!({"content": piece}), None))
                 .is_ok()
         });
+        // Freed before the last chunks: a client that has read `[DONE]` finds the server free.
+        drop(permit);
         match outcome {
             Ok((finish, tokens)) => {
                 let _ = tx.blocking_send(chunks.delta(json!({}), Some(finish.reason())));

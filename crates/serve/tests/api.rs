@@ -491,6 +491,20 @@ fn bad_generation_requests_are_refused_before_streaming() {
     }
 }
 
+/// A generation whose `done` has been read has freed the server: the next one, asked at
+/// once, streams (the permit is given back before the last event, not after it).
+#[test]
+fn a_finished_generation_leaves_the_server_free_at_once() {
+    let s = server(&[], 2);
+    for i in 0..40 {
+        let response = ureq::get(&generate_url(&s, "x", 1))
+            .call()
+            .unwrap_or_else(|e| panic!("generation {i} right after a finished one: {e}"));
+        let got = events(response, |_, _| false);
+        assert_eq!(got.last().unwrap().0, "done", "generation {i}");
+    }
+}
+
 /// One generation at a time: a second is told 503 to wait, and a client that goes away
 /// mid-stream frees the server for the next.
 #[test]
