@@ -6,7 +6,7 @@ use std::path::Path;
 use candle_core::{DType, Device, Tensor, D};
 use candle_nn::{VarBuilder, VarMap};
 use posenc::Positions;
-use posenc_error::{ensure, Context};
+use posenc_error::ensure;
 use posenc_transformer::{LanguageModel, LmConfig};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -15,9 +15,9 @@ use serde::{Deserialize, Serialize};
 use crate::problems::{Instance, Problem, PAD};
 use crate::Result;
 use posenc_train::fit::{RunSchedule, RunState, StepLoss, Task, Validation};
-use posenc_train::job::{self, Begun, Job, Opened};
+use posenc_train::job::{self, Begun, Job};
 use posenc_train::optim::AdamWConfig;
-use posenc_train::rundir::{self, FixedFiles};
+use posenc_train::rundir::FixedFiles;
 use posenc_train::schedule::Cosine;
 
 /// Mixed into the seed of the generator of validation instances.
@@ -448,15 +448,18 @@ impl Job<'_> for Lengthgen {
 /// # Errors
 /// A directory that is not a complete run of this task, or weights that do not fit.
 pub fn load(dir: &Path, device: &Device) -> Result<(LengthgenState, LanguageModel)> {
-    let Opened { manifest, weights } = job::open(dir, Lengthgen::KIND)?;
-    let state: LengthgenState = rundir::last_state(dir, &manifest)
-        .context(format!("{} holds no lengthgen run", dir.display()))?;
     let varmap = VarMap::new();
-    LanguageModel::new(
-        &state.config.model,
-        VarBuilder::from_varmap(&varmap, DType::F32, device),
+    let state: LengthgenState = job::load_run(
+        dir,
+        Lengthgen::KIND,
+        "lengthgen run",
+        &varmap,
+        |s: &LengthgenState| {
+            let vb = VarBuilder::from_varmap(&varmap, DType::F32, device);
+            LanguageModel::new(&s.config.model, vb).map(|_| ())?;
+            Ok(())
+        },
     )?;
-    posenc_transformer::checkpoint::load_into(&varmap, &weights)?;
     let model = LanguageModel::frozen(&state.config.model, &varmap, device)?;
     Ok((state, model))
 }

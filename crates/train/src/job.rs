@@ -247,3 +247,24 @@ pub fn kind_of(dir: &Path) -> Result<Option<String>> {
     }
     Ok(rundir::read_manifest(dir)?.kind)
 }
+
+/// The run of `kind` in `dir` for inference: its last state, and `varmap` holding its
+/// weights once `build` has made the model's variables in it (from the state's config).
+///
+/// # Errors
+/// A directory that is not a complete run of `kind` (`what` names one in the message:
+/// "a lengthgen run"), a model `build` refuses, or weights that do not fit it.
+pub fn load_run<S: rundir::Progress>(
+    dir: &Path,
+    kind: &str,
+    what: &str,
+    varmap: &VarMap,
+    build: impl FnOnce(&S) -> Result<()>,
+) -> Result<S> {
+    let Opened { manifest, weights } = open(dir, kind)?;
+    let state: S =
+        rundir::last_state(dir, &manifest).context(format!("{} holds no {what}", dir.display()))?;
+    build(&state)?;
+    posenc_transformer::checkpoint::load_into(varmap, &weights)?;
+    Ok(state)
+}
