@@ -80,6 +80,9 @@ tasks! {
     /// Length generalization on algorithmic problems: train a decoder, test it at lengths
     /// inside and past the trained ones, compare encodings.
     Lengthgen(cmd::lengthgen::LengthgenCommand),
+    /// Questions about scenes of shapes answered by a small ViT: train it, test it on
+    /// grids larger than the trained one, compare encodings.
+    Vision(cmd::vision::VisionCommand),
 }
 
 #[derive(Subcommand, Debug)]

@@ -144,7 +144,7 @@ fn out_has_one_default_rule() {
         assert_eq!(default, [want], "posenc {task} {verb} --out");
         tasks += 1;
     }
-    assert_eq!(tasks, 6, "three tasks, each with train and experiment");
+    assert_eq!(tasks, 8, "four tasks, each with train and experiment");
 }
 
 /// `--config` is wherever `--print-config` is, so a printed config can be given back.
@@ -275,6 +275,14 @@ fn print_config_prints_what_trains_and_help_says_its_defaults() {
     assert!(o.status.success(), "{}", text(&o).1);
     let again: serde_json::Value = serde_json::from_str(&text(&o).0).unwrap();
     assert_eq!(again, lengthgen);
+
+    let (vision, kind) = printed_and_trained(
+        "vision",
+        &["--steps", "1", "--batch-size", "2", "--grid", "4,4"],
+        &dir.path().join("vision"),
+    );
+    assert_eq!(help_default_encoding("vision"), kind, "vision train");
+    assert_eq!(vision["model"]["grid"], serde_json::json!([4, 4]));
 }
 
 /// `report` names the pages it wrote, and only those: run again on the same records it

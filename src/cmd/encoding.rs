@@ -53,7 +53,7 @@ pub struct ShowArgs {
 /// The largest coordinate `--positions` and `--grid` take: far past any table's use.
 const MAX_COORD: u64 = 1 << 24;
 
-fn parse_grid(text: &str) -> std::result::Result<(usize, usize), String> {
+pub(crate) fn parse_grid(text: &str) -> std::result::Result<(usize, usize), String> {
     let parts: Vec<&str> = text.split(',').map(str::trim).collect();
     let [h, w] = parts.as_slice() else {
         return Err(format!("expected H,W (two counts, e.g. 8,8), got `{text}`"));

@@ -11,7 +11,7 @@ use posenc_lengthgen::experiment::{self, LengthScore, LengthgenExperimentConfig}
 use posenc_lengthgen::problems::Problem;
 use posenc_lengthgen::task::{Lengthgen, LengthgenConfig};
 use posenc_train::fit::RunOptions;
-use posenc_train::job::{self, Job};
+use posenc_train::job::Job;
 
 /// Two lengths `lo-hi` (or one, `hi`, for `1-hi`).
 #[derive(Debug, Clone, Copy)]
@@ -253,21 +253,16 @@ impl TrainArgs {
 
     /// Runs the command.
     pub fn run(self, out: &mut impl Write) -> Result<()> {
-        let opts = self.log_dir.options(self.settings.quiet, self.force);
-        let state = match self.resume {
-            true => {
-                let (steps, device) = (self.settings.steps, &self.settings.device.0);
-                job::resume::<Lengthgen>(&self.out, steps, &(), opts, device)
-                    .map_err(|e| super::for_task(e, &self.out, "lengthgen"))?
-            }
-            false => {
-                let run = self.config()?;
-                if self.print_config {
-                    writeln!(out, "{}", serde_json::to_string_pretty(&run)?)?;
-                    return Ok(());
-                }
-                job::train::<Lengthgen>(run, &(), &self.out, opts, &self.settings.device.0)?
-            }
+        let request = super::TrainRequest {
+            dir: &self.out,
+            resume: self.resume,
+            print_config: self.print_config,
+            steps: self.settings.steps,
+            device: &self.settings.device.0,
+            opts: self.log_dir.options(self.settings.quiet, self.force),
+        };
+        let Some(state) = request.run::<Lengthgen>(|| self.config(), out)? else {
+            return Ok(());
         };
         if self.format == Format::Json {
             return super::print_run(out, &self.out, &state);

@@ -14,6 +14,7 @@ pub mod report;
 pub mod ruler;
 pub mod serve;
 pub mod translate;
+pub mod vision;
 
 use std::io::{BufRead, Write};
 
@@ -105,6 +106,64 @@ pub fn print_run(out: &mut impl Write, dir: &Path, state: &impl serde::Serialize
     let json = serde_json::json!({"out": dir, "state": state});
     writeln!(out, "{}", serde_json::to_string_pretty(&json)?)?;
     Ok(())
+}
+
+/// How a task's `train` was asked to run: continue `dir` (`--resume`), print the config it
+/// would train (`--print-config`), or train it into `dir`.
+pub struct TrainRequest<'a> {
+    /// The run directory.
+    pub dir: &'a Path,
+    /// `--resume`.
+    pub resume: bool,
+    /// `--print-config`.
+    pub print_config: bool,
+    /// `--steps`, which a resumed run may extend to.
+    pub steps: Option<usize>,
+    /// Where to train.
+    pub device: &'a candle_core::Device,
+    /// `--quiet`, `--force` and `--log-dir`.
+    pub opts: posenc_train::fit::RunOptions,
+}
+
+impl TrainRequest<'_> {
+    /// The run's state once trained (or resumed) from the config `config` gives, or `None`
+    /// when the config was only printed to `out`, for a task `J` that reads nothing beside
+    /// its config.
+    ///
+    /// # Errors
+    /// The config's, or the run's, with what `dir` holds named.
+    pub fn run<J>(
+        self,
+        config: impl FnOnce() -> Result<J::Config>,
+        out: &mut impl Write,
+    ) -> Result<Option<posenc_train::fit::StateOf<J>>>
+    where
+        J: posenc_train::job::Job<'static, Inputs = ()>,
+    {
+        if self.resume {
+            return posenc_train::job::resume::<J>(
+                self.dir,
+                self.steps,
+                &(),
+                self.opts,
+                self.device,
+            )
+            .map(Some)
+            .map_err(|e| for_task(e, self.dir, J::KIND));
+        }
+        let run = config()?;
+        if self.print_config {
+            writeln!(out, "{}", serde_json::to_string_pretty(&run)?)?;
+            return Ok(None);
+        }
+        Ok(Some(posenc_train::job::train::<J>(
+            run,
+            &(),
+            self.dir,
+            self.opts,
+            self.device,
+        )?))
+    }
 }
 
 /// One encoding, in the grammar every command reads: a kind (`rope`), a kind with settings
