@@ -270,6 +270,7 @@ impl EvalArgs {
             .grids
             .unwrap_or_else(|| [2, 3, 4].map(|k| [g[0] * k / 2, g[1] * k / 2]).to_vec());
         experiment::check_tests(cfg, &grids, self.test_examples)?;
+        experiment::check_reach(&model, &grids)?;
         let tests = experiment::test_set(&grids, self.test_examples)?;
         let key = posenc_train::labelled::RunKey::new(
             cfg.model.encoding.kind(),

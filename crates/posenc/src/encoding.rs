@@ -396,6 +396,10 @@ pub struct Capabilities {
     /// with this many axes: 3 for `mrope`'s time, row and column), or 0 for one position
     /// per token.
     pub coords: usize,
+    /// The largest grid of patches its coordinates may span, `[rows, columns]`, where it has
+    /// one (a learned table that may not resample), or `None`, any: what a task checks its
+    /// test grids against before it trains.
+    pub max_grid: Option<[usize; 2]>,
     /// A per-layer pattern: layer `i` of a stack uses entry `i mod n` instead of this
     /// encoding ([`crate::for_layer`]); empty when every layer uses this one. The other
     /// fields then describe the pattern as a whole.
@@ -419,6 +423,10 @@ impl Capabilities {
             all.sinks.extend(c.sinks.iter().cloned());
             all.reach = min_some(all.reach, c.reach);
             all.max_positions = min_some(all.max_positions, c.max_positions);
+            all.max_grid = match (all.max_grid, c.max_grid) {
+                (Some(a), Some(b)) => Some([a[0].min(b[0]), a[1].min(b[1])]),
+                (a, b) => a.or(b),
+            };
         }
         all
     }

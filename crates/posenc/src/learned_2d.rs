@@ -246,6 +246,7 @@ impl PositionalEncoding for Learned2d {
             adds: true,
             coords: 2,
             max_positions: Some(self.grid[0] * self.grid[1]),
+            max_grid: (!self.resample).then_some(self.grid),
             ..Capabilities::default()
         }
     }

@@ -139,7 +139,9 @@ impl VisionExperimentConfig {
                 entry.label
             );
             let cfg = self.run_config(entry, self.base.run.seed);
-            crate::task::check(&cfg).with_context(|| format!("the run of `{}`", entry.label))?;
+            let model = crate::task::check(&cfg)
+                .with_context(|| format!("the run of `{}`", entry.label))?;
+            check_reach(&model, &self.test_grids)?;
         }
         check_tests(&self.base, &self.test_grids, self.test_examples)
     }
@@ -163,6 +165,27 @@ pub fn check_tests(run: &VisionConfig, grids: &[[usize; 2]], count: usize) -> Re
     }
     ensure!(count > 0, "test_examples must be at least 1");
     posenc::limits::check("test_examples", count, crate::task::MAX_EXAMPLES)?;
+    Ok(())
+}
+
+/// Checks that `model`'s encoding reaches every grid of `grids`: one that declares a
+/// largest grid ([`posenc::Capabilities::max_grid`], a learned table that may not resample)
+/// refuses those past it, by name, before anything trains.
+///
+/// # Errors
+/// A grid past the encoding's largest.
+pub fn check_reach(model: &Vit, grids: &[[usize; 2]]) -> Result<()> {
+    let Some([rows, columns]) = model.encoding().capabilities().max_grid else {
+        return Ok(());
+    };
+    for &[r, c] in grids {
+        ensure!(
+            r <= rows && c <= columns,
+            "`{}` reaches grids of {rows} × {columns} patches at most, and a test grid is \
+             {r} × {c}",
+            model.encoding().kind()
+        );
+    }
     Ok(())
 }
 

@@ -221,18 +221,17 @@ pub struct Vision {
     device: Device,
 }
 
-/// Checks `cfg`, and that its model builds.
+/// Checks `cfg`, and returns its model, built (not trained).
 ///
 /// # Errors
 /// As [`VisionConfig::validate`] and [`Vit::new`].
-pub(crate) fn check(cfg: &VisionConfig) -> Result<()> {
+pub(crate) fn check(cfg: &VisionConfig) -> Result<Vit> {
     cfg.validate()?;
     let varmap = VarMap::new();
     Vit::new(
         &cfg.model,
         posenc_train::init::seeded(&varmap, 0, &Device::Cpu),
     )
-    .map(|_| ())
 }
 
 impl Vision {

@@ -111,3 +111,29 @@ fn the_experiment_writes_one_tidy_record_per_run_grid_and_question() {
     let drawn = posenc_vision::figures::vision(&results, root.path()).unwrap();
     assert!(drawn[0].ends_with("accuracy_by_grid.png") && drawn[0].exists());
 }
+
+/// A learned table that may not resample declares its grid: an experiment that tests past
+/// it is refused by name before anything is trained or written.
+#[test]
+fn a_test_grid_past_a_fixed_table_is_refused_before_training() {
+    let root = tempfile::tempdir().unwrap();
+    let mut cfg = VisionExperimentConfig::quick();
+    cfg.base = tiny(3);
+    cfg.encodings = vec!["learned-2d:resample=false".parse().unwrap()];
+    cfg.test_grids = vec![[4, 4], [6, 6]];
+    let opts = posenc_train::fit::RunOptions {
+        quiet: true,
+        ..Default::default()
+    };
+    let e = posenc_train::experiment::run(&cfg.on(&Device::Cpu), root.path(), opts)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("learned-2d") && e.contains("4 × 4") && e.contains("6 × 6"),
+        "{e}"
+    );
+    assert_eq!(std::fs::read_dir(root.path()).unwrap().count(), 0);
+    // Resampling, it is tested there.
+    cfg.encodings = vec!["learned-2d".parse().unwrap()];
+    assert!(cfg.validate().is_ok());
+}
