@@ -36,7 +36,7 @@ pub mod model;
 pub mod self_extend;
 pub mod stack;
 pub mod sublayer;
-mod weights;
+pub mod weights;
 
 pub use config::{
     BlockConfig, BlockOptions, Config, Encodings, NormKind, MAX_LAYERS, MAX_PARAMETERS, MAX_VOCAB,

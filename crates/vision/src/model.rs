@@ -188,19 +188,7 @@ impl Vit {
     /// # Errors
     /// As [`Vit::new`].
     pub fn frozen(cfg: &VitConfig, varmap: &VarMap, device: &Device) -> Result<Self> {
-        let data = varmap
-            .data()
-            .lock()
-            .map_err(|_| posenc_error::invalid!("poisoned VarMap"))?;
-        let tensors = data
-            .iter()
-            .map(|(k, v)| (k.clone(), v.as_tensor().detach()))
-            .collect::<std::collections::HashMap<_, _>>();
-        drop(data);
-        Self::new(
-            cfg,
-            VarBuilder::from_tensors(tensors, candle_core::DType::F32, device),
-        )
+        Self::new(cfg, posenc_transformer::weights::frozen(varmap, device))
     }
 
     /// Its settings.
