@@ -22,6 +22,7 @@
 //! | `mrope` | rotate, by a token's time, row and column (Qwen2-VL, Qwen3-VL) | [`mrope`] |
 //! | `rope-2d` | rotate, half the pairs by a patch's column and half by its row (RoPE-Axial) | [`rope_2d`] |
 //! | `rope-mixed` | rotate, each pair by learned frequencies over row and column (RoPE-Mixed) | [`rope_mixed`] |
+//! | `liere` | rotate, each block of a head by the exponential of learned generators (LieRE) | [`liere`] |
 //! | `hope` | rotate (the pairs that turn within the trained context) | [`hope`] |
 //! | `xpos` | rotate (queries and keys apart) | [`xpos`] |
 //! | `alibi` | bias | [`alibi`] |
@@ -95,6 +96,7 @@ pub mod kerple;
 pub mod layers;
 pub mod learned;
 pub mod learned_2d;
+pub mod liere;
 pub mod limits;
 pub mod mrope;
 pub mod naive;
@@ -136,6 +138,7 @@ pub const BUILT_IN: &[Registration] = &[
     Registration::of::<crate::mrope::MropeConfig>(),
     Registration::of::<crate::rope_2d::Rope2dConfig>(),
     Registration::of::<crate::rope_mixed::RopeMixedConfig>(),
+    Registration::of::<crate::liere::LiereConfig>(),
     Registration::of::<crate::xpos::XposConfig>(),
     Registration::of::<crate::alibi::AlibiConfig>(),
     Registration::of::<crate::alibi_2d::Alibi2dConfig>(),

@@ -188,6 +188,7 @@ fn a_grids_kind_reads_a_sequence_as_one_row() {
         "sinusoidal-2d",
         "learned-2d",
         "alibi-2d",
+        "liere",
     ] {
         assert!(
             grids.contains(&kind),

@@ -11,6 +11,7 @@ mod errors;
 mod gradients;
 mod hf_config;
 mod learned_2d;
+mod liere;
 mod mrope;
 mod pope;
 mod positions;

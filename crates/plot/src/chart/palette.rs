@@ -34,7 +34,7 @@ pub fn colour(i: usize) -> RGBColor {
 /// each later one was picked, in this order, as far in CIELAB from those before it as a
 /// grid of hues allowed (no two closer than ΔE 27; the 2-D kinds' from hues no lighter than
 /// L* 75, so that none fades into the page).
-pub const PALETTE: [(&str, RGBColor); 34] = [
+pub const PALETTE: [(&str, RGBColor); 35] = [
     ("none", RGBColor(127, 127, 127)),
     ("sinusoidal", RGBColor(31, 119, 180)),
     ("learned", RGBColor(44, 160, 44)),
@@ -69,6 +69,7 @@ pub const PALETTE: [(&str, RGBColor); 34] = [
     ("sinusoidal-2d", RGBColor(114, 0, 133)),
     ("learned-2d", RGBColor(209, 171, 209)),
     ("alibi-2d", RGBColor(95, 0, 0)),
+    ("liere", RGBColor(90, 155, 120)),
 ];
 
 /// Every way of reading RoPE past its window, by name: the scalings and self-extend. They
