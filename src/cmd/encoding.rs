@@ -294,21 +294,13 @@ fn show(args: &ShowArgs, out: &mut impl Write) -> Result<()> {
             (coords.len() / axes.max(1), axes, Some(coords))
         }
         (None, Some((h, w))) => {
-            let place = |r: usize, c: usize| -> Vec<u32> {
-                match axes {
-                    3 => vec![0, r as u32, c as u32],
-                    _ => vec![r as u32, c as u32],
-                }
-            };
             anyhow::ensure!(
                 axes >= 2,
                 "`{kind}` reads one position per token: --grid lays out an image for a kind \
                  that reads coordinates (mrope); give --positions or --len"
             );
             posenc::limits::check_table_len(h.saturating_mul(w))?;
-            let coords = (0..h)
-                .flat_map(|r| (0..w).flat_map(move |c| place(r, c)))
-                .collect();
+            let coords = posenc::Positions::image_coords(axes, [h, w]);
             (h * w, axes, Some(coords))
         }
         (None, None) => (which.len, 0, None),

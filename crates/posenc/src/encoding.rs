@@ -226,6 +226,24 @@ impl Positions<'_> {
             .collect())
     }
 
+    /// The coordinates of one image of `rows × columns` patches, row after row, for an
+    /// encoding that reads `axes` a token ([`Capabilities::coords`]): `(row, column)` for 2,
+    /// `(0, row, column)` for 3 (an image at time 0, as Qwen2-VL places one); empty for one
+    /// position a token, whose patches sit in raster order, [`Positions::From`]`(0)`.
+    ///
+    /// ```
+    /// assert_eq!(posenc::Positions::image_coords(2, [2, 2]), [0, 0, 0, 1, 1, 0, 1, 1]);
+    /// assert_eq!(posenc::Positions::image_coords(3, [1, 2]), [0, 0, 0, 0, 0, 1]);
+    /// ```
+    pub fn image_coords(axes: usize, [rows, columns]: [usize; 2]) -> Vec<u32> {
+        let cells = (0..rows as u32).flat_map(|y| (0..columns as u32).map(move |x| (y, x)));
+        match axes {
+            2 => cells.flat_map(|(y, x)| [y, x]).collect(),
+            3 => cells.flat_map(|(y, x)| [0, y, x]).collect(),
+            _ => Vec::new(),
+        }
+    }
+
     /// Rows of `table` (`(n, …)`, `n ≥ self.end(len)`) at these positions: a view for
     /// consecutive positions, a gather (differentiable) for a list. Coordinates are
     /// refused, as [`Positions::check`] (which the encodings call first) refuses them.

@@ -208,15 +208,9 @@ impl Vit {
 
     /// Where the patches of a `grid` sit, for this encoding.
     pub fn positions(&self, [rows, columns]: [usize; 2]) -> GridPositions {
-        let cells = (0..rows as u32).flat_map(|y| (0..columns as u32).map(move |x| (y, x)));
-        let coords = match self.axes {
-            2 => cells.flat_map(|(y, x)| [y, x]).collect(),
-            3 => cells.flat_map(|(y, x)| [0, y, x]).collect(),
-            _ => Vec::new(),
-        };
         GridPositions {
             axes: self.axes,
-            coords,
+            coords: Positions::image_coords(self.axes, [rows, columns]),
         }
     }
 
