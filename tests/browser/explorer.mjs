@@ -82,6 +82,31 @@ try {
   await page.selectOption("#pane-a .head", "7");
   check(await pixels("#pane-a .heatmap") !== head0, "ALiBi's head 7 looks like its head 0");
 
+  // ---- A kind of a grid: the query patch's interaction over the image; a click moves it.
+  check(await page.$eval("#pane-a .grid-box", (e) => e.style.display === "none"), "ALiBi shows a grid view");
+  let g = await drawn("#pane-a");
+  await page.selectOption("#pane-a .kind", "rope-2d");
+  await page.waitForFunction((n) => Number(document.querySelector("#pane-a").dataset.drawn) > n, g);
+  check(await page.$eval("#pane-a .grid-box", (e) => e.style.display !== "none"), "RoPE-Axial shows no grid view");
+  check(await inked("#pane-a .grid-map") > 1000, "the grid view is blank");
+  const centre = await pixels("#pane-a .grid-map");
+  g = await drawn("#pane-a");
+  await page.fill("#pane-a .query-row", "1");
+  await page.waitForFunction((n) => Number(document.querySelector("#pane-a").dataset.drawn) > n, g);
+  check(await pixels("#pane-a .grid-map") !== centre, "moving the query patch left the grid view as it was");
+  check(/query patch \(1, 4\)/.test(await page.$eval("#pane-a .grid-map", (e) =>
+    echarts.getInstanceByDom(e).getOption().title[0].text)), "the grid view's title names another query");
+  // M-RoPE: the layout of text, the image and text.
+  g = await drawn("#pane-a");
+  await page.selectOption("#pane-a .kind", "mrope");
+  await page.waitForFunction((n) => Number(document.querySelector("#pane-a").dataset.drawn) > n, g);
+  check(await inked("#pane-a .layout") > 500, "M-RoPE's layout is blank");
+  await page.screenshot({ path: `${out}/grid.png`, fullPage: true });
+  g = await drawn("#pane-a");
+  await page.selectOption("#pane-a .kind", "alibi");
+  await page.waitForFunction((n) => Number(document.querySelector("#pane-a").dataset.drawn) > n, g);
+  check(await page.$eval("#pane-a .error", (e) => e.textContent) === "", "ALiBi after a grid kind failed");
+
   // ---- Every chart exports: a PNG and its data as CSV.
   const csv = await page.$eval("#pane-a .heatmap", (e) => window.csvOf(e));
   const lines = csv.trim().split("\n");

@@ -130,6 +130,8 @@ function heatmap(element, { title, rows, columns, values, rowName, columnName, c
       axisLabel: { fontSize: compact ? 9 : 11 } },
     visualMap: {
       seriesIndex: 0,
+      // Enough digits that the ends of a narrow range (0.998 to 1) read apart.
+      precision: Math.max(0, Math.min(6, Math.ceil(-Math.log10(Math.max(hi - lo, 1e-6))) + 1)),
       min: symmetric ? -bound : lo, max: symmetric ? bound : (hi > lo ? hi : lo + 1),
       calculable: !compact, show: !compact, orient: "vertical", right: 0, top: "middle",
       inRange: { color: colours || (symmetric ? DIVERGING : SEQUENTIAL) },
@@ -222,10 +224,24 @@ async function initEncodings() {
   for (const pane of $$(".pane[data-pane]")) {
     const select = $(".kind", pane);
     for (const k of KINDS) select.add(new Option(k.kind, k.kind));
-    select.addEventListener("change", () => { setPane(pane, defaults(select.value)); redraw(pane); });
+    select.addEventListener("change", () => {
+      setPane(pane, defaults(select.value));
+      pane.dataset.gridSet = "";
+      redraw(pane);
+    });
     $(".config", pane).addEventListener("input", () => schedule(pane));
     $(".position", pane).addEventListener("input", () => drawPairs(pane));
-    $(".head", pane).addEventListener("change", () => drawTable(pane));
+    $(".head", pane).addEventListener("change", () => { drawTable(pane); drawGrid(pane); });
+    for (const input of $$(".grid-box input", pane)) {
+      input.addEventListener("input", () => { pane.dataset.gridSet = "1"; schedule(pane); });
+    }
+    // A click on a patch of the grid view queries from it.
+    chart($(".grid-map", pane)).on("click", (p) => {
+      $(".query-row", pane).value = String(p.value[1]);
+      $(".query-column", pane).value = String(p.value[0]);
+      pane.dataset.gridSet = "1";
+      redraw(pane);
+    });
   }
   for (const id of ["#d-model", "#heads", "#len"]) {
     $(id).addEventListener("input", () => $$(".pane[data-pane]").forEach(schedule));
@@ -296,6 +312,15 @@ async function redraw(pane) {
     heads: Number($("#heads").value),
     len: Number($("#len").value),
   };
+  // The image and query patch the pane's grid box sets, for the kind last drawn with a grid
+  // view (a kind of one position a token refuses them).
+  const last = views.get(pane);
+  const kind = typeof encoding === "string" ? encoding.split(":")[0] : encoding.kind;
+  if (pane.dataset.gridSet && last && last.grid && last.kind === kind) {
+    const n = (selector) => Number($(selector, pane).value);
+    request.grid = [n(".grid-rows"), n(".grid-columns")];
+    request.query = [n(".query-row"), n(".query-column")];
+  }
   const started = performance.now();
   let view;
   try {
@@ -324,6 +349,18 @@ async function redraw(pane) {
     if (Number(slider.value) > view.pairs.positions.length - 1) slider.value = "1";
     drawPairs(pane);
   }
+  $(".grid-box", pane).style.display = view.grid ? "" : "none";
+  if (view.grid) {
+    const [rows, columns] = view.grid.grid;
+    const [qr, qc] = view.grid.query;
+    $(".grid-rows", pane).value = String(rows);
+    $(".grid-columns", pane).value = String(columns);
+    $(".query-row", pane).value = String(qr);
+    $(".query-column", pane).value = String(qc);
+    drawGrid(pane);
+  }
+  $(".layout", pane).style.display = view.layout ? "" : "none";
+  if (view.layout) drawLayout(pane, view.layout);
   const ms = performance.now() - started;
   pane.dataset.drawn = String(Number(pane.dataset.drawn || 0) + 1);
   pane.dataset.ms = ms.toFixed(1);
@@ -342,6 +379,42 @@ function drawTable(pane) {
   });
 }
 
+/** The query patch's interaction with every patch, for a kind that reads coordinates. */
+function drawGrid(pane) {
+  const view = views.get(pane);
+  if (!view || !view.grid) return;
+  const g = view.grid;
+  const head = Math.min(Number($(".head", pane).value || 0), g.values.length - 1);
+  const [rows, columns] = g.grid;
+  heatmap($(".grid-map", pane), {
+    title: g.title + (g.values.length > 1 ? ` (head ${head})` : ""),
+    rows: Array.from({ length: rows }, (_, i) => i), columns: Array.from({ length: columns }, (_, i) => i),
+    values: g.values[head], rowName: "row", columnName: "column",
+  });
+}
+
+/** Each token's (time, row, column) in a sequence of text, an image and text. */
+function drawLayout(pane, layout) {
+  const first = layout.segment.indexOf("image");
+  const last = layout.segment.lastIndexOf("image");
+  chart($(".layout", pane)).setOption({
+    animation: false,
+    title: { text: layout.title, textStyle: { fontSize: 12, width: 560, overflow: "break" }, left: "center" },
+    tooltip: { trigger: "axis" },
+    legend: { top: 44, left: 10 },
+    grid: { left: 50, right: 30, top: 76, bottom: 46 },
+    xAxis: { type: "value", name: "token", nameLocation: "center", nameGap: 28, min: 0, max: layout.coords.length - 1 },
+    yAxis: { type: "value", name: "position", minInterval: 1 },
+    series: ["time", "row", "column"].map((name, axis) => ({
+      name, type: "line", step: "end", symbolSize: 4,
+      lineStyle: { type: ["solid", "dashed", "dotted"][axis] },
+      data: layout.coords.map((c, i) => [i, c[axis]]),
+      markArea: axis === 0 && first >= 0 ? { silent: true, itemStyle: { color: "rgba(31, 119, 180, 0.08)" },
+        data: [[{ xAxis: first, name: "image" }, { xAxis: last }]] } : undefined,
+    })),
+  }, true);
+}
+
 function drawDistance(pane, view) {
   const d = view.by_distance;
   const heads = d.values.length;
@@ -357,7 +430,8 @@ function drawDistance(pane, view) {
     series: d.values.map((values, h) => ({
       name: heads > 1 ? `head ${h}` : view.kind,
       type: "line", showSymbol: false, connectNulls: false,
-      data: values.map((v, k) => [k, v]),
+      // Sampled distances (a kind whose scores cost a rotation of every position) where given.
+      data: values.map((v, i) => [d.distances ? d.distances[i] : i, v]),
     })),
   }, true);
 }

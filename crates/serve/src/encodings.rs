@@ -38,6 +38,13 @@ pub struct EncodingRequest {
     pub heads: usize,
     /// Sequence length.
     pub len: usize,
+    /// For a kind that reads coordinates: the image whose patches the grid view places,
+    /// `[rows, columns]` [default: `[8, 8]`]. Refused for a kind of one position a token.
+    #[serde(default)]
+    pub grid: Option<[usize; 2]>,
+    /// The query patch of the grid view, `[row, column]` [default: the grid's centre].
+    #[serde(default)]
+    pub query: Option<[usize; 2]>,
 }
 
 fn one() -> usize {
@@ -57,6 +64,45 @@ pub struct EncodingView {
     pub by_distance: ByDistance,
     /// Each turning pair's point at each sampled position, if the encoding turns pairs.
     pub pairs: Option<Pairs>,
+    /// How many coordinates a token's position has for it: 0 for one position a token.
+    pub coords: usize,
+    /// For a kind that reads coordinates: the query patch's interaction with every patch.
+    pub grid: Option<GridView>,
+    /// For a kind of three coordinates: where Qwen2-VL's rule places text, the image and
+    /// text again ([`posenc::mrope::layout`]).
+    pub layout: Option<Layout>,
+}
+
+/// The default image of the grid view, and the largest side it draws.
+pub const DEFAULT_GRID: [usize; 2] = [8, 8];
+/// The most rows or columns the grid view places.
+pub const MAX_GRID_SIDE: usize = 32;
+/// The text tokens [`Layout`] puts before and after the image.
+pub const LAYOUT_TEXT: usize = 4;
+
+/// The interaction of one query patch with every patch of an image, per head:
+/// `values[head][row][column]`.
+#[derive(Debug, Clone, Serialize)]
+pub struct GridView {
+    /// What the values are.
+    pub title: String,
+    /// The image, `[rows, columns]`.
+    pub grid: [usize; 2],
+    /// The query patch, `[row, column]`.
+    pub query: [usize; 2],
+    /// `[head][row][column]`; `null` where a key is shut out.
+    pub values: Vec<Vec<Vec<Option<f32>>>>,
+}
+
+/// The coordinates of a sequence of text, one image and text, token after token.
+#[derive(Debug, Clone, Serialize)]
+pub struct Layout {
+    /// What the sequence is.
+    pub title: String,
+    /// `text` or `image`, per token.
+    pub segment: Vec<&'static str>,
+    /// The tokens' coordinates, `[token][axis]`: time, row, column.
+    pub coords: Vec<[u32; 3]>,
 }
 
 /// A heatmap of one table: `values[head][row][column]` (one head for tables that have no
@@ -82,8 +128,12 @@ pub struct Heatmap {
 pub struct ByDistance {
     /// What the interaction is.
     pub title: String,
-    /// `values[head][k]`; `null` where it is −∞ (outside a window).
+    /// `values[head][i]`; `null` where it is −∞ (outside a window).
     pub values: Vec<Vec<Option<f32>>>,
+    /// The distance `k` of each value, when they are sampled; absent: `k = i`, every
+    /// distance.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub distances: Option<Vec<usize>>,
 }
 
 /// Each pair's `(cos, sin)` at each sampled position: `x[row][pair]`, `y[row][pair]`.
@@ -149,7 +199,156 @@ pub fn view(request: &EncodingRequest) -> Result<EncodingView, ApiError> {
     let enc = config
         .build_untrained(d_model, heads, &Device::Cpu)
         .map_err(bad)?;
-    compute(&enc, config.to_json(), (d_model, heads), len).map_err(bad)
+    let mut view = compute(&enc, config.to_json(), (d_model, heads), len).map_err(bad)?;
+    let hooks = posenc::for_layer(&enc, 0);
+    let axes = hooks.capabilities().coords;
+    if axes < 2 {
+        if request.grid.is_some() || request.query.is_some() {
+            return Err(ApiError::bad_request(format!(
+                "`{}` reads one position per token: a grid and a query patch are for a kind that \
+                 reads coordinates",
+                enc.kind()
+            )));
+        }
+        return Ok(view);
+    }
+    let grid = request.grid.unwrap_or(DEFAULT_GRID);
+    if grid.iter().any(|&n| !(1..=MAX_GRID_SIDE).contains(&n)) {
+        return Err(ApiError::bad_request(format!(
+            "a grid of 1 to {MAX_GRID_SIDE} rows and columns, got {} × {}",
+            grid[0], grid[1]
+        )));
+    }
+    let query = request.query.unwrap_or([grid[0] / 2, grid[1] / 2]);
+    if query[0] >= grid[0] || query[1] >= grid[1] {
+        return Err(ApiError::bad_request(format!(
+            "the query patch ({}, {}) lies outside the {} × {} grid",
+            query[0], query[1], grid[0], grid[1]
+        )));
+    }
+    view.coords = axes;
+    view.grid = Some(grid_view(&*hooks, (d_model, heads), grid, query).map_err(bad)?);
+    if axes == 3 {
+        view.layout = Some(layout(grid).map_err(bad)?);
+    }
+    Ok(view)
+}
+
+/// The score of the query patch against every patch of a `grid` image, per head, from the
+/// encoding's table at the patches' coordinates (as `posenc encoding show --grid` prints
+/// it): `PE(q)·PE(k)` for an added table, the table's own cell for a bias (or for a rotation
+/// whose table is its scores, LieRE's), and `E⟨R_q e, R_k e⟩ / d` over the basis vectors `e`
+/// of a head, through the hook, for rotary angles.
+fn grid_view(
+    enc: &dyn PositionalEncoding,
+    (d_model, heads): (usize, usize),
+    grid: [usize; 2],
+    query: [usize; 2],
+) -> posenc::Result<GridView> {
+    let axes = enc.capabilities().coords;
+    let coords = Positions::image_coords(axes, grid);
+    let at = Positions::Coords {
+        axes,
+        coords: &coords,
+    };
+    let n = grid[0] * grid[1];
+    let q = query[0] * grid[1] + query[1];
+    let table = enc.table_at(at, n)?;
+    let (what, score): (String, Vec<Vec<Option<f32>>>) = match table.form {
+        Form::Additive { values, .. } => {
+            let pe: Vec<Vec<f32>> = values.to_vec2()?;
+            let row = (0..n).map(|k| Some(dot(&pe[q], &pe[k]))).collect();
+            ("PE(q)·PE(k)".into(), vec![row])
+        }
+        Form::Bias { bias, .. } => {
+            let bias: Vec<Vec<Vec<f32>>> = bias.to_vec3()?;
+            let rows = bias
+                .into_iter()
+                .map(|h| {
+                    h[q].iter()
+                        .map(|&x| masked(x).filter(|x| x.is_finite()))
+                        .collect()
+                })
+                .collect();
+            (table.title, rows)
+        }
+        Form::Rotary { .. } => {
+            let head_dim = d_model / heads;
+            let mut sum = vec![vec![0f32; n]; heads];
+            for j in 0..head_dim {
+                let e = basis(j, head_dim, heads, n)?;
+                let rq: Vec<Vec<Vec<f32>>> = enc
+                    .rotate(&e, &RotateContext::query(at))?
+                    .squeeze(0)?
+                    .to_vec3()?;
+                let rk: Vec<Vec<Vec<f32>>> = enc
+                    .rotate(&e, &RotateContext::key(at))?
+                    .squeeze(0)?
+                    .to_vec3()?;
+                for (h, row) in sum.iter_mut().enumerate() {
+                    for (k, s) in row.iter_mut().enumerate() {
+                        *s += dot(&rq[h][q], &rk[h][k]) / head_dim as f32;
+                    }
+                }
+            }
+            let rows = sum
+                .into_iter()
+                .map(|r| r.into_iter().map(Some).collect())
+                .collect();
+            ("E⟨R_q e, R_k e⟩ / d over the basis e".into(), rows)
+        }
+    };
+    let values = score
+        .into_iter()
+        .map(|row| row.chunks(grid[1]).map(<[_]>::to_vec).collect())
+        .collect();
+    Ok(GridView {
+        title: format!(
+            "{what}: the query patch ({}, {}) with each patch of an image of {} × {}",
+            query[0], query[1], grid[0], grid[1]
+        ),
+        grid,
+        query,
+        values,
+    })
+}
+
+/// Text, a `grid` image of one frame and text, placed by Qwen2-VL's rule.
+fn layout(grid: [usize; 2]) -> posenc::Result<Layout> {
+    use posenc::mrope::Segment;
+    let coords = posenc::mrope::layout(&[
+        Segment::Text(LAYOUT_TEXT),
+        Segment::Image {
+            t: 1,
+            h: grid[0],
+            w: grid[1],
+        },
+        Segment::Text(LAYOUT_TEXT),
+    ])?;
+    let image = grid[0] * grid[1];
+    let segment = (0..2 * LAYOUT_TEXT + image)
+        .map(|i| match (LAYOUT_TEXT..LAYOUT_TEXT + image).contains(&i) {
+            true => "image",
+            false => "text",
+        })
+        .collect();
+    Ok(Layout {
+        title: format!(
+            "each token's (time, row, column) by Qwen2-VL's rule: {LAYOUT_TEXT} text tokens, \
+             an image of {} × {}, {LAYOUT_TEXT} text tokens",
+            grid[0], grid[1]
+        ),
+        segment,
+        coords: coords.chunks(3).map(|c| [c[0], c[1], c[2]]).collect(),
+    })
+}
+
+/// `(1, heads, n, head_dim)`: basis vector `e_j` at every token of every head.
+fn basis(j: usize, head_dim: usize, heads: usize, n: usize) -> posenc::Result<Tensor> {
+    let v: Vec<f32> = (0..head_dim).map(|i| f32::from(i == j)).collect();
+    Ok(Tensor::new(v, &Device::Cpu)?
+        .broadcast_as((1, heads, n, head_dim))?
+        .contiguous()?)
 }
 
 fn compute(
@@ -173,6 +372,11 @@ fn compute(
         Form::Bias { .. } if hooks.capabilities().reads_tokens => {
             table_bias_views(&**enc, len, &rows)?
         }
+        // A rotation whose table is its scores (LieRE's): the table at the sampled
+        // positions, and the last one's row of it by distance.
+        Form::Bias { .. } if hooks.capabilities().rotates => {
+            sampled_table_views(hooks, len, &rows)?
+        }
         Form::Bias { .. } => bias_views(hooks, &probe.title, len, &rows)?,
         _ => match enc.table(len)? {
             posenc::Table {
@@ -194,6 +398,7 @@ fn compute(
                     ByDistance {
                         title: "PE(p)·PE(p − k), p the last position".into(),
                         values: vec![by_distance],
+                        distances: None,
                     },
                     turning,
                 )
@@ -211,6 +416,7 @@ fn compute(
                         title: "E⟨R_p q, R_(p−k) q⟩ / d over q ~ N(0, I), p the last position"
                             .into(),
                         values: vec![rotary_by_distance(hooks, (d_model / heads, heads), len)?],
+                        distances: None,
                     },
                     Some(turning_pairs(&cos, &all, &sin, &all, &rows)),
                 )
@@ -227,6 +433,9 @@ fn compute(
         table,
         by_distance,
         pairs,
+        coords: 0,
+        grid: None,
+        layout: None,
     })
 }
 
@@ -326,6 +535,38 @@ fn table_bias_views(
     ))
 }
 
+/// The heatmap of `enc`'s own table at the sampled `rows` of `len` positions (a bias form),
+/// and the last position's row of it, at the sampled distances only.
+fn sampled_table_views(
+    enc: &dyn PositionalEncoding,
+    len: usize,
+    rows: &[usize],
+) -> posenc::Result<(Heatmap, ByDistance, Option<Pairs>)> {
+    let at: Vec<u32> = rows.iter().map(|&p| p as u32).collect();
+    let table = enc.table_at(Positions::At(&at), at.len())?;
+    let Form::Bias { bias, .. } = table.form else {
+        return Err(posenc::Error::Config(format!(
+            "{}: its table is not a bias",
+            enc.kind()
+        )));
+    };
+    let bias: Vec<Vec<Vec<f32>>> = bias.to_vec3()?;
+    let last: Vec<Vec<Option<f32>>> = bias
+        .iter()
+        .map(|h| h[rows.len() - 1].iter().rev().map(|&x| Some(x)).collect())
+        .collect();
+    let (heatmap, _, pairs) = bias_heatmaps(&table.title, len, rows, Some(bias), None);
+    Ok((
+        heatmap,
+        ByDistance {
+            title: format!("{}, p the last position", table.title),
+            values: last,
+            distances: Some(rows.iter().rev().map(|&p| len - 1 - p).collect()),
+        },
+        pairs,
+    ))
+}
+
 /// The heatmap per head of `bias (heads, rows, rows)` at the sampled `rows`, and `last`,
 /// the last position's bias `(heads, len)` against each key.
 fn bias_heatmaps(
@@ -371,6 +612,7 @@ fn bias_heatmaps(
         ByDistance {
             title: "bias(p, p − k), p the last position".into(),
             values: by_distance,
+            distances: None,
         },
         None,
     )
@@ -393,16 +635,13 @@ fn rotary_by_distance(
     // E⟨R_p q, R_(p−k) q⟩ over q ~ N(0, I) is the trace of R_pᵀ R_(p−k): the sum over the
     // basis vectors e_j of ⟨R_p e_j, R_(p−k) e_j⟩, here divided by the width so it starts
     // at 1 (RoFormer's long-term decay, for a query and key alike).
-    let basis = |j: usize, n: usize| -> posenc::Result<Tensor> {
-        let v: Vec<f32> = (0..head_dim).map(|i| f32::from(i == j)).collect();
-        Ok(Tensor::new(v, &Device::Cpu)?
-            .broadcast_as((1, heads, n, head_dim))?
-            .contiguous()?)
-    };
     let mut sum = vec![0f32; len];
     for j in 0..head_dim {
-        let q = enc.rotate(&basis(j, 1)?, &RotateContext::query(len - 1))?;
-        let k = enc.rotate(&basis(j, len)?, &RotateContext::key(0))?;
+        let q = enc.rotate(
+            &basis(j, head_dim, heads, 1)?,
+            &RotateContext::query(len - 1),
+        )?;
+        let k = enc.rotate(&basis(j, head_dim, heads, len)?, &RotateContext::key(0))?;
         let q: Vec<f32> = q.get(0)?.get(0)?.flatten_all()?.to_vec1()?;
         let k: Vec<Vec<f32>> = k.get(0)?.get(0)?.to_vec2()?;
         for (d, s) in sum.iter_mut().enumerate() {

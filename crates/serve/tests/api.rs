@@ -76,6 +76,8 @@ fn every_kind_has_a_view() {
             d_model: 32,
             heads: 4,
             len: 12,
+            grid: None,
+            query: None,
         };
         let view = posenc_serve::encodings::view(&request);
         assert!(view.is_ok(), "{kind}: {:?}", view.err());
@@ -163,6 +165,183 @@ fn alibi_views_follow_the_papers_slopes() {
         {
             assert!((f(got) + m * k as f64).abs() < 1e-4, "head {h}, k = {k}");
         }
+    }
+}
+
+/// The grid view of a kind that reads coordinates: 2-D ALiBi's is `−m_h` times the
+/// Euclidean distance from the query patch (its slopes are ALiBi's, `2^(−8h/H)`); RoPE-Axial's
+/// is `mean_i cos(θ_i(q) − θ_i(k))` (the mean over a head's basis of `⟨R_q e, R_k e⟩`), from
+/// its own angles, cos and sin at the patches; a click's query moves it.
+#[test]
+fn grid_views_place_the_query_patch_and_read_the_distance_on_both_axes() {
+    let s = server(&[], 2);
+    let view = |body: Value| {
+        let (status, view) = post(&s, "/api/encoding", &body.to_string());
+        assert_eq!(status, 200, "{view}");
+        view
+    };
+    let heads = 4;
+    let alibi = view(
+        json!({"encoding": "alibi-2d", "d_model": 32, "heads": heads, "len": 8,
+        "grid": [5, 7], "query": [1, 5]}),
+    );
+    assert_eq!(f(&alibi["coords"]), 2.0);
+    let grid = &alibi["grid"];
+    assert_eq!(grid["grid"], json!([5, 7]));
+    assert_eq!(grid["query"], json!([1, 5]));
+    assert_eq!(
+        alibi["layout"],
+        Value::Null,
+        "a layout of text and images is for three axes"
+    );
+    for h in 0..heads {
+        let m = 2f64.powf(-8.0 * (h + 1) as f64 / heads as f64);
+        for r in 0..5 {
+            for c in 0..7 {
+                let d = ((r as f64 - 1.0).powi(2) + (c as f64 - 5.0).powi(2)).sqrt();
+                let got = f(&grid["values"][h][r][c]);
+                assert!((got + m * d).abs() < 1e-4, "head {h} ({r}, {c}): {got}");
+            }
+        }
+    }
+    // RoPE-Axial, at the default grid (8 × 8) and query (its centre).
+    let (d_model, axial_heads) = (32usize, 2usize);
+    let rope =
+        view(json!({"encoding": "rope-2d", "d_model": d_model, "heads": axial_heads, "len": 8}));
+    let grid = &rope["grid"];
+    assert_eq!(
+        (grid["grid"].clone(), grid["query"].clone()),
+        (json!([8, 8]), json!([4, 4]))
+    );
+    let config: posenc::EncodingConfig = "rope-2d".parse().unwrap();
+    let enc = config
+        .build_untrained(d_model, axial_heads, &candle_core::Device::Cpu)
+        .unwrap();
+    let coords = posenc::Positions::image_coords(2, [8, 8]);
+    let at = posenc::Positions::Coords {
+        axes: 2,
+        coords: &coords,
+    };
+    let posenc::Form::Rotary { cos, sin } = enc.table_at(at, 64).unwrap().form else {
+        panic!("rope-2d's table is its angles")
+    };
+    let (cos, sin): (Vec<Vec<f32>>, Vec<Vec<f32>>) =
+        (cos.to_vec2().unwrap(), sin.to_vec2().unwrap());
+    let q = 4 * 8 + 4;
+    for k in 0..64 {
+        let pairs = cos[k].len();
+        let want: f64 = (0..pairs)
+            .map(|i| f64::from(cos[q][i] * cos[k][i] + sin[q][i] * sin[k][i]))
+            .sum::<f64>()
+            / pairs as f64;
+        let got = f(&grid["values"][0][k / 8][k % 8]);
+        assert!((got - want).abs() < 1e-4, "patch {k}: {got} against {want}");
+    }
+    assert!(
+        (f(&grid["values"][1][4][4]) - 1.0).abs() < 1e-5,
+        "a patch with itself"
+    );
+    // 2-D sinusoids: one table for every head, PE(q)·PE(k), largest at the query itself.
+    let sin2d = view(
+        json!({"encoding": "sinusoidal-2d", "d_model": 16, "heads": 2, "len": 8,
+        "grid": [4, 4], "query": [0, 3]}),
+    );
+    let values = sin2d["grid"]["values"].as_array().unwrap();
+    assert_eq!(values.len(), 1);
+    let at_query = f(&values[0][0][3]);
+    assert!(
+        (at_query - 8.0).abs() < 1e-4,
+        "|PE|² is d / 2 = 8: {at_query}"
+    );
+    let cells = values[0]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r.as_array().unwrap());
+    assert_eq!(cells.clone().count(), 16);
+    for v in cells {
+        assert!(
+            f(v) <= at_query + 1e-4,
+            "{v} above the query's own {at_query}"
+        );
+    }
+}
+
+/// A kind of three coordinates also draws where Qwen2-VL's rule places text, the image and
+/// text: text on one index on all axes, the image at `start + (0, row, column)`, the text
+/// after it from `start + max(rows, columns)`; LieRE's rotation reads its scores from its
+/// table, so its view samples positions and distances; bad grids and queries are named.
+#[test]
+fn three_axes_draw_their_layout_and_bad_grids_are_named() {
+    let s = server(&[], 2);
+    let (status, view) = post(
+        &s,
+        "/api/encoding",
+        &json!({"encoding": "mrope", "d_model": 128, "heads": 1, "len": 8, "grid": [2, 3]})
+            .to_string(),
+    );
+    assert_eq!(status, 200, "{view}");
+    assert_eq!(f(&view["coords"]), 3.0);
+    let layout = &view["layout"];
+    let coords: Vec<[u32; 3]> = serde_json::from_value(layout["coords"].clone()).unwrap();
+    let segment: Vec<String> = serde_json::from_value(layout["segment"].clone()).unwrap();
+    let mut want: Vec<[u32; 3]> = (0..4).map(|p| [p; 3]).collect();
+    for r in 0..2 {
+        for c in 0..3 {
+            want.push([4, 4 + r, 4 + c]);
+        }
+    }
+    want.extend((0..4).map(|p| [7 + p; 3]));
+    assert_eq!(coords, want);
+    assert_eq!(segment.iter().filter(|s| *s == "image").count(), 6);
+    assert_eq!(
+        (segment[3].as_str(), segment[4].as_str()),
+        ("text", "image")
+    );
+    // LieRE: its table is its scores; a patch with itself scores 1.
+    let (status, view) = post(
+        &s,
+        "/api/encoding",
+        &json!({"encoding": "liere", "d_model": 16, "heads": 2, "len": 300}).to_string(),
+    );
+    assert_eq!(status, 200, "{view}");
+    let distances = view["by_distance"]["distances"].as_array().unwrap();
+    assert_eq!(
+        (f(&distances[0]), f(distances.last().unwrap())),
+        (0.0, 299.0)
+    );
+    assert_eq!(
+        view["by_distance"]["values"][0].as_array().unwrap().len(),
+        distances.len()
+    );
+    assert!((f(&view["by_distance"]["values"][1][0]) - 1.0).abs() < 1e-5);
+    assert!((f(&view["grid"]["values"][0][4][4]) - 1.0).abs() < 1e-5);
+    for (body, needle) in [
+        (
+            json!({"encoding": "rope", "d_model": 16, "len": 8, "grid": [4, 4]}),
+            "reads one position per token",
+        ),
+        (
+            json!({"encoding": "rope-2d", "d_model": 16, "len": 8, "grid": [0, 4]}),
+            "a grid of 1 to 32",
+        ),
+        (
+            json!({"encoding": "rope-2d", "d_model": 16, "len": 8, "grid": [33, 4]}),
+            "a grid of 1 to 32",
+        ),
+        (
+            json!({"encoding": "rope-2d", "d_model": 16, "len": 8, "grid": [4, 4], "query": [4, 0]}),
+            "outside the 4 × 4 grid",
+        ),
+        (
+            json!({"encoding": "rope-2d", "d_model": 16, "len": 8, "grid": [4]}),
+            "grid",
+        ),
+    ] {
+        let (status, answer) = post(&s, "/api/encoding", &body.to_string());
+        assert_eq!(status, 400, "{body}: {answer}");
+        let e = answer["error"].as_str().unwrap_or_default();
+        assert!(e.contains(needle), "{body}: {e}");
     }
 }
 
