@@ -35,7 +35,7 @@ pub enum VisionCommand {
     Eval(EvalArgs),
     /// One ViT per encoding and seed, tested on the trained grid and larger ones, compared.
     ///
-    /// The lineup: none, sinusoidal-2d, learned-2d (resampled), rope-2d, rope-mixed, mrope
+    /// The lineup: none, sinusoidal-2d, learned-2d (resampled), rope-2d, rope-mixed, liere, mrope
     /// (time fixed) and rope over the patches in raster order, 3 seeds each; with --budget
     /// quick: none, sinusoidal-2d and rope-2d for 300 steps.
     #[command(

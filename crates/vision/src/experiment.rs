@@ -43,12 +43,13 @@ const TEST_SEED: u64 = 0x7E57_0000_0715_1000;
 
 /// The study's lineup: no encoding, the 2-D encodings of vision Transformers, M-RoPE with
 /// its time fixed, and 1-D RoPE over the patches in raster order, the naive baseline.
-pub const LINEUP: [&str; 7] = [
+pub const LINEUP: [&str; 8] = [
     "none",
     "sinusoidal-2d",
     "learned-2d",
     "rope-2d",
     "rope-mixed",
+    "liere",
     "mrope",
     "rope",
 ];
