@@ -13,7 +13,7 @@ log=$(mktemp)
 pid=$!
 trap 'kill $pid 2>/dev/null; rm -f "$log"' EXIT
 for _ in $(seq 100); do grep -q http "$log" && break; sleep 0.1; done
-url=$(grep -o 'http://[^ ]*' "$log")
+url=$(grep -o 'http://[^ ]*' "$log" | head -n 1)
 measured=$(node tests/browser/explorer.mjs "$url" "$out")
 printf '%s\n' "$measured" | python3 -c '
 import json, sys, os

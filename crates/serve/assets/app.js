@@ -397,11 +397,14 @@ function drawGrid(pane) {
 function drawLayout(pane, layout) {
   const first = layout.segment.indexOf("image");
   const last = layout.segment.lastIndexOf("image");
-  chart($(".layout", pane)).setOption({
+  const element = $(".layout", pane);
+  const width = Math.max(200, (element.clientWidth || 600) - 60);
+  chart(element).setOption({
     animation: false,
-    title: { text: layout.title, textStyle: { fontSize: 12, width: 560, overflow: "break" }, left: "center" },
+    title: { text: layout.title, textStyle: { fontSize: 12, width, overflow: "break" }, left: "center" },
     tooltip: { trigger: "axis" },
-    legend: { top: 44, left: 10 },
+    // On the right, clear of the image's label over its span.
+    legend: { top: 44, right: 40 },
     grid: { left: 50, right: 30, top: 76, bottom: 46 },
     xAxis: { type: "value", name: "token", nameLocation: "center", nameGap: 28, min: 0, max: layout.coords.length - 1 },
     yAxis: { type: "value", name: "position", minInterval: 1 },
