@@ -20,8 +20,8 @@ mkdir -p "$out"
   grep -q avx512f /proc/cpuinfo && echo "Flags: (avx512f present)"
   grep -q avx512_vnni /proc/cpuinfo && echo "Flags: (avx512_vnni present)"
   echo "llama.cpp: llama-cpp-python's vendored sources, built by scripts/build_llama_cpp.sh:"
-  grep -E '^version=' scripts/build_llama_cpp.sh
-  sed -n '/^cmake -S/,/BUILD_SHARED_LIBS/p' scripts/build_llama_cpp.sh
+  cat "${POSENC_CACHE:-.cache}/llama.cpp/build.txt" 2>/dev/null \
+    || echo "(no build.txt: built before the script recorded its build)"
 } > "$out/machine.txt"
 for i in 1 2 3; do
   log=$out/generate-$i.txt

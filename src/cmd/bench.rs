@@ -52,6 +52,19 @@ pub enum BenchCommand {
         #[arg(long, default_value = "cpu")]
         device: super::DeviceArg,
     },
+    /// This machine's limits: the memory read bandwidth of its threads together (each
+    /// summing 256 MB of its own in wide vectors) and their f32 FMA peak (independent
+    /// chains of fused multiply-adds in registers, at the widest vector width the CPU
+    /// has), best of three passes each. `train` and `generate` measure them too and print
+    /// each speed as a fraction of them.
+    #[command(
+        after_help = "Examples:\n  posenc bench limits\n  posenc bench limits --format json"
+    )]
+    Limits {
+        /// Output format (json: one tidy record a limit).
+        #[arg(long, value_enum, default_value_t = super::Format::Text)]
+        format: super::Format,
+    },
     /// A GGUF model generating, quantized or `--f32` (default: SmolLM2-135M-Instruct Q4_1, fetched by
     /// scripts/fetch_smollm2.sh): prefill tokens/s at each prompt length, decode tokens/s
     /// after each depth of cache, time to first token and peak memory, ours against llama.cpp's `llama-bench` and
@@ -102,6 +115,26 @@ impl BenchCommand {
     /// Runs the benchmark.
     pub fn run(self, out: &mut impl Write) -> Result<()> {
         match self {
+            BenchCommand::Limits { format } => {
+                let threads = candle_core::utils::get_num_threads();
+                let m = posenc_bench::limits::Machine::measure(threads);
+                match format {
+                    super::Format::Json => {
+                        let record =
+                            |limit: &str, unit: &str, l: &posenc_kernels::machine::Limit| {
+                                serde_json::json!({"limit": limit, "unit": unit, "value": l.per_second,
+                                "threads": l.threads, "level": l.level})
+                            };
+                        let records = [
+                            record("memory read bandwidth", "bytes/s", &m.bandwidth),
+                            record("f32 FMA peak", "flops/s", &m.peak),
+                        ];
+                        writeln!(out, "{}", serde_json::to_string_pretty(&records)?)?;
+                    }
+                    super::Format::Text => m.report(out)?,
+                }
+                Ok(())
+            }
             BenchCommand::Embed {
                 model,
                 rounds,

@@ -416,29 +416,57 @@ pub fn generate(cfg: GenerateBench, out: &mut impl Write) -> Result<()> {
         }
     }
 
+    // This machine's limits, on the CPU: the rate each measure could reach at most.
+    let machine = on_cpu.then(|| crate::limits::Machine::measure(threads));
+    if let Some(m) = &machine {
+        writeln!(out, "{}", m.describe())?;
+    }
+    let config = &llama.config;
+    let weight_bytes = std::fs::metadata(&cfg.model).map_or(0.0, |m| m.len() as f64);
+    let per_value = llama.model.cache_type().bytes_per_value();
+    let prefill_limit = |n: usize| {
+        machine
+            .as_ref()
+            .map(|m| n as f64 * m.peak.per_second / crate::limits::llama_prefill_flops(config, n))
+    };
+    let decode_limit = |depth: usize| {
+        machine.as_ref().map(|m| {
+            let cached = depth as f64 + cfg.decode as f64 / 2.0;
+            m.bandwidth.per_second
+                / crate::limits::llama_decode_bytes(config, weight_bytes, cached, per_value)
+        })
+    };
     writeln!(
         out,
-        "| measure | posenc | llama.cpp | speed, median of the rounds' ratios | speed, ratio of the medians |\n|---|---:|---:|---:|---:|"
+        "| measure | posenc | llama.cpp | speed, median of the rounds' ratios | speed, ratio of the medians | limit | posenc, of the limit | llama.cpp, of the limit |\n|---|---:|---:|---:|---:|---:|---:|---:|"
     )?;
-    let mut row = |name: String, a: Vec<f64>, b: Vec<f64>, unit: &str, higher: bool| {
-        // As speed (> 1: we are faster).
-        let speedup = match higher {
-            true => crate::Speedup::of_rates(&a, &b),
-            false => crate::Speedup::of_times(&a, &b),
+    let mut row =
+        |name: String, a: Vec<f64>, b: Vec<f64>, unit: &str, higher: bool, limit: Option<f64>| {
+            // As speed (> 1: we are faster).
+            let speedup = match higher {
+                true => crate::Speedup::of_rates(&a, &b),
+                false => crate::Speedup::of_times(&a, &b),
+            };
+            let b = (!b.is_empty()).then(|| median(b));
+            let a = median(a);
+            // Seconds to the hundredth, rates to the tenth.
+            let digits = if unit == "s" { 2 } else { 1 };
+            let times = |r: Option<f64>| r.map_or("–".into(), |r| format!("{r:.2}×"));
+            let of = |r: Option<f64>| match (r, limit) {
+                (Some(r), Some(l)) if l > 0.0 => format!("{:.2}", r / l),
+                _ => "–".into(),
+            };
+            writeln!(
+                out,
+                "| {name} | {a:.digits$} {unit} | {} | {} | {} | {} | {} | {} |",
+                b.map_or("–".into(), |b| format!("{b:.digits$} {unit}")),
+                times(speedup.map(|s| s.per_round)),
+                times(speedup.map(|s| s.of_medians)),
+                limit.map_or("–".into(), |l| format!("{l:.0} {unit}")),
+                of(Some(a)),
+                of(b),
+            )
         };
-        let b = (!b.is_empty()).then(|| median(b));
-        // Seconds to the hundredth, rates to the tenth.
-        let digits = if unit == "s" { 2 } else { 1 };
-        let times = |r: Option<f64>| r.map_or("–".into(), |r| format!("{r:.2}×"));
-        writeln!(
-            out,
-            "| {name} | {:.digits$} {unit} | {} | {} | {} |",
-            median(a),
-            b.map_or("–".into(), |b| format!("{b:.digits$} {unit}")),
-            times(speedup.map(|s| s.per_round)),
-            times(speedup.map(|s| s.of_medians)),
-        )
-    };
     for (i, n) in cfg.prompts.iter().enumerate() {
         row(
             format!("prefill, {n}-token prompt"),
@@ -446,6 +474,7 @@ pub fn generate(cfg: GenerateBench, out: &mut impl Write) -> Result<()> {
             theirs.iter().map(|r| r.prefill[i]).collect(),
             "tokens/s",
             true,
+            prefill_limit(*n),
         )?;
     }
     for (i, depth) in cfg.depths.iter().enumerate() {
@@ -459,6 +488,7 @@ pub fn generate(cfg: GenerateBench, out: &mut impl Write) -> Result<()> {
             theirs.iter().map(|r| r.decode[i]).collect(),
             "tokens/s",
             true,
+            decode_limit(*depth),
         )?;
     }
     row(
@@ -467,11 +497,12 @@ pub fn generate(cfg: GenerateBench, out: &mut impl Write) -> Result<()> {
         ttft_theirs,
         "s",
         false,
+        None,
     )?;
     let mb = |m: Option<f64>| m.map_or("?".into(), |m| format!("{m:.0} MB"));
     writeln!(
         out,
-        "| peak resident memory | {} | {} | | |",
+        "| peak resident memory | {} | {} | | | | | |",
         mb(our_peak),
         if bench.is_some() {
             mb(llama_peak)
@@ -483,6 +514,14 @@ pub fn generate(cfg: GenerateBench, out: &mut impl Write) -> Result<()> {
         out,
         "\nspeed > 1: posenc is faster; the median of the rounds' ratios is the figure to quote (noise that hits both sides of a round cancels in it), the ratio of the medians what the two columns give; memory is the largest peak of one round (each of llama-bench's is a process; ours hold the model loaded once and give back what the round before freed)"
     )?;
+    if machine.is_some() {
+        writeln!(
+            out,
+            "limit: prefill, the FMA peak over the flops of the prompt's matrix products and causal attention (two a multiply-add); decode, the read bandwidth over the bytes a step reads, the file's {:.0} MB of weights and the cache's keys and values at the run's mean depth ({} bytes a value, as ours keeps them)",
+            weight_bytes / 1e6,
+            per_value
+        )?;
+    }
     if !llama_settings.is_empty() {
         writeln!(out, "{llama_settings}")?;
     }

@@ -10,6 +10,9 @@
 //! | [`embed`] | all-MiniLM-L6-v2 sentence embeddings | transformers' `BertModel` (`scripts/bench_embed_torch.py`) |
 //! | [`generate`] | a GGUF model's prefill, decode and time to first token | llama.cpp's `llama-bench` |
 //!
+//! Each also measures the machine's own limits in the same invocation ([`limits`]: the
+//! memory bandwidth and the f32 FMA peak) and prints each speed as a fraction of them.
+//!
 //! Every benchmark of the workspace lives in `benches/`, built only by
 //! `cargo bench -p posenc-bench` (never by `cargo test`, nor are their dependencies, criterion
 //! and candle-transformers): `embed` and `llama` against candle-transformers' models;
@@ -29,6 +32,7 @@ use std::path::PathBuf;
 
 pub mod embed;
 pub mod generate;
+pub mod limits;
 mod torch;
 pub mod train;
 

@@ -98,6 +98,7 @@ pub fn train(
                 v.version, v.device, v.threads
             );
             row(out, &name, &StepTiming::median(&theirs)?)?;
+
             let ratio = |f: fn(&StepTiming) -> f64| {
                 let (a, b): (Vec<f64>, Vec<f64>) =
                     mine.iter().zip(&theirs).map(|(a, b)| (f(a), f(b))).unzip();
@@ -109,6 +110,33 @@ pub fn train(
                 ratio(|t| t.total_ms),
                 ratio(|t| t.forward_ms),
                 ratio(|t| t.backward_ms)
+            )?;
+        }
+    }
+    // The step's flops, counted from its shapes, against this machine's FMA peak (on the
+    // CPU: a GPU's limits are not these).
+    let machine = device
+        .is_cpu()
+        .then(|| crate::limits::Machine::measure(candle_core::utils::get_num_threads()));
+    let flops = crate::limits::transformer_step_flops(&cfg, batch, len);
+    let of_peak = |ms: f64| {
+        machine
+            .as_ref()
+            .map_or(f64::NAN, |m| flops / (ms / 1e3) / m.peak.per_second)
+    };
+    if let Some(machine) = &machine {
+        writeln!(out, "\n{}", machine.describe())?;
+        writeln!(
+            out,
+            "reference step: {:.2} GFLOP counted from its shapes; ours runs at {:.2} of the FMA peak",
+            flops / 1e9,
+            of_peak(StepTiming::median(&mine)?.total_ms)
+        )?;
+        if !theirs.is_empty() {
+            writeln!(
+                out,
+                "PyTorch's reference step runs at {:.2} of the FMA peak",
+                of_peak(StepTiming::median(&theirs)?.total_ms)
             )?;
         }
     }

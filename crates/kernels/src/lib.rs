@@ -38,6 +38,7 @@ mod gelu;
 pub mod kv_blocks;
 mod layer_norm;
 mod linear;
+pub mod machine;
 mod matmul;
 mod packed_attention;
 pub mod process;

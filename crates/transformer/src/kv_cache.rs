@@ -125,6 +125,17 @@ enum Form {
 const TURN: usize = 64;
 
 impl KvType {
+    /// The bytes one cached value takes: 4, 2, or a quantized block's bytes over its 32
+    /// values (what a decode step reads of the cache per value).
+    pub fn bytes_per_value(self) -> f64 {
+        match self {
+            Self::F32 => 4.0,
+            Self::F16 => 2.0,
+            Self::Q8_0 | Self::Q8_0Hadamard => 34.0 / 32.0,
+            Self::Q4_0 | Self::Q4_0Hadamard => 18.0 / 32.0,
+        }
+    }
+
     fn form(self) -> Form {
         match self {
             Self::F32 => Form::Values(DType::F32),
