@@ -5,7 +5,7 @@
 //! - [`read_bandwidth`]: each thread sums a buffer of its own, far larger than the caches,
 //!   in wide vectors; bytes read over the slowest thread's time, best of several passes.
 //! - [`fma_peak`]: each thread runs independent chains of fused multiply-adds held in
-//!   registers, at the widest vector width the CPU has ([`crate::simd`]'s level); two
+//!   registers, at the widest vector width the CPU has (AVX-512, else AVX2 with FMA, detected at run time); two
 //!   flops an FMA per lane over the slowest thread's time, best of several passes.
 //!
 //! Both run their threads at once, so a figure is the cores' together, as a decode or a
@@ -125,7 +125,7 @@ fn fma_chains<const W: usize>(rounds: u64, fused: bool) -> f32 {
 }
 
 /// The f32 multiply-add throughput `threads` threads reach together, at the widest
-/// vector width the CPU has: `rounds` rounds of [`CHAINS`] independent FMA chains each,
+/// vector width the CPU has: `rounds` rounds of ten independent FMA chains each,
 /// `passes` times; two flops per lane per FMA, over the best pass's slowest thread.
 /// Without FMA (a CPU below AVX2), a multiply and an add, the same two flops.
 pub fn fma_peak(threads: usize, rounds: u64, passes: usize) -> Limit {

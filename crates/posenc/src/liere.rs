@@ -204,7 +204,7 @@ impl Liere {
     /// The rotations of the `len` tokens `at`, `(heads, len, blocks, g, g)` f64.
     ///
     /// # Errors
-    /// As [`Liere::positions`]; rotations past [`MAX_ROTATION_BYTES`] (too many tokens for
+    /// As [`Liere::positions`]; rotations past 1 GiB (too many tokens for
     /// the blocks' width).
     pub fn rotations(&self, at: Positions, len: usize) -> Result<Tensor> {
         let (g, blocks, axes) = (self.block, self.blocks(), self.grid.len());
