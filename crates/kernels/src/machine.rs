@@ -45,6 +45,43 @@ fn read_sum(x: &[f32]) -> f32 {
     acc.iter().sum()
 }
 
+/// `threads` threads at once, each making its work with `setup(thread)` (its own buffer,
+/// first touched by it) and running it once untimed, then `passes` timed times: the best
+/// pass's time, a pass taking as long as its slowest thread.
+fn best_pass<W: FnMut()>(threads: usize, passes: usize, setup: impl Fn(usize) -> W + Sync) -> f64 {
+    let passes = passes.max(1);
+    let times: Vec<Vec<f64>> = std::thread::scope(|scope| {
+        let setup = &setup;
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                scope.spawn(move || {
+                    let mut work = setup(t);
+                    work();
+                    (0..passes)
+                        .map(|_| {
+                            let start = Instant::now();
+                            work();
+                            start.elapsed().as_secs_f64()
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().unwrap_or_default())
+            .collect()
+    });
+    (0..passes)
+        .map(|p| {
+            times
+                .iter()
+                .map(|t| t.get(p).copied().unwrap_or(0.0))
+                .fold(0.0, f64::max)
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
 /// The memory bandwidth `threads` threads read at together: each sums `bytes_per_thread`
 /// of its own (first touched by it, so it lies near its core), `passes` times; the best
 /// pass's bytes over its slowest thread's time.
@@ -54,36 +91,11 @@ fn read_sum(x: &[f32]) -> f32 {
 pub fn read_bandwidth(threads: usize, bytes_per_thread: usize, passes: usize) -> Limit {
     let threads = threads.max(1);
     let n = bytes_per_thread / 4 / READ_LANES * READ_LANES;
-    let seconds = std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..threads)
-            .map(|t| {
-                scope.spawn(move || {
-                    let buf: Vec<f32> = (0..n).map(|i| ((i + t) % 7) as f32).collect();
-                    // One pass to bring it in; then the timed ones.
-                    black_box(crate::simd::vectorized(|| read_sum(&buf)));
-                    (0..passes.max(1))
-                        .map(|_| {
-                            let start = Instant::now();
-                            black_box(crate::simd::vectorized(|| read_sum(black_box(&buf))));
-                            start.elapsed().as_secs_f64()
-                        })
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        let times: Vec<Vec<f64>> = workers
-            .into_iter()
-            .map(|w| w.join().unwrap_or_default())
-            .collect();
-        // Pass p's time is its slowest thread's; the best pass is the fastest of those.
-        (0..passes.max(1))
-            .map(|p| {
-                times
-                    .iter()
-                    .map(|t| t.get(p).copied().unwrap_or(0.0))
-                    .fold(0.0, f64::max)
-            })
-            .fold(f64::INFINITY, f64::min)
+    let seconds = best_pass(threads, passes, |t| {
+        let buf: Vec<f32> = (0..n).map(|i| ((i + t) % 7) as f32).collect();
+        move || {
+            black_box(crate::simd::vectorized(|| read_sum(black_box(&buf))));
+        }
     });
     let bytes = (n * 4 * threads) as f64;
     Limit {
@@ -145,33 +157,10 @@ pub fn fma_peak(threads: usize, rounds: u64, passes: usize) -> Limit {
             Level::Baseline => fma_chains::<4>(rounds, false),
         }
     };
-    let seconds = std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                scope.spawn(move || {
-                    black_box(run());
-                    (0..passes.max(1))
-                        .map(|_| {
-                            let start = Instant::now();
-                            black_box(run());
-                            start.elapsed().as_secs_f64()
-                        })
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        let times: Vec<Vec<f64>> = workers
-            .into_iter()
-            .map(|w| w.join().unwrap_or_default())
-            .collect();
-        (0..passes.max(1))
-            .map(|p| {
-                times
-                    .iter()
-                    .map(|t| t.get(p).copied().unwrap_or(0.0))
-                    .fold(0.0, f64::max)
-            })
-            .fold(f64::INFINITY, f64::min)
+    let seconds = best_pass(threads, passes, |_| {
+        move || {
+            black_box(run());
+        }
     });
     let flops = 2.0 * (rounds as f64) * (CHAINS * lanes * threads) as f64;
     Limit {

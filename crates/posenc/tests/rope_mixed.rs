@@ -7,23 +7,7 @@ use candle_nn::{VarBuilder, VarMap};
 use posenc::{Direction, EncodingConfig, PositionalEncoding, Positions, RotateContext, Target};
 use serde_json::Value;
 
-use posenc_testkit::max_gap as largest_gap;
-
-fn flat(v: &Value) -> Vec<f32> {
-    fn walk(v: &Value, out: &mut Vec<f32>) {
-        match v {
-            Value::Array(items) => items.iter().for_each(|i| walk(i, out)),
-            other => out.push(other.as_f64().unwrap() as f32),
-        }
-    }
-    let mut out = Vec::new();
-    walk(v, &mut out);
-    out
-}
-
-fn values(t: &Tensor) -> Vec<f32> {
-    t.flatten_all().unwrap().to_vec1::<f32>().unwrap()
-}
+use posenc_testkit::{json_values as flat, max_gap as largest_gap, values};
 
 /// `rope-mixed` for `heads` heads of `head_dim`, with its variables.
 fn built(

@@ -168,3 +168,29 @@ pub fn python_client(dir: &str, test: &str) -> Option<std::path::PathBuf> {
         ),
     }
 }
+
+/// Every number of a JSON value, nested arrays read in order, as f32: a fixture's tensor.
+///
+/// # Panics
+/// On a value that is neither a number nor an array of them (a test's bad fixture).
+pub fn json_values(v: &serde_json::Value) -> Vec<f32> {
+    fn walk(v: &serde_json::Value, out: &mut Vec<f32>) {
+        match v {
+            serde_json::Value::Array(items) => items.iter().for_each(|i| walk(i, out)),
+            other => out.push(other.as_f64().expect("a number") as f32),
+        }
+    }
+    let mut out = Vec::new();
+    walk(v, &mut out);
+    out
+}
+
+/// A tensor's values, flattened, as f32.
+///
+/// # Panics
+/// On a tensor that is not f32 (a test's mistake).
+pub fn values(t: &Tensor) -> Vec<f32> {
+    t.flatten_all()
+        .and_then(|t| t.to_vec1::<f32>())
+        .expect("an f32 tensor")
+}
