@@ -28,7 +28,8 @@ through `naive_path_attn` (float64 inputs, float32 inside).
     .venv/bin/pip install -r scripts/requirements-path.txt
     .venv/bin/python scripts/make_path_fixtures.py [OUT]
 
-OUT defaults to crates/transformer/tests/fixtures/path.safetensors.
+OUT defaults to crates/posenc/tests/fixtures/path.safetensors, which
+crates/posenc/tests/householder.rs reads.
 """
 import importlib.util
 import os
@@ -42,7 +43,7 @@ LENGTHS = (1, 63, 64, 150)
 TOL = 2e-6  # naive_path_attn's float32 against the formula's float64
 EXACT = 1e-9  # float64 against float64
 OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
-    os.path.dirname(__file__), "..", "crates", "transformer", "tests", "fixtures",
+    os.path.dirname(__file__), "..", "crates", "posenc", "tests", "fixtures",
     "path.safetensors")
 
 

@@ -92,6 +92,7 @@ pub mod fire;
 pub mod fox;
 pub mod hf;
 pub mod hope;
+pub mod householder;
 pub mod kerple;
 pub mod layers;
 pub mod learned;

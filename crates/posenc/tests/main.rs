@@ -10,6 +10,7 @@ mod decay;
 mod errors;
 mod gradients;
 mod hf_config;
+mod householder;
 mod learned_2d;
 mod liere;
 mod mrope;

@@ -1,0 +1,235 @@
+//! Keys turned along the sequence by accumulated Householder-like transforms: PaTH's
+//! scores (Yang et al., NeurIPS 2025; fla's `naive_path_attn`).
+//!
+//! Each token `t` carries a transform per key head, read from the data,
+//! `H_t = I − β_t w_t w_tᵀ` (`‖w_t‖ = 1`, `β_t ∈ [0, 2]`), and a query sees a key through
+//! every transform between them, its own included and the key's not:
+//!
+//! ```text
+//! S_ij = q_iᵀ H_i H_(i−1) ⋯ H_(j+1) k_j          (j ≤ i)
+//! ```
+//!
+//! No per-position factor gives this product (a transform of `β = 1` is not invertible), so
+//! the scores are formed here, chunk by chunk, against a **frame**: the earlier keys turned
+//! by every transform so far, so that a query turned back to its chunk's start scores
+//! against them with one product. A key/value cache keeps that frame, and turning it by a
+//! new chunk is a product of rank `chunk` (a rank-one update for one token, as fla decodes).
+//! The whole forward is the same algorithm from an empty frame.
+//!
+//! Within a chunk of `m` tokens, the UT transform (the paper's §3):
+//!
+//! ```text
+//! A    = strict_lower(βw · wᵀ)          T = (I + A)⁻¹ = Π_k (I + (−A)^(2^k))
+//! S    = tril(q kᵀ) − tril(q wᵀ) · T · strict_lower(βw · kᵀ)      the chunk's own scores
+//! q̃    = q − tril(q wᵀ) · T · βw                                  queries turned to its start
+//! k̂    = k − (T · strict_lower(βw · kᵀ))ᵀ · w                     keys turned to its end
+//! F    ← F − (F · (T · βw)ᵀ) · w,  then F ← [F; k̂]                 the frame turned, extended
+//! ```
+//!
+//! Every step is a product, a sum or a mask, so candle's autograd gives the gradient.
+
+use candle_core::{DType, Device, Tensor, D};
+
+use crate::{Error, Result};
+
+/// The transforms `H_t = I − β_t w_t w_tᵀ` of a run of tokens, per key head.
+#[derive(Debug, Clone)]
+pub struct Householders {
+    /// `(batch, kv_heads, len, head_dim)`, f32, each row of unit length.
+    w: Tensor,
+    /// `(batch, kv_heads, len)`, f32, in `[0, 2]`.
+    beta: Tensor,
+}
+
+/// The name these errors give.
+const KIND: &str = "path";
+
+impl Householders {
+    /// The transforms of directions `w (batch, kv_heads, len, head_dim)` and strengths
+    /// `beta (batch, kv_heads, len)`, in f32.
+    ///
+    /// # Errors
+    /// Shapes that do not match; a `β` outside `[0, 2]` (PaTH's `2·σ(·)` never leaves it:
+    /// past it a transform stretches the keys instead of reflecting them) or not finite.
+    pub fn new(w: &Tensor, beta: &Tensor) -> Result<Self> {
+        let (b, h, n, _) = w.dims4()?;
+        if beta.dims() != [b, h, n] {
+            return Err(Error::Shape {
+                kind: KIND,
+                msg: format!(
+                    "β {:?} must be (batch, kv_heads, len) of w {:?}",
+                    beta.dims(),
+                    w.dims()
+                ),
+            });
+        }
+        let beta = beta.to_dtype(DType::F32)?;
+        let values = beta.flatten_all()?.to_vec1::<f32>()?;
+        if let Some(bad) = values.iter().find(|b| !(0.0..=2.0).contains(*b)) {
+            return Err(Error::Config(format!(
+                "`{KIND}` needs every β in [0, 2] (I − βwwᵀ of a unit w), got {bad}"
+            )));
+        }
+        Ok(Self {
+            w: w.to_dtype(DType::F32)?.contiguous()?,
+            beta: beta.contiguous()?,
+        })
+    }
+
+    /// How many tokens' transforms.
+    pub fn len(&self) -> usize {
+        self.w.dim(2).unwrap_or(0)
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The unscaled scores of queries `q (batch, heads, len, head_dim)` against the keys
+    /// of `frame (batch, kv_heads, cached, head_dim)` (the earlier keys, turned by every
+    /// transform before these tokens; `None` for none) then against these tokens' own keys
+    /// `k (batch, kv_heads, len, head_dim)`, and the frame after them, `(batch, kv_heads,
+    /// cached + len, head_dim)`.
+    ///
+    /// The scores are `(batch, heads, len, cached + len)`; a query's scores on keys after
+    /// it are 0, for the causal mask to hide. Query heads are grouped over key heads as
+    /// grouped-query attention shares them, `heads / kv_heads` a key head, in order.
+    ///
+    /// # Errors
+    /// Shapes that do not fit the transforms or one another; a chunk of 0.
+    pub fn scores(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        frame: Option<&Tensor>,
+        chunk: usize,
+    ) -> Result<(Tensor, Tensor)> {
+        let (b, kv, n, d) = self.w.dims4()?;
+        let (qb, heads, qn, qd) = q.dims4()?;
+        if chunk == 0 {
+            return Err(Error::Zero {
+                kind: KIND,
+                what: "chunk",
+            });
+        }
+        if k.dims() != [b, kv, n, d] || (qb, qn, qd) != (b, n, d) || heads % kv != 0 {
+            return Err(Error::Shape {
+                kind: KIND,
+                msg: format!(
+                    "queries {:?} and keys {:?} must be (batch, heads, len, head_dim) and \
+                     (batch, kv_heads, len, head_dim) of the transforms' {:?}, heads a \
+                     multiple of kv_heads",
+                    q.dims(),
+                    k.dims(),
+                    self.w.dims()
+                ),
+            });
+        }
+        let group = heads / kv;
+        let q = q.to_dtype(DType::F32)?.contiguous()?;
+        let k = k.to_dtype(DType::F32)?.contiguous()?;
+        let cached = frame.map_or(Ok(0), |f| f.dim(2))?;
+        let width = cached + n;
+        let mut frame = match frame {
+            Some(f) => f.to_dtype(DType::F32)?.contiguous()?,
+            None => Tensor::zeros((b, kv, 0, d), DType::F32, q.device())?,
+        };
+        let mut rows = Vec::with_capacity(n.div_ceil(chunk));
+        let mut start = 0;
+        while start < n {
+            let m = chunk.min(n - start);
+            let w = self.w.narrow(2, start, m)?;
+            let wb = w.broadcast_mul(&self.beta.narrow(2, start, m)?.unsqueeze(3)?)?;
+            let kc = k.narrow(2, start, m)?;
+            // The query heads that share a key head, stacked as rows: `(b, kv, g·m, d)`.
+            let qc = q.narrow(2, start, m)?.reshape((b, kv, group * m, d))?;
+            let device = q.device();
+            let strict = lower(m, false, device)?;
+            let with_diagonal = lower(m, true, device)?;
+            // `x (b, kv, g·m, m)` under a `(m, m)` mask in each query head's block.
+            let masked = |x: Tensor, mask: &Tensor| -> Result<Tensor> {
+                let x = x.reshape((b, kv, group, m, m))?.broadcast_mul(mask)?;
+                Ok(x.reshape((b, kv, group * m, m))?)
+            };
+            let a = wb.matmul(&w.t()?)?.broadcast_mul(&strict)?;
+            let t = unit_lower_inverse(&a, m)?;
+            let twbk = t.matmul(&wb.matmul(&kc.t()?)?.broadcast_mul(&strict)?)?;
+            let twb = t.matmul(&wb)?;
+            let qw = masked(qc.matmul(&w.t()?)?, &with_diagonal)?;
+            let own = masked(qc.matmul(&kc.t()?)?, &with_diagonal)?.sub(&qw.matmul(&twbk)?)?;
+            let turned_q = qc.sub(&qw.matmul(&twb)?)?;
+            let k_hat = kc.sub(&twbk.t()?.matmul(&w)?)?;
+            let seen = frame.dim(2)?;
+            let mut row = vec![];
+            if seen > 0 {
+                row.push(turned_q.matmul(&frame.t()?)?);
+            }
+            row.push(own);
+            let row = Tensor::cat(&row, D::Minus1)?;
+            let row = row.pad_with_zeros(D::Minus1, 0, width - seen - m)?;
+            rows.push(row.reshape((b, heads, m, width))?);
+            if seen > 0 {
+                let turned = frame.matmul(&twb.t()?)?.matmul(&w)?;
+                frame = frame.sub(&turned)?;
+            }
+            frame = Tensor::cat(&[&frame, &k_hat], 2)?;
+            start += m;
+        }
+        let scores = match rows.len() {
+            0 => Tensor::zeros((b, heads, 0, width), DType::F32, q.device())?,
+            _ => Tensor::cat(&rows, 2)?,
+        };
+        Ok((scores, frame))
+    }
+}
+
+/// `(m, m)` ones on and below the diagonal (`diagonal`) or strictly below it, f32.
+fn lower(m: usize, diagonal: bool, device: &Device) -> Result<Tensor> {
+    let values: Vec<f32> = (0..m * m)
+        .map(|i| {
+            let (r, c) = (i / m, i % m);
+            f32::from(u8::from(c < r || (diagonal && c == r)))
+        })
+        .collect();
+    Ok(Tensor::from_vec(values, (m, m), device)?)
+}
+
+/// `(I + A)⁻¹` of strictly lower-triangular `a (…, m, m)`, by halves:
+///
+/// ```text
+/// [I + A₁₁, 0; A₂₁, I + A₂₂]⁻¹ = [T₁, 0; −T₂ A₂₁ T₁, T₂]
+/// ```
+///
+/// down to blocks of [`SERIES`], each `Σ_(p<m) (−A)^p = Π_k (I + (−A)^(2^k))` (`A^m = 0`).
+/// The series alone would do at any size in exact arithmetic, but its terms grow
+/// combinatorially with `m` and cancel: at 150 tokens f32 loses every digit.
+fn unit_lower_inverse(a: &Tensor, m: usize) -> Result<Tensor> {
+    if m > SERIES {
+        let h = m / 2;
+        let rank = a.rank();
+        let block = |rows: (usize, usize), cols: (usize, usize)| -> Result<Tensor> {
+            Ok(a.narrow(rank - 2, rows.0, rows.1)?
+                .narrow(rank - 1, cols.0, cols.1)?)
+        };
+        let t1 = unit_lower_inverse(&block((0, h), (0, h))?, h)?;
+        let t2 = unit_lower_inverse(&block((h, m - h), (h, m - h))?, m - h)?;
+        let t21 = t2.matmul(&block((h, m - h), (0, h))?)?.matmul(&t1)?.neg()?;
+        let top = t1.pad_with_zeros(rank - 1, 0, m - h)?;
+        let bottom = Tensor::cat(&[&t21, &t2], rank - 1)?;
+        return Ok(Tensor::cat(&[&top, &bottom], rank - 2)?);
+    }
+    let eye = Tensor::eye(m, DType::F32, a.device())?;
+    let mut power = a.neg()?;
+    let mut inverse = power.broadcast_add(&eye)?;
+    let mut reach = 1;
+    while 2 * reach < m {
+        power = power.matmul(&power)?;
+        inverse = (&inverse + inverse.matmul(&power)?)?;
+        reach *= 2;
+    }
+    Ok(inverse)
+}
+
+/// The largest block [`unit_lower_inverse`] inverts by its series.
+const SERIES: usize = 8;
