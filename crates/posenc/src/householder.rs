@@ -28,7 +28,7 @@
 //!
 //! Every step is a product, a sum or a mask, so candle's autograd gives the gradient.
 
-use candle_core::{DType, Device, Tensor, D};
+use candle_core::{DType, Tensor, D};
 
 use crate::{Error, Result};
 
@@ -64,8 +64,18 @@ impl Householders {
             });
         }
         let beta = beta.to_dtype(DType::F32)?;
-        let values = beta.flatten_all()?.to_vec1::<f32>()?;
-        if let Some(bad) = values.iter().find(|b| !(0.0..=2.0).contains(*b)) {
+        let flat = beta.flatten_all()?;
+        // The least, the most, and the sum, which a NaN makes NaN where a minimum may skip it.
+        let (least, most, total) = match flat.dim(0)? {
+            0 => (0.0, 0.0, 0.0),
+            _ => (
+                flat.min(0)?.to_scalar::<f32>()?,
+                flat.max(0)?.to_scalar::<f32>()?,
+                flat.sum_all()?.to_scalar::<f32>()?,
+            ),
+        };
+        let bad = [least, most].into_iter().find(|b| !(0.0..=2.0).contains(b));
+        if let Some(bad) = bad.or(total.is_nan().then_some(f32::NAN)) {
             return Err(Error::Config(format!(
                 "`{KIND}` needs every β in [0, 2] (I − βwwᵀ of a unit w), got {bad}"
             )));
@@ -74,16 +84,6 @@ impl Householders {
             w: w.to_dtype(DType::F32)?.contiguous()?,
             beta: beta.contiguous()?,
         })
-    }
-
-    /// How many tokens' transforms.
-    pub fn len(&self) -> usize {
-        self.w.dim(2).unwrap_or(0)
-    }
-
-    /// Whether there are none.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// The unscaled scores of queries `q (batch, heads, len, head_dim)` against the keys
@@ -145,8 +145,8 @@ impl Householders {
             // The query heads that share a key head, stacked as rows: `(b, kv, g·m, d)`.
             let qc = q.narrow(2, start, m)?.reshape((b, kv, group * m, d))?;
             let device = q.device();
-            let strict = lower(m, false, device)?;
-            let with_diagonal = lower(m, true, device)?;
+            let with_diagonal = Tensor::tril2(m, DType::F32, device)?;
+            let strict = (&with_diagonal - Tensor::eye(m, DType::F32, device)?)?;
             // `x (b, kv, g·m, m)` under a `(m, m)` mask in each query head's block.
             let masked = |x: Tensor, mask: &Tensor| -> Result<Tensor> {
                 let x = x.reshape((b, kv, group, m, m))?.broadcast_mul(mask)?;
@@ -182,17 +182,6 @@ impl Householders {
         };
         Ok((scores, frame))
     }
-}
-
-/// `(m, m)` ones on and below the diagonal (`diagonal`) or strictly below it, f32.
-fn lower(m: usize, diagonal: bool, device: &Device) -> Result<Tensor> {
-    let values: Vec<f32> = (0..m * m)
-        .map(|i| {
-            let (r, c) = (i / m, i % m);
-            f32::from(u8::from(c < r || (diagonal && c == r)))
-        })
-        .collect();
-    Ok(Tensor::from_vec(values, (m, m), device)?)
 }
 
 /// `(I + A)⁻¹` of strictly lower-triangular `a (…, m, m)`, by halves:

@@ -167,6 +167,9 @@ fn a_beta_past_two_or_a_chunk_of_zero_is_refused_by_name() {
     let beta = Tensor::new(&[[[0.5f32, 2.5]]], &Device::Cpu).unwrap();
     let e = Householders::new(&w, &beta).unwrap_err().to_string();
     assert!(e.contains("β in [0, 2]") && e.contains("2.5"), "{e}");
+    let beta = Tensor::new(&[[[0.5f32, f32::NAN]]], &Device::Cpu).unwrap();
+    let e = Householders::new(&w, &beta).unwrap_err().to_string();
+    assert!(e.contains("β in [0, 2]") && e.contains("NaN"), "{e}");
     let beta = Tensor::new(&[[[0.5f32, 1.5]]], &Device::Cpu).unwrap();
     let path = Householders::new(&w, &beta).unwrap();
     let e = path.scores(&w, &w, None, 0).unwrap_err().to_string();
