@@ -12,7 +12,7 @@ use std::sync::Arc;
 use candle_core::{DType, Device, Tensor, D};
 use candle_nn::ops::softmax_last_dim;
 use posenc::{
-    BiasContext, DecayContext, EmbedContext, EncodingConfig, PositionalEncoding, Positions,
+    BiasContext, EmbedContext, EncodingConfig, InputContext, PositionalEncoding, Positions,
     RotateContext, ScoreContext,
 };
 
@@ -41,7 +41,7 @@ fn attention(
     if let Some(bias) = encoding.bias(&BiasContext::square(n, at))? {
         logits = logits.broadcast_add(&bias)?;
     }
-    if let Some(decay) = encoding.decay(&DecayContext { input: x })? {
+    if let Some(decay) = encoding.read_input(&InputContext::new(x))?.decay {
         logits = (logits + decay.bias()?)?;
     }
     // The causal mask: keys after the query at the most negative f32 (never −∞: no NaN).

@@ -35,6 +35,10 @@ pub struct Target {
     /// The layers of the stack the encoding serves, when it is known: an encoding that
     /// learns weights per layer (FoX's gates) builds that many.
     pub layers: Option<usize>,
+    /// Key/value heads, each shared by `heads / kv_heads` query heads (grouped-query
+    /// attention), when there are fewer than `heads`: an encoding that reads a transform
+    /// per key head (PaTH's) builds that many. `None`: as many as `heads`.
+    pub kv_heads: Option<usize>,
 }
 
 impl Target {
@@ -49,7 +53,30 @@ impl Target {
             direction,
             context: None,
             layers: None,
+            kv_heads: None,
         })
+    }
+
+    /// The same target, for attention with `kv_heads` key/value heads.
+    ///
+    /// # Errors
+    /// A number of key/value heads that does not divide `heads`.
+    pub fn with_kv_heads(self, kv_heads: usize) -> Result<Self> {
+        if kv_heads == 0 || !self.heads.is_multiple_of(kv_heads) {
+            return Err(Error::Config(format!(
+                "kv_heads must divide heads = {}, got {kv_heads}",
+                self.heads
+            )));
+        }
+        Ok(Self {
+            kv_heads: Some(kv_heads),
+            ..self
+        })
+    }
+
+    /// Key/value heads: [`Target::kv_heads`], else `heads`.
+    pub fn key_heads(&self) -> usize {
+        self.kv_heads.unwrap_or(self.heads)
     }
 
     /// The same target, for a stack of `layers` layers.

@@ -9,7 +9,7 @@
 //! | [`embed`](PositionalEncoding::embed) | [`EmbedContext`]: positions, token ids | `x + PE` for the embeddings | sinusoidal, learned, Abacus |
 //! | [`rotate`](PositionalEncoding::rotate) | [`RotateContext`]: positions, query or key | turned queries or keys | RoPE, xPos, PoPE |
 //! | [`bias`](PositionalEncoding::bias) | [`BiasContext`]: query and key positions, token ids | a bias on the scores | ALiBi, T5, Kerple, FIRE, windows, coupling |
-//! | [`decay`](PositionalEncoding::decay) | [`DecayContext`]: the layer's input | log-gates summed between query and key | FoX |
+//! | [`read_input`](PositionalEncoding::read_input) | [`InputContext`]: the layer's input | log-gates summed between query and key; `I − βwwᵀ` per token, turning the keys along the way | FoX, PaTH |
 //! | [`score_bias`](PositionalEncoding::score_bias) | [`ScoreContext`]: queries, logits | a bias read from the scores | CoPE, SSMax |
 //!
 //! Every hook is the identity (or "no bias") by default. The model reads
@@ -34,6 +34,7 @@ use std::sync::Arc;
 use candle_core::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 
+use crate::householder::Householders;
 use crate::{Error, Result};
 
 /// Where the tokens of a sequence sit. Every sequence of a batch sits at the same positions.
@@ -325,15 +326,17 @@ pub trait PositionalEncoding: std::fmt::Debug + Send + Sync {
         Ok(None)
     }
 
-    /// A decay read from the layer's input ([`Decay`]), or `None` (the default): the log of
-    /// a gate in (0, 1] per head and token. Query `i`'s score on key `j ≤ i` gains the logs
-    /// of the gates of the tokens after the key up to the query, `Σ_{l=j+1..i} g_l`; in
-    /// bidirectional attention a second set of gates does the same for keys after the
-    /// query. A key/value cache keeps each key's running sum, so generation reads the same
-    /// bias as one forward over the whole.
-    fn decay(&self, cx: &DecayContext) -> Result<Option<Decay>> {
+    /// What the encoding reads from the layer's input ([`FromInput`]); nothing by default.
+    /// Two things may be read: a [`Decay`], the log of a gate in (0, 1] per head and token
+    /// that fades the keys before it (FoX), and [`Householders`], one transform
+    /// `I − βwwᵀ` per token through which a query sees every key before it (PaTH).
+    /// Declared by [`Capabilities::reads_input`], and [`Capabilities::transforms`] where
+    /// transforms are among them. A key/value cache keeps each key's running sum of gates,
+    /// its frame of turned keys and the rows of input a convolution reads, so generation
+    /// reads the same as one forward over the whole.
+    fn read_input(&self, cx: &InputContext) -> Result<FromInput> {
         let _ = cx;
-        Ok(None)
+        Ok(FromInput::default())
     }
 
     /// A bias read from the attention's own logits, of their shape, or `None` (the
@@ -393,10 +396,16 @@ pub struct Capabilities {
     /// The hooks read the token ids ([`Tokens`]): Abacus, position coupling. A key/value
     /// cache then keeps the ids it has run.
     pub reads_tokens: bool,
-    /// [`decay`](PositionalEncoding::decay) reads the layer's input (FoX).
+    /// [`read_input`](PositionalEncoding::read_input) reads the layer's input (FoX, PaTH).
     pub reads_input: bool,
     /// [`score_bias`](PositionalEncoding::score_bias) reads the logits (CoPE, SSMax).
     pub reads_scores: bool,
+    /// [`read_input`](PositionalEncoding::read_input) gives [`FromInput::transforms`] that
+    /// turn the keys along the sequence (PaTH): attention forms its scores from them.
+    pub transforms: bool,
+    /// How many rows of the layer's input before the new ones the hooks read
+    /// ([`InputContext::before`]): a short convolution's width less one. A cache keeps them.
+    pub input_history: usize,
     /// The logits `(heads)` (f32) of each head's sinks ([`crate::sink`]): keys that every
     /// query sees, beside the real ones, whose value is zero, so that the weights on the
     /// real keys add up to less than 1. Empty for none; several weigh as one of logit
@@ -437,6 +446,8 @@ impl Capabilities {
             all.reads_tokens |= c.reads_tokens;
             all.reads_input |= c.reads_input;
             all.reads_scores |= c.reads_scores;
+            all.transforms |= c.transforms;
+            all.input_history = all.input_history.max(c.input_history);
             all.coords = all.coords.max(c.coords);
             all.sinks.extend(c.sinks.iter().cloned());
             all.reach = min_some(all.reach, c.reach);
@@ -466,9 +477,9 @@ impl Capabilities {
     }
 
     /// Whether attention needs the scores whole, and so its composite path: the encoding
-    /// reads them, or gives each head a sink.
+    /// reads them, forms them from its transforms, or gives each head a sink.
     pub fn whole_scores(&self) -> bool {
-        self.reads_scores || !self.sinks.is_empty()
+        self.reads_scores || self.transforms || !self.sinks.is_empty()
     }
 }
 
@@ -591,11 +602,26 @@ impl<'a> BiasContext<'a> {
     }
 }
 
-/// The layer's input a decay is read from ([`PositionalEncoding::decay`]).
+/// The layer's input a decay or a path of transforms is read from
+/// ([`PositionalEncoding::read_input`]).
 #[derive(Debug, Clone, Copy)]
-pub struct DecayContext<'a> {
+pub struct InputContext<'a> {
     /// The attention's input `(batch, seq, d_model)`, after the layer's norm where it has one.
     pub input: &'a Tensor,
+    /// The rows of the input just before these, `(batch, earlier, d_model)`, at most
+    /// [`Capabilities::input_history`] of them (a cache keeps them), or `None` where `input`
+    /// starts its sequences: what a short convolution over the input reads.
+    pub before: Option<&'a Tensor>,
+}
+
+impl<'a> InputContext<'a> {
+    /// An input that starts its sequences.
+    pub fn new(input: &'a Tensor) -> Self {
+        Self {
+            input,
+            before: None,
+        }
+    }
 }
 
 /// The attention's own contents a bias is read from ([`PositionalEncoding::score_bias`]).
@@ -625,8 +651,43 @@ impl<'a> Tokens<'a> {
     }
 }
 
+/// What an encoding reads from the layer's input ([`PositionalEncoding::read_input`]).
+#[derive(Debug, Clone, Default)]
+pub struct FromInput {
+    /// Log-gates summed between query and key, or `None`.
+    pub decay: Option<Decay>,
+    /// Transforms that turn the keys along the sequence, or `None`.
+    pub transforms: Option<Householders>,
+}
+
+impl FromInput {
+    /// What two encodings acting together read: their decays add (gates multiply); at most
+    /// one of them may turn the keys, since two paths of transforms do not compose into one.
+    ///
+    /// # Errors
+    /// Two sets of transforms; decays that do not add ([`Decay::add`]).
+    pub fn and(self, other: FromInput) -> Result<FromInput> {
+        let decay = match (self.decay, other.decay) {
+            (Some(a), Some(b)) => Some(a.add(&b)?),
+            (a, b) => a.or(b),
+        };
+        let transforms = match (self.transforms, other.transforms) {
+            (Some(_), Some(_)) => return Err(Error::Config(
+                "a stack holds at most one encoding that turns keys along the sequence (`path`)"
+                    .into(),
+            )),
+            (a, b) => a.or(b),
+        };
+        Ok(FromInput { decay, transforms })
+    }
+}
+
 /// The log-gates an encoding reads from the layer's input
-/// ([`PositionalEncoding::decay`]), `(batch, heads, seq)` each, f32, every entry ≤ 0.
+/// ([`PositionalEncoding::read_input`]), `(batch, heads, seq)` each, f32, every entry ≤ 0.
+///
+/// Query `i`'s score on key `j ≤ i` gains the logs of the gates of the tokens after the key
+/// up to the query, `Σ_{l=j+1..i} g_l`; in bidirectional attention a second set of gates
+/// does the same for keys after the query.
 #[derive(Debug, Clone)]
 pub struct Decay {
     /// How much each token lets the keys before it fade: `ln f_l`, summed over the tokens

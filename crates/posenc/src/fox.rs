@@ -11,9 +11,9 @@
 //! With every gate equal this is ALiBi, a slope of `−ln f` per token; with gates read from
 //! the data, a head forgets quickly across some tokens and slowly across others. No other
 //! position is used. The bias reaches attention through the seam's
-//! [`decay`](PositionalEncoding::decay) hook as the log-gates themselves; attention sums
-//! them, and a key/value cache keeps each key's running sum, so generation reads what one
-//! forward over the whole would.
+//! [`read_input`](PositionalEncoding::read_input) hook as a [`crate::Decay`] of log-gates;
+//! attention sums them, and a key/value cache keeps each key's running sum, so generation
+//! reads what one forward over the whole would.
 //!
 //! As in the paper, every layer has gates of its own: built for a stack of `n` layers
 //! ([`Target::layers`]), `fox` holds `n` of them (weights `N.weight`, `N.bias`) and hands
@@ -33,8 +33,9 @@ use candle_nn::{Init, VarBuilder};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::encoding::{require, Decay, PositionalEncoding, Table};
-use crate::{Capabilities, DecayContext};
+use crate::encoding::{require, Decay, FromInput, PositionalEncoding, Table};
+use crate::per_layer::{layer_count, PerLayer};
+use crate::{Capabilities, InputContext};
 use crate::{Direction, EncodingSpec, Result, Target};
 
 /// The settings of `fox`.
@@ -96,67 +97,27 @@ impl EncodingSpec for FoxConfig {
             lo: -bound,
             up: bound,
         };
-        let layers = (0..target.layers.unwrap_or(1).max(1))
-            .map(|i| {
-                let vb = vb.pp(i.to_string());
-                Ok(Arc::new(ForgetGates {
-                    weight: vb.get_with_hints((rows, target.d_model), "weight", init)?,
-                    bias: vb.get_with_hints(rows, "bias", Init::Const(self.bias_init))?,
-                    scale: self.scale,
-                    heads: target.heads,
-                    direction: target.direction,
-                }))
+        let layers = PerLayer::build(target, &vb, |vb| {
+            Ok(ForgetGates {
+                weight: vb.get_with_hints((rows, target.d_model), "weight", init)?,
+                bias: vb.get_with_hints(rows, "bias", Init::Const(self.bias_init))?,
+                scale: self.scale,
+                heads: target.heads,
+                direction: target.direction,
             })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Arc::new(Fox { layers }))
+        })?;
+        Ok(Arc::new(layers))
     }
 
     fn parameter_count(&self, target: &Target) -> u128 {
         let per_layer = (Self::gates(target) * target.heads * (target.d_model + 1)) as u128;
-        per_layer * target.layers.unwrap_or(1).max(1) as u128
+        per_layer * layer_count(target) as u128
     }
 }
 
 /// Forget gates for every layer of a stack; asked directly, it answers as the first
 /// layer's.
-#[derive(Debug)]
-pub struct Fox {
-    layers: Vec<Arc<ForgetGates>>,
-}
-
-impl PositionalEncoding for Fox {
-    fn kind(&self) -> &'static str {
-        FoxConfig::KIND
-    }
-
-    /// With several layers, a pattern of one set of gates each.
-    fn capabilities(&self) -> Capabilities {
-        let per_layer = match self.layers.len() {
-            1 => Vec::new(),
-            _ => (self.layers.iter())
-                .map(|l| l.clone() as Arc<dyn PositionalEncoding>)
-                .collect(),
-        };
-        Capabilities {
-            reads_input: true,
-            per_layer,
-            ..Capabilities::default()
-        }
-    }
-
-    /// The first layer's gates.
-    fn decay(&self, cx: &DecayContext) -> Result<Option<Decay>> {
-        self.layers[0].decay(cx)
-    }
-
-    fn table(&self, len: usize) -> Result<Table> {
-        self.layers[0].table(len)
-    }
-
-    fn tables(&self, len: usize) -> Result<Vec<Table>> {
-        self.layers.iter().map(|l| l.table(len)).collect()
-    }
-}
+pub type Fox = PerLayer<ForgetGates>;
 
 /// One layer's forget gates: a linear map from the attention's input to a gate per head
 /// (two in bidirectional attention).
@@ -203,7 +164,7 @@ impl PositionalEncoding for ForgetGates {
     /// # Shapes
     /// - `cx.input`: `(batch, seq, d_model)`
     /// - [`Decay::before`], [`Decay::after`]: `(batch, heads, seq)`
-    fn decay(&self, cx: &DecayContext) -> Result<Option<Decay>> {
+    fn read_input(&self, cx: &InputContext) -> Result<FromInput> {
         let x = cx.input;
         let w = self.weight.to_dtype(x.dtype())?;
         let z = x
@@ -213,13 +174,17 @@ impl PositionalEncoding for ForgetGates {
         let part = |i: usize| -> Result<Tensor> {
             Ok(gates.narrow(1, i * self.heads, self.heads)?.contiguous()?)
         };
-        Ok(Some(Decay {
+        let decay = Decay {
             before: part(0)?,
             after: match self.direction {
                 Direction::Causal => None,
                 Direction::Bidirectional => Some(part(1)?),
             },
-        }))
+        };
+        Ok(FromInput {
+            decay: Some(decay),
+            transforms: None,
+        })
     }
 
     /// The bias on a zero input, where every gate of a head is `σ(b_h)`: ALiBi with a

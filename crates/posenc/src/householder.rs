@@ -39,6 +39,12 @@ pub struct Householders {
     w: Tensor,
     /// `(batch, kv_heads, len)`, f32, in `[0, 2]`.
     beta: Tensor,
+    /// Tokens per chunk of the UT transform.
+    chunk: usize,
+    /// For bidirectional attention, the transforms a query sees keys after it through,
+    /// in sequence order: `S_ij = q_iᵀ H'_i H'_(i+1) ⋯ H'_(j−1) k_j` for `j > i` (the
+    /// causal form's mirror, the query's own in and the key's out).
+    after: Option<Box<Householders>>,
 }
 
 /// The name these errors give.
@@ -83,7 +89,66 @@ impl Householders {
         Ok(Self {
             w: w.to_dtype(DType::F32)?.contiguous()?,
             beta: beta.contiguous()?,
+            chunk: 64,
+            after: None,
         })
+    }
+
+    /// The same transforms, read `chunk` tokens at a time (64 unless told; the chunk is how
+    /// the work is cut, not what it computes).
+    ///
+    /// # Errors
+    /// A chunk of 0.
+    pub fn with_chunk(self, chunk: usize) -> Result<Self> {
+        if chunk == 0 {
+            return Err(Error::Zero {
+                kind: KIND,
+                what: "chunk",
+            });
+        }
+        Ok(Self { chunk, ..self })
+    }
+
+    /// The same transforms for the keys before each query, and `after` for the keys after
+    /// it (bidirectional attention).
+    ///
+    /// # Errors
+    /// `after` of another shape.
+    pub fn with_after(self, after: Householders) -> Result<Self> {
+        if after.w.dims() != self.w.dims() {
+            return Err(Error::Shape {
+                kind: KIND,
+                msg: format!(
+                    "the transforms after a query {:?} must match those before it {:?}",
+                    after.w.dims(),
+                    self.w.dims()
+                ),
+            });
+        }
+        Ok(Self {
+            after: Some(Box::new(after)),
+            ..self
+        })
+    }
+
+    /// The unit vectors `w (batch, kv_heads, len, head_dim)`.
+    pub fn w(&self) -> &Tensor {
+        &self.w
+    }
+
+    /// The strengths `β (batch, kv_heads, len)`.
+    pub fn beta(&self) -> &Tensor {
+        &self.beta
+    }
+
+    /// How many tokens' transforms.
+    pub fn len(&self) -> usize {
+        self.w.dim(2).unwrap_or(0)
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// The unscaled scores of queries `q (batch, heads, len, head_dim)` against the keys
@@ -96,15 +161,53 @@ impl Householders {
     /// it are 0, for the causal mask to hide. Query heads are grouped over key heads as
     /// grouped-query attention shares them, `heads / kv_heads` a key head, in order.
     ///
+    /// With transforms for the keys after a query ([`Householders::with_after`]), the
+    /// scores on those keys are theirs (the same routine over the reversed sequence), and
+    /// there is no frame: a cache serves causal attention.
+    ///
     /// # Errors
-    /// Shapes that do not fit the transforms or one another; a chunk of 0.
+    /// Shapes that do not fit the transforms or one another; a frame with transforms after.
     pub fn scores(
         &self,
         q: &Tensor,
         k: &Tensor,
         frame: Option<&Tensor>,
-        chunk: usize,
     ) -> Result<(Tensor, Tensor)> {
+        let (before, frame_after) = self.causal_scores(q, k, frame)?;
+        let Some(after) = &self.after else {
+            return Ok((before, frame_after));
+        };
+        if frame.is_some() {
+            return Err(Error::Config(format!(
+                "`{KIND}`: a key/value cache serves causal attention, not transforms of the keys after a query"
+            )));
+        }
+        let n = q.dim(2)?;
+        let reversed: Vec<u32> = (0..n as u32).rev().collect();
+        let reversed = Tensor::new(reversed.as_slice(), q.device())?;
+        let flip = |x: &Tensor, axis: usize| x.contiguous()?.index_select(&reversed, axis);
+        let mirror = Householders {
+            w: flip(&after.w, 2)?,
+            beta: flip(&after.beta, 2)?,
+            chunk: self.chunk,
+            after: None,
+        };
+        let (scores, _) = mirror.causal_scores(&flip(q, 2)?, &flip(k, 2)?, None)?;
+        let scores = flip(&flip(&scores, 2)?, 3)?;
+        let lower = Tensor::tril2(n, DType::F32, q.device())?;
+        let upper = (1.0 - &lower)?;
+        let combined = (before.broadcast_mul(&lower)? + scores.broadcast_mul(&upper)?)?;
+        Ok((combined, frame_after))
+    }
+
+    /// [`Householders::scores`] of the keys up to each query.
+    fn causal_scores(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        frame: Option<&Tensor>,
+    ) -> Result<(Tensor, Tensor)> {
+        let chunk = self.chunk;
         let (b, kv, n, d) = self.w.dims4()?;
         let (qb, heads, qn, qd) = q.dims4()?;
         if chunk == 0 {

@@ -102,6 +102,8 @@ pub mod limits;
 pub mod mrope;
 pub mod naive;
 pub mod none;
+pub mod path;
+pub mod per_layer;
 pub mod pope;
 pub mod prope;
 pub mod rope;
@@ -119,9 +121,9 @@ pub mod xpos;
 
 pub use config::{register, EncodingConfig, EncodingSpec, Registration, Setting, Target};
 pub use encoding::{
-    inverse_frequencies, BiasContext, Capabilities, Decay, DecayContext, Direction, EmbedContext,
-    Form, Index, PairLayout, PositionalEncoding, Positions, Role, RotateContext, ScoreContext,
-    Table, Tokens,
+    inverse_frequencies, BiasContext, Capabilities, Decay, Direction, EmbedContext, Form,
+    FromInput, Index, InputContext, PairLayout, PositionalEncoding, Positions, Role, RotateContext,
+    ScoreContext, Table, Tokens,
 };
 pub use error::{Error, Result};
 pub use layers::for_layer;
@@ -147,6 +149,7 @@ pub const BUILT_IN: &[Registration] = &[
     Registration::of::<crate::kerple::KerpleConfig>(),
     Registration::of::<crate::fire::FireConfig>(),
     Registration::of::<crate::fox::FoxConfig>(),
+    Registration::of::<crate::path::PathConfig>(),
     Registration::of::<crate::cope::CopeConfig>(),
     Registration::of::<crate::naive::FractionConfig>(),
     Registration::of::<crate::naive::IndexConfig>(),

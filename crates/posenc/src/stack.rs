@@ -21,7 +21,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::encoding::{
-    BiasContext, Capabilities, Decay, DecayContext, EmbedContext, PositionalEncoding,
+    BiasContext, Capabilities, EmbedContext, FromInput, InputContext, PositionalEncoding,
     RotateContext, ScoreContext, Table,
 };
 use crate::layers;
@@ -165,18 +165,10 @@ impl PositionalEncoding for Stack {
         self.sum(|e| e.bias(cx))
     }
 
-    /// The entries' decays added up: their gates multiply.
-    fn decay(&self, cx: &DecayContext) -> Result<Option<Decay>> {
-        let mut total: Option<Decay> = None;
-        for d in self.of.iter().map(|e| e.decay(cx)) {
-            if let Some(d) = d? {
-                total = Some(match total {
-                    Some(t) => t.add(&d)?,
-                    None => d,
-                });
-            }
-        }
-        Ok(total)
+    /// What the entries read, together ([`FromInput::and`]): decays add, and at most one
+    /// entry turns the keys.
+    fn read_input(&self, cx: &InputContext) -> Result<FromInput> {
+        (self.of.iter()).try_fold(FromInput::default(), |all, e| all.and(e.read_input(cx)?))
     }
 
     /// Each entry's bias from the same logits, added up.

@@ -4,7 +4,7 @@
 
 use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::{VarBuilder, VarMap};
-use posenc::{BiasContext, DecayContext, EmbedContext, RotateContext, ScoreContext};
+use posenc::{BiasContext, EmbedContext, InputContext, RotateContext, ScoreContext};
 use posenc::{Direction, EncodingConfig, PositionalEncoding, Target, Tokens};
 
 const D: usize = 8;
@@ -27,8 +27,8 @@ fn grad_norm(grads: &candle_core::backprop::GradStore, t: &Tensor) -> f32 {
 
 /// Runs all three hooks the way attention does, from a parameter `w` upstream:
 /// embeddings = x·w → add → split heads → rotate q and k → scores + bias (given the tokens,
-/// as the model asks for it) (+ the decay read
-/// from the embeddings, + the bias read from the scores) → softmax (beside the sink, if there is one). The loss reads the biased scores as well as the weights:
+/// as the model asks for it, through the transforms read from the embeddings where there
+/// are any) (+ the decay read from the embeddings, + the bias read from the scores) → softmax (beside the sink, if there is one). The loss reads the biased scores as well as the weights:
 /// softmax ignores a constant added to a whole row, so a weight that only shifts rows (the
 /// last bias of FIRE's MLP) has an exactly zero gradient through the weights, and a test of
 /// it there would pass or fail on rounding alone.
@@ -56,7 +56,12 @@ fn forward(enc: &dyn PositionalEncoding, w: &Tensor) -> Tensor {
     let k = enc
         .rotate(&(&heads * 0.5).unwrap(), &RotateContext::key(0))
         .unwrap();
-    let mut scores = q.matmul(&k.t().unwrap()).unwrap();
+    let read = enc.read_input(&InputContext::new(&h)).unwrap();
+    // Scores through the transforms that turn the keys (PaTH), else plain.
+    let mut scores = match &read.transforms {
+        Some(path) => path.scores(&q, &k, None).unwrap().0,
+        None => q.matmul(&k.t().unwrap()).unwrap(),
+    };
     let tokens = Tokens::new(&ids);
     if let Some(bias) = enc
         .bias(&BiasContext::new(T, T, 0, 0).with_tokens(Some(tokens)))
@@ -69,7 +74,7 @@ fn forward(enc: &dyn PositionalEncoding, w: &Tensor) -> Tensor {
         };
         scores = scores.broadcast_add(&bias).unwrap();
     }
-    if let Some(decay) = enc.decay(&DecayContext { input: &h }).unwrap() {
+    if let Some(decay) = read.decay {
         scores = (scores + decay.bias().unwrap()).unwrap();
     }
     if enc.capabilities().reads_scores {

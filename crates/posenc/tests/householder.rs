@@ -53,8 +53,11 @@ fn attend(
     let (beta, g) = (heads_first(beta), heads_first(g));
     let (b, heads, t, d) = q.dims4().unwrap();
     let kv = k.dim(1).unwrap();
-    let path = Householders::new(&w, &beta).unwrap();
-    let (scores, _) = path.scores(&q, &k, None, chunk).unwrap();
+    let path = Householders::new(&w, &beta)
+        .unwrap()
+        .with_chunk(chunk)
+        .unwrap();
+    let (scores, _) = path.scores(&q, &k, None).unwrap();
     let gc = g.cumsum(2).unwrap();
     let gates = gc
         .unsqueeze(3)
@@ -137,17 +140,17 @@ fn scores_read_in_pieces_against_the_frame_equal_the_whole() {
     let [q, k, w, beta] = ["q", "k", "w", "beta"].map(case);
     let whole = Householders::new(&w, &beta)
         .unwrap()
-        .scores(&q, &k, None, 64)
+        .scores(&q, &k, None)
         .unwrap()
         .0;
     let mut frame: Option<Tensor> = None;
     let mut start = 0;
     for len in [37, 1, 1, 64, 40, 7] {
         let part = |x: &Tensor| x.narrow(2, start, len).unwrap();
-        let path = Householders::new(&part(&w), &part(&beta)).unwrap();
-        let (scores, next) = path
-            .scores(&part(&q), &part(&k), frame.as_ref(), 16)
+        let path = (Householders::new(&part(&w), &part(&beta)).unwrap())
+            .with_chunk(16)
             .unwrap();
+        let (scores, next) = path.scores(&part(&q), &part(&k), frame.as_ref()).unwrap();
         let want = whole
             .narrow(2, start, len)
             .unwrap()
@@ -171,7 +174,10 @@ fn a_beta_past_two_or_a_chunk_of_zero_is_refused_by_name() {
     let e = Householders::new(&w, &beta).unwrap_err().to_string();
     assert!(e.contains("β in [0, 2]") && e.contains("NaN"), "{e}");
     let beta = Tensor::new(&[[[0.5f32, 1.5]]], &Device::Cpu).unwrap();
-    let path = Householders::new(&w, &beta).unwrap();
-    let e = path.scores(&w, &w, None, 0).unwrap_err().to_string();
+    let e = Householders::new(&w, &beta)
+        .unwrap()
+        .with_chunk(0)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("chunk"), "{e}");
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{VarBuilder, VarMap};
 use posenc::{
-    BiasContext, Capabilities, DecayContext, Direction, EmbedContext, EncodingConfig,
+    BiasContext, Capabilities, Direction, EmbedContext, EncodingConfig, InputContext,
     PositionalEncoding, RotateContext, ScoreContext, Target, Tokens,
 };
 
@@ -69,6 +69,7 @@ fn observed(enc: &dyn PositionalEncoding) -> Capabilities {
     // An encoding reads the tokens when it cannot act without them.
     let reads_tokens = (bare.0.is_err() && given.0) || (bare.1.is_err() && given.1);
     let caps = enc.capabilities();
+    let read = enc.read_input(&InputContext::new(&x)).unwrap();
     Capabilities {
         adds: given.0,
         rotates: [RotateContext::query(0), RotateContext::key(0)]
@@ -76,7 +77,8 @@ fn observed(enc: &dyn PositionalEncoding) -> Capabilities {
             .any(|cx| moved(&enc.rotate(&heads, cx).unwrap(), &heads)),
         biases: given.1,
         reads_tokens,
-        reads_input: enc.decay(&DecayContext { input: &x }).unwrap().is_some(),
+        reads_input: read.decay.is_some() || read.transforms.is_some(),
+        transforms: read.transforms.is_some(),
         reads_scores: enc
             .score_bias(&ScoreContext {
                 q: &heads,
@@ -90,12 +92,13 @@ fn observed(enc: &dyn PositionalEncoding) -> Capabilities {
 }
 
 /// The flags of a declaration, in the table's order.
-fn flags(c: &Capabilities) -> [bool; 8] {
+fn flags(c: &Capabilities) -> [bool; 9] {
     [
         c.adds,
         c.rotates,
         c.biases,
         c.reads_input,
+        c.transforms,
         c.reads_scores,
         !c.sinks.is_empty(),
         c.reads_tokens,
@@ -122,8 +125,8 @@ fn every_kind_declares_what_its_hooks_do() {
         if !declared.per_layer.is_empty() {
             let all = Capabilities::all(&seen);
             assert_eq!(
-                flags(&all)[..7],
-                flags(&declared)[..7],
+                flags(&all)[..8],
+                flags(&declared)[..8],
                 "{kind}: the pattern's"
             );
         }

@@ -31,7 +31,7 @@ use std::sync::Arc;
 use candle_core::Tensor;
 use candle_nn::VarBuilder;
 use posenc::{
-    Capabilities, Decay, DecayContext, PositionalEncoding, Positions, Role, RotateContext,
+    Capabilities, FromInput, InputContext, PositionalEncoding, Positions, Role, RotateContext,
 };
 use posenc_kernels as kernels;
 
@@ -177,12 +177,17 @@ impl MultiHeadAttention {
         }
         let q = self.rotate(&q, at, Role::Query)?;
         let k = self.rotate(&k, at, Role::Key)?;
-        let decay = self.decay(x)?;
         if let Some(cache) = cache {
-            return self.masked_cached(cache, [&q, &k, &v], at, mask, bias, decay);
+            return self.masked_cached(cache, x, [&q, &k, &v], at, mask, bias);
         }
-        let decay = decay.map(|d| d.bias()).transpose()?;
-        self.attend(&q, &k, &v, ScoreBias::new(bias, decay.as_ref()), mask, true)
+        let read = self.read_input(InputContext::new(x))?;
+        let decay = read.decay.map(|d| d.bias()).transpose()?;
+        let scores = match read.transforms {
+            Some(path) => Some(path.scores(&self.split(&q)?, &self.split(&k)?, None)?.0),
+            None => None,
+        };
+        let bias = ScoreBias::new(bias, decay.as_ref()).with_scores(scores.as_ref());
+        self.attend(&q, &k, &v, bias, mask, true)
     }
 
     /// Cross-attention of `x` over `memory`; with a cache, the memory's keys and values are
@@ -286,8 +291,10 @@ impl MultiHeadAttention {
         let k_len = self.split(k)?.dim(2)?;
         let dropout = dropout::active(q, self.dropout);
         // Scores the fused op cannot form: a bias beside them, or ones the encoding reads.
-        let composite =
-            bias.position.is_some() || bias.decay.is_some() || own && self.whole_scores();
+        let composite = bias.position.is_some()
+            || bias.decay.is_some()
+            || bias.scores.is_some()
+            || own && self.whole_scores();
         if !composite && d_k == d_v {
             // One op for scores, mask, softmax, dropout and weighted sum, heads merged: the
             // CPU's kernel in f32, candle's ops under one node elsewhere.
@@ -302,7 +309,10 @@ impl MultiHeadAttention {
                 kernels::attention(q, k, v, d_k, keep.as_ref(), scale as f32, sample)?;
             return Ok((self.out_proj.forward(&out)?, Some(weights)));
         }
-        let scores = self.scores(q, k)?;
+        let scores = match bias.scores {
+            Some(scores) => scores.to_dtype(q.dtype())?,
+            None => self.scores(q, k)?,
+        };
         let (out, weights) = self.weigh(q, scores, v, bias, mask, own)?;
         Ok((self.out_proj.forward(&out)?, weights))
     }
@@ -332,13 +342,12 @@ impl MultiHeadAttention {
         }
     }
 
-    /// The decay the encoding reads from the attention's input `x`, if it reads one.
-    fn decay(&self, x: &Tensor) -> Result<Option<Decay>> {
+    /// What the encoding reads from the attention's input (a decay, transforms), if it
+    /// reads it.
+    fn read_input(&self, cx: InputContext) -> Result<FromInput> {
         match &self.encoding {
-            Some(encoding) if self.caps.reads_input => {
-                Ok(encoding.decay(&DecayContext { input: x })?)
-            }
-            _ => Ok(None),
+            Some(encoding) if self.caps.reads_input => Ok(encoding.read_input(&cx)?),
+            _ => Ok(FromInput::default()),
         }
     }
 

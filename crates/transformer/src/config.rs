@@ -283,6 +283,16 @@ impl Config {
         })
     }
 
+    /// What a stack's encoding is built for: attention of this width and heads, in this
+    /// `direction`, over `layers` layers.
+    ///
+    /// # Errors
+    /// Heads or key/value heads out of place.
+    pub fn target(&self, direction: Direction, layers: usize) -> Result<Target> {
+        let target = Target::new(self.d_model, self.heads, direction)?.with_layers(layers);
+        Ok(target.with_kv_heads(self.encoder_block().kv_heads)?)
+    }
+
     /// The blocks of the decoder stack: the encoder's with cross-attention.
     pub fn decoder_block(&self) -> BlockConfig {
         BlockConfig {
@@ -305,8 +315,7 @@ impl Config {
         let layers = [self.encoder_layers, self.decoder_layers];
         let encodings: u128 = (self.encoding.stacks().iter().zip(layers))
             .filter_map(|(&(e, direction), n)| {
-                let target = Target::new(self.d_model, self.heads, direction).ok()?;
-                Some(e.parameter_count(&target.with_layers(n)))
+                Some(e.parameter_count(&self.target(direction, n).ok()?))
             })
             .sum();
         embeddings
@@ -357,7 +366,7 @@ impl Config {
         self.encoder_block().validate()?;
         check_parameters(self.parameter_count())?;
         for (_, direction) in self.encoding.stacks() {
-            Target::new(self.d_model, self.heads, direction)?.head_dim()?;
+            self.target(direction, 1)?.head_dim()?;
         }
         if self.tie_embeddings && self.src_vocab_size != self.tgt_vocab_size {
             return bad(format!(

@@ -317,6 +317,9 @@ pub struct KvCache {
     streaming: Option<Streaming>,
     /// Positions written in all, evicted ones included.
     seen: usize,
+    /// The last rows of the attention's input, for an encoding that reads some before the
+    /// new ones ([`posenc::Capabilities::input_history`]): `(batch, rows, d_model)`.
+    input_tail: Option<Tensor>,
 }
 
 impl KvCache {
@@ -425,7 +428,12 @@ impl KvCache {
             .iter()
             .map(|b| b.copy())
             .collect::<candle_core::Result<_>>()?;
-        Ok(Self { buffers, ..*self })
+        let input_tail = self.input_tail.as_ref().map(|t| t.copy()).transpose()?;
+        Ok(Self {
+            buffers,
+            input_tail,
+            ..*self
+        })
     }
 
     /// Positions the buffers hold room for (0 before the first write).
@@ -643,6 +651,61 @@ impl KvCache {
         self.buffers = (self.buffers.iter())
             .map(|b| b.index_select(indices, 0))
             .collect::<candle_core::Result<_>>()?;
+        self.input_tail = (self.input_tail.as_ref())
+            .map(|t| t.index_select(indices, 0))
+            .transpose()?;
+        Ok(())
+    }
+
+    /// The context an encoding reads the attention's new input `x` in: after the last rows
+    /// of the input kept by [`KvCache::keep_input`], if any.
+    pub(crate) fn input_context<'a>(&'a self, x: &'a Tensor) -> posenc::InputContext<'a> {
+        posenc::InputContext {
+            input: x,
+            before: self.input_tail.as_ref(),
+        }
+    }
+
+    /// Keeps the last `rows` rows of the input read so far, `x (batch, new, d_model)` after
+    /// those kept before.
+    pub(crate) fn keep_input(&mut self, x: &Tensor, rows: usize) -> Result<()> {
+        if rows == 0 {
+            return Ok(());
+        }
+        let all = match &self.input_tail {
+            Some(t) => Tensor::cat(&[t, x], 1)?,
+            None => x.clone(),
+        };
+        let n = all.dim(1)?;
+        self.input_tail = Some(all.narrow(1, n.saturating_sub(rows), n.min(rows))?.copy()?);
+        Ok(())
+    }
+
+    /// Writes `keys (batch, kv_heads, len, head_dim)` over every cached key: the frame of an
+    /// encoding that turns its keys along the sequence ([`posenc::householder`]).
+    ///
+    /// # Errors
+    /// Keys of another shape than those cached; a cache that keeps blocks or rolls, whose
+    /// keys cannot be turned in place.
+    pub(crate) fn overwrite_keys(&mut self, keys: &Tensor) -> Result<()> {
+        if self.streaming.is_some() || matches!(self.kind.map(KvType::form), Some(Form::Blocks(..)))
+        {
+            return Err(Error::Input(
+                "keys turned along the sequence (`path`) are kept as values, in a cache that does not roll: keep them as f32 or f16".into(),
+            ));
+        }
+        let Some(buffer) = self.buffers.first() else {
+            return Err(Error::Input("no keys cached to turn".into()));
+        };
+        let (b, h, _, d) = buffer.dims4()?;
+        if keys.dims() != [b, h, self.len, d] {
+            return Err(Error::Input(format!(
+                "turned keys {:?} must be the cached (batch {b}, heads {h}, {} positions, width {d})",
+                keys.dims(),
+                self.len
+            )));
+        }
+        buffer.slice_set(&keys.to_dtype(buffer.dtype())?.contiguous()?, 2, 0)?;
         Ok(())
     }
 }

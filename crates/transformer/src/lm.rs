@@ -102,11 +102,20 @@ impl LmConfig {
     pub fn parameter_count(&self) -> u128 {
         let table = self.vocab_size as u128 * self.d_model as u128;
         let head = if self.tie_embeddings { 0 } else { table };
-        let encoding = Target::new(self.d_model, self.heads, Direction::Causal).map_or(0, |t| {
-            let t = t.with_context(self.context).with_layers(self.layers);
-            self.encoding.parameter_count(&t)
-        });
+        let encoding = (self.target()).map_or(0, |t| self.encoding.parameter_count(&t));
         table + head + encoding + self.block().stack_parameters(self.layers)
+    }
+
+    /// What the encoding is built for: causal attention of this width, heads and key/value
+    /// heads, over the trained context, in every layer.
+    ///
+    /// # Errors
+    /// Heads or key/value heads out of place.
+    pub fn target(&self) -> Result<Target> {
+        let target = Target::new(self.d_model, self.heads, Direction::Causal)?
+            .with_context(self.context)
+            .with_layers(self.layers);
+        Ok(target.with_kv_heads(self.block().kv_heads)?)
     }
 
     /// Checks sizes against the blocks' limits, and that the context is positive.
@@ -119,7 +128,7 @@ impl LmConfig {
         check("vocab_size", self.vocab_size, crate::MAX_VOCAB)?;
         self.block().validate()?;
         crate::config::check_parameters(self.parameter_count())?;
-        Target::new(self.d_model, self.heads, Direction::Causal)?.head_dim()?;
+        self.target()?.head_dim()?;
         posenc::limits::check_positive("context", self.context, posenc::limits::MAX_POSITIONS)?;
         Ok(())
     }
@@ -156,10 +165,7 @@ impl LanguageModel {
     /// encodings), `stack.layers.N.*`, `stack.norm.*`, and `head.weight` if untied.
     pub fn new(cfg: &LmConfig, vb: VarBuilder) -> Result<Self> {
         cfg.validate()?;
-        let target = Target::new(cfg.d_model, cfg.heads, Direction::Causal)?
-            .with_context(cfg.context)
-            .with_layers(cfg.layers);
-        let encoding = cfg.encoding.build(&target, vb.pp("encoding"))?;
+        let encoding = cfg.encoding.build(&cfg.target()?, vb.pp("encoding"))?;
         let lut = candle_nn::embedding(cfg.vocab_size, cfg.d_model, vb.pp("embed"))?;
         let head = if cfg.tie_embeddings {
             Proj::new(lut.embeddings().clone(), None)
@@ -191,9 +197,7 @@ impl LanguageModel {
     /// # Errors
     /// An encoding that does not fit the model's heads.
     pub fn with_encoding(mut self, encoding: &EncodingConfig) -> Result<Self> {
-        let target = Target::new(self.cfg.d_model, self.cfg.heads, Direction::Causal)?
-            .with_context(self.cfg.context)
-            .with_layers(self.cfg.layers);
+        let target = self.cfg.target()?;
         let varmap = VarMap::new();
         let vb = VarBuilder::from_varmap(&varmap, candle_core::DType::F32, &self.device());
         let built = encoding.build(&target, vb)?;

@@ -14,7 +14,7 @@
 
 use candle_core::{Device, Tensor, D};
 use candle_nn::{Linear, VarBuilder, VarMap};
-use posenc::{EncodingConfig, Positions, Target, Tokens};
+use posenc::{EncodingConfig, Positions, Tokens};
 
 use crate::embeddings::Embeddings;
 use crate::linear;
@@ -56,9 +56,9 @@ impl Transformer {
     /// Loads or creates every weight under `vb`.
     pub fn new(cfg: &Config, vb: VarBuilder) -> Result<Self> {
         cfg.validate()?;
-        let (d, h) = (cfg.d_model, cfg.heads);
+        let d = cfg.d_model;
         let build = |(encoding, direction): (&EncodingConfig, _), layers, name: &str| {
-            let target = Target::new(d, h, direction)?.with_layers(layers);
+            let target = cfg.target(direction, layers)?;
             Ok::<_, crate::Error>(encoding.build(&target, vb.pp(name))?)
         };
         let [encoder, decoder] = cfg.encoding.stacks();

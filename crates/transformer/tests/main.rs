@@ -14,6 +14,7 @@ mod lm;
 mod long_context;
 mod masks;
 mod packed;
+mod path;
 mod pytorch;
 mod self_extend;
 mod sinks;

@@ -34,7 +34,7 @@ pub fn colour(i: usize) -> RGBColor {
 /// each later one was picked, in this order, as far in CIELAB from those before it as a
 /// grid of hues allowed (no two closer than ΔE 27; the 2-D kinds' from hues no lighter than
 /// L* 75, so that none fades into the page).
-pub const PALETTE: [(&str, RGBColor); 35] = [
+pub const PALETTE: [(&str, RGBColor); 36] = [
     ("none", RGBColor(127, 127, 127)),
     ("sinusoidal", RGBColor(31, 119, 180)),
     ("learned", RGBColor(44, 160, 44)),
@@ -70,6 +70,7 @@ pub const PALETTE: [(&str, RGBColor); 35] = [
     ("learned-2d", RGBColor(209, 171, 209)),
     ("alibi-2d", RGBColor(95, 0, 0)),
     ("liere", RGBColor(90, 155, 120)),
+    ("path", RGBColor(238, 119, 255)),
 ];
 
 /// Every way of reading RoPE past its window, by name: the scalings and self-extend. They

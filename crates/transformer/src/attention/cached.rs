@@ -5,6 +5,7 @@
 use std::ops::Range;
 
 use candle_core::Tensor;
+use posenc::householder::Householders;
 use posenc::{BiasContext, Decay, Positions, Role};
 use posenc_kernels as kernels;
 use posenc_kernels::kv_blocks::Kept;
@@ -20,21 +21,26 @@ impl MultiHeadAttention {
     /// what `cache` holds, under a `mask` (or asked for its weights): the keys of the whole
     /// cache are read densely, with the position `bias` given for them (else the encoding's
     /// for these queries against every key) and the decay's running sums.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn masked_cached(
         &self,
         cache: &mut KvCache,
+        x: &Tensor,
         [q, k, v]: [&Tensor; 3],
         at: Positions,
         mask: Option<&Mask>,
         bias: Option<&Tensor>,
-        decay: Option<Decay>,
     ) -> Result<(Tensor, Option<Tensor>)> {
         if cache.rolls().is_some() {
             return Err(Error::Input(
                 "a rolling key/value cache runs causally with neither a mask nor weights".into(),
             ));
         }
-        let (k, v, sums) = self.append(cache, k, v, decay.as_ref())?;
+        let read = self.read_input(cache.input_context(x))?;
+        if let Some(path) = read.transforms {
+            return self.turned_cached(cache, x, [q, k, v], at, mask, path, read.decay);
+        }
+        let (k, v, sums) = self.append(cache, k, v, read.decay.as_ref())?;
         let (k, v) = (dense(&k, q)?, dense(&v, q)?);
         // After a cache the keys reach further than the queries: the bias of these
         // positions, which the stack (computing one bias for all) did not give.
@@ -66,7 +72,16 @@ impl MultiHeadAttention {
                 .0);
         }
         let q = self.rotate(&q, at, Role::Query)?;
-        let decay = self.decay(x)?;
+        let read = self.read_input(cache.input_context(x))?;
+        let decay = read.decay;
+        if let Some(path) = read.transforms {
+            let k = self.rotate(&k, at, Role::Key)?;
+            let causal = Mask::causal(new, offset + new, offset, x.device())?;
+            let parts = [&q, &k, &v];
+            return Ok(self
+                .turned_cached(cache, x, parts, at, Some(&causal), path, decay)?
+                .0);
+        }
         // Keys are turned where the cache says they sit: once, as written, or (a rolling
         // cache) at every read, to their places in its window.
         let (k, v, sums) = match cache.key_positions() {
@@ -126,6 +141,37 @@ impl MultiHeadAttention {
         let decay = sums.map(|s| s.bias()).transpose()?;
         let bias = ScoreBias::new(bias.as_ref(), decay.as_ref());
         Ok(self.attend(&q, &k, &v, bias, Some(&mask), true)?.0)
+    }
+
+    /// Self-attention of new positions `at` after a cache, for an encoding that turns its
+    /// keys along the sequence (PaTH): the new queries score against the cache's frame of
+    /// turned keys and their own, and the frame, turned by the new tokens' transforms and
+    /// extended by their keys, is written back over the cached keys.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn turned_cached(
+        &self,
+        cache: &mut KvCache,
+        x: &Tensor,
+        [q, k, v]: [&Tensor; 3],
+        at: Positions,
+        mask: Option<&Mask>,
+        path: Householders,
+        decay: Option<Decay>,
+    ) -> Result<(Tensor, Option<Tensor>)> {
+        let frame = cache.get()?.map(|(k, _)| k);
+        let (_, v, sums) = self.append(cache, k, v, decay.as_ref())?;
+        let (scores, frame) = path.scores(&self.split(q)?, &self.split(k)?, frame.as_ref())?;
+        cache.overwrite_keys(&frame)?;
+        cache.keep_input(x, self.caps.input_history)?;
+        let v = dense(&v, q)?;
+        let (new, len) = (self.split(q)?.dim(2)?, frame.dim(2)?);
+        let bias = match &self.encoding {
+            Some(encoding) => encoding.bias(&BiasContext::new(new, len, at, 0))?,
+            None => None,
+        };
+        let decay = sums.map(|s| s.bias()).transpose()?;
+        let bias = ScoreBias::new(bias.as_ref(), decay.as_ref()).with_scores(Some(&scores));
+        self.attend(q, &frame, &v, bias, mask, true)
     }
 
     /// Writes the new keys and values `k, v (batch, new, kv_heads·d_k)` to `cache`, with the

@@ -2,7 +2,7 @@
 //! its own tokens only, with no product spent on padding.
 
 use candle_core::Tensor;
-use posenc::{Decay, Role};
+use posenc::{InputContext, Role};
 use posenc_kernels as kernels;
 
 use super::{MultiHeadAttention, ScoreBias};
@@ -36,8 +36,7 @@ impl MultiHeadAttention {
         let k = self.rotate_packed(&raw_k, lens, Role::Key)?;
         // Queries and keys as wide as they came (not PoPE's) stay packed.
         let packed = q.dim(2)? == raw_q.dim(2)? && k.dim(2)? == raw_k.dim(2)?;
-        let decay = self.decay(x)?;
-        if packed && !self.whole_scores() && decay.is_none() {
+        if packed && !self.whole_scores() && !self.caps.reads_input {
             let scale = self.scale() as f32;
             if let Some(out) =
                 kernels::packed_attention(&q, &k, &v, self.head_dim, lens, bias, scale)?
@@ -51,15 +50,19 @@ impl MultiHeadAttention {
             let bias = bias
                 .map(|b| b.narrow(1, 0, len)?.narrow(2, 0, len))
                 .transpose()?;
-            let gates = |g: &Tensor| g.narrow(2, start, len);
-            let decay = (decay.as_ref())
-                .map(|d| -> Result<Tensor> {
-                    let after = d.after.as_ref().map(gates).transpose()?;
-                    let before = gates(&d.before)?;
-                    Ok(Decay { before, after }.bias()?)
-                })
-                .transpose()?;
-            let score_bias = ScoreBias::new(bias.as_ref(), decay.as_ref());
+            // Read from each sequence's own input: a convolution over it would otherwise
+            // reach into the sequence before.
+            let read = self.read_input(InputContext::new(&part(x)?))?;
+            let decay = read.decay.map(|d| d.bias()).transpose()?;
+            let scores = match read.transforms {
+                Some(path) => {
+                    let (q, k) = (self.split(&part(&q)?)?, self.split(&part(&k)?)?);
+                    Some(path.scores(&q, &k, None)?.0)
+                }
+                None => None,
+            };
+            let score_bias =
+                ScoreBias::new(bias.as_ref(), decay.as_ref()).with_scores(scores.as_ref());
             // Wider ones are rotated again, each sequence on its own, with their heads apart.
             let (q, k) = match packed {
                 true => (part(&q)?, part(&k)?),
