@@ -123,20 +123,28 @@ def tables(rotary, length, head_dim):
     return {"cos": cos[0, rows, :half].double().tolist(), "sin": sin[0, rows, :half].double().tolist()}
 
 
+def family(module, fields):
+    """transformers' config of `fields`, the family's modeling module, the head's width,
+    and the rotary embedding of each kind of layer (Gemma 3's sliding layers take a second,
+    made as `Gemma3TextModel.__init__` makes it)."""
+    args = {k: v for k, v in fields.items() if k != "model_type"}
+    config = AutoConfig.for_model(fields["model_type"], **copy.deepcopy(args))
+    modeling = importlib.import_module(f"transformers.models.{module}.modeling_{module}")
+    rotary_class = next(getattr(modeling, n) for n in dir(modeling) if n.endswith("RotaryEmbedding"))
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    rotaries = {"full_attention": rotary_class(config=config)}
+    if module == "gemma3":
+        local = copy.deepcopy(config)
+        local.rope_theta = local.rope_local_base_freq
+        local.rope_scaling = {"rope_type": "default"}
+        rotaries["sliding_attention"] = rotary_class(config=local)
+    return config, modeling, head_dim, rotaries
+
+
 def main():
     families = []
     for name, module, fields, lengths in FAMILIES:
-        args = {k: v for k, v in fields.items() if k != "model_type"}
-        config = AutoConfig.for_model(fields["model_type"], **copy.deepcopy(args))
-        modeling = importlib.import_module(f"transformers.models.{module}.modeling_{module}")
-        rotary_class = next(getattr(modeling, n) for n in dir(modeling) if n.endswith("RotaryEmbedding"))
-        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        rotaries = {"full_attention": rotary_class(config=config)}
-        if module == "gemma3":
-            local = copy.deepcopy(config)
-            local.rope_theta = local.rope_local_base_freq
-            local.rope_scaling = {"rope_type": "default"}
-            rotaries["sliding_attention"] = rotary_class(config=local)
+        config, _, head_dim, rotaries = family(module, fields)
         n = config.num_hidden_layers
         types = getattr(config, "layer_types", None)
         if types is None:

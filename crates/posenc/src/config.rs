@@ -258,6 +258,12 @@ impl EncodingConfig {
         Self(Arc::new(spec))
     }
 
+    /// Every preset's name ([`crate::presets`]): named configs of registered kinds, accepted
+    /// wherever a kind is.
+    pub fn presets() -> Vec<&'static str> {
+        crate::presets::PRESETS.iter().map(|p| p.name).collect()
+    }
+
     /// Every registered kind, built-in ones first, in the order of the documents.
     pub fn kinds() -> Vec<&'static str> {
         registry().iter().map(|r| r.kind).collect()
@@ -346,14 +352,25 @@ impl EncodingConfig {
             }
         };
         let parse = registry().iter().find(|r| r.kind == kind).map(|r| r.parse);
+        if let (None, Some(preset)) = (parse, crate::presets::Preset::named(&kind)) {
+            if let Some(key) = fields.keys().next() {
+                return Err(Error::Config(format!(
+                    "`{kind}` is a preset, {}'s positions, and takes no settings (got `{key}`): \
+                     write out its config and change that",
+                    preset.from
+                )));
+            }
+            return preset.encoding();
+        }
         match parse {
             Some(parse) => parse(serde_json::Value::Object(fields))
                 .map_err(|e| Error::Config(format!("`{kind}`: {}", config_message(e)))),
             None => Err(Error::Config(format!(
-                "unknown encoding kind `{kind}`{} (known kinds: {})",
+                "unknown encoding kind `{kind}`{} (known kinds: {}; presets: {})",
                 closest(&kind, &Self::kinds())
                     .map_or(String::new(), |k| format!(": did you mean `{k}`?")),
-                Self::kinds().join(", ")
+                Self::kinds().join(", "),
+                Self::presets().join(", ")
             ))),
         }
     }

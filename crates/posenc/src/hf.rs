@@ -7,11 +7,18 @@
 //! | `rope_parameters` as `{"full_attention": {…}, "sliding_attention": {…}}` | a `rope` per kind of layer (Gemma 3 and 4); older Gemma 3 configs give the sliding layers' base as `rope_local_base_freq` |
 //! | `partial_rotary_factor`, `head_dim` | the share of each head that rotates, the head's width (else `hidden_size / num_attention_heads`) |
 //! | `layer_types`, `sliding_window` | a `window` of that size on the `sliding_attention` layers |
-//! | `no_rope_layers`, `no_rope_layer_interval` | `none` on the layers that do not rotate (SmolLM3, Llama 4: every n-th) |
+//! | `no_rope_layers`, `no_rope_layer_interval` | `none` on the layers that do not rotate (SmolLM3, Llama 4: every n-th, every 4th when Llama 4's config leaves it out) |
+//! | Llama 4's `use_qk_norm`, `rms_norm_eps` | a weightless `qk-norm` after the rotation, on the layers that rotate; their pairs interleaved |
+//! | Llama 4's `attn_temperature_tuning`, `attn_scale`, `floor_scale` | a `temperature` on the layers that do not rotate |
+//! | `model_type` `gpt_oss` | a learned `sink` on every layer |
+//!
+//! Llama 4's chunked attention (`attention_chunk_size`) is not read: its layers attend to
+//! every key before them here.
 //!
 //! Where the file leaves `layer_types` out, the family's own rule derives it, as
 //! transformers' config classes do: Gemma 2 alternates sliding and full layers from the
-//! first, Gemma 3 makes every `sliding_window_pattern`-th layer full (6), Qwen2 and Qwen3
+//! first, Gemma 3 makes every `sliding_window_pattern`-th layer full (6; Cohere 2: 4, and
+//! it rotates on its sliding layers only), Qwen2 and Qwen3
 //! slide from layer `max_window_layers` on when `use_sliding_window`, and any other family
 //! with a `sliding_window` slides on every layer (Mistral, Phi-3).
 //!
@@ -104,7 +111,11 @@ impl HfPositions {
         crate::limits::check_positive("head_dim", head_dim, crate::limits::MAX_D_MODEL)?;
         let context = count(config, "max_position_embeddings")?;
         let types = layer_types(config, layers)?;
-        let rotates = rotating_layers(config, layers)?;
+        let mut rotates = rotating_layers(config, layers)?;
+        // Cohere 2 rotates on its sliding layers only.
+        if family(config) == "cohere2" {
+            rotates = types.iter().map(|t| t == SLIDING).collect();
+        }
         let window = count(config, "sliding_window")?;
         let mut out = Vec::with_capacity(layers);
         for (i, kind) in types.iter().enumerate() {
@@ -127,6 +138,7 @@ impl HfPositions {
                 }
                 _ => rope,
             };
+            let encoding = family_extras(config, encoding, rotates[i])?;
             out.push(
                 encoding
                     .to_string()
@@ -176,16 +188,16 @@ fn layer_types(config: &Map<String, Value>, layers: usize) -> Result<Vec<String>
         }
         return Ok(types);
     }
-    let family = config
-        .get("model_type")
-        .and_then(Value::as_str)
-        .unwrap_or("");
+    let family = family(config);
     let window = count(config, "sliding_window")?;
     let sliding = |on: bool| if on { SLIDING } else { FULL }.to_string();
     Ok(match family {
         "gemma2" => (0..layers).map(|i| sliding((i + 1) % 2 != 0)).collect(),
-        "gemma3" | "gemma3_text" => {
-            let every = count(config, "sliding_window_pattern")?.unwrap_or(6).max(1);
+        "gemma3" | "gemma3_text" | "cohere2" => {
+            let default = if family == "cohere2" { 4 } else { 6 };
+            let every = count(config, "sliding_window_pattern")?
+                .unwrap_or(default)
+                .max(1);
             (0..layers).map(|i| sliding((i + 1) % every != 0)).collect()
         }
         family if family.starts_with("qwen2") || family.starts_with("qwen3") => {
@@ -215,10 +227,61 @@ fn rotating_layers(config: &Map<String, Value>, layers: usize) -> Result<Vec<boo
         }
         return Ok(list.iter().map(|&r| r != 0).collect());
     }
-    Ok(match count(config, "no_rope_layer_interval")? {
+    let interval = match (count(config, "no_rope_layer_interval")?, family(config)) {
+        (None, "llama4" | "llama4_text") => Some(4),
+        (given, _) => given,
+    };
+    Ok(match interval {
         Some(0) => return Err(bad("`no_rope_layer_interval` must be at least 1")),
         Some(every) => (0..layers).map(|i| (i + 1) % every != 0).collect(),
         None => vec![true; layers],
+    })
+}
+
+/// The config's `model_type`, or `""`.
+fn family(config: &Map<String, Value>) -> &str {
+    config
+        .get("model_type")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
+/// What a family's attention adds to a layer's positions beyond its rotation and window,
+/// in a `stack` after them: Llama 4's weightless RMS norm of the queries and keys on the
+/// layers that rotate (`use_qk_norm`, ε `rms_norm_eps`) and its temperature on those that
+/// do not (`attn_temperature_tuning`, `attn_scale`, `floor_scale`), each on unless the
+/// config turns it off, as `Llama4TextConfig`'s defaults are; gpt-oss's learned sink per
+/// head, which every layer of `GptOssAttention` has.
+fn family_extras(config: &Map<String, Value>, layer: Value, rotates: bool) -> Result<Value> {
+    let flag = |key: &str| match config.get(key) {
+        None | Some(Value::Null) => Ok(true),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(other) => Err(bad(format!("`{key}` must be true or false, got {other}"))),
+    };
+    let extra = match family(config) {
+        "llama4" | "llama4_text" if rotates && flag("use_qk_norm")? => {
+            let eps = number(config, "rms_norm_eps")?.unwrap_or(1e-5);
+            Some(json!({"kind": "qk-norm", "norm": "rms", "eps": eps}))
+        }
+        "llama4" | "llama4_text" if !rotates && flag("attn_temperature_tuning")? => {
+            let scale = number(config, "attn_scale")?.unwrap_or(0.1);
+            let floor = count(config, "floor_scale")?.unwrap_or(8192);
+            Some(json!({"kind": "temperature", "scale": scale, "floor": floor}))
+        }
+        "gpt_oss" => Some(json!({"kind": "sink"})),
+        _ => None,
+    };
+    let Some(extra) = extra else {
+        return Ok(layer);
+    };
+    Ok(match layer["kind"].as_str() {
+        Some("none") => extra,
+        Some("stack") => {
+            let mut of = layer["of"].as_array().cloned().unwrap_or_default();
+            of.push(extra);
+            json!({"kind": "stack", "of": of})
+        }
+        _ => json!({"kind": "stack", "of": [layer, extra]}),
     })
 }
 
@@ -281,7 +344,12 @@ fn rope(config: &Map<String, Value>, kind: &str) -> Result<Value> {
             Some(Value::Object(p))
         }
     };
-    let mut rope = json!({"kind": "rope", "base": base, "layout": "halves"});
+    // Llama 4 (as complex numbers) and Cohere turn pairs of neighbours; the others halves.
+    let layout = match family(config) {
+        "llama4" | "llama4_text" | "cohere" | "cohere2" => "interleaved",
+        _ => "halves",
+    };
+    let mut rope = json!({"kind": "rope", "base": base, "layout": layout});
     if let Some(f) = fraction {
         rope["rotary_fraction"] = json!(f);
     }

@@ -105,7 +105,9 @@ pub mod none;
 pub mod path;
 pub mod per_layer;
 pub mod pope;
+pub mod presets;
 pub mod prope;
+pub mod qk_norm;
 pub mod rope;
 pub mod rope_2d;
 pub mod rope_mixed;
@@ -116,6 +118,7 @@ pub mod sinusoidal_2d;
 pub mod ssmax;
 pub mod stack;
 pub mod t5;
+pub mod temperature;
 pub mod window;
 pub mod xpos;
 
@@ -158,6 +161,8 @@ pub const BUILT_IN: &[Registration] = &[
     Registration::of::<crate::layers::LayersConfig>(),
     Registration::of::<crate::hope::HopeConfig>(),
     Registration::of::<crate::ssmax::SsmaxConfig>(),
+    Registration::of::<crate::qk_norm::QkNormConfig>(),
+    Registration::of::<crate::temperature::TemperatureConfig>(),
     Registration::of::<crate::stack::StackConfig>(),
     Registration::of::<crate::window::WindowConfig>(),
     Registration::of::<crate::sink::SinkConfig>(),

@@ -26,8 +26,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::encoding::{require, Decay, FromInput, PositionalEncoding, Table};
-use crate::per_layer::{layer_count, PerLayer};
 use crate::householder::Householders;
+use crate::per_layer::{layer_count, PerLayer};
 use crate::{Capabilities, Direction, EncodingSpec, InputContext, Result, Target};
 
 /// The settings of `path`.

@@ -241,10 +241,11 @@ impl RopeScaling {
                         "`{KIND}` scaling `llama3` needs low_freq_factor and high_freq_factor"
                     )));
                 };
+                // Equal factors leave no band between (Llama 4's): a step, no ramp.
                 require(
                     KIND,
-                    hi > lo,
-                    format!("high_freq_factor > low_freq_factor, got {hi} and {lo}"),
+                    hi >= lo,
+                    format!("high_freq_factor ≥ low_freq_factor, got {hi} and {lo}"),
                 )?;
             }
             RopeType::Longrope => {
@@ -366,6 +367,9 @@ impl RopeScaling {
                         if wavelength < high_wavelength {
                             f
                         } else if wavelength > low_wavelength {
+                            f / factor
+                        } else if hi == lo {
+                            // On the step itself, which no band widens.
                             f / factor
                         } else {
                             let smooth = (l / wavelength - lo) / (hi - lo);

@@ -18,12 +18,10 @@ fn parts(encoding: &Value) -> (Option<Value>, Option<u64>) {
         "rope" => (Some(encoding.clone()), None),
         "none" => (None, None),
         "window" => (None, encoding["size"].as_u64()),
-        "stack" => {
-            let of = encoding["of"].as_array().unwrap();
-            let (rope, _) = parts(&of[0]);
-            let (_, window) = parts(&of[1]);
-            (rope, window)
-        }
+        "stack" => (encoding["of"].as_array().unwrap().iter().map(parts))
+            .fold((None, None), |(r, w), (r2, w2)| (r.or(r2), w.or(w2))),
+        // gpt-oss's sink and Llama 4's norm and temperature place no position.
+        "sink" | "qk-norm" | "temperature" => (None, None),
         other => panic!("a layer got `{other}`: {encoding}"),
     }
 }

@@ -115,14 +115,24 @@ fn a_bad_list_is_refused() {
     let changed = |a: &Tensor, b: &Tensor| a.dims() != b.dims() || max_abs_diff(a, b) > 0.0;
     for cfg in every_kind() {
         let enc = posenc::for_layer(&cfg.build_untrained(D, HEADS, &Device::Cpu).unwrap(), 0);
-        // Only a hook that uses positions checks them: `none` has none.
-        let from = Positions::From(0);
-        let uses_positions = changed(&enc.embed(&e, &EmbedContext::at(from)).unwrap(), &e)
-            || changed(&enc.rotate(&h, &RotateContext::query(from)).unwrap(), &h)
-            || enc
-                .bias(&BiasContext::new(4, 4, from, from))
-                .unwrap()
-                .is_some();
+        // Only a hook that uses positions checks them: `none` has none, and a norm of the
+        // queries and keys reads none. A hook uses them when what it gives moves with them
+        // (or refuses a far one: a learned table ends).
+        let (from, far) = (Positions::From(0), Positions::From(100_000));
+        let moves = |a: posenc::Result<Tensor>, b: posenc::Result<Tensor>| match (a, b) {
+            (Ok(a), Ok(b)) => changed(&a, &b),
+            _ => true,
+        };
+        let uses_positions = moves(
+            enc.embed(&e, &EmbedContext::at(from)),
+            enc.embed(&e, &EmbedContext::at(far)),
+        ) || moves(
+            enc.rotate(&h, &RotateContext::query(from)),
+            enc.rotate(&h, &RotateContext::query(far)),
+        ) || enc
+            .bias(&BiasContext::new(4, 4, from, from))
+            .unwrap()
+            .is_some();
         let refused = |list: &[u32]| {
             let at = Positions::At(list);
             enc.embed(&e, &EmbedContext::at(at)).is_err()

@@ -136,7 +136,7 @@ fn missing_and_absurd_settings_are_named() {
         (r#"{"rope_type": "llama3", "factor": 8}"#, "low_freq_factor"),
         (
             r#"{"rope_type": "llama3", "factor": 8, "low_freq_factor": 4, "high_freq_factor": 1}"#,
-            "high_freq_factor > low_freq_factor",
+            "high_freq_factor ≥ low_freq_factor",
         ),
         (r#"{"rope_type": "longrope", "factor": 4}"#, "short_factor"),
         (

@@ -72,9 +72,14 @@ fn observed(enc: &dyn PositionalEncoding) -> Capabilities {
     let read = enc.read_input(&InputContext::new(&x)).unwrap();
     Capabilities {
         adds: given.0,
+        // Far along too, where a factor that steps with the position (Llama 4's
+        // temperature) has moved; a kind whose table ends before it refuses the position.
         rotates: [RotateContext::query(0), RotateContext::key(0)]
             .iter()
-            .any(|cx| moved(&enc.rotate(&heads, cx).unwrap(), &heads)),
+            .any(|cx| moved(&enc.rotate(&heads, cx).unwrap(), &heads))
+            || [RotateContext::query(100_000), RotateContext::key(100_000)]
+                .iter()
+                .any(|cx| enc.rotate(&heads, cx).is_ok_and(|r| moved(&r, &heads))),
         biases: given.1,
         reads_tokens,
         reads_input: read.decay.is_some() || read.transforms.is_some(),

@@ -34,7 +34,7 @@ pub fn colour(i: usize) -> RGBColor {
 /// each later one was picked, in this order, as far in CIELAB from those before it as a
 /// grid of hues allowed (no two closer than ΔE 27; the 2-D kinds' from hues no lighter than
 /// L* 75, so that none fades into the page).
-pub const PALETTE: [(&str, RGBColor); 36] = [
+pub const PALETTE: [(&str, RGBColor); 38] = [
     ("none", RGBColor(127, 127, 127)),
     ("sinusoidal", RGBColor(31, 119, 180)),
     ("learned", RGBColor(44, 160, 44)),
@@ -71,6 +71,8 @@ pub const PALETTE: [(&str, RGBColor); 36] = [
     ("alibi-2d", RGBColor(95, 0, 0)),
     ("liere", RGBColor(90, 155, 120)),
     ("path", RGBColor(238, 119, 255)),
+    ("qk-norm", RGBColor(153, 170, 255)),
+    ("temperature", RGBColor(119, 204, 0)),
 ];
 
 /// Every way of reading RoPE past its window, by name: the scalings and self-extend. They
