@@ -258,10 +258,10 @@ impl EncodingConfig {
         Self(Arc::new(spec))
     }
 
-    /// Every preset's name ([`crate::presets`]): named configs of registered kinds, accepted
-    /// wherever a kind is.
+    /// Every preset's name ([`crate::BUILT_IN_PRESETS`]): named configs of registered kinds,
+    /// accepted wherever a kind is.
     pub fn presets() -> Vec<&'static str> {
-        crate::presets::PRESETS.iter().map(|p| p.name).collect()
+        crate::BUILT_IN_PRESETS.iter().map(|p| p.name).collect()
     }
 
     /// Every registered kind, built-in ones first, in the order of the documents.
@@ -352,7 +352,8 @@ impl EncodingConfig {
             }
         };
         let parse = registry().iter().find(|r| r.kind == kind).map(|r| r.parse);
-        if let (None, Some(preset)) = (parse, crate::presets::Preset::named(&kind)) {
+        let preset = crate::BUILT_IN_PRESETS.iter().find(|p| p.name == kind);
+        if let (None, Some(preset)) = (parse, preset) {
             if let Some(key) = fields.keys().next() {
                 return Err(Error::Config(format!(
                     "`{kind}` is a preset, {}'s positions, and takes no settings (got `{key}`): \

@@ -131,6 +131,11 @@ pub use encoding::{
 pub use error::{Error, Result};
 pub use layers::for_layer;
 
+/// The presets every build knows ([`presets`]): named configs of the kinds below, which
+/// [`EncodingConfig`] resolves by name where no kind has it, as it resolves the kinds
+/// through [`BUILT_IN`].
+pub const BUILT_IN_PRESETS: &[presets::Preset] = presets::PRESETS;
+
 /// Every encoding this crate ships, in the order of the documents: one line each.
 pub const BUILT_IN: &[Registration] = &[
     Registration::of::<crate::none::NoneConfig>(),
