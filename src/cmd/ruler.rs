@@ -16,7 +16,8 @@ use super::Format;
 pub struct RulerArgs {
     #[command(flatten)]
     model: ModelArgs,
-    /// Tasks: niah_single, niah_multikey, niah_multivalue, niah_multiquery, vt, cwe.
+    /// Tasks: niah_single, niah_multikey, niah_multivalue, niah_multiquery, vt, cwe, and
+    /// fwe, niah_multikey_3 (UUID needles) and threading (a thread of four hops).
     #[arg(
         long,
         value_delimiter = ',',
@@ -287,7 +288,8 @@ impl RulerArgs {
                     what: "score",
                     values: &values,
                     text: &text,
-                    x_desc: "task (niah_ single, mkey, mvalue, mquery; vt; cwe)",
+                    x_desc:
+                        "task (niah_ single, mkey, mvalue, mquery, mkey_3; vt; cwe; fwe; threading)",
                     x_ticks: &x_ticks,
                     y_desc: "prompt tokens, scaling",
                     y_ticks: &y_ticks,

@@ -10,6 +10,9 @@
 //! | `niah_multiquery` | the numbers of two keys out of four |
 //! | `vt` | every variable of a chain `VAR B = VAR A` … that ends at one value |
 //! | `cwe` | the ten words that recur most in a numbered list |
+//! | `fwe` | the three coded words that recur most in a text whose counts fall as Zipf's law, `n · k^−α / ζ(α)` for the word of rank `k` (α = 2), the most frequent of all `...`, noise |
+//! | `niah_multikey_3` | the UUID filed under one UUID key, in a haystack made only of other UUID needles |
+//! | `threading` | the end of a thread through a JSON object of UUID pairs: the value under the first key is the next key, four hops (Roberts et al. 2024, "Needle Threading") |
 //!
 //! The prompts follow RULER's templates (its `synthetic.yaml` and the task generators'
 //! wording), written again here, not copied. Three things differ, each said where it is
@@ -35,15 +38,22 @@ use serde::{Deserialize, Serialize};
 use crate::passkey::{Subject, FILLER};
 use posenc_train::memory::{peak_rss_mb, reset_peak_rss};
 
-/// The tasks, by RULER's names (without its numbered variants' suffixes).
-pub const TASKS: [&str; 6] = [
+/// The tasks, by RULER's names (without its numbered variants' suffixes, but for the UUID
+/// needles of `niah_multikey_3`), and needle threading.
+pub const TASKS: [&str; 9] = [
     "niah_single",
     "niah_multikey",
     "niah_multivalue",
     "niah_multiquery",
     "vt",
     "cwe",
+    "fwe",
+    "niah_multikey_3",
+    "threading",
 ];
+
+/// The hops of a `threading` prompt's thread.
+pub const THREAD_HOPS: usize = 4;
 
 /// The most tokens any task's answer may take (common words': RULER's 120).
 pub const MAX_ANSWER: usize = 120;
@@ -354,6 +364,212 @@ fn cwe(encode: Encode, length: usize, rng: &mut ChaCha8Rng) -> Result<Prompt> {
     })
 }
 
+/// Frequent-words extraction, as RULER's `freq_words_extraction.py` with α = 2: a
+/// vocabulary of `length / 50` coded words of six random letters, the first of them `...`
+/// (noise), the word of rank `k` written `⌊n · k^−α / ζ(α)⌋` times, all shuffled, with the
+/// most words `n` that fit; the three after the noise asked for.
+fn fwe(encode: Encode, length: usize, rng: &mut ChaCha8Rng) -> Result<Prompt> {
+    const ALPHA: f64 = 2.0;
+    // ζ(2) = π² / 6.
+    let zeta = std::f64::consts::PI.powi(2) / 6.0;
+    let head = encode(
+        "Read the following coded text and track the frequency of each coded word. Find the \
+         three most frequently appeared coded words. ",
+    )?;
+    let tail = encode(
+        "\nQuestion: Do not provide any explanation. Please ignore the dots '....'. What are \
+         the three most frequently appeared words in the above coded text? Answer: According \
+         to the coded text above, the three most frequently appeared words are:",
+    )?;
+    let size = length / 50;
+    ensure!(
+        size >= 5,
+        "a frequent-words prompt of {length} tokens is too short: RULER's vocabulary of \
+         length / 50 words needs at least 5, so 250 tokens"
+    );
+    let mut vocab: Vec<String> = vec!["...".into()];
+    while vocab.len() < size {
+        let w: String = (0..6)
+            .map(|_| rng.random_range(b'a'..=b'z') as char)
+            .collect();
+        if !vocab.contains(&w) {
+            vocab.push(w);
+        }
+    }
+    let pieces: Vec<Vec<u32>> = vocab
+        .iter()
+        .map(|w| encode(&format!(" {w}")))
+        .collect::<Result<_>>()?;
+    let counts = |n: usize| -> Vec<usize> {
+        (1..=vocab.len())
+            .map(|k| (n as f64 * (k as f64).powf(-ALPHA) / zeta) as usize)
+            .collect()
+    };
+    let tokens = |n: usize| -> usize {
+        let text: usize = counts(n)
+            .iter()
+            .zip(&pieces)
+            .map(|(c, p)| c * p.len())
+            .sum();
+        head.len() + tail.len() + text
+    };
+    // The most words that fit: double, then halve the step.
+    let (mut n, mut step) = (0usize, 1usize);
+    while tokens(n + step) <= length {
+        n += step;
+        step *= 2;
+    }
+    while step > 1 {
+        step /= 2;
+        if tokens(n + step) <= length {
+            n += step;
+        }
+    }
+    let c = counts(n);
+    ensure!(
+        c[1] > c[2] && c[2] > c[3] && c[3] > c[4],
+        "a frequent-words prompt of {length} tokens is too short: its three most frequent \
+         words are not told apart by their counts ({:?})",
+        &c[1..5]
+    );
+    let mut order: Vec<usize> = c
+        .iter()
+        .enumerate()
+        .flat_map(|(k, &m)| vec![k; m])
+        .collect();
+    order.shuffle(rng);
+    let mut ids = head;
+    for k in order {
+        ids.extend_from_slice(&pieces[k]);
+    }
+    ids.extend(tail);
+    Ok(Prompt {
+        ids,
+        answers: vocab[1..4].to_vec(),
+        max_new: 50,
+    })
+}
+
+/// A random version-4 UUID, as RULER's `uuid.UUID(int=random.getrandbits(128), version=4)`.
+fn uuid(rng: &mut ChaCha8Rng) -> String {
+    let bits: u128 = rng.random();
+    let bits = (bits & !(0xFu128 << 76) | (0x4u128 << 76)) & !(0x3u128 << 62) | (0x2u128 << 62);
+    let hex = format!("{bits:032x}");
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    )
+}
+
+/// Whole `parts` from `more` after `head` (in the order drawn, `fixed` put at the places
+/// `place` gives among them), as many as fit in `length` tokens with `tail`.
+fn fill(
+    encode: Encode,
+    length: usize,
+    head: &str,
+    fixed: &[String],
+    tail: &str,
+    mut more: impl FnMut() -> String,
+    mut place: impl FnMut(usize) -> usize,
+) -> Result<(Vec<u32>, usize)> {
+    let (head, tail) = (encode(head)?, encode(tail)?);
+    let fixed: Vec<Vec<u32>> = fixed.iter().map(|p| encode(p)).collect::<Result<_>>()?;
+    let mut used = head.len() + tail.len() + fixed.iter().map(Vec::len).sum::<usize>();
+    ensure!(
+        used <= length,
+        "a prompt of {length} tokens is too short for this task: this tokenizer needs at least \
+         {used}"
+    );
+    let mut parts: Vec<Vec<u32>> = Vec::new();
+    loop {
+        let next = encode(&more())?;
+        if used + next.len() > length {
+            break;
+        }
+        used += next.len();
+        parts.push(next);
+    }
+    let drawn = parts.len();
+    for f in fixed {
+        let at = place(parts.len());
+        parts.insert(at.min(parts.len()), f);
+    }
+    let mut ids = head;
+    ids.extend(parts.concat());
+    ids.extend(tail);
+    Ok((ids, drawn))
+}
+
+/// RULER's `niah_multikey_3`: UUID keys and values, the haystack itself made of needles
+/// under other UUIDs (`type_haystack: needle`), one of them asked for.
+fn niah_uuid(encode: Encode, length: usize, rng: &mut ChaCha8Rng) -> Result<Prompt> {
+    let needle = |k: &str, v: &str| format!(" One of the special magic uuids for {k} is: {v}.");
+    let (key, value) = (uuid(rng), uuid(rng));
+    let head = "Some special magic uuids are hidden within the following text. Make sure to \
+                memorize it. I will quiz you about the uuids afterwards.\n";
+    let tail = format!(
+        "\nWhat are all the special magic uuids for {key} mentioned in the provided text? The \
+         special magic uuids for {key} mentioned in the provided text are"
+    );
+    let mut draw = ChaCha8Rng::seed_from_u64(rng.random());
+    let (ids, _) = fill(
+        encode,
+        length,
+        head,
+        &[needle(&key, &value)],
+        &tail,
+        || needle(&uuid(&mut draw), &uuid(&mut draw)),
+        |n| rng.random_range(0..=n),
+    )?;
+    Ok(Prompt {
+        ids,
+        answers: vec![value],
+        max_new: 128,
+    })
+}
+
+/// Needle threading (Roberts et al. 2024): a JSON object of UUID pairs, among them a thread
+/// of [`THREAD_HOPS`] pairs, each value the key of the next, at random places; asked for
+/// the value at the thread's end, from its first key. The wording is ours; the paper's
+/// haystacks are the same kind of object.
+fn threading(encode: Encode, length: usize, rng: &mut ChaCha8Rng) -> Result<Prompt> {
+    let thread: Vec<String> = (0..=THREAD_HOPS).map(|_| uuid(rng)).collect();
+    let pair = |k: &str, v: &str| format!("\n  \"{k}\": \"{v}\",");
+    let links: Vec<String> = thread.windows(2).map(|w| pair(&w[0], &w[1])).collect();
+    let head = "Below is a JSON object of keys and values, all of them UUIDs. Some values are \
+                themselves keys of the object: together they form a thread.\n{";
+    let tail = format!(
+        "\n}}\nQuestion: Start at the key {} and look up its value. That value is also a key: \
+         look up its value in turn, and so on, until a value is not a key. What is that last \
+         value? Answer: The last value of the thread is",
+        thread[0]
+    );
+    let mut draw = ChaCha8Rng::seed_from_u64(rng.random());
+    let (ids, drawn) = fill(
+        encode,
+        length,
+        head,
+        &links,
+        &tail,
+        || pair(&uuid(&mut draw), &uuid(&mut draw)),
+        |n| rng.random_range(0..=n),
+    )?;
+    ensure!(
+        drawn >= THREAD_HOPS,
+        "a threading prompt of {length} tokens is too short: a thread of {THREAD_HOPS} hops \
+         needs a haystack of at least as many other pairs, and {drawn} fit"
+    );
+    Ok(Prompt {
+        ids,
+        answers: vec![thread[THREAD_HOPS].clone()],
+        max_new: 64,
+    })
+}
+
 /// The prompt of one sample.
 ///
 /// # Errors
@@ -373,6 +589,9 @@ pub fn prompt(
         "niah_multiquery" => niah(encode, length, &mut rng, 4, 1, 2),
         "vt" => vt(encode, length, &mut rng),
         "cwe" => cwe(encode, length, &mut rng),
+        "fwe" => fwe(encode, length, &mut rng),
+        "niah_multikey_3" => niah_uuid(encode, length, &mut rng),
+        "threading" => threading(encode, length, &mut rng),
         other => posenc_error::bail!(
             "unknown RULER task `{other}` (the tasks are {})",
             TASKS.join(", ")

@@ -108,6 +108,83 @@ fn needles_chains_and_lists_are_laid_out_as_ruler_defines_them() {
         .all(|(_, &n)| n == 3));
 }
 
+/// Frequent words: the counts fall as RULER's `⌊n · k^−2 / ζ(2)⌋` by rank, the noise `...`
+/// first, and the three asked for are the next three.
+#[test]
+fn frequent_words_follow_zipf_as_ruler_draws_them() {
+    let p = prompt(&bytes, "fwe", 6000, 3, 0).unwrap();
+    let s = text(&p.ids);
+    let body = s.split("coded words. ").nth(1).unwrap();
+    let body = body.split("\nQuestion:").next().unwrap();
+    let mut counts = std::collections::HashMap::new();
+    for w in body.split_whitespace() {
+        *counts.entry(w.to_string()).or_insert(0usize) += 1;
+    }
+    let mut ranked: Vec<(usize, String)> = counts.into_iter().map(|(w, c)| (c, w)).collect();
+    ranked.sort_by(|a, b| b.cmp(a));
+    assert_eq!(ranked[0].1, "...");
+    let zeta = std::f64::consts::PI.powi(2) / 6.0;
+    let n = (ranked[0].0 as f64 * zeta).round();
+    for (k, (c, _)) in ranked.iter().enumerate().take(10) {
+        let want = (n * ((k + 1) as f64).powi(-2) / zeta) as usize;
+        assert!(c.abs_diff(want) <= 1, "rank {}: {c} against {want}", k + 1);
+    }
+    let top: Vec<String> = ranked[1..4].iter().map(|(_, w)| w.clone()).collect();
+    assert_eq!(top, p.answers);
+    assert!(p.answers.iter().all(|w| w.len() == 6));
+    // RULER's vocabulary: length / 50 words.
+    assert!(ranked.len() <= 6000 / 50);
+}
+
+/// `niah_multikey_3`: every sentence a UUID needle, one under the key asked for.
+#[test]
+fn uuid_needles_make_the_whole_haystack() {
+    let is_uuid = |u: &str| {
+        let parts: Vec<&str> = u.split('-').collect();
+        parts.iter().map(|p| p.len()).collect::<Vec<_>>() == [8, 4, 4, 4, 12]
+            && u.chars().all(|c| c == '-' || c.is_ascii_hexdigit())
+            && u.as_bytes()[14] == b'4'
+    };
+    let p = prompt(&bytes, "niah_multikey_3", 5000, 3, 0).unwrap();
+    let s = text(&p.ids);
+    let key = s.rsplit("magic uuids for ").nth(1).unwrap();
+    let key = key.split(' ').next().unwrap();
+    assert!(
+        is_uuid(key) && is_uuid(&p.answers[0]),
+        "{key} {:?}",
+        p.answers
+    );
+    let needles: Vec<&str> = s.matches("One of the special magic uuids for").collect();
+    assert!(needles.len() > 30, "{}", needles.len());
+    let asked = format!("uuids for {key} is: {}.", p.answers[0]);
+    assert_eq!(s.matches(&asked).count(), 1);
+    assert_eq!(s.matches(&format!("for {key} is")).count(), 1);
+}
+
+/// Needle threading: from the key asked for, four hops through the object's pairs end at
+/// the answer, which is no key.
+#[test]
+fn a_thread_runs_four_hops_to_its_answer() {
+    let p = prompt(&bytes, "threading", 5000, 3, 0).unwrap();
+    let s = text(&p.ids);
+    let pairs: std::collections::HashMap<&str, &str> = s
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix('"'))
+        .filter_map(|l| l.split_once("\": \""))
+        .map(|(k, v)| (k, v.trim_end_matches("\",")))
+        .collect();
+    assert!(pairs.len() > 30, "{}", pairs.len());
+    let start = s.split("Start at the key ").nth(1).unwrap();
+    let mut at = start.split(' ').next().unwrap();
+    for hop in 0..ruler::THREAD_HOPS {
+        at = pairs
+            .get(at)
+            .unwrap_or_else(|| panic!("hop {hop}: {at} is no key"));
+    }
+    assert_eq!(at, p.answers[0]);
+    assert!(!pairs.contains_key(at), "the thread ends");
+}
+
 #[test]
 fn the_score_is_the_share_of_answers_given_case_ignored() {
     let answers: Vec<String> = ["ABCDE", "12345", "fghij"].map(String::from).to_vec();
@@ -128,6 +205,13 @@ fn bad_settings_are_named() {
     );
     let e = prompt(&bytes, "cwe", 1000, 0, 0).unwrap_err().to_string();
     assert!(e.contains("too short") && e.contains("common words"), "{e}");
+    let e = prompt(&bytes, "fwe", 200, 0, 0).unwrap_err().to_string();
+    assert!(e.contains("too short") && e.contains("vocabulary"), "{e}");
+    // A thread deeper than the haystack.
+    let e = prompt(&bytes, "threading", 900, 0, 0)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("too short") && e.contains("hops"), "{e}");
     let e = prompt(&bytes, "qa", 1000, 0, 0).unwrap_err().to_string();
     assert!(
         e.contains("unknown RULER task `qa`") && e.contains("niah_single"),
