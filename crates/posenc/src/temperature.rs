@@ -134,20 +134,29 @@ impl PositionalEncoding for Temperature {
 
     /// The change to logits that are all 1: `factor(i) − 1` on every key query `i` sees.
     fn table(&self, len: usize) -> Result<Table> {
-        let f = (self.factors(Positions::From(0), len)? - 1.0)?;
-        let mut bias = f
-            .reshape((1, len, 1))?
-            .broadcast_as((self.heads, len, len))?;
-        if self.direction == Direction::Causal {
-            let seen = Tensor::tril2(len, DType::F32, &self.device)?;
-            bias = bias.broadcast_mul(&seen)?;
-        }
+        self.table_at(Positions::From(0), len)
+    }
+
+    /// [`table`](PositionalEncoding::table)'s at the tokens' own positions: query `i` at
+    /// position `p_i` sees the keys at positions up to `p_i` where attention is causal.
+    fn table_at(&self, at: Positions, len: usize) -> Result<Table> {
+        let f: Vec<f32> = self.factors(at, len)?.to_vec1()?;
+        let rows: Vec<f32> = (0..len)
+            .flat_map(|i| {
+                let f = f[i] - 1.0;
+                let (p, seen) = (at.get(i), self.direction == Direction::Causal);
+                (0..len).map(move |j| if seen && at.get(j) > p { 0.0 } else { f })
+            })
+            .collect();
+        let bias = Tensor::from_vec(rows, (1, len, len), &self.device)?
+            .broadcast_as((self.heads, len, len))?
+            .contiguous()?;
         Ok(Table::bias(
             format!(
                 "logits of 1 times 1 + {} · ln(⌊(i + 1) / {}⌋ + 1), less 1: the queries' temperature",
                 self.scale, self.floor
             ),
-            bias.contiguous()?,
+            bias,
         ))
     }
 }
