@@ -179,6 +179,19 @@ fn list(format: super::Format, out: &mut impl Write) -> Result<()> {
             }))
         })
         .collect::<Result<_>>()?;
+    // The presets, named configs of those kinds, each a row that takes no settings.
+    let presets: Vec<serde_json::Value> = posenc::BUILT_IN_PRESETS
+        .iter()
+        .map(|p| {
+            Ok(json!({
+                "kind": p.name,
+                "preset": p.from,
+                "config": EncodingConfig::from_kind(p.name)?.to_json(),
+                "settings": [],
+            }))
+        })
+        .collect::<Result<_>>()?;
+    let kinds: Vec<serde_json::Value> = kinds.into_iter().chain(presets).collect();
     if let Format::Json = format {
         writeln!(out, "{}", serde_json::to_string_pretty(&kinds)?)?;
         return Ok(());
@@ -191,7 +204,12 @@ fn list(format: super::Format, out: &mut impl Write) -> Result<()> {
         let kind = entry["kind"].as_str().unwrap_or_default();
         let settings: Vec<posenc::Setting> =
             serde_json::from_value(entry["settings"].clone()).unwrap_or_default();
-        if settings.is_empty() {
+        if let Some(from) = entry["preset"].as_str() {
+            writeln!(
+                out,
+                "| {kind} | – | – | a preset, the positions of {from}; takes no settings |"
+            )?;
+        } else if settings.is_empty() {
             writeln!(out, "| {kind} | – | – | takes no settings |")?;
         }
         for setting in settings {

@@ -78,7 +78,8 @@ where
     fn possible_values(
         &self,
     ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
-        let kinds = posenc::EncodingConfig::kinds();
+        let mut kinds = posenc::EncodingConfig::kinds();
+        kinds.extend(posenc::EncodingConfig::presets());
         Some(Box::new(
             kinds.into_iter().map(clap::builder::PossibleValue::new),
         ))
