@@ -14,7 +14,9 @@
 //! by every transform so far, so that a query turned back to its chunk's start scores
 //! against them with one product. A key/value cache keeps that frame, and turning it by a
 //! new chunk is a product of rank `chunk` (a rank-one update for one token, as fla decodes).
-//! The whole forward is the same algorithm from an empty frame.
+//! The whole forward is the same algorithm from an empty frame. Attention reads the scores
+//! a chunk of queries at a time ([`Householders::score_chunks`]), each chunk against the
+//! keys up to its last query, so that it never holds a `(len, len)` matrix.
 //!
 //! Within a chunk of `m` tokens, the UT transform (the paper's §3):
 //!
@@ -200,17 +202,95 @@ impl Householders {
         Ok((combined, frame_after))
     }
 
-    /// [`Householders::scores`] of the keys up to each query.
+    /// [`Householders::scores`] a chunk of queries at a time, in order: each item is the
+    /// index of the chunk's first query and the scores `(batch, heads, m, keys)` of its `m`
+    /// queries. Causally the keys are those up to the chunk's last query, `cached + start +
+    /// m` (the later ones no query of the chunk sees), and attention then never holds more
+    /// than one chunk's scores, so its memory grows with `len`, not with its square. With
+    /// transforms for the keys after a query the scores are formed whole first, then handed
+    /// out the same way, every key in each chunk.
+    ///
+    /// # Errors
+    /// As [`Householders::scores`].
+    pub fn score_chunks(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        frame: Option<&Tensor>,
+    ) -> Result<ScoreChunks<'_>> {
+        if self.after.is_none() {
+            return self.causal_chunks(q, k, frame);
+        }
+        let (scores, frame) = self.scores(q, k, frame)?;
+        Ok(ScoreChunks {
+            path: self,
+            q: q.clone(),
+            k: k.clone(),
+            width: frame.dim(2)?,
+            frame,
+            whole: Some(scores),
+            start: 0,
+        })
+    }
+
+    /// [`Householders::score_chunks`] of the keys up to each query.
+    fn causal_chunks(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        frame: Option<&Tensor>,
+    ) -> Result<ScoreChunks<'_>> {
+        self.check(q, k)?;
+        let (b, kv, _, d) = self.w.dims4()?;
+        let contiguous = |x: &Tensor| x.to_dtype(DType::F32)?.contiguous();
+        let frame = match frame {
+            Some(f) => contiguous(f)?,
+            None => Tensor::zeros((b, kv, 0, d), DType::F32, q.device())?,
+        };
+        Ok(ScoreChunks {
+            path: self,
+            width: frame.dim(2)? + q.dim(2)?,
+            q: contiguous(q)?,
+            k: contiguous(k)?,
+            frame,
+            whole: None,
+            start: 0,
+        })
+    }
+
+    /// [`Householders::scores`] of the keys up to each query, whole.
     fn causal_scores(
         &self,
         q: &Tensor,
         k: &Tensor,
         frame: Option<&Tensor>,
     ) -> Result<(Tensor, Tensor)> {
-        let chunk = self.chunk;
+        let mut chunks = self.causal_chunks(q, k, frame)?;
+        let width = chunks.width;
+        let rows = chunks
+            .by_ref()
+            .map(|c| {
+                let (_, row) = c?;
+                let seen = row.dim(D::Minus1)?;
+                Ok(row.pad_with_zeros(D::Minus1, 0, width - seen)?)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let frame = chunks.into_frame();
+        let scores = match rows.len() {
+            0 => {
+                let (b, heads, _, _) = q.dims4()?;
+                Tensor::zeros((b, heads, 0, frame.dim(2)?), DType::F32, q.device())?
+            }
+            _ => Tensor::cat(&rows, 2)?,
+        };
+        Ok((scores, frame))
+    }
+
+    /// Queries `q` and keys `k` that fit these transforms.
+    fn check(&self, q: &Tensor, k: &Tensor) -> Result<()> {
         let (b, kv, n, d) = self.w.dims4()?;
         let (qb, heads, qn, qd) = q.dims4()?;
-        if chunk == 0 {
+        if self.chunk == 0 {
             return Err(Error::Zero {
                 kind: KIND,
                 what: "chunk",
@@ -229,61 +309,110 @@ impl Householders {
                 ),
             });
         }
+        Ok(())
+    }
+
+    /// The scores `(batch, heads, m, seen + m)` of queries `start..start + m` against the
+    /// `frame` of the `seen` earlier keys and against this chunk's own keys, and the frame
+    /// after the chunk.
+    fn chunk_scores(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        frame: &Tensor,
+        start: usize,
+        m: usize,
+    ) -> Result<(Tensor, Tensor)> {
+        let (b, kv, _, d) = self.w.dims4()?;
+        let heads = q.dim(1)?;
         let group = heads / kv;
-        let q = q.to_dtype(DType::F32)?.contiguous()?;
-        let k = k.to_dtype(DType::F32)?.contiguous()?;
-        let cached = frame.map_or(Ok(0), |f| f.dim(2))?;
-        let width = cached + n;
-        let mut frame = match frame {
-            Some(f) => f.to_dtype(DType::F32)?.contiguous()?,
-            None => Tensor::zeros((b, kv, 0, d), DType::F32, q.device())?,
+        let w = self.w.narrow(2, start, m)?;
+        let wb = w.broadcast_mul(&self.beta.narrow(2, start, m)?.unsqueeze(3)?)?;
+        let kc = k.narrow(2, start, m)?;
+        // The query heads that share a key head, stacked as rows: `(b, kv, g·m, d)`.
+        let qc = q.narrow(2, start, m)?.reshape((b, kv, group * m, d))?;
+        let device = q.device();
+        let with_diagonal = Tensor::tril2(m, DType::F32, device)?;
+        let strict = (&with_diagonal - Tensor::eye(m, DType::F32, device)?)?;
+        // `x (b, kv, g·m, m)` under a `(m, m)` mask in each query head's block.
+        let masked = |x: Tensor, mask: &Tensor| -> Result<Tensor> {
+            let x = x.reshape((b, kv, group, m, m))?.broadcast_mul(mask)?;
+            Ok(x.reshape((b, kv, group * m, m))?)
         };
-        let mut rows = Vec::with_capacity(n.div_ceil(chunk));
-        let mut start = 0;
-        while start < n {
-            let m = chunk.min(n - start);
-            let w = self.w.narrow(2, start, m)?;
-            let wb = w.broadcast_mul(&self.beta.narrow(2, start, m)?.unsqueeze(3)?)?;
-            let kc = k.narrow(2, start, m)?;
-            // The query heads that share a key head, stacked as rows: `(b, kv, g·m, d)`.
-            let qc = q.narrow(2, start, m)?.reshape((b, kv, group * m, d))?;
-            let device = q.device();
-            let with_diagonal = Tensor::tril2(m, DType::F32, device)?;
-            let strict = (&with_diagonal - Tensor::eye(m, DType::F32, device)?)?;
-            // `x (b, kv, g·m, m)` under a `(m, m)` mask in each query head's block.
-            let masked = |x: Tensor, mask: &Tensor| -> Result<Tensor> {
-                let x = x.reshape((b, kv, group, m, m))?.broadcast_mul(mask)?;
-                Ok(x.reshape((b, kv, group * m, m))?)
-            };
-            let a = wb.matmul(&w.t()?)?.broadcast_mul(&strict)?;
-            let t = unit_lower_inverse(&a, m)?;
-            let twbk = t.matmul(&wb.matmul(&kc.t()?)?.broadcast_mul(&strict)?)?;
-            let twb = t.matmul(&wb)?;
-            let qw = masked(qc.matmul(&w.t()?)?, &with_diagonal)?;
-            let own = masked(qc.matmul(&kc.t()?)?, &with_diagonal)?.sub(&qw.matmul(&twbk)?)?;
-            let turned_q = qc.sub(&qw.matmul(&twb)?)?;
-            let k_hat = kc.sub(&twbk.t()?.matmul(&w)?)?;
-            let seen = frame.dim(2)?;
-            let mut row = vec![];
-            if seen > 0 {
-                row.push(turned_q.matmul(&frame.t()?)?);
-            }
-            row.push(own);
-            let row = Tensor::cat(&row, D::Minus1)?;
-            let row = row.pad_with_zeros(D::Minus1, 0, width - seen - m)?;
-            rows.push(row.reshape((b, heads, m, width))?);
-            if seen > 0 {
-                let turned = frame.matmul(&twb.t()?)?.matmul(&w)?;
-                frame = frame.sub(&turned)?;
-            }
-            frame = Tensor::cat(&[&frame, &k_hat], 2)?;
-            start += m;
+        let a = wb.matmul(&w.t()?)?.broadcast_mul(&strict)?;
+        let t = unit_lower_inverse(&a, m)?;
+        let twbk = t.matmul(&wb.matmul(&kc.t()?)?.broadcast_mul(&strict)?)?;
+        let twb = t.matmul(&wb)?;
+        let qw = masked(qc.matmul(&w.t()?)?, &with_diagonal)?;
+        let own = masked(qc.matmul(&kc.t()?)?, &with_diagonal)?.sub(&qw.matmul(&twbk)?)?;
+        let turned_q = qc.sub(&qw.matmul(&twb)?)?;
+        let k_hat = kc.sub(&twbk.t()?.matmul(&w)?)?;
+        let seen = frame.dim(2)?;
+        let mut row = vec![];
+        if seen > 0 {
+            row.push(turned_q.matmul(&frame.t()?)?);
         }
-        let scores = match rows.len() {
-            0 => Tensor::zeros((b, heads, 0, width), DType::F32, q.device())?,
-            _ => Tensor::cat(&rows, 2)?,
+        row.push(own);
+        let row = Tensor::cat(&row, D::Minus1)?.reshape((b, heads, m, seen + m))?;
+        let frame = match seen {
+            0 => k_hat,
+            _ => {
+                let turned = frame.matmul(&twb.t()?)?.matmul(&w)?;
+                Tensor::cat(&[&frame.sub(&turned)?, &k_hat], 2)?
+            }
         };
-        Ok((scores, frame))
+        Ok((row, frame))
+    }
+}
+
+/// The scores of queries against turned keys, a chunk of queries at a time
+/// ([`Householders::score_chunks`]): `(start, scores (batch, heads, m, keys))` each.
+#[derive(Debug)]
+pub struct ScoreChunks<'a> {
+    path: &'a Householders,
+    q: Tensor,
+    k: Tensor,
+    /// The earlier keys turned by every transform of the chunks read so far.
+    frame: Tensor,
+    /// Bidirectional scores, formed whole.
+    whole: Option<Tensor>,
+    /// Every key's count, the cached ones and these.
+    width: usize,
+    start: usize,
+}
+
+impl ScoreChunks<'_> {
+    /// The frame after the chunks read so far: every earlier key and theirs, turned by
+    /// every transform up to the last chunk read, `(batch, kv_heads, cached + read,
+    /// head_dim)`; after them all, what a key/value cache keeps.
+    pub fn into_frame(self) -> Tensor {
+        self.frame
+    }
+}
+
+impl Iterator for ScoreChunks<'_> {
+    type Item = Result<(usize, Tensor)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let (start, n, chunk) = (self.start, self.q.dim(2).ok()?, self.path.chunk);
+        if start >= n {
+            return None;
+        }
+        let m = chunk.min(n - start);
+        self.start += m;
+        let row = match &self.whole {
+            Some(scores) => scores.narrow(2, start, m).map_err(Error::from),
+            None => {
+                let next = self
+                    .path
+                    .chunk_scores(&self.q, &self.k, &self.frame, start, m);
+                next.map(|(row, frame)| {
+                    self.frame = frame;
+                    row
+                })
+            }
+        };
+        Some(row.map(|row| (start, row)))
     }
 }
 

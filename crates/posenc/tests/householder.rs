@@ -164,6 +164,62 @@ fn scores_read_in_pieces_against_the_frame_equal_the_whole() {
     assert_eq!(start, 150);
 }
 
+/// Attention a chunk of queries at a time sees each chunk's rows of the whole scores, in
+/// order, `chunk` rows each, and after the last the frame the whole gives: causally after a
+/// cache's frame, and with transforms for the keys after a query (bidirectional).
+#[test]
+fn score_chunks_are_the_rows_of_the_whole_in_order() {
+    let f = fixtures();
+    let case = |name: &str| heads_first(&f[&format!("t150.{name}")]);
+    let [q, k, w, beta] = ["q", "k", "w", "beta"].map(case);
+    let first = |x: &Tensor| x.narrow(2, 0, 40).unwrap();
+    let rest = |x: &Tensor| x.narrow(2, 40, 110).unwrap();
+    let (_, frame) = Householders::new(&first(&w), &first(&beta))
+        .unwrap()
+        .scores(&first(&q), &first(&k), None)
+        .unwrap();
+    let causal = Householders::new(&rest(&w), &rest(&beta)).unwrap();
+    let after = Householders::new(&rest(&w).neg().unwrap(), &(2.0 - rest(&beta)).unwrap()).unwrap();
+    let both = causal.clone().with_after(after).unwrap();
+    for (name, path, frame) in [
+        ("causal", causal, Some(&frame)),
+        ("bidirectional", both, None),
+    ] {
+        let path = path.with_chunk(32).unwrap();
+        let (q, k) = (rest(&q), rest(&k));
+        let (whole, whole_frame) = path.scores(&q, &k, frame).unwrap();
+        let mut chunks = path.score_chunks(&q, &k, frame).unwrap();
+        let mut next = 0;
+        for chunk in chunks.by_ref() {
+            let (start, rows) = chunk.unwrap();
+            assert_eq!(start, next, "{name}: chunks out of order");
+            let (m, keys) = (rows.dim(2).unwrap(), rows.dim(3).unwrap());
+            assert_eq!(m, 32.min(110 - start), "{name}: {m} rows at {start}");
+            // Causally, the keys up to the chunk's last query; else every key.
+            let reach = if name == "causal" {
+                40 + start + m
+            } else {
+                110
+            };
+            assert_eq!(keys, reach, "{name}: the keys of the chunk at {start}");
+            let want = whole
+                .narrow(2, start, m)
+                .unwrap()
+                .narrow(3, 0, keys)
+                .unwrap();
+            let d = relative(&rows, &want);
+            assert!(d < TOL, "{name}: rows {start}..{}: off by {d:e}", start + m);
+            next += m;
+        }
+        assert_eq!(next, 110, "{name}: every query's rows");
+        let d = relative(&chunks.into_frame(), &whole_frame);
+        assert!(
+            d < TOL,
+            "{name}: the frame after every chunk is off by {d:e}"
+        );
+    }
+}
+
 #[test]
 fn a_beta_past_two_or_a_chunk_of_zero_is_refused_by_name() {
     let w = Tensor::ones((1, 1, 2, 4), DType::F32, &Device::Cpu).unwrap();

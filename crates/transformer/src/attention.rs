@@ -24,6 +24,7 @@ mod extended;
 mod init;
 mod input;
 mod packed;
+mod turned;
 mod weigh;
 
 use std::sync::Arc;
@@ -37,6 +38,7 @@ use posenc_kernels as kernels;
 
 pub use input::{Attended, AttentionInput, Source};
 pub(crate) use packed::check_packed;
+use turned::{DecayRows, Turned};
 use weigh::ScoreBias;
 
 use crate::dropout;
@@ -146,7 +148,9 @@ impl MultiHeadAttention {
             (Source::Own { bias: None, .. }, Some(cache)) if mask.is_none() && !weights => {
                 (self.cached_self_attention(x, cache)?, None)
             }
-            (Source::Own { at, bias }, cache) => self.self_attention(x, at, mask, bias, cache)?,
+            (Source::Own { at, bias }, cache) => {
+                self.self_attention(x, at, mask, bias, cache, weights)?
+            }
             (Source::Memory(memory), cache) => self.cross_attention(x, memory, mask, cache)?,
             (Source::KeysValues(key, value), _) => self.forward_qkv(x, key, value, mask)?,
         };
@@ -156,7 +160,8 @@ impl MultiHeadAttention {
         })
     }
 
-    /// Self-attention of `x` at positions `at`, after what `cache` holds if there is one.
+    /// Self-attention of `x` at positions `at`, after what `cache` holds if there is one;
+    /// the weights if asked for, or where the path forms them anyway.
     fn self_attention(
         &self,
         x: &Tensor,
@@ -164,6 +169,7 @@ impl MultiHeadAttention {
         mask: Option<&Mask>,
         bias: Option<&Tensor>,
         cache: Option<&mut KvCache>,
+        weights: bool,
     ) -> Result<(Tensor, Option<Tensor>)> {
         self.check(x, "query")?;
         let [q, k, v] = Proj::forward_fused([&self.q_proj, &self.k_proj, &self.v_proj], x)?;
@@ -178,16 +184,22 @@ impl MultiHeadAttention {
         let q = self.rotate(&q, at, Role::Query)?;
         let k = self.rotate(&k, at, Role::Key)?;
         if let Some(cache) = cache {
-            return self.masked_cached(cache, x, [&q, &k, &v], at, mask, bias);
+            return self.masked_cached(cache, x, [&q, &k, &v], at, mask, bias, weights);
         }
         let read = self.read_input(InputContext::new(x))?;
+        if let Some(path) = &read.transforms {
+            let decay = read.decay.as_ref().map(DecayRows::of).transpose()?;
+            let turned = Turned {
+                path,
+                frame: None,
+                position: bias,
+                decay,
+            };
+            let (out, w, _) = self.turned([&q, &k, &v], turned, mask, weights)?;
+            return Ok((out, w));
+        }
         let decay = read.decay.map(|d| d.bias()).transpose()?;
-        let scores = match read.transforms {
-            Some(path) => Some(path.scores(&self.split(&q)?, &self.split(&k)?, None)?.0),
-            None => None,
-        };
-        let bias = ScoreBias::new(bias, decay.as_ref()).with_scores(scores.as_ref());
-        self.attend(&q, &k, &v, bias, mask, true)
+        self.attend(&q, &k, &v, ScoreBias::new(bias, decay.as_ref()), mask, true)
     }
 
     /// Cross-attention of `x` over `memory`; with a cache, the memory's keys and values are
@@ -291,10 +303,8 @@ impl MultiHeadAttention {
         let k_len = self.split(k)?.dim(2)?;
         let dropout = dropout::active(q, self.dropout);
         // Scores the fused op cannot form: a bias beside them, or ones the encoding reads.
-        let composite = bias.position.is_some()
-            || bias.decay.is_some()
-            || bias.scores.is_some()
-            || own && self.whole_scores();
+        let composite =
+            bias.position.is_some() || bias.decay.is_some() || own && self.whole_scores();
         if !composite && d_k == d_v {
             // One op for scores, mask, softmax, dropout and weighted sum, heads merged: the
             // CPU's kernel in f32, candle's ops under one node elsewhere.
@@ -309,11 +319,7 @@ impl MultiHeadAttention {
                 kernels::attention(q, k, v, d_k, keep.as_ref(), scale as f32, sample)?;
             return Ok((self.out_proj.forward(&out)?, Some(weights)));
         }
-        let scores = match bias.scores {
-            Some(scores) => scores.to_dtype(q.dtype())?,
-            None => self.scores(q, k)?,
-        };
-        let (out, weights) = self.weigh(q, scores, v, bias, mask, own)?;
+        let (out, weights) = self.weigh(q, self.scores(q, k)?, v, bias, mask, own)?;
         Ok((self.out_proj.forward(&out)?, weights))
     }
 

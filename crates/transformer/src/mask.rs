@@ -83,6 +83,17 @@ impl Mask {
         }
     }
 
+    /// The mask of the first `len` keys alone (a mask that holds one column for every key
+    /// is the same).
+    pub(crate) fn keys(&self, len: usize) -> Result<Self> {
+        match self.keep.dim(3)? {
+            1 => Ok(self.clone()),
+            _ => Ok(Self {
+                keep: self.keep.narrow(3, 0, len)?,
+            }),
+        }
+    }
+
     /// The u8 tensor, 1 = attend.
     pub fn keep(&self) -> &Tensor {
         &self.keep

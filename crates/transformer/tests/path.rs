@@ -132,3 +132,30 @@ fn path_attention_through_a_cache_equals_flas_whole_forward() {
         "read through the cache, off by {d:e} of the largest value"
     );
 }
+
+/// Attention reads PaTH's scores a chunk of queries at a time; asked for its weights, it
+/// gives every chunk's rows, causal and summing to one, and the same output.
+#[test]
+fn path_attention_asked_for_its_weights_gives_every_row() {
+    let f = fixtures("path_layer");
+    let case = "t150.gated";
+    let (mha, _) = attention(&f, case, true);
+    let x = f[&format!("{case}.x")].clone();
+    let mask = Mask::causal(150, 150, 0, &Device::Cpu).unwrap();
+    let input = || AttentionInput::own(&x).with_mask(Some(&mask));
+    let plain = mha.forward(input()).unwrap();
+    assert!(plain.weights.is_none(), "weights not asked for");
+    let asked = mha.forward(input().with_weights()).unwrap();
+    assert_eq!(max_abs_diff(&asked.output, &plain.output), 0.0);
+    let weights = asked.weights.expect("the weights asked for");
+    assert_eq!(weights.dims(), [x.dim(0).unwrap(), HEADS, 150, 150]);
+    let sums = weights.sum(3).unwrap();
+    let ones = sums.ones_like().unwrap();
+    assert!(max_abs_diff(&sums, &ones) < 1e-5, "rows sum to one");
+    let above = (weights
+        .broadcast_mul(&(1.0 - Tensor::tril2(150, DType::F32, &Device::Cpu).unwrap()).unwrap()))
+    .unwrap();
+    assert_eq!(max_abs(&above), 0.0, "no weight on a later key");
+    let want = &f[&format!("{case}.out")];
+    assert!(relative(&asked.output, want) < TOL);
+}

@@ -10,7 +10,7 @@ use posenc::{BiasContext, Decay, Positions, Role};
 use posenc_kernels as kernels;
 use posenc_kernels::kv_blocks::Kept;
 
-use super::{MultiHeadAttention, ScoreBias};
+use super::{DecayRows, MultiHeadAttention, ScoreBias, Turned};
 use crate::kv_cache::{DecaySums, KvCache};
 use crate::linear::Proj;
 use crate::mask::Mask;
@@ -30,6 +30,7 @@ impl MultiHeadAttention {
         at: Positions,
         mask: Option<&Mask>,
         bias: Option<&Tensor>,
+        weights: bool,
     ) -> Result<(Tensor, Option<Tensor>)> {
         if cache.rolls().is_some() {
             return Err(Error::Input(
@@ -38,7 +39,8 @@ impl MultiHeadAttention {
         }
         let read = self.read_input(cache.input_context(x))?;
         if let Some(path) = read.transforms {
-            return self.turned_cached(cache, x, [q, k, v], at, mask, path, read.decay);
+            let read = (path, read.decay);
+            return self.turned_cached(cache, x, [q, k, v], at, mask, read, weights);
         }
         let (k, v, sums) = self.append(cache, k, v, read.decay.as_ref())?;
         let (k, v) = (dense(&k, q)?, dense(&v, q)?);
@@ -77,9 +79,9 @@ impl MultiHeadAttention {
         if let Some(path) = read.transforms {
             let k = self.rotate(&k, at, Role::Key)?;
             let causal = Mask::causal(new, offset + new, offset, x.device())?;
-            let parts = [&q, &k, &v];
+            let (parts, read) = ([&q, &k, &v], (path, decay));
             return Ok(self
-                .turned_cached(cache, x, parts, at, Some(&causal), path, decay)?
+                .turned_cached(cache, x, parts, at, Some(&causal), read, false)?
                 .0);
         }
         // Keys are turned where the cache says they sit: once, as written, or (a rolling
@@ -144,9 +146,10 @@ impl MultiHeadAttention {
     }
 
     /// Self-attention of new positions `at` after a cache, for an encoding that turns its
-    /// keys along the sequence (PaTH): the new queries score against the cache's frame of
-    /// turned keys and their own, and the frame, turned by the new tokens' transforms and
-    /// extended by their keys, is written back over the cached keys.
+    /// keys along the sequence (PaTH), with its transforms and any decay (`read`): the new
+    /// queries score against the cache's frame of turned keys and their own, and the
+    /// frame, turned by the new tokens' transforms and extended by their keys, is written
+    /// back over the cached keys.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn turned_cached(
         &self,
@@ -155,23 +158,28 @@ impl MultiHeadAttention {
         [q, k, v]: [&Tensor; 3],
         at: Positions,
         mask: Option<&Mask>,
-        path: Householders,
-        decay: Option<Decay>,
+        (path, decay): (Householders, Option<Decay>),
+        weights: bool,
     ) -> Result<(Tensor, Option<Tensor>)> {
         let frame = cache.get()?.map(|(k, _)| k);
         let (_, v, sums) = self.append(cache, k, v, decay.as_ref())?;
-        let (scores, frame) = path.scores(&self.split(q)?, &self.split(k)?, frame.as_ref())?;
-        cache.overwrite_keys(&frame)?;
-        cache.keep_input(x, self.caps.input_history)?;
         let v = dense(&v, q)?;
-        let (new, len) = (self.split(q)?.dim(2)?, frame.dim(2)?);
-        let bias = match &self.encoding {
+        let new = self.split(q)?.dim(2)?;
+        let len = frame.as_ref().map_or(Ok(0), |f| f.dim(2))? + new;
+        let position = match &self.encoding {
             Some(encoding) => encoding.bias(&BiasContext::new(new, len, at, 0))?,
             None => None,
         };
-        let decay = sums.map(|s| s.bias()).transpose()?;
-        let bias = ScoreBias::new(bias.as_ref(), decay.as_ref()).with_scores(Some(&scores));
-        self.attend(q, &frame, &v, bias, mask, true)
+        let turned = Turned {
+            path: &path,
+            frame: frame.as_ref(),
+            position: position.as_ref(),
+            decay: sums.map(DecayRows::Sums),
+        };
+        let (out, weights, frame) = self.turned([q, k, &v], turned, mask, weights)?;
+        cache.overwrite_keys(&frame)?;
+        cache.keep_input(x, self.caps.input_history)?;
+        Ok((out, weights))
     }
 
     /// Writes the new keys and values `k, v (batch, new, kv_heads·d_k)` to `cache`, with the

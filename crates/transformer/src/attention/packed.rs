@@ -5,7 +5,7 @@ use candle_core::Tensor;
 use posenc::{InputContext, Role};
 use posenc_kernels as kernels;
 
-use super::{MultiHeadAttention, ScoreBias};
+use super::{DecayRows, MultiHeadAttention, ScoreBias, Turned};
 use crate::{Error, Result};
 
 impl MultiHeadAttention {
@@ -50,19 +50,6 @@ impl MultiHeadAttention {
             let bias = bias
                 .map(|b| b.narrow(1, 0, len)?.narrow(2, 0, len))
                 .transpose()?;
-            // Read from each sequence's own input: a convolution over it would otherwise
-            // reach into the sequence before.
-            let read = self.read_input(InputContext::new(&part(x)?))?;
-            let decay = read.decay.map(|d| d.bias()).transpose()?;
-            let scores = match read.transforms {
-                Some(path) => {
-                    let (q, k) = (self.split(&part(&q)?)?, self.split(&part(&k)?)?);
-                    Some(path.scores(&q, &k, None)?.0)
-                }
-                None => None,
-            };
-            let score_bias =
-                ScoreBias::new(bias.as_ref(), decay.as_ref()).with_scores(scores.as_ref());
             // Wider ones are rotated again, each sequence on its own, with their heads apart.
             let (q, k) = match packed {
                 true => (part(&q)?, part(&k)?),
@@ -71,6 +58,21 @@ impl MultiHeadAttention {
                     self.rotate(&part(&raw_k)?, 0.into(), Role::Key)?,
                 ),
             };
+            // Read from each sequence's own input: a convolution over it would otherwise
+            // reach into the sequence before.
+            let read = self.read_input(InputContext::new(&part(x)?))?;
+            if let Some(path) = &read.transforms {
+                let turned = Turned {
+                    path,
+                    frame: None,
+                    position: bias.as_ref(),
+                    decay: read.decay.as_ref().map(DecayRows::of).transpose()?,
+                };
+                outs.push(self.turned([&q, &k, &part(&v)?], turned, None, false)?.0);
+                continue;
+            }
+            let decay = read.decay.map(|d| d.bias()).transpose()?;
+            let score_bias = ScoreBias::new(bias.as_ref(), decay.as_ref());
             outs.push(self.attend(&q, &k, &part(&v)?, score_bias, None, true)?.0);
         }
         match outs.is_empty() {

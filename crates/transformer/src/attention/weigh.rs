@@ -28,7 +28,6 @@ impl MultiHeadAttention {
         let ScoreBias {
             position: bias,
             decay,
-            ..
         } = bias;
         let sink = self.sink(own)?;
         let sink = sink.as_ref();
@@ -107,24 +106,12 @@ pub(super) struct ScoreBias<'a> {
     /// The bias of an encoding that decays ([`posenc::Decay`]), `(batch, heads, q_len,
     /// k_len)`.
     pub(super) decay: Option<&'a Tensor>,
-    /// The scores themselves, unscaled, `(batch, heads, q_len, k_len)`, where the encoding
-    /// forms them from its transforms ([`posenc::householder`]) rather than as `QKᵀ`.
-    pub(super) scores: Option<&'a Tensor>,
 }
 
 impl<'a> ScoreBias<'a> {
     /// A position bias and a decay's bias, where there are any.
     pub(super) fn new(position: Option<&'a Tensor>, decay: Option<&'a Tensor>) -> Self {
-        Self {
-            position,
-            decay,
-            scores: None,
-        }
-    }
-
-    /// The same biases, beside scores formed by the encoding's transforms, where any.
-    pub(super) fn with_scores(self, scores: Option<&'a Tensor>) -> Self {
-        Self { scores, ..self }
+        Self { position, decay }
     }
 }
 
