@@ -41,6 +41,8 @@ import zipfile
 
 import torch
 import torch.nn.functional as F
+
+from make_path_fixtures import load_naive
 from safetensors.torch import save_file
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
@@ -101,15 +103,6 @@ def load_layer_module(naive):
     module.l2_norm = l2_norm
     module.ShortConvolution.forward = short_conv
     return module
-
-
-def load_naive():
-    root = importlib.util.find_spec("fla").submodule_search_locations[0]
-    path = os.path.join(root, "ops", "path_attn", "naive.py")
-    spec = importlib.util.spec_from_file_location("path_naive", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.naive_path_attn
 
 
 def main():
