@@ -94,7 +94,10 @@ pub fn read_bandwidth(threads: usize, bytes_per_thread: usize, passes: usize) ->
     let seconds = best_pass(threads, passes, |t| {
         let buf: Vec<f32> = (0..n).map(|i| ((i + t) % 7) as f32).collect();
         move || {
-            black_box(crate::simd::vectorized(|| read_sum(black_box(&buf))));
+            black_box(crate::simd::vectorized(
+                #[inline(always)]
+                || read_sum(black_box(&buf)),
+            ));
         }
     });
     let bytes = (n * 4 * threads) as f64;
@@ -148,12 +151,25 @@ pub fn fma_peak(threads: usize, rounds: u64, passes: usize) -> Limit {
         Level::Avx2 => 8,
         Level::Baseline => 4,
     };
+    // The chains are inlined by force into the function built for the level, as every
+    // kernel's loop is: a debug build otherwise compiles them apart from it, each FMA a
+    // call to libm (55 s a measurement, where it takes 0.1).
     let run = move || -> f32 {
         match level {
             // SAFETY: the level was detected on this CPU.
-            Level::Avx512 => unsafe { level.run(|| fma_chains::<16>(rounds, true)) },
+            Level::Avx512 => unsafe {
+                level.run(
+                    #[inline(always)]
+                    || fma_chains::<16>(rounds, true),
+                )
+            },
             // SAFETY: as above.
-            Level::Avx2 => unsafe { level.run(|| fma_chains::<8>(rounds, true)) },
+            Level::Avx2 => unsafe {
+                level.run(
+                    #[inline(always)]
+                    || fma_chains::<8>(rounds, true),
+                )
+            },
             Level::Baseline => fma_chains::<4>(rounds, false),
         }
     };
