@@ -18,7 +18,12 @@ records for every layer what that code does with positions:
   `Gemma3TextModel.__init__` makes);
 - Llama 4's query/key norm (`qk_norm`, its ε) and temperature (`attn_scale`,
   `floor_scale`, where `attn_temperature_tuning and not use_rope`);
-- gpt-oss's learned sinks (`GptOssAttention.sinks`).
+- gpt-oss's learned sinks (`GptOssAttention.sinks`);
+- Llama 4's chunk (`attention_chunk_size` on the `chunked_attention` layers).
+
+It also records which keys transformers' chunked causal mask (`masking_utils.
+chunked_causal_mask_function`, no left padding) lets each query see, in chunks of 4 over
+10 positions, for the chunked `window` to be compared against.
 
 Nothing here comes from posenc. crates/posenc/tests/presets.rs expands each preset and
 compares every layer.
@@ -49,7 +54,8 @@ PRESETS = [
         "rope_scaling": {"factor": 16.0, "high_freq_factor": 1.0, "low_freq_factor": 1.0,
                          "original_max_position_embeddings": 8192, "rope_type": "llama3"},
         "no_rope_layers": [], "use_qk_norm": True, "rms_norm_eps": 1e-05,
-        "attn_temperature_tuning": True, "attn_scale": 0.1, "floor_scale": 8192}),
+        "attn_temperature_tuning": True, "attn_scale": 0.1, "floor_scale": 8192,
+        "attention_chunk_size": 8192}),
     # The released configs scripts/make_hf_config_fixtures.py reads already.
     ("gpt-oss", "gpt_oss", RELEASED["gpt-oss-20b"]),
     ("gemma3", "gemma3", RELEASED["gemma-3-4b"]),
@@ -100,6 +106,7 @@ def main():
             rotary = rotaries.get(types[i], rotaries["full_attention"])
             layer = {"attention": types[i],
                      "window": config.sliding_window if types[i] == "sliding_attention" else None,
+                     "chunk": config.attention_chunk_size if types[i] == "chunked_attention" else None,
                      "rotates": rotates, "sink": hasattr(attn, "sinks"),
                      "qk_norm": None, "temperature": None}
             if rotates:
@@ -115,9 +122,15 @@ def main():
                   for kind, r in rotaries.items()}
         out.append({"preset": name, "config": fields, "head_dim": head_dim, "layers": layers,
                     "rotaries": tables})
+    chunk, n = 4, 10
+    seen = transformers.masking_utils.chunked_causal_mask_function(
+        chunk, torch.zeros(1, dtype=torch.long))
+    keep = [[bool(seen(0, 0, torch.tensor(q), torch.tensor(k))) for k in range(n)]
+            for q in range(n)]
     with open(OUT, "w") as f:
         json.dump({"transformers": transformers.__version__, "torch": torch.__version__,
-                   "presets": out}, f, indent=1)
+                   "presets": out,
+                   "chunked_mask": {"chunk": chunk, "len": n, "keep": keep}}, f, indent=1)
         f.write("\n")
 
 

@@ -7,16 +7,15 @@
 //! | `rope_parameters` as `{"full_attention": {…}, "sliding_attention": {…}}` | a `rope` per kind of layer (Gemma 3 and 4); older Gemma 3 configs give the sliding layers' base as `rope_local_base_freq` |
 //! | `partial_rotary_factor`, `head_dim` | the share of each head that rotates, the head's width (else `hidden_size / num_attention_heads`) |
 //! | `layer_types`, `sliding_window` | a `window` of that size on the `sliding_attention` layers |
+//! | `layer_types`, `attention_chunk_size` | a chunked `window` of that size on the `chunked_attention` layers (Llama 4's layers that rotate, in chunks of 8 192 when the config leaves it out) |
 //! | `no_rope_layers`, `no_rope_layer_interval` | `none` on the layers that do not rotate (SmolLM3, Llama 4: every n-th, every 4th when Llama 4's config leaves it out) |
 //! | Llama 4's `use_qk_norm`, `rms_norm_eps` | a weightless `qk-norm` after the rotation, on the layers that rotate; their pairs interleaved |
 //! | Llama 4's `attn_temperature_tuning`, `attn_scale`, `floor_scale` | a `temperature` on the layers that do not rotate |
 //! | `model_type` `gpt_oss` | a learned `sink` on every layer |
 //!
-//! Llama 4's chunked attention (`attention_chunk_size`) is not read: its layers attend to
-//! every key before them here.
-//!
 //! Where the file leaves `layer_types` out, the family's own rule derives it, as
-//! transformers' config classes do: Gemma 2 alternates sliding and full layers from the
+//! transformers' config classes do: Llama 4 attends in chunks on the layers that rotate
+//! (those `no_rope_layers` marks 1), Gemma 2 alternates sliding and full layers from the
 //! first, Gemma 3 makes every `sliding_window_pattern`-th layer full (6; Cohere 2: 4, and
 //! it rotates on its sliding layers only), Qwen2 and Qwen3
 //! slide from layer `max_window_layers` on when `use_sliding_window`, and any other family
@@ -83,6 +82,7 @@ fn number(config: &Map<String, Value>, key: &str) -> Result<Option<f64>> {
 /// The two kinds of layer transformers' `layer_types` names.
 const FULL: &str = "full_attention";
 const SLIDING: &str = "sliding_attention";
+const CHUNKED: &str = "chunked_attention";
 
 impl HfPositions {
     /// Reads `config` (a `config.json`, or a multimodal one whose `text_config` holds the
@@ -110,13 +110,29 @@ impl HfPositions {
         };
         crate::limits::check_positive("head_dim", head_dim, crate::limits::MAX_D_MODEL)?;
         let context = count(config, "max_position_embeddings")?;
-        let types = layer_types(config, layers)?;
+        let mut types = layer_types(config, layers)?;
         let mut rotates = rotating_layers(config, layers)?;
+        // Llama 4 attends in chunks on its layers that rotate, unless `layer_types` says.
+        let llama4 = matches!(family(config), "llama4" | "llama4_text");
+        if llama4 && config.get("layer_types").is_none_or(Value::is_null) {
+            types = (rotates.iter())
+                .map(|&r| if r { CHUNKED } else { FULL }.to_string())
+                .collect();
+        }
         // Cohere 2 rotates on its sliding layers only.
         if family(config) == "cohere2" {
             rotates = types.iter().map(|t| t == SLIDING).collect();
         }
         let window = count(config, "sliding_window")?;
+        // Llama4TextConfig's default chunk, where the file leaves it out.
+        let chunk = match (
+            count(config, "attention_chunk_size")?,
+            config.get("attention_chunk_size"),
+        ) {
+            (Some(size), _) => Some(size),
+            (None, None) if llama4 => Some(8192),
+            (None, _) => None,
+        };
         let mut out = Vec::with_capacity(layers);
         for (i, kind) in types.iter().enumerate() {
             let rope = match rotates[i] {
@@ -135,6 +151,18 @@ impl HfPositions {
                     return Err(bad(format!(
                         "layer {i} is sliding attention, but `sliding_window` is not given"
                     )))
+                }
+                (CHUNKED, _) => {
+                    let size = chunk.ok_or_else(|| {
+                        bad(format!(
+                            "layer {i} is chunked attention, but `attention_chunk_size` is not given"
+                        ))
+                    })?;
+                    let window = json!({"kind": "window", "size": size, "chunked": true});
+                    match rotates[i] {
+                        true => json!({"kind": "stack", "of": [rope, window]}),
+                        false => window,
+                    }
                 }
                 _ => rope,
             };
@@ -181,9 +209,12 @@ fn layer_types(config: &Map<String, Value>, layers: usize) -> Result<Vec<String>
                 types.len()
             )));
         }
-        if let Some(other) = types.iter().find(|t| *t != FULL && *t != SLIDING) {
+        if let Some(other) = types
+            .iter()
+            .find(|t| ![FULL, SLIDING, CHUNKED].contains(&t.as_str()))
+        {
             return Err(bad(format!(
-                "layer type `{other}`: only `{FULL}` and `{SLIDING}` are read"
+                "layer type `{other}`: only `{FULL}`, `{SLIDING}` and `{CHUNKED}` are read"
             )));
         }
         return Ok(types);

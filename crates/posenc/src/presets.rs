@@ -7,14 +7,14 @@
 //!
 //! | preset | from | each layer |
 //! |---|---|---|
-//! | `llama4` | Llama 4 Scout | three of RoPE (base 500 000, Llama 3 scaling ×16, neighbours paired) then a weightless RMS norm of queries and keys; the fourth without position, with the attention temperature (0.1, every 8 192) |
+//! | `llama4` | Llama 4 Scout | three of RoPE (base 500 000, Llama 3 scaling ×16, neighbours paired) in chunks of 8 192, then a weightless RMS norm of queries and keys; the fourth without position over everything, with the attention temperature (0.1, every 8 192) |
 //! | `gpt-oss` | gpt-oss-20b | YaRN ×32 on RoPE (base 150 000) and a learned sink on every layer; a window of 128 on every other layer, from the first |
 //! | `gemma3` | Gemma 3 4B | five of RoPE (base 10 000) in a window of 1 024, then one of RoPE (base 1 000 000, positions ÷ 8) over everything |
 //! | `rnope-swa` | Cohere's Command R7B (`Cohere2Config`'s defaults) | three of RoPE (base 10 000, neighbours paired) in a window of 4 096, then one without position over everything (Yang et al. 2025) |
 //!
 //! Windows and bases are the released models'; in a small model trained on short
-//! sequences a window wider than the context is full attention. Llama 4's chunked
-//! attention is not read (see [`crate::hf`]). A preset takes no settings: to change one,
+//! sequences a window or a chunk wider than the context is full attention. A preset takes
+//! no settings: to change one,
 //! write out its config ([`crate::EncodingConfig::to_json`]) and change that.
 //! `crates/posenc/tests/presets.rs` checks each against what transformers' config classes
 //! and attention code make of the same fields.
@@ -46,7 +46,8 @@ pub const PRESETS: &[Preset] = &[
             "rope_scaling": {"factor": 16.0, "high_freq_factor": 1.0, "low_freq_factor": 1.0,
                              "original_max_position_embeddings": 8192, "rope_type": "llama3"},
             "no_rope_layers": [], "use_qk_norm": true, "rms_norm_eps": 1e-05,
-            "attn_temperature_tuning": true, "attn_scale": 0.1, "floor_scale": 8192}"#,
+            "attn_temperature_tuning": true, "attn_scale": 0.1, "floor_scale": 8192,
+            "attention_chunk_size": 8192}"#,
     },
     Preset {
         name: "gpt-oss",

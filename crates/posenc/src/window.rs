@@ -7,6 +7,11 @@
 //! padding) is still a finite number and no row is ever masked whole (a query always sees
 //! itself). Mistral's and Gemma's local layers work this way.
 //!
+//! With `chunked`, the windows do not slide: the sequence is cut into chunks of `size`
+//! positions from position 0, and a query sees only the keys of its own chunk (causally,
+//! those up to it), as Llama 4's layers that rotate do (`attention_chunk_size`, transformers'
+//! `chunked_overlay`: key `j` and query `i` attend when `j / size = i / size`).
+//!
 //! It carries no position of its own. Beside one (`stack`) and in a per-layer pattern
 //! (`layers`) it gives the hybrids of 2025:
 //!
@@ -42,12 +47,17 @@ pub struct WindowConfig {
     /// those less than `size` away (bidirectional).
     #[serde(default = "WindowConfig::default_size")]
     pub size: usize,
+    /// Chunks of `size` positions from position 0 instead of a sliding window: a query
+    /// sees the keys of its own chunk alone (Llama 4's chunked attention).
+    #[serde(default)]
+    pub chunked: bool,
 }
 
 impl Default for WindowConfig {
     fn default() -> Self {
         Self {
             size: Self::default_size(),
+            chunked: false,
         }
     }
 }
@@ -70,6 +80,7 @@ impl EncodingSpec for WindowConfig {
         crate::limits::check("size", self.size, crate::limits::MAX_POSITIONS)?;
         Ok(Arc::new(Window {
             size: self.size,
+            chunked: self.chunked,
             heads: target.heads,
             direction: target.direction,
             device: vb.device().clone(),
@@ -82,6 +93,7 @@ impl EncodingSpec for WindowConfig {
 #[derive(Debug)]
 pub struct Window {
     size: usize,
+    chunked: bool,
     heads: usize,
     direction: Direction,
     device: Device,
@@ -91,6 +103,9 @@ pub struct Window {
 impl Window {
     /// Whether a key at `j` is outside the window of a query at `i`.
     fn outside(&self, i: usize, j: usize) -> bool {
+        if self.chunked {
+            return i / self.size != j / self.size;
+        }
         let apart = match self.direction {
             Direction::Causal => i.saturating_sub(j),
             Direction::Bidirectional => i.abs_diff(j),
@@ -126,7 +141,8 @@ impl PositionalEncoding for Window {
         WindowConfig::KIND
     }
 
-    /// The window: keys `size` or more positions back are masked.
+    /// The window: keys `size` or more positions back are masked (in chunks, some nearer
+    /// ones too).
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             biases: true,
@@ -147,12 +163,16 @@ impl PositionalEncoding for Window {
     /// bias is `f32::MIN / 2`, so tables and figures show the mask rather than its number.
     fn table(&self, len: usize) -> Result<Table> {
         let bias = self.compute((len, len), (0.into(), 0.into()), f32::NEG_INFINITY)?;
-        Ok(Table::bias(
-            format!(
+        let what = match self.chunked {
+            true => format!(
+                "0 in the query's chunk of {} positions, −inf outside it (masked)",
+                self.size
+            ),
+            false => format!(
                 "0 within {} positions of the query, −inf past them (masked)",
                 self.size
             ),
-            bias,
-        ))
+        };
+        Ok(Table::bias(what, bias))
     }
 }

@@ -1,7 +1,8 @@
 //! Each preset, expanded layer by layer, against what transformers' own config classes and
-//! attention code do with the same fields (`scripts/make_preset_fixtures.py`): the window,
-//! whether the layer rotates, how it pairs dimensions, its frequencies and attention
-//! factor, Llama 4's norm and temperature, gpt-oss's sinks.
+//! attention code do with the same fields (`scripts/make_preset_fixtures.py`): the window
+//! or chunk, whether the layer rotates, how it pairs dimensions, its frequencies and
+//! attention factor, Llama 4's norm and temperature, gpt-oss's sinks. Then the chunked
+//! window against transformers' chunked causal mask.
 
 use candle_core::{DType, Device};
 use candle_nn::{VarBuilder, VarMap};
@@ -68,13 +69,15 @@ fn every_preset_is_its_familys_layers_in_transformers() {
         for (i, want) in family["layers"].as_array().unwrap().iter().enumerate() {
             let of = entries(&pattern[i % pattern.len()]);
             let at = format!("{name} layer {i}");
-            let window = entry(&of, "window").map(|w| w["size"].clone());
-            // Llama 4's chunked attention is not read (posenc::hf says so): its layers see
-            // every key before them.
-            match want["attention"].as_str().unwrap() {
-                "chunked_attention" => assert_eq!(window, None, "{at}"),
-                _ => assert_eq!(window.unwrap_or(Value::Null), want["window"], "{at}"),
-            }
+            // A sliding window, or Llama 4's chunks: a window of the chunk's size, chunked.
+            let window = entry(&of, "window");
+            let size = |chunked: bool| {
+                window
+                    .filter(|w| w["chunked"] == chunked)
+                    .map_or(Value::Null, |w| w["size"].clone())
+            };
+            assert_eq!(size(false), want["window"], "{at}: the sliding window");
+            assert_eq!(size(true), want["chunk"], "{at}: the chunk");
             let rope = entry(&of, "rope");
             assert_eq!(rope.is_some(), want["rotates"].as_bool().unwrap(), "{at}");
             if let Some(rope) = rope {
@@ -136,5 +139,32 @@ fn a_preset_takes_no_settings_and_builds_as_any_kind() {
         let vb = VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu);
         cfg.build(&target, vb)
             .unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+}
+
+/// A chunked window, under the causal mask, lets each query see the keys transformers'
+/// `chunked_causal_mask_function` does: those of its own chunk up to it.
+#[test]
+fn a_chunked_window_sees_what_transformers_chunked_mask_does() {
+    let fixture = fixture();
+    let mask = &fixture["chunked_mask"];
+    let (chunk, n) = (
+        mask["chunk"].as_u64().unwrap(),
+        mask["len"].as_u64().unwrap(),
+    );
+    let settings = format!(r#"{{"kind": "window", "size": {chunk}, "chunked": true}}"#);
+    let cfg: EncodingConfig = settings.parse().unwrap();
+    let target = Target::new(8, 1, Direction::Causal).unwrap();
+    let varmap = VarMap::new();
+    let vb = VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu);
+    let enc = cfg.build(&target, vb).unwrap();
+    let cx = posenc::BiasContext::square(n as usize, 0);
+    let bias = enc.bias(&cx).unwrap().expect("a window's bias");
+    let bias = bias.squeeze(0).unwrap().to_vec2::<f32>().unwrap();
+    for (q, row) in mask["keep"].as_array().unwrap().iter().enumerate() {
+        for (k, want) in row.as_array().unwrap().iter().enumerate() {
+            let seen = k <= q && bias[q][k] == 0.0;
+            assert_eq!(seen, want.as_bool().unwrap(), "query {q}, key {k}");
+        }
     }
 }

@@ -70,12 +70,16 @@ fn llama4_layers_read_from_its_config_turn_as_transformers_attention() {
     let config = &meta["configs"]["llama4"];
     let positions = HfPositions::from_config(config).unwrap();
     let kinds: Vec<Value> = positions.layers.iter().map(|l| l.to_json()).collect();
-    // The rotating layers put the norm after the rotation; the fourth, transformers' own
-    // no_rope_layers says, does not rotate and takes the temperature.
+    // The rotating layers put the norm after the rotation (and their chunks); the fourth,
+    // transformers' own no_rope_layers says, does not rotate and takes the temperature.
     let rotates = meta["rotates"]["llama4"].as_array().unwrap();
     for (layer, r) in kinds.iter().zip(rotates) {
         match r.as_u64().unwrap() {
-            1 => assert_eq!(layer["of"][1]["kind"], "qk-norm", "{layer}"),
+            1 => {
+                let of = layer["of"].as_array().unwrap();
+                assert_eq!(of[0]["kind"], "rope", "{layer}");
+                assert_eq!(of[of.len() - 1]["kind"], "qk-norm", "{layer}");
+            }
             _ => assert_eq!(layer["kind"], "temperature", "{layer}"),
         }
     }

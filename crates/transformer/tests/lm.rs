@@ -65,12 +65,14 @@ fn a_position_never_sees_a_later_one() {
 /// far, so no cache can hold it (the documents' reason to reject it).
 #[test]
 fn cached_generation_equals_the_full_forward_for_every_encoding() {
-    // Per-layer patterns whose second layer adds to its input, or biases its scores; and
-    // RNoPE-SWA's, a window of 3 (shorter than the sequence) beside RoPE, then no position.
+    // Per-layer patterns whose second layer adds to its input, or biases its scores;
+    // RNoPE-SWA's, a window of 3 (shorter than the sequence) beside RoPE, then no position;
+    // and Llama 4's, chunks of 5 (the prompt and the steps cross two of them).
     let patterns = [
         r#"["none", "sinusoidal"]"#,
         r#"["rope", "alibi"]"#,
         r#"[{"kind": "stack", "of": ["rope", {"kind": "window", "size": 3}]}, "none"]"#,
+        r#"[{"kind": "stack", "of": ["rope", {"kind": "window", "size": 5, "chunked": true}]}, "none"]"#,
     ]
     .map(pattern);
     for enc in all_encodings()
