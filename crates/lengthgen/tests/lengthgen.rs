@@ -371,6 +371,28 @@ fn labels_name_two_configurations_of_one_kind() {
     let json: Labelled = r#"{"kind": "rope", "base": 500000}"#.parse().unwrap();
     assert_eq!(json.label, "rope:base=500000");
 
+    // A preset is named by its name, not by the layers it expands to.
+    let presets = parse_list("llama4,gpt-oss:label=oss").unwrap();
+    let labels: Vec<&str> = presets.iter().map(|e| e.label.as_str()).collect();
+    assert_eq!(labels, ["llama4", "oss"]);
+    assert_eq!(presets[0].encoding.kind(), "layers");
+    // A label too long for a file name (a composite written out) gets a directory that
+    // a file system takes, distinct from its neighbour's.
+    let long = |base: u32| {
+        let of: Vec<String> = (0..12)
+            .map(|i| format!(r#"{{"kind": "rope", "base": {}}}"#, base + i))
+            .collect();
+        format!(r#"{{"kind": "layers", "pattern": [{}]}}"#, of.join(", "))
+    };
+    let (a, b): (Labelled, Labelled) = (long(100).parse().unwrap(), long(200).parse().unwrap());
+    assert!(a.label.len() > 255, "a label too long for a file name");
+    assert!(a.dir_name().len() <= Labelled::DIR_NAME);
+    assert_ne!(a.dir_name(), b.dir_name());
+    assert_eq!(
+        a.dir_name(),
+        long(100).parse::<Labelled>().unwrap().dir_name()
+    );
+
     let twice = parse_list("rope,none,rope").unwrap();
     let err = check_unique(&twice).unwrap_err().to_string();
     assert!(err.contains("`rope`") && err.contains("label"), "{err}");

@@ -114,16 +114,28 @@ impl Labelled {
     }
 
     /// The name of the entry's run directory: its label with every character but letters,
-    /// digits and `.-_=+` made `_`.
+    /// digits and `.-_=+` made `_`; a label longer than [`Self::DIR_NAME`] characters (a
+    /// composite's settings written out) is cut there and ends in a hash of the whole, so
+    /// that distinct labels keep distinct directories that a file system takes.
     pub fn dir_name(&self) -> String {
-        self.label
-            .chars()
+        let name: String = (self.label.chars())
             .map(|c| match c.is_ascii_alphanumeric() || ".-_=+".contains(c) {
                 true => c,
                 false => '_',
             })
-            .collect()
+            .collect();
+        if name.len() <= Self::DIR_NAME {
+            return name;
+        }
+        // FNV-1a over the label: the same on every machine and run.
+        let hash = (self.label.bytes()).fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        format!("{}-{hash:016x}", &name[..Self::DIR_NAME - 17])
     }
+
+    /// The longest run directory name [`Self::dir_name`] gives.
+    pub const DIR_NAME: usize = 120;
 
     /// Reads one JSON object: an encoding config, plus optionally `label` and
     /// `randomized_positions`.
@@ -144,8 +156,15 @@ impl Labelled {
                 randomized = range;
             }
         }
+        // A preset is named by its name, not by the layers it expands to.
+        let preset = (fields.get("kind").and_then(Value::as_str))
+            .filter(|kind| EncodingConfig::presets().contains(kind))
+            .map(str::to_string);
         let encoding: EncodingConfig = serde_json::from_value(Value::Object(fields))?;
         let mut entry = Self::new(encoding);
+        if let Some(name) = preset {
+            entry.label = name;
+        }
         if let Some(label) = label {
             ensure!(!label.trim().is_empty(), "a label must not be empty");
             entry.label = label;
