@@ -28,13 +28,13 @@ pub fn colour(i: usize) -> RGBColor {
     TABLEAU[i % TABLEAU.len()]
 }
 
-/// Every built-in encoding's colour and those of the composites the book names (`irope`),
-/// by name. Data, not a query of the encoding registry, so that the
+/// Every built-in encoding's colour, each preset's, and those of the composites the book
+/// names (`irope`), by name. Data, not a query of the encoding registry, so that the
 /// order kinds are registered in moves no figure's colours. The first eleven are Tableau's;
 /// each later one was picked, in this order, as far in CIELAB from those before it as a
 /// grid of hues allowed (no two closer than ΔE 27; the 2-D kinds' from hues no lighter than
 /// L* 75, so that none fades into the page).
-pub const PALETTE: [(&str, RGBColor); 38] = [
+pub const PALETTE: [(&str, RGBColor); 42] = [
     ("none", RGBColor(127, 127, 127)),
     ("sinusoidal", RGBColor(31, 119, 180)),
     ("learned", RGBColor(44, 160, 44)),
@@ -73,6 +73,11 @@ pub const PALETTE: [(&str, RGBColor); 38] = [
     ("path", RGBColor(238, 119, 255)),
     ("qk-norm", RGBColor(153, 170, 255)),
     ("temperature", RGBColor(119, 204, 0)),
+    // The presets, named as kinds are: each its own colour, not the hash of its name.
+    ("llama4", RGBColor(200, 0, 160)),
+    ("gpt-oss", RGBColor(80, 112, 0)),
+    ("gemma3", RGBColor(144, 136, 80)),
+    ("rnope-swa", RGBColor(152, 88, 128)),
 ];
 
 /// Every way of reading RoPE past its window, by name: the scalings and self-extend. They
