@@ -5,10 +5,8 @@
 # docs/speed/ab-abacus-seam/. Pass `identity` to run only the identity part.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export POSENC_CACHE=${POSENC_CACHE:-$PWD/.cache}
-d=docs/speed/ab-abacus-seam
-mkdir -p "$d"
 source scripts/ab_rounds.sh
+ab_dir ab-abacus-seam
 prompt="Once upon a time, in a land far away,"
 t=$(mktemp -d)
 # A Shakespeare model with dropout, so that dropout's draws are compared too.

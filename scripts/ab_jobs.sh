@@ -6,10 +6,8 @@
 # there (peak_memory.log).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export POSENC_CACHE=${POSENC_CACHE:-$PWD/.cache}
-d=docs/speed/ab-jobs
-mkdir -p "$d"
 source scripts/ab_rounds.sh
+ab_dir ab-jobs
 if [ "${1:-}" = timing ]; then
   ab_bench_train
   : > "$d/peak_memory.log"
@@ -42,10 +40,7 @@ for r in s["history"]:
     r.pop("elapsed_s", None)
 print(json.dumps([s["config"], s["step"], s["tokens"], s["history"]], sort_keys=True))' "$1/trainer.json"
 }
-python3 -c "
-import random; random.seed(0)
-w = 'the cat dog sat on mat and ran far away from home to see a big red sun'.split()
-print('\n'.join(' '.join(random.choice(w) for _ in range(12)) for _ in range(400)))" > "$t/text.txt"
+ab_text 400 "$t/text.txt"
 lg=(lengthgen train --task addition --warmup 10 --batch-size 8 --d-model 32 --layers 2 --heads 2 --seed 3 --quiet)
 lm=(lm train --text "$t/text.txt" --context 32 --batch-size 4 --warmup 5 --d-model 32 --layers 2 --heads 2 --seed 3 --quiet)
 kt=(kotoba train --warmup 5 --batch-size 8 --seed 3 --quiet --eval-every 10 --save-every 10)

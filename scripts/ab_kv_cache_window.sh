@@ -4,10 +4,8 @@
 # running; writes docs/speed/ab-kv-cache-window/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export POSENC_CACHE=${POSENC_CACHE:-$PWD/.cache}
-d=docs/speed/ab-kv-cache-window
-mkdir -p "$d"
 source scripts/ab_rounds.sh
+ab_dir ab-kv-cache-window
 prompt="Once upon a time, in a land far away,"
 swa=runs/lm-swa/rope-swa16/seed-1337
 : > "$d/identity.txt"

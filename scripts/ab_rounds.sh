@@ -2,6 +2,30 @@
 # (default 3), the old one first in odd rounds and the new one first in even ones, so that
 # neither always runs on a machine the other has just warmed; writing into the directory $d. `bin old|new` names the binaries (OLD, default
 # /tmp/old-target/release/posenc, and target/release/posenc).
+# The A/B record's directory, docs/speed/$1, made and named $d; the fetched models and
+# corpora in the checkout's .cache unless POSENC_CACHE says otherwise.
+ab_dir() {
+  export POSENC_CACHE=${POSENC_CACHE:-$PWD/.cache}
+  d=docs/speed/$1
+  mkdir -p "$d"
+}
+
+# $1 lines of twelve words drawn (seed 0) from a vocabulary of eighteen, into $2: a corpus
+# both binaries read the same.
+ab_text() {
+  python3 -c "
+import random, sys; random.seed(0)
+w = 'the cat dog sat on mat and ran far away from home to see a big red sun'.split()
+print('\n'.join(' '.join(random.choice(w) for _ in range(12)) for _ in range(int(sys.argv[1]))))" "$1" > "$2"
+}
+
+# The LM task's default config for the corpus $1, the model's fields updated from the
+# JSON object $2 and the training's from $3, into $4.
+ab_lm_config() {
+  "$(bin new)" lm train --text "$1" --out "$(dirname "$4")/unused" --print-config |
+    python3 -c "import json, sys; c = json.load(sys.stdin); c['model'].update(json.loads(sys.argv[1])); c.update(json.loads(sys.argv[2])); print(json.dumps(c))" "$2" "$3" > "$4"
+}
+
 bin() { case $1 in old) echo "${OLD:-/tmp/old-target/release/posenc}" ;; new) echo target/release/posenc ;; esac; }
 
 # The rounds, and the binaries in round $1's order.

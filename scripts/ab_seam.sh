@@ -19,10 +19,8 @@ ab_peaks() {
   done
   cat "$d/peak_memory.log"
 }
-export POSENC_CACHE=${POSENC_CACHE:-$PWD/.cache}
-d=docs/speed/ab-seam
-mkdir -p "$d"
 source scripts/ab_rounds.sh
+ab_dir ab-seam
 if [ "${1:-}" = peaks ]; then ab_peaks; exit 0; fi
 t=$(mktemp -d)
 trap 'rm -rf "$t"' EXIT
@@ -30,12 +28,9 @@ same() { if cmp -s "$2" "$3"; then echo "$1: identical"; else echo "$1: DIFFER";
 : > "$d/identity.txt"
 # Every built-in kind and four composites, trained by lengthgen and by the LM task (the
 # latter with dropout 0.1, so dropout's draws are compared too).
-python3 -c "
-import random; random.seed(0)
-w = 'the cat dog sat on mat and ran far away from home to see a big red sun'.split()
-print('\n'.join(' '.join(random.choice(w) for _ in range(12)) for _ in range(400)))" > "$t/text.txt"
-"$(bin new)" lm train --text "$t/text.txt" --out "$t/unused" --print-config |
-  python3 -c "import json, sys; c = json.load(sys.stdin); m = c['model']; m.update(dropout=0.1, d_model=32, d_ff=64, layers=3, heads=2, context=32); c.update(steps=30, batch_size=4, warmup=5); print(json.dumps(c))" > "$t/lm.json"
+ab_text 400 "$t/text.txt"
+ab_lm_config "$t/text.txt" '{"dropout": 0.1, "d_model": 32, "d_ff": 64, "layers": 3, "heads": 2, "context": 32}' \
+  '{"steps": 30, "batch_size": 4, "warmup": 5}' "$t/lm.json"
 kinds=$("$(bin new)" encoding list --format json | python3 -c "import json, sys; print(' '.join(k['kind'] for k in json.load(sys.stdin)))")
 composites='{"kind":"stack","of":["fox","sink","alibi"]} {"kind":"layers","pattern":["rope",{"kind":"stack","of":["fox","cope"]},"none"]} {"kind":"stack","of":["coupling-bias","ssmax"]} {"kind":"stack","of":["rope","sink","window"]}'
 for enc in $kinds $composites; do

@@ -7,21 +7,16 @@
 # `identity` to run only the identity part.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export POSENC_CACHE=${POSENC_CACHE:-$PWD/.cache}
-d=docs/speed/ab-turned
-mkdir -p "$d"
 source scripts/ab_rounds.sh
+ab_dir ab-turned
 t=$(mktemp -d)
 trap 'rm -rf "$t"' EXIT
 # How far the two binaries' outputs are apart: identical, or the largest difference.
 same() { echo "$1: $(python3 scripts/ab_close.py "$2" "$3")" >> "$d/identity.txt"; }
 : > "$d/identity.txt"
-python3 -c "
-import random; random.seed(0)
-w = 'the cat dog sat on mat and ran far away from home to see a big red sun'.split()
-print('\n'.join(' '.join(random.choice(w) for _ in range(12)) for _ in range(3000)))" > "$t/text.txt"
-"$(bin new)" lm train --text "$t/text.txt" --out "$t/unused" --print-config |
-  python3 -c "import json, sys; c = json.load(sys.stdin); m = c['model']; m.update(dropout=0.0, d_model=32, d_ff=64, layers=3, heads=4, context=160); c.update(steps=20, batch_size=2, warmup=5); print(json.dumps(c))" > "$t/lm.json"
+ab_text 3000 "$t/text.txt"
+ab_lm_config "$t/text.txt" '{"dropout": 0.0, "d_model": 32, "d_ff": 64, "layers": 3, "heads": 4, "context": 160}' \
+  '{"steps": 20, "batch_size": 2, "warmup": 5}' "$t/lm.json"
 # PaTH alone, with its forget gate, and beside a position bias; a decoder (lengthgen, the
 # LM task, whose 160-token context crosses two chunk boundaries) and an encoder (the toy
 # translation, bidirectional).

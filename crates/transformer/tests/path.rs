@@ -105,16 +105,22 @@ fn path_attention_matches_flas_layer_forward_and_backward() {
     }
 }
 
+/// The fixtures, and the gated case's attention at 150 tokens (across two chunk boundaries)
+/// with its input.
+fn gated_150() -> (HashMap<String, Tensor>, MultiHeadAttention, Tensor) {
+    let f = fixtures("path_layer");
+    let (mha, _) = attention(&f, "t150.gated", true);
+    let x = f["t150.gated.x"].clone();
+    (f, mha, x)
+}
+
 /// Generation reads the same outputs: the prompt through the cache in pieces of several
 /// tokens and of one, each piece's keys turned into the frame the cache keeps, and the
 /// convolution reading the rows kept before it.
 #[test]
 fn path_attention_through_a_cache_equals_flas_whole_forward() {
-    let f = fixtures("path_layer");
-    let case = "t150.gated";
-    let (mha, _) = attention(&f, case, true);
-    let x = f[&format!("{case}.x")].clone();
-    let want = &f[&format!("{case}.out")];
+    let (f, mha, x) = gated_150();
+    let want = &f["t150.gated.out"];
     let mut cache = KvCache::default();
     let mut parts = Vec::new();
     for (start, n) in [(0, 70), (70, 1), (71, 1), (72, 78)] {
@@ -137,10 +143,7 @@ fn path_attention_through_a_cache_equals_flas_whole_forward() {
 /// gives every chunk's rows, causal and summing to one, and the same output.
 #[test]
 fn path_attention_asked_for_its_weights_gives_every_row() {
-    let f = fixtures("path_layer");
-    let case = "t150.gated";
-    let (mha, _) = attention(&f, case, true);
-    let x = f[&format!("{case}.x")].clone();
+    let (f, mha, x) = gated_150();
     let mask = Mask::causal(150, 150, 0, &Device::Cpu).unwrap();
     let input = || AttentionInput::own(&x).with_mask(Some(&mask));
     let plain = mha.forward(input()).unwrap();
@@ -156,6 +159,6 @@ fn path_attention_asked_for_its_weights_gives_every_row() {
         .broadcast_mul(&(1.0 - Tensor::tril2(150, DType::F32, &Device::Cpu).unwrap()).unwrap()))
     .unwrap();
     assert_eq!(max_abs(&above), 0.0, "no weight on a later key");
-    let want = &f[&format!("{case}.out")];
+    let want = &f["t150.gated.out"];
     assert!(relative(&asked.output, want) < TOL);
 }
