@@ -2,6 +2,7 @@
 # (default 3), the old one first in odd rounds and the new one first in even ones, so that
 # neither always runs on a machine the other has just warmed; writing into the directory $d. `bin old|new` names the binaries (OLD, default
 # /tmp/old-target/release/posenc, and target/release/posenc).
+
 # The A/B record's directory, docs/speed/$1, made and named $d; the fetched models and
 # corpora in the checkout's .cache unless POSENC_CACHE says otherwise.
 ab_dir() {
